@@ -1,0 +1,1 @@
+// Keeps dtrain_testing non-empty before any helper exists.
