@@ -10,6 +10,12 @@
 
 namespace dtrain {
 
+#if !DT_HAVE_CUDA
+// CPU-only builds never create these; complete (empty) types let the unique_ptrs be destroyed.
+class CudaStream {};
+class BlasHandles {};
+#endif
+
 // Members of incomplete types (CudaStream, BlasHandles) are destroyed here, where they are complete.
 // Order: allocator first (its cached blocks), then cuBLAS, then the stream.
 DeviceContext::~DeviceContext() {
@@ -51,6 +57,7 @@ Status DeviceContext::CreateCuda(int device, std::unique_ptr<DeviceContext>* out
   std::unique_ptr<DeviceContext> ctx(new DeviceContext());
   ctx->type_ = DeviceType::kCUDA;
   ctx->device_index_ = device;
+  ctx->pinned_alloc_ = CpuAllocator(/*pinned=*/true);
   ctx->stream_ = std::make_unique<CudaStream>();
   DT_RETURN_IF_ERROR(CudaStream::Create(ctx->stream_.get()));
   ctx->blas_ = std::make_unique<BlasHandles>();

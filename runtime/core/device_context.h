@@ -36,6 +36,7 @@ class DeviceContext {
 
   Allocator* allocator() { return is_cuda() ? static_cast<Allocator*>(device_alloc_.get()) : &host_alloc_; }
   Allocator* host_allocator() { return &host_alloc_; }
+  // Page-locked host memory for async H2D/D2H copies on a CUDA context; plain memory on the CPU.
   Allocator* pinned_allocator() { return &pinned_alloc_; }
   CudaCachingAllocator* device_allocator() { return device_alloc_.get(); }  // nullptr on the CPU
 
@@ -47,7 +48,7 @@ class DeviceContext {
   DeviceType type_ = DeviceType::kCPU;
   int device_index_ = -1;
   CpuAllocator host_alloc_{false};
-  CpuAllocator pinned_alloc_{true};
+  CpuAllocator pinned_alloc_{false};  // page-locked only in a CUDA context (needs a driver)
   std::unique_ptr<CudaStream> stream_;
   std::unique_ptr<BlasHandles> blas_;
   std::unique_ptr<CudaCachingAllocator> device_alloc_;

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One device call: build with the project's CMake, run the whole test suite (GPU tests included),
+# `dtrain doctor`, and the Fashion-MNIST MLP benchmarks (dtrain vs PyTorch, GPU and CPU).
+# Usage (on the GPU machine, from the repo root): OUT=/some/dir bench/device_session.sh
+# Expects the Fashion-MNIST .gz files in $FMNIST (default: .device-carry/fashion-mnist) when the
+# Debian package is not installed. Writes logs and JSON under $OUT; prints a short table last.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
+OUT=${OUT:?set OUT}
+FMNIST=${FMNIST:-.device-carry/fashion-mnist}
+DATA=/usr/share/datasets/fashion-mnist
+if [[ ! -f $DATA/train-images-idx3-ubyte.gz ]]; then mkdir -p $DATA && cp $FMNIST/*.gz $DATA/; fi
+nvidia-smi -L | tee $OUT/gpus.txt
+
+t0=$(date +%s)
+cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > $OUT/build.log 2>&1 &&
+  ninja -C build-dev -j$(nproc) >> $OUT/build.log 2>&1 || { tail -50 $OUT/build.log; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+BIN=build-dev/launcher/dtrain
+
+$BIN doctor 2>&1 | tee $OUT/doctor.txt
+
+if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
+  ctest --test-dir build-dev -j4 --output-on-failure --timeout 300 > $OUT/ctest.log 2>&1
+  echo "ctest rc=$?"; grep -E "tests passed|tests failed|Failed|\*\*\*" $OUT/ctest.log | tail -15
+  # Which GPU tests actually ran (not skipped) — the proof that CUDA code executed.
+  ctest --test-dir build-dev -N | grep -ci cuda | sed 's/^/gpu-named tests: /'
+  grep -c "Skipped" $OUT/ctest.log | sed 's/^/skipped lines: /'
+fi
+
+CFG=configs/fashion_mnist_mlp.yaml
+$BIN train $CFG --set train.device=cuda --set run.dir=$OUT/gpu_run > $OUT/train_gpu.log 2>&1; echo "gpu train rc=$?"
+$BIN train $CFG --set train.device=cpu --set train.epochs=1 --set run.dir=$OUT/cpu_run > $OUT/train_cpu.log 2>&1
+echo "cpu train rc=$?"
+python3 bench/mlp_torch.py --device cuda --json $OUT/torch_gpu.json > $OUT/torch_gpu.log 2>&1
+python3 bench/mlp_torch.py --device cpu --epochs 1 --json $OUT/torch_cpu.json > $OUT/torch_cpu.log 2>&1
+grep -E "done:|eval \|" $OUT/train_gpu.log $OUT/train_cpu.log
+cat $OUT/torch_gpu.json $OUT/torch_cpu.json; echo

@@ -1,0 +1,17 @@
+#pragma once
+// `dtrain doctor`: checks the machine before a run — CUDA driver vs runtime, GPUs, cuBLAS, cuDNN,
+// NCCL and MPI versions, and a GEMM on each GPU checked against the CPU. Prints a report to stdout.
+// A machine without a GPU is a valid state (CPU training): it is reported plainly and is OK.
+// Returns non-OK only when something present is broken (a GPU that computes wrong results, a
+// driver older than the runtime).
+
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+
+namespace dtrain::launcher {
+
+Status RunDoctor(const std::vector<std::string>& args);
+
+}  // namespace dtrain::launcher

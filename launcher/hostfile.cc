@@ -1,0 +1,110 @@
+#include "launcher/hostfile.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/core/check.h"
+
+namespace dtrain::launcher {
+namespace {
+
+constexpr int kMaxCount = 1000000;
+
+bool ValidHostName(const std::string& name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// Rejects a second line for the same host: Open MPI would silently add the slots up.
+Status CheckUnique(const std::vector<HostSlots>& hosts, const std::string& name, const std::string& where) {
+  for (const auto& h : hosts) {
+    if (h.name == name) return Status::InvalidArgument(where + ": host '" + name + "' is listed twice");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+bool ParsePositiveInt(const std::string& text, int* out) {
+  if (text.empty() || text.size() > 7) return false;
+  int value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + (c - '0');
+  }
+  if (value <= 0 || value > kMaxCount) return false;
+  *out = value;
+  return true;
+}
+
+Status ParseHostList(const std::string& text, std::vector<HostSlots>* out) {
+  out->clear();
+  if (text.empty()) return Status::InvalidArgument("--hosts: empty host list (expected e.g. a:8,b:8)");
+  if (text.back() == ',') return Status::InvalidArgument("--hosts: trailing ',' in '" + text + "'");
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    HostSlots host;
+    const auto colon = item.rfind(':');
+    host.name = item.substr(0, colon);
+    if (colon != std::string::npos && !ParsePositiveInt(item.substr(colon + 1), &host.slots)) {
+      return Status::InvalidArgument("--hosts: '" + item + "': expected HOST or HOST:N with N a positive integer");
+    }
+    if (!ValidHostName(host.name)) {
+      return Status::InvalidArgument("--hosts: '" + item + "': bad host name (expected e.g. a:8,b:8)");
+    }
+    DT_RETURN_IF_ERROR(CheckUnique(*out, host.name, "--hosts"));
+    out->push_back(host);
+  }
+  return Status::OK();
+}
+
+Status ParseHostfileText(const std::string& text, const std::string& origin, std::vector<HostSlots>* out) {
+  out->clear();
+  std::stringstream lines(text);
+  std::string line;
+  for (int lineno = 1; std::getline(lines, line); ++lineno) {
+    const std::string where = origin + ":" + std::to_string(lineno);
+    line = line.substr(0, line.find('#'));
+    std::stringstream words(line);
+    std::string word;
+    if (!(words >> word)) continue;  // blank or comment-only
+    HostSlots host;
+    host.name = word;
+    if (!ValidHostName(host.name)) return Status::InvalidArgument(where + ": bad host name '" + word + "'");
+    DT_RETURN_IF_ERROR(CheckUnique(*out, host.name, where));
+    while (words >> word) {
+      const auto eq = word.find('=');
+      const std::string key = word.substr(0, eq);
+      const std::string value = eq == std::string::npos ? "" : word.substr(eq + 1);
+      int n = 0;
+      if (key != "slots" && key != "max_slots") {
+        return Status::InvalidArgument(where + ": unknown attribute '" + word + "' (expected slots=N [max_slots=M])");
+      }
+      if (!ParsePositiveInt(value, &n)) {
+        return Status::InvalidArgument(where + ": '" + word + "': " + key + " must be a positive integer");
+      }
+      if (key == "slots") host.slots = n;
+    }
+    out->push_back(host);
+  }
+  if (out->empty()) return Status::InvalidArgument(origin + ": no hosts in hostfile");
+  return Status::OK();
+}
+
+Status ParseHostfile(const std::string& path, std::vector<HostSlots>* out) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("--hostfile: cannot read '" + path + "': " + std::strerror(errno));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return ParseHostfileText(buf.str(), path, out);
+}
+
+}  // namespace dtrain::launcher

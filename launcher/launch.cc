@@ -1,0 +1,177 @@
+#include "launcher/launch.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <sstream>
+
+#include "launcher/exit_codes.h"
+#include "launcher/launch_command.h"
+#include "launcher/launch_options.h"
+#include "launcher/output_router.h"
+#include "launcher/supervisor.h"
+#include "runtime/core/logging.h"
+
+namespace dtrain::launcher {
+namespace {
+
+int UsageError(const Status& st) {
+  std::fprintf(stderr, "dtrain launch: %s\n", st.message().c_str());
+  return kExitUsage;
+}
+
+int ExitCodeFor(const Status& st) {
+  switch (st.code()) {
+    case Status::Code::kOk:
+      return kExitOk;
+    case Status::Code::kInvalidArgument:
+    case Status::Code::kNotFound:
+      return UsageError(st);
+    default:
+      std::fprintf(stderr, "dtrain launch: error: %s\n", st.ToString().c_str());
+      return kExitFailure;
+  }
+}
+
+Status MakeDirs(const std::string& path) {
+  std::string prefix;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    prefix = path.substr(0, pos);
+    if (prefix.empty()) continue;
+    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      return Status::IoError("--log-dir: cannot create '" + prefix + "': " + std::strerror(errno));
+    }
+  }
+  return Status::OK();
+}
+
+// The process manager must exist before anything starts (a missing mpirun is not worth restarts).
+Status CheckInPath(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path == nullptr ? "" : path);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    if (access(((dir.empty() ? "." : dir) + "/" + program).c_str(), X_OK) == 0) return Status::OK();
+  }
+  return Status::FailedPrecondition(program +
+                                    " not found in PATH (install Open MPI's mpirun, e.g. Debian's "
+                                    "openmpi-bin, or run inside a Slurm allocation for srun)");
+}
+
+// The root cause of a failed attempt, completed from what the launcher knows itself.
+RankExit RootCause(const OutputRouter& router, const LaunchCommand& cmd, const AttemptResult& result) {
+  RankExit cause = router.root_cause();
+  if (cause.rank >= 0 && cause.host.empty()) cause.host = cmd.placement.HostOfRank(cause.rank);
+  if (cause.ProcessExitCode() < 0) {  // no report, or one without a code: take the manager's
+    cause.exit_code = result.exit_code;
+    cause.signal = 0;
+  }
+  return cause;
+}
+
+void ReportFailure(const RankExit& cause, const OutputRouter& router, const LaunchCommand& cmd, int attempt,
+                   int attempts) {
+  std::string msg;
+  if (cause.rank >= 0) {
+    msg = "rank " + std::to_string(cause.rank) + " on host " + (cause.host.empty() ? "?" : cause.host) +
+          " failed first: " + cause.Describe();
+  } else {
+    msg = cmd.argv[0] + " failed with exit code " + std::to_string(cause.exit_code) + " and named no rank";
+  }
+  msg += " (attempt " + std::to_string(attempt + 1) + " of " + std::to_string(attempts) + ")";
+  if (cause.rank >= 0) {
+    const auto tail = router.Tail(cause.rank);
+    msg += tail.empty() ? "; it printed nothing" : "; its last lines:";
+    for (const auto& line : tail) msg += "\n  | " + line;
+  }
+  DT_LOG_ERROR(kLauncher, "{}", msg);
+}
+
+int Supervise(const LaunchOptions& opts, const LaunchEnv& env) {
+  std::unique_ptr<SupervisorScope> scope;
+  Status st = SupervisorScope::Create(&scope);
+  if (!st.ok()) return ExitCodeFor(st);
+  const int attempts = opts.max_restarts + 1;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    LaunchCommand cmd;
+    st = BuildLaunchCommand(opts, env, attempt, &cmd);
+    if (!st.ok()) return ExitCodeFor(st);
+    DT_LOG_INFO(kLauncher, "attempt {} of {}: {}", attempt + 1, attempts, FormatCommandLine(cmd));
+    OutputRouter::Options ropts;
+    ropts.backend = cmd.backend;
+    ropts.log_dir = opts.log_dir;
+    ropts.attempt = attempt;
+    OutputRouter router(ropts);
+    AttemptResult result;
+    st = RunAttempt(cmd, opts.grace_seconds, scope.get(), &router, &result);
+    if (!st.ok()) return ExitCodeFor(st);
+    if (!router.log_error().empty()) DT_LOG_WARN(kLauncher, "--log-dir: {}", router.log_error());
+    if (result.exit_code == kExitOk && result.stop_signal == 0) {
+      DT_LOG_INFO(kLauncher, "the job finished ({} exited 0)", cmd.argv[0]);
+      return kExitOk;
+    }
+    const RankExit cause = RootCause(router, cmd, result);
+    const int code = cause.ProcessExitCode();
+    if (result.stop_signal != 0) {
+      DT_LOG_WARN(kLauncher, "stopped by signal {} ({}); not restarting", result.stop_signal,
+                  strsignal(result.stop_signal));
+      return code == kExitPreempted ? kExitPreempted : ExitCodeForSignal(result.stop_signal);
+    }
+    if (code == kExitPreempted) {
+      DT_LOG_WARN(kLauncher, "{} exited {} (preempted, checkpoint saved): requeue the job to resume",
+                  cause.rank >= 0 ? "rank " + std::to_string(cause.rank) : cmd.argv[0], kExitPreempted);
+      return kExitPreempted;
+    }
+    ReportFailure(cause, router, cmd, attempt, attempts);
+    if (code == kExitUsage) {
+      DT_LOG_ERROR(kLauncher, "usage/config error (exit {}): not restarting", kExitUsage);
+      return kExitUsage;
+    }
+    if (attempt + 1 < attempts) {
+      DT_LOG_WARN(kLauncher, "restarting the job ({} of {} restarts, DTRAIN_RESTART_COUNT={})", attempt + 1,
+                  opts.max_restarts, attempt + 1);
+    } else {
+      return code > 0 ? code : kExitFailure;
+    }
+  }
+  return kExitFailure;  // not reached
+}
+
+}  // namespace
+
+int RunLaunch(const std::vector<std::string>& args) {
+  LaunchOptions opts;
+  Status st = ParseLaunchArgs(args, &opts);
+  if (!st.ok()) return UsageError(st);
+  if (opts.help) {
+    std::fputs(LaunchUsage(), stdout);
+    return kExitOk;
+  }
+  LaunchEnv env;
+  st = ProbeLaunchEnv(&env);
+  if (!st.ok()) return ExitCodeFor(st);
+  LaunchCommand cmd;
+  st = BuildLaunchCommand(opts, env, 0, &cmd);
+  if (!st.ok()) return ExitCodeFor(st);
+  if (opts.dry_run) {
+    std::printf("%s\n", FormatCommandLine(cmd).c_str());
+    std::fflush(stdout);
+    return kExitOk;
+  }
+  st = CheckInPath(cmd.argv[0]);
+  if (!st.ok()) return ExitCodeFor(st);
+  if (!opts.log_dir.empty()) {
+    st = MakeDirs(opts.log_dir);
+    if (!st.ok()) return ExitCodeFor(st);
+  }
+  return Supervise(opts, env);
+}
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,37 @@
+#pragma once
+// `dtrain launch`: the process launcher and supervisor.
+//
+// Decision (docs/architecture.md, "Process model"): `dtrain launch` composes and supervises an
+// `mpirun` command (Open MPI 4.1; on one node too), or `srun --mpi=pmix` inside a Slurm allocation
+// (SLURM_JOB_ID set). dtrain does not grow its own process manager: Open MPI and Slurm start the
+// processes on every host and give them one MPI world (used to share the ncclUniqueId and for the
+// CPU path). What the launcher adds is torchrun-style flags, per-rank log handling, root-cause
+// reporting, the restart loop and the preempted exit code.
+//
+// Workers are `WORKER train CONFIG [--set k=v ...]` where WORKER is this binary (/proc/self/exe),
+// or $DTRAIN_WORKER_BIN (tests). They learn their rank from OMPI_COMM_WORLD_* / SLURM_* and get
+// MASTER_ADDR, MASTER_PORT, DTRAIN_RESTART_COUNT from the launcher (launcher/launch_command.h).
+//
+// One attempt = one mpirun run (launcher/supervisor.h: process tree, signals, cleanup). When it
+// fails, the launcher reports the root cause — the first failing rank as the process manager
+// observed it, that rank's host, its exit code or signal, and its last 10 lines of output
+// (launcher/output_router.h) — and then:
+//   - exit code 75 (kExitPreempted) or 2 (kExitUsage): returned as is, never restarted;
+//   - SIGINT/SIGTERM received by the launcher: no restart; returns 75 if the root cause exited
+//     75, else 128+signal;
+//   - otherwise, with attempts left (--max-restarts K), restarts the whole job with
+//     DTRAIN_RESTART_COUNT=n (workers resume from their latest checkpoint);
+//   - else returns the root-cause rank's code (128+S for a signal; the process manager's own code
+//     when no rank was named).
+// Exit codes: launcher/exit_codes.h.
+
+#include <string>
+#include <vector>
+
+namespace dtrain::launcher {
+
+// Runs `dtrain launch` with the arguments after "launch"; returns the process exit code. The one
+// place besides main() that turns Status into an exit code (usage errors: one line on stderr, 2).
+int RunLaunch(const std::vector<std::string>& args);
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,75 @@
+#pragma once
+// Turns LaunchOptions into the exact process-manager command `dtrain launch` runs.
+//
+// mpirun (Open MPI 4.1; also for one node):
+//   mpirun -np T --host a:4,b:4 --map-by slot --bind-to none --tag-output
+//          -x MASTER_ADDR -x MASTER_PORT -x DTRAIN_RESTART_COUNT [-x NCCL_* -x DTRAIN_* ...]
+//          [--mpirun-arg ...] WORKER train CONFIG [--set k=v ...]
+//   - Placement is always passed as --host with explicit slot counts (a hostfile is parsed and
+//     validated here, so --nnodes/--nproc-per-node apply to it too). With explicit slots and
+//     --map-by slot, rank r runs on the host whose slot range holds r: that is how the launcher
+//     names the host of a failing rank that mpirun reports without one. One node: --host localhost:N.
+//   - No --oversubscribe: the explicit slot counts already allow N processes per host whatever the
+//     core count; add it with `--mpirun-arg --oversubscribe` (CI sets OMPI_MCA_rmaps_base_oversubscribe).
+//   - --bind-to none: each worker picks its GPU (and CPU affinity) itself by local rank.
+//   - --tag-output: every line arrives as "[job,rank]<stdout>:text", the per-line rank the output
+//     router relies on.
+//   - As root (uid 0), OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are added to
+//     mpirun's environment (unless already set): containers on GPU clouds commonly run as root.
+// srun (Slurm; when SLURM_JOB_ID is set under --backend auto):
+//   srun --mpi=pmix --label --unbuffered --kill-on-bad-exit=1 [--nodes=N] [--ntasks-per-node=N]
+//        [--mpirun-arg ...] WORKER train CONFIG [--set ...]
+//   Counts not given on the command line come from the allocation; srun exports the whole
+//   environment, so no -x list is needed.
+// Environment added for the workers (printed by --dry-run in front of the command): MASTER_ADDR
+// (first host; the local host under srun; kept when already set), MASTER_PORT (kept or 29500),
+// DTRAIN_RESTART_COUNT (0 on the first attempt, n on the n-th restart).
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "launcher/hostfile.h"
+#include "launcher/launch_options.h"
+#include "runtime/core/status.h"
+
+namespace dtrain::launcher {
+
+// Facts about the machine and environment the command depends on; gathered by
+// ProbeLaunchEnv, or written by tests.
+struct LaunchEnv {
+  int gpu_count = 0;
+  bool is_root = false;
+  bool in_slurm = false;   // SLURM_JOB_ID is set
+  std::string hostname;    // short name of this host
+  std::string worker_bin;  // DTRAIN_WORKER_BIN, else /proc/self/exe
+  std::vector<std::pair<std::string, std::string>> vars;  // the launcher's environment
+};
+
+// Fills `out` from this process (CUDA device count, uid, env).
+Status ProbeLaunchEnv(LaunchEnv* out);
+
+// Where ranks run: hosts in rank order, each with its process count. Empty under srun when the
+// allocation decides the counts.
+struct Placement {
+  std::vector<HostSlots> hosts;
+  int world_size() const;
+  // Host of `rank` (slot ranges in host order); "" when unknown.
+  std::string HostOfRank(int rank) const;
+};
+
+struct LaunchCommand {
+  Backend backend = Backend::kMpirun;                        // resolved: kMpirun or kSrun
+  std::vector<std::string> argv;                             // argv[0] is "mpirun" or "srun" (looked up in PATH)
+  std::vector<std::pair<std::string, std::string>> env_set;  // set on top of the launcher's environment
+  Placement placement;                                       // host names as users see them
+};
+
+// Builds the command of attempt `restart_count` (exported as DTRAIN_RESTART_COUNT). Reads the
+// hostfile if one is given. InvalidArgument/NotFound for bad combinations (named by flag).
+Status BuildLaunchCommand(const LaunchOptions& opts, const LaunchEnv& env, int restart_count, LaunchCommand* out);
+
+// "K=V ... mpirun -np 2 ..." with shell quoting where needed: the line --dry-run prints.
+std::string FormatCommandLine(const LaunchCommand& cmd);
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,235 @@
+#include "launcher/output_router.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+namespace dtrain::launcher {
+namespace {
+
+constexpr size_t kMaxLine = 64 * 1024;  // a longer line without '\n' is handled in pieces
+
+// "[J,R]<stdout>:text" -> rank R, stream, text. False for an untagged line.
+bool ParseMpirunTag(const std::string& line, int* rank, bool* is_stderr, std::string* text) {
+  int job = 0, r = 0, consumed = 0;
+  if (std::sscanf(line.c_str(), "[%d,%d]%n", &job, &r, &consumed) != 2 || consumed == 0) return false;
+  static const char* const kStreams[] = {"<stdout>:", "<stderr>:", "<stddiag>:"};
+  for (int i = 0; i < 3; ++i) {
+    const size_t len = std::strlen(kStreams[i]);
+    if (line.compare(consumed, len, kStreams[i]) == 0) {
+      *rank = r;
+      *is_stderr = i != 0;
+      *text = line.substr(consumed + len);
+      return true;
+    }
+  }
+  return false;
+}
+
+// "  3: text" -> rank 3 (srun --label pads the number to the width of the largest rank).
+bool ParseSrunLabel(const std::string& line, int* rank, std::string* text) {
+  size_t i = 0;
+  while (i < line.size() && line[i] == ' ') ++i;
+  const size_t digits = i;
+  while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]))) ++i;
+  if (i == digits || i - digits > 9 || line.compare(i, 2, ": ") != 0) return false;
+  *rank = std::stoi(line.substr(digits, i - digits));
+  *text = line.substr(i + 2);
+  return true;
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// strsignal() text at the start of `text` ("Killed", "Segmentation fault (core dumped)") -> number.
+int SignalFromText(const std::string& text) {
+  for (int s = 1; s < 65; ++s) {
+    const char* name = strsignal(s);
+    if (name != nullptr && *name != '\0' && text.rfind(name, 0) == 0) return s;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RankExit::ProcessExitCode() const { return signal > 0 ? 128 + signal : exit_code; }
+
+std::string RankExit::Describe() const {
+  if (signal > 0) return "signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
+  if (exit_code >= 0) return "exit code " + std::to_string(exit_code);
+  return "unknown exit status";
+}
+
+bool LooksLikeWarningOrError(const std::string& text) {
+  // dtrain's log pattern: "HH:MM:SS.mmm host:rank subsys L file.cc:42] message".
+  std::istringstream words(text);
+  std::string w[5];
+  if (words >> w[0] >> w[1] >> w[2] >> w[3] >> w[4]) {
+    if ((w[3] == "W" || w[3] == "E" || w[3] == "C") && w[4].back() == ']') return true;
+  }
+  const std::string lower = Lower(text);
+  for (const char* word : {"warn", "error", "fatal", "abort"}) {
+    if (lower.find(word) != std::string::npos) return true;
+  }
+  return false;
+}
+
+OutputRouter::OutputRouter(Options options) : opts_(std::move(options)) {}
+
+OutputRouter::~OutputRouter() {
+  for (auto& kv : files_) {
+    if (kv.second != nullptr) std::fclose(kv.second);
+  }
+}
+
+void OutputRouter::Feed(bool from_stderr, const char* data, size_t size) {
+  std::string& buf = partial_[from_stderr ? 1 : 0];
+  for (size_t i = 0; i < size; ++i) {
+    if (data[i] == '\n') {
+      HandleLine(from_stderr, buf);
+      buf.clear();
+    } else {
+      buf += data[i];
+      if (buf.size() >= kMaxLine) {
+        HandleLine(from_stderr, buf);
+        buf.clear();
+      }
+    }
+  }
+}
+
+void OutputRouter::Finish() {
+  for (int s = 0; s < 2; ++s) {
+    if (!partial_[s].empty()) HandleLine(s == 1, partial_[s]);
+    partial_[s].clear();
+  }
+  for (auto& kv : files_) {
+    if (kv.second != nullptr) std::fflush(kv.second);
+  }
+}
+
+std::vector<std::string> OutputRouter::Tail(int rank) const {
+  auto it = tails_.find(rank);
+  if (it == tails_.end()) return {};
+  return {it->second.begin(), it->second.end()};
+}
+
+void OutputRouter::HandleLine(bool from_stderr, const std::string& line) {
+  int rank = -1;
+  bool is_stderr = from_stderr;
+  std::string text;
+  const bool tagged = opts_.backend == Backend::kSrun ? ParseSrunLabel(line, &rank, &text)
+                                                      : ParseMpirunTag(line, &rank, &is_stderr, &text);
+  if (tagged) {
+    HandleRankLine(rank, is_stderr, text);
+  } else {
+    HandleManagerLine(line);
+  }
+}
+
+void OutputRouter::HandleRankLine(int rank, bool is_stderr, const std::string& text) {
+  auto& tail = tails_[rank];
+  tail.push_back(text);
+  while (tail.size() > opts_.tail_lines) tail.pop_front();
+  if (!opts_.log_dir.empty()) {
+    if (FILE* f = LogFile("rank-" + std::to_string(rank) + ".log")) std::fprintf(f, "%s\n", text.c_str());
+  }
+  if (rank == 0) {
+    FILE* out = is_stderr ? opts_.err : opts_.out;
+    std::fprintf(out, "%s\n", text.c_str());
+    std::fflush(out);
+  } else if (LooksLikeWarningOrError(text)) {
+    std::fprintf(opts_.err, "[rank %d] %s\n", rank, text.c_str());
+    std::fflush(opts_.err);
+  }
+}
+
+void OutputRouter::HandleManagerLine(const std::string& line) {
+  if (opts_.backend == Backend::kSrun) {
+    ParseSrunReport(line);
+  } else {
+    ParseMpirunReport(line);
+  }
+  if (line.find("the job has been aborted") != std::string::npos ||
+      line.find("srun: Job step aborted") != std::string::npos) {
+    failure_seen_ = true;
+  }
+  if (!opts_.log_dir.empty()) {
+    if (FILE* f = LogFile("launcher.log")) std::fprintf(f, "%s\n", line.c_str());
+  }
+  std::fprintf(opts_.err, "%s\n", line.c_str());
+  std::fflush(opts_.err);
+}
+
+void OutputRouter::ParseMpirunReport(const std::string& line) {
+  if (root_cause_.rank >= 0) return;
+  RankExit r;
+  char host[256] = {0};
+  if (const auto pos = line.find("Process name: [["); pos != std::string::npos) {
+    const auto comma = line.find("],", pos);
+    if (comma != std::string::npos) pending_rank_ = std::atoi(line.c_str() + comma + 2);
+  } else if (const auto pos = line.find("Exit code:"); pos != std::string::npos && pending_rank_ >= 0) {
+    r.rank = pending_rank_;
+    r.exit_code = std::atoi(line.c_str() + pos + std::strlen("Exit code:"));
+  } else if (const auto pos = line.find("process rank "); pos != std::string::npos) {
+    const char* p = line.c_str() + pos;
+    if (std::sscanf(p, "process rank %d with PID %*d on node %255s exited on signal %d", &r.rank, host, &r.signal) ==
+        3) {
+      r.host = host;
+    } else if (std::sscanf(p, "process rank %d with PID %*d on", &r.rank) == 1) {
+      r.signal = 0;  // "exiting improperly": the exit code is mpirun's own
+    } else {
+      r.rank = -1;
+    }
+  }
+  if (r.rank >= 0) {
+    root_cause_ = r;
+    failure_seen_ = true;
+  }
+}
+
+void OutputRouter::ParseSrunReport(const std::string& line) {
+  // "srun: error: HOST: task 1: Exited with exit code 3" / "...: tasks 0-3: Killed"
+  const std::string prefix = "srun: error: ";
+  if (line.rfind(prefix, 0) != 0) return;
+  const auto host_end = line.find(": task", prefix.size());
+  if (host_end == std::string::npos) return;
+  failure_seen_ = true;
+  if (root_cause_.rank >= 0) return;
+  size_t p = line.find(' ', host_end + 2);  // after "task"/"tasks"
+  if (p == std::string::npos) return;
+  RankExit r;
+  r.host = line.substr(prefix.size(), host_end - prefix.size());
+  r.rank = std::atoi(line.c_str() + p + 1);
+  const auto status = line.find(": ", p);
+  if (status == std::string::npos) return;
+  const std::string what = line.substr(status + 2);
+  int code = 0;
+  if (std::sscanf(what.c_str(), "Exited with exit code %d", &code) == 1) {
+    r.exit_code = code;
+  } else {
+    r.signal = SignalFromText(what);
+  }
+  root_cause_ = r;
+}
+
+FILE* OutputRouter::LogFile(const std::string& name) {
+  auto it = files_.find(name);
+  if (it != files_.end()) return it->second;
+  const std::string path = opts_.log_dir + "/" + name;
+  FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) {
+    if (log_error_.empty()) log_error_ = "cannot open " + path + ": " + std::strerror(errno);
+  } else {
+    setvbuf(f, nullptr, _IOLBF, 0);
+    std::fprintf(f, "===== dtrain launch: attempt %d (DTRAIN_RESTART_COUNT=%d) =====\n", opts_.attempt + 1,
+                 opts_.attempt);
+  }
+  files_[name] = f;
+  return f;
+}
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,96 @@
+#pragma once
+// OutputRouter: splits the process manager's output into per-rank lines, routes them, and reads
+// the failure report that names the root-cause rank.
+//
+// Per-line rank: mpirun runs with --tag-output ("[1,3]<stderr>:text"), srun with --label ("3: text").
+// Untagged lines are the process manager's own; they go to the console's stderr and are scanned
+// for its failure report (the first report wins: it names the first failing process):
+//   mpirun (Open MPI 4.x help-orterun.txt; stable since 1.x):
+//     "The first process to do so was:" / "Process name: [[J,1],R]" / "Exit code: C"
+//     "mpirun noticed that process rank R with PID P on node H exited on signal S (Name)."
+//     "... process rank R with PID P on node H exiting improperly" (exit code: mpirun's own)
+//   srun: "srun: error: H: task R: Exited with exit code C" / "srun: error: H: tasks R-S: Killed"
+//         (a signal's strsignal() text)
+// These are what the process manager itself observed (waitpid on the rank), so they stay right for
+// ranks that die by SIGKILL or a segfault, which could not report anything themselves.
+//
+// Console: every line of rank 0 (stdout to stdout, stderr to stderr) and, of the other ranks, only
+// lines that look like warnings or errors (dtrain's "W"/"E"/"C" level letter, or the words
+// warn/error/fatal/abort in any case), prefixed "[rank N] ". With a log dir, every rank's complete
+// output is appended to DIR/rank-N.log (opened on the rank's first line, headed by an attempt line)
+// and the process manager's own lines to DIR/launcher.log.
+//
+// Not thread-safe: one supervising thread feeds it.
+
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "launcher/launch_options.h"
+
+namespace dtrain::launcher {
+
+// What the process manager reported about the first failing rank.
+struct RankExit {
+  int rank = -1;       // -1: no report seen
+  std::string host;    // "" when the report does not name it
+  int exit_code = -1;  // -1: unknown (died by signal, or not reported)
+  int signal = 0;      // > 0: died by this signal
+  // 128+signal, else exit_code (-1 when neither is known).
+  int ProcessExitCode() const;
+  std::string Describe() const;  // "exit code 3" / "signal 9 (Killed)"
+};
+
+class OutputRouter {
+ public:
+  struct Options {
+    Backend backend = Backend::kMpirun;
+    std::string log_dir;  // "" = no files
+    int attempt = 0;      // DTRAIN_RESTART_COUNT of this run, for the log headers
+    FILE* out = stdout;
+    FILE* err = stderr;
+    size_t tail_lines = 10;  // lines kept per rank for the failure report
+  };
+  explicit OutputRouter(Options options);
+  ~OutputRouter();
+  OutputRouter(const OutputRouter&) = delete;
+  OutputRouter& operator=(const OutputRouter&) = delete;
+
+  // Feeds bytes read from the process manager's stdout or stderr pipe; complete lines are handled
+  // at once, a partial line waits for its end (or Finish()).
+  void Feed(bool from_stderr, const char* data, size_t size);
+  // End of both streams: handles trailing partial lines and flushes files.
+  void Finish();
+
+  // A failure report (or an abort banner) has been seen: the job is being torn down.
+  bool failure_seen() const { return failure_seen_; }
+  const RankExit& root_cause() const { return root_cause_; }
+  // The last `tail_lines` lines of `rank` (both streams, in arrival order).
+  std::vector<std::string> Tail(int rank) const;
+  // First error opening a log file ("" if none); logging continues without that file.
+  const std::string& log_error() const { return log_error_; }
+
+ private:
+  void HandleLine(bool from_stderr, const std::string& line);
+  void HandleRankLine(int rank, bool is_stderr, const std::string& text);
+  void HandleManagerLine(const std::string& line);
+  void ParseMpirunReport(const std::string& line);
+  void ParseSrunReport(const std::string& line);
+  FILE* LogFile(const std::string& name);
+
+  Options opts_;
+  std::string partial_[2];
+  std::map<int, std::deque<std::string>> tails_;
+  std::map<std::string, FILE*> files_;
+  RankExit root_cause_;
+  int pending_rank_ = -1;  // mpirun: "Process name" seen, waiting for its "Exit code"
+  bool failure_seen_ = false;
+  std::string log_error_;
+};
+
+// Exposed for tests: does this worker line look like a warning or an error?
+bool LooksLikeWarningOrError(const std::string& text);
+
+}  // namespace dtrain::launcher

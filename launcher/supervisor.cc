@@ -1,0 +1,312 @@
+#include "launcher/supervisor.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "launcher/exit_codes.h"
+#include "runtime/core/check.h"
+#include "runtime/core/logging.h"
+
+extern char** environ;
+
+namespace dtrain::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGPIPE};
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+// How long the pipes may stay open after mpirun is reaped and its leftovers are killed.
+constexpr auto kDrainTime = std::chrono::seconds(2);
+
+// The write end of the self-pipe. The only mutable global of the launcher: a signal handler has
+// no other way to reach the supervising loop.
+int g_signal_pipe_write = -1;
+
+void OnSignal(int sig) {
+  const int saved = errno;
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  if (write(g_signal_pipe_write, &byte, 1) < 0) {
+    // Pipe full: signals are already pending, the loop will act on those.
+  }
+  errno = saved;
+}
+
+const char* SignalName(int sig) {
+  switch (sig) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGUSR1:
+      return "SIGUSR1";
+    default:
+      return strsignal(sig);
+  }
+}
+
+Status Errno(const std::string& what) { return Status::Internal(what + ": " + std::strerror(errno)); }
+
+struct Orphan {
+  pid_t pid;
+  bool zombie;
+};
+
+// Direct children of this process in session `sid`: the job's processes re-parented to the
+// launcher (subreaper), including zombies (mpirun does not always reap the ranks it killed).
+std::vector<Orphan> OrphansOfSession(pid_t sid) {
+  std::vector<Orphan> out;
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return out;
+  const pid_t self = getpid();
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
+    std::string stat;
+    if (!std::getline(in, stat)) continue;
+    const auto paren = stat.rfind(')');  // the command name may contain spaces
+    if (paren == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0, pgrp = 0, session = 0;
+    if (std::sscanf(stat.c_str() + paren + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) != 4) continue;
+    if (ppid == self && session == sid) out.push_back({static_cast<pid_t>(std::atoi(e->d_name)), state == 'Z'});
+  }
+  closedir(dir);
+  return out;
+}
+
+// SIGKILLs and reaps every leftover of the job; repeats because a killed process's own children
+// are re-parented to us in turn.
+void SweepOrphans(pid_t sid) {
+  for (int round = 0; round < 100; ++round) {
+    const std::vector<Orphan> orphans = OrphansOfSession(sid);
+    if (orphans.empty()) return;
+    for (const Orphan& o : orphans) {
+      if (o.zombie) continue;
+      std::string comm;
+      std::ifstream in("/proc/" + std::to_string(o.pid) + "/comm");
+      std::getline(in, comm);
+      DT_LOG_WARN(kLauncher, "killing leftover process {} ({}) of the job", o.pid, comm);
+      kill(o.pid, SIGKILL);
+    }
+    for (const Orphan& o : orphans) waitpid(o.pid, nullptr, 0);
+  }
+}
+
+struct Child {
+  pid_t pid = -1;
+  int out_fd = -1;
+  int err_fd = -1;
+};
+
+Status Spawn(const LaunchCommand& cmd, Child* child) {
+  // Everything the child needs is built before fork: only async-signal-safe calls after it.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string kv(*e);
+    bool overridden = false;
+    for (const auto& set : cmd.env_set) overridden = overridden || kv.rfind(set.first + "=", 0) == 0;
+    if (!overridden) env_strings.push_back(kv);
+  }
+  for (const auto& set : cmd.env_set) env_strings.push_back(set.first + "=" + set.second);
+  std::vector<char*> envp, argv;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = cmd.argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const std::string exec_error = "dtrain launch: cannot execute " + cmd.argv[0] + "\n";
+
+  int out_pipe[2], err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0) return Errno("pipe");
+  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+    close(out_pipe[0]);
+    close(out_pipe[1]);
+    return Errno("pipe");
+  }
+  const int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setsid();
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(ExitCodeForSignal(SIGTERM));  // the launcher died already
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    signal(SIGPIPE, SIG_DFL);  // an ignored signal stays ignored across exec
+    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    dup2(out_pipe[1], STDOUT_FILENO);
+    dup2(err_pipe[1], STDERR_FILENO);
+    execvpe(argv[0], argv.data(), envp.data());
+    if (write(STDERR_FILENO, exec_error.data(), exec_error.size()) < 0) _exit(127);
+    _exit(127);
+  }
+  const int fork_errno = errno;
+  if (devnull >= 0) close(devnull);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  if (pid < 0) {
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    errno = fork_errno;
+    return Errno("fork");
+  }
+  child->pid = pid;
+  child->out_fd = out_pipe[0];
+  child->err_fd = err_pipe[0];
+  return Status::OK();
+}
+
+int ExitCodeOf(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return ExitCodeForSignal(WTERMSIG(wait_status));
+  return kExitFailure;
+}
+
+}  // namespace
+
+// --- SupervisorScope ---------------------------------------------------------------------------
+
+Status SupervisorScope::Create(std::unique_ptr<SupervisorScope>* out) {
+  if (g_signal_pipe_write >= 0) return Status::FailedPrecondition("a SupervisorScope is already active");
+  std::unique_ptr<SupervisorScope> scope(new SupervisorScope());
+  if (pipe2(scope->pipe_, O_CLOEXEC | O_NONBLOCK) != 0) return Errno("pipe");
+  prctl(PR_GET_CHILD_SUBREAPER, &scope->old_subreaper_);
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) return Errno("prctl(PR_SET_CHILD_SUBREAPER)");
+  g_signal_pipe_write = scope->pipe_[1];
+  for (int i = 0; i < kNumSignals; ++i) {
+    struct sigaction sa = {};
+    sa.sa_handler = kSignals[i] == SIGPIPE ? SIG_IGN : OnSignal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(kSignals[i], &sa, &scope->old_actions_[i]);
+  }
+  scope->installed_ = true;
+  *out = std::move(scope);
+  return Status::OK();
+}
+
+SupervisorScope::~SupervisorScope() {
+  if (installed_) {
+    for (int i = 0; i < kNumSignals; ++i) sigaction(kSignals[i], &old_actions_[i], nullptr);
+    prctl(PR_SET_CHILD_SUBREAPER, old_subreaper_);
+    g_signal_pipe_write = -1;
+  }
+  for (int fd : pipe_) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+// --- RunAttempt --------------------------------------------------------------------------------
+
+Status RunAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* scope, OutputRouter* router,
+                  AttemptResult* result) {
+  *result = AttemptResult();
+  Child child;
+  DT_RETURN_IF_ERROR(Spawn(cmd, &child));
+  const auto grace = std::chrono::seconds(grace_seconds);
+  // Escalation: 0 idle, 1 SIGTERM to the group at `deadline`, 2 SIGKILL at `deadline`, 3 done.
+  int stage = 0;
+  auto deadline = Clock::time_point::max();
+  auto arm = [&] {
+    if (stage == 0) {
+      stage = 1;
+      deadline = Clock::now() + grace;
+    }
+  };
+  bool reaped = false;
+  auto reaped_at = Clock::time_point::max();
+  while (!(reaped && child.out_fd < 0 && child.err_fd < 0)) {
+    auto now = Clock::now();
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(kPollInterval);
+    if (deadline != Clock::time_point::max()) {
+      wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now));
+    }
+    pollfd fds[3] = {{child.out_fd, POLLIN, 0}, {child.err_fd, POLLIN, 0}, {scope->signal_fd(), POLLIN, 0}};
+    poll(fds, 3, std::max<int>(0, static_cast<int>(wait.count())));
+
+    for (int i = 0; i < 2; ++i) {
+      int& fd = i == 0 ? child.out_fd : child.err_fd;
+      if (fd < 0 || (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      char buf[65536];
+      const ssize_t n = read(fd, buf, sizeof(buf));
+      if (n > 0) {
+        router->Feed(i == 1, buf, static_cast<size_t>(n));
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        close(fd);
+        fd = -1;
+      }
+    }
+
+    unsigned char sig = 0;
+    while (read(scope->signal_fd(), &sig, 1) == 1) {
+      if (reaped) continue;
+      if (sig == SIGUSR1) {
+        DT_LOG_WARN(kLauncher, "SIGUSR1: forwarding to every rank (checkpoint and exit)");
+        kill(child.pid, SIGUSR1);
+        arm();
+      } else if (result->stop_signal == 0) {
+        DT_LOG_WARN(kLauncher, "{}: stopping the job", SignalName(sig));
+        result->stop_signal = sig;
+        kill(child.pid, SIGTERM);
+        arm();
+      } else {
+        DT_LOG_WARN(kLauncher, "second {}: killing the job now", SignalName(sig));
+        stage = 2;
+        deadline = Clock::now();
+      }
+    }
+    if (router->failure_seen()) arm();
+
+    now = Clock::now();
+    if (!reaped && now >= deadline && stage == 1) {
+      DT_LOG_WARN(kLauncher, "{} did not exit {}s after the failure/signal: SIGTERM to its process group", cmd.argv[0],
+                  grace_seconds);
+      kill(-child.pid, SIGTERM);
+      result->escalated = true;
+      stage = 2;
+      deadline = now + grace;
+    } else if (!reaped && now >= deadline && stage == 2) {
+      DT_LOG_WARN(kLauncher, "{} still running: SIGKILL to its process group", cmd.argv[0]);
+      kill(-child.pid, SIGKILL);
+      result->escalated = true;
+      stage = 3;
+      deadline = Clock::time_point::max();
+    }
+
+    if (!reaped) {
+      int status = 0;
+      const pid_t r = waitpid(child.pid, &status, WNOHANG);
+      if (r == child.pid || (r < 0 && errno == ECHILD)) {
+        reaped = true;
+        reaped_at = now;
+        result->exit_code = r == child.pid ? ExitCodeOf(status) : kExitFailure;
+        // mpirun waits for its ranks, so whatever of the job still runs now is a leftover (e.g. a
+        // rank's own child); it may hold the pipes open. Data already in the pipes stays readable.
+        SweepOrphans(child.pid);
+      }
+    } else if (now - reaped_at > kDrainTime) {
+      for (int* fd : {&child.out_fd, &child.err_fd}) {
+        if (*fd >= 0) close(*fd);
+        *fd = -1;
+      }
+    }
+  }
+  SweepOrphans(child.pid);  // anything that closed its pipes and lived on
+  router->Finish();
+  return Status::OK();
+}
+
+}  // namespace dtrain::launcher

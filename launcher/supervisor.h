@@ -1,0 +1,67 @@
+#pragma once
+// Supervisor: runs one attempt of the process-manager command (mpirun or srun) and watches it.
+//
+// Process tree and cleanup, in order:
+//  1. The launcher makes itself a child subreaper (PR_SET_CHILD_SUBREAPER, for the lifetime of a
+//     SupervisorScope): a worker orphaned by a dying mpirun is re-parented to the launcher, not init.
+//  2. mpirun runs in a new session (setsid; so its pgid and sid are its pid) with
+//     PR_SET_PDEATHSIG=SIGTERM (if the launcher dies, mpirun still tears the job down), stdin from
+//     /dev/null, stdout/stderr into pipes read by the OutputRouter.
+//  3. Signals to the launcher (installed by SupervisorScope, restored after):
+//     SIGUSR1 -> sent to mpirun, which forwards it to every rank (Open MPI's default
+//       ess_base_forward_signals includes SIGUSR1/SIGUSR2; srun forwards it too); the job keeps
+//       running so ranks can checkpoint and exit 75 themselves.
+//     SIGINT, SIGTERM -> SIGTERM to mpirun, which stops the job: SIGTERM to every rank, SIGKILL
+//       about a second later (odls_base_sigkill_timeout); the ranks' exit codes are lost on this
+//       path (mpirun exits 1), so the launcher returns 128+signal. A second SIGINT/SIGTERM skips
+//       to the SIGKILL of step 4. For checkpoint-then-exit, send SIGUSR1.
+//  4. When the failure report of the process manager is seen, or after a forwarded signal, a
+//     grace timer starts: if mpirun has not exited after grace seconds, SIGTERM to its process
+//     group; after grace more, SIGKILL to it.
+//  5. As soon as mpirun is reaped, any remaining descendant of this job — a direct child of the
+//     launcher (re-parented) whose session id is mpirun's pid — gets SIGKILL and is reaped. So no
+//     zombie and no orphan survives an attempt on the local node; remote orteds end their ranks
+//     when mpirun's connection drops.
+
+#include <signal.h>
+
+#include <memory>
+
+#include "launcher/launch_command.h"
+#include "launcher/output_router.h"
+#include "runtime/core/status.h"
+
+namespace dtrain::launcher {
+
+// Installs the signal handlers and the subreaper flag; restores both on destruction. One at a
+// time per process (the handlers write to a process-wide pipe: signals are process-wide).
+class SupervisorScope {
+ public:
+  static Status Create(std::unique_ptr<SupervisorScope>* out);
+  ~SupervisorScope();
+  SupervisorScope(const SupervisorScope&) = delete;
+  SupervisorScope& operator=(const SupervisorScope&) = delete;
+
+  int signal_fd() const { return pipe_[0]; }  // readable: one byte per signal received
+
+ private:
+  SupervisorScope() = default;
+  static constexpr int kNumSignals = 4;  // SIGINT, SIGTERM, SIGUSR1 caught; SIGPIPE ignored
+  int pipe_[2] = {-1, -1};
+  struct sigaction old_actions_[kNumSignals] = {};
+  int old_subreaper_ = 0;
+  bool installed_ = false;
+};
+
+struct AttemptResult {
+  int exit_code = 0;       // the process manager's: its exit status, or 128+signal
+  int stop_signal = 0;     // SIGINT/SIGTERM received by the launcher during the attempt, else 0
+  bool escalated = false;  // the launcher had to SIGTERM/SIGKILL the process group
+};
+
+// Runs `cmd` to completion, feeding its output to `router`. Returns non-OK only when mpirun could
+// not be started at all (fork/pipe failure); an exec failure is exit code 127.
+Status RunAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* scope, OutputRouter* router,
+                  AttemptResult* result);
+
+}  // namespace dtrain::launcher

@@ -1,0 +1,120 @@
+#include "launcher/train_cmd.h"
+
+#include <cstdio>
+#include <memory>
+
+#include "comm/bootstrap.h"
+#include "comm/communicator.h"
+#include "runtime/config.h"
+#include "runtime/core/check.h"
+#include "runtime/core/device_context.h"
+#include "runtime/core/logging.h"
+#include "runtime/dist_env.h"
+#include "runtime/trainer.h"
+
+namespace dtrain::launcher {
+namespace {
+
+constexpr const char* kTrainUsage =
+    "usage: dtrain train CONFIG [--set key=value ...]\n"
+    "  CONFIG             a YAML config (configs/*.yaml)\n"
+    "  --set key=value    override a config key, e.g. --set optim.lr=0.01 --set model.mlp.hidden=[512,256]\n";
+
+Status ParseArgs(const std::vector<std::string>& args, std::string* config, std::vector<std::string>* overrides) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kTrainUsage, stdout);
+      return Status::OK();
+    } else if (a == "--set") {
+      if (i + 1 == args.size()) return Status::InvalidArgument("--set needs a value: --set key=value");
+      overrides->push_back(args[++i]);
+    } else if (a.rfind("--set=", 0) == 0) {
+      overrides->push_back(a.substr(6));
+    } else if (a.rfind("-", 0) == 0) {
+      return Status::InvalidArgument("train: unknown flag '" + a + "'\n" + kTrainUsage);
+    } else if (config->empty()) {
+      *config = a;
+    } else {
+      return Status::InvalidArgument("train: unexpected argument '" + a + "' (one CONFIG expected)");
+    }
+  }
+  if (config->empty()) return Status::InvalidArgument(std::string("train: missing CONFIG\n") + kTrainUsage);
+  return Status::OK();
+}
+
+Status PickDevice(const std::string& want, int local_rank, std::unique_ptr<DeviceContext>* ctx) {
+  const int gpus = CudaDeviceCount();
+  if (want == "cpu" || (want == "auto" && gpus == 0)) return DeviceContext::CreateCpu(ctx);
+  if (gpus == 0) {
+    return Status::Unavailable("train.device is 'cuda' but no GPU is visible (run `dtrain doctor`)");
+  }
+  return DeviceContext::CreateCuda(local_rank % gpus, ctx);
+}
+
+}  // namespace
+
+Status RunTrain(int* argc, char*** argv, const std::vector<std::string>& args) {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  DT_RETURN_IF_ERROR(ParseArgs(args, &config_path, &overrides));
+  if (config_path.empty()) return Status::OK();  // --help
+
+  runtime::DistEnv env;
+  DT_RETURN_IF_ERROR(runtime::DetectDistEnv(&env));
+  // A process manager (mpirun, srun) started us: join its MPI world. The MPI session outlives the
+  // communicators and the trainer (declared first, destroyed last).
+  std::unique_ptr<comm::MpiSession> mpi;
+  if (env.source == "ompi" || env.source == "slurm" || env.world_size > 1) {
+    DT_RETURN_IF_ERROR(comm::MpiSession::Init(argc, argv, &mpi));
+    if (mpi->world_size() != env.world_size) {
+      return Status::InvalidArgument("the environment says world size " + std::to_string(env.world_size) + " (" +
+                                     env.source + ") but the MPI world has " + std::to_string(mpi->world_size()) +
+                                     " process(es): start workers with `dtrain launch`, mpirun or srun --mpi=pmix");
+    }
+    env.rank = mpi->rank();
+    env.local_rank = mpi->local_rank();
+  }
+  log::Init(env.rank);
+
+  proto::Config cfg;
+  DT_RETURN_IF_ERROR(runtime::LoadConfig(config_path, overrides, &cfg));
+  if (env.rank == 0) DT_LOG_INFO(kRuntime, "resolved config ({}):\n{}", config_path, runtime::ConfigToYaml(cfg));
+
+  std::unique_ptr<DeviceContext> ctx;
+  DT_RETURN_IF_ERROR(PickDevice(cfg.train().device(), env.local_rank, &ctx));
+  DT_LOG_INFO(kRuntime, "rank {}/{} (local {}) on {}{}; started by {}", env.rank, env.world_size, env.local_rank,
+              DeviceName(ctx->type()), ctx->is_cuda() ? ":" + std::to_string(ctx->device_index()) : "", env.source);
+
+  std::unique_ptr<comm::Communicator> host_comm, nccl_comm;
+  comm::Communicator* grad_comm = nullptr;
+  if (env.world_size > 1) {
+    DT_RETURN_IF_ERROR(comm::CreateCommunicator(comm::Backend::kMpi, {}, &host_comm));
+    grad_comm = host_comm.get();
+    if (ctx->is_cuda()) {
+      comm::CommOptions opts;
+      opts.device = ctx->device_index();
+      DT_RETURN_IF_ERROR(comm::CreateCommunicator(comm::Backend::kNccl, opts, &nccl_comm));
+      grad_comm = nccl_comm.get();
+    }
+  }
+
+  std::unique_ptr<runtime::Trainer> trainer;
+  DT_RETURN_IF_ERROR(runtime::Trainer::Create(cfg, *ctx, grad_comm, host_comm.get(), env.rank, env.world_size, &trainer));
+  runtime::TrainSummary s;
+  Status st = trainer->Run(&s);
+  if (!st.ok()) {
+    // Tear the collectives down so peers blocked in them are released, then report.
+    if (nccl_comm) (void)nccl_comm->Abort();
+    return st.WithContext("rank " + std::to_string(env.rank));
+  }
+  if (env.rank == 0) {
+    DT_LOG_INFO(kRuntime,
+                "done: {} steps, {} samples in {:.1f} s ({:.0f} samples/s); last train loss {:.4f}; eval loss {:.4f}, "
+                "accuracy {:.2f}%",
+                s.steps, s.samples, s.seconds, s.samples_per_s, s.last_train_loss, s.eval_loss, 100 * s.eval_accuracy);
+  }
+  return Status::OK();
+}
+
+}  // namespace dtrain::launcher

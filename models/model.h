@@ -1,0 +1,60 @@
+#pragma once
+// Model: the interface every workload (MLP, CNN, GPT-2) implements.
+//
+// Parameters and gradients each live in ONE flat contiguous f32 buffer (params(), grads()); each
+// parameter is a view at ParamInfo::offset. Layout is forward order (layer 0 first), so backward,
+// which runs layers in reverse, finishes gradients from the END of the flat buffer towards its
+// start: the GradientReducer's buckets are contiguous ranges of grads().
+//
+// Step protocol (one micro-batch):
+//   1. Forward(inputs, targets): computes the per-example loss and keeps what backward needs.
+//   2. Backward(loss_scale, on_ready): ACCUMULATES d(loss_scale * mean loss)/d(param) into grads()
+//      (callers zero grads() at the start of each optimizer step, so gradient accumulation is a
+//      sequence of Forward/Backward pairs), and calls on_ready(i) for every parameter i, in the
+//      order their gradients become final — all work producing grad i has been QUEUED on the
+//      context's stream (not necessarily finished) when on_ready(i) runs. A non-OK return from
+//      on_ready aborts the backward and is returned.
+// All device work is queued on ctx.stream(); nothing here synchronizes with the host.
+// Not thread-safe; one model per worker.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/core/device_context.h"
+#include "runtime/core/status.h"
+#include "runtime/core/tensor.h"
+
+namespace dtrain::models {
+
+struct ParamInfo {
+  std::string name;            // "fc1.weight"
+  std::vector<int64_t> shape;  // {out, in}
+  int64_t offset = 0;          // element offset into params()/grads()
+  int64_t numel = 0;
+};
+
+using GradReadyFn = std::function<Status(int param_index)>;
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual const std::vector<ParamInfo>& param_infos() const = 0;
+  virtual Tensor& params() = 0;  // flat, f32, on the context's device
+  virtual Tensor& grads() = 0;   // flat, f32, same layout as params()
+
+  // Deterministic initialisation from `seed` (the same values on CPU and GPU, on every rank).
+  virtual Status InitParams(uint64_t seed) = 0;
+
+  // inputs: model-specific (MLP: f32 [B, input_dim]); targets: i32 [B]. Both on the model's device.
+  virtual Status Forward(const Tensor& inputs, const Tensor& targets) = 0;
+  // Per-example losses of the last Forward, f32 [B] on the device.
+  virtual const Tensor& losses() const = 0;
+  // Logits of the last Forward, f32 [B, num_classes] on the device (for accuracy).
+  virtual const Tensor& logits() const = 0;
+
+  virtual Status Backward(float loss_scale, const GradReadyFn& on_ready) = 0;
+};
+
+}  // namespace dtrain::models

@@ -1,0 +1,147 @@
+#include "models/ops/layernorm.h"
+
+#include <cmath>
+#include <initializer_list>
+#include <vector>
+
+#include "runtime/core/check.h"
+
+namespace dtrain::ops {
+
+template <typename T>
+void LayerNormForwardCpu(T* y, T* mean, T* rstd, const T* x, const T* gamma, const T* beta, int64_t n, int64_t c,
+                         T eps) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T* xr = x + i * c;
+    double sum = 0;
+    for (int64_t j = 0; j < c; ++j) sum += xr[j];
+    const double mu = sum / c;
+    double sq = 0;  // two-pass variance: no cancellation for rows with a large mean
+    for (int64_t j = 0; j < c; ++j) sq += (xr[j] - mu) * (xr[j] - mu);
+    const double rs = 1.0 / std::sqrt(sq / c + eps);
+    T* yr = y + i * c;
+    for (int64_t j = 0; j < c; ++j) yr[j] = static_cast<T>((xr[j] - mu) * rs * gamma[j] + beta[j]);
+    mean[i] = static_cast<T>(mu);
+    rstd[i] = static_cast<T>(rs);
+  }
+}
+
+template <typename T>
+void LayerNormBackwardCpu(T* dx, T* dgamma, T* dbeta, const T* x, const T* gamma, const T* mean, const T* rstd,
+                          const T* dy, int64_t n, int64_t c) {
+  // Column sums start from zero and are added to dgamma/dbeta once (one rounding, like the GPU kernel).
+  std::vector<double> sum_dgamma(static_cast<size_t>(c), 0.0), sum_dbeta(static_cast<size_t>(c), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    const T* xr = x + i * c;
+    const T* dyr = dy + i * c;
+    const double mu = mean[i], rs = rstd[i];
+    double sum_g = 0, sum_gx = 0;
+    for (int64_t j = 0; j < c; ++j) {
+      const double xhat = (xr[j] - mu) * rs;
+      const double g = static_cast<double>(dyr[j]) * gamma[j];
+      sum_g += g;
+      sum_gx += g * xhat;
+      sum_dgamma[j] += dyr[j] * xhat;
+      sum_dbeta[j] += dyr[j];
+    }
+    const double mean_g = sum_g / c, mean_gx = sum_gx / c;
+    T* dxr = dx + i * c;
+    for (int64_t j = 0; j < c; ++j) {
+      const double xhat = (xr[j] - mu) * rs;
+      dxr[j] = static_cast<T>(rs * (static_cast<double>(dyr[j]) * gamma[j] - mean_g - xhat * mean_gx));
+    }
+  }
+  for (int64_t j = 0; j < c; ++j) {
+    dgamma[j] = static_cast<T>(dgamma[j] + sum_dgamma[j]);
+    dbeta[j] = static_cast<T>(dbeta[j] + sum_dbeta[j]);
+  }
+}
+
+template void LayerNormForwardCpu<float>(float*, float*, float*, const float*, const float*, const float*, int64_t,
+                                         int64_t, float);
+template void LayerNormForwardCpu<double>(double*, double*, double*, const double*, const double*, const double*,
+                                          int64_t, int64_t, double);
+template void LayerNormBackwardCpu<float>(float*, float*, float*, const float*, const float*, const float*,
+                                          const float*, const float*, int64_t, int64_t);
+template void LayerNormBackwardCpu<double>(double*, double*, double*, const double*, const double*, const double*,
+                                           const double*, const double*, int64_t, int64_t);
+
+namespace {
+
+// x[..., C] with C > 0; `row_like` tensors have shape x.shape[:-1]; `param_like` and `x_like` tensors have shape
+// [C] and x.shape. All share x's dtype (supported for the context) and sit on the context's device.
+Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& x, std::initializer_list<const Tensor*> x_like,
+                 std::initializer_list<const Tensor*> param_like, std::initializer_list<const Tensor*> row_like) {
+  DT_CHECK_ARG(x.ndim() >= 1 && x.dim(-1) > 0, op << ": x " << x.ToString() << " needs a non-empty last dim C");
+  const std::vector<int64_t> rows(x.shape().begin(), x.shape().end() - 1);
+  const std::vector<int64_t> params = {x.dim(-1)};
+  auto check = [&](const Tensor* t, const std::vector<int64_t>& want, const char* kind) -> Status {
+    DT_CHECK_ARG(t->shape() == want && t->dtype() == x.dtype() && t->device() == ctx.type(),
+                 op << ": shapes do not match: x " << x.ToString() << " needs " << kind << " (same dtype and device), "
+                    << "got " << t->ToString());
+    return Status::OK();
+  };
+  for (const Tensor* t : x_like) DT_RETURN_IF_ERROR(check(t, x.shape(), "x-shaped"));
+  for (const Tensor* t : param_like) DT_RETURN_IF_ERROR(check(t, params, "[C]"));
+  for (const Tensor* t : row_like) DT_RETURN_IF_ERROR(check(t, rows, "x.shape[:-1]"));
+  DT_CHECK_ARG(x.device() == ctx.type(), op << ": x " << x.ToString() << " not on " << DeviceName(ctx.type()));
+  if (ctx.is_cuda()) {
+    DT_CHECK_ARG(x.dtype() == DType::kF32, op << ": CUDA supports f32 only, got " << x.ToString());
+  } else {
+    DT_CHECK_ARG(x.dtype() == DType::kF32 || x.dtype() == DType::kF64,
+                 op << ": CPU supports f32/f64, got " << x.ToString());
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status LayerNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                        Tensor* y, Tensor* mean, Tensor* rstd) {
+  DT_CHECK_ARG(y != nullptr && mean != nullptr && rstd != nullptr, "LayerNormForward: null output");
+  DT_RETURN_IF_ERROR(CheckArgs(ctx, "LayerNormForward", x, {y}, {&gamma, &beta}, {mean, rstd}));
+  const int64_t c = x.dim(-1), n = x.numel() / c;
+  if (ctx.is_cuda()) {
+#if DT_HAVE_CUDA
+    return LayerNormForwardCuda(y->data<float>(), mean->data<float>(), rstd->data<float>(), x.data<float>(),
+                                gamma.data<float>(), beta.data<float>(), n, c, eps, ctx.stream());
+#else
+    return Status::Unavailable("LayerNormForward: CUDA tensor in a build without CUDA");
+#endif
+  }
+  if (x.dtype() == DType::kF32) {
+    LayerNormForwardCpu<float>(y->data<float>(), mean->data<float>(), rstd->data<float>(), x.data<float>(),
+                               gamma.data<float>(), beta.data<float>(), n, c, eps);
+  } else {
+    LayerNormForwardCpu<double>(y->data<double>(), mean->data<double>(), rstd->data<double>(), x.data<double>(),
+                                gamma.data<double>(), beta.data<double>(), n, c, eps);
+  }
+  return Status::OK();
+}
+
+Status LayerNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& dy, Tensor* dx, Tensor* dgamma, Tensor* dbeta) {
+  DT_CHECK_ARG(dx != nullptr && dgamma != nullptr && dbeta != nullptr, "LayerNormBackward: null output");
+  DT_RETURN_IF_ERROR(CheckArgs(ctx, "LayerNormBackward", x, {&dy, dx}, {&gamma, dgamma, dbeta}, {&mean, &rstd}));
+  const int64_t c = x.dim(-1), n = x.numel() / c;
+  if (ctx.is_cuda()) {
+#if DT_HAVE_CUDA
+    return LayerNormBackwardCuda(dx->data<float>(), dgamma->data<float>(), dbeta->data<float>(), x.data<float>(),
+                                 gamma.data<float>(), mean.data<float>(), rstd.data<float>(), dy.data<float>(), n, c,
+                                 ctx.stream());
+#else
+    return Status::Unavailable("LayerNormBackward: CUDA tensor in a build without CUDA");
+#endif
+  }
+  if (x.dtype() == DType::kF32) {
+    LayerNormBackwardCpu<float>(dx->data<float>(), dgamma->data<float>(), dbeta->data<float>(), x.data<float>(),
+                                gamma.data<float>(), mean.data<float>(), rstd.data<float>(), dy.data<float>(), n, c);
+  } else {
+    LayerNormBackwardCpu<double>(dx->data<double>(), dgamma->data<double>(), dbeta->data<double>(), x.data<double>(),
+                                 gamma.data<double>(), mean.data<double>(), rstd.data<double>(), dy.data<double>(), n,
+                                 c);
+  }
+  return Status::OK();
+}
+
+}  // namespace dtrain::ops

@@ -1,0 +1,41 @@
+#pragma once
+// Layer normalization over the last dimension C of x (x[N,C], or any x[..., C] with N = numel / C rows):
+//   forward:  mean[n] = (1/C) sum_c x,  var[n] = (1/C) sum_c (x - mean)^2  (biased),  rstd[n] = 1/sqrt(var + eps)
+//             y = (x - mean) * rstd * gamma + beta;  mean and rstd (shape x.shape[:-1]) are saved for backward.
+//   backward: xhat = (x - mean) * rstd,  g = dy * gamma
+//             dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))       (SET)
+//             dgamma += sum_n dy * xhat,  dbeta += sum_n dy                (ACCUMULATE)
+// CPU references take T = float or double (row sums in double); CUDA launchers are f32: one warp per row for y
+// and dx, and a fixed-order column reduction (no atomics, bitwise deterministic) for dgamma/dbeta. Queued on
+// `stream`. The Tensor entry points check shapes/dtypes/devices (InvalidArgument naming the shapes) and dispatch
+// CPU f32/f64 -> *Cpu, CUDA f32 -> *Cuda. Outputs must not alias inputs.
+
+#include <cstdint>
+
+#include "runtime/core/cuda_fwd.h"
+#include "runtime/core/device_context.h"
+#include "runtime/core/status.h"
+#include "runtime/core/tensor.h"
+
+namespace dtrain::ops {
+
+template <typename T>
+void LayerNormForwardCpu(T* y, T* mean, T* rstd, const T* x, const T* gamma, const T* beta, int64_t n, int64_t c,
+                         T eps);
+template <typename T>
+void LayerNormBackwardCpu(T* dx, T* dgamma, T* dbeta, const T* x, const T* gamma, const T* mean, const T* rstd,
+                          const T* dy, int64_t n, int64_t c);
+
+// CUDA builds only.
+Status LayerNormForwardCuda(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
+                            int64_t n, int64_t c, float eps, cudaStream_t stream);
+Status LayerNormBackwardCuda(float* dx, float* dgamma, float* dbeta, const float* x, const float* gamma,
+                             const float* mean, const float* rstd, const float* dy, int64_t n, int64_t c,
+                             cudaStream_t stream);
+
+Status LayerNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                        Tensor* y, Tensor* mean, Tensor* rstd);
+Status LayerNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& dy, Tensor* dx, Tensor* dgamma, Tensor* dbeta);
+
+}  // namespace dtrain::ops

@@ -1,0 +1,46 @@
+#pragma once
+// Reductions and scaling over flat buffers: the pieces of global-norm gradient clipping.
+//
+//   SumSquares(x) = sum_i x_i^2, written into a 1-element tensor on x's device.
+//   Scale(x, s):    x_i *= s, in place.
+//
+// CPU: f32 and f64, accumulating in f64. CUDA: f32, a deterministic two-pass reduction (per-block
+// partial sums in f64 written to a workspace, then one block sums the partials in a fixed order),
+// so the same input on the same GPU always gives bit-identical results (no atomics).
+// Device work is queued on the given stream (ctx.stream()); nothing here synchronizes the host.
+
+#include <cstdint>
+
+#include "runtime/core/cuda_fwd.h"
+#include "runtime/core/device_context.h"
+#include "runtime/core/status.h"
+#include "runtime/core/tensor.h"
+
+namespace dtrain::ops {
+
+// ---- CPU references (T = float, double) ------------------------------------------------------
+template <typename T>
+double SumSquaresCpu(const T* x, int64_t n);  // accumulates in double
+template <typename T>
+void ScaleCpu(T* x, int64_t n, T s);
+
+// ---- CUDA launchers (f32, defined in reduce.cu) ----------------------------------------------
+// Elements (f64) of the workspace SumSquaresCuda needs: one partial sum per block of pass 1.
+constexpr int64_t kSumSquaresWorkspaceElems = 1024;
+#if DT_HAVE_CUDA
+// *out (device f32) = sum of x[0..n)^2. `workspace`: kSumSquaresWorkspaceElems device doubles,
+// not in use by other work on `stream`.
+Status SumSquaresCuda(const float* x, int64_t n, double* workspace, float* out, cudaStream_t stream);
+Status ScaleCuda(float* x, int64_t n, float s, cudaStream_t stream);
+#endif
+
+// ---- Tensor level: checks, then dispatch on the device (CPU f32/f64, CUDA f32) ---------------
+// `x` must live on ctx's device. If `out` is undefined it is allocated as a [1] tensor of x's dtype
+// from ctx.allocator(); otherwise it must already be a 1-element tensor of x's dtype and device.
+// On CUDA a temporary workspace is taken from ctx.allocator() (the caching allocator: no cudaMalloc
+// once warm).
+Status SumSquares(DeviceContext& ctx, const Tensor& x, Tensor* out);
+// x *= s for a tensor on ctx's device.
+Status Scale(DeviceContext& ctx, Tensor* x, float s);
+
+}  // namespace dtrain::ops

@@ -1,0 +1,29 @@
+#pragma once
+// SplitMix64: a tiny, fully specified PRNG whose output is identical on every platform and
+// standard library (unlike std::uniform_*_distribution). Used wherever dtrain needs the same
+// random numbers on every rank and across runs: parameter init, data order.
+
+#include <cstdint>
+
+namespace dtrain {
+
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, 1) with 53 random bits.
+  double Uniform() { return static_cast<double>(Next() >> 11) * (1.0 / 9007199254740992.0); }
+  // Uniform integer in [0, n) (Lemire's multiply-shift; bias < 2^-64 * n, negligible).
+  uint64_t Below(uint64_t n) { return static_cast<uint64_t>((static_cast<unsigned __int128>(Next()) * n) >> 64); }
+  uint64_t state() const { return state_; }
+
+ private:
+  uint64_t state_;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,235 @@
+#include "runtime/gradient_reducer.h"
+
+#include <string>
+
+#include "comm/bf16.h"
+#include "runtime/core/check.h"
+#include "runtime/core/nvtx.h"
+#if DT_HAVE_CUDA
+#include "comm/bf16_cast.h"
+#include "runtime/core/cuda_check.h"
+#include "runtime/core/cuda_handles.h"
+#endif
+
+namespace dtrain::runtime {
+
+#if DT_HAVE_CUDA
+struct GradientReducer::GpuState {
+  CudaStream comm_stream;
+  std::vector<CudaEvent> ready;  // recorded on the compute stream when a batch of buckets launches
+  std::vector<CudaEvent> done;   // recorded on the comm stream after each bucket's collective
+};
+#else
+struct GradientReducer::GpuState {};
+#endif
+
+Status GradientReducer::Create(DeviceContext& ctx, comm::Communicator* comm,
+                               const std::vector<models::ParamInfo>& params, Tensor* grads, const Options& opts,
+                               std::unique_ptr<GradientReducer>* out) {
+  DT_CHECK_ARG(comm != nullptr, "GradientReducer needs a communicator");
+  DT_CHECK_ARG(grads != nullptr && (grads->defined() || grads->numel() == 0), "GradientReducer needs grads");
+  DT_CHECK_ARG(grads->dtype() == DType::kF32, "grads must be f32, got " << grads->ToString());
+  DT_CHECK_ARG(grads->device() == ctx.type(), "grads " << grads->ToString() << " are not on the context's device");
+  DT_CHECK_ARG(comm->device_type() == grads->device(), "the " << comm::BackendName(comm->backend())
+                                                              << " communicator cannot reduce " << grads->ToString()
+                                                              << " (CUDA grads need nccl, CPU grads need mpi)");
+  int64_t prev_end = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& p = params[i];
+    DT_CHECK_ARG(p.numel >= 0 && p.offset >= prev_end && p.offset + p.numel <= grads->numel(),
+                 "param " << i << " '" << p.name << "' [" << p.offset << ", " << p.offset + p.numel
+                          << ") overlaps its predecessor or leaves grads " << grads->ToString());
+    prev_end = p.offset + p.numel;
+  }
+
+  std::unique_ptr<GradientReducer> r(new GradientReducer());  // private constructor
+  r->ctx_ = &ctx;
+  r->comm_ = comm;
+  r->opts_ = opts;
+  r->op_ = opts.average ? comm::ReduceOp::kAvg : comm::ReduceOp::kSum;
+  if (opts.bf16_compress) DT_RETURN_IF_ERROR(Tensor::Empty({grads->numel()}, DType::kBF16, ctx.allocator(), &r->wire_));
+
+  // Buckets from the end of the buffer: backward finishes the last parameters first.
+  const int n = static_cast<int>(params.size());
+  r->param_bucket_.assign(n, 0);
+  size_t bytes = 0;
+  int hi = n - 1;
+  for (int i = n - 1; i >= 0; --i) {
+    bytes += static_cast<size_t>(params[i].numel) * sizeof(float);
+    if (bytes < opts.bucket_bytes && i > 0) continue;
+    Bucket b;
+    b.num_params = hi - i + 1;
+    const int64_t offset = params[i].offset;
+    const int64_t numel = params[hi].offset + params[hi].numel - offset;
+    DT_RETURN_IF_ERROR(grads->View(offset, {numel}, &b.grads));
+    if (opts.bf16_compress) DT_RETURN_IF_ERROR(r->wire_.View(offset, {numel}, &b.wire));
+    for (int j = i; j <= hi; ++j) r->param_bucket_[j] = static_cast<int>(r->buckets_.size());
+    r->buckets_.push_back(std::move(b));
+    r->ranges_.emplace_back(offset, numel);
+    hi = i - 1;
+    bytes = 0;
+  }
+  for (const auto& p : params) r->param_names_.push_back(p.name);
+
+  if (ctx.is_cuda()) {
+#if DT_HAVE_CUDA
+    r->gpu_ = std::make_unique<GpuState>();
+    int least = 0;
+    int greatest = 0;
+    DT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    DT_RETURN_IF_ERROR(CudaStream::Create(&r->gpu_->comm_stream, greatest));
+    r->gpu_->ready.resize(r->buckets_.size());
+    r->gpu_->done.resize(r->buckets_.size());
+    for (size_t k = 0; k < r->buckets_.size(); ++k) {
+      DT_RETURN_IF_ERROR(CudaEvent::Create(&r->gpu_->ready[k]));
+      DT_RETURN_IF_ERROR(CudaEvent::Create(&r->gpu_->done[k]));
+    }
+#endif
+  }
+  r->ResetStep();
+  if (comm->rank() == 0) {
+    DT_LOG_INFO(kRuntime, "GradientReducer: {} params, {} elements in {} buckets (target {:.1f} KiB), {}{}, {} ranks",
+                n, grads->numel(), r->buckets_.size(), opts.bucket_bytes / 1024.0, comm::BackendName(comm->backend()),
+                opts.bf16_compress ? " bf16" : "", comm->world_size());
+  }
+  *out = std::move(r);
+  return Status::OK();
+}
+
+GradientReducer::~GradientReducer() {
+#if DT_HAVE_CUDA
+  if (gpu_ && gpu_->comm_stream.get() != nullptr) {
+    // The comm stream may still read grads and the bf16 buffer; both must outlive its work.
+    cudaError_t e = cudaStreamSynchronize(gpu_->comm_stream.get());
+    if (e != cudaSuccess) DT_LOG_WARN(kRuntime, "GradientReducer teardown: {}", cudaGetErrorString(e));
+  }
+#endif
+}
+
+cudaStream_t GradientReducer::comm_stream() const {
+#if DT_HAVE_CUDA
+  if (gpu_) return gpu_->comm_stream.get();
+#endif
+  return nullptr;
+}
+
+void GradientReducer::ResetStep() {
+  param_ready_.assign(param_bucket_.size(), 0);
+  bucket_remaining_.resize(buckets_.size());
+  for (size_t k = 0; k < buckets_.size(); ++k) bucket_remaining_[k] = buckets_[k].num_params;
+  next_launch_ = 0;
+  step_started_ = false;
+}
+
+Status GradientReducer::MarkReady(int param_index) {
+  DT_CHECK_ARG(param_index >= 0 && param_index < static_cast<int>(param_ready_.size()),
+               "MarkReady(" << param_index << "): the reducer has " << param_ready_.size() << " params");
+  if (param_ready_[param_index]) {
+    return Status::FailedPrecondition("GradientReducer: param " + std::to_string(param_index) + " '" +
+                                      param_names_[param_index] +
+                                      "' announced twice in one step (call Finalize after every backward)");
+  }
+  if (!step_started_) {
+    step_started_ = true;
+    step_sync_ = sync_;
+  }
+  param_ready_[param_index] = 1;
+  --bucket_remaining_[param_bucket_[param_index]];
+  if (!step_sync_) return Status::OK();  // accumulation micro-step: nothing is exchanged
+  return LaunchReadyBuckets();
+}
+
+Status GradientReducer::LaunchReadyBuckets() {
+  const int nb = static_cast<int>(buckets_.size());
+  int to = next_launch_;
+  while (to < nb && bucket_remaining_[to] == 0) ++to;
+  if (to == next_launch_) return Status::OK();
+  return LaunchBuckets(next_launch_, to);
+}
+
+Status GradientReducer::LaunchBuckets(int from, int to) {
+  DT_NVTX_RANGE("GradientReducer::LaunchBuckets");
+  DT_LOG_TRACE(kRuntime, "launching buckets [{}, {})", from, to);
+  next_launch_ = to;
+  return gpu_ ? LaunchGpu(from, to) : LaunchCpu(from, to);
+}
+
+Status GradientReducer::LaunchCpu(int from, int to) {
+  for (int k = from; k < to; ++k) {
+    Bucket& b = buckets_[k];
+    if (!opts_.bf16_compress) {
+      DT_RETURN_IF_ERROR(comm_->AllReduce(&b.grads, op_, nullptr));
+      continue;
+    }
+    const float* g = b.grads.data<float>();
+    auto* w = static_cast<uint16_t*>(b.wire.data());
+    const int64_t n = b.grads.numel();
+    for (int64_t i = 0; i < n; ++i) w[i] = comm::F32ToBf16(g[i]);
+    DT_RETURN_IF_ERROR(comm_->AllReduce(&b.wire, op_, nullptr));
+    float* out = b.grads.data<float>();
+    for (int64_t i = 0; i < n; ++i) out[i] = comm::Bf16ToF32(w[i]);
+  }
+  return Status::OK();
+}
+
+Status GradientReducer::LaunchGpu(int from, int to) {
+#if DT_HAVE_CUDA
+  cudaStream_t compute = ctx_->stream();
+  cudaStream_t comm_stream = gpu_->comm_stream.get();
+  // Sync point 1: the comm stream waits (on the device) for the backward kernels that produced these
+  // gradients; one event covers the whole batch because it marks the compute stream's current tail.
+  DT_RETURN_IF_ERROR(gpu_->ready[from].Record(compute));
+  DT_RETURN_IF_ERROR(gpu_->ready[from].Block(comm_stream));
+  if (opts_.bf16_compress) {
+    for (int k = from; k < to; ++k) {
+      Bucket& b = buckets_[k];
+      DT_RETURN_IF_ERROR(comm::LaunchF32ToBf16(b.grads.data<float>(), static_cast<uint16_t*>(b.wire.data()),
+                                               b.grads.numel(), comm_stream));
+    }
+  }
+  // One fused NCCL launch for the batch. Casts stay outside the group: NCCL enqueues grouped
+  // collectives only at GroupEnd, so a kernel enqueued inside the group would run before them.
+  DT_RETURN_IF_ERROR(comm_->GroupStart());
+  Status st;
+  for (int k = from; k < to && st.ok(); ++k) {
+    Bucket& b = buckets_[k];
+    st = comm_->AllReduce(opts_.bf16_compress ? &b.wire : &b.grads, op_, comm_stream);
+  }
+  Status end = comm_->GroupEnd();  // always close the group, even after an error
+  DT_RETURN_IF_ERROR(st);
+  DT_RETURN_IF_ERROR(end);
+  for (int k = from; k < to; ++k) {
+    Bucket& b = buckets_[k];
+    if (opts_.bf16_compress) {
+      DT_RETURN_IF_ERROR(comm::LaunchBf16ToF32(static_cast<const uint16_t*>(b.wire.data()), b.grads.data<float>(),
+                                               b.grads.numel(), comm_stream));
+    }
+    DT_RETURN_IF_ERROR(gpu_->done[k].Record(comm_stream));
+  }
+  return Status::OK();
+#else
+  (void)from;
+  (void)to;
+  return Status::Unavailable("GradientReducer: GPU path in a build without CUDA");
+#endif
+}
+
+Status GradientReducer::Finalize() {
+  DT_NVTX_FN();
+  if (!step_started_) step_sync_ = sync_;
+  if (step_sync_) {
+    const int nb = static_cast<int>(buckets_.size());
+    if (next_launch_ < nb) DT_RETURN_IF_ERROR(LaunchBuckets(next_launch_, nb));
+#if DT_HAVE_CUDA
+    if (gpu_) {
+      // Sync point 2: the optimizer runs on the compute stream; it must see every reduced bucket.
+      // Device-side waits only — the host never blocks here.
+      for (int k = 0; k < nb; ++k) DT_RETURN_IF_ERROR(gpu_->done[k].Block(ctx_->stream()));
+    }
+#endif
+  }
+  ResetStep();
+  return Status::OK();
+}
+
+}  // namespace dtrain::runtime

@@ -1,0 +1,14 @@
+#pragma once
+// Builds the model named by `model.kind` in the config, on the context's device.
+
+#include <memory>
+
+#include "models/model.h"
+#include "proto/config.pb.h"
+#include "runtime/core/device_context.h"
+
+namespace dtrain::runtime {
+
+Status BuildModel(const proto::ModelConfig& cfg, DeviceContext& ctx, std::unique_ptr<models::Model>* out);
+
+}  // namespace dtrain::runtime

@@ -1,0 +1,87 @@
+#pragma once
+// Trainer: the training loop of one worker (`dtrain train`).
+//
+// Per optimizer step: zero grads -> for each of grad_accum_steps micro-batches {gather a batch into
+// pinned host memory, copy it to the device on the compute stream, Forward, Backward (announcing
+// gradients to the GradientReducer on the last micro-batch)} -> reducer Finalize (compute stream
+// waits for the collectives) -> optimizer Step with the scheduled LR. The host synchronizes with
+// the device only at log points and evaluation.
+//
+// Rank 0 prints the progress line, writes <run.dir>/metrics.jsonl and <run.dir>/config.yaml.
+// Distributed: `grad_comm` (NCCL on GPU, MPI on CPU) reduces gradients; `host_comm` (MPI) reduces
+// the few host scalars (loss, accuracy). Both null for a single process. Not thread-safe.
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "data/batch_sampler.h"
+#include "data/fashion_mnist.h"
+#include "models/model.h"
+#include "proto/config.pb.h"
+#include "runtime/core/device_context.h"
+#include "runtime/gradient_reducer.h"
+#include "runtime/lr_schedule.h"
+#include "runtime/metrics.h"
+#include "runtime/optimizer.h"
+
+namespace dtrain {
+class CudaEvent;
+}  // namespace dtrain
+
+namespace dtrain::runtime {
+
+struct TrainSummary {
+  int64_t steps = 0;
+  int64_t samples = 0;         // training samples processed, all ranks
+  double seconds = 0;          // training wall time, evaluation excluded
+  double samples_per_s = 0;
+  double last_train_loss = 0;  // mean over the last log interval
+  double eval_loss = 0;        // after the last epoch (NaN when eval is off)
+  double eval_accuracy = 0;
+};
+
+class Trainer {
+ public:
+  static Status Create(const proto::Config& cfg, DeviceContext& ctx, comm::Communicator* grad_comm,
+                       comm::Communicator* host_comm, int rank, int world, std::unique_ptr<Trainer>* out);
+  ~Trainer();
+  Status Run(TrainSummary* summary);
+
+ private:
+  Trainer(const proto::Config& cfg, DeviceContext& ctx);  // out of line: CudaEvent is incomplete here
+  Status Setup();
+  Status TrainStep(int64_t step, int64_t* batch_cursor, double* data_seconds);
+  Status LoadBatch(const data::Split& split, const std::vector<int64_t>& idx, int slot, Tensor* x, Tensor* y);
+  Status Evaluate(double* loss, double* accuracy);
+  Status LogProgress(int64_t epoch, int64_t step, double interval_s, int64_t interval_steps, double data_s,
+                     double* mean_loss);
+  // Sums `values` across ranks (no-op for one process).
+  Status AllReduceHost(std::vector<double>* values);
+
+  proto::Config cfg_;
+  DeviceContext& ctx_;
+  comm::Communicator* grad_comm_ = nullptr;
+  comm::Communicator* host_comm_ = nullptr;
+  int rank_ = 0, world_ = 1;
+
+  data::Split train_, test_;
+  std::unique_ptr<data::BatchSampler> sampler_;
+  std::unique_ptr<models::Model> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<GradientReducer> reducer_;
+  MetricsWriter metrics_;
+  int64_t total_steps_ = 0;
+
+  // Two pinned staging slots per input, so the host fills one while the device copies the other.
+  Tensor pinned_x_[2], pinned_y_[2];
+  Tensor dev_x_, dev_y_;
+  Tensor ones_, loss_acc_;  // loss_acc_ [1,1] += mean loss of each micro-batch (on the device)
+#if DT_HAVE_CUDA
+  std::unique_ptr<CudaEvent> copy_done_[2];
+#endif
+  int slot_ = 0;
+};
+
+}  // namespace dtrain::runtime

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs dtrain's system dependencies from Debian/Ubuntu packages (Debian 12, Ubuntu 24.04).
+# Idempotent: installs only what is missing, and runs `apt-get update` only when it must.
+# CUDA (nvcc, cuBLAS, cuDNN, NCCL) comes from NVIDIA's CUDA toolkit, not from here: when
+# /usr/local/cuda/bin/nvcc exists the GPU path is built, otherwise a CPU-only build is made.
+set -euo pipefail
+
+PKGS=(cmake ninja-build g++ pkg-config zlib1g-dev
+      libopenmpi-dev openmpi-bin
+      libprotobuf-dev protobuf-compiler
+      libspdlog-dev libgtest-dev libcurl4-openssl-dev
+      dataset-fashion-mnist)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "install_deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    SUDO=sudo
+  fi
+  echo "install_deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! $SUDO apt-get install -y --no-install-recommends "${missing[@]}"; then
+    $SUDO apt-get update
+    $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+  fi
+else
+  echo "install_deps: all ${#PKGS[@]} packages present"
+fi
+
+if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  echo "install_deps: CUDA $(/usr/local/cuda/bin/nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') found: GPU path will be built"
+else
+  echo "install_deps: no CUDA toolkit at /usr/local/cuda: CPU-only build (install NVIDIA's CUDA toolkit for GPUs)"
+fi

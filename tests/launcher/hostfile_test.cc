@@ -1,0 +1,104 @@
+#include "launcher/hostfile.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace dtrain::launcher {
+namespace {
+
+TEST(HostListTest, ParsesHostsWithAndWithoutCounts) {
+  std::vector<HostSlots> hosts;
+  ASSERT_TRUE(ParseHostList("node-a:8,node-b.example.com:4,c", &hosts).ok());
+  ASSERT_EQ(hosts.size(), 3u);
+  EXPECT_EQ(hosts[0].name, "node-a");
+  EXPECT_EQ(hosts[0].slots, 8);
+  EXPECT_EQ(hosts[1].name, "node-b.example.com");
+  EXPECT_EQ(hosts[1].slots, 4);
+  EXPECT_EQ(hosts[2].name, "c");
+  EXPECT_EQ(hosts[2].slots, 0);  // taken from --nproc-per-node later
+}
+
+TEST(HostListTest, RejectsBadListsNamingTheFlag) {
+  const char* bad[] = {"", "a:0", "a:x", "a:8,", ",a:8", "a:8,a:4", "a:-1", "a b:2", "a:8:1", "a:99999999"};
+  for (const char* text : bad) {
+    std::vector<HostSlots> hosts;
+    const Status st = ParseHostList(text, &hosts);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << "'" << text << "'";
+    EXPECT_NE(st.message().find("--hosts"), std::string::npos) << st.message();
+  }
+}
+
+TEST(HostfileTest, ParsesCommentsBlankLinesAndSlots) {
+  const std::string text =
+      "# cluster\n"
+      "\n"
+      "node-a slots=8   # the first\n"
+      "  node-b slots=4 max_slots=16\n"
+      "node-c\n"
+      "   # indented comment\n";
+  std::vector<HostSlots> hosts;
+  ASSERT_TRUE(ParseHostfileText(text, "hosts.txt", &hosts).ok());
+  ASSERT_EQ(hosts.size(), 3u);
+  EXPECT_EQ(hosts[0].name, "node-a");
+  EXPECT_EQ(hosts[0].slots, 8);
+  EXPECT_EQ(hosts[1].name, "node-b");
+  EXPECT_EQ(hosts[1].slots, 4);
+  EXPECT_EQ(hosts[2].name, "node-c");
+  EXPECT_EQ(hosts[2].slots, 0);
+}
+
+TEST(HostfileTest, ErrorsNameFileAndLine) {
+  struct Case {
+    const char* text;
+    const char* expected;  // substring of the message
+  };
+  const Case cases[] = {
+      {"a slots=8\n\nb slots=zero\n", "hosts.txt:3: 'slots=zero': slots must be a positive integer"},
+      {"a slots=8\nb cpus=4\n", "hosts.txt:2: unknown attribute 'cpus=4'"},
+      {"# only\na slots=2\na slots=2\n", "hosts.txt:3: host 'a' is listed twice"},
+      {"a slots=0\n", "hosts.txt:1:"},
+      {"a slots=\n", "hosts.txt:1:"},
+      {"a$ slots=1\n", "hosts.txt:1: bad host name"},
+      {"# nothing\n\n", "hosts.txt: no hosts"},
+  };
+  for (const auto& c : cases) {
+    std::vector<HostSlots> hosts;
+    const Status st = ParseHostfileText(c.text, "hosts.txt", &hosts);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << c.text;
+    EXPECT_NE(st.message().find(c.expected), std::string::npos) << "got: " << st.message();
+  }
+}
+
+TEST(HostfileTest, ReadsARealFileAndReportsAMissingOne) {
+  char dir[] = "/tmp/dtrain_hostfile_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/hostfile";
+  std::ofstream(path) << "gpu1 slots=8\ngpu2 slots=8\n";
+  std::vector<HostSlots> hosts;
+  ASSERT_TRUE(ParseHostfile(path, &hosts).ok());
+  ASSERT_EQ(hosts.size(), 2u);
+  EXPECT_EQ(hosts[1].name, "gpu2");
+  EXPECT_EQ(hosts[1].slots, 8);
+  const Status missing = ParseHostfile(std::string(dir) + "/nope", &hosts);
+  EXPECT_EQ(missing.code(), Status::Code::kNotFound);
+  EXPECT_NE(missing.message().find("/nope"), std::string::npos);
+  unlink(path.c_str());
+  rmdir(dir);
+}
+
+TEST(ParsePositiveIntTest, AcceptsOnlyPlainPositiveDecimals) {
+  int n = 0;
+  EXPECT_TRUE(ParsePositiveInt("16", &n));
+  EXPECT_EQ(n, 16);
+  for (const char* bad : {"", "0", "-1", "+1", "1.5", "1e3", " 1", "1 ", "abc", "99999999"}) {
+    EXPECT_FALSE(ParsePositiveInt(bad, &n)) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::launcher

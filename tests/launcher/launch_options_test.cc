@@ -1,0 +1,131 @@
+#include "launcher/launch_options.h"
+
+#include <gtest/gtest.h>
+
+#include <stdlib.h>
+
+#include <string>
+#include <vector>
+
+#include "launcher/exit_codes.h"
+#include "launcher/launch.h"
+
+namespace dtrain::launcher {
+namespace {
+
+TEST(LaunchOptionsTest, ParsesEveryFlag) {
+  LaunchOptions o;
+  const std::vector<std::string> args = {"--nproc-per-node",
+                                         "4",
+                                         "--nnodes=2",
+                                         "--hosts",
+                                         "a:8,b:8",
+                                         "--max-restarts",
+                                         "3",
+                                         "--log-dir",
+                                         "/tmp/logs",
+                                         "--grace-seconds=5",
+                                         "--backend",
+                                         "mpirun",
+                                         "--mpirun-arg",
+                                         "--oversubscribe",
+                                         "--mpirun-arg=-v",
+                                         "configs/x.yaml",
+                                         "--set",
+                                         "optim.lr=0.1",
+                                         "--set=train.steps=10",
+                                         "--dry-run"};
+  ASSERT_TRUE(ParseLaunchArgs(args, &o).ok());
+  EXPECT_EQ(o.nproc_per_node, "4");
+  EXPECT_TRUE(o.nproc_given);
+  EXPECT_EQ(o.nnodes, 2);
+  EXPECT_EQ(o.hosts, "a:8,b:8");
+  EXPECT_EQ(o.max_restarts, 3);
+  EXPECT_EQ(o.log_dir, "/tmp/logs");
+  EXPECT_EQ(o.grace_seconds, 5);
+  EXPECT_EQ(o.backend, Backend::kMpirun);
+  EXPECT_EQ(o.backend_args, (std::vector<std::string>{"--oversubscribe", "-v"}));
+  EXPECT_EQ(o.config, "configs/x.yaml");
+  EXPECT_EQ(o.sets, (std::vector<std::string>{"optim.lr=0.1", "train.steps=10"}));
+  EXPECT_TRUE(o.dry_run);
+}
+
+TEST(LaunchOptionsTest, DefaultsMatchTheDocumentation) {
+  LaunchOptions o;
+  ASSERT_TRUE(ParseLaunchArgs({"c.yaml"}, &o).ok());
+  EXPECT_EQ(o.nproc_per_node, "auto");
+  EXPECT_FALSE(o.nproc_given);
+  EXPECT_EQ(o.max_restarts, 0);
+  EXPECT_EQ(o.grace_seconds, 10);
+  EXPECT_EQ(o.backend, Backend::kAuto);
+  EXPECT_FALSE(o.dry_run);
+}
+
+TEST(LaunchOptionsTest, ErrorsAreOneLineNamingTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {{"--frobnicate", "c.yaml"}, "unknown flag '--frobnicate'"},
+      {{"c.yaml", "--nnodes"}, "--nnodes: missing value"},
+      {{"--nnodes", "two", "c.yaml"}, "--nnodes: expected a positive integer, got 'two'"},
+      {{"--nproc-per-node", "0", "c.yaml"}, "--nproc-per-node: expected"},
+      {{"--nproc-per-node", "tpu", "c.yaml"}, "--nproc-per-node: expected"},
+      {{"--max-restarts", "-1", "c.yaml"}, "--max-restarts: expected a non-negative integer"},
+      {{"--grace-seconds", "1.5", "c.yaml"}, "--grace-seconds: expected"},
+      {{"--backend", "ssh", "c.yaml"}, "--backend: expected auto|mpirun|srun, got 'ssh'"},
+      {{"--hosts", "a:0", "c.yaml"}, "--hosts:"},
+      {{"--set", "novalue", "c.yaml"}, "--set: expected key=value, got 'novalue'"},
+      {{"--dry-run=yes", "c.yaml"}, "--dry-run: takes no value"},
+      {{"a.yaml", "b.yaml"}, "unexpected argument 'b.yaml'"},
+      {{"--nnodes", "1"}, "missing CONFIG"},
+      {{"--hosts", "a:1", "--hostfile", "f", "c.yaml"}, "--hosts and --hostfile"},
+  };
+  for (const auto& c : cases) {
+    LaunchOptions o;
+    const Status st = ParseLaunchArgs(c.args, &o);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << c.expected;
+    EXPECT_NE(st.message().find(c.expected), std::string::npos) << "got: " << st.message();
+    EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
+  }
+}
+
+TEST(RunLaunchTest, UsageErrorsExitTwoWithOneLine) {
+  testing::internal::CaptureStderr();
+  const int rc = RunLaunch({"--nnodes", "x", "c.yaml"});
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, kExitUsage);
+  EXPECT_EQ(err, "dtrain launch: --nnodes: expected a positive integer, got 'x'\n");
+}
+
+TEST(RunLaunchTest, HelpExitsZero) {
+  testing::internal::CaptureStdout();
+  const int rc = RunLaunch({"--help"});
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, kExitOk);
+  EXPECT_NE(out.find("usage: dtrain launch"), std::string::npos);
+  EXPECT_NE(out.find("--max-restarts"), std::string::npos);
+}
+
+TEST(RunLaunchTest, MissingHostfileIsAUsageError) {
+  testing::internal::CaptureStderr();
+  const int rc = RunLaunch({"--hostfile", "/nonexistent/hosts", "--dry-run", "c.yaml"});
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, kExitUsage);
+  EXPECT_NE(err.find("--hostfile: cannot read '/nonexistent/hosts'"), std::string::npos) << err;
+}
+
+TEST(RunLaunchTest, MissingMpirunFailsBeforeStarting) {
+  const std::string old_path = getenv("PATH");
+  setenv("PATH", "/nonexistent-dir", 1);
+  testing::internal::CaptureStderr();
+  const int rc = RunLaunch({"--backend", "mpirun", "c.yaml"});
+  const std::string err = testing::internal::GetCapturedStderr();
+  setenv("PATH", old_path.c_str(), 1);
+  EXPECT_EQ(rc, kExitFailure);
+  EXPECT_NE(err.find("mpirun not found in PATH"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace dtrain::launcher

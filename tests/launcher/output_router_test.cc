@@ -1,0 +1,175 @@
+#include "launcher/output_router.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace dtrain::launcher {
+namespace {
+
+std::string ReadAll(FILE* f) {
+  std::fflush(f);
+  std::rewind(f);
+  std::string s;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) s.append(buf, n);
+  return s;
+}
+
+struct Capture {
+  FILE* out = std::tmpfile();
+  FILE* err = std::tmpfile();
+  ~Capture() {
+    std::fclose(out);
+    std::fclose(err);
+  }
+  OutputRouter::Options Opts(Backend backend) {
+    OutputRouter::Options o;
+    o.backend = backend;
+    o.out = out;
+    o.err = err;
+    return o;
+  }
+};
+
+void FeedText(OutputRouter* r, bool from_stderr, const std::string& text) {
+  r->Feed(from_stderr, text.data(), text.size());
+}
+
+// Verbatim from Open MPI 4.1.4: rank 1 exited with status 3 while rank 0 was running.
+constexpr const char* kMpirunExitReport =
+    "--------------------------------------------------------------------------\n"
+    "Primary job  terminated normally, but 1 process returned\n"
+    "a non-zero exit code. Per user-direction, the job has been aborted.\n"
+    "--------------------------------------------------------------------------\n"
+    "--------------------------------------------------------------------------\n"
+    "mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+    "the job to be terminated. The first process to do so was:\n"
+    "\n"
+    "  Process name: [[29367,1],1]\n"
+    "  Exit code:    3\n"
+    "--------------------------------------------------------------------------\n";
+
+TEST(OutputRouterTest, RoutesRank0AndWarningsOfOtherRanks) {
+  Capture cap;
+  OutputRouter r(cap.Opts(Backend::kMpirun));
+  FeedText(&r, false, "[1,0]<stdout>:step 1 loss 2.30\n[1,1]<stdout>:step 1 loss 2.31\n");
+  FeedText(&r, true, "[1,0]<stderr>:rank0 note\n[1,1]<stderr>:12:00:01.123 vm:1 comm W file.cc:42] slow link\n");
+  FeedText(&r, false, "[1,2]<stdout>:ERROR: disk full\n");
+  r.Finish();
+  EXPECT_EQ(ReadAll(cap.out), "step 1 loss 2.30\n");
+  EXPECT_EQ(ReadAll(cap.err),
+            "rank0 note\n[rank 1] 12:00:01.123 vm:1 comm W file.cc:42] slow link\n"
+            "[rank 2] ERROR: disk full\n");
+  EXPECT_FALSE(r.failure_seen());
+  EXPECT_EQ(r.root_cause().rank, -1);
+}
+
+TEST(OutputRouterTest, JoinsLinesSplitAcrossReads) {
+  Capture cap;
+  OutputRouter r(cap.Opts(Backend::kMpirun));
+  FeedText(&r, false, "[1,0]<std");
+  FeedText(&r, false, "out>:hel");
+  FeedText(&r, false, "lo\n[1,0]<stdout>:no newline");
+  r.Finish();
+  EXPECT_EQ(ReadAll(cap.out), "hello\nno newline\n");
+}
+
+TEST(OutputRouterTest, ParsesMpirunExitCodeReportAndKeepsTail) {
+  Capture cap;
+  OutputRouter r(cap.Opts(Backend::kMpirun));
+  for (int i = 1; i <= 12; ++i) FeedText(&r, false, "[1,1]<stdout>:line " + std::to_string(i) + "\n");
+  FeedText(&r, true, kMpirunExitReport);
+  r.Finish();
+  EXPECT_TRUE(r.failure_seen());
+  EXPECT_EQ(r.root_cause().rank, 1);
+  EXPECT_EQ(r.root_cause().exit_code, 3);
+  EXPECT_EQ(r.root_cause().signal, 0);
+  EXPECT_EQ(r.root_cause().ProcessExitCode(), 3);
+  const auto tail = r.Tail(1);
+  ASSERT_EQ(tail.size(), 10u);
+  EXPECT_EQ(tail.front(), "line 3");
+  EXPECT_EQ(tail.back(), "line 12");
+  EXPECT_TRUE(r.Tail(7).empty());
+  // The process manager's own lines reach the console's stderr.
+  EXPECT_NE(ReadAll(cap.err).find("Process name: [[29367,1],1]"), std::string::npos);
+}
+
+TEST(OutputRouterTest, ParsesMpirunSignalReport) {
+  Capture cap;
+  OutputRouter r(cap.Opts(Backend::kMpirun));
+  FeedText(&r, true,
+           "mpirun noticed that process rank 5 with PID 0 on node gpu-07 exited on signal 9 (Killed).\n"
+           "mpirun noticed that process rank 2 with PID 0 on node gpu-01 exited on signal 15 (Terminated).\n");
+  EXPECT_TRUE(r.failure_seen());
+  EXPECT_EQ(r.root_cause().rank, 5);  // the first report wins
+  EXPECT_EQ(r.root_cause().host, "gpu-07");
+  EXPECT_EQ(r.root_cause().signal, 9);
+  EXPECT_EQ(r.root_cause().ProcessExitCode(), 137);
+  EXPECT_EQ(r.root_cause().Describe(), "signal 9 (Killed)");
+}
+
+TEST(OutputRouterTest, ParsesSrunLabelsAndReports) {
+  Capture cap;
+  OutputRouter r(cap.Opts(Backend::kSrun));
+  FeedText(&r, false, " 0: hello from 0\n12: hello from 12\n12: Traceback: fatal thing\n");
+  FeedText(&r, true, "srun: error: node3: task 12: Exited with exit code 4\nsrun: error: node1: tasks 0-11: Killed\n");
+  r.Finish();
+  EXPECT_EQ(ReadAll(cap.out), "hello from 0\n");
+  EXPECT_NE(ReadAll(cap.err).find("[rank 12] Traceback: fatal thing\n"), std::string::npos);
+  EXPECT_EQ(r.root_cause().rank, 12);
+  EXPECT_EQ(r.root_cause().host, "node3");
+  EXPECT_EQ(r.root_cause().exit_code, 4);
+  EXPECT_EQ(r.Tail(12).size(), 2u);
+
+  OutputRouter s(cap.Opts(Backend::kSrun));
+  FeedText(&s, true, "srun: error: node2: task 3: Segmentation fault (core dumped)\n");
+  EXPECT_EQ(s.root_cause().rank, 3);
+  EXPECT_EQ(s.root_cause().signal, 11);
+  EXPECT_EQ(s.root_cause().ProcessExitCode(), 139);
+}
+
+TEST(OutputRouterTest, WritesEveryRankToItsLogFile) {
+  char dir[] = "/tmp/dtrain_router_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  Capture cap;
+  {
+    auto opts = cap.Opts(Backend::kMpirun);
+    opts.log_dir = dir;
+    opts.attempt = 1;
+    OutputRouter r(opts);
+    FeedText(&r, false, "[1,0]<stdout>:a\n[1,1]<stdout>:b\n[1,1]<stderr>:c\nmpirun says hi\n");
+    r.Finish();
+    EXPECT_EQ(r.log_error(), "");
+  }
+  auto read = [&](const char* name) {
+    std::ifstream in(std::string(dir) + "/" + name);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  const std::string header = "===== dtrain launch: attempt 2 (DTRAIN_RESTART_COUNT=1) =====\n";
+  EXPECT_EQ(read("rank-0.log"), header + "a\n");
+  EXPECT_EQ(read("rank-1.log"), header + "b\nc\n");
+  EXPECT_EQ(read("launcher.log"), header + "mpirun says hi\n");
+  for (const char* f : {"rank-0.log", "rank-1.log", "launcher.log"}) unlink((std::string(dir) + "/" + f).c_str());
+  rmdir(dir);
+}
+
+TEST(OutputRouterTest, WarningDetection) {
+  EXPECT_TRUE(LooksLikeWarningOrError("12:00:01.123 vm:3 runtime E trainer.cc:88] nan loss"));
+  EXPECT_TRUE(LooksLikeWarningOrError("12:00:01.123 vm:3 runtime C trainer.cc:88] boom"));
+  EXPECT_FALSE(LooksLikeWarningOrError("12:00:01.123 vm:3 runtime I trainer.cc:88] step 10"));
+  EXPECT_TRUE(LooksLikeWarningOrError("Warning: something"));
+  EXPECT_TRUE(LooksLikeWarningOrError("CUDA error: out of memory"));
+  EXPECT_FALSE(LooksLikeWarningOrError("step 10 loss 1.25"));
+}
+
+}  // namespace
+}  // namespace dtrain::launcher

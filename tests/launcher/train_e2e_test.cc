@@ -1,0 +1,131 @@
+// End-to-end tests of the `dtrain` binary as a user runs it: real processes, real Fashion-MNIST
+// (Debian's dataset-fashion-mnist), real mpirun for the multi-rank case.
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/testing/subprocess.h"
+
+namespace dtrain::testing {
+namespace {
+
+const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml";
+const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
+
+bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
+
+// Extracts a number field from one JSON line of metrics.jsonl ("key":value).
+double Field(const std::string& line, const std::string& key) {
+  const auto pos = line.find("\"" + key + "\":");
+  if (pos == std::string::npos) return NAN;
+  return std::stod(line.substr(pos + key.size() + 3));
+}
+
+std::vector<std::string> Lines(const std::string& text, const std::string& must_contain) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string line;
+  while (std::getline(ss, line)) {
+    if (line.find(must_contain) != std::string::npos) out.push_back(line);
+  }
+  return out;
+}
+
+// The acceptance run of the foundation issue, unscaled: the shipped config, full dataset, 3 epochs, CPU.
+TEST(TrainE2E, FashionMnistMlpReaches85PercentOnCpuWithin3Epochs) {
+  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  TempDir dir;
+  ProcessResult r = RunCommand(DtrainBin() + " train " + kConfig + " --set train.device=cpu --set run.dir=" +
+                               dir.path() + "/run");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string metrics = ReadFile(dir.path() + "/run/metrics.jsonl");
+  const auto evals = Lines(metrics, "\"kind\":\"eval\"");
+  ASSERT_EQ(evals.size(), 3u) << metrics;
+  EXPECT_GE(Field(evals.back(), "eval_accuracy"), 0.85) << evals.back();
+  // Learning happened: the train loss fell well below log(10) = 2.30 and the resolved config was stored.
+  const auto trains = Lines(metrics, "\"kind\":\"train\"");
+  ASSERT_FALSE(trains.empty());
+  EXPECT_LT(Field(trains.back(), "loss"), 0.5);
+  EXPECT_NE(ReadFile(dir.path() + "/run/config.yaml").find("batch_size: 64"), std::string::npos);
+}
+
+struct BadInputCase {
+  std::string name;
+  std::string args;         // after `dtrain`
+  int exit_code;
+  std::string must_name;    // the culprit, named in the error
+};
+
+// Every bad input gives a one-line "dtrain: error:" naming the culprit and a non-zero exit, never a crash.
+TEST(TrainE2E, BadInputsGiveOneLineErrorsNamingTheCulprit) {
+  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  TempDir dir;
+  const std::string d = dir.path();
+  WriteFile(d + "/malformed.yaml", "model:\n  kind: mlp\n   mlp: [\n");
+  WriteFile(d + "/unknown.yaml", "optim:\n  lrr: 0.1\n");
+  WriteFile(d + "/wrongtype.yaml", "data:\n  batch_size: lots\n");
+  // A dataset dir whose training labels are truncated mid-file.
+  const std::string trunc = d + "/trunc";
+  RunCommand("mkdir -p " + trunc + " && cp " + kData + "/*.gz " + trunc + "/ && gzip -dc " + kData +
+             "/train-labels-idx1-ubyte.gz | head -c 30000 | gzip > " + trunc + "/train-labels-idx1-ubyte.gz");
+  const std::string run = " --set run.dir=" + d + "/run --set train.device=cpu";
+  const std::vector<BadInputCase> cases = {
+      {"malformed yaml", "train " + d + "/malformed.yaml" + run, 2, "malformed.yaml:3"},
+      {"unknown key", "train " + d + "/unknown.yaml" + run, 2, "optim.lrr"},
+      {"wrong type", "train " + d + "/wrongtype.yaml" + run, 2, "data.batch_size"},
+      {"missing config", "train " + d + "/nope.yaml" + run, 2, "nope.yaml"},
+      {"bad --set", "train " + kConfig + run + " --set optim.lr=-1", 2, "optim.lr"},
+      {"missing dataset", "train " + kConfig + run + " --set data.dir=" + d + "/empty", 2, d + "/empty"},
+      {"truncated idx", "train " + kConfig + run + " --set data.dir=" + trunc, 2, "train-labels-idx1-ubyte.gz"},
+      {"unknown subcommand", "trian", 2, "trian"},
+      {"unknown flag", "train " + kConfig + " --epochs 3", 2, "--epochs"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    ProcessResult r = RunCommand(DtrainBin() + " " + c.args);
+    EXPECT_EQ(r.signal, 0) << r.output;
+    EXPECT_EQ(r.exit_code, c.exit_code) << r.output;
+    const auto errors = Lines(r.output, "dtrain: error:");
+    ASSERT_EQ(errors.size(), 1u) << r.output;
+    EXPECT_NE(errors[0].find(c.must_name), std::string::npos) << errors[0];
+  }
+}
+
+// Data parallelism is exact: 2 CPU ranks with batch 32 each see the same global batches as 1 rank
+// with batch 64 (the sampler slices each global batch by rank), and averaging their gradients gives
+// the 64-sample mean gradient, so the loss curves agree up to float rounding.
+TEST(LaunchE2E, TwoCpuRanksMatchOneRankWithTheSameGlobalBatch) {
+  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  TempDir dir;
+  const std::string common = " --set train.device=cpu --set train.log_every=10 --set train.epochs=1";
+  ProcessResult one = RunCommand(DtrainBin() + " train " + kCiConfig + common + " --set data.batch_size=64" +
+                                 " --set run.dir=" + dir.path() + "/one");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ProcessResult two = RunCommand(DtrainBin() + " launch --nproc-per-node 2 " + kCiConfig + common +
+                                 " --set data.batch_size=32 --set run.dir=" + dir.path() + "/two");
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const auto a = Lines(ReadFile(dir.path() + "/one/metrics.jsonl"), "\"kind\":\"train\"");
+  const auto b = Lines(ReadFile(dir.path() + "/two/metrics.jsonl"), "\"kind\":\"train\"");
+  ASSERT_GE(a.size(), 5u);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(Field(a[i], "step"), Field(b[i], "step"));
+    const double la = Field(a[i], "loss"), lb = Field(b[i], "loss");
+    EXPECT_NEAR(la, lb, 1e-3 * std::abs(la)) << "step " << Field(a[i], "step");
+  }
+  const auto ea = Lines(ReadFile(dir.path() + "/one/metrics.jsonl"), "\"kind\":\"eval\"");
+  const auto eb = Lines(ReadFile(dir.path() + "/two/metrics.jsonl"), "\"kind\":\"eval\"");
+  ASSERT_EQ(ea.size(), 1u);
+  ASSERT_EQ(eb.size(), 1u);
+  EXPECT_NEAR(Field(ea[0], "eval_accuracy"), Field(eb[0], "eval_accuracy"), 0.005);
+}
+
+}  // namespace
+}  // namespace dtrain::testing

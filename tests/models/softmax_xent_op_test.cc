@@ -1,0 +1,198 @@
+// Tests of models/ops/softmax_xent: closed forms (uniform logits give log V, a hand-computed row, extreme
+// logits), argmax ties, a finite-difference gradient check (f64), bad targets and shapes, and CPU-vs-CUDA
+// agreement.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "models/ops/softmax_xent.h"
+#include "runtime/core/check.h"
+#include "runtime/core/device_context.h"
+#include "tests/testing/grad_check.h"
+
+namespace dtrain::ops {
+namespace {
+
+using testing::Fetch;
+using testing::MakeTensor;
+using testing::RandomVector;
+
+std::unique_ptr<DeviceContext> Cpu() {
+  std::unique_ptr<DeviceContext> ctx;
+  EXPECT_TRUE(DeviceContext::CreateCpu(&ctx).ok());
+  return ctx;
+}
+
+// Runs SoftmaxCrossEntropy on ctx (outputs poisoned with NaN first); dlogits is skipped when `dlogits` is null.
+Status RunXent(DeviceContext& ctx, DType dt, int64_t b, int64_t v, const std::vector<double>& logits,
+               const std::vector<double>& targets, float grad_scale, std::vector<double>* losses,
+               std::vector<double>* dlogits) {
+  Tensor tl, tt, tloss, tdl;
+  DT_RETURN_IF_ERROR(MakeTensor(ctx, dt, {b, v}, logits, &tl));
+  DT_RETURN_IF_ERROR(MakeTensor(ctx, DType::kI32, {b}, targets, &tt));
+  DT_RETURN_IF_ERROR(MakeTensor(ctx, dt, {b}, std::vector<double>(b, NAN), &tloss));
+  DT_RETURN_IF_ERROR(MakeTensor(ctx, dt, {b, v}, std::vector<double>(b * v, NAN), &tdl));
+  const Status st = SoftmaxCrossEntropy(ctx, tl, tt, &tloss, dlogits ? &tdl : nullptr, grad_scale);
+  DT_RETURN_IF_ERROR(Fetch(ctx, tloss, losses));  // fetched even on error: checks that nothing was written
+  if (dlogits != nullptr) DT_RETURN_IF_ERROR(Fetch(ctx, tdl, dlogits));
+  return st;
+}
+
+void RunArgmax(DeviceContext& ctx, DType dt, int64_t b, int64_t v, const std::vector<double>& logits,
+               std::vector<double>* out) {
+  Tensor tl, tout;
+  DT_ASSERT_OK(MakeTensor(ctx, dt, {b, v}, logits, &tl));
+  DT_ASSERT_OK(MakeTensor(ctx, DType::kI32, {b}, std::vector<double>(b, -7), &tout));
+  DT_ASSERT_OK(Argmax(ctx, tl, &tout));
+  DT_ASSERT_OK(Fetch(ctx, tout, out));
+}
+
+TEST(SoftmaxXentCpu, UniformLogitsGiveLogV) {
+  auto cpu = Cpu();
+  for (const int64_t v : {10, 1000}) {
+    for (DType dt : {DType::kF32, DType::kF64}) {
+      const int64_t b = 3;
+      std::vector<double> losses, dl;
+      DT_ASSERT_OK(RunXent(*cpu, dt, b, v, std::vector<double>(b * v, 0.25), {0, 5, 9}, 0.5f, &losses, &dl));
+      for (int64_t i = 0; i < b; ++i) EXPECT_NEAR(losses[i], std::log(static_cast<double>(v)), 1e-6);
+      // dlogits = (1/V - onehot) * grad_scale
+      EXPECT_NEAR(dl[0], (1.0 / v - 1.0) * 0.5, 1e-7);
+      EXPECT_NEAR(dl[1], 0.5 / v, 1e-7);
+      EXPECT_NEAR(dl[v + 5], (1.0 / v - 1.0) * 0.5, 1e-7);
+    }
+  }
+}
+
+TEST(SoftmaxXentCpu, HandComputedAndExtremeLogits) {
+  auto cpu = Cpu();
+  std::vector<double> losses, dl;
+  // log(e + e^2 + e^3) - 3, computed independently.
+  DT_ASSERT_OK(RunXent(*cpu, DType::kF64, 1, 3, {1, 2, 3}, {2}, 1.f, &losses, &dl));
+  EXPECT_NEAR(losses[0], 0.40760596444438013, 1e-15);
+  const double z = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  EXPECT_NEAR(dl[0], std::exp(1.0) / z, 1e-15);
+  EXPECT_NEAR(dl[2], std::exp(3.0) / z - 1, 1e-15);
+  // |logits| = 1000 would overflow a naive exp: the max is subtracted first.
+  for (DType dt : {DType::kF32, DType::kF64}) {
+    DT_ASSERT_OK(RunXent(*cpu, dt, 2, 3, {1000, 0, -1000, 1000, 0, -1000}, {0, 1}, 1.f, &losses, &dl));
+    EXPECT_EQ(losses[0], 0.0);
+    EXPECT_NEAR(losses[1], 1000.0, 1e-9);
+    EXPECT_EQ(dl[0], 0.0);  // softmax = 1 at the target
+    EXPECT_EQ(dl[4], -1.0);
+  }
+  // dlogits may be omitted.
+  DT_ASSERT_OK(RunXent(*cpu, DType::kF32, 1, 3, {1, 2, 3}, {2}, 1.f, &losses, nullptr));
+  EXPECT_NEAR(losses[0], 0.40760596444438013, 1e-6);
+}
+
+TEST(ArgmaxCpu, TiesGoToLowestIndexAndNaNNeverWins) {
+  auto cpu = Cpu();
+  std::vector<double> out;
+  ASSERT_NO_FATAL_FAILURE(
+      RunArgmax(*cpu, DType::kF32, 4, 4, {1, 3, 3, 2, -1, -5, -0.5, -2, 0, 0, 0, 0, NAN, 1, 2, NAN}, &out));
+  EXPECT_EQ(out, (std::vector<double>{1, 2, 0, 2}));
+}
+
+// loss = grad_scale * sum_b losses[b]; its gradient is exactly dlogits.
+TEST(SoftmaxXentGrad, FiniteDifferences) {
+  auto cpu = Cpu();
+  const int64_t b = 3, v = 5;
+  const float grad_scale = 1.f / b;
+  const auto logits = RandomVector(b * v, 1, -3, 3);
+  const std::vector<double> targets = {4, 0, 2};
+  std::vector<double> losses, dl;
+  DT_ASSERT_OK(RunXent(*cpu, DType::kF64, b, v, logits, targets, grad_scale, &losses, &dl));
+  auto loss = [&](const std::vector<double>& x) {
+    std::vector<double> l;
+    EXPECT_TRUE(RunXent(*cpu, DType::kF64, b, v, x, targets, grad_scale, &l, nullptr).ok());
+    return grad_scale * (l[0] + l[1] + l[2]);
+  };
+  const auto r = testing::CheckGradient(loss, logits, dl);
+  EXPECT_LT(r.max_rel_error, 1e-6) << r.ToString();
+}
+
+TEST(SoftmaxXent, RejectsBadTargetsAndShapes) {
+  auto cpu = Cpu();
+  std::vector<double> losses, dl;
+  for (const double bad : {3.0, -1.0}) {
+    const Status st = RunXent(*cpu, DType::kF32, 2, 3, std::vector<double>(6, 0.0), {0, bad}, 1.f, &losses, &dl);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(st.message().find("outside [0, 3)"), std::string::npos) << st.ToString();
+    EXPECT_TRUE(std::isnan(losses[0]) && std::isnan(dl[0])) << "nothing is written on a bad target";
+  }
+  Tensor logits, targets3, losses4, out;
+  DT_ASSERT_OK(MakeTensor(*cpu, DType::kF32, {4, 5}, std::vector<double>(20, 0.0), &logits));
+  DT_ASSERT_OK(MakeTensor(*cpu, DType::kI32, {3}, std::vector<double>(3, 0.0), &targets3));
+  DT_ASSERT_OK(MakeTensor(*cpu, DType::kF32, {4}, std::vector<double>(4, 0.0), &losses4));
+  const Status st = SoftmaxCrossEntropy(*cpu, logits, targets3, &losses4, nullptr, 1.f);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("i32[3]"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("f32[4,5]"), std::string::npos) << st.ToString();
+  Tensor dl_bad;
+  DT_ASSERT_OK(MakeTensor(*cpu, DType::kF32, {5, 4}, std::vector<double>(20, 0.0), &dl_bad));
+  Tensor targets4;
+  DT_ASSERT_OK(MakeTensor(*cpu, DType::kI32, {4}, std::vector<double>(4, 0.0), &targets4));
+  EXPECT_EQ(SoftmaxCrossEntropy(*cpu, logits, targets4, &losses4, &dl_bad, 1.f).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(SoftmaxCrossEntropy(*cpu, logits, losses4, &losses4, nullptr, 1.f).code(),
+            Status::Code::kInvalidArgument);  // f32 targets
+  EXPECT_EQ(Argmax(*cpu, logits, &targets3).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(Argmax(*cpu, logits, &losses4).code(), Status::Code::kInvalidArgument);  // out must be i32
+}
+
+// GPU vs the CPU f64 reference on f32 logits in [-8, 8], for V from one warp (10) to GPT-2's 50257.
+// Tolerances: losses max abs err <= 1e-5 * scale; dlogits (|value| <= grad_scale <= 1) max abs err <= 1e-6.
+TEST(SoftmaxXentCuda, MatchesCpuReference) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto cpu = Cpu();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  for (const auto& [b, v] : {std::pair<int64_t, int64_t>{64, 10}, {33, 1000}, {5, 50257}, {2, 1}}) {
+    auto logits = RandomVector(b * v, b + v, -8, 8);
+    for (double& x : logits) x = static_cast<float>(x);
+    std::vector<double> targets(b);
+    for (int64_t i = 0; i < b; ++i) targets[i] = (i * 7919) % v;
+    const float grad_scale = 1.f / b;
+    std::vector<double> want_l, want_d, got_l, got_d;
+    DT_ASSERT_OK(RunXent(*cpu, DType::kF64, b, v, logits, targets, grad_scale, &want_l, &want_d));
+    DT_ASSERT_OK(RunXent(*gpu, DType::kF32, b, v, logits, targets, grad_scale, &got_l, &got_d));
+    EXPECT_LE(testing::MaxAbsDiff(got_l, want_l), 1e-5 * testing::Scale(want_l)) << b << "x" << v;
+    EXPECT_LE(testing::MaxAbsDiff(got_d, want_d), 1e-6) << b << "x" << v;
+  }
+}
+
+// On the GPU an out-of-range target cannot be an error: its row gets a NaN loss and NaN dlogits, others are fine.
+TEST(SoftmaxXentCuda, BadTargetPoisonsOnlyItsRow) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  std::vector<double> losses, dl;
+  DT_ASSERT_OK(RunXent(*gpu, DType::kF32, 3, 4, std::vector<double>(12, 1.0), {1, 4, -1}, 1.f, &losses, &dl));
+  EXPECT_NEAR(losses[0], std::log(4.0), 1e-6);
+  EXPECT_TRUE(std::isnan(losses[1]) && std::isnan(losses[2]));
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_FALSE(std::isnan(dl[j]));
+    EXPECT_TRUE(std::isnan(dl[4 + j]) && std::isnan(dl[8 + j]));
+  }
+}
+
+// Argmax must agree exactly, including ties (logits drawn from {0, 1, 2, 3}, so most rows tie across threads).
+TEST(ArgmaxCuda, MatchesCpuExactlyWithTies) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto cpu = Cpu();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  for (const auto& [b, v] : {std::pair<int64_t, int64_t>{64, 10}, {17, 1000}, {3, 50257}}) {
+    auto logits = RandomVector(b * v, v, 0, 4);
+    for (double& x : logits) x = std::floor(x);
+    logits[v + 3] = NAN;
+    std::vector<double> want, got;
+    ASSERT_NO_FATAL_FAILURE(RunArgmax(*cpu, DType::kF32, b, v, logits, &want));
+    ASSERT_NO_FATAL_FAILURE(RunArgmax(*gpu, DType::kF32, b, v, logits, &got));
+    EXPECT_EQ(got, want) << b << "x" << v;
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::ops

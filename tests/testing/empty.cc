@@ -1,1 +1,0 @@
-// Keeps dtrain_testing non-empty before any helper exists.

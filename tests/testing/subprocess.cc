@@ -1,0 +1,63 @@
+#include "tests/testing/subprocess.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace dtrain::testing {
+
+ProcessResult RunCommand(const std::string& command) {
+  ProcessResult r;
+  const std::string full = command + " 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  if (WIFEXITED(status)) {
+    r.exit_code = WEXITSTATUS(status);
+    // /bin/sh reports a child killed by signal N as exit status 128+N.
+    if (r.exit_code > 128 && r.exit_code < 128 + 32) r.signal = r.exit_code - 128;
+  } else if (WIFSIGNALED(status)) {
+    r.signal = WTERMSIG(status);
+  }
+  return r;
+}
+
+std::string DtrainBin() {
+  const char* bin = std::getenv("DTRAIN_BIN");
+  if (bin != nullptr) return bin;
+#ifdef DT_DTRAIN_BIN
+  return DT_DTRAIN_BIN;
+#else
+  return "dtrain";
+#endif
+}
+
+TempDir::TempDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = std::string(tmp != nullptr ? tmp : "/tmp") + "/dtrain_test_XXXXXX";
+  if (mkdtemp(templ.data()) != nullptr) path_ = templ;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+}  // namespace dtrain::testing

@@ -1,0 +1,38 @@
+#pragma once
+// Runs a shell command line in a real child process and captures its combined stdout+stderr,
+// for end-to-end tests of the `dtrain` binary (its path comes from env DTRAIN_BIN, set by ctest).
+
+#include <string>
+
+namespace dtrain::testing {
+
+struct ProcessResult {
+  int exit_code = -1;  // the exit status, or -1 when the child died by a signal
+  int signal = 0;      // the signal that killed it, else 0
+  std::string output;  // stdout and stderr, interleaved
+};
+
+// Runs `/bin/sh -c command 2>&1`.
+ProcessResult RunCommand(const std::string& command);
+
+// $DTRAIN_BIN, else the build's dtrain (DT_DTRAIN_BIN, defined by tests/CMakeLists.txt).
+std::string DtrainBin();
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Reads a whole file ("" when it cannot be read).
+std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& text);
+
+}  // namespace dtrain::testing
