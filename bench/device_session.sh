@@ -6,7 +6,10 @@
 # Debian package is not installed. Writes logs and JSON under $OUT; prints a short table last.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
-OUT=${OUT:?set OUT}
+FINAL_OUT=${OUT:?set OUT}
+OUT=/tmp/dtrain_device_logs; rm -rf $OUT; mkdir -p $OUT
+# Everything is packed into $FINAL_OUT/logs.tgz at the end (the device returns at most 8 files).
+trap 'tar czf $FINAL_OUT/logs.tgz -C $OUT .' EXIT
 FMNIST=${FMNIST:-.device-carry/fashion-mnist}
 DATA=/usr/share/datasets/fashion-mnist
 if [[ ! -f $DATA/train-images-idx3-ubyte.gz ]]; then mkdir -p $DATA && cp $FMNIST/*.gz $DATA/; fi
@@ -32,6 +35,10 @@ CFG=configs/fashion_mnist_mlp.yaml
 $BIN train $CFG --set train.device=cuda --set run.dir=$OUT/gpu_run > $OUT/train_gpu.log 2>&1; echo "gpu train rc=$?"
 $BIN train $CFG --set train.device=cpu --set train.epochs=1 --set run.dir=$OUT/cpu_run > $OUT/train_cpu.log 2>&1
 echo "cpu train rc=$?"
+if [[ $(nvidia-smi -L | wc -l) -ge 2 ]]; then
+  $BIN launch --nproc-per-node gpu $CFG --set run.dir=$OUT/gpu2_run > $OUT/train_gpu2.log 2>&1; echo "2-gpu launch rc=$?"
+  grep -E "done:|eval \|" $OUT/train_gpu2.log
+fi
 python3 bench/mlp_torch.py --device cuda --json $OUT/torch_gpu.json > $OUT/torch_gpu.log 2>&1
 python3 bench/mlp_torch.py --device cpu --epochs 1 --json $OUT/torch_cpu.json > $OUT/torch_cpu.log 2>&1
 grep -E "done:|eval \|" $OUT/train_gpu.log $OUT/train_cpu.log
