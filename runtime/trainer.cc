@@ -15,6 +15,7 @@
 #include "runtime/core/check.h"
 #include "runtime/core/nvtx.h"
 #include "runtime/model_factory.h"
+#include "runtime/safetensors.h"
 #if DT_HAVE_CUDA
 #include "runtime/core/cuda_handles.h"
 #endif
@@ -320,7 +321,20 @@ Status Trainer::Run(TrainSummary* summary) {
   summary->samples = step * global_batch;
   summary->seconds = train_seconds;
   summary->samples_per_s = train_seconds > 0 ? summary->samples / train_seconds : 0;
+  if (rank_ == 0) DT_RETURN_IF_ERROR(ExportParams(cfg_.run().dir() + "/final.safetensors"));
   return Status::OK();
+}
+
+Status Trainer::ExportParams(const std::string& path) {
+  std::vector<float> flat(model_->params().numel());
+  Tensor host = Tensor::Wrap(flat.data(), {model_->params().numel()}, DType::kF32, DeviceType::kCPU);
+  DT_RETURN_IF_ERROR(host.CopyFrom(model_->params(), ctx_.stream()));
+  DT_RETURN_IF_ERROR(ctx_.Synchronize());
+  std::vector<NamedTensor> tensors;
+  for (const models::ParamInfo& p : model_->param_infos()) {
+    tensors.push_back({p.name, p.shape, std::vector<float>(flat.begin() + p.offset, flat.begin() + p.offset + p.numel)});
+  }
+  return WriteSafetensors(path, tensors, {{"format", "pt"}, {"producer", "dtrain"}});
 }
 
 }  // namespace dtrain::runtime

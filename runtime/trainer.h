@@ -7,7 +7,8 @@
 // waits for the collectives) -> optimizer Step with the scheduled LR. The host synchronizes with
 // the device only at log points and evaluation.
 //
-// Rank 0 prints the progress line, writes <run.dir>/metrics.jsonl and <run.dir>/config.yaml.
+// Rank 0 prints the progress line, writes <run.dir>/metrics.jsonl and <run.dir>/config.yaml, and at
+// the end the trained parameters to <run.dir>/final.safetensors.
 // Distributed: `grad_comm` (NCCL on GPU, MPI on CPU) reduces gradients; `host_comm` (MPI) reduces
 // the few host scalars (loss, accuracy). Both null for a single process. Not thread-safe.
 
@@ -54,6 +55,8 @@ class Trainer {
   Status TrainStep(int64_t step, int64_t* batch_cursor, double* data_seconds);
   Status LoadBatch(const data::Split& split, const std::vector<int64_t>& idx, int slot, Tensor* x, Tensor* y);
   Status Evaluate(double* loss, double* accuracy);
+  // Writes the parameters as <name>: tensor to a safetensors file (loadable by PyTorch).
+  Status ExportParams(const std::string& path);
   Status LogProgress(int64_t epoch, int64_t step, double interval_s, int64_t interval_steps, double data_s,
                      double* mean_loss);
   // Sums `values` across ranks (no-op for one process).
