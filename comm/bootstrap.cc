@@ -19,10 +19,13 @@ Status MpiSession::Init(int* argc, char*** argv, std::unique_ptr<MpiSession>* ou
   DT_MPI_CHECK(MPI_Initialized(&initialized));
   if (!initialized) {
     int provided = 0;
-    DT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
+    // MULTIPLE: the collective watchdog's thread talks MPI while the main thread may be blocked in
+    // a collective (comm/watchdog.h). With less, the watchdog still fires but cannot name the
+    // ranks that did not arrive.
+    DT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     s->owns_mpi_ = true;
-    if (provided < MPI_THREAD_SERIALIZED) {
-      DT_LOG_WARN(kComm, "MPI provides thread level {} < MPI_THREAD_SERIALIZED; call MPI from the main thread only",
+    if (provided < MPI_THREAD_MULTIPLE) {
+      DT_LOG_WARN(kComm, "MPI provides thread level {} < MPI_THREAD_MULTIPLE: the watchdog will not name missing ranks",
                   provided);
     }
   }

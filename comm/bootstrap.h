@@ -22,12 +22,16 @@ namespace dtrain::comm {
 
 class MpiSession {
  public:
-  // Initialises MPI (thread level MPI_THREAD_SERIALIZED: several threads may call MPI, never at
-  // once) and sets MPI_ERRORS_RETURN on MPI_COMM_WORLD. If MPI is already initialised (by a test
+  // Initialises MPI (thread level MPI_THREAD_MULTIPLE, so that the collective watchdog's thread can
+  // track which ranks arrived while the main thread is blocked in a collective) and sets MPI_ERRORS_RETURN on MPI_COMM_WORLD. If MPI is already initialised (by a test
   // harness, say) the session adopts it and will not finalize it. argc/argv may be null.
   static Status Init(int* argc, char*** argv, std::unique_ptr<MpiSession>* out);
-  // MPI_Finalize when this session initialised MPI.
+  // MPI_Finalize when this session initialised MPI (unless SkipFinalize() was called).
   ~MpiSession();
+  // After a fatal error on this rank: the destructor will not call MPI_Finalize, which would wait
+  // for peers that may be blocked in a collective this rank never joins. The process then exits
+  // with its error and the process manager (mpirun, srun) ends the job.
+  void SkipFinalize() { owns_mpi_ = false; }
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
 

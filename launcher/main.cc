@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/bench_cmd.h"
 #include "launcher/doctor_cmd.h"
 #include "launcher/exit_codes.h"
 #include "launcher/launch.h"
@@ -20,6 +21,7 @@ constexpr const char* kUsage =
     "  launch [options] CONFIG [--set k=v ...]  start one worker per GPU (or CPU rank) across nodes and supervise them\n"
     "  train CONFIG [--set k=v ...]            run one worker (what `launch` starts; also under mpirun/srun)\n"
     "  doctor                                  check driver, CUDA, cuBLAS, cuDNN, NCCL, MPI and the GPUs\n"
+    "  bench allreduce [options]               all-reduce bandwidth, nccl-tests style (under mpirun -np N)\n"
     "  version                                 print the version\n"
     "\n"
     "`dtrain <command> --help` shows a command's options. Docs: README.md, docs/architecture.md\n";
@@ -53,6 +55,7 @@ int main(int argc, char** argv) {
   if (cmd == "launch") return dtrain::launcher::RunLaunch(args);
   if (cmd == "train") return Report(dtrain::launcher::RunTrain(&argc, &argv, args));
   if (cmd == "doctor") return Report(dtrain::launcher::RunDoctor(args));
+  if (cmd == "bench") return Report(dtrain::launcher::RunBench(&argc, &argv, args));
   if (cmd == "version" || cmd == "--version") {
     std::printf("dtrain %s\n", DTRAIN_VERSION);
     return 0;
@@ -61,7 +64,7 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  std::fprintf(stderr, "dtrain: error: unknown command '%s' (expected launch, train, doctor, version)\n%s",
+  std::fprintf(stderr, "dtrain: error: unknown command '%s' (expected launch, train, doctor, bench, version)\n%s",
                cmd.c_str(), kUsage);
   return dtrain::launcher::kExitUsage;
 }

@@ -1,10 +1,13 @@
 #include "launcher/train_cmd.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "comm/bootstrap.h"
 #include "comm/communicator.h"
+#include "comm/watchdog.h"
+#include "launcher/exit_codes.h"
 #include "runtime/config.h"
 #include "runtime/core/check.h"
 #include "runtime/core/device_context.h"
@@ -52,6 +55,71 @@ Status PickDevice(const std::string& want, int local_rank, std::unique_ptr<Devic
   return DeviceContext::CreateCuda(local_rank % gpus, ctx);
 }
 
+// The watchdog's verdict: the job is lost (a collective hung or a peer died). The main thread may be
+// blocked inside MPI, where nothing can interrupt it, so this ends the process from the watchdog
+// thread: print the error as main() would, flush what the user must see, exit 1 without running
+// destructors (they would wait on the hung collective). mpirun/srun then end the other ranks.
+[[noreturn]] void ExitOnCollectiveFailure(const Status& st) {
+  std::fprintf(stderr, "dtrain: error: %s\n", st.ToString().c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(kExitFailure);
+}
+
+// Everything after MPI and logging are up: config, device, communicators, watchdog, trainer.
+Status RunWorker(const std::string& config_path, const std::vector<std::string>& overrides,
+                 const runtime::DistEnv& env) {
+  proto::Config cfg;
+  DT_RETURN_IF_ERROR(runtime::LoadConfig(config_path, overrides, &cfg));
+  if (env.rank == 0) DT_LOG_INFO(kRuntime, "resolved config ({}):\n{}", config_path, runtime::ConfigToYaml(cfg));
+
+  std::unique_ptr<DeviceContext> ctx;
+  DT_RETURN_IF_ERROR(PickDevice(cfg.train().device(), env.local_rank, &ctx));
+  DT_LOG_INFO(kRuntime, "rank {}/{} (local {}) on {}{}; started by {}", env.rank, env.world_size, env.local_rank,
+              DeviceName(ctx->type()), ctx->is_cuda() ? ":" + std::to_string(ctx->device_index()) : "", env.source);
+
+  std::unique_ptr<comm::Communicator> host_comm, nccl_comm;
+  comm::Communicator* grad_comm = nullptr;
+  if (env.world_size > 1) {
+    DT_RETURN_IF_ERROR(comm::CreateCommunicator(comm::Backend::kMpi, {}, &host_comm));
+    grad_comm = host_comm.get();
+    if (ctx->is_cuda()) {
+      comm::CommOptions opts;
+      opts.device = ctx->device_index();
+      DT_RETURN_IF_ERROR(comm::CreateCommunicator(comm::Backend::kNccl, opts, &nccl_comm));
+      grad_comm = nccl_comm.get();
+    }
+  }
+
+  // Declared after the communicators it watches (destroyed before them), before the trainer that arms it.
+  std::unique_ptr<comm::Watchdog> watchdog;
+  if (env.world_size > 1) {
+    std::vector<comm::Communicator*> watched = {host_comm.get()};
+    if (nccl_comm) watched.push_back(nccl_comm.get());
+    comm::WatchdogOptions wo;
+    wo.timeout_s = cfg.dist().collective_timeout_s();
+    DT_RETURN_IF_ERROR(comm::Watchdog::Create(watched, wo, ExitOnCollectiveFailure, &watchdog));
+  }
+
+  std::unique_ptr<runtime::Trainer> trainer;
+  DT_RETURN_IF_ERROR(runtime::Trainer::Create(cfg, *ctx, grad_comm, host_comm.get(), env.rank, env.world_size, &trainer));
+  trainer->set_watchdog(watchdog.get());
+  runtime::TrainSummary s;
+  const Status st = trainer->Run(&s);
+  if (!st.ok()) {
+    // Tear the collectives down so peers blocked in them are released, then report.
+    if (nccl_comm) (void)nccl_comm->Abort();
+    return st.WithContext("rank " + std::to_string(env.rank));
+  }
+  if (env.rank == 0) {
+    DT_LOG_INFO(kRuntime,
+                "done: {} steps, {} samples in {:.1f} s ({:.0f} samples/s); last train loss {:.4f}; eval loss {:.4f}, "
+                "accuracy {:.2f}%",
+                s.steps, s.samples, s.seconds, s.samples_per_s, s.last_train_loss, s.eval_loss, 100 * s.eval_accuracy);
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status RunTrain(int* argc, char*** argv, const std::vector<std::string>& args) {
@@ -76,45 +144,11 @@ Status RunTrain(int* argc, char*** argv, const std::vector<std::string>& args) {
     env.local_rank = mpi->local_rank();
   }
   log::Init(env.rank);
-
-  proto::Config cfg;
-  DT_RETURN_IF_ERROR(runtime::LoadConfig(config_path, overrides, &cfg));
-  if (env.rank == 0) DT_LOG_INFO(kRuntime, "resolved config ({}):\n{}", config_path, runtime::ConfigToYaml(cfg));
-
-  std::unique_ptr<DeviceContext> ctx;
-  DT_RETURN_IF_ERROR(PickDevice(cfg.train().device(), env.local_rank, &ctx));
-  DT_LOG_INFO(kRuntime, "rank {}/{} (local {}) on {}{}; started by {}", env.rank, env.world_size, env.local_rank,
-              DeviceName(ctx->type()), ctx->is_cuda() ? ":" + std::to_string(ctx->device_index()) : "", env.source);
-
-  std::unique_ptr<comm::Communicator> host_comm, nccl_comm;
-  comm::Communicator* grad_comm = nullptr;
-  if (env.world_size > 1) {
-    DT_RETURN_IF_ERROR(comm::CreateCommunicator(comm::Backend::kMpi, {}, &host_comm));
-    grad_comm = host_comm.get();
-    if (ctx->is_cuda()) {
-      comm::CommOptions opts;
-      opts.device = ctx->device_index();
-      DT_RETURN_IF_ERROR(comm::CreateCommunicator(comm::Backend::kNccl, opts, &nccl_comm));
-      grad_comm = nccl_comm.get();
-    }
-  }
-
-  std::unique_ptr<runtime::Trainer> trainer;
-  DT_RETURN_IF_ERROR(runtime::Trainer::Create(cfg, *ctx, grad_comm, host_comm.get(), env.rank, env.world_size, &trainer));
-  runtime::TrainSummary s;
-  Status st = trainer->Run(&s);
-  if (!st.ok()) {
-    // Tear the collectives down so peers blocked in them are released, then report.
-    if (nccl_comm) (void)nccl_comm->Abort();
-    return st.WithContext("rank " + std::to_string(env.rank));
-  }
-  if (env.rank == 0) {
-    DT_LOG_INFO(kRuntime,
-                "done: {} steps, {} samples in {:.1f} s ({:.0f} samples/s); last train loss {:.4f}; eval loss {:.4f}, "
-                "accuracy {:.2f}%",
-                s.steps, s.samples, s.seconds, s.samples_per_s, s.last_train_loss, s.eval_loss, 100 * s.eval_accuracy);
-  }
-  return Status::OK();
+  Status st = RunWorker(config_path, overrides, env);
+  // A failed rank must not MPI_Finalize: that waits for peers, which may be blocked in a collective
+  // this rank will never join. It exits with its error; the process manager ends the others.
+  if (!st.ok() && mpi) mpi->SkipFinalize();
+  return st;
 }
 
 }  // namespace dtrain::launcher

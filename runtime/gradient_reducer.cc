@@ -1,5 +1,7 @@
 #include "runtime/gradient_reducer.h"
 
+#include <chrono>
+
 #include <string>
 
 #include "comm/bf16.h"
@@ -18,6 +20,10 @@ struct GradientReducer::GpuState {
   CudaStream comm_stream;
   std::vector<CudaEvent> ready;  // recorded on the compute stream when a batch of buckets launches
   std::vector<CudaEvent> done;   // recorded on the comm stream after each bucket's collective
+  // Timing events on the compute stream around Finalize's waits: their gap is the time the compute
+  // stream stalled on communication in the last synced step (the exposed communication).
+  CudaEvent backward_done, comm_joined;
+  bool timed = false;  // both recorded at least once
 };
 #else
 struct GradientReducer::GpuState {};
@@ -84,6 +90,8 @@ Status GradientReducer::Create(DeviceContext& ctx, comm::Communicator* comm,
       DT_RETURN_IF_ERROR(CudaEvent::Create(&r->gpu_->ready[k]));
       DT_RETURN_IF_ERROR(CudaEvent::Create(&r->gpu_->done[k]));
     }
+    DT_RETURN_IF_ERROR(CudaEvent::Create(&r->gpu_->backward_done, /*timing=*/true));
+    DT_RETURN_IF_ERROR(CudaEvent::Create(&r->gpu_->comm_joined, /*timing=*/true));
 #endif
   }
   r->ResetStep();
@@ -151,7 +159,12 @@ Status GradientReducer::LaunchBuckets(int from, int to) {
   DT_NVTX_RANGE("GradientReducer::LaunchBuckets");
   DT_LOG_TRACE(kRuntime, "launching buckets [{}, {})", from, to);
   next_launch_ = to;
-  return gpu_ ? LaunchGpu(from, to) : LaunchCpu(from, to);
+  if (gpu_) return LaunchGpu(from, to);
+  // CPU: MPI_Allreduce blocks the only thread, so all of its time is exposed.
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status st = LaunchCpu(from, to);
+  cpu_exposed_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
 }
 
 Status GradientReducer::LaunchCpu(int from, int to) {
@@ -224,11 +237,34 @@ Status GradientReducer::Finalize() {
     if (gpu_) {
       // Sync point 2: the optimizer runs on the compute stream; it must see every reduced bucket.
       // Device-side waits only — the host never blocks here.
+      DT_RETURN_IF_ERROR(gpu_->backward_done.Record(ctx_->stream()));
       for (int k = 0; k < nb; ++k) DT_RETURN_IF_ERROR(gpu_->done[k].Block(ctx_->stream()));
+      DT_RETURN_IF_ERROR(gpu_->comm_joined.Record(ctx_->stream()));
+      gpu_->timed = true;
     }
 #endif
   }
+  if (step_sync_) ++synced_steps_;
   ResetStep();
+  return Status::OK();
+}
+
+Status GradientReducer::TakeExposedCommMs(double* ms) {
+  *ms = 0;
+#if DT_HAVE_CUDA
+  if (gpu_) {
+    if (!gpu_->timed) return Status::OK();
+    // Sync point: only at log time — waits for the last step's join event.
+    DT_RETURN_IF_ERROR(gpu_->comm_joined.Synchronize());
+    float gap = 0;
+    DT_CUDA_CHECK(cudaEventElapsedTime(&gap, gpu_->backward_done.get(), gpu_->comm_joined.get()));
+    *ms = gap;
+    return Status::OK();
+  }
+#endif
+  if (synced_steps_ > 0) *ms = 1e3 * cpu_exposed_s_ / static_cast<double>(synced_steps_);
+  cpu_exposed_s_ = 0;
+  synced_steps_ = 0;
   return Status::OK();
 }
 

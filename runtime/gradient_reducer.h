@@ -83,6 +83,12 @@ class GradientReducer {
   const std::vector<std::pair<int64_t, int64_t>>& buckets() const { return ranges_; }
   // Which bucket parameter i belongs to.
   int bucket_of(int param_index) const { return param_bucket_.at(param_index); }
+  // Exposed (non-overlapped) communication per synced step, in ms: GPU — how long the compute stream
+  // waited in the last synced step's Finalize for collectives still running (timing events; this
+  // synchronizes with that step, so call it at log points only); CPU — the mean time spent in the
+  // blocking MPI all-reduces per synced step since the previous call (all of it is exposed).
+  Status TakeExposedCommMs(double* ms);
+
   // The comm stream (GPU path), nullptr on the CPU.
   cudaStream_t comm_stream() const;
 
@@ -120,6 +126,9 @@ class GradientReducer {
   bool step_started_ = false;
   bool step_sync_ = true;
   bool sync_ = true;
+  // Exposed-communication accounting (TakeExposedCommMs).
+  double cpu_exposed_s_ = 0;
+  int64_t synced_steps_ = 0;
 };
 
 }  // namespace dtrain::runtime

@@ -71,6 +71,7 @@ Status Trainer::Setup() {
   sampler_ = std::make_unique<data::BatchSampler>(train_.n, d.batch_size(), cfg_.train().seed(), d.shuffle(),
                                                   /*drop_last=*/true, rank_, world_);
   DT_RETURN_IF_ERROR(sampler_->Validate());
+  DT_RETURN_IF_ERROR(FaultInjector::FromEnv(&fault_));
   const int64_t accum = cfg_.train().grad_accum_steps();
   const int64_t steps_per_epoch = sampler_->num_batches() / accum;
   if (steps_per_epoch == 0) {
@@ -101,6 +102,8 @@ Status Trainer::Setup() {
 
   if (grad_comm_ != nullptr && world_ > 1) {
     GradientReducer::Options ro;
+    ro.bucket_bytes = static_cast<size_t>(cfg_.dist().bucket_mb() * (1 << 20));
+    ro.bf16_compress = cfg_.dist().bf16_compress();
     DT_RETURN_IF_ERROR(GradientReducer::Create(ctx_, grad_comm_, model_->param_infos(), &model_->grads(), ro, &reducer_));
   }
 
@@ -168,6 +171,8 @@ Status Trainer::LoadBatch(const data::Split& split, const std::vector<int64_t>& 
 
 Status Trainer::TrainStep(int64_t step, int64_t* cursor, double* data_seconds) {
   DT_NVTX_RANGE("train_step");
+  // Blocks on peers: MPI all-reduces in backward (CPU), batch-slot syncs behind NCCL work (GPU).
+  comm::WatchdogScope armed(watchdog_, "step " + std::to_string(step + 1) + " (gradient all-reduce)");
   const int64_t accum = cfg_.train().grad_accum_steps();
   DT_RETURN_IF_ERROR(model_->grads().SetZero(ctx_.stream()));
   std::vector<int64_t> idx;
@@ -204,6 +209,7 @@ Status Trainer::AllReduceHost(std::vector<double>* values) {
 
 Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_s, int64_t interval_steps, double data_s,
                             double* mean_loss) {
+  comm::WatchdogScope armed(watchdog_, "step " + std::to_string(step) + " progress (device sync, loss all-reduce)");
   float acc = 0;
   Tensor host = Tensor::Wrap(&acc, {1, 1}, DType::kF32, DeviceType::kCPU);
   DT_RETURN_IF_ERROR(host.CopyFrom(loss_acc_, ctx_.stream()));
@@ -216,13 +222,18 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_s, int6
     return Status::FailedPrecondition("training diverged: loss is " + std::to_string(*mean_loss) + " at step " +
                                       std::to_string(step) + " (lower optim.lr or set optim.grad_clip)");
   }
+  double comm_ms = 0;  // exposed (non-overlapped) gradient communication per step
+  if (reducer_) DT_RETURN_IF_ERROR(reducer_->TakeExposedCommMs(&comm_ms));
   if (rank_ != 0) return Status::OK();
   const double lr = schedule_->LrAt(step - 1);
   const int64_t global_batch = cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_;
   const double samples_per_s = interval_steps * global_batch / interval_s;
   const double step_ms = 1e3 * interval_s / interval_steps, data_ms = 1e3 * data_s / interval_steps;
-  DT_LOG_INFO(kRuntime, "epoch {}/{} step {}/{} | loss {:.4f} | lr {:.3e} | {:.0f} samples/s | step {:.2f} ms (data {:.2f} ms)",
-              epoch + 1, cfg_.train().epochs(), step, total_steps_, *mean_loss, lr, samples_per_s, step_ms, data_ms);
+  DT_LOG_INFO(kRuntime,
+              "epoch {}/{} step {}/{} | loss {:.4f} | lr {:.3e} | {:.0f} samples/s | step {:.2f} ms (data {:.2f} ms, "
+              "exposed comm {:.2f} ms)",
+              epoch + 1, cfg_.train().epochs(), step, total_steps_, *mean_loss, lr, samples_per_s, step_ms, data_ms,
+              comm_ms);
   return metrics_.Write(JsonLine()
                             .Add("kind", std::string("train"))
                             .Add("epoch", epoch + 1)
@@ -231,11 +242,13 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_s, int6
                             .Add("lr", lr)
                             .Add("samples_per_s", samples_per_s)
                             .Add("step_ms", step_ms)
-                            .Add("data_ms", data_ms));
+                            .Add("data_ms", data_ms)
+                            .Add("comm_exposed_ms", comm_ms));
 }
 
 Status Trainer::Evaluate(double* loss, double* accuracy) {
   DT_NVTX_RANGE("evaluate");
+  comm::WatchdogScope armed(watchdog_, "evaluation (device syncs, metric all-reduce)");
   // Each rank takes a contiguous shard of the test set; sums are combined across ranks.
   const int64_t begin = test_.n * rank_ / world_, end = test_.n * (rank_ + 1) / world_;
   const int64_t eb = cfg_.data().eval_batch_size();
@@ -290,6 +303,7 @@ Status Trainer::Run(TrainSummary* summary) {
     double t_interval = Now(), data_s = 0;
     int64_t interval_steps = 0;
     while (cursor + accum <= sampler_->num_batches() && step < total_steps_) {
+      DT_RETURN_IF_ERROR(fault_.AtStep(rank_, step));
       DT_RETURN_IF_ERROR(TrainStep(step, &cursor, &data_s));
       ++step;
       ++interval_steps;

@@ -16,11 +16,13 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "comm/watchdog.h"
 #include "data/batch_sampler.h"
 #include "data/fashion_mnist.h"
 #include "models/model.h"
 #include "proto/config.pb.h"
 #include "runtime/core/device_context.h"
+#include "runtime/fault_injection.h"
 #include "runtime/gradient_reducer.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/metrics.h"
@@ -47,6 +49,9 @@ class Trainer {
   static Status Create(const proto::Config& cfg, DeviceContext& ctx, comm::Communicator* grad_comm,
                        comm::Communicator* host_comm, int rank, int world, std::unique_ptr<Trainer>* out);
   ~Trainer();
+  // Optional: arms `wd` around every section that may block on peers (each step, each progress sync,
+  // each evaluation), so a hung collective is reported instead of waited on. Borrowed; outlives the trainer.
+  void set_watchdog(comm::Watchdog* wd) { watchdog_ = wd; }
   Status Run(TrainSummary* summary);
 
  private:
@@ -66,6 +71,7 @@ class Trainer {
   DeviceContext& ctx_;
   comm::Communicator* grad_comm_ = nullptr;
   comm::Communicator* host_comm_ = nullptr;
+  comm::Watchdog* watchdog_ = nullptr;
   int rank_ = 0, world_ = 1;
 
   data::Split train_, test_;
@@ -75,6 +81,7 @@ class Trainer {
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<GradientReducer> reducer_;
   MetricsWriter metrics_;
+  FaultInjector fault_;
   int64_t total_steps_ = 0;
 
   // Two pinned staging slots per input, so the host fills one while the device copies the other.

@@ -5,7 +5,7 @@
 # /usr/local/cuda/bin/nvcc exists the GPU path is built, otherwise a CPU-only build is made.
 set -euo pipefail
 
-PKGS=(cmake ninja-build g++ pkg-config zlib1g-dev
+PKGS=(cmake ninja-build g++ pkg-config zlib1g-dev iproute2
       libopenmpi-dev openmpi-bin
       libprotobuf-dev protobuf-compiler
       libspdlog-dev libgtest-dev libcurl4-openssl-dev

@@ -1,0 +1,222 @@
+#include "launcher/bench_cmd.h"
+
+#include <cctype>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+
+#include "comm/bootstrap.h"
+#include "comm/communicator.h"
+#include "runtime/core/check.h"
+#include "runtime/core/device_context.h"
+#include "runtime/core/logging.h"
+#include "runtime/dist_env.h"
+
+namespace dtrain::launcher {
+namespace {
+
+constexpr const char* kBenchUsage =
+    "usage: dtrain bench allreduce [options]\n"
+    "  In-place sum all-reduce from --min-bytes to --max-bytes, nccl-tests style: time per call, algbw =\n"
+    "  bytes/time, busbw = algbw * 2(n-1)/n, and a check of every result. One process per GPU, started\n"
+    "  by the process manager (not by `dtrain launch`):\n"
+    "    mpirun -np 8 dtrain bench allreduce\n"
+    "    srun --mpi=pmix -n 16 dtrain bench allreduce --dtype bf16\n"
+    "  --min-bytes N       smallest size (default 8); K/M/G suffixes are powers of 1024\n"
+    "  --max-bytes N       largest size (default 1G)\n"
+    "  --factor F          size multiplier between rows (default 2)\n"
+    "  --iters N           timed all-reduces per size (default 20)\n"
+    "  --warmup N          untimed all-reduces per size first (default 5)\n"
+    "  --dtype f32|bf16    element type (default f32)\n"
+    "  --backend nccl|mpi  nccl: each rank's GPU (by local rank); mpi: Open MPI on the CPU\n"
+    "                      (default nccl when a GPU is visible, else mpi)\n";
+
+Status ParseInt(const std::string& flag, const std::string& value, int64_t* out) {
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(value, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size()) {
+    return Status::InvalidArgument("bench allreduce: " + flag + " expects an integer, got '" + value + "'");
+  }
+  *out = v;
+  return Status::OK();
+}
+
+Status PickContext(const std::string& backend, int local_rank, std::unique_ptr<DeviceContext>* ctx) {
+  if (backend == "mpi") return DeviceContext::CreateCpu(ctx);
+  const int gpus = CudaDeviceCount();
+  if (gpus == 0) {
+    return Status::Unavailable(
+        "bench allreduce: --backend nccl needs a GPU and none is visible (run `dtrain "
+        "doctor`, or use --backend mpi)");
+  }
+  return DeviceContext::CreateCuda(local_rank % gpus, ctx);
+}
+
+}  // namespace
+
+Status ParseByteSize(const std::string& text, int64_t* bytes) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  std::string suffix = text.substr(i);
+  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  int shift = -1;
+  if (suffix.empty() || suffix == "B") shift = 0;
+  if (suffix == "K" || suffix == "KB" || suffix == "KIB") shift = 10;
+  if (suffix == "M" || suffix == "MB" || suffix == "MIB") shift = 20;
+  if (suffix == "G" || suffix == "GB" || suffix == "GIB") shift = 30;
+  if (i == 0 || i > 15 || shift < 0) {
+    return Status::InvalidArgument("'" + text + "' is not a byte size (examples: 8, 512K, 256M, 1G)");
+  }
+  const int64_t v = std::stoll(text.substr(0, i));  // at most 15 digits: no overflow here
+  if (v > (INT64_MAX >> shift)) return Status::InvalidArgument("byte size '" + text + "' is too large");
+  *bytes = v << shift;
+  return Status::OK();
+}
+
+Status ParseAllreduceBenchArgs(const std::vector<std::string>& args, AllReduceBenchArgs* out) {
+  *out = AllReduceBenchArgs();
+  auto& b = out->bench;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i], value;
+    if (flag == "--help" || flag == "-h") {
+      out->help = true;
+      continue;
+    }
+    const auto eq = flag.find('=');
+    if (flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (flag.rfind("--", 0) == 0) {
+      if (i + 1 == args.size()) return Status::InvalidArgument("bench allreduce: " + flag + " needs a value");
+      value = args[++i];
+    } else {
+      return Status::InvalidArgument("bench allreduce: unexpected argument '" + flag + "'");
+    }
+    int64_t n = 0;
+    if (flag == "--min-bytes" || flag == "--max-bytes") {
+      Status st = ParseByteSize(value, &n);
+      if (!st.ok()) return st.WithContext("bench allreduce: " + flag);
+      (flag == "--min-bytes" ? b.min_bytes : b.max_bytes) = n;
+    } else if (flag == "--factor") {
+      DT_RETURN_IF_ERROR(ParseInt(flag, value, &b.factor));
+    } else if (flag == "--iters" || flag == "--warmup") {
+      DT_RETURN_IF_ERROR(ParseInt(flag, value, &n));
+      if (n < 0 || n > 1000000) {
+        return Status::InvalidArgument("bench allreduce: " + flag + " " + value + " is outside [0, 1000000]");
+      }
+      (flag == "--iters" ? b.iters : b.warmup) = static_cast<int>(n);
+    } else if (flag == "--dtype") {
+      if (value != "f32" && value != "bf16") {
+        return Status::InvalidArgument("bench allreduce: --dtype '" + value + "' (expected f32 or bf16)");
+      }
+      b.dtype = value == "f32" ? DType::kF32 : DType::kBF16;
+    } else if (flag == "--backend") {
+      if (value != "nccl" && value != "mpi") {
+        return Status::InvalidArgument("bench allreduce: --backend '" + value + "' (expected nccl or mpi)");
+      }
+      out->backend = value;
+    } else {
+      return Status::InvalidArgument("bench allreduce: unknown flag '" + flag + "'\n" + kBenchUsage);
+    }
+  }
+  std::vector<int64_t> sizes;
+  Status st = runtime::AllReduceBenchSizes(b, &sizes);
+  if (!st.ok()) return st.WithContext("bench allreduce");
+  return Status::OK();
+}
+
+Status RunBench(int* argc, char*** argv, const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::fputs(kBenchUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? Status::InvalidArgument("bench: name a benchmark (allreduce)") : Status::OK();
+  }
+  if (args[0] == "allreduce") return RunAllreduceBench(argc, argv, {args.begin() + 1, args.end()});
+  return Status::InvalidArgument("bench: unknown benchmark '" + args[0] + "' (expected allreduce)");
+}
+
+Status RunAllreduceBench(int* argc, char*** argv, const std::vector<std::string>& args) {
+  AllReduceBenchArgs a;
+  DT_RETURN_IF_ERROR(ParseAllreduceBenchArgs(args, &a));
+  if (a.help) {
+    std::fputs(kBenchUsage, stdout);
+    return Status::OK();
+  }
+  runtime::DistEnv env;
+  DT_RETURN_IF_ERROR(runtime::DetectDistEnv(&env));
+  // Both backends need MPI: the CPU path reduces over it, NCCL shares its ncclUniqueId over it (a
+  // lone process gets a one-rank MPI world). The session outlives the communicators below.
+  std::unique_ptr<comm::MpiSession> mpi;
+  DT_RETURN_IF_ERROR(comm::MpiSession::Init(argc, argv, &mpi));
+  if (mpi->world_size() != env.world_size) {
+    return Status::InvalidArgument("the environment says world size " + std::to_string(env.world_size) + " (" +
+                                   env.source + ") but the MPI world has " + std::to_string(mpi->world_size()) +
+                                   " process(es): run the benchmark under mpirun or srun --mpi=pmix");
+  }
+  log::Init(mpi->rank());
+  if (a.backend.empty()) a.backend = CudaDeviceCount() > 0 ? "nccl" : "mpi";
+
+  std::unique_ptr<DeviceContext> ctx;
+  DT_RETURN_IF_ERROR(PickContext(a.backend, mpi->local_rank(), &ctx));
+  // The MPI communicator reduces on the CPU path and averages times across ranks on both; a lone
+  // NCCL process needs none (and so runs in a build without MPI too).
+  std::unique_ptr<comm::Communicator> host_comm, nccl_comm;
+  if (a.backend == "mpi" || mpi->world_size() > 1) {
+    DT_RETURN_IF_ERROR(comm::CreateCommunicator(comm::Backend::kMpi, {}, &host_comm));
+  }
+  comm::Communicator* comm = host_comm.get();
+  if (a.backend == "nccl") {
+    comm::CommOptions opts;
+    opts.device = ctx->device_index();
+    DT_RETURN_IF_ERROR(comm::CreateCommunicator(comm::Backend::kNccl, opts, &nccl_comm));
+    comm = nccl_comm.get();
+  }
+  const bool print = mpi->rank() == 0;
+  const auto& o = a.bench;
+  if (print) {
+    std::printf("# dtrain bench allreduce: backend %s, nranks %d, dtype %s, sum in place, warmup %d, iters %d\n",
+                a.backend.c_str(), mpi->world_size(), DTypeName(o.dtype), o.warmup, o.iters);
+    std::printf("# busbw = algbw * 2(n-1)/n = algbw * %.4f (nccl-tests); time averaged over ranks\n#\n",
+                runtime::AllReduceBusFactor(mpi->world_size()));
+    std::fputs(runtime::AllReduceBenchHeader().c_str(), stdout);
+    std::fflush(stdout);
+  }
+  DT_LOG_INFO(kRuntime, "bench allreduce: rank {}/{} (local {}) on {}{}", mpi->rank(), mpi->world_size(),
+              mpi->local_rank(), DeviceName(ctx->type()),
+              ctx->is_cuda() ? ":" + std::to_string(ctx->device_index()) : "");
+  std::vector<runtime::AllReduceBenchRow> rows;
+  Status st = runtime::RunAllReduceBench(
+      *ctx, comm, host_comm.get(), o,
+      [&](const runtime::AllReduceBenchRow& r) {
+        if (!print) return;
+        std::fputs(runtime::FormatAllReduceBenchRow(r, o.dtype).c_str(), stdout);
+        std::fflush(stdout);
+      },
+      &rows);
+  if (!st.ok()) {
+    if (nccl_comm) (void)nccl_comm->Abort();  // release peers still waiting in a collective
+    return st.WithContext("rank " + std::to_string(mpi->rank()));
+  }
+  double busbw_sum = 0;
+  int64_t wrong = 0;
+  for (const auto& r : rows) {
+    busbw_sum += r.busbw_gbs;
+    wrong += r.wrong;
+  }
+  if (print) {
+    std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(wrong), wrong == 0 ? "OK" : "FAILED");
+    std::printf("# Avg bus bandwidth    : %.3f\n", rows.empty() ? 0.0 : busbw_sum / rows.size());
+    std::fflush(stdout);
+  }
+  if (wrong != 0) {
+    return Status::Internal("bench allreduce: " + std::to_string(wrong) +
+                            " element(s) of all-reduce results were wrong (see the #wrong column)");
+  }
+  return Status::OK();
+}
+
+}  // namespace dtrain::launcher

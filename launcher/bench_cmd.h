@@ -1,0 +1,38 @@
+#pragma once
+// `dtrain bench allreduce [options]`: the all-reduce bandwidth benchmark (runtime/allreduce_bench.h)
+// as one worker per GPU (or CPU rank). Not started through `dtrain launch` (which starts
+// `dtrain train`): run it directly under the process manager,
+//   mpirun -np 8 dtrain bench allreduce                 (NCCL on each rank's GPU, by local rank)
+//   mpirun -np 4 dtrain bench allreduce --backend mpi   (Open MPI on the CPU)
+//   srun --mpi=pmix -n 16 dtrain bench allreduce
+// or alone as one process. Rank 0 prints an nccl-tests-like table to stdout; logs go to stderr.
+// Errors: bad flags are InvalidArgument (exit 2); wrong all-reduce results are Internal (exit 1).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/allreduce_bench.h"
+#include "runtime/core/status.h"
+
+namespace dtrain::launcher {
+
+struct AllReduceBenchArgs {
+  runtime::AllReduceBenchOptions bench;
+  std::string backend;  // "nccl" | "mpi" | "" (nccl when a GPU is visible, else mpi)
+  bool help = false;
+};
+
+// `dtrain bench NAME [options]`: dispatches on NAME (only "allreduce" for now).
+Status RunBench(int* argc, char*** argv, const std::vector<std::string>& args);
+
+// `dtrain bench allreduce [options]`; `args` are the options after "allreduce". argc/argv go to MPI_Init.
+Status RunAllreduceBench(int* argc, char*** argv, const std::vector<std::string>& args);
+
+// Pure parsing of the options (`--flag value` or `--flag=value`); every error names the flag.
+Status ParseAllreduceBenchArgs(const std::vector<std::string>& args, AllReduceBenchArgs* out);
+
+// "8", "512K", "256M", "1G" (K/M/G are powers of 1024; also KB/MB/GB/KiB/MiB/GiB) -> bytes.
+Status ParseByteSize(const std::string& text, int64_t* bytes);
+
+}  // namespace dtrain::launcher

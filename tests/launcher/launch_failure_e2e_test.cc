@@ -1,0 +1,125 @@
+// Failure handling of `dtrain launch` with real `dtrain train` workers under real mpirun:
+// a worker killed by SIGKILL, an error inside one worker, and bad launch inputs.
+
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/testing/subprocess.h"
+
+namespace dtrain::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml";
+
+bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
+
+// Pids of live processes whose command line contains `needle` (and, if rank >= 0, whose
+// environment says OMPI_COMM_WORLD_RANK=rank).
+std::vector<pid_t> FindProcesses(const std::string& needle, int rank = -1) {
+  std::vector<pid_t> pids;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return pids;
+  while (dirent* e = readdir(proc)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0 || pid == getpid()) continue;
+    std::string cmdline = ReadFile("/proc/" + std::string(e->d_name) + "/cmdline");
+    for (char& c : cmdline) c = c == '\0' ? ' ' : c;
+    if (cmdline.find(needle) == std::string::npos || cmdline.find(" train ") == std::string::npos) continue;
+    // Zombies (state Z) are gone for our purposes only once reaped; count them as remaining.
+    if (rank >= 0) {
+      std::string env = ReadFile("/proc/" + std::string(e->d_name) + "/environ");
+      if (env.find(std::string("OMPI_COMM_WORLD_RANK=") + std::to_string(rank) + '\0') == std::string::npos) continue;
+    }
+    pids.push_back(pid);
+  }
+  closedir(proc);
+  return pids;
+}
+
+bool WaitUntil(const std::function<bool()>& cond, double seconds) {
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return cond();
+}
+
+// kill -9 of one worker mid-run: the launcher exits non-zero within 10 s, names that rank and its
+// signal, and no process of the job remains.
+TEST(LaunchFailureE2E, KillNineOfOneWorkerIsReportedWithin10sAndNothingRemains) {
+  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  TempDir dir;
+  const std::string run = dir.path() + "/run";
+  // In the background: the launcher's output and exit code go to files.
+  const std::string cmd = "(" + DtrainBin() + " launch --nproc-per-node 2 " + kConfig +
+                          " --set train.device=cpu --set train.log_every=20 --set run.dir=" + run + " > " +
+                          dir.path() + "/out 2>&1; echo $? > " + dir.path() + "/rc) &";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  // Training is under way once rank 0 has written a progress line.
+  ASSERT_TRUE(WaitUntil([&] { return ReadFile(run + "/metrics.jsonl").find("\"step\":20") != std::string::npos; }, 60))
+      << ReadFile(dir.path() + "/out");
+  const auto victims = FindProcesses(run, /*rank=*/1);
+  ASSERT_EQ(victims.size(), 1u) << ReadFile(dir.path() + "/out");
+  ASSERT_EQ(kill(victims[0], SIGKILL), 0);
+  const auto killed_at = Clock::now();
+  ASSERT_TRUE(WaitUntil([&] { return !ReadFile(dir.path() + "/rc").empty(); }, 30)) << ReadFile(dir.path() + "/out");
+  const double seconds = std::chrono::duration<double>(Clock::now() - killed_at).count();
+  EXPECT_LT(seconds, 10.0);
+  const std::string out = ReadFile(dir.path() + "/out");
+  EXPECT_EQ(std::atoi(ReadFile(dir.path() + "/rc").c_str()), 128 + SIGKILL) << out;
+  EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("signal 9"), std::string::npos) << out;
+  EXPECT_TRUE(FindProcesses(run).empty()) << "workers left behind";
+}
+
+// An error inside one worker reaches the console with its rank, and the launcher exits with that
+// worker's code (1).
+TEST(LaunchFailureE2E, ErrorInsideOneWorkerReachesTheConsoleWithItsRank) {
+  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  TempDir dir;
+  const std::string run = dir.path() + "/run";
+  ProcessResult r = RunCommand("DTRAIN_FAULT=rank=1,step=3,action=error " + DtrainBin() +
+                               " launch --nproc-per-node 2 " + kConfig + " --set train.device=cpu --set run.dir=" + run);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("injected fault"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1"), std::string::npos) << r.output;
+  EXPECT_TRUE(FindProcesses(run).empty()) << "workers left behind";
+}
+
+TEST(LaunchFailureE2E, BadLaunchInputsAreOneLineErrors) {
+  TempDir dir;
+  WriteFile(dir.path() + "/hosts", "# cluster\nnode1 slots=2\nnode2 slots=two\n");
+  struct Case {
+    std::string args, must_name;
+  };
+  const std::vector<Case> cases = {
+      {"--nproc-per-node 0 " + kConfig, "--nproc-per-node"},
+      {"--hostfile " + dir.path() + "/hosts " + kConfig, dir.path() + "/hosts:3"},
+      {"--hostfile " + dir.path() + "/missing " + kConfig, dir.path() + "/missing"},
+      {"--hosts a:8,:2 " + kConfig, "--hosts"},
+      {"--nproc-per-node 2", "CONFIG"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args);
+    ProcessResult r = RunCommand(DtrainBin() + " launch " + c.args);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(c.must_name), std::string::npos) << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::testing
