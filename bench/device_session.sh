@@ -23,6 +23,7 @@ BIN=build-dev/launcher/dtrain
 
 $BIN doctor 2>&1 | tee $OUT/doctor.txt
 
+ompi_info --all 2>/dev/null | grep -i "forward_signals" > $OUT/ompi_signals.txt
 if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
   ctest --test-dir build-dev -j4 --output-on-failure --timeout 300 > $OUT/ctest.log 2>&1
   echo "ctest rc=$?"; grep -E "tests passed|tests failed|Failed|\*\*\*" $OUT/ctest.log | tail -15
@@ -36,10 +37,19 @@ $BIN train $CFG --set train.device=cuda --set run.dir=$OUT/gpu_run > $OUT/train_
 $BIN train $CFG --set train.device=cpu --set train.epochs=1 --set run.dir=$OUT/cpu_run > $OUT/train_cpu.log 2>&1
 echo "cpu train rc=$?"
 if [[ $(nvidia-smi -L | wc -l) -ge 2 ]]; then
-  $BIN launch --nproc-per-node gpu $CFG --set run.dir=$OUT/gpu2_run > $OUT/train_gpu2.log 2>&1; echo "2-gpu launch rc=$?"
-  grep -E "done:|eval \|" $OUT/train_gpu2.log
+  # Same global batch as the 1-GPU run (2 x 32 = 64): the same optimization, so the same accuracy.
+  $BIN launch --nproc-per-node gpu $CFG --set data.batch_size=32 --set run.dir=$OUT/gpu2_b32_run \
+    > $OUT/train_gpu2_b32.log 2>&1; echo "2-gpu launch (2x32) rc=$?"
+  # Same per-GPU batch (2 x 64): throughput scaling.
+  $BIN launch --nproc-per-node gpu $CFG --set run.dir=$OUT/gpu2_run > $OUT/train_gpu2.log 2>&1
+  echo "2-gpu launch (2x64) rc=$?"
+  grep -E "done:|eval \|" $OUT/train_gpu2_b32.log $OUT/train_gpu2.log
+  grep -E "step 2800/|step 1400/" $OUT/train_gpu2_b32.log $OUT/train_gpu2.log
+  OUT=$OUT/allreduce bash bench/allreduce.sh build-dev > $OUT/allreduce.log 2>&1; echo "allreduce bench rc=$?"
+  tail -8 $OUT/allreduce.log
 fi
+python3 bench/mlp_torch.py --device cuda --data-on-gpu --json $OUT/torch_gpu_resident.json > $OUT/torch_gpu_resident.log 2>&1
 python3 bench/mlp_torch.py --device cuda --json $OUT/torch_gpu.json > $OUT/torch_gpu.log 2>&1
 python3 bench/mlp_torch.py --device cpu --epochs 1 --json $OUT/torch_cpu.json > $OUT/torch_cpu.log 2>&1
 grep -E "done:|eval \|" $OUT/train_gpu.log $OUT/train_cpu.log
-cat $OUT/torch_gpu.json $OUT/torch_cpu.json; echo
+cat $OUT/torch_gpu.json $OUT/torch_gpu_resident.json $OUT/torch_cpu.json; echo

@@ -182,6 +182,17 @@ Status BuildLaunchCommand(const LaunchOptions& opts, const LaunchEnv& env, int r
       argv.push_back("-x");
       argv.push_back(name);
     }
+    // Remote hosts go through ssh: never prompt (a prompt would hang the launch) and give up on an
+    // unreachable host after 10 s, unless the user chose their own agent or ssh arguments.
+    const bool remote = std::any_of(out->placement.hosts.begin(), out->placement.hosts.end(),
+                                    [&](const auto& h) { return h.name != env.hostname; });
+    const auto user_sets = [&](const std::string& key) {
+      return std::find(opts.backend_args.begin(), opts.backend_args.end(), key) != opts.backend_args.end() ||
+             FindVar(env, "OMPI_MCA_" + key) != nullptr;
+    };
+    if (remote && !user_sets("plm_rsh_agent") && !user_sets("plm_rsh_args")) {
+      argv.insert(argv.end(), {"--mca", "plm_rsh_args", "-o BatchMode=yes -o ConnectTimeout=10"});
+    }
     if (env.is_root) {
       for (const char* name : {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"}) {
         if (FindVar(env, name) == nullptr) out->env_set.emplace_back(name, "1");

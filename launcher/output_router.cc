@@ -153,6 +153,9 @@ void OutputRouter::HandleManagerLine(const std::string& line) {
   } else {
     ParseMpirunReport(line);
   }
+  if (line.find("ORTE was unable to reliably start one or more daemons") != std::string::npos) {
+    daemons_failed_ = true;
+  }
   if (line.find("the job has been aborted") != std::string::npos ||
       line.find("srun: Job step aborted") != std::string::npos) {
     failure_seen_ = true;

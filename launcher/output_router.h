@@ -67,6 +67,8 @@ class OutputRouter {
   // A failure report (or an abort banner) has been seen: the job is being torn down.
   bool failure_seen() const { return failure_seen_; }
   const RankExit& root_cause() const { return root_cause_; }
+  // mpirun could not start its daemons on some host (ssh failed, host unreachable, no dtrain there).
+  bool daemons_failed() const { return daemons_failed_; }
   // The last `tail_lines` lines of `rank` (both streams, in arrival order).
   std::vector<std::string> Tail(int rank) const;
   // First error opening a log file ("" if none); logging continues without that file.
@@ -87,6 +89,7 @@ class OutputRouter {
   RankExit root_cause_;
   int pending_rank_ = -1;  // mpirun: "Process name" seen, waiting for its "Exit code"
   bool failure_seen_ = false;
+  bool daemons_failed_ = false;
   std::string log_error_;
 };
 

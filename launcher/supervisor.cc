@@ -86,6 +86,31 @@ std::vector<Orphan> OrphansOfSession(pid_t sid) {
   return out;
 }
 
+// Sends `sig` to every process of session `sid` on this node except its leader (mpirun): the
+// local ranks (and anything they started). Delivers SIGUSR1 even where the process manager does not
+// forward it (seen: Open MPI 4.1.6 on Ubuntu 24.04 did not, 4.1.4 on Debian 12 did); a rank that
+// also gets mpirun's copy sees the signal twice, which its handler (a flag) does not mind.
+int SignalSession(pid_t sid, int sig) {
+  int n = 0;
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return n;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
+    std::string stat;
+    if (pid == sid || !std::getline(in, stat)) continue;
+    const auto paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0, pgrp = 0, session = 0;
+    if (std::sscanf(stat.c_str() + paren + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) != 4) continue;
+    if (session == sid && state != 'Z' && kill(pid, sig) == 0) ++n;
+  }
+  closedir(dir);
+  return n;
+}
+
 // SIGKILLs and reaps every leftover of the job; repeats because a killed process's own children
 // are re-parented to us in turn.
 void SweepOrphans(pid_t sid) {
@@ -254,9 +279,10 @@ Status RunAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* 
     while (read(scope->signal_fd(), &sig, 1) == 1) {
       if (reaped) continue;
       if (sig == SIGUSR1) {
-        DT_LOG_WARN(kLauncher, "SIGUSR1: forwarding to every rank (checkpoint and exit)");
+        // No grace timer: the ranks decide (checkpoint, then exit 75); the job may take its time.
         kill(child.pid, SIGUSR1);
-        arm();
+        const int local = SignalSession(child.pid, SIGUSR1);
+        DT_LOG_WARN(kLauncher, "SIGUSR1: forwarded to every rank (mpirun, and directly to {} local processes)", local);
       } else if (result->stop_signal == 0) {
         DT_LOG_WARN(kLauncher, "{}: stopping the job", SignalName(sig));
         result->stop_signal = sig;

@@ -8,14 +8,15 @@
 //     PR_SET_PDEATHSIG=SIGTERM (if the launcher dies, mpirun still tears the job down), stdin from
 //     /dev/null, stdout/stderr into pipes read by the OutputRouter.
 //  3. Signals to the launcher (installed by SupervisorScope, restored after):
-//     SIGUSR1 -> sent to mpirun, which forwards it to every rank (Open MPI's default
-//       ess_base_forward_signals includes SIGUSR1/SIGUSR2; srun forwards it too); the job keeps
-//       running so ranks can checkpoint and exit 75 themselves.
+//     SIGUSR1 -> sent to mpirun, which forwards it to every rank (Open MPI 4.1.4 did; 4.1.6 on
+//       Ubuntu 24.04 was seen not to), AND directly to every local process of mpirun's session, so
+//       local ranks get it either way (remote ranks depend on mpirun/srun forwarding). No grace
+//       timer: the job keeps running so ranks can checkpoint and exit 75 themselves.
 //     SIGINT, SIGTERM -> SIGTERM to mpirun, which stops the job: SIGTERM to every rank, SIGKILL
 //       about a second later (odls_base_sigkill_timeout); the ranks' exit codes are lost on this
 //       path (mpirun exits 1), so the launcher returns 128+signal. A second SIGINT/SIGTERM skips
 //       to the SIGKILL of step 4. For checkpoint-then-exit, send SIGUSR1.
-//  4. When the failure report of the process manager is seen, or after a forwarded signal, a
+//  4. When the failure report of the process manager is seen, or after SIGINT/SIGTERM, a
 //     grace timer starts: if mpirun has not exited after grace seconds, SIGTERM to its process
 //     group; after grace more, SIGKILL to it.
 //  5. As soon as mpirun is reaped, any remaining descendant of this job — a direct child of the
