@@ -1,0 +1,66 @@
+#pragma once
+// Storage: a flat key -> bytes object store behind one small interface, so checkpoints (and the data
+// loader's remote shards) work the same on local disk and on S3-compatible object storage.
+//
+// URLs (Storage::Open):
+//   file:///abs/dir or /abs/dir or rel/dir   local directory; keys are relative paths below it
+//   s3://bucket/prefix                       AWS S3, Alibaba OSS, MinIO, Ceph RGW (storage/s3_storage.h);
+//                                            keys are object names below `prefix/`
+//
+// Contract, for every backend:
+//   - Put is atomic: a reader sees the whole new object or nothing/the old one, never a torn one
+//     (file: write tmp, fsync, rename, fsync dir; s3: single PUT or multipart completed last).
+//   - Keys use '/' separators, no leading '/', no "." or ".." segments (InvalidArgument otherwise).
+//   - Errors name the URL and key, never credentials. NotFound for a missing key.
+//   - Thread-safe: several threads may call any method at once (the async checkpoint writer uploads
+//     while the trainer lists).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+
+namespace dtrain::storage {
+
+struct ObjectInfo {
+  std::string key;   // relative to the store's root/prefix
+  uint64_t size = 0;
+};
+
+// Options that the config or the environment supply (S3 reads AWS_* env vars when these are empty).
+struct StorageOptions {
+  std::string endpoint;        // e.g. http://127.0.0.1:7480; empty = AWS default for the region
+  std::string region;          // empty = AWS_REGION / AWS_DEFAULT_REGION / us-east-1
+  std::string access_key;      // empty = AWS_ACCESS_KEY_ID
+  std::string secret_key;      // empty = AWS_SECRET_ACCESS_KEY
+  std::string session_token;   // empty = AWS_SESSION_TOKEN
+  bool path_style = true;      // false = virtual-host addressing (bucket.endpoint)
+  uint64_t multipart_threshold = 64ull << 20;  // objects at least this big use multipart upload
+  uint64_t part_size = 16ull << 20;            // >= 5 MiB (S3's minimum part size)
+  int parallel_parts = 4;                      // parts in flight
+  int max_retries = 5;                         // on 5xx, SlowDown, timeouts (jittered backoff)
+};
+
+class Storage {
+ public:
+  virtual ~Storage() = default;
+
+  static Status Open(const std::string& url, const StorageOptions& opts, std::unique_ptr<Storage>* out);
+
+  virtual Status Put(const std::string& key, const void* data, size_t size) = 0;
+  virtual Status Get(const std::string& key, std::string* out) = 0;
+  // Bytes [offset, offset + size) of the object; fewer at its end.
+  virtual Status GetRange(const std::string& key, uint64_t offset, uint64_t size, std::string* out) = 0;
+  virtual Status Head(const std::string& key, ObjectInfo* out) = 0;
+  // Every object whose key starts with `prefix`, sorted by key.
+  virtual Status List(const std::string& prefix, std::vector<ObjectInfo>* out) = 0;
+  // Deleting a missing key is OK (idempotent).
+  virtual Status Delete(const std::string& key) = 0;
+
+  // The URL this store was opened with (for messages).
+  virtual const std::string& url() const = 0;
+};
+
+}  // namespace dtrain::storage
