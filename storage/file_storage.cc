@@ -1,0 +1,213 @@
+#include "storage/file_storage.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <regex>
+
+#include "runtime/core/check.h"
+#include "storage/key_util.h"
+
+namespace dtrain::storage {
+namespace {
+
+bool IsTmpName(const std::string& name) {
+  static const std::regex kTmp(R"(.*\.tmp\.[0-9]+\.[0-9]+$)");
+  return std::regex_match(name, kTmp);
+}
+
+std::string DirOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+}
+
+// mkdir -p; EEXIST on every level is fine.
+int MakeDirs(const std::string& dir) {
+  if (dir.empty() || dir == "/" || dir == ".") return 0;
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+  const int parent = MakeDirs(DirOf(dir));
+  if (parent != 0) return parent;
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return errno;
+  return 0;
+}
+
+int FsyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  const int rc = ::fsync(fd) == 0 ? 0 : errno;
+  ::close(fd);
+  return rc;
+}
+
+int WriteAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return 0;
+}
+
+// Appends every regular file below `dir` (whose key prefix is `rel`, "" or ending in '/') to *out.
+void Walk(const std::string& dir, const std::string& rel, std::vector<ObjectInfo>* out) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;  // vanished or not a directory: nothing below it
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == ".." || IsTmpName(name)) continue;
+    const std::string path = dir + "/" + name;
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) continue;  // deleted meanwhile
+    if (S_ISDIR(st.st_mode)) {
+      Walk(path, rel + name + "/", out);
+    } else if (S_ISREG(st.st_mode)) {
+      out->push_back({rel + name, static_cast<uint64_t>(st.st_size)});
+    }
+  }
+  ::closedir(d);
+}
+
+}  // namespace
+
+Status FileStorage::Open(const std::string& root, const std::string& url, std::unique_ptr<Storage>* out) {
+  if (root.empty()) return Status::InvalidArgument(url + ": empty directory");
+  std::string r = root;
+  while (r.size() > 1 && r.back() == '/') r.pop_back();
+  const int err = MakeDirs(r);
+  if (err != 0) return Status::IoError(url + ": cannot create directory '" + r + "': " + std::strerror(err));
+  out->reset(new FileStorage(r, url));
+  return Status::OK();
+}
+
+Status FileStorage::CheckKey(const std::string& key) const {
+  DT_RETURN_IF_ERROR(detail::ValidateKey(url_, key));
+  const std::string base = key.substr(key.rfind('/') + 1);
+  if (IsTmpName(base)) {
+    return Status::InvalidArgument(url_ + ": bad key '" + key + "': names '*.tmp.<n>.<n>' are reserved");
+  }
+  return Status::OK();
+}
+
+Status FileStorage::Error(const std::string& key, const std::string& what, int err) const {
+  const std::string msg = url_ + ": key '" + key + "': " + what + ": " + std::strerror(err);
+  if (err == ENOENT) return Status::NotFound(url_ + ": key '" + key + "': no such object");
+  return Status::IoError(msg);
+}
+
+Status FileStorage::Put(const std::string& key, const void* data, size_t size) {
+  DT_RETURN_IF_ERROR(CheckKey(key));
+  const std::string path = root_ + "/" + key;
+  const std::string dir = DirOf(path);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(tmp_counter_++);
+  int fd = -1;
+  int open_err = 0;
+  // A concurrent Delete may remove an emptied parent directory between mkdir and open: retry.
+  for (int attempt = 0; attempt < 3 && fd < 0; ++attempt) {
+    const int err = MakeDirs(dir);
+    if (err != 0) {
+      return Status::IoError(url_ + ": key '" + key + "': cannot create its directory: " + std::strerror(err));
+    }
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    open_err = fd < 0 ? errno : 0;
+    if (open_err != 0 && open_err != ENOENT) break;
+  }
+  if (fd < 0) {
+    return Status::IoError(url_ + ": key '" + key + "': cannot create a temporary file: " + std::strerror(open_err));
+  }
+  int err = WriteAll(fd, static_cast<const char*>(data), size);
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    return Status::IoError(url_ + ": key '" + key + "': write failed: " + std::strerror(err));
+  }
+  err = FsyncDir(dir);  // makes the rename itself durable
+  if (err != 0) return Status::IoError(url_ + ": key '" + key + "': fsync of its directory: " + std::strerror(err));
+  return Status::OK();
+}
+
+Status FileStorage::ReadRange(const std::string& key, uint64_t offset, uint64_t size, std::string* out) {
+  DT_RETURN_IF_ERROR(CheckKey(key));
+  const std::string path = root_ + "/" + key;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Error(key, "open", errno);
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const int err = S_ISDIR(st.st_mode) ? ENOENT : errno;
+    ::close(fd);
+    return Error(key, "stat", err);
+  }
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  const uint64_t begin = std::min(offset, file_size);
+  const uint64_t n = std::min(size, file_size - begin);
+  out->resize(n);
+  uint64_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, &(*out)[done], n - done, static_cast<off_t>(begin + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      const int err = r < 0 ? errno : EIO;
+      ::close(fd);
+      out->clear();
+      return Error(key, r < 0 ? "read" : "read: file shrank while reading", err);
+    }
+    done += static_cast<uint64_t>(r);
+  }
+  ::close(fd);
+  return Status::OK();
+}
+
+Status FileStorage::Get(const std::string& key, std::string* out) { return ReadRange(key, 0, UINT64_MAX, out); }
+
+Status FileStorage::GetRange(const std::string& key, uint64_t offset, uint64_t size, std::string* out) {
+  return ReadRange(key, offset, size, out);
+}
+
+Status FileStorage::Head(const std::string& key, ObjectInfo* out) {
+  DT_RETURN_IF_ERROR(CheckKey(key));
+  struct stat st;
+  if (::stat((root_ + "/" + key).c_str(), &st) != 0) return Error(key, "stat", errno);
+  if (!S_ISREG(st.st_mode)) return Error(key, "stat", ENOENT);
+  out->key = key;
+  out->size = static_cast<uint64_t>(st.st_size);
+  return Status::OK();
+}
+
+Status FileStorage::List(const std::string& prefix, std::vector<ObjectInfo>* out) {
+  DT_RETURN_IF_ERROR(detail::ValidatePrefix(url_, prefix));
+  out->clear();
+  // Walk only below the deepest directory that the prefix names completely.
+  const size_t slash = prefix.rfind('/');
+  const std::string rel = slash == std::string::npos ? "" : prefix.substr(0, slash + 1);
+  Walk(rel.empty() ? root_ : root_ + "/" + rel.substr(0, rel.size() - 1), rel, out);
+  out->erase(std::remove_if(out->begin(), out->end(),
+                            [&](const ObjectInfo& o) { return o.key.compare(0, prefix.size(), prefix) != 0; }),
+             out->end());
+  std::sort(out->begin(), out->end(), [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
+  return Status::OK();
+}
+
+Status FileStorage::Delete(const std::string& key) {
+  DT_RETURN_IF_ERROR(CheckKey(key));
+  const std::string path = root_ + "/" + key;
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Error(key, "unlink", errno);
+  // Remove directories that this delete emptied (best effort; rmdir fails on non-empty ones).
+  for (std::string dir = DirOf(path); dir.size() > root_.size() && dir.compare(0, root_.size(), root_) == 0;
+       dir = DirOf(dir)) {
+    if (::rmdir(dir.c_str()) != 0) break;
+  }
+  return Status::OK();
+}
+
+}  // namespace dtrain::storage

@@ -1,0 +1,369 @@
+#include "storage/s3_storage.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "runtime/core/check.h"
+#include "runtime/core/logging.h"
+#include "storage/http_client.h"
+#include "storage/key_util.h"
+#include "storage/s3_xml.h"
+#include "storage/sha256.h"
+#include "storage/sigv4.h"
+
+namespace dtrain::storage {
+namespace {
+
+using detail::HttpResponse;
+
+constexpr char kEmptySha[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+constexpr uint64_t kMinPartSize = 5ull << 20;
+constexpr int kMaxParts = 10000;
+constexpr int kBackoffBaseMs = 100;
+constexpr int kBackoffCapMs = 5000;
+constexpr int kMaxListPages = 100000;  // bounds a server that keeps answering "truncated"
+
+std::string FirstNonEmpty(const std::string& a, const char* env1, const char* env2 = nullptr) {
+  if (!a.empty()) return a;
+  for (const char* e : {env1, env2}) {
+    const char* v = e ? std::getenv(e) : nullptr;
+    if (v != nullptr && *v != '\0') return v;
+  }
+  return "";
+}
+
+std::string ErrorCode(const HttpResponse& r) {
+  std::string code;
+  if (!detail::XmlFirst(r.body, "Code", &code)) code.clear();
+  return code.substr(0, 64);
+}
+
+bool IsRetryable(const HttpResponse& r) {
+  if (r.status == 0) return detail::IsRetryableCurlCode(r.curl_code);
+  if (r.status >= 500 || r.status == 429) return true;
+  const std::string code = ErrorCode(r);
+  return code == "SlowDown" || code == "RequestTimeout" || code == "InternalError";
+}
+
+// Full-jitter exponential backoff: uniform in [0, min(cap, base * 2^attempt)].
+int BackoffMs(int attempt) {
+  thread_local std::mt19937 rng(std::random_device{}());
+  const int ceiling = std::min(kBackoffCapMs, kBackoffBaseMs << std::min(attempt, 10));
+  return std::uniform_int_distribution<int>(0, ceiling)(rng);
+}
+
+}  // namespace
+
+S3Storage::S3Storage() = default;
+S3Storage::~S3Storage() = default;
+
+Status S3Storage::Open(const std::string& url, const StorageOptions& opts, std::unique_ptr<Storage>* out) {
+  std::unique_ptr<S3Storage> s(new S3Storage());
+  s->url_ = url;
+  s->opts_ = opts;
+  const std::string rest = url.substr(5);  // after "s3://"
+  const size_t slash = rest.find('/');
+  s->bucket_ = rest.substr(0, slash);
+  s->prefix_ = slash == std::string::npos ? "" : rest.substr(slash + 1);
+  while (!s->prefix_.empty() && s->prefix_.back() == '/') s->prefix_.pop_back();
+  if (s->bucket_.empty() || s->bucket_.size() > 63 ||
+      s->bucket_.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789.-_") != std::string::npos) {
+    return Status::InvalidArgument("storage URL '" + url + "': bad bucket name '" + s->bucket_ + "'");
+  }
+  if (!s->prefix_.empty()) DT_RETURN_IF_ERROR(detail::ValidateKey(url, s->prefix_).WithContext("prefix"));
+
+  s->region_ = FirstNonEmpty(opts.region, "AWS_REGION", "AWS_DEFAULT_REGION");
+  if (s->region_.empty()) s->region_ = "us-east-1";
+  s->endpoint_ = FirstNonEmpty(opts.endpoint, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL");
+  if (s->endpoint_.empty()) s->endpoint_ = "https://s3." + s->region_ + ".amazonaws.com";
+  while (!s->endpoint_.empty() && s->endpoint_.back() == '/') s->endpoint_.pop_back();
+  const size_t sep = s->endpoint_.find("://");
+  s->scheme_ = sep == std::string::npos ? "https" : s->endpoint_.substr(0, sep);
+  s->host_ = sep == std::string::npos ? s->endpoint_ : s->endpoint_.substr(sep + 3);
+  if ((s->scheme_ != "http" && s->scheme_ != "https") || s->host_.empty() ||
+      s->host_.find_first_of("/?#@ ") != std::string::npos) {
+    return Status::InvalidArgument(url + ": bad S3 endpoint '" + s->endpoint_ + "' (want http[s]://host[:port])");
+  }
+  s->endpoint_ = s->scheme_ + "://" + s->host_;
+
+  s->access_key_ = FirstNonEmpty(opts.access_key, "AWS_ACCESS_KEY_ID");
+  s->secret_key_ = FirstNonEmpty(opts.secret_key, "AWS_SECRET_ACCESS_KEY");
+  s->session_token_ = FirstNonEmpty(opts.session_token, "AWS_SESSION_TOKEN");
+  if (s->access_key_.empty() || s->secret_key_.empty()) {
+    return Status::InvalidArgument(url + ": no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY " +
+                                   "(or the storage options' access_key/secret_key)");
+  }
+  if (opts.part_size < kMinPartSize || opts.multipart_threshold < kMinPartSize || opts.parallel_parts < 1 ||
+      opts.max_retries < 0) {
+    return Status::InvalidArgument(url + ": multipart options: part_size and multipart_threshold must be >= 5 MiB, " +
+                                   "parallel_parts >= 1, max_retries >= 0");
+  }
+  s->http_ = std::make_unique<detail::HttpClient>(/*connect_timeout_ms=*/5000, /*stall_timeout_s=*/60);
+  *out = std::move(s);
+  return Status::OK();
+}
+
+std::string S3Storage::ObjectName(const std::string& key) const { return prefix_.empty() ? key : prefix_ + "/" + key; }
+
+std::string S3Storage::What(const std::string& key) const { return "s3://" + bucket_ + "/" + ObjectName(key); }
+
+Status S3Storage::Send(const Call& call, HttpResponse* resp, const std::string& what) {
+  // Path-style: http://host/bucket/object; virtual-host: http://bucket.host/object.
+  const std::string host = opts_.path_style ? host_ : bucket_ + "." + host_;
+  std::string path = opts_.path_style ? "/" + bucket_ : "";
+  if (!call.object.empty() || path.empty()) path += "/" + call.object;
+  const std::string query = CanonicalQuery(call.query);
+  detail::HttpRequest req;
+  req.method = call.method;
+  req.url = scheme_ + "://" + host + UriEncode(path, false) + (query.empty() ? "" : "?" + query);
+  req.body = call.body;
+  req.body_size = call.body_size;
+  req.max_response = call.max_response;
+  const std::string payload_hash = call.body_size ? Sha256Hex(call.body, call.body_size) : kEmptySha;
+  const SigV4Key key{access_key_, secret_key_, region_, "s3"};
+  for (int attempt = 0;; ++attempt) {
+    const std::string amz_date = AmzDateNow();  // fresh per attempt: S3 allows 15 min of clock skew
+    SigV4Request sig{call.method,
+                     path,
+                     call.query,
+                     {{"host", host}, {"x-amz-content-sha256", payload_hash}, {"x-amz-date", amz_date}},
+                     payload_hash};
+    if (!session_token_.empty()) sig.headers.emplace_back("x-amz-security-token", session_token_);
+    req.headers = sig.headers;
+    req.headers.emplace_back("Authorization", AuthorizationHeader(sig, key, amz_date));
+    req.headers.insert(req.headers.end(), call.headers.begin(), call.headers.end());
+    http_->Perform(req, resp);
+    if (resp->status >= 200 && resp->status < 300) return Status::OK();
+    if (attempt >= opts_.max_retries || !IsRetryable(*resp)) break;
+    const int wait_ms = BackoffMs(attempt);
+    DT_LOG_WARN(kRuntime, "s3: {} {}: {}; retry {}/{} in {} ms", call.method, what,
+                resp->status ? "HTTP " + std::to_string(resp->status) + " " + ErrorCode(*resp) : resp->curl_error,
+                attempt + 1, opts_.max_retries, wait_ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+  }
+  const Status st = HttpError(*resp, what);
+  if (IsRetryable(*resp) && opts_.max_retries > 0) {
+    return Status::IoError(st.message() + " (after " + std::to_string(opts_.max_retries + 1) + " attempts)");
+  }
+  return st;
+}
+
+Status S3Storage::HttpError(const HttpResponse& r, const std::string& what) const {
+  if (r.too_large) return Status::IoError(what + ": S3 answer too large: " + r.curl_error);
+  if (r.status == 0) return Status::IoError(what + ": cannot reach S3 endpoint " + endpoint_ + ": " + r.curl_error);
+  const std::string code = ErrorCode(r);
+  std::string message;
+  if (!detail::XmlFirst(r.body, "Message", &message)) message.clear();
+  message = message.substr(0, 200);
+  if (r.status == 403 && (code == "SignatureDoesNotMatch" || code == "InvalidAccessKeyId")) {
+    const char* hint = code == "SignatureDoesNotMatch" ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID";
+    return Status::FailedPrecondition("S3 rejected the credentials for " + url_ + ": " + code + " — check " + hint +
+                                      " (endpoint " + endpoint_ + ", region " + region_ + ")");
+  }
+  if (r.status == 403) {
+    return Status::FailedPrecondition(what + ": access denied (HTTP 403 " + (code.empty() ? "" : code + ": ") +
+                                      message + ")");
+  }
+  if (r.status == 404 && code == "NoSuchBucket") {
+    return Status::NotFound(what + ": bucket '" + bucket_ + "' does not exist at " + endpoint_);
+  }
+  if (r.status == 404) return Status::NotFound(what + ": no such object");
+  return Status::IoError(what + ": HTTP " + std::to_string(r.status) + (code.empty() ? "" : " " + code) +
+                         (message.empty() ? "" : ": " + message));
+}
+
+Status S3Storage::Put(const std::string& key, const void* data, size_t size) {
+  DT_RETURN_IF_ERROR(detail::ValidateKey(url_, key));
+  if (size >= opts_.multipart_threshold) return PutMultipart(key, static_cast<const char*>(data), size);
+  Call call{"PUT", ObjectName(key)};
+  call.body = static_cast<const char*>(data);
+  call.body_size = size;
+  HttpResponse resp;
+  return Send(call, &resp, What(key));
+}
+
+Status S3Storage::Get(const std::string& key, std::string* out) {
+  DT_RETURN_IF_ERROR(detail::ValidateKey(url_, key));
+  Call call{"GET", ObjectName(key)};
+  call.max_response = SIZE_MAX;
+  HttpResponse resp;
+  DT_RETURN_IF_ERROR(Send(call, &resp, What(key)));
+  *out = std::move(resp.body);
+  return Status::OK();
+}
+
+Status S3Storage::GetRange(const std::string& key, uint64_t offset, uint64_t size, std::string* out) {
+  DT_RETURN_IF_ERROR(detail::ValidateKey(url_, key));
+  out->clear();
+  if (size == 0) {
+    ObjectInfo info;
+    return Head(key, &info);  // NotFound stays NotFound
+  }
+  const uint64_t last = size > UINT64_MAX - offset ? UINT64_MAX - 1 : offset + size - 1;
+  Call call{"GET", ObjectName(key)};
+  call.headers = {{"Range", "bytes=" + std::to_string(offset) + "-" + std::to_string(last)}};
+  call.max_response = size < SIZE_MAX - (1u << 20) ? size + (1u << 20) : SIZE_MAX;  // room for an error body
+  HttpResponse resp;
+  const Status st = Send(call, &resp, What(key));
+  if (resp.status == 416) return Status::OK();  // offset at or past the end: no bytes
+  DT_RETURN_IF_ERROR(st);
+  if (resp.status != 206) {  // a server that ignored Range sent the whole object
+    resp.body = offset < resp.body.size() ? resp.body.substr(offset, size) : "";
+  }
+  *out = std::move(resp.body);
+  return Status::OK();
+}
+
+Status S3Storage::Head(const std::string& key, ObjectInfo* out) {
+  DT_RETURN_IF_ERROR(detail::ValidateKey(url_, key));
+  HttpResponse resp;
+  DT_RETURN_IF_ERROR(Send(Call{"HEAD", ObjectName(key)}, &resp, What(key)));
+  out->key = key;
+  out->size = resp.content_length;
+  return Status::OK();
+}
+
+Status S3Storage::List(const std::string& prefix, std::vector<ObjectInfo>* out) {
+  DT_RETURN_IF_ERROR(detail::ValidatePrefix(url_, prefix));
+  out->clear();
+  const std::string full_prefix = prefix_.empty() ? prefix : prefix_ + "/" + prefix;
+  const std::string strip = prefix_.empty() ? "" : prefix_ + "/";
+  std::string token;
+  for (int page = 0;; ++page) {
+    if (page >= kMaxListPages) return Status::IoError(url_ + ": list '" + prefix + "': more than 100000 pages");
+    Call call{"GET", ""};
+    call.query = {{"list-type", "2"}, {"prefix", full_prefix}, {"max-keys", std::to_string(list_page_size_)}};
+    if (!token.empty()) call.query.emplace_back("continuation-token", token);
+    HttpResponse resp;
+    DT_RETURN_IF_ERROR(Send(call, &resp, url_ + " (list '" + prefix + "')"));
+    for (const std::string& block : detail::XmlBlocks(resp.body, "Contents", list_page_size_ + 1)) {
+      std::string name, size;
+      if (!detail::XmlFirst(block, "Key", &name) || !detail::XmlFirst(block, "Size", &size)) continue;
+      if (name.compare(0, strip.size(), strip) != 0) continue;
+      out->push_back({name.substr(strip.size()), std::strtoull(size.c_str(), nullptr, 10)});
+    }
+    std::string truncated;
+    if (!detail::XmlFirst(resp.body, "IsTruncated", &truncated) || truncated != "true") break;
+    std::string next;
+    if (!detail::XmlFirst(resp.body, "NextContinuationToken", &next) || next.empty() || next == token) {
+      return Status::IoError(url_ + ": list '" + prefix + "': truncated answer without a new continuation token");
+    }
+    token = next;
+  }
+  std::sort(out->begin(), out->end(), [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
+  return Status::OK();
+}
+
+Status S3Storage::Delete(const std::string& key) {
+  DT_RETURN_IF_ERROR(detail::ValidateKey(url_, key));
+  HttpResponse resp;
+  const Status st = Send(Call{"DELETE", ObjectName(key)}, &resp, What(key));
+  return st.code() == Status::Code::kNotFound && resp.status == 404 && ErrorCode(resp) != "NoSuchBucket" ? Status::OK()
+                                                                                                         : st;
+}
+
+Status S3Storage::CreateBucket() {
+  HttpResponse resp;
+  const Status st = Send(Call{"PUT", ""}, &resp, "s3://" + bucket_);
+  return resp.status == 409 && ErrorCode(resp) == "BucketAlreadyOwnedByYou" ? Status::OK() : st;
+}
+
+Status S3Storage::ListMultipartUploads(const std::string& key_prefix, std::vector<std::string>* upload_ids) {
+  Call call{"GET", ""};
+  call.query = {{"uploads", ""}, {"prefix", ObjectName(key_prefix)}};
+  HttpResponse resp;
+  DT_RETURN_IF_ERROR(Send(call, &resp, url_ + " (list uploads)"));
+  upload_ids->clear();
+  for (const std::string& block : detail::XmlBlocks(resp.body, "Upload", 10000)) {
+    std::string id;
+    if (detail::XmlFirst(block, "UploadId", &id)) upload_ids->push_back(id);
+  }
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Multipart upload:
+//   1. POST ?uploads=                      -> UploadId
+//   2. PUT ?partNumber=i&uploadId=ID        parts 1..n, parallel_parts in flight -> ETag each
+//   3. POST ?uploadId=ID <CompleteMultipartUpload>  the object appears, whole, only now
+//   on any failure: DELETE ?uploadId=ID (abort) so that no parts are left billed and hidden.
+
+Status S3Storage::PutMultipart(const std::string& key, const char* data, size_t size) {
+  const std::string object = ObjectName(key);
+  const std::string what = What(key);
+  Call create{"POST", object, {{"uploads", ""}}};
+  HttpResponse resp;
+  DT_RETURN_IF_ERROR(Send(create, &resp, what + " (create multipart upload)"));
+  std::string upload_id;
+  if (!detail::XmlFirst(resp.body, "UploadId", &upload_id) || upload_id.empty()) {
+    return Status::IoError(what + ": CreateMultipartUpload answer has no UploadId");
+  }
+
+  std::vector<std::string> etags;
+  Status st = UploadParts(object, what, upload_id, data, size, &etags);
+  if (st.ok()) {
+    std::string xml = "<CompleteMultipartUpload>";
+    for (size_t i = 0; i < etags.size(); ++i) {
+      xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags[i] + "</ETag></Part>";
+    }
+    xml += "</CompleteMultipartUpload>";
+    Call complete{"POST", object, {{"uploadId", upload_id}}, {{"Content-Type", "application/xml"}}};
+    complete.body = xml.data();
+    complete.body_size = xml.size();
+    st = Send(complete, &resp, what + " (complete multipart upload)");
+    // S3 may answer 200 and still fail: the error is then in the body.
+    if (st.ok() && resp.body.find("<Error>") != std::string::npos) st = HttpError(resp, what + " (complete)");
+  }
+  if (!st.ok()) {
+    const Status abort = Send(Call{"DELETE", object, {{"uploadId", upload_id}}}, &resp, what + " (abort)");
+    if (!abort.ok()) DT_LOG_WARN(kRuntime, "s3: abort of a failed multipart upload: {}", abort.ToString());
+  }
+  return st;
+}
+
+Status S3Storage::UploadParts(const std::string& object, const std::string& what, const std::string& upload_id,
+                              const char* data, size_t size, std::vector<std::string>* etags) {
+  uint64_t part_size = opts_.part_size;
+  while ((size + part_size - 1) / part_size > kMaxParts) part_size *= 2;  // S3 allows 10000 parts
+  const size_t n = (size + part_size - 1) / part_size;
+  etags->assign(n, "");
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  Status first_error;
+  auto worker = [&] {
+    for (size_t i = next++; i < n && !failed.load(); i = next++) {
+      const int part = static_cast<int>(i + 1);
+      const std::string part_what = what + " (part " + std::to_string(part) + "/" + std::to_string(n) + ")";
+      Status st;
+      HttpResponse resp;
+      if (part == failing_part_) {
+        st = Status::IoError(part_what + ": injected failure (testing)");
+      } else {
+        Call call{"PUT", object, {{"partNumber", std::to_string(part)}, {"uploadId", upload_id}}};
+        call.body = data + i * part_size;
+        call.body_size = std::min<uint64_t>(part_size, size - i * part_size);
+        st = Send(call, &resp, part_what);
+        if (st.ok() && resp.etag.empty()) st = Status::IoError(part_what + ": UploadPart answer has no ETag");
+      }
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!failed.exchange(true)) first_error = st;
+        return;
+      }
+      (*etags)[i] = resp.etag;
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t workers = std::min<size_t>(n, static_cast<size_t>(opts_.parallel_parts));
+  for (size_t w = 0; w < workers; ++w) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  return failed.load() ? first_error : Status::OK();
+}
+
+}  // namespace dtrain::storage

@@ -1,0 +1,101 @@
+#pragma once
+// S3Storage: the s3:// backend of storage::Storage, for AWS S3 and S3-compatible servers (Ceph RGW,
+// MinIO, Alibaba OSS). Requests are signed with our own SigV4 (storage/sigv4.h) and sent with libcurl.
+//
+// URL: s3://bucket[/prefix]; key K is the object `prefix/K`.
+// Settings, each from StorageOptions when set, else from the environment:
+//   endpoint       AWS_ENDPOINT_URL_S3, then AWS_ENDPOINT_URL; else https://s3.<region>.amazonaws.com
+//   region         AWS_REGION, then AWS_DEFAULT_REGION; else us-east-1
+//   access_key     AWS_ACCESS_KEY_ID        secret_key  AWS_SECRET_ACCESS_KEY
+//   session_token  AWS_SESSION_TOKEN (sent as x-amz-security-token, signed)
+// Addressing: path-style (endpoint/bucket/key) or virtual-host (bucket.endpoint-host/key).
+// Objects of at least multipart_threshold bytes go up as a multipart upload (parallel_parts parts in
+// flight); it is completed last, so readers never see a torn object, and aborted on any failure.
+// Retries: 5xx, SlowDown/RequestTimeout/InternalError codes, and curl connect/timeout/send/recv errors
+// are retried up to max_retries times with full-jitter exponential backoff (100 ms base, 5 s cap);
+// 4xx are not retried. Credentials never appear in a Status message or a log line.
+// Thread-safe: curl easy handles come from an internal pool; every call may run concurrently.
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "storage/storage.h"
+
+namespace dtrain::storage {
+
+namespace detail {
+class HttpClient;
+struct HttpRequest;
+struct HttpResponse;
+}  // namespace detail
+
+class S3Storage : public Storage {
+ public:
+  static Status Open(const std::string& url, const StorageOptions& opts, std::unique_ptr<Storage>* out);
+  ~S3Storage() override;
+
+  Status Put(const std::string& key, const void* data, size_t size) override;
+  Status Get(const std::string& key, std::string* out) override;
+  Status GetRange(const std::string& key, uint64_t offset, uint64_t size, std::string* out) override;
+  Status Head(const std::string& key, ObjectInfo* out) override;
+  Status List(const std::string& prefix, std::vector<ObjectInfo>* out) override;
+  Status Delete(const std::string& key) override;
+  const std::string& url() const override { return url_; }
+
+  // Creates the bucket (PUT /bucket); OK when this account already owns it. For tests and tools.
+  Status CreateBucket();
+  // Upload ids of multipart uploads in progress whose object name starts with prefix/`key_prefix`.
+  Status ListMultipartUploads(const std::string& key_prefix, std::vector<std::string>* upload_ids);
+  // The resolved endpoint (no credentials), e.g. "http://127.0.0.1:7480".
+  const std::string& endpoint() const { return endpoint_; }
+
+  // ListObjectsV2 page size (max-keys); tests lower it to exercise continuation tokens.
+  void set_list_page_size(int n) { list_page_size_ = n; }
+  // Testing only: UploadPart of this part number (1-based) fails with IoError before it is sent.
+  void set_failing_part_for_testing(int part_number) { failing_part_ = part_number; }
+
+ private:
+  S3Storage();
+
+  // One S3 call: method, object name ("" = the bucket itself), decoded query, body.
+  struct Call {
+    using Pairs = std::vector<std::pair<std::string, std::string>>;
+    Call(std::string m, std::string o, Pairs q = {}, Pairs h = {})
+        : method(std::move(m)), object(std::move(o)), query(std::move(q)), headers(std::move(h)) {}
+    std::string method;
+    std::string object;
+    std::vector<std::pair<std::string, std::string>> query;
+    std::vector<std::pair<std::string, std::string>> headers;  // extra, unsigned (Range, Content-Type)
+    const char* body = nullptr;
+    size_t body_size = 0;
+    size_t max_response = 64u << 20;
+  };
+  // Signs and sends `call`, retrying as documented above; OK only for a 2xx answer (in *resp).
+  // Errors name `what` (the URL and key) and never the credentials.
+  Status Send(const Call& call, detail::HttpResponse* resp, const std::string& what);
+  Status HttpError(const detail::HttpResponse& resp, const std::string& what) const;
+  std::string ObjectName(const std::string& key) const;
+  std::string What(const std::string& key) const;  // "s3://bucket/prefix/key"
+  Status PutMultipart(const std::string& key, const char* data, size_t size);
+  Status UploadParts(const std::string& object, const std::string& what, const std::string& upload_id, const char* data,
+                     size_t size, std::vector<std::string>* etags);
+
+  std::string url_;
+  std::string bucket_;
+  std::string prefix_;  // no leading or trailing '/'; may be empty
+  std::string endpoint_;
+  std::string scheme_;  // "http" or "https"
+  std::string host_;    // host[:port] of the endpoint
+  std::string region_;
+  std::string access_key_;
+  std::string secret_key_;
+  std::string session_token_;
+  StorageOptions opts_;
+  int list_page_size_ = 1000;
+  int failing_part_ = 0;
+  std::unique_ptr<detail::HttpClient> http_;
+};
+
+}  // namespace dtrain::storage

@@ -1,0 +1,368 @@
+// S3Storage against a real S3 server on loopback: Ceph RGW started once for this binary by
+// scripts/s3_test_server.sh (skipped, with the reason, when the ceph packages are not installed).
+// RGW verifies SigV4, so these tests also prove the signing end to end.
+
+#include "storage/s3_storage.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/core/logging.h"
+#include "tests/testing/subprocess.h"
+
+namespace dtrain::storage {
+namespace {
+
+// ---- the server, once per binary ----------------------------------------------------------
+
+struct Server {
+  std::string endpoint, access, secret, skip_reason;
+};
+Server* g_server = nullptr;
+
+std::string RepoRoot() {
+  std::string f = __FILE__;  // <root>/tests/storage/s3_storage_test.cc
+  for (int i = 0; i < 3; ++i) f = f.substr(0, f.rfind('/'));
+  return f;
+}
+
+std::string EnvValue(const std::string& env_text, const std::string& name) {
+  const size_t p = env_text.find(name + "=");
+  if (p == std::string::npos) return "";
+  const size_t b = p + name.size() + 1;
+  return env_text.substr(b, env_text.find('\n', b) - b);
+}
+
+class S3ServerEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    g_server = &server_;
+    const std::string script = RepoRoot() + "/scripts/s3_test_server.sh";
+    const auto t0 = std::chrono::steady_clock::now();
+    const testing::ProcessResult r = testing::RunCommand(script + " start " + dir_.path() + "/rgw");
+    if (r.exit_code == 77) {
+      server_.skip_reason = "no S3 test server: " + r.output;  // names the missing binary and the packages
+      return;
+    }
+    ASSERT_EQ(r.exit_code, 0) << "s3_test_server.sh start failed:\n" << r.output;
+    const std::string env = testing::ReadFile(dir_.path() + "/rgw/env");
+    server_.endpoint = EnvValue(env, "S3_TEST_ENDPOINT");
+    server_.access = EnvValue(env, "S3_TEST_ACCESS_KEY");
+    server_.secret = EnvValue(env, "S3_TEST_SECRET_KEY");
+    started_ = true;
+    std::printf("RGW up at %s in %.1f s\n", server_.endpoint.c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  void TearDown() override {
+    if (started_) {
+      const testing::ProcessResult r =
+          testing::RunCommand(RepoRoot() + "/scripts/s3_test_server.sh stop " + dir_.path() + "/rgw");
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+    }
+  }
+
+ private:
+  testing::TempDir dir_;
+  Server server_;
+  bool started_ = false;
+};
+
+const ::testing::Environment* const g_env = ::testing::AddGlobalTestEnvironment(new S3ServerEnvironment);
+
+// ---- helpers --------------------------------------------------------------------------------
+
+std::string Pattern(size_t n, uint32_t seed) {
+  std::string s(n, '\0');
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    s[i] = static_cast<char>(x);
+  }
+  return s;
+}
+
+// Captures everything the runtime logger (where the S3 client logs) writes while alive.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(os_)) {
+    logger_ = log::Get(log::Subsys::kRuntime);
+    old_level_ = logger_->level();
+    logger_->sinks().push_back(sink_);
+    logger_->set_level(spdlog::level::trace);
+  }
+  ~LogCapture() {
+    logger_->sinks().pop_back();
+    logger_->set_level(old_level_);
+  }
+  std::string text() const { return os_.str(); }
+
+ private:
+  std::ostringstream os_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+  spdlog::logger* logger_;
+  spdlog::level::level_enum old_level_;
+};
+
+class S3StorageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(g_server, nullptr);
+    if (!g_server->skip_reason.empty()) GTEST_SKIP() << g_server->skip_reason;
+    ASSERT_FALSE(g_server->endpoint.empty()) << "the S3 server did not start";
+    opts_.endpoint = g_server->endpoint;
+    opts_.access_key = g_server->access;
+    opts_.secret_key = g_server->secret;
+    opts_.region = "us-east-1";
+    opts_.max_retries = 2;
+    std::unique_ptr<Storage> root;
+    ASSERT_TRUE(Storage::Open("s3://dtrain-test", opts_, &root).ok());
+    ASSERT_TRUE(static_cast<S3Storage*>(root.get())->CreateBucket().ok());
+    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    ASSERT_TRUE(Open("s3://dtrain-test/" + name, &store_).ok());
+  }
+
+  Status Open(const std::string& url, std::unique_ptr<Storage>* out) { return Storage::Open(url, opts_, out); }
+  S3Storage* s3() { return static_cast<S3Storage*>(store_.get()); }
+  Status Put(const std::string& key, const std::string& v) { return store_->Put(key, v.data(), v.size()); }
+
+  StorageOptions opts_;
+  std::unique_ptr<Storage> store_;
+};
+
+TEST_F(S3StorageTest, PutGetRangeHeadDelete) {
+  const std::string v = Pattern(100000, 1);
+  ASSERT_TRUE(Put("a/b.bin", v).ok());
+  std::string got;
+  ASSERT_TRUE(store_->Get("a/b.bin", &got).ok());
+  EXPECT_EQ(got, v);
+  ASSERT_TRUE(store_->GetRange("a/b.bin", 1000, 10, &got).ok());
+  EXPECT_EQ(got, v.substr(1000, 10));
+  ASSERT_TRUE(store_->GetRange("a/b.bin", 99995, 100, &got).ok());  // clamped at the end
+  EXPECT_EQ(got, v.substr(99995));
+  const Status past = store_->GetRange("a/b.bin", 200000, 5, &got);  // past the end: nothing
+  ASSERT_TRUE(past.ok()) << past.ToString();
+  EXPECT_EQ(got, "");
+  ObjectInfo info;
+  ASSERT_TRUE(store_->Head("a/b.bin", &info).ok());
+  EXPECT_EQ(info.key, "a/b.bin");
+  EXPECT_EQ(info.size, 100000u);
+  ASSERT_TRUE(Put("empty", "").ok());
+  ASSERT_TRUE(store_->Get("empty", &got).ok());
+  EXPECT_EQ(got, "");
+  ASSERT_TRUE(store_->Delete("a/b.bin").ok());
+  ASSERT_TRUE(store_->Delete("a/b.bin").ok());  // idempotent
+  const Status missing = store_->Get("a/b.bin", &got);
+  EXPECT_EQ(missing.code(), Status::Code::kNotFound) << missing.ToString();
+  EXPECT_NE(missing.message().find("s3://dtrain-test/PutGetRangeHeadDelete/a/b.bin"), std::string::npos)
+      << missing.message();
+  EXPECT_EQ(store_->Head("a/b.bin", &info).code(), Status::Code::kNotFound);
+  EXPECT_EQ(Put("../x", "v").code(), Status::Code::kInvalidArgument);
+}
+
+TEST_F(S3StorageTest, KeysWithCharactersThatNeedEncoding) {
+  for (const std::string k : {"dir/a b+c=d&e.bin", "ключ/x%41y", "t~i_l-d.e/(1)!*'$"}) {
+    ASSERT_TRUE(Put(k, k).ok()) << k;
+    std::string got;
+    ASSERT_TRUE(store_->Get(k, &got).ok()) << k;
+    EXPECT_EQ(got, k);
+  }
+  std::vector<ObjectInfo> list;
+  ASSERT_TRUE(store_->List("", &list).ok());
+  ASSERT_EQ(list.size(), 3u);
+  EXPECT_EQ(list[0].key, "dir/a b+c=d&e.bin");  // XML entities decoded
+}
+
+TEST_F(S3StorageTest, ListPaginatesAndStaysInsideThePrefix) {
+  std::unique_ptr<Storage> sibling;
+  ASSERT_TRUE(Open("s3://dtrain-test/ListPaginatesAndStaysInsideThePrefix2", &sibling).ok());
+  ASSERT_TRUE(sibling->Put("x", "1", 1).ok());  // shares the string prefix, not the directory
+  for (int i = 6; i >= 0; --i) ASSERT_TRUE(Put("ckpt/k" + std::to_string(i), std::string(i, 'x')).ok());
+  ASSERT_TRUE(Put("other", "o").ok());
+  s3()->set_list_page_size(2);  // 8 objects -> 4 pages with continuation tokens
+  std::vector<ObjectInfo> all;
+  ASSERT_TRUE(store_->List("", &all).ok());
+  ASSERT_EQ(all.size(), 8u);
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_EQ(all[i].key, "ckpt/k" + std::to_string(i));
+    EXPECT_EQ(all[i].size, static_cast<uint64_t>(i));
+  }
+  EXPECT_EQ(all[7].key, "other");
+  std::vector<ObjectInfo> some;
+  ASSERT_TRUE(store_->List("ckpt/k", &some).ok());
+  EXPECT_EQ(some.size(), 7u);
+  ASSERT_TRUE(store_->List("none/", &some).ok());
+  EXPECT_TRUE(some.empty());
+}
+
+TEST_F(S3StorageTest, MultipartUploadIsByteExact) {
+  opts_.multipart_threshold = 5u << 20;
+  opts_.part_size = 5u << 20;
+  opts_.parallel_parts = 3;
+  ASSERT_TRUE(Open("s3://dtrain-test/MultipartUploadIsByteExact", &store_).ok());
+  const std::string v = Pattern((12u << 20) + 12345, 7);  // parts of 5, 5 and 2 MiB + 12345 B
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Put("big.bin", v).ok());
+  std::printf("multipart PUT of %zu bytes: %.2f s\n", v.size(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  ObjectInfo info;
+  ASSERT_TRUE(store_->Head("big.bin", &info).ok());
+  EXPECT_EQ(info.size, v.size());
+  std::string got;
+  ASSERT_TRUE(store_->Get("big.bin", &got).ok());
+  ASSERT_EQ(got.size(), v.size());
+  EXPECT_TRUE(got == v);
+  ASSERT_TRUE(store_->GetRange("big.bin", (5u << 20) - 100, 200, &got).ok());  // across a part boundary
+  EXPECT_EQ(got, v.substr((5u << 20) - 100, 200));
+  std::vector<std::string> uploads;
+  ASSERT_TRUE(s3()->ListMultipartUploads("", &uploads).ok());
+  EXPECT_TRUE(uploads.empty());
+}
+
+TEST_F(S3StorageTest, FailedPartAbortsTheUpload) {
+  opts_.multipart_threshold = 5u << 20;
+  opts_.part_size = 5u << 20;
+  ASSERT_TRUE(Open("s3://dtrain-test/FailedPartAbortsTheUpload", &store_).ok());
+  s3()->set_failing_part_for_testing(2);
+  const Status st = Put("big.bin", Pattern(11u << 20, 3));
+  EXPECT_EQ(st.code(), Status::Code::kIoError) << st.ToString();
+  EXPECT_NE(st.message().find("part 2/3"), std::string::npos) << st.message();
+  std::vector<std::string> uploads;
+  ASSERT_TRUE(s3()->ListMultipartUploads("", &uploads).ok());
+  EXPECT_TRUE(uploads.empty()) << uploads.size() << " uploads left";
+  std::string got;
+  EXPECT_EQ(store_->Get("big.bin", &got).code(), Status::Code::kNotFound);
+}
+
+TEST_F(S3StorageTest, WrongSecretIsAClearAuthErrorWithoutTheSecret) {
+  const std::string planted = "PLANTEDsecretZZ9" + g_server->secret.substr(0, 8);
+  opts_.secret_key = planted;
+  LogCapture logs;
+  ASSERT_TRUE(Open("s3://dtrain-test/auth", &store_).ok());
+  std::vector<Status> statuses;
+  statuses.push_back(Put("k", "v"));
+  std::string got;
+  statuses.push_back(store_->Get("k", &got));
+  std::vector<ObjectInfo> list;
+  statuses.push_back(store_->List("", &list));
+  statuses.push_back(store_->Delete("k"));
+  opts_.multipart_threshold = opts_.part_size = 5u << 20;
+  ASSERT_TRUE(Open("s3://dtrain-test/auth", &store_).ok());
+  statuses.push_back(Put("big", Pattern(6u << 20, 1)));
+  const Status& put = statuses[0];
+  EXPECT_EQ(put.code(), Status::Code::kFailedPrecondition) << put.ToString();
+  EXPECT_NE(put.message().find("S3 rejected the credentials for s3://dtrain-test/auth: SignatureDoesNotMatch"),
+            std::string::npos)
+      << put.message();
+  EXPECT_NE(put.message().find("check AWS_SECRET_ACCESS_KEY"), std::string::npos) << put.message();
+  for (const Status& s : statuses) {
+    EXPECT_FALSE(s.ok());
+    EXPECT_EQ(s.message().find(planted), std::string::npos) << s.message();
+    EXPECT_EQ(s.message().find("Signature="), std::string::npos) << s.message();
+  }
+  EXPECT_EQ(logs.text().find(planted), std::string::npos) << logs.text();
+}
+
+TEST_F(S3StorageTest, UnknownAccessKeyNamesTheKeyVariable) {
+  opts_.access_key = "NOSUCHACCESSKEY00000";
+  ASSERT_TRUE(Open("s3://dtrain-test/auth", &store_).ok());
+  const Status st = Put("k", "v");
+  EXPECT_EQ(st.code(), Status::Code::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("InvalidAccessKeyId — check AWS_ACCESS_KEY_ID"), std::string::npos) << st.message();
+}
+
+TEST_F(S3StorageTest, CredentialsAndEndpointFromEnvironment) {
+  ::setenv("AWS_ENDPOINT_URL", g_server->endpoint.c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", g_server->access.c_str(), 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", g_server->secret.c_str(), 1);
+  ::setenv("AWS_REGION", "us-east-1", 1);
+  std::unique_ptr<Storage> s;
+  const Status open = Storage::Open("s3://dtrain-test/env/", StorageOptions{}, &s);
+  for (const char* v : {"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"}) ::unsetenv(v);
+  ASSERT_TRUE(open.ok()) << open.ToString();
+  ASSERT_TRUE(s->Put("k", "env", 3).ok());
+  std::string got;
+  ASSERT_TRUE(store_->Get("../env/k", &got).code() == Status::Code::kInvalidArgument);
+  ASSERT_TRUE(s->Get("k", &got).ok());
+  EXPECT_EQ(got, "env");
+  std::unique_ptr<Storage> none;
+  EXPECT_EQ(Storage::Open("s3://dtrain-test/env", StorageOptions{}, &none).code(), Status::Code::kInvalidArgument);
+}
+
+TEST_F(S3StorageTest, VirtualHostAddressing) {
+  // RGW runs with `rgw dns name = localhost`; libcurl resolves *.localhost to loopback itself.
+  opts_.path_style = false;
+  opts_.endpoint = "http://localhost:" + g_server->endpoint.substr(g_server->endpoint.rfind(':') + 1);
+  ASSERT_TRUE(Open("s3://dtrain-test/vhost", &store_).ok());
+  const Status put = Put("k", "virtual");
+  ASSERT_TRUE(put.ok()) << put.ToString();
+  opts_.path_style = true;
+  std::unique_ptr<Storage> path_style;
+  ASSERT_TRUE(Open("s3://dtrain-test/vhost", &path_style).ok());
+  std::string got;
+  ASSERT_TRUE(path_style->Get("k", &got).ok());
+  EXPECT_EQ(got, "virtual");
+}
+
+TEST_F(S3StorageTest, ConcurrentCallsFromManyThreads) {
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 8; ++i) {
+        const std::string k = "t" + std::to_string(t) + "/k" + std::to_string(i);
+        const std::string v = Pattern(1000 + 37 * i, t * 100 + i);
+        std::string got;
+        if (!Put(k, v).ok() || !store_->Get(k, &got).ok() || got != v) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  std::vector<ObjectInfo> list;
+  ASSERT_TRUE(store_->List("", &list).ok());
+  EXPECT_EQ(list.size(), 32u);
+}
+
+TEST_F(S3StorageTest, ServerDownRetriesThenIoErrorInBoundedTime) {
+  // A loopback port with nothing listening: connect is refused at once, every attempt.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ::close(fd);
+  opts_.endpoint = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  opts_.max_retries = 3;
+  LogCapture logs;
+  ASSERT_TRUE(Open("s3://dtrain-test/down", &store_).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status st = Put("k", "v");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(st.code(), Status::Code::kIoError) << st.ToString();
+  EXPECT_NE(st.message().find("cannot reach S3 endpoint " + opts_.endpoint), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("after 4 attempts"), std::string::npos) << st.message();
+  // Backoff ceilings 100, 200, 400 ms: at most 0.7 s of sleeping plus three refused connects.
+  EXPECT_LT(secs, 2.0);
+  size_t retries = 0;
+  for (size_t p = logs.text().find("retry "); p != std::string::npos; p = logs.text().find("retry ", p + 1)) ++retries;
+  EXPECT_EQ(retries, 3u) << logs.text();
+}
+
+}  // namespace
+}  // namespace dtrain::storage
