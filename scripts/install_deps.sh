@@ -9,7 +9,8 @@ PKGS=(cmake ninja-build g++ pkg-config zlib1g-dev iproute2
       libopenmpi-dev openmpi-bin
       libprotobuf-dev protobuf-compiler
       libspdlog-dev libgtest-dev libcurl4-openssl-dev
-      dataset-fashion-mnist)
+      dataset-fashion-mnist
+      ceph-mon ceph-osd radosgw ceph-common)  # the S3 test server (scripts/s3_test_server.sh)
 
 missing=()
 for p in "${PKGS[@]}"; do
