@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "launcher/bench_cmd.h"
+#include "launcher/ckpt_cmd.h"
+#include "launcher/data_cmd.h"
 #include "launcher/doctor_cmd.h"
 #include "launcher/exit_codes.h"
 #include "launcher/launch.h"
@@ -22,6 +24,8 @@ constexpr const char* kUsage =
     "  train CONFIG [--set k=v ...]            run one worker (what `launch` starts; also under mpirun/srun)\n"
     "  doctor                                  check driver, CUDA, cuBLAS, cuDNN, NCCL, MPI and the GPUs\n"
     "  bench allreduce [options]               all-reduce bandwidth, nccl-tests style (under mpirun -np N)\n"
+    "  ckpt list|verify|inspect|export URL     look into checkpoints; export the weights as safetensors\n"
+    "  data convert-*|inspect|verify           make and check sharded datasets (docs/data_format.md)\n"
     "  version                                 print the version\n"
     "\n"
     "`dtrain <command> --help` shows a command's options. Docs: README.md, docs/architecture.md\n";
@@ -56,6 +60,8 @@ int main(int argc, char** argv) {
   if (cmd == "train") return Report(dtrain::launcher::RunTrain(&argc, &argv, args));
   if (cmd == "doctor") return Report(dtrain::launcher::RunDoctor(args));
   if (cmd == "bench") return Report(dtrain::launcher::RunBench(&argc, &argv, args));
+  if (cmd == "ckpt") return Report(dtrain::launcher::RunCkpt(args));
+  if (cmd == "data") return Report(dtrain::launcher::RunData(args));
   if (cmd == "version" || cmd == "--version") {
     std::printf("dtrain %s\n", DTRAIN_VERSION);
     return 0;
@@ -64,7 +70,8 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  std::fprintf(stderr, "dtrain: error: unknown command '%s' (expected launch, train, doctor, bench, version)\n%s",
+  std::fprintf(stderr,
+               "dtrain: error: unknown command '%s' (expected launch, train, doctor, bench, ckpt, data, version)\n%s",
                cmd.c_str(), kUsage);
   return dtrain::launcher::kExitUsage;
 }

@@ -106,6 +106,11 @@ Status RunWorker(const std::string& config_path, const std::vector<std::string>&
   trainer->set_watchdog(watchdog.get());
   runtime::TrainSummary s;
   const Status st = trainer->Run(&s);
+  if (st.code() == Status::Code::kPreempted) {
+    // Every rank stopped after the same step and rank 0's checkpoint is durable (trainer.h): a clean exit.
+    if (env.rank == 0) DT_LOG_WARN(kRuntime, "{}", st.message());
+    return st;
+  }
   if (!st.ok()) {
     // Tear the collectives down so peers blocked in them are released, then report.
     if (nccl_comm) (void)nccl_comm->Abort();
@@ -147,7 +152,8 @@ Status RunTrain(int* argc, char*** argv, const std::vector<std::string>& args) {
   Status st = RunWorker(config_path, overrides, env);
   // A failed rank must not MPI_Finalize: that waits for peers, which may be blocked in a collective
   // this rank will never join. It exits with its error; the process manager ends the others.
-  if (!st.ok() && mpi) mpi->SkipFinalize();
+  // A preempted job is the exception: all ranks left the loop together, so MPI_Finalize is safe.
+  if (!st.ok() && st.code() != Status::Code::kPreempted && mpi) mpi->SkipFinalize();
   return st;
 }
 

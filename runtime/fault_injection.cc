@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "runtime/core/check.h"
 #include "runtime/core/logging.h"
 
 namespace dtrain::runtime {
@@ -27,8 +28,8 @@ Status FaultInjector::Parse(const std::string& spec, FaultInjector* out) {
   f.spec_ = spec;
   std::stringstream ss(spec);
   std::string item;
-  const Status bad = Status::InvalidArgument("DTRAIN_FAULT='" + spec +
-                                             "': expected rank=R,step=S,action=error|kill|hang");
+  const Status bad = Status::InvalidArgument(
+      "DTRAIN_FAULT='" + spec + "': expected rank=R,step=S,[attempt=A,]action=error|kill|hang|kill_in_ckpt");
   while (std::getline(ss, item, ',')) {
     const auto eq = item.find('=');
     if (eq == std::string::npos) return bad;
@@ -38,7 +39,9 @@ Status FaultInjector::Parse(const std::string& spec, FaultInjector* out) {
       f.rank_ = static_cast<int>(n);
     } else if (key == "step" && ParseInt(value, &n)) {
       f.step_ = n;
-    } else if (key == "action" && (value == "error" || value == "kill" || value == "hang")) {
+    } else if (key == "attempt" && ParseInt(value, &n)) {
+      f.attempt_ = n;
+    } else if (key == "action" && (value == "error" || value == "kill" || value == "hang" || value == "kill_in_ckpt")) {
       f.action_ = value;
     } else {
       return bad;
@@ -51,11 +54,24 @@ Status FaultInjector::Parse(const std::string& spec, FaultInjector* out) {
 
 Status FaultInjector::FromEnv(FaultInjector* out) {
   const char* env = std::getenv("DTRAIN_FAULT");
-  return Parse(env != nullptr ? env : "", out);
+  DT_RETURN_IF_ERROR(Parse(env != nullptr ? env : "", out));
+  const char* restart = std::getenv("DTRAIN_RESTART_COUNT");
+  const int64_t attempt = restart != nullptr ? std::strtoll(restart, nullptr, 10) : 0;
+  if (out->attempt_ >= 0 && out->attempt_ != attempt) *out = FaultInjector();
+  return Status::OK();
+}
+
+Status FaultInjector::AtCheckpointWrite(int rank, int64_t step) const {
+  if (action_ != "kill_in_ckpt" || step != step_ || (rank_ >= 0 && rank != rank_)) return Status::OK();
+  DT_LOG_WARN(kRuntime, "DTRAIN_FAULT={}: killing the worker while it writes checkpoint step {}", spec_, step);
+  spdlog::shutdown();
+  ::kill(::getpid(), SIGKILL);
+  return Status::OK();
 }
 
 Status FaultInjector::AtStep(int rank, int64_t step) const {
-  if (action_.empty() || step != step_ || (rank_ >= 0 && rank != rank_)) return Status::OK();
+  if (action_.empty() || action_ == "kill_in_ckpt" || step != step_ || (rank_ >= 0 && rank != rank_))
+    return Status::OK();
   DT_LOG_WARN(kRuntime, "DTRAIN_FAULT={}: injecting '{}' at step {}", spec_, action_, step);
   if (action_ == "kill") {
     spdlog::shutdown();  // flush what was logged so far; the kill itself leaves no trace

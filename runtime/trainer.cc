@@ -4,8 +4,8 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 
@@ -98,13 +98,15 @@ Status Trainer::Setup() {
   oo.grad_clip = o.grad_clip();
   DT_RETURN_IF_ERROR(Optimizer::Create(ctx_, oo, model_->params().numel(), &optimizer_));
   const auto& s = cfg_.schedule();
-  DT_RETURN_IF_ERROR(LrSchedule::Create(s.kind(), o.lr(), s.warmup_steps(), total_steps_, s.min_lr_ratio(), &schedule_));
+  DT_RETURN_IF_ERROR(
+      LrSchedule::Create(s.kind(), o.lr(), s.warmup_steps(), total_steps_, s.min_lr_ratio(), &schedule_));
 
   if (grad_comm_ != nullptr && world_ > 1) {
     GradientReducer::Options ro;
     ro.bucket_bytes = static_cast<size_t>(cfg_.dist().bucket_mb() * (1 << 20));
     ro.bf16_compress = cfg_.dist().bf16_compress();
-    DT_RETURN_IF_ERROR(GradientReducer::Create(ctx_, grad_comm_, model_->param_infos(), &model_->grads(), ro, &reducer_));
+    DT_RETURN_IF_ERROR(
+        GradientReducer::Create(ctx_, grad_comm_, model_->param_infos(), &model_->grads(), ro, &reducer_));
   }
 
   // Staging: pinned host slots and device buffers sized for the larger of the train/eval batch.
@@ -139,7 +141,7 @@ Status Trainer::Setup() {
   DT_LOG_INFO(kRuntime, "model {}: {} parameters in {} tensors; {} steps ({} per epoch), global batch {}",
               cfg_.model().kind(), model_->params().numel(), model_->param_infos().size(), total_steps_,
               steps_per_epoch, d.batch_size() * accum * world_);
-  return Status::OK();
+  return SetupCheckpoint();
 }
 
 Status Trainer::LoadBatch(const data::Split& split, const std::vector<int64_t>& idx, int slot, Tensor* x, Tensor* y) {
@@ -189,8 +191,8 @@ Status Trainer::TrainStep(int64_t step, int64_t* cursor, double* data_seconds) {
     Tensor losses_row, ones_col;
     DT_RETURN_IF_ERROR(model_->losses().Reshape({1, b}, &losses_row));
     DT_RETURN_IF_ERROR(ones_.View(0, {b, 1}, &ones_col));
-    DT_RETURN_IF_ERROR(ops::Matmul(ctx_, losses_row, false, ones_col, false, &loss_acc_,
-                                   1.0f / static_cast<float>(b * accum), 1.0f));
+    DT_RETURN_IF_ERROR(
+        ops::Matmul(ctx_, losses_row, false, ones_col, false, &loss_acc_, 1.0f / static_cast<float>(b * accum), 1.0f));
     // Gradients are exchanged only on the last micro-batch; earlier ones just accumulate locally.
     const bool last = m + 1 == accum;
     models::GradReadyFn on_ready;
@@ -201,10 +203,10 @@ Status Trainer::TrainStep(int64_t step, int64_t* cursor, double* data_seconds) {
   return optimizer_->Step(ctx_, model_->params(), model_->grads(), schedule_->LrAt(step));
 }
 
-Status Trainer::AllReduceHost(std::vector<double>* values) {
+Status Trainer::AllReduceHost(std::vector<double>* values, comm::ReduceOp op) {
   if (host_comm_ == nullptr || world_ == 1) return Status::OK();
   Tensor t = Tensor::Wrap(values->data(), {static_cast<int64_t>(values->size())}, DType::kF64, DeviceType::kCPU);
-  return host_comm_->AllReduce(&t, comm::ReduceOp::kSum, nullptr);
+  return host_comm_->AllReduce(&t, op, nullptr);
 }
 
 Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_s, int64_t interval_steps, double data_s,
@@ -295,11 +297,12 @@ Status Trainer::Run(TrainSummary* summary) {
   const int64_t global_batch = cfg_.data().batch_size() * accum * world_;
   *summary = TrainSummary();
   summary->eval_loss = summary->eval_accuracy = std::numeric_limits<double>::quiet_NaN();
-  int64_t step = 0;
+  const auto& ck = cfg_.checkpoint();
+  int64_t step = start_step_;
   double train_seconds = 0;
-  for (int64_t epoch = 0; epoch < cfg_.train().epochs() && step < total_steps_; ++epoch) {
+  for (int64_t epoch = start_epoch_; epoch < cfg_.train().epochs() && step < total_steps_; ++epoch) {
     sampler_->SetEpoch(epoch);
-    int64_t cursor = 0;
+    int64_t cursor = epoch == start_epoch_ ? start_cursor_ : 0;
     double t_interval = Now(), data_s = 0;
     int64_t interval_steps = 0;
     while (cursor + accum <= sampler_->num_batches() && step < total_steps_) {
@@ -309,12 +312,26 @@ Status Trainer::Run(TrainSummary* summary) {
       ++interval_steps;
       if (step % log_every == 0 || step == total_steps_ || cursor + accum > sampler_->num_batches()) {
         // LogProgress synchronizes, so the interval's wall time covers all of its device work.
-        DT_RETURN_IF_ERROR(LogProgress(epoch, step, Now() - t_interval, interval_steps, data_s,
-                                       &summary->last_train_loss));
+        DT_RETURN_IF_ERROR(
+            LogProgress(epoch, step, Now() - t_interval, interval_steps, data_s, &summary->last_train_loss));
         train_seconds += Now() - t_interval;
         t_interval = Now();
         data_s = 0;
         interval_steps = 0;
+      }
+      if (ckpt_ == nullptr) continue;
+      // A signal during the last step changes nothing: the end-of-training save and exit 0 follow.
+      bool preempted = false;
+      if (step < total_steps_) DT_RETURN_IF_ERROR(AgreePreempted(step, &preempted));
+      if (preempted) {
+        DT_RETURN_IF_ERROR(SaveCheckpoint(step, epoch, cursor, /*sync=*/true));
+        // Peers wait until rank 0's checkpoint is durable: a rank exiting early makes mpirun end the job.
+        if (host_comm_ != nullptr && world_ > 1) DT_RETURN_IF_ERROR(host_comm_->Barrier());
+        return Status::Preempted("preemption signal received: checkpoint of step " + std::to_string(step) +
+                                 " saved in " + ckpt_->url() + "; run the same command again to resume");
+      }
+      if ((ck.every_steps() > 0 && step % ck.every_steps() == 0) || (ck.at_end() && step == total_steps_)) {
+        DT_RETURN_IF_ERROR(SaveCheckpoint(step, epoch, cursor, /*sync=*/!ck.async()));
       }
     }
     if (cfg_.train().eval()) {
@@ -331,6 +348,7 @@ Status Trainer::Run(TrainSummary* summary) {
       }
     }
   }
+  if (writer_) DT_RETURN_IF_ERROR(writer_->Wait());  // the last asynchronous save is durable (or its error)
   summary->steps = step;
   summary->samples = step * global_batch;
   summary->seconds = train_seconds;
@@ -346,7 +364,8 @@ Status Trainer::ExportParams(const std::string& path) {
   DT_RETURN_IF_ERROR(ctx_.Synchronize());
   std::vector<NamedTensor> tensors;
   for (const models::ParamInfo& p : model_->param_infos()) {
-    tensors.push_back({p.name, p.shape, std::vector<float>(flat.begin() + p.offset, flat.begin() + p.offset + p.numel)});
+    tensors.push_back(
+        {p.name, p.shape, std::vector<float>(flat.begin() + p.offset, flat.begin() + p.offset + p.numel)});
   }
   return WriteSafetensors(path, tensors, {{"format", "pt"}, {"producer", "dtrain"}});
 }

@@ -9,11 +9,23 @@
 //
 // Rank 0 prints the progress line, writes <run.dir>/metrics.jsonl and <run.dir>/config.yaml, and at
 // the end the trained parameters to <run.dir>/final.safetensors.
+//
+// Checkpoints (runtime/checkpoint.h, config `checkpoint`): every rank restores the newest valid
+// checkpoint in Create() (resume "auto") and continues at its step, optimizer state and data position
+// (epoch, global samples consumed), so the sample sequence and the updates are those of an
+// uninterrupted run, also at another world size with the same global batch. Every `every_steps` steps
+// and at the end, rank 0 snapshots params and optimizer state into pinned host memory (D2H on the
+// compute stream + an event) and a CheckpointWriter thread writes them while training continues; the
+// trainer's stall (waiting for the previous save + the snapshot) is logged and written to metrics.
+// Preemption (runtime/preemption.h): the ranks agree on the signal flag after every step, save
+// synchronously and Run() returns Status::Preempted (exit 75).
 // Distributed: `grad_comm` (NCCL on GPU, MPI on CPU) reduces gradients; `host_comm` (MPI) reduces
 // the few host scalars (loss, accuracy). Both null for a single process. Not thread-safe.
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "comm/watchdog.h"
@@ -21,6 +33,8 @@
 #include "data/fashion_mnist.h"
 #include "models/model.h"
 #include "proto/config.pb.h"
+#include "runtime/checkpoint.h"
+#include "runtime/checkpoint_writer.h"
 #include "runtime/core/device_context.h"
 #include "runtime/fault_injection.h"
 #include "runtime/gradient_reducer.h"
@@ -36,8 +50,8 @@ namespace dtrain::runtime {
 
 struct TrainSummary {
   int64_t steps = 0;
-  int64_t samples = 0;         // training samples processed, all ranks
-  double seconds = 0;          // training wall time, evaluation excluded
+  int64_t samples = 0;  // training samples processed, all ranks
+  double seconds = 0;   // training wall time, evaluation excluded
   double samples_per_s = 0;
   double last_train_loss = 0;  // mean over the last log interval
   double eval_loss = 0;        // after the last epoch (NaN when eval is off)
@@ -65,7 +79,17 @@ class Trainer {
   Status LogProgress(int64_t epoch, int64_t step, double interval_s, int64_t interval_steps, double data_s,
                      double* mean_loss);
   // Sums `values` across ranks (no-op for one process).
-  Status AllReduceHost(std::vector<double>* values);
+  Status AllReduceHost(std::vector<double>* values, comm::ReduceOp op = comm::ReduceOp::kSum);
+
+  // Checkpointing (runtime/checkpoint_trainer.cc).
+  Status SetupCheckpoint();
+  Status Restore(const LoadedCheckpoint& ck);
+  // Saves the state after `step` steps, the data position being (epoch, cursor). Rank 0 writes; other
+  // ranks return at once. `sync` waits until the checkpoint is durable.
+  Status SaveCheckpoint(int64_t step, int64_t epoch, int64_t cursor, bool sync);
+  // True on every rank when any rank received a preemption signal (a MAX all-reduce after `step`).
+  Status AgreePreempted(int64_t step, bool* preempted);
+  proto::CheckpointManifest BuildManifest(int64_t step, int64_t epoch, int64_t cursor) const;
 
   proto::Config cfg_;
   DeviceContext& ctx_;
@@ -92,6 +116,15 @@ class Trainer {
   std::unique_ptr<CudaEvent> copy_done_[2];
 #endif
   int slot_ = 0;
+
+  // Where Run() starts (after a resume): optimizer steps done, epoch, batch cursor within it.
+  int64_t start_step_ = 0, start_epoch_ = 0, start_cursor_ = 0;
+  std::unique_ptr<CheckpointManager> ckpt_;               // null when checkpointing is off
+  std::vector<std::pair<std::string, Tensor>> snapshot_;  // rank 0: pinned host copies, file name -> data
+#if DT_HAVE_CUDA
+  std::unique_ptr<CudaEvent> snapshot_done_;
+#endif
+  std::unique_ptr<CheckpointWriter> writer_;  // last: destroyed (joined) before the snapshot it reads
 };
 
 }  // namespace dtrain::runtime

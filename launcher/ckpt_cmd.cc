@@ -1,0 +1,189 @@
+#include "launcher/ckpt_cmd.h"
+
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <memory>
+
+#include "runtime/checkpoint.h"
+#include "runtime/core/check.h"
+#include "runtime/safetensors.h"
+
+namespace dtrain::launcher {
+namespace {
+
+constexpr const char* kCkptUsage =
+    "usage: dtrain ckpt <list|verify|inspect|export> URL [options]\n"
+    "  list URL                        step directories: valid (manifest present) or partial, size\n"
+    "  verify URL [--step N]           check every file's size and CRC32C (all checkpoints, or step N)\n"
+    "  inspect URL [--step N]          print the manifest of the newest valid checkpoint (or step N)\n"
+    "  export URL --out FILE [--step N] [--format safetensors]\n"
+    "                                  write the parameters as safetensors (loads in PyTorch / HF)\n"
+    "  URL: file:///dir, a directory (e.g. runs/x/checkpoints), or s3://bucket/prefix\n";
+
+struct CkptArgs {
+  std::string verb, url, out, format = "safetensors";
+  int64_t step = -1;  // -1: newest valid
+};
+
+Status Parse(const std::vector<std::string>& args, CkptArgs* a) {
+  std::vector<std::string> pos;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& s = args[i];
+    auto value = [&](std::string* v) -> Status {
+      if (i + 1 == args.size()) return Status::InvalidArgument("ckpt: " + s + " needs a value");
+      *v = args[++i];
+      return Status::OK();
+    };
+    std::string v;
+    if (s == "--step") {
+      DT_RETURN_IF_ERROR(value(&v));
+      if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 18) {
+        return Status::InvalidArgument("ckpt: --step expects a step number, got '" + v + "'");
+      }
+      a->step = std::stoll(v);
+    } else if (s == "--out") {
+      DT_RETURN_IF_ERROR(value(&a->out));
+    } else if (s == "--format") {
+      DT_RETURN_IF_ERROR(value(&a->format));
+      if (a->format != "safetensors") {
+        return Status::InvalidArgument("ckpt: --format '" + a->format + "' (only safetensors)");
+      }
+    } else if (s.rfind("-", 0) == 0) {
+      return Status::InvalidArgument("ckpt: unknown flag '" + s + "'\n" + kCkptUsage);
+    } else {
+      pos.push_back(s);
+    }
+  }
+  if (pos.size() != 2) return Status::InvalidArgument(std::string("ckpt: expected a command and a URL\n") + kCkptUsage);
+  a->verb = pos[0];
+  a->url = pos[1];
+  if (a->verb != "list" && a->verb != "verify" && a->verb != "inspect" && a->verb != "export") {
+    return Status::InvalidArgument("ckpt: unknown command '" + a->verb + "'\n" + kCkptUsage);
+  }
+  if (a->verb == "export" && a->out.empty()) return Status::InvalidArgument("ckpt export: --out FILE is required");
+  return Status::OK();
+}
+
+std::string Created(int64_t unix_ms) {
+  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  char buf[32];
+  std::tm tm;
+  gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Status List(runtime::CheckpointManager* m) {
+  std::vector<runtime::CheckpointEntry> entries;
+  DT_RETURN_IF_ERROR(m->List(&entries));
+  std::string latest;
+  if (m->store().Get("latest", &latest).ok() && !latest.empty() && latest.back() == '\n') latest.pop_back();
+  std::printf("%-16s %10s %-9s %12s  %s\n", "dir", "step", "state", "MiB", "");
+  for (const auto& e : entries) {
+    std::printf("%-16s %10lld %-9s %12.2f  %s\n", e.dir.c_str(), static_cast<long long>(e.step),
+                e.has_manifest ? "complete" : "partial", e.bytes / 1048576.0, e.dir == latest ? "<- latest" : "");
+  }
+  std::printf("%zu step director%s in %s (`dtrain ckpt verify` checks sizes and CRC32C)\n", entries.size(),
+              entries.size() == 1 ? "y" : "ies", m->url().c_str());
+  return Status::OK();
+}
+
+Status Verify(runtime::CheckpointManager* m, int64_t step) {
+  std::vector<runtime::CheckpointEntry> entries;
+  DT_RETURN_IF_ERROR(m->List(&entries));
+  int bad = 0, checked = 0;
+  for (const auto& e : entries) {
+    if (step >= 0 && e.step != step) continue;
+    ++checked;
+    runtime::LoadedCheckpoint ck;
+    const Status st = m->Load(e.step, &ck);
+    if (!st.ok() && st.code() != Status::Code::kNotFound && st.code() != Status::Code::kDataLoss) return st;
+    bad += !st.ok();
+    std::printf("%s  %s\n", e.dir.c_str(), st.ok() ? "OK" : ("BAD: " + st.message()).c_str());
+  }
+  if (checked == 0)
+    return Status::NotFound("no checkpoint" + (step >= 0 ? " of step " + std::to_string(step) : "") + " in " +
+                            m->url());
+  if (bad > 0)
+    return Status::DataLoss(std::to_string(bad) + " of " + std::to_string(checked) + " checkpoint(s) in " + m->url() +
+                            " do not verify");
+  return Status::OK();
+}
+
+Status LoadOne(runtime::CheckpointManager* m, int64_t step, runtime::LoadedCheckpoint* ck) {
+  return step >= 0 ? m->Load(step, ck) : m->LoadLatest(ck);
+}
+
+void Inspect(const runtime::LoadedCheckpoint& ck) {
+  const proto::CheckpointManifest& m = ck.manifest;
+  std::printf("checkpoint     %s (format %d, dtrain %s, created %s)\n", ck.dir.c_str(), m.format_version(),
+              m.dtrain_version().c_str(), Created(m.created_unix_ms()).c_str());
+  std::printf("step           %lld (optimizer %s, step %lld)\n", static_cast<long long>(m.step()),
+              m.optimizer().c_str(), static_cast<long long>(m.optimizer_step()));
+  std::printf("world size     %d\n", m.world_size());
+  const auto& lr = m.lr_schedule();
+  std::printf("lr schedule    %s base %.6g warmup %lld total %lld min %.6g; next lr %.6g\n", lr.kind().c_str(),
+              lr.base_lr(), static_cast<long long>(lr.warmup_steps()), static_cast<long long>(lr.total_steps()),
+              lr.min_lr(), lr.next_lr());
+  const auto& d = m.data();
+  std::printf(
+      "data           seed %llu shuffle %s epoch %lld, %lld samples into it, %lld consumed, global batch %lld\n",
+      static_cast<unsigned long long>(d.seed()), d.shuffle() ? "true" : "false", static_cast<long long>(d.epoch() + 1),
+      static_cast<long long>(d.samples_in_epoch()), static_cast<long long>(d.samples_consumed()),
+      static_cast<long long>(d.global_batch()));
+  for (const auto& f : m.files()) {
+    std::printf("file           %-20s %12llu bytes  crc32c %08x\n", f.name().c_str(),
+                static_cast<unsigned long long>(f.size()), f.crc32c());
+  }
+  for (const auto& p : m.params()) {
+    std::string shape;
+    for (int64_t s : p.shape()) shape += (shape.empty() ? "" : "x") + std::to_string(s);
+    std::printf("param          %-20s [%s] at %lld\n", p.name().c_str(), shape.c_str(),
+                static_cast<long long>(p.offset()));
+  }
+  std::printf("config:\n%s", m.config_yaml().c_str());
+}
+
+Status Export(const runtime::LoadedCheckpoint& ck, const std::string& out) {
+  const std::string& bytes = ck.files.at("params.bin");  // Load() verified every listed file
+  const int64_t total = static_cast<int64_t>(bytes.size() / sizeof(float));
+  std::vector<runtime::NamedTensor> tensors;
+  for (const auto& p : ck.manifest.params()) {
+    if (p.offset() < 0 || p.numel() < 0 || p.offset() + p.numel() > total) {
+      return Status::DataLoss(ck.dir + ": parameter " + p.name() + " lies outside params.bin");
+    }
+    runtime::NamedTensor t{p.name(), {p.shape().begin(), p.shape().end()}, std::vector<float>(p.numel())};
+    std::memcpy(t.data.data(), bytes.data() + p.offset() * sizeof(float), p.numel() * sizeof(float));
+    tensors.push_back(std::move(t));
+  }
+  DT_RETURN_IF_ERROR(runtime::WriteSafetensors(
+      out, tensors, {{"format", "pt"}, {"producer", "dtrain"}, {"step", std::to_string(ck.manifest.step())}}));
+  std::printf("%s: %zu tensors of %s (step %lld)\n", out.c_str(), tensors.size(), ck.dir.c_str(),
+              static_cast<long long>(ck.manifest.step()));
+  return Status::OK();
+}
+
+}  // namespace
+
+Status RunCkpt(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::fputs(kCkptUsage, stdout);
+    return Status::OK();
+  }
+  CkptArgs a;
+  DT_RETURN_IF_ERROR(Parse(args, &a));
+  std::unique_ptr<runtime::CheckpointManager> m;
+  DT_RETURN_IF_ERROR(runtime::CheckpointManager::Open(a.url, {}, {}, &m));
+  if (a.verb == "list") return List(m.get());
+  if (a.verb == "verify") return Verify(m.get(), a.step);
+  runtime::LoadedCheckpoint ck;
+  DT_RETURN_IF_ERROR(LoadOne(m.get(), a.step, &ck));
+  if (a.verb == "inspect") {
+    Inspect(ck);
+    return Status::OK();
+  }
+  return Export(ck, a.out);
+}
+
+}  // namespace dtrain::launcher

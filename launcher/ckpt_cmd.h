@@ -1,0 +1,22 @@
+#pragma once
+// `dtrain ckpt list|verify|inspect|export`: look into a checkpoint store (runtime/checkpoint.h).
+//
+//   dtrain ckpt list URL                      every step directory: valid or partial, size, `latest`
+//   dtrain ckpt verify URL [--step N]         reads every file and checks sizes and CRC32C; DataLoss
+//                                             (exit 2) naming each bad checkpoint
+//   dtrain ckpt inspect URL [--step N]        the manifest of the newest valid checkpoint (or step N)
+//   dtrain ckpt export URL --out FILE [--step N] [--format safetensors]
+//                                             the parameters as safetensors (PyTorch / Hugging Face)
+// URL: file:///dir, a directory, or s3://bucket/prefix (credentials from AWS_* variables).
+// Output goes to stdout.
+
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+
+namespace dtrain::launcher {
+
+Status RunCkpt(const std::vector<std::string>& args);
+
+}  // namespace dtrain::launcher

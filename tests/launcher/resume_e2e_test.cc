@@ -1,0 +1,176 @@
+// End-to-end tests of checkpoint/resume through the real binary (CPU, Fashion-MNIST CI config):
+// exact resume after a failure through `dtrain launch --max-restarts`, resume at another world size,
+// a worker killed in the middle of a save, and `dtrain ckpt`.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "runtime/core/device_context.h"
+#include "runtime/safetensors.h"
+#include "tests/testing/subprocess.h"
+
+namespace dtrain::testing {
+namespace {
+
+const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
+// 40 steps of a 2 x 64 global batch, a progress line every 10 steps, a checkpoint every 20.
+const std::string kCommon =
+    " --set train.device=cpu --set train.eval=false --set train.log_every=10 --set train.max_steps=40"
+    " --set checkpoint.every_steps=20";
+
+bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
+
+std::vector<std::string> Lines(const std::string& text, const std::string& must_contain) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string line;
+  while (std::getline(ss, line)) {
+    if (line.find(must_contain) != std::string::npos) out.push_back(line);
+  }
+  return out;
+}
+
+// The "loss" field of a metrics line, as written (compared as text: bit-exact runs print the same).
+std::string LossText(const std::string& line) {
+  const auto p = line.find("\"loss\":");
+  return p == std::string::npos ? "" : line.substr(p, line.find(',', p) - p);
+}
+
+// Max |a - b| over all tensors; -1 when the files differ in names or shapes.
+double MaxDiff(const std::string& a_path, const std::string& b_path) {
+  std::vector<runtime::NamedTensor> a, b;
+  if (!runtime::ReadSafetensors(a_path, &a).ok() || !runtime::ReadSafetensors(b_path, &b).ok()) return -1;
+  if (a.size() != b.size() || a.empty()) return -1;
+  double m = 0;
+  for (size_t t = 0; t < a.size(); ++t) {
+    if (a[t].name != b[t].name || a[t].data.size() != b[t].data.size()) return -1;
+    for (size_t i = 0; i < a[t].data.size(); ++i) m = std::max(m, double(std::abs(a[t].data[i] - b[t].data[i])));
+  }
+  return m;
+}
+
+// 2N steps uninterrupted vs. N steps, a failure, a restart by the launcher that resumes, N more: the
+// same parameters bit for bit and the same loss lines (the same samples in the same steps, the same
+// optimizer state and LR). Then the checkpoint of step 20 resumed by ONE rank with twice the batch:
+// the same global batches, so the parameters agree up to float summation order.
+TEST(ResumeE2E, TwoRanksResumeExactlyAfterAFailureAndAtAnotherWorldSize) {
+  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  TempDir dir;
+  const std::string d = dir.path();
+  const std::string launch = DtrainBin() + " launch --nproc-per-node 2 ";
+  ProcessResult full =
+      RunCommand(launch + kCiConfig + kCommon + " --set data.batch_size=64 --set run.dir=" + d + "/full");
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  // Attempt 0 fails at the start of step 30 (after the asynchronous save of step 20); attempt 1 resumes.
+  ProcessResult part = RunCommand("DTRAIN_FAULT=step=30,action=error,attempt=0 " + launch + "--max-restarts 1 " +
+                                  kCiConfig + kCommon + " --set data.batch_size=64 --set run.dir=" + d + "/part");
+  ASSERT_EQ(part.exit_code, 0) << part.output;
+  EXPECT_NE(part.output.find("resumed from " + d + "/part/checkpoints/step-00000020: step 20"), std::string::npos)
+      << part.output;
+  EXPECT_EQ(MaxDiff(d + "/full/final.safetensors", d + "/part/final.safetensors"), 0.0);
+
+  const auto lf = Lines(ReadFile(d + "/full/metrics.jsonl"), "\"kind\":\"train\"");
+  const auto lp = Lines(ReadFile(d + "/part/metrics.jsonl"), "\"kind\":\"train\"");
+  ASSERT_EQ(lf.size(), 4u);
+  ASSERT_EQ(lp.size(), 5u);  // steps 10, 20, 30 (attempt 0), then 30, 40 (attempt 1, from step 20)
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(LossText(lp[i]), LossText(lf[i])) << lp[i];
+  EXPECT_EQ(LossText(lp[3]), LossText(lf[2])) << lp[3];
+  EXPECT_EQ(LossText(lp[4]), LossText(lf[3])) << lp[4];
+  // Each save's training stall went to metrics.
+  EXPECT_EQ(Lines(ReadFile(d + "/full/metrics.jsonl"), "\"kind\":\"checkpoint\"").size(), 2u);
+
+  ProcessResult one = RunCommand(DtrainBin() + " train " + kCiConfig + kCommon +
+                                 " --set data.batch_size=128 --set checkpoint.resume=20 --set checkpoint.url=" + d +
+                                 "/part/checkpoints --set run.dir=" + d + "/one");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("saved by 2 rank(s), now 1"), std::string::npos) << one.output;
+  const double diff = MaxDiff(d + "/full/final.safetensors", d + "/one/final.safetensors");
+  std::printf("2 ranks x 64 resumed as 1 rank x 128: max |w - w_uninterrupted| = %g\n", diff);
+  EXPECT_GE(diff, 0.0);
+  EXPECT_LT(diff, 1e-6);  // measured 1.5e-8: float summation order only
+
+  // A world size whose global batch does not divide the position is refused with the reason.
+  ProcessResult bad = RunCommand(DtrainBin() + " train " + kCiConfig + kCommon +
+                                 " --set data.batch_size=96 --set checkpoint.resume=20 --set checkpoint.url=" + d +
+                                 "/part/checkpoints --set run.dir=" + d + "/bad");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("not a multiple of data.batch_size x world size = 96 x 1 = 96"), std::string::npos)
+      << bad.output;
+}
+
+// kill -9 while the checkpoint of step 20 is being written (its data files are there, its manifest
+// is not): the next run skips it with a warning, resumes from step 10 and ends with the parameters of
+// an uninterrupted run. `dtrain ckpt` reports the partial checkpoint, verifies and exports the rest.
+TEST(ResumeE2E, KillDuringASaveLeavesThePreviousCheckpointUsable) {
+  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  TempDir dir;
+  const std::string d = dir.path();
+  const std::string args = kCiConfig + kCommon + " --set train.max_steps=30 --set checkpoint.every_steps=10";
+  ProcessResult full = RunCommand(DtrainBin() + " train " + args + " --set run.dir=" + d + "/full");
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  ProcessResult killed = RunCommand("DTRAIN_FAULT=step=20,action=kill_in_ckpt " + DtrainBin() + " train " + args +
+                                    " --set run.dir=" + d + "/run");
+  EXPECT_TRUE(killed.signal == 9 || killed.exit_code == 137) << killed.output;
+  const std::string ck = d + "/run/checkpoints";
+  ProcessResult list = RunCommand(DtrainBin() + " ckpt list " + ck);
+  ASSERT_EQ(list.exit_code, 0) << list.output;
+  const auto l10 = Lines(list.output, "step-00000010 "), l20 = Lines(list.output, "step-00000020 ");
+  ASSERT_EQ(l10.size(), 1u) << list.output;
+  ASSERT_EQ(l20.size(), 1u) << list.output;
+  EXPECT_NE(l10[0].find(" complete "), std::string::npos) << list.output;
+  EXPECT_NE(l10[0].find("<- latest"), std::string::npos) << list.output;
+  EXPECT_NE(l20[0].find(" partial "), std::string::npos) << list.output;
+  ProcessResult verify = RunCommand(DtrainBin() + " ckpt verify " + ck);
+  EXPECT_EQ(verify.exit_code, 2) << verify.output;
+  EXPECT_NE(verify.output.find("step-00000020  BAD: step-00000020: no manifest.pb"), std::string::npos)
+      << verify.output;
+
+  ProcessResult resumed = RunCommand(DtrainBin() + " train " + args + " --set run.dir=" + d + "/run");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("step-00000020 skipped: step-00000020: no manifest.pb"), std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("step-00000010: step 10"), std::string::npos) << resumed.output;
+  EXPECT_EQ(MaxDiff(d + "/full/final.safetensors", d + "/run/final.safetensors"), 0.0);
+
+  ProcessResult ok = RunCommand(DtrainBin() + " ckpt verify " + ck);
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_EQ(Lines(ok.output, "  OK").size(), 3u) << ok.output;  // steps 10, 20 (saved again), 30
+  ProcessResult inspect = RunCommand(DtrainBin() + " ckpt inspect " + ck);
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.output;
+  EXPECT_NE(inspect.output.find("step           30 (optimizer adamw, step 30)"), std::string::npos) << inspect.output;
+  EXPECT_NE(inspect.output.find("samples into it, 3840 consumed, global batch 128"), std::string::npos)
+      << inspect.output;
+  ProcessResult exp = RunCommand(DtrainBin() + " ckpt export " + ck + " --out " + d + "/w.safetensors");
+  ASSERT_EQ(exp.exit_code, 0) << exp.output;
+  EXPECT_EQ(MaxDiff(d + "/full/final.safetensors", d + "/w.safetensors"), 0.0);
+}
+
+// The GPU path: the snapshot is a D2H copy into pinned memory on the compute stream, written by the
+// writer thread after an event. A failure after the save of step 20 and a resume end where an
+// uninterrupted CUDA run ends. Tolerance 0: the same kernels on the same inputs in the same order.
+TEST(ResumeE2E, CudaResumeAfterAFailureMatchesAnUninterruptedRun) {
+  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the snapshot path under test is the GPU one";
+  TempDir dir;
+  const std::string d = dir.path();
+  const std::string args = kCiConfig + kCommon + " --set train.device=cuda";
+  ProcessResult full = RunCommand(DtrainBin() + " train " + args + " --set run.dir=" + d + "/full");
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  ProcessResult failed = RunCommand("DTRAIN_FAULT=step=30,action=error " + DtrainBin() + " train " + args +
+                                    " --set run.dir=" + d + "/run");
+  ASSERT_EQ(failed.exit_code, 1) << failed.output;
+  ProcessResult resumed = RunCommand(DtrainBin() + " train " + args + " --set run.dir=" + d + "/run");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("step-00000020: step 20"), std::string::npos) << resumed.output;
+  EXPECT_EQ(MaxDiff(d + "/full/final.safetensors", d + "/run/final.safetensors"), 0.0);
+}
+
+}  // namespace
+}  // namespace dtrain::testing
