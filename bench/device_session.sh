@@ -30,10 +30,23 @@ if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
   # Which GPU tests actually ran (not skipped) — the proof that CUDA code executed.
   ctest --test-dir build-dev -N | grep -ci cuda | sed 's/^/gpu-named tests: /'
   grep -c "Skipped" $OUT/ctest.log | sed 's/^/skipped lines: /'
+  # The multi-rank GPU tests print per case only when run directly: show which ran (not skipped).
+  for t in comm_nccl_communicator_mpi_test runtime_gradient_reducer_mpi_test; do
+    mpirun -np 2 --oversubscribe -x NCCL_NVLS_ENABLE build-dev/tests/$t > $OUT/$t.log 2>&1
+    echo "$t rc=$? ok=$(grep -c '\[       OK' $OUT/$t.log) skipped=$(grep -c '\[  SKIPPED \]' $OUT/$t.log)"
+  done
 fi
 
 CFG=configs/fashion_mnist_mlp.yaml
 $BIN train $CFG --set train.device=cuda --set run.dir=$OUT/gpu_run > $OUT/train_gpu.log 2>&1; echo "gpu train rc=$?"
+grep -h '"kind":"checkpoint"' $OUT/gpu_run/metrics.jsonl | tail -2
+# The exported weights load in PyTorch through the safetensors package, equal to dtrain's checkpoint.
+$BIN ckpt export $OUT/gpu_run/checkpoints --out $OUT/ckpt_export.safetensors --format safetensors > $OUT/ckpt_export.log 2>&1
+python3 -c "
+from safetensors.torch import load_file
+a = load_file('$OUT/gpu_run/final.safetensors'); b = load_file('$OUT/ckpt_export.safetensors')
+print('safetensors in python:', {k: tuple(v.shape) for k, v in a.items()}, 'equal to ckpt export:', all((a[k] == b[k]).all().item() for k in a))
+" 2>&1 | tail -2
 $BIN train $CFG --set train.device=cpu --set train.epochs=1 --set run.dir=$OUT/cpu_run > $OUT/train_cpu.log 2>&1
 echo "cpu train rc=$?"
 if [[ $(nvidia-smi -L | wc -l) -ge 2 ]]; then
