@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "launcher/exit_codes.h"
+#include "launcher/host_probe.h"
 #include "launcher/launch_command.h"
 #include "launcher/launch_options.h"
 #include "launcher/output_router.h"
@@ -171,6 +172,8 @@ int RunLaunch(const std::vector<std::string>& args) {
   }
   st = CheckInPath(cmd.argv[0]);
   if (!st.ok()) return ExitCodeFor(st);
+  st = ProbeSshHosts(cmd.ssh_hosts);
+  if (!st.ok()) return UsageError(st);  // not restartable: a host that cannot be reached
   if (!opts.log_dir.empty()) {
     st = MakeDirs(opts.log_dir);
     if (!st.ok()) return ExitCodeFor(st);

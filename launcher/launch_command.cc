@@ -190,8 +190,13 @@ Status BuildLaunchCommand(const LaunchOptions& opts, const LaunchEnv& env, int r
       return std::find(opts.backend_args.begin(), opts.backend_args.end(), key) != opts.backend_args.end() ||
              FindVar(env, "OMPI_MCA_" + key) != nullptr;
     };
-    if (remote && !user_sets("plm_rsh_agent") && !user_sets("plm_rsh_args")) {
-      argv.insert(argv.end(), {"--mca", "plm_rsh_args", "-o BatchMode=yes -o ConnectTimeout=10"});
+    if (remote && !user_sets("plm_rsh_agent")) {
+      for (const auto& h : out->placement.hosts) {
+        if (h.name != env.hostname) out->ssh_hosts.push_back(h.name);
+      }
+      if (!user_sets("plm_rsh_args")) {
+        argv.insert(argv.end(), {"--mca", "plm_rsh_args", "-o BatchMode=yes -o ConnectTimeout=10"});
+      }
     }
     if (env.is_root) {
       for (const char* name : {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"}) {

@@ -63,6 +63,7 @@ struct LaunchCommand {
   std::vector<std::string> argv;                             // argv[0] is "mpirun" or "srun" (looked up in PATH)
   std::vector<std::pair<std::string, std::string>> env_set;  // set on top of the launcher's environment
   Placement placement;                                       // host names as users see them
+  std::vector<std::string> ssh_hosts;  // remote hosts mpirun reaches with plain ssh (none with a custom agent)
 };
 
 // Builds the command of attempt `restart_count` (exported as DTRAIN_RESTART_COUNT). Reads the
