@@ -87,7 +87,8 @@ class SuperviseTest : public ::testing::Test {
   // Runs RunLaunch in a forked child (its own signal handlers, subreaper flag and output file),
   // calls `poke(child)` once both workers have written their pid files, returns the wait status.
   template <typename Poke>
-  int LaunchInChild(std::vector<std::string> args, Poke poke) {
+  int LaunchInChild(std::vector<std::string> args, Poke poke,
+                    const std::vector<std::string>& ready = {"pid-0", "pid-1"}) {
     args.push_back("cfg.yaml");
     const pid_t child = fork();
     if (child == 0) {
@@ -97,7 +98,7 @@ class SuperviseTest : public ::testing::Test {
       log::Init(-1);  // loggers onto the new stderr
       _exit(RunLaunch(args));
     }
-    EXPECT_TRUE(WaitFor({"pid-0", "pid-1"}, 20)) << Read("launcher.out");
+    EXPECT_TRUE(WaitFor(ready, 20)) << Read("launcher.out");
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // workers reach their wait
     poke(child);
     int status = 0;
@@ -192,9 +193,11 @@ TEST_F(SuperviseTest, UsageErrorOfAWorkerIsNotRestarted) {
 TEST_F(SuperviseTest, SigtermToTheLauncherReachesEveryWorker) {
   WriteWorker(
       "trap 'echo term > \"$d/marker-$r\"; exit 0' TERM\n"
+      "touch \"$d/ready-$r\"\n"
       "sleep 60 &\n"
       "wait\n");
-  const int status = LaunchInChild({"--nproc-per-node", "2"}, [](pid_t child) { kill(child, SIGTERM); });
+  const int status = LaunchInChild({"--nproc-per-node", "2"}, [](pid_t child) { kill(child, SIGTERM); },
+                                   {"ready-0", "ready-1"});
   ASSERT_TRUE(WIFEXITED(status)) << Read("launcher.out");
   EXPECT_EQ(WEXITSTATUS(status), ExitCodeForSignal(SIGTERM)) << Read("launcher.out");
   EXPECT_EQ(Read("marker-0"), "term\n");
@@ -206,10 +209,11 @@ TEST_F(SuperviseTest, SigtermToTheLauncherReachesEveryWorker) {
 TEST_F(SuperviseTest, Sigusr1IsForwardedAndPreemptionExits75) {
   WriteWorker(
       "trap 'echo usr1 > \"$d/marker-$r\"; exit 75' USR1\n"
+      "touch \"$d/ready-$r\"\n"
       "sleep 60 &\n"
       "wait\n");
-  const int status =
-      LaunchInChild({"--nproc-per-node", "2", "--max-restarts", "2"}, [](pid_t child) { kill(child, SIGUSR1); });
+  const int status = LaunchInChild({"--nproc-per-node", "2", "--max-restarts", "2"},
+                                   [](pid_t child) { kill(child, SIGUSR1); }, {"ready-0", "ready-1"});
   ASSERT_TRUE(WIFEXITED(status)) << Read("launcher.out");
   EXPECT_EQ(WEXITSTATUS(status), kExitPreempted) << Read("launcher.out");
   EXPECT_EQ(Read("marker-0"), "usr1\n");
