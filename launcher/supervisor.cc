@@ -283,6 +283,16 @@ Status RunAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* 
         kill(child.pid, SIGUSR1);
         const int local = SignalSession(child.pid, SIGUSR1);
         DT_LOG_WARN(kLauncher, "SIGUSR1: forwarded to every rank (mpirun, and directly to {} local processes)", local);
+      } else if (result->stop_signal == 0 && sig == SIGTERM) {
+        // SIGTERM is how schedulers and spot shutdowns stop a job: give the ranks the grace period
+        // to checkpoint and exit 75 themselves (local ranks get SIGTERM directly, remote ones
+        // SIGUSR1 through mpirun), then stop the job (step 4).
+        result->stop_signal = sig;
+        const int local = SignalSession(child.pid, SIGTERM);
+        kill(child.pid, SIGUSR1);
+        DT_LOG_WARN(kLauncher, "SIGTERM: every rank may checkpoint and exit ({} local processes signalled); "
+                    "the job is stopped if it still runs in {} s", local, grace_seconds);
+        arm();
       } else if (result->stop_signal == 0) {
         DT_LOG_WARN(kLauncher, "{}: stopping the job", SignalName(sig));
         result->stop_signal = sig;

@@ -12,7 +12,10 @@
 //       Ubuntu 24.04 was seen not to), AND directly to every local process of mpirun's session, so
 //       local ranks get it either way (remote ranks depend on mpirun/srun forwarding). No grace
 //       timer: the job keeps running so ranks can checkpoint and exit 75 themselves.
-//     SIGINT, SIGTERM -> SIGTERM to mpirun, which stops the job: SIGTERM to every rank, SIGKILL
+//     SIGTERM -> SIGTERM directly to the local ranks and SIGUSR1 through mpirun to all (the ranks
+//       checkpoint and exit 75); if the job still runs after the grace period, step 4 stops it.
+//       The launcher then returns 75 when the root-cause rank exited 75, else 128+15.
+//     SIGINT -> SIGTERM to mpirun, which stops the job: SIGTERM to every rank, SIGKILL
 //       about a second later (odls_base_sigkill_timeout); the ranks' exit codes are lost on this
 //       path (mpirun exits 1), so the launcher returns 128+signal. A second SIGINT/SIGTERM skips
 //       to the SIGKILL of step 4. For checkpoint-then-exit, send SIGUSR1.

@@ -1,4 +1,4 @@
-// Preemption end to end: SIGUSR1 to `dtrain launch` (2 CPU ranks) or SIGTERM to a worker -> the ranks agree at a
+// Preemption end to end: SIGUSR1 or SIGTERM to `dtrain launch` (2 CPU ranks), or SIGTERM to a worker -> the ranks agree at a
 // step boundary, rank 0 saves a checkpoint of that step, every rank exits 75, the launcher passes 75
 // through; the same command again resumes from that checkpoint.
 
@@ -79,8 +79,6 @@ TEST(PreemptE2E, SignalsCheckpointAndExit75ThenTheSameCommandResumes) {
 
   // 2. SIGTERM (spot reclaim, scancel; Slurm signals every task directly) to a worker started by hand:
   //    it resumes from that checkpoint at world size 1 with the same global batch, is preempted later.
-  //    (SIGTERM to `dtrain launch` is not covered: the launcher then stops mpirun, which does not report
-  //    the ranks' codes, so it exits 143 although the ranks saved and exited 75.)
   std::remove(metrics.c_str());
   const std::string one =
       DtrainBin() + " train" + cmd.substr(cmd.find(" launch --nproc-per-node 2") + 26) + " --set data.batch_size=128";
@@ -91,10 +89,19 @@ TEST(PreemptE2E, SignalsCheckpointAndExit75ThenTheSameCommandResumes) {
   const int64_t s2 = PreemptedStep(b);
   EXPECT_GT(s2, s1) << b;
 
-  // 3. And finishes: 5 more steps.
-  ProcessResult done = RunCommand(cmd + " --set train.max_steps=" + std::to_string(s2 + 5));
+  // 3. SIGTERM to `dtrain launch` (a scheduler stopping the job): the launcher lets the ranks
+  //    checkpoint within the grace period and passes their 75 through.
+  std::remove(metrics.c_str());
+  ASSERT_EQ(RunAndSignal(cmd, d + "/c.log", metrics, SIGTERM), 75) << ReadFile(d + "/c.log");
+  const std::string c = ReadFile(d + "/c.log");
+  EXPECT_NE(c.find(": step " + std::to_string(s2) + ","), std::string::npos) << c;
+  const int64_t s3 = PreemptedStep(c);
+  EXPECT_GT(s3, s2) << c;
+
+  // 4. And finishes: 5 more steps.
+  ProcessResult done = RunCommand(cmd + " --set train.max_steps=" + std::to_string(s3 + 5));
   ASSERT_EQ(done.exit_code, 0) << done.output;
-  EXPECT_NE(done.output.find(": step " + std::to_string(s2) + ","), std::string::npos) << done.output;
+  EXPECT_NE(done.output.find(": step " + std::to_string(s3) + ","), std::string::npos) << done.output;
 }
 
 }  // namespace

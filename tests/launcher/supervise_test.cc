@@ -220,6 +220,23 @@ TEST_F(SuperviseTest, Sigusr1IsForwardedAndPreemptionExits75) {
   EXPECT_EQ(Read("marker-1"), "usr1\n");
 }
 
+// SIGTERM to the launcher (a scheduler or spot shutdown) lets ranks checkpoint and exit 75; the
+// launcher passes 75 through instead of 143.
+TEST_F(SuperviseTest, SigtermLetsRanksExitPreempted) {
+  WriteWorker(
+      "trap 'echo term > \"$d/marker-$r\"; exit 75' TERM\n"
+      "trap '' USR1\n"
+      "touch \"$d/ready-$r\"\n"
+      "sleep 60 &\n"
+      "wait\n");
+  const int status = LaunchInChild({"--nproc-per-node", "2", "--max-restarts", "2"},
+                                   [](pid_t child) { kill(child, SIGTERM); }, {"ready-0", "ready-1"});
+  ASSERT_TRUE(WIFEXITED(status)) << Read("launcher.out");
+  EXPECT_EQ(WEXITSTATUS(status), kExitPreempted) << Read("launcher.out");
+  EXPECT_EQ(Read("marker-0"), "term\n");
+  EXPECT_EQ(Read("marker-1"), "term\n");
+}
+
 // A process manager that reports a failure and then hangs (ignoring SIGTERM) is SIGKILLed with its
 // whole process group after 2 x --grace-seconds; nothing it started survives.
 TEST_F(SuperviseTest, HungProcessManagerIsKilledAfterGrace) {
