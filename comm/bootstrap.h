@@ -23,8 +23,9 @@ namespace dtrain::comm {
 class MpiSession {
  public:
   // Initialises MPI (thread level MPI_THREAD_MULTIPLE, so that the collective watchdog's thread can
-  // track which ranks arrived while the main thread is blocked in a collective) and sets MPI_ERRORS_RETURN on MPI_COMM_WORLD. If MPI is already initialised (by a test
-  // harness, say) the session adopts it and will not finalize it. argc/argv may be null.
+  // track which ranks arrived while the main thread is blocked in a collective) and sets MPI_ERRORS_RETURN on
+  // MPI_COMM_WORLD. If MPI is already initialised (by a test harness, say) the session adopts it and will not finalize
+  // it. argc/argv may be null.
   static Status Init(int* argc, char*** argv, std::unique_ptr<MpiSession>* out);
   // MPI_Finalize when this session initialised MPI (unless SkipFinalize() was called).
   ~MpiSession();

@@ -77,7 +77,8 @@ Status CheckGemm(int gpu, double* rel_err, double* tflops) {
 }  // namespace
 
 Status RunDoctor(const std::vector<std::string>& args) {
-  if (!args.empty()) return Status::InvalidArgument("doctor: unexpected argument '" + args[0] + "' (usage: dtrain doctor)");
+  if (!args.empty())
+    return Status::InvalidArgument("doctor: unexpected argument '" + args[0] + "' (usage: dtrain doctor)");
   std::printf("dtrain doctor\n");
   bool broken = false;
 #if DT_HAVE_MPI
@@ -104,11 +105,12 @@ Status RunDoctor(const std::vector<std::string>& args) {
   cublasGetProperty(PATCH_LEVEL, &cublas_patch);
   Line("cuBLAS", std::to_string(cublas_ver) + "." + std::to_string(cublas_minor) + "." + std::to_string(cublas_patch));
   const size_t cudnn = cudnnGetVersion();
-  Line("cuDNN", std::to_string(cudnn / 10000) + "." + std::to_string(cudnn % 10000 / 100) + "." +
-                    std::to_string(cudnn % 100));
+  Line("cuDNN",
+       std::to_string(cudnn / 10000) + "." + std::to_string(cudnn % 10000 / 100) + "." + std::to_string(cudnn % 100));
   int nccl = 0;
   ncclGetVersion(&nccl);
-  Line("NCCL", std::to_string(nccl / 10000) + "." + std::to_string(nccl % 10000 / 100) + "." + std::to_string(nccl % 100));
+  Line("NCCL",
+       std::to_string(nccl / 10000) + "." + std::to_string(nccl % 10000 / 100) + "." + std::to_string(nccl % 100));
   if (driver != 0 && driver < runtime) {
     Line("compatibility", "BROKEN: driver supports CUDA " + VersionString(driver, 1000, 10) + " < runtime " +
                               VersionString(runtime, 1000, 10) + " (upgrade the NVIDIA driver)");

@@ -87,8 +87,9 @@ void ReportFailure(const RankExit& cause, const OutputRouter& router, const Laun
     msg = cmd.argv[0] + " failed with exit code " + std::to_string(cause.exit_code) + " and named no rank";
   }
   if (router.daemons_failed()) {
-    msg += ": it could not start workers on every host (see its lines above): check that each host of "
-           "--hosts/--hostfile resolves, is reachable by ssh without a password prompt, and has dtrain at the same path";
+    msg +=
+        ": it could not start workers on every host (see its lines above): check that each host of "
+        "--hosts/--hostfile resolves, is reachable by ssh without a password prompt, and has dtrain at the same path";
   }
   msg += " (attempt " + std::to_string(attempt + 1) + " of " + std::to_string(attempts) + ")";
   if (cause.rank >= 0) {

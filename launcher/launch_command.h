@@ -40,9 +40,9 @@ namespace dtrain::launcher {
 struct LaunchEnv {
   int gpu_count = 0;
   bool is_root = false;
-  bool in_slurm = false;   // SLURM_JOB_ID is set
-  std::string hostname;    // short name of this host
-  std::string worker_bin;  // DTRAIN_WORKER_BIN, else /proc/self/exe
+  bool in_slurm = false;                                  // SLURM_JOB_ID is set
+  std::string hostname;                                   // short name of this host
+  std::string worker_bin;                                 // DTRAIN_WORKER_BIN, else /proc/self/exe
   std::vector<std::pair<std::string, std::string>> vars;  // the launcher's environment
 };
 

@@ -20,7 +20,8 @@ constexpr const char* kUsage =
     "usage: dtrain <command> [args]\n"
     "\n"
     "commands:\n"
-    "  launch [options] CONFIG [--set k=v ...]  start one worker per GPU (or CPU rank) across nodes and supervise them\n"
+    "  launch [options] CONFIG [--set k=v ...]  start one worker per GPU (or CPU rank) across nodes and supervise "
+    "them\n"
     "  train CONFIG [--set k=v ...]            run one worker (what `launch` starts; also under mpirun/srun)\n"
     "  doctor                                  check driver, CUDA, cuBLAS, cuDNN, NCCL, MPI and the GPUs\n"
     "  bench allreduce [options]               all-reduce bandwidth, nccl-tests style (under mpirun -np N)\n"
@@ -33,12 +34,16 @@ constexpr const char* kUsage =
 int ExitCodeFor(const dtrain::Status& st) {
   using Code = dtrain::Status::Code;
   switch (st.code()) {
-    case Code::kOk: return 0;
+    case Code::kOk:
+      return 0;
     case Code::kInvalidArgument:
     case Code::kNotFound:
-    case Code::kDataLoss: return dtrain::launcher::kExitUsage;  // bad input: a restart would not fix it
-    case Code::kPreempted: return dtrain::launcher::kExitPreempted;
-    default: return dtrain::launcher::kExitFailure;
+    case Code::kDataLoss:
+      return dtrain::launcher::kExitUsage;  // bad input: a restart would not fix it
+    case Code::kPreempted:
+      return dtrain::launcher::kExitPreempted;
+    default:
+      return dtrain::launcher::kExitFailure;
   }
 }
 

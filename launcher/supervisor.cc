@@ -290,8 +290,10 @@ Status RunAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* 
         result->stop_signal = sig;
         const int local = SignalSession(child.pid, SIGTERM);
         kill(child.pid, SIGUSR1);
-        DT_LOG_WARN(kLauncher, "SIGTERM: every rank may checkpoint and exit ({} local processes signalled); "
-                    "the job is stopped if it still runs in {} s", local, grace_seconds);
+        DT_LOG_WARN(kLauncher,
+                    "SIGTERM: every rank may checkpoint and exit ({} local processes signalled); "
+                    "the job is stopped if it still runs in {} s",
+                    local, grace_seconds);
         arm();
       } else if (result->stop_signal == 0) {
         DT_LOG_WARN(kLauncher, "{}: stopping the job", SignalName(sig));

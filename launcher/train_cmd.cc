@@ -102,7 +102,8 @@ Status RunWorker(const std::string& config_path, const std::vector<std::string>&
   }
 
   std::unique_ptr<runtime::Trainer> trainer;
-  DT_RETURN_IF_ERROR(runtime::Trainer::Create(cfg, *ctx, grad_comm, host_comm.get(), env.rank, env.world_size, &trainer));
+  DT_RETURN_IF_ERROR(
+      runtime::Trainer::Create(cfg, *ctx, grad_comm, host_comm.get(), env.rank, env.world_size, &trainer));
   trainer->set_watchdog(watchdog.get());
   runtime::TrainSummary s;
   const Status st = trainer->Run(&s);

@@ -107,7 +107,8 @@ Status Mlp::Forward(const Tensor& inputs, const Tensor& targets) {
     DT_RETURN_IF_ERROR(ops::Matmul(ctx_, a_[l], false, w_[l], true, &z_[l]));
     DT_RETURN_IF_ERROR(ops::BiasAdd(ctx_, b_[l], &z_[l]));
     if (l + 1 < layers) {
-      DT_RETURN_IF_ERROR(opts_.gelu ? ops::GeluForward(ctx_, z_[l], &a_[l + 1]) : ops::ReluForward(ctx_, z_[l], &a_[l + 1]));
+      DT_RETURN_IF_ERROR(opts_.gelu ? ops::GeluForward(ctx_, z_[l], &a_[l + 1])
+                                    : ops::ReluForward(ctx_, z_[l], &a_[l + 1]));
     }
   }
   // Fused softmax cross-entropy: per-example losses and d(mean loss)/d(logits) in one pass.

@@ -48,8 +48,8 @@ class Mlp final : public Model {
   Tensor params_, grads_;
   std::vector<Tensor> w_, b_, dw_, db_;  // views into params_/grads_
   int64_t batch_ = -1;
-  std::vector<Tensor> a_;  // a_[l]: input of layer l ([B, fan_in]); a_[0] is the caller's inputs
-  std::vector<Tensor> z_;  // z_[l]: pre-activation output of layer l; z_.back() = logits
+  std::vector<Tensor> a_;   // a_[l]: input of layer l ([B, fan_in]); a_[0] is the caller's inputs
+  std::vector<Tensor> z_;   // z_[l]: pre-activation output of layer l; z_.back() = logits
   std::vector<Tensor> dz_;  // gradient w.r.t. z_[l]; dz_.back() = dlogits, set by Forward
   std::vector<Tensor> da_;  // gradient w.r.t. a_[l], l >= 1
   Tensor losses_;

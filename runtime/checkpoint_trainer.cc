@@ -47,6 +47,8 @@ Status Trainer::SetupCheckpoint() {
   so.endpoint = ck.s3_endpoint();
   so.region = ck.s3_region();
   so.path_style = ck.s3_path_style();
+  so.multipart_threshold = static_cast<uint64_t>(ck.s3_multipart_threshold_mb()) << 20;
+  so.part_size = static_cast<uint64_t>(ck.s3_part_size_mb()) << 20;
   DT_RETURN_IF_ERROR(CheckpointManager::Open(url, so, o, &ckpt_));
   Preemption::InstallHandlers();
   if (rank_ == 0) writer_ = std::make_unique<CheckpointWriter>();

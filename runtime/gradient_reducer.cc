@@ -1,7 +1,6 @@
 #include "runtime/gradient_reducer.h"
 
 #include <chrono>
-
 #include <string>
 
 #include "comm/bf16.h"

@@ -106,8 +106,8 @@ Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>&
     }
     DT_CHECK_ARG(numel == static_cast<int64_t>(nt.data.size()), "tensor '" << nt.name << "' shape does not match data");
     const uint64_t end = offset + nt.data.size() * sizeof(float);
-    header += (t ? "," : "") + JsonQuote(nt.name) + ":{\"dtype\":\"F32\",\"shape\":[" + shape +
-              "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(end) + "]}";
+    header += (t ? "," : "") + JsonQuote(nt.name) + ":{\"dtype\":\"F32\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+              std::to_string(offset) + "," + std::to_string(end) + "]}";
     offset = end;
   }
   header += "}";
@@ -191,7 +191,8 @@ Status ReadSafetensors(const std::string& path, std::vector<NamedTensor>* tensor
         }
       } while (js.Eat(','));
       if (!js.Eat('}')) return bad;
-      if (dtype != "F32") return Status::InvalidArgument(path + ": tensor '" + name + "' has dtype " + dtype + ", want F32");
+      if (dtype != "F32")
+        return Status::InvalidArgument(path + ": tensor '" + name + "' has dtype " + dtype + ", want F32");
       int64_t numel = 1;
       for (int64_t d : nt.shape) {
         if (d < 0 || d > (int64_t{1} << 40) || (d > 0 && numel > (int64_t{1} << 40) / d)) return bad;

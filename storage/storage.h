@@ -25,18 +25,18 @@
 namespace dtrain::storage {
 
 struct ObjectInfo {
-  std::string key;   // relative to the store's root/prefix
+  std::string key;  // relative to the store's root/prefix
   uint64_t size = 0;
 };
 
 // Options that the config or the environment supply (S3 reads AWS_* env vars when these are empty).
 struct StorageOptions {
-  std::string endpoint;        // e.g. http://127.0.0.1:7480; empty = AWS default for the region
-  std::string region;          // empty = AWS_REGION / AWS_DEFAULT_REGION / us-east-1
-  std::string access_key;      // empty = AWS_ACCESS_KEY_ID
-  std::string secret_key;      // empty = AWS_SECRET_ACCESS_KEY
-  std::string session_token;   // empty = AWS_SESSION_TOKEN
-  bool path_style = true;      // false = virtual-host addressing (bucket.endpoint)
+  std::string endpoint;                        // e.g. http://127.0.0.1:7480; empty = AWS default for the region
+  std::string region;                          // empty = AWS_REGION / AWS_DEFAULT_REGION / us-east-1
+  std::string access_key;                      // empty = AWS_ACCESS_KEY_ID
+  std::string secret_key;                      // empty = AWS_SECRET_ACCESS_KEY
+  std::string session_token;                   // empty = AWS_SESSION_TOKEN
+  bool path_style = true;                      // false = virtual-host addressing (bucket.endpoint)
   uint64_t multipart_threshold = 64ull << 20;  // objects at least this big use multipart upload
   uint64_t part_size = 16ull << 20;            // >= 5 MiB (S3's minimum part size)
   int parallel_parts = 4;                      // parts in flight

@@ -29,7 +29,8 @@ Status RunUnary(DeviceContext& ctx, const UnaryOp& op, const Tensor& x, Tensor* 
   DT_CHECK_ARG(y != nullptr, op.name << ": output is null");
   DT_RETURN_IF_ERROR(CheckSame(ctx, op.name, x, x, *y));
   if (ctx.is_cuda()) {
-    if (op.cuda_f32 == nullptr) return Status::Unavailable(std::string(op.name) + ": CUDA tensor in a build without CUDA");
+    if (op.cuda_f32 == nullptr)
+      return Status::Unavailable(std::string(op.name) + ": CUDA tensor in a build without CUDA");
     return op.cuda_f32(y->data<float>(), x.data<float>(), x.numel(), ctx.stream());
   }
   if (x.dtype() == DType::kF32) {
@@ -44,7 +45,8 @@ Status RunBinary(DeviceContext& ctx, const BinaryOp& op, const Tensor& a, const 
   DT_CHECK_ARG(out != nullptr, op.name << ": output is null");
   DT_RETURN_IF_ERROR(CheckSame(ctx, op.name, a, b, *out));
   if (ctx.is_cuda()) {
-    if (op.cuda_f32 == nullptr) return Status::Unavailable(std::string(op.name) + ": CUDA tensor in a build without CUDA");
+    if (op.cuda_f32 == nullptr)
+      return Status::Unavailable(std::string(op.name) + ": CUDA tensor in a build without CUDA");
     return op.cuda_f32(out->data<float>(), a.data<float>(), b.data<float>(), a.numel(), ctx.stream());
   }
   if (a.dtype() == DType::kF32) {

@@ -45,10 +45,10 @@ class CpuAllocator final : public Allocator {
 };
 
 struct AllocatorStats {
-  int64_t device_mallocs = 0;    // cudaMalloc calls so far
-  int64_t bytes_in_use = 0;      // handed out and not freed
+  int64_t device_mallocs = 0;  // cudaMalloc calls so far
+  int64_t bytes_in_use = 0;    // handed out and not freed
   int64_t peak_bytes_in_use = 0;
-  int64_t bytes_reserved = 0;    // in use + cached
+  int64_t bytes_reserved = 0;  // in use + cached
 };
 
 class CudaCachingAllocator final : public Allocator {
@@ -74,7 +74,7 @@ class CudaCachingAllocator final : public Allocator {
 
   int device_;
   mutable std::mutex mu_;
-  std::multimap<size_t, void*> free_blocks_;      // rounded size -> block
+  std::multimap<size_t, void*> free_blocks_;       // rounded size -> block
   std::unordered_map<void*, size_t> live_blocks_;  // block -> rounded size
   AllocatorStats stats_;
 };

@@ -14,31 +14,31 @@ namespace dtrain::detail {
 const char* CublasStatusString(cublasStatus_t s);
 }  // namespace dtrain::detail
 
-#define DT_CUDA_CHECK(expr)                                                                              \
-  do {                                                                                                   \
-    cudaError_t _dt_e = (expr);                                                                          \
-    if (_dt_e != cudaSuccess) {                                                                          \
+#define DT_CUDA_CHECK(expr)                                                                                  \
+  do {                                                                                                       \
+    cudaError_t _dt_e = (expr);                                                                              \
+    if (_dt_e != cudaSuccess) {                                                                              \
       return ::dtrain::Status::Internal(::dtrain::detail::Where(__FILE__, __LINE__) + ": " #expr ": CUDA " + \
-                                        cudaGetErrorName(_dt_e) + ": " + cudaGetErrorString(_dt_e));     \
-    }                                                                                                    \
+                                        cudaGetErrorName(_dt_e) + ": " + cudaGetErrorString(_dt_e));         \
+    }                                                                                                        \
   } while (0)
 
-#define DT_CUBLAS_CHECK(expr)                                                                     \
-  do {                                                                                            \
-    cublasStatus_t _dt_s = (expr);                                                                \
-    if (_dt_s != CUBLAS_STATUS_SUCCESS) {                                                         \
+#define DT_CUBLAS_CHECK(expr)                                                                                  \
+  do {                                                                                                         \
+    cublasStatus_t _dt_s = (expr);                                                                             \
+    if (_dt_s != CUBLAS_STATUS_SUCCESS) {                                                                      \
       return ::dtrain::Status::Internal(::dtrain::detail::Where(__FILE__, __LINE__) + ": " #expr ": cuBLAS " + \
-                                        ::dtrain::detail::CublasStatusString(_dt_s));             \
-    }                                                                                             \
+                                        ::dtrain::detail::CublasStatusString(_dt_s));                          \
+    }                                                                                                          \
   } while (0)
 
-#define DT_CUDNN_CHECK(expr)                                                                      \
-  do {                                                                                            \
-    cudnnStatus_t _dt_s = (expr);                                                                 \
-    if (_dt_s != CUDNN_STATUS_SUCCESS) {                                                          \
+#define DT_CUDNN_CHECK(expr)                                                                                  \
+  do {                                                                                                        \
+    cudnnStatus_t _dt_s = (expr);                                                                             \
+    if (_dt_s != CUDNN_STATUS_SUCCESS) {                                                                      \
       return ::dtrain::Status::Internal(::dtrain::detail::Where(__FILE__, __LINE__) + ": " #expr ": cuDNN " + \
-                                        cudnnGetErrorString(_dt_s));                              \
-    }                                                                                             \
+                                        cudnnGetErrorString(_dt_s));                                          \
+    }                                                                                                         \
   } while (0)
 
 // After every kernel launch: catches bad launch configurations immediately.

@@ -31,7 +31,7 @@ class DeviceContext {
   DeviceType type() const { return type_; }
   bool is_cuda() const { return type_ == DeviceType::kCUDA; }
   int device_index() const { return device_index_; }
-  cudaStream_t stream() const;            // nullptr on the CPU
+  cudaStream_t stream() const;                             // nullptr on the CPU
   const BlasHandles* blas() const { return blas_.get(); }  // nullptr on the CPU
 
   Allocator* allocator() { return is_cuda() ? static_cast<Allocator*>(device_alloc_.get()) : &host_alloc_; }

@@ -1,13 +1,12 @@
 #include "runtime/core/logging.h"
 
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <sstream>
-
-#include <spdlog/sinks/stdout_color_sinks.h>
 
 namespace dtrain::log {
 namespace {

@@ -8,9 +8,9 @@
 // Pattern: "12:00:01.123 host:rank comm I  file.cc:42] message". Thread-safe (spdlog's mt sinks).
 // Log through the DT_LOG_* macros so that file:line is kept and trace compiles out in release.
 
-#include <string>
-
 #include <spdlog/spdlog.h>
+
+#include <string>
 
 namespace dtrain::log {
 

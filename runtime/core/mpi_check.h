@@ -18,11 +18,11 @@ inline std::string MpiErrorString(int code) {
 }
 }  // namespace dtrain::detail
 
-#define DT_MPI_CHECK(expr)                                                                          \
-  do {                                                                                              \
-    int _dt_rc = (expr);                                                                            \
-    if (_dt_rc != MPI_SUCCESS) {                                                                    \
+#define DT_MPI_CHECK(expr)                                                                                  \
+  do {                                                                                                      \
+    int _dt_rc = (expr);                                                                                    \
+    if (_dt_rc != MPI_SUCCESS) {                                                                            \
       return ::dtrain::Status::Internal(::dtrain::detail::Where(__FILE__, __LINE__) + ": " #expr ": MPI " + \
-                                        ::dtrain::detail::MpiErrorString(_dt_rc));                  \
-    }                                                                                               \
+                                        ::dtrain::detail::MpiErrorString(_dt_rc));                          \
+    }                                                                                                       \
   } while (0)

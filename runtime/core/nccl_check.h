@@ -6,11 +6,11 @@
 
 #include "runtime/core/check.h"
 
-#define DT_NCCL_CHECK(expr)                                                                            \
-  do {                                                                                                 \
-    ncclResult_t _dt_r = (expr);                                                                       \
-    if (_dt_r != ncclSuccess && _dt_r != ncclInProgress) {                                             \
+#define DT_NCCL_CHECK(expr)                                                                                  \
+  do {                                                                                                       \
+    ncclResult_t _dt_r = (expr);                                                                             \
+    if (_dt_r != ncclSuccess && _dt_r != ncclInProgress) {                                                   \
       return ::dtrain::Status::Internal(::dtrain::detail::Where(__FILE__, __LINE__) + ": " #expr ": NCCL " + \
                                         ncclGetErrorString(_dt_r) + " (" + ncclGetLastError(nullptr) + ")"); \
-    }                                                                                                  \
+    }                                                                                                        \
   } while (0)

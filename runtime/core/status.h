@@ -20,11 +20,11 @@ class [[nodiscard]] Status {
     kIoError,          // read/write/network failure
     kDataLoss,         // truncated or corrupt file, checksum mismatch
     kFailedPrecondition,
-    kUnavailable,      // device or peer not available (no GPU, rank gone)
-    kInternal,         // a library (CUDA, cuBLAS, cuDNN, NCCL, MPI) reported an error
-    kAborted,          // a collective or job was aborted
+    kUnavailable,  // device or peer not available (no GPU, rank gone)
+    kInternal,     // a library (CUDA, cuBLAS, cuDNN, NCCL, MPI) reported an error
+    kAborted,      // a collective or job was aborted
     kUnimplemented,
-    kPreempted,        // a preemption signal was handled; a checkpoint was saved
+    kPreempted,  // a preemption signal was handled; a checkpoint was saved
   };
 
   Status() = default;

@@ -59,8 +59,7 @@ Status Tensor::Reshape(const std::vector<int64_t>& shape, Tensor* out) const {
 }
 
 Status Tensor::CopyFrom(const Tensor& src, cudaStream_t stream) {
-  DT_CHECK_ARG(src.dtype_ == dtype_ && src.numel_ == numel_,
-               "copy from " << src.ToString() << " into " << ToString());
+  DT_CHECK_ARG(src.dtype_ == dtype_ && src.numel_ == numel_, "copy from " << src.ToString() << " into " << ToString());
   if (nbytes() == 0) return Status::OK();
   if (device_ == DeviceType::kCPU && src.device_ == DeviceType::kCPU) {
     std::memcpy(data_, src.data_, nbytes());

@@ -41,7 +41,9 @@ class Tensor {
   bool defined() const { return data_ != nullptr; }
   void* data() const { return data_; }
   template <typename T>
-  T* data() const { return static_cast<T*>(data_); }
+  T* data() const {
+    return static_cast<T*>(data_);
+  }
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
   int ndim() const { return static_cast<int>(shape_.size()); }

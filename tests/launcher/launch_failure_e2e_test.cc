@@ -2,6 +2,7 @@
 // a worker killed by SIGKILL, an error inside one worker, and bad launch inputs.
 
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,8 +12,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "tests/testing/subprocess.h"
 
@@ -66,8 +65,8 @@ TEST(LaunchFailureE2E, KillNineOfOneWorkerIsReportedWithin10sAndNothingRemains) 
   const std::string run = dir.path() + "/run";
   // In the background: the launcher's output and exit code go to files.
   const std::string cmd = "(" + DtrainBin() + " launch --nproc-per-node 2 " + kConfig +
-                          " --set train.device=cpu --set train.log_every=20 --set run.dir=" + run + " > " +
-                          dir.path() + "/out 2>&1; echo $? > " + dir.path() + "/rc) &";
+                          " --set train.device=cpu --set train.log_every=20 --set run.dir=" + run + " > " + dir.path() +
+                          "/out 2>&1; echo $? > " + dir.path() + "/rc) &";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   // Training is under way once rank 0 has written a progress line.
   ASSERT_TRUE(WaitUntil([&] { return ReadFile(run + "/metrics.jsonl").find("\"step\":20") != std::string::npos; }, 60))
@@ -92,8 +91,9 @@ TEST(LaunchFailureE2E, ErrorInsideOneWorkerReachesTheConsoleWithItsRank) {
   if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
   TempDir dir;
   const std::string run = dir.path() + "/run";
-  ProcessResult r = RunCommand("DTRAIN_FAULT=rank=1,step=3,action=error " + DtrainBin() +
-                               " launch --nproc-per-node 2 " + kConfig + " --set train.device=cpu --set run.dir=" + run);
+  ProcessResult r =
+      RunCommand("DTRAIN_FAULT=rank=1,step=3,action=error " + DtrainBin() + " launch --nproc-per-node 2 " + kConfig +
+                 " --set train.device=cpu --set run.dir=" + run);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("injected fault"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 1"), std::string::npos) << r.output;
@@ -128,8 +128,8 @@ TEST(LaunchFailureE2E, UnreachableOrUnknownHostFailsFastNamingIt) {
   for (const std::string host : {"10.255.255.1", "no-such-host.invalid"}) {
     SCOPED_TRACE(host);
     const auto start = Clock::now();
-    ProcessResult r = RunCommand("timeout 60 " + DtrainBin() + " launch --hosts " + host + ":1,localhost:1 " +
-                                 kConfig + " --set train.device=cpu");
+    ProcessResult r = RunCommand("timeout 60 " + DtrainBin() + " launch --hosts " + host + ":1,localhost:1 " + kConfig +
+                                 " --set train.device=cpu");
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_LT(seconds, 15.0) << r.output;

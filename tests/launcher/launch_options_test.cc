@@ -1,7 +1,6 @@
 #include "launcher/launch_options.h"
 
 #include <gtest/gtest.h>
-
 #include <stdlib.h>
 
 #include <string>

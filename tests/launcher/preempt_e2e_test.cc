@@ -1,6 +1,6 @@
-// Preemption end to end: SIGUSR1 or SIGTERM to `dtrain launch` (2 CPU ranks), or SIGTERM to a worker -> the ranks agree at a
-// step boundary, rank 0 saves a checkpoint of that step, every rank exits 75, the launcher passes 75
-// through; the same command again resumes from that checkpoint.
+// Preemption end to end: SIGUSR1 or SIGTERM to `dtrain launch` (2 CPU ranks), or SIGTERM to a worker -> the ranks agree
+// at a step boundary, rank 0 saves a checkpoint of that step, every rank exits 75, the launcher passes 75 through; the
+// same command again resumes from that checkpoint.
 
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -193,11 +193,12 @@ TEST_F(SuperviseTest, UsageErrorOfAWorkerIsNotRestarted) {
 TEST_F(SuperviseTest, SigtermToTheLauncherReachesEveryWorker) {
   WriteWorker(
       "trap 'echo term > \"$d/marker-$r\"; exit 0' TERM\n"
+      "trap '' USR1\n"  // the launcher also sends SIGUSR1 (through mpirun); dtrain treats both alike
       "touch \"$d/ready-$r\"\n"
       "sleep 60 &\n"
       "wait\n");
-  const int status = LaunchInChild({"--nproc-per-node", "2"}, [](pid_t child) { kill(child, SIGTERM); },
-                                   {"ready-0", "ready-1"});
+  const int status =
+      LaunchInChild({"--nproc-per-node", "2"}, [](pid_t child) { kill(child, SIGTERM); }, {"ready-0", "ready-1"});
   ASSERT_TRUE(WIFEXITED(status)) << Read("launcher.out");
   EXPECT_EQ(WEXITSTATUS(status), ExitCodeForSignal(SIGTERM)) << Read("launcher.out");
   EXPECT_EQ(Read("marker-0"), "term\n");

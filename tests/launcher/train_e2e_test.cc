@@ -1,14 +1,14 @@
 // End-to-end tests of the `dtrain` binary as a user runs it: real processes, real Fashion-MNIST
 // (Debian's dataset-fashion-mnist), real mpirun for the multi-rank case.
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "runtime/safetensors.h"
 #include "tests/testing/subprocess.h"
@@ -43,8 +43,8 @@ std::vector<std::string> Lines(const std::string& text, const std::string& must_
 TEST(TrainE2E, FashionMnistMlpReaches85PercentOnCpuWithin3Epochs) {
   if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
   TempDir dir;
-  ProcessResult r = RunCommand(DtrainBin() + " train " + kConfig + " --set train.device=cpu --set run.dir=" +
-                               dir.path() + "/run");
+  ProcessResult r =
+      RunCommand(DtrainBin() + " train " + kConfig + " --set train.device=cpu --set run.dir=" + dir.path() + "/run");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string metrics = ReadFile(dir.path() + "/run/metrics.jsonl");
   const auto evals = Lines(metrics, "\"kind\":\"eval\"");
@@ -59,9 +59,9 @@ TEST(TrainE2E, FashionMnistMlpReaches85PercentOnCpuWithin3Epochs) {
 
 struct BadInputCase {
   std::string name;
-  std::string args;         // after `dtrain`
+  std::string args;  // after `dtrain`
   int exit_code;
-  std::string must_name;    // the culprit, named in the error
+  std::string must_name;  // the culprit, named in the error
 };
 
 // Every bad input gives a one-line "dtrain: error:" naming the culprit and a non-zero exit, never a crash.
@@ -113,9 +113,9 @@ TEST_P(LaunchEquivalence, NRanksEndWithTheParametersOfOneRankWithNTimesTheBatch)
   ProcessResult one = RunCommand(DtrainBin() + " train " + kCiConfig + common + " --set data.batch_size=64" +
                                  " --set run.dir=" + dir.path() + "/one");
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  ProcessResult many = RunCommand(DtrainBin() + " launch --nproc-per-node " + std::to_string(n) + " " + kCiConfig +
-                                  common + " --set data.batch_size=" + std::to_string(64 / n) + " --set run.dir=" +
-                                  dir.path() + "/many");
+  ProcessResult many =
+      RunCommand(DtrainBin() + " launch --nproc-per-node " + std::to_string(n) + " " + kCiConfig + common +
+                 " --set data.batch_size=" + std::to_string(64 / n) + " --set run.dir=" + dir.path() + "/many");
   ASSERT_EQ(many.exit_code, 0) << many.output;
 
   std::vector<runtime::NamedTensor> a, b;

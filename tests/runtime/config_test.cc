@@ -117,7 +117,8 @@ TEST(ConfigTest, UnknownKeysListTheKnownOnes) {
             "x.yaml:4: unknown key 'optim.lrr' (known keys of 'optim': name, lr, momentum, nesterov, beta1, beta2, "
             "eps, weight_decay, grad_clip)");
   EXPECT_EQ(ErrorOf("modle:\n  kind: mlp\n"),
-            "x.yaml:1: unknown key 'modle' (known top-level keys: model, data, optim, schedule, train, run, dist, checkpoint)");
+            "x.yaml:1: unknown key 'modle' (known top-level keys: model, data, optim, schedule, train, run, dist, "
+            "checkpoint)");
 }
 
 TEST(ConfigTest, WrongTypesAreRejectedWithTheKey) {

@@ -12,8 +12,8 @@ namespace {
 TEST(Safetensors, RoundTripsNamesShapesAndValues) {
   testing::TempDir dir;
   const std::string path = dir.path() + "/w.safetensors";
-  std::vector<NamedTensor> in = {{"fc0.weight", {2, 3}, {1, 2, 3, 4, 5, 6}}, {"fc0.bias", {2}, {-0.5f, 0.25f}},
-                                 {"empty", {0}, {}}};
+  std::vector<NamedTensor> in = {
+      {"fc0.weight", {2, 3}, {1, 2, 3, 4, 5, 6}}, {"fc0.bias", {2}, {-0.5f, 0.25f}}, {"empty", {0}, {}}};
   ASSERT_TRUE(WriteSafetensors(path, in, {{"format", "pt"}}).ok());
   std::vector<NamedTensor> out;
   const Status st = ReadSafetensors(path, &out);
@@ -40,10 +40,10 @@ TEST(Safetensors, CorruptFilesAreDataLossNamingThePath) {
   const std::string good = testing::ReadFile(path);
   std::vector<NamedTensor> out;
   const std::vector<std::string> bad = {
-      good.substr(0, good.size() - 3),                       // truncated data
-      good.substr(0, 5),                                     // truncated length
+      good.substr(0, good.size() - 3),                                      // truncated data
+      good.substr(0, 5),                                                    // truncated length
       std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + good.substr(8),  // absurd header length
-      good.substr(0, 8) + std::string(good.size() - 8, '{'),  // garbage header
+      good.substr(0, 8) + std::string(good.size() - 8, '{'),                // garbage header
   };
   for (const auto& b : bad) {
     testing::WriteFile(path, b);
