@@ -28,11 +28,13 @@ constexpr const char* kUsage =
     "  --backend auto|mpirun|srun       process manager (auto: srun when SLURM_JOB_ID is set and no\n"
     "                                   hosts are given, else mpirun)\n"
     "  --mpirun-arg X                   pass X to mpirun (or srun); repeatable\n"
+    "  --resume auto|never|STEP         where workers resume from (= --set checkpoint.resume=...;\n"
+    "                                   default auto: the newest valid checkpoint)\n"
     "  --dry-run                        print the command that would run and exit\n"
     "  --help                           this text\n"
     "\n"
-    "Console: rank 0's output plus WARN/ERROR lines of every rank. SIGUSR1 is forwarded to every\n"
-    "rank (checkpoint and exit 75); SIGINT/SIGTERM stop the job.\n";
+    "Console: rank 0's output plus WARN/ERROR lines of every rank. SIGUSR1 and SIGTERM reach every\n"
+    "rank (checkpoint and exit 75; SIGTERM stops the job after the grace period); SIGINT stops it.\n";
 
 bool ParseNonNegativeInt(const std::string& text, int* out) {
   if (text == "0") {
@@ -91,7 +93,7 @@ Status ParseLaunchArgs(const std::vector<std::string>& args, LaunchOptions* out)
     }
     static const char* const kValued[] = {"--nproc-per-node", "--nnodes",  "--hosts",         "--hostfile",
                                           "--max-restarts",   "--log-dir", "--grace-seconds", "--backend",
-                                          "--mpirun-arg",     "--set"};
+                                          "--mpirun-arg",     "--set",     "--resume"};
     bool known = false;
     for (const char* k : kValued) known = known || flag == k;
     if (!known) return Status::InvalidArgument("unknown flag '" + flag + "' (see `dtrain launch --help`)");
@@ -133,6 +135,9 @@ Status ParseLaunchArgs(const std::vector<std::string>& args, LaunchOptions* out)
         return BadValue(flag, value, "auto|mpirun|srun");
     } else if (flag == "--mpirun-arg") {
       out->backend_args.push_back(value);
+    } else if (flag == "--resume") {  // shorthand for --set checkpoint.resume=VALUE (auto|never|STEP)
+      if (value.empty()) return BadValue(flag, value, "auto|never|a step number");
+      out->sets.push_back("checkpoint.resume=" + value);
     } else {  // --set
       const auto eq = value.find('=');
       if (eq == std::string::npos || eq == 0) return BadValue(flag, value, "key=value");

@@ -13,6 +13,7 @@
 #include "runtime/core/device_context.h"
 #include "runtime/core/logging.h"
 #include "runtime/dist_env.h"
+#include "runtime/spot_watcher.h"
 #include "runtime/trainer.h"
 
 namespace dtrain::launcher {
@@ -21,7 +22,8 @@ namespace {
 constexpr const char* kTrainUsage =
     "usage: dtrain train CONFIG [--set key=value ...]\n"
     "  CONFIG             a YAML config (configs/*.yaml)\n"
-    "  --set key=value    override a config key, e.g. --set optim.lr=0.01 --set model.mlp.hidden=[512,256]\n";
+    "  --set key=value    override a config key, e.g. --set optim.lr=0.01 --set model.mlp.hidden=[512,256]\n"
+    "  --resume auto|never|STEP   where to resume from (= --set checkpoint.resume=...; default auto)\n";
 
 Status ParseArgs(const std::vector<std::string>& args, std::string* config, std::vector<std::string>* overrides) {
   for (size_t i = 0; i < args.size(); ++i) {
@@ -34,6 +36,9 @@ Status ParseArgs(const std::vector<std::string>& args, std::string* config, std:
       overrides->push_back(args[++i]);
     } else if (a.rfind("--set=", 0) == 0) {
       overrides->push_back(a.substr(6));
+    } else if (a == "--resume") {  // shorthand for --set checkpoint.resume=VALUE
+      if (i + 1 == args.size()) return Status::InvalidArgument("--resume needs a value: auto|never|STEP");
+      overrides->push_back("checkpoint.resume=" + args[++i]);
     } else if (a.rfind("-", 0) == 0) {
       return Status::InvalidArgument("train: unknown flag '" + a + "'\n" + kTrainUsage);
     } else if (config->empty()) {
@@ -105,6 +110,12 @@ Status RunWorker(const std::string& config_path, const std::vector<std::string>&
   DT_RETURN_IF_ERROR(
       runtime::Trainer::Create(cfg, *ctx, grad_comm, host_comm.get(), env.rank, env.world_size, &trainer));
   trainer->set_watchdog(watchdog.get());
+  // Rank 0 only: the ranks agree on the preemption flag at every step boundary (trainer.h).
+  std::unique_ptr<runtime::SpotWatcher> spot;
+  if (env.rank == 0 && cfg.checkpoint().enabled() && !cfg.checkpoint().spot_notice_url().empty()) {
+    DT_RETURN_IF_ERROR(runtime::SpotWatcher::Create(
+        {cfg.checkpoint().spot_notice_url(), cfg.checkpoint().spot_poll_s()}, &spot));
+  }
   runtime::TrainSummary s;
   const Status st = trainer->Run(&s);
   if (st.code() == Status::Code::kPreempted) {

@@ -49,6 +49,13 @@ TEST(LaunchOptionsTest, ParsesEveryFlag) {
   EXPECT_TRUE(o.dry_run);
 }
 
+TEST(LaunchOptionsTest, ResumeIsShorthandForTheCheckpointResumeKey) {
+  LaunchOptions o;
+  ASSERT_TRUE(ParseLaunchArgs({"cfg.yaml", "--resume", "never", "--set", "a.b=1", "--resume=120"}, &o).ok());
+  EXPECT_EQ(o.sets, (std::vector<std::string>{"checkpoint.resume=never", "a.b=1", "checkpoint.resume=120"}));
+  EXPECT_FALSE(ParseLaunchArgs({"cfg.yaml", "--resume"}, &o).ok());
+}
+
 TEST(LaunchOptionsTest, DefaultsMatchTheDocumentation) {
   LaunchOptions o;
   ASSERT_TRUE(ParseLaunchArgs({"c.yaml"}, &o).ok());
