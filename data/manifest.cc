@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "data/shard_format.h"
 #include "runtime/core/check.h"
 
 namespace dtrain::data {
@@ -75,12 +76,21 @@ Status ValidateManifest(const std::string& path, const proto::DatasetManifest& m
   } else if (s.dims_size() != 1 || s.dims(0) < 2) {
     return bad("token records need dims [L] with L >= 2");
   }
+  // Every size below is bounded before anyone allocates or downloads by it: a shard of N records of R
+  // bytes is exactly 32 + N * (16 + R) bytes (data/shard_format.h).
+  const uint64_t per_record = shard::kEntryBytes + RecordBytes(s);
   uint64_t total = 0;
   for (const auto& sh : m.shards()) {
     if (sh.file().empty() || sh.file().find('/') != std::string::npos || sh.file() == "." || sh.file() == "..") {
       return bad("shard file name '" + sh.file() + "' is not a plain file name");
     }
-    total += sh.num_samples();
+    const uint64_t n = sh.num_samples();
+    if (n > (uint64_t{1} << 62) / per_record || sh.bytes() != shard::kHeaderBytes + n * per_record) {
+      return bad("shard '" + sh.file() + "': " + std::to_string(n) + " records of " + std::to_string(RecordBytes(s)) +
+                 " bytes cannot make the " + std::to_string(sh.bytes()) + " bytes the manifest says");
+    }
+    total += n;
+    if (total < n) return bad("the shards' sample counts overflow 64 bits");
   }
   if (total != m.total_samples()) {
     return bad("total_samples " + std::to_string(m.total_samples()) + " != sum over shards " + std::to_string(total));

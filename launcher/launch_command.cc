@@ -161,8 +161,13 @@ Status BuildLaunchCommand(const LaunchOptions& opts, const LaunchEnv& env, int r
     argv = {"srun", "--mpi=pmix", "--label", "--unbuffered", "--kill-on-bad-exit=1"};
     if (opts.nnodes > 0) argv.push_back("--nodes=" + std::to_string(opts.nnodes));
     if (opts.nproc_given) {
+      // srun ignores --ntasks-per-node (with a warning) when it disagrees with the allocation's task
+      // count, e.g. --nproc-per-node 2 in `sbatch -n4`: the total must be given too.
+      int nodes = opts.nnodes;
+      const std::string* alloc_nodes = FindVar(env, "SLURM_JOB_NUM_NODES");
+      if (nodes == 0 && alloc_nodes != nullptr && !ParsePositiveInt(*alloc_nodes, &nodes)) nodes = 0;
       argv.push_back("--ntasks-per-node=" + std::to_string(nproc));
-      if (opts.nnodes > 0) argv.push_back("--ntasks=" + std::to_string(opts.nnodes * nproc));
+      if (nodes > 0) argv.push_back("--ntasks=" + std::to_string(nodes * nproc));
     }
   } else {
     argv = {"mpirun", "-np", std::to_string(out->placement.world_size())};

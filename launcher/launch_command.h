@@ -19,7 +19,9 @@
 // srun (Slurm; when SLURM_JOB_ID is set under --backend auto):
 //   srun --mpi=pmix --label --unbuffered --kill-on-bad-exit=1 [--nodes=N] [--ntasks-per-node=N]
 //        [--mpirun-arg ...] WORKER train CONFIG [--set ...]
-//   Counts not given on the command line come from the allocation; srun exports the whole
+//   Counts not given on the command line come from the allocation; with --nproc-per-node,
+//   --ntasks is its product with --nnodes or else the allocation's SLURM_JOB_NUM_NODES (srun ignores
+//   a --ntasks-per-node that disagrees with the allocation's task count). srun exports the whole
 //   environment, so no -x list is needed.
 // Environment added for the workers (printed by --dry-run in front of the command): MASTER_ADDR
 // (first host; the local host under srun; kept when already set), MASTER_PORT (kept or 29500),

@@ -19,6 +19,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/core/device_context.h"
@@ -26,6 +27,10 @@
 #include "runtime/core/tensor.h"
 
 namespace dtrain::models {
+
+// Arithmetic of a model's forward/backward. Parameters, gradients and optimizer state stay f32 (the
+// "master" copy) in every mode; kBf16/kFp16 run activations and GEMM inputs in 16 bits (CUDA only).
+enum class Precision { kFp32, kBf16, kFp16 };
 
 struct ParamInfo {
   std::string name;            // "fc1.weight"
@@ -55,6 +60,13 @@ class Model {
   virtual const Tensor& logits() const = 0;
 
   virtual Status Backward(float loss_scale, const GradReadyFn& on_ready) = 0;
+
+  // Training (the default) or evaluation mode. Only models with mode-dependent layers (batch norm:
+  // batch statistics vs running statistics) care; the trainer sets false around evaluation.
+  virtual void set_training(bool training) {}
+  // Named state that is not a parameter but belongs in checkpoints (batch-norm running mean/var),
+  // on the model's device, updated by Forward in training mode. Empty for models without any.
+  virtual std::vector<std::pair<std::string, Tensor*>> buffers() { return {}; }
 };
 
 }  // namespace dtrain::models

@@ -1,8 +1,11 @@
 #include "runtime/checkpoint.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
+#include <climits>
 #include <cstdio>
+#include <iterator>
 #include <set>
 
 #include "data/crc32c.h"
@@ -22,7 +25,43 @@ std::string Hex(uint32_t v) {
   return buf;
 }
 
+constexpr const char* kPhaseNames[] = {"snapshot", "data", "before_manifest", "manifest", "latest", "retention"};
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Every parameter slice must lie inside params.bin (sized by its manifest entry; the file itself is
+// checked against that entry), so tools can copy slices out without further checks.
+Status CheckParamSlices(const std::string& dir, const proto::CheckpointManifest& m) {
+  int64_t numel = 0;
+  for (const proto::CheckpointFile& f : m.files()) {
+    if (f.name() == "params.bin") numel = static_cast<int64_t>(std::min<uint64_t>(f.size() / 4, INT64_MAX));
+  }
+  for (const proto::ParamSlice& p : m.params()) {
+    if (p.offset() < 0 || p.numel() < 0 || p.offset() > numel - p.numel()) {
+      return Status::DataLoss(dir + "/" + kManifest + ": parameter '" + p.name() + "' (offset " +
+                              std::to_string(p.offset()) + ", " + std::to_string(p.numel()) +
+                              " values) lies outside params.bin (" + std::to_string(numel) + " values)");
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
+
+const char* CheckpointPhaseName(CheckpointPhase phase) { return kPhaseNames[static_cast<int>(phase)]; }
+
+bool ParseCheckpointPhase(const std::string& name, CheckpointPhase* out) {
+  for (int i = 0; i < static_cast<int>(std::size(kPhaseNames)); ++i) {
+    if (name == kPhaseNames[i]) {
+      *out = static_cast<CheckpointPhase>(i);
+      return true;
+    }
+  }
+  return false;
+}
 
 Status CheckpointManager::Open(const std::string& url, const storage::StorageOptions& storage_opts,
                                const CheckpointOptions& opts, std::unique_ptr<CheckpointManager>* out) {
@@ -54,9 +93,12 @@ bool CheckpointManager::ParseStepDir(const std::string& dir, int64_t* step) {
 }
 
 Status CheckpointManager::Save(proto::CheckpointManifest manifest, const std::vector<CheckpointBlob>& blobs) {
-  const std::string dir = StepDir(manifest.step());
+  const int64_t step = manifest.step();
+  const std::string dir = StepDir(step);
   manifest.clear_files();
+  if (manifest.created_unix_ms() <= 0) manifest.set_created_unix_ms(NowUnixMs());  // Load requires it
   std::set<std::string> names;
+  DT_RETURN_IF_ERROR(AtPhase(CheckpointPhase::kSnapshot, step));
   for (const CheckpointBlob& b : blobs) {
     if (b.name == kManifest || !names.insert(b.name).second) {
       return Status::InvalidArgument("checkpoint file name '" + b.name + "' is reserved or used twice");
@@ -68,15 +110,22 @@ Status CheckpointManager::Save(proto::CheckpointManifest manifest, const std::ve
     f->set_crc32c(::dtrain::data::Crc32c(b.data, b.size));
     f->set_dtype("f32");
     f->set_numel(b.numel);
+    if (manifest.files_size() == 1) DT_RETURN_IF_ERROR(AtPhase(CheckpointPhase::kData, step));
   }
-  if (opts_.before_manifest) DT_RETURN_IF_ERROR(opts_.before_manifest(manifest.step()));
+  DT_RETURN_IF_ERROR(AtPhase(CheckpointPhase::kBeforeManifest, step));
   std::string bytes;
   if (!manifest.SerializeToString(&bytes)) return Status::Internal("cannot serialize the checkpoint manifest");
   // The manifest makes the checkpoint exist; `latest` moves only once it is durable (Put is atomic+fsynced).
   DT_RETURN_IF_ERROR(store_->Put(dir + "/" + kManifest, bytes.data(), bytes.size()));
+  DT_RETURN_IF_ERROR(AtPhase(CheckpointPhase::kManifest, step));
   const std::string latest = dir + "\n";
   DT_RETURN_IF_ERROR(store_->Put(kLatest, latest.data(), latest.size()));
-  return ApplyRetention();
+  DT_RETURN_IF_ERROR(AtPhase(CheckpointPhase::kLatest, step));
+  return Retain(step).WithContext(dir + " is complete, but retention failed");
+}
+
+Status CheckpointManager::AtPhase(CheckpointPhase phase, int64_t step) const {
+  return opts_.at_phase ? opts_.at_phase(phase, step) : Status::OK();
 }
 
 Status CheckpointManager::List(std::vector<CheckpointEntry>* out) {
@@ -110,10 +159,23 @@ Status CheckpointManager::Load(int64_t step, LoadedCheckpoint* out) {
   }
   DT_RETURN_IF_ERROR(st);
   proto::CheckpointManifest m;
-  if (!m.ParseFromString(bytes)) return Status::DataLoss(dir + "/" + kManifest + ": does not parse");
+  if (!m.ParseFromString(bytes)) {
+    return Status::DataLoss(dir + "/" + kManifest + ": does not parse (" + std::to_string(bytes.size()) +
+                            " bytes: truncated or corrupt)");
+  }
+  if (m.created_unix_ms() <= 0) {  // the last field: a cut at a field boundary parses, but without it
+    return Status::DataLoss(dir + "/" + kManifest + ": incomplete (" + std::to_string(bytes.size()) +
+                            " bytes, no created_unix_ms, the last field): truncated");
+  }
   if (m.step() != step) {
     return Status::DataLoss(dir + "/" + kManifest + ": says step " + std::to_string(m.step()));
   }
+  for (const proto::CheckpointFile& f : m.files()) {
+    if (f.name().empty() || f.name().find('/') != std::string::npos || f.name() == "." || f.name() == "..") {
+      return Status::DataLoss(dir + "/" + kManifest + ": file name '" + f.name() + "' is not a plain file name");
+    }
+  }
+  DT_RETURN_IF_ERROR(CheckParamSlices(dir, m));
   for (const proto::CheckpointFile& f : m.files()) {
     const std::string key = dir + "/" + f.name();
     std::string data;
@@ -151,18 +213,21 @@ Status CheckpointManager::LoadLatest(LoadedCheckpoint* out, std::vector<std::str
                           (entries.empty() ? "" : " (" + std::to_string(entries.size()) + " skipped)"));
 }
 
-Status CheckpointManager::DeleteDir(const CheckpointEntry& e) {
+Status CheckpointManager::DeleteDir(const CheckpointEntry& e, int64_t step) {
   std::vector<storage::ObjectInfo> objects;
   DT_RETURN_IF_ERROR(store_->List(e.dir + "/", &objects));
   // The manifest goes first: from then on the directory is a partial one, never a torn checkpoint.
   DT_RETURN_IF_ERROR(store_->Delete(e.dir + "/" + kManifest));
+  if (step >= 0) DT_RETURN_IF_ERROR(AtPhase(CheckpointPhase::kRetention, step));
   for (const storage::ObjectInfo& o : objects) {
     if (o.key != e.dir + "/" + kManifest) DT_RETURN_IF_ERROR(store_->Delete(o.key));
   }
   return Status::OK();
 }
 
-Status CheckpointManager::ApplyRetention() {
+Status CheckpointManager::ApplyRetention() { return Retain(-1); }
+
+Status CheckpointManager::Retain(int64_t step) {
   std::vector<CheckpointEntry> entries;
   DT_RETURN_IF_ERROR(List(&entries));
   std::vector<int64_t> valid;
@@ -178,7 +243,7 @@ Status CheckpointManager::ApplyRetention() {
   for (const CheckpointEntry& e : entries) {
     if (keep.count(e.step) != 0 || (!e.has_manifest && e.step > newest)) continue;
     DT_LOG_DEBUG(kRuntime, "retention: deleting {}/{}{}", url(), e.dir, e.has_manifest ? "" : " (partial)");
-    DT_RETURN_IF_ERROR(DeleteDir(e));
+    DT_RETURN_IF_ERROR(DeleteDir(e, step));
   }
   return Status::OK();
 }

@@ -9,9 +9,11 @@
 //                                   CRC32C, optimizer step, LR schedule, data-loader position, config
 //   latest                          "step-00000123\n", the newest saved checkpoint
 // Save order: every data file, then manifest.pb, then `latest`, each a Storage::Put (atomic). A
-// directory without a manifest that parses and whose files match their sizes and CRC32C is not a
-// checkpoint: loads skip it (with a warning naming why) and retention deletes it once a newer valid
-// checkpoint exists. `latest` is informational (tools, humans); loads never trust it blindly.
+// directory without a manifest that parses, is complete (its last field, created_unix_ms, is set:
+// Save fills it in when 0, so a manifest cut short is caught even where the cut leaves valid protobuf)
+// and whose files match their sizes and CRC32C is not a checkpoint: loads skip it (with a warning naming why) and
+// retention deletes it once a newer valid checkpoint exists. `latest` is informational (tools, humans); loads never
+// trust it blindly.
 //
 // Retention (after each Save): keep the newest keep_last checkpoints plus every one whose step is a
 // multiple of keep_every (> 0); delete the other checkpoints and every partial directory older than
@@ -42,11 +44,24 @@ struct CheckpointBlob {
   int64_t numel = 0;  // f32 elements
 };
 
+// The points of a Save, in order, where the phase hook runs (fault injection: docs/faults.md).
+enum class CheckpointPhase {
+  kSnapshot,        // the state is in host memory, nothing of the step written yet
+  kData,            // the first data file is written, the others are not
+  kBeforeManifest,  // every data file is written, the manifest is not
+  kManifest,        // the manifest is written (the checkpoint exists), `latest` is not updated
+  kLatest,          // `latest` is updated, retention has not run
+  kRetention,       // retention deleted the manifest of an old checkpoint, not yet its data files
+};
+const char* CheckpointPhaseName(CheckpointPhase phase);  // "snapshot", "data", "before_manifest", ...
+// Parses a CheckpointPhaseName; false for anything else.
+bool ParseCheckpointPhase(const std::string& name, CheckpointPhase* out);
+
 struct CheckpointOptions {
   int64_t keep_last = 3;   // >= 1
   int64_t keep_every = 0;  // 0 = off
-  // Test hook (fault injection): runs after the data files, before the manifest, with the step.
-  std::function<Status(int64_t step)> before_manifest;
+  // Test hook (fault injection): runs at each phase of Save(step); an error ends the Save.
+  std::function<Status(CheckpointPhase phase, int64_t step)> at_phase;
 };
 
 // One step directory found in the store.
@@ -91,7 +106,10 @@ class CheckpointManager {
   const std::string& url() const { return store_->url(); }
 
  private:
-  Status DeleteDir(const CheckpointEntry& e);
+  // Retention after the save of `step` (-1: not inside a save, no phase hook).
+  Status Retain(int64_t step);
+  Status DeleteDir(const CheckpointEntry& e, int64_t step);
+  Status AtPhase(CheckpointPhase phase, int64_t step) const;
 
   std::unique_ptr<storage::Storage> store_;
   CheckpointOptions opts_;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "runtime/config.h"
 #include "runtime/core/check.h"
@@ -25,6 +26,11 @@ double NowS() {
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
 }
 
+double WallSeconds() {
+  using Clock = std::chrono::system_clock;
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
 bool IsStepNumber(const std::string& s) {
   return !s.empty() && s.size() <= 18 && s.find_first_not_of("0123456789") == std::string::npos;
 }
@@ -42,7 +48,7 @@ Status Trainer::SetupCheckpoint() {
   CheckpointOptions o;
   o.keep_last = ck.keep_last();
   o.keep_every = ck.keep_every();
-  o.before_manifest = [this](int64_t step) { return fault_.AtCheckpointWrite(rank_, step); };
+  o.at_phase = [this](CheckpointPhase phase, int64_t step) { return fault_.AtCheckpointWrite(rank_, step, phase); };
   storage::StorageOptions so;
   so.endpoint = ck.s3_endpoint();
   so.region = ck.s3_region();
@@ -79,7 +85,7 @@ Status Trainer::SetupCheckpoint() {
     DT_LOG_INFO(kRuntime,
                 "resumed from {}/{}: step {}, epoch {}, {} samples into the epoch (saved by {} rank(s), now {}); "
                 "DTRAIN_RESTART_COUNT={}",
-                url, loaded.dir, start_step_, start_epoch_ + 1, loaded.manifest.data().samples_in_epoch(),
+                url, loaded.dir, start_step_, loaded.manifest.data().epoch() + 1, loaded.manifest.data().samples_in_epoch(),
                 loaded.manifest.world_size(), world_, restart != nullptr ? restart : "unset");
   }
   return Status::OK();
@@ -100,26 +106,33 @@ Status Trainer::Restore(const LoadedCheckpoint& ck) {
     return dst->CopyFrom(host, ctx_.stream());
   };
   DT_RETURN_IF_ERROR(copy_in("params.bin", &model_->params()));
-  if (m.optimizer() != optimizer_->options().name) {
+  if (m.optimizer() != optim_options().name) {
     return Status::InvalidArgument(ck.dir + " was saved with optimizer '" + m.optimizer() + "', the config says '" +
-                                   optimizer_->options().name + "'");
+                                   optim_options().name + "'");
   }
-  for (auto& [name, tensor] : optimizer_->state()) DT_RETURN_IF_ERROR(copy_in(name + ".bin", tensor));
+  if (zero1_) {
+    // The files hold the full state (whoever saved it); this rank keeps its slices.
+    std::map<std::string, Tensor> full;
+    for (const char* name : {"exp_avg", "exp_avg_sq", "momentum_buffer"}) {
+      const auto it = ck.files.find(std::string(name) + ".bin");
+      if (it == ck.files.end()) continue;
+      full[name] = Tensor::Wrap(const_cast<char*>(it->second.data()),
+                                {static_cast<int64_t>(it->second.size() / sizeof(float))}, DType::kF32,
+                                DeviceType::kCPU);
+    }
+    DT_RETURN_IF_ERROR(zero1_->LoadState(full).WithContext(ck.dir));
+    zero1_->set_step(m.optimizer_step());
+  } else {
+    for (auto& [name, tensor] : optimizer_->state()) DT_RETURN_IF_ERROR(copy_in(name + ".bin", tensor));
+    optimizer_->set_step(m.optimizer_step());
+  }
+  for (auto& [name, tensor] : model_->buffers()) DT_RETURN_IF_ERROR(copy_in("buffer." + name + ".bin", tensor));
   DT_RETURN_IF_ERROR(ctx_.Synchronize());  // the host bytes in `ck` go away after this
-  optimizer_->set_step(m.optimizer_step());
 
-  // The data position is global: samples consumed in the epoch, resumed at a global-batch boundary.
+  // The data position is global (seed, epoch, samples consumed in the epoch): the sampler continues
+  // with exactly the samples not yet consumed, also at another world size or batch size.
   const auto& d = m.data();
-  const int64_t batch = cfg_.data().batch_size(), per_batch = batch * world_;
-  if (d.samples_in_epoch() % per_batch != 0) {
-    return Status::InvalidArgument(
-        ck.dir + " stopped " + std::to_string(d.samples_in_epoch()) + " samples into epoch " +
-        std::to_string(d.epoch() + 1) + ", not a multiple of data.batch_size x world size = " + std::to_string(batch) +
-        " x " + std::to_string(world_) + " = " + std::to_string(per_batch) +
-        ": pick a batch size and world size whose product divides it (the saved run used a global batch of " +
-        std::to_string(d.global_batch()) + ")");
-  }
-  const int64_t global_batch = batch * cfg_.train().grad_accum_steps() * world_;
+  const int64_t global_batch = cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_;
   if (rank_ == 0 && d.global_batch() != global_batch) {
     DT_LOG_WARN(kRuntime, "{}: global batch was {}, now {}: steps group samples differently than the saved run", ck.dir,
                 d.global_batch(), global_batch);
@@ -128,19 +141,30 @@ Status Trainer::Restore(const LoadedCheckpoint& ck) {
     DT_LOG_WARN(kRuntime, "{}: saved with train.seed={} data.shuffle={}, now {} {}: the sample order differs", ck.dir,
                 d.seed(), d.shuffle(), cfg_.train().seed(), cfg_.data().shuffle());
   }
-  start_step_ = m.step();
-  start_epoch_ = d.epoch();
-  start_cursor_ = d.samples_in_epoch() / per_batch;
+  if (train_loader_) {
+    if (d.samples_in_epoch() > train_samples_) {
+      return Status::InvalidArgument(ck.dir + " stopped " + std::to_string(d.samples_in_epoch()) +
+                                     " samples into an epoch, but the training data has only " +
+                                     std::to_string(train_samples_) + " samples: another dataset?");
+    }
+    DT_RETURN_IF_ERROR(train_loader_->Restore({cfg_.train().seed(), d.epoch(), d.samples_in_epoch()}));
+  }
+  start_step_ = last_step_ = m.step();
   return Status::OK();
 }
 
-proto::CheckpointManifest Trainer::BuildManifest(int64_t step, int64_t epoch, int64_t cursor) const {
+proto::CheckpointManifest Trainer::BuildManifest(int64_t step, const data::SamplerState& pos) const {
   proto::CheckpointManifest m;
   m.set_format_version(1);
   m.set_step(step);
   m.set_world_size(world_);
-  m.set_optimizer(optimizer_->options().name);
-  m.set_optimizer_step(optimizer_->step());
+  m.set_optimizer(optim_options().name);
+  m.set_optimizer_step(optim_step());
+  proto::ShardingState* sh = m.mutable_sharding();
+  sh->set_zero1(zero1_ != nullptr);
+  sh->set_world_size(zero1_ ? world_ : 1);
+  sh->set_num_buckets(zero1_ ? static_cast<int32_t>(zero1_->buckets().size()) : 0);
+  sh->set_shard_numel(zero1_ ? zero1_->shard_numel() : 0);
   proto::LrScheduleState* lr = m.mutable_lr_schedule();
   lr->set_kind(cfg_.schedule().kind());
   lr->set_base_lr(schedule_->base_lr());
@@ -148,13 +172,12 @@ proto::CheckpointManifest Trainer::BuildManifest(int64_t step, int64_t epoch, in
   lr->set_total_steps(schedule_->total_steps());
   lr->set_min_lr(schedule_->min_lr());
   lr->set_next_lr(schedule_->LrAt(step));
-  const int64_t batch = cfg_.data().batch_size();
   proto::DataLoaderState* d = m.mutable_data();
-  d->set_seed(cfg_.train().seed());
+  d->set_seed(pos.seed);
   d->set_shuffle(cfg_.data().shuffle());
-  d->set_epoch(epoch);
-  d->set_samples_in_epoch(cursor * batch * world_);
-  d->set_global_batch(batch * cfg_.train().grad_accum_steps() * world_);
+  d->set_epoch(pos.epoch);
+  d->set_samples_in_epoch(pos.consumed);
+  d->set_global_batch(cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_);
   d->set_samples_consumed(step * d->global_batch());
   for (const models::ParamInfo& p : model_->param_infos()) {
     proto::ParamSlice* s = m.add_params();
@@ -171,7 +194,10 @@ proto::CheckpointManifest Trainer::BuildManifest(int64_t step, int64_t epoch, in
   return m;
 }
 
-Status Trainer::SaveCheckpoint(int64_t step, int64_t epoch, int64_t cursor, bool sync) {
+Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool sync) {
+  // ZeRO-1: every rank takes part in gathering the full optimizer state (a collective), rank 0 saves it.
+  // (Kept in a member until the next save: the snapshot's D2H copies read it asynchronously.)
+  if (zero1_) DT_RETURN_IF_ERROR(zero1_->GatherState(&gathered_state_));
   if (rank_ != 0) return Status::OK();  // params and optimizer state are replicated: rank 0 writes
   DT_NVTX_RANGE("checkpoint_snapshot");
   const double t0 = NowS();
@@ -180,7 +206,12 @@ Status Trainer::SaveCheckpoint(int64_t step, int64_t epoch, int64_t cursor, bool
   Status prev = writer_->Wait(&waited);
   if (!prev.ok()) return prev.WithContext("the previous checkpoint save failed");
   std::vector<std::pair<std::string, Tensor*>> sources = {{"params.bin", &model_->params()}};
-  for (auto& [name, tensor] : optimizer_->state()) sources.push_back({name + ".bin", tensor});
+  if (zero1_) {
+    for (auto& [name, tensor] : gathered_state_) sources.push_back({name + ".bin", &tensor});
+  } else {
+    for (auto& [name, tensor] : optimizer_->state()) sources.push_back({name + ".bin", tensor});
+  }
+  for (auto& [name, tensor] : model_->buffers()) sources.push_back({"buffer." + name + ".bin", tensor});
   if (snapshot_.empty()) {
     for (const auto& [name, src] : sources) {
       Tensor t;
@@ -200,7 +231,7 @@ Status Trainer::SaveCheckpoint(int64_t step, int64_t epoch, int64_t cursor, bool
     DT_RETURN_IF_ERROR(snapshot_done_->Record(ctx_.stream()));
   }
 #endif
-  auto job = [this, manifest = BuildManifest(step, epoch, cursor)]() -> Status {
+  auto job = [this, manifest = BuildManifest(step, pos)]() -> Status {
 #if DT_HAVE_CUDA
     if (ctx_.is_cuda()) {
       DT_CUDA_CHECK(cudaSetDevice(ctx_.device_index()));  // the writer thread's device
@@ -228,11 +259,13 @@ Status Trainer::SaveCheckpoint(int64_t step, int64_t epoch, int64_t cursor, bool
     DT_RETURN_IF_ERROR(writer_->Submit(std::move(job)));
   }
   const double stall_ms = 1e3 * (NowS() - t0), wait_ms = 1e3 * waited;
+  ckpt_stall_s_ += stall_ms / 1e3;
   DT_LOG_INFO(kRuntime, "checkpoint step {}: training stalled {:.2f} ms ({}; {:.2f} ms waiting for the previous save)",
               step, stall_ms, sync ? "synchronous save" : "snapshot, write in the background", wait_ms);
   return metrics_.Write(JsonLine()
                             .Add("kind", std::string("checkpoint"))
                             .Add("step", step)
+                            .Add("time", WallSeconds())
                             .Add("stall_ms", stall_ms)
                             .Add("wait_ms", wait_ms)
                             .Add("async", static_cast<int64_t>(sync ? 0 : 1)));

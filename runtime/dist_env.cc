@@ -106,8 +106,24 @@ Status FromOmpi(const Env& env, DistEnv* d) {
   return Status::OK();
 }
 
+// The batch script of a job (sbatch) has SLURM_JOB_ID, SLURM_PROCID and SLURM_NTASKS of the whole
+// allocation, but no SLURM_STEP_ID: it is not one of the tasks.
+bool IsSlurmBatchShell(const Env& env) { return Has(env, "SLURM_JOB_ID") && !Has(env, "SLURM_STEP_ID"); }
+
 Status FromSlurm(const Env& env, DistEnv* d) {
   DT_RETURN_IF_ERROR(Require(env, "SLURM_NTASKS", "SLURM_PROCID is set"));
+  if (IsSlurmBatchShell(env)) {
+    int ntasks = 1;
+    DT_RETURN_IF_ERROR(ParseInt(env, "SLURM_NTASKS", &ntasks));
+    if (ntasks > 1) {
+      return Status::InvalidArgument(
+          "this process is the batch script of Slurm job " + env.at("SLURM_JOB_ID") +
+          " (SLURM_NTASKS=" + env.at("SLURM_NTASKS") +
+          ", no SLURM_STEP_ID), not one of its tasks: start the workers with `srun --mpi=pmix dtrain train` or "
+          "`dtrain launch` (examples/slurm/train.sbatch)");
+    }
+    return Status::OK();  // a one-task job's script: "single"
+  }
   DT_RETURN_IF_ERROR(ParseInt(env, "SLURM_PROCID", &d->rank));
   DT_RETURN_IF_ERROR(ParseInt(env, "SLURM_NTASKS", &d->world_size));
   d->local_rank = d->rank;
@@ -191,6 +207,10 @@ Status DetectDistEnvFrom(const std::map<std::string, std::string>& env, DistEnv*
   DT_RETURN_IF_ERROR(ParseOptionalInt(env, "DTRAIN_RESTART_COUNT", &d.restart_count));
   if (d.restart_count < 0) {
     return Status::InvalidArgument("DTRAIN_RESTART_COUNT=" + std::to_string(d.restart_count) + " is negative");
+  }
+  DT_RETURN_IF_ERROR(ParseOptionalInt(env, "SLURM_RESTART_COUNT", &d.requeue_count));
+  if (d.requeue_count < 0) {
+    return Status::InvalidArgument("SLURM_RESTART_COUNT=" + std::to_string(d.requeue_count) + " is negative");
   }
   *out = std::move(d);
   return Status::OK();

@@ -11,10 +11,15 @@
 //              mapping, Open MPI's default).
 //   "slurm"    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID (srun); local_world_size from
 //              SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE ("4(x2),3" form, indexed by node), else
-//              SLURM_NTASKS_PER_NODE.
+//              SLURM_NTASKS_PER_NODE. Only a task of a job step (SLURM_STEP_ID set) is one: the batch
+//              script of `sbatch -n N` also holds SLURM_PROCID=0 and SLURM_NTASKS=N (but no
+//              SLURM_STEP_ID), and a worker started there directly would wait for N-1 peers that never
+//              come; with N > 1 that is InvalidArgument saying to start workers with srun or `dtrain
+//              launch`, with N = 1 it is "single". Maps without SLURM_JOB_ID are taken as tasks.
 //   "single"   none of the above: rank 0 of 1.
 // For every source: MASTER_ADDR (default "127.0.0.1"), MASTER_PORT (default 29500) and
-// DTRAIN_RESTART_COUNT (default 0, the launcher's restart number) are read when set.
+// DTRAIN_RESTART_COUNT (default 0, the launcher's restart number) and SLURM_RESTART_COUNT (default 0,
+// how often Slurm requeued the job) are read when set.
 //
 // Malformed or inconsistent values (RANK=abc, RANK >= WORLD_SIZE, negatives, a port outside
 // 1..65535) give InvalidArgument naming the variable and its value. Pure functions; thread-safe.
@@ -34,7 +39,8 @@ struct DistEnv {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  int restart_count = 0;
+  int restart_count = 0;          // DTRAIN_RESTART_COUNT: restarts by `dtrain launch` within this job run
+  int requeue_count = 0;          // SLURM_RESTART_COUNT: requeues of the Slurm job (each starts the launcher afresh)
   std::string source = "single";  // "torchrun" | "ompi" | "slurm" | "single"
 };
 

@@ -28,8 +28,11 @@ Status FaultInjector::Parse(const std::string& spec, FaultInjector* out) {
   f.spec_ = spec;
   std::stringstream ss(spec);
   std::string item;
-  const Status bad = Status::InvalidArgument(
-      "DTRAIN_FAULT='" + spec + "': expected rank=R,step=S,[attempt=A,]action=error|kill|hang|kill_in_ckpt");
+  const Status bad =
+      Status::InvalidArgument("DTRAIN_FAULT='" + spec +
+                              "': expected rank=R,step=S,[attempt=A,]action=error|kill|hang|kill_in_ckpt"
+                              "[,phase=snapshot|data|before_manifest|manifest|latest|retention (kill_in_ckpt)]");
+  bool have_phase = false;
   while (std::getline(ss, item, ',')) {
     const auto eq = item.find('=');
     if (eq == std::string::npos) return bad;
@@ -43,11 +46,13 @@ Status FaultInjector::Parse(const std::string& spec, FaultInjector* out) {
       f.attempt_ = n;
     } else if (key == "action" && (value == "error" || value == "kill" || value == "hang" || value == "kill_in_ckpt")) {
       f.action_ = value;
+    } else if (key == "phase" && ParseCheckpointPhase(value, &f.phase_)) {
+      have_phase = true;
     } else {
       return bad;
     }
   }
-  if (f.action_.empty()) return bad;
+  if (f.action_.empty() || (have_phase && f.action_ != "kill_in_ckpt")) return bad;
   *out = f;
   return Status::OK();
 }
@@ -61,9 +66,12 @@ Status FaultInjector::FromEnv(FaultInjector* out) {
   return Status::OK();
 }
 
-Status FaultInjector::AtCheckpointWrite(int rank, int64_t step) const {
-  if (action_ != "kill_in_ckpt" || step != step_ || (rank_ >= 0 && rank != rank_)) return Status::OK();
-  DT_LOG_WARN(kRuntime, "DTRAIN_FAULT={}: killing the worker while it writes checkpoint step {}", spec_, step);
+Status FaultInjector::AtCheckpointWrite(int rank, int64_t step, CheckpointPhase phase) const {
+  if (action_ != "kill_in_ckpt" || step != step_ || phase != phase_ || (rank_ >= 0 && rank != rank_)) {
+    return Status::OK();
+  }
+  DT_LOG_WARN(kRuntime, "DTRAIN_FAULT={}: killing the worker while it writes checkpoint step {} (phase {})", spec_,
+              step, CheckpointPhaseName(phase));
   spdlog::shutdown();
   ::kill(::getpid(), SIGKILL);
   return Status::OK();

@@ -9,15 +9,20 @@
 //     action  error  the worker returns Status::Internal("injected fault ...") and exits 1
 //             kill   the worker SIGKILLs itself (a crash: no cleanup, no message)
 //             hang   the worker sleeps forever (peers block in the next collective)
-//             kill_in_ckpt  the worker SIGKILLs itself while writing the checkpoint of step S, after
-//                    its data files and before its manifest (a crash in the middle of a save)
+//             kill_in_ckpt  the worker SIGKILLs itself while writing the checkpoint of step S, at
+//                    the point `phase` of the save (a crash in the middle of a save)
+//     phase   kill_in_ckpt only: snapshot | data | before_manifest (default) | manifest | latest |
+//             retention — the points of CheckpointManager::Save (runtime/checkpoint.h, CheckpointPhase)
 //
+// Storage faults (failing, hanging or truncating writes) are DTRAIN_STORAGE_FAULT's job
+// (storage/fault_storage.h); docs/faults.md walks both through every phase of a save.
 // Unset: no effect and no cost beyond one integer compare per step. A malformed value is an
 // InvalidArgument naming the variable, so a typo never silently disables a test's fault.
 
 #include <cstdint>
 #include <string>
 
+#include "runtime/checkpoint.h"
 #include "runtime/core/status.h"
 
 namespace dtrain::runtime {
@@ -31,9 +36,8 @@ class FaultInjector {
 
   // Called by the trainer at the start of every step (actions error, kill, hang).
   Status AtStep(int rank, int64_t step) const;
-  // Called by the checkpoint writer between the data files and the manifest of step `step`
-  // (action kill_in_ckpt).
-  Status AtCheckpointWrite(int rank, int64_t step) const;
+  // Called by the checkpoint writer at each phase of the save of step `step` (action kill_in_ckpt).
+  Status AtCheckpointWrite(int rank, int64_t step, CheckpointPhase phase = CheckpointPhase::kBeforeManifest) const;
   bool enabled() const { return !action_.empty(); }
 
  private:
@@ -41,6 +45,7 @@ class FaultInjector {
   int64_t step_ = 0;
   int64_t attempt_ = -1;  // -1: every attempt
   std::string action_;
+  CheckpointPhase phase_ = CheckpointPhase::kBeforeManifest;
   std::string spec_;
 };
 

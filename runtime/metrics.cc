@@ -45,8 +45,9 @@ JsonLine& JsonLine::Add(const std::string& key, double value) {
   if (!std::isfinite(value)) {
     body_ += "null";  // JSON has no NaN/Inf
   } else {
+    // 9 significant digits keep a float exactly; Unix times (1.8e9 s) need 13 for millisecond resolution.
     char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.9g", value);
+    std::snprintf(buf, sizeof(buf), std::fabs(value) >= 1e6 ? "%.13g" : "%.9g", value);
     body_ += buf;
   }
   return *this;

@@ -1,11 +1,19 @@
 #include "runtime/model_factory.h"
 
+#include "models/cnn.h"
+#include "models/gpt2.h"
 #include "models/mlp.h"
 #include "runtime/core/check.h"
 
 namespace dtrain::runtime {
 
-Status BuildModel(const proto::ModelConfig& cfg, DeviceContext& ctx, std::unique_ptr<models::Model>* out) {
+Status BuildModel(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<models::Model>* out) {
+  const proto::ModelConfig& cfg = config.model();
+  const std::string& precision = config.train().precision();
+  if (cfg.kind() != "gpt2" && precision != "auto" && precision != "fp32") {
+    return Status::InvalidArgument("train.precision: " + precision + " is implemented for model.kind gpt2 only; " +
+                                   cfg.kind() + " trains in fp32 (use auto or fp32)");
+  }
   if (cfg.kind() == "mlp") {
     models::MlpOptions opts;
     opts.input_dim = cfg.mlp().input_dim();
@@ -17,7 +25,43 @@ Status BuildModel(const proto::ModelConfig& cfg, DeviceContext& ctx, std::unique
     *out = std::move(mlp);
     return Status::OK();
   }
-  return Status::InvalidArgument("model.kind: unknown model '" + cfg.kind() + "' (expected: mlp)");
+  if (cfg.kind() == "cnn") {
+    models::CnnOptions opts;
+    opts.in_channels = cfg.cnn().in_channels();
+    opts.image_size = cfg.cnn().image_size();
+    opts.channels.assign(cfg.cnn().channels().begin(), cfg.cnn().channels().end());
+    opts.blocks_per_stage = cfg.cnn().blocks_per_stage();
+    opts.num_classes = cfg.cnn().num_classes();
+    std::unique_ptr<models::Cnn> cnn;
+    DT_RETURN_IF_ERROR(models::Cnn::Create(ctx, opts, &cnn));
+    *out = std::move(cnn);
+    return Status::OK();
+  }
+  if (cfg.kind() == "gpt2") {
+    const proto::Gpt2Config& g = cfg.gpt2();
+    models::Gpt2Options opts;
+    opts.vocab_size = g.vocab_size();
+    opts.padded_vocab_size = g.padded_vocab_size();
+    opts.max_seq_len = g.max_seq_len();
+    opts.n_layer = g.n_layer();
+    opts.n_head = g.n_head();
+    opts.n_embd = g.n_embd();
+    opts.recompute = config.train().recompute();
+    if (precision == "bf16" || (precision == "auto" && ctx.is_cuda())) {
+      opts.precision = models::Precision::kBf16;
+    } else if (precision == "fp16") {
+      opts.precision = models::Precision::kFp16;
+    }
+    if (opts.precision != models::Precision::kFp32 && !ctx.is_cuda()) {
+      return Status::InvalidArgument("train.precision: " + precision + " needs a GPU; the CPU path is fp32");
+    }
+    const auto& d = config.data();
+    std::unique_ptr<models::Gpt2> gpt2;
+    DT_RETURN_IF_ERROR(models::Gpt2::Create(ctx, opts, d.batch_size(), g.max_seq_len(), &gpt2));
+    *out = std::move(gpt2);
+    return Status::OK();
+  }
+  return Status::InvalidArgument("model.kind: unknown model '" + cfg.kind() + "' (expected: mlp, cnn, gpt2)");
 }
 
 }  // namespace dtrain::runtime

@@ -1,5 +1,6 @@
 #pragma once
-// Builds the model named by `model.kind` in the config, on the context's device.
+// Builds the model named by `model.kind` in the config, on the context's device, for the batch size and
+// precision the config gives.
 
 #include <memory>
 
@@ -9,6 +10,6 @@
 
 namespace dtrain::runtime {
 
-Status BuildModel(const proto::ModelConfig& cfg, DeviceContext& ctx, std::unique_ptr<models::Model>* out);
+Status BuildModel(const proto::Config& cfg, DeviceContext& ctx, std::unique_ptr<models::Model>* out);
 
 }  // namespace dtrain::runtime

@@ -18,6 +18,24 @@ namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // the format's own limit is 100 MB
 
+void AppendUtf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  } else {
+    out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  }
+}
+
 // A tiny scanner for the JSON subset safetensors headers use: objects, arrays of integers, strings.
 class JsonScanner {
  public:
@@ -33,14 +51,47 @@ class JsonScanner {
     }
     return false;
   }
+  // A JSON string with its escapes decoded (\uXXXX, surrogate pairs too, to UTF-8): what JsonQuote
+  // writes for control characters in a name must read back as the same bytes.
   bool String(std::string* out) {
     if (!Eat('"')) return false;
     out->clear();
     while (i_ < s_.size() && s_[i_] != '"') {
-      if (s_[i_] == '\\' && i_ + 1 < s_.size()) ++i_;
-      out->push_back(s_[i_++]);
+      const char c = s_[i_++];
+      if (c != '\\') {
+        out->push_back(c);
+        continue;
+      }
+      if (i_ == s_.size()) return false;
+      const char e = s_[i_++];
+      const char* kFrom = "\"\\/bfnrt";
+      const char* kTo = "\"\\/\b\f\n\r\t";
+      if (const char* p = e != '\0' ? std::strchr(kFrom, e) : nullptr) {
+        out->push_back(kTo[p - kFrom]);
+        continue;
+      }
+      uint32_t cp = 0, low = 0;
+      if (e != 'u' || !Hex4(&cp) || (cp >= 0xdc00 && cp <= 0xdfff)) return false;
+      if (cp >= 0xd800 && cp <= 0xdbff) {  // a surrogate pair: the low half must follow
+        if (s_.compare(i_, 2, "\\u") != 0) return false;
+        i_ += 2;
+        if (!Hex4(&low) || low < 0xdc00 || low > 0xdfff) return false;
+        cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
+      }
+      AppendUtf8(cp, out);
     }
     return Eat('"');
+  }
+  bool Hex4(uint32_t* out) {
+    if (s_.size() - i_ < 4) return false;
+    *out = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char h = s_[i_++];
+      if (!std::isxdigit(static_cast<unsigned char>(h))) return false;
+      *out = *out * 16 +
+             static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
+    }
+    return true;
   }
   bool Int(int64_t* out) {
     Ws();
@@ -93,14 +144,17 @@ Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>&
       header += (first ? "" : ",") + JsonQuote(k) + ":" + JsonQuote(v);
       first = false;
     }
-    header += "},";
+    header += tensors.empty() ? "}" : "},";  // no comma before the closing brace: that is not JSON
   }
   uint64_t offset = 0;
   for (size_t t = 0; t < tensors.size(); ++t) {
     const NamedTensor& nt = tensors[t];
     int64_t numel = 1;
     std::string shape;
+    // The reader (and safetensors itself) takes "__metadata__" for the metadata map, and dims are sizes.
+    DT_CHECK_ARG(nt.name != "__metadata__", "tensor name '__metadata__' is reserved for the metadata map");
     for (size_t i = 0; i < nt.shape.size(); ++i) {
+      DT_CHECK_ARG(nt.shape[i] >= 0, "tensor '" << nt.name << "' has a negative dim " << nt.shape[i]);
       numel *= nt.shape[i];
       shape += (i ? "," : "") + std::to_string(nt.shape[i]);
     }
@@ -203,7 +257,7 @@ Status ReadSafetensors(const std::string& path, std::vector<NamedTensor>* tensor
         return Status::DataLoss(path + ": tensor '" + name + "' offsets do not match its shape or the file size");
       }
       nt.data.resize(numel);
-      std::memcpy(nt.data.data(), data.data() + offsets[0], numel * sizeof(float));
+      if (numel > 0) std::memcpy(nt.data.data(), data.data() + offsets[0], numel * sizeof(float));  // [0]: no buffer
       tensors->push_back(std::move(nt));
     } while (js.Eat(','));
     if (!js.Eat('}')) return bad;

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -12,10 +13,13 @@
 #include "models/ops/matmul.h"
 #include "models/ops/softmax_xent.h"
 #include "runtime/config.h"
+#include "runtime/core/allocator.h"
 #include "runtime/core/check.h"
 #include "runtime/core/nvtx.h"
 #include "runtime/model_factory.h"
+#include "runtime/run_report.h"
 #include "runtime/safetensors.h"
+#include "runtime/step_breakdown.h"
 #if DT_HAVE_CUDA
 #include "runtime/core/cuda_handles.h"
 #endif
@@ -27,6 +31,15 @@ double Now() {
   using Clock = std::chrono::steady_clock;
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
 }
+
+// Unix time in seconds, for metrics records.
+double WallTime() {
+  using Clock = std::chrono::system_clock;
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// Data wait above this share of the step time gets a warning (the GPU should never wait for input).
+constexpr double kDataWaitWarnShare = 0.05;
 
 Status MakeDirs(const std::string& path) {
   std::string partial;
@@ -60,30 +73,13 @@ Status Trainer::Create(const proto::Config& cfg, DeviceContext& ctx, comm::Commu
 
 Status Trainer::Setup() {
   const auto& d = cfg_.data();
-  DT_RETURN_IF_ERROR(data::LoadFashionMnist(d.dir(), /*train=*/true, d.limit_train(), &train_));
-  if (cfg_.train().eval()) DT_RETURN_IF_ERROR(data::LoadFashionMnist(d.dir(), /*train=*/false, d.limit_test(), &test_));
-  const int64_t sample_dim = train_.rows * train_.cols;
-  if (cfg_.model().kind() == "mlp" && cfg_.model().mlp().input_dim() != sample_dim) {
-    return Status::InvalidArgument("model.mlp.input_dim is " + std::to_string(cfg_.model().mlp().input_dim()) +
-                                   " but the dataset's samples have " + std::to_string(sample_dim) + " values");
-  }
-  // Training drops the incomplete last global batch so every step has the same shape on every rank.
-  sampler_ = std::make_unique<data::BatchSampler>(train_.n, d.batch_size(), cfg_.train().seed(), d.shuffle(),
-                                                  /*drop_last=*/true, rank_, world_);
-  DT_RETURN_IF_ERROR(sampler_->Validate());
   DT_RETURN_IF_ERROR(FaultInjector::FromEnv(&fault_));
+  DT_RETURN_IF_ERROR(SetupData());
   const int64_t accum = cfg_.train().grad_accum_steps();
-  const int64_t steps_per_epoch = sampler_->num_batches() / accum;
-  if (steps_per_epoch == 0) {
-    return Status::InvalidArgument("data.batch_size x train.grad_accum_steps x world size (" +
-                                   std::to_string(d.batch_size() * accum * world_) + ") exceeds the " +
-                                   std::to_string(train_.n) + " training samples: no full step fits in an epoch");
-  }
-  total_steps_ = cfg_.train().epochs() * steps_per_epoch;
-  if (cfg_.train().max_steps() > 0) total_steps_ = std::min(total_steps_, cfg_.train().max_steps());
 
-  DT_RETURN_IF_ERROR(BuildModel(cfg_.model(), ctx_, &model_));
+  DT_RETURN_IF_ERROR(BuildModel(cfg_, ctx_, &model_));
   DT_RETURN_IF_ERROR(model_->InitParams(cfg_.train().seed()));
+  phases_ = std::make_unique<PhaseTimer>(ctx_, 3);  // forward+backward | gradient wait | optimizer
 
   const auto& o = cfg_.optim();
   OptimizerOptions oo;
@@ -96,12 +92,25 @@ Status Trainer::Setup() {
   oo.eps = o.eps();
   oo.weight_decay = o.weight_decay();
   oo.grad_clip = o.grad_clip();
-  DT_RETURN_IF_ERROR(Optimizer::Create(ctx_, oo, model_->params().numel(), &optimizer_));
+  const bool zero1 = cfg_.dist().zero1() && grad_comm_ != nullptr && world_ > 1;
+  if (zero1) {
+    DT_RETURN_IF_ERROR(Zero1Optimizer::Create(ctx_, oo, *model_, grad_comm_, rank_, world_, cfg_.dist().bucket_mb(),
+                                              &zero1_));
+    if (cfg_.dist().bf16_compress() && rank_ == 0) {
+      DT_LOG_WARN(kRuntime, "dist.bf16_compress is ignored with dist.zero1 (reduce-scatter runs in fp32)");
+    }
+  } else {
+    DT_RETURN_IF_ERROR(Optimizer::Create(ctx_, oo, model_->params().numel(), &optimizer_));
+  }
+  const int64_t state_bytes = zero1_ ? static_cast<int64_t>(zero1_->state_bytes())
+                                     : static_cast<int64_t>(optimizer_->state().size()) * model_->params().numel() * 4;
+  DT_LOG_INFO(kRuntime, "optimizer state: {:.1f} MiB on this rank ({})", state_bytes / 1048576.0,
+              zero1_ ? "ZeRO-1: sharded over " + std::to_string(world_) + " ranks" : std::string("replicated"));
   const auto& s = cfg_.schedule();
   DT_RETURN_IF_ERROR(
       LrSchedule::Create(s.kind(), o.lr(), s.warmup_steps(), total_steps_, s.min_lr_ratio(), &schedule_));
 
-  if (grad_comm_ != nullptr && world_ > 1) {
+  if (grad_comm_ != nullptr && world_ > 1 && !zero1) {
     GradientReducer::Options ro;
     ro.bucket_bytes = static_cast<size_t>(cfg_.dist().bucket_mb() * (1 << 20));
     ro.bf16_compress = cfg_.dist().bf16_compress();
@@ -109,21 +118,9 @@ Status Trainer::Setup() {
         GradientReducer::Create(ctx_, grad_comm_, model_->param_infos(), &model_->grads(), ro, &reducer_));
   }
 
-  // Staging: pinned host slots and device buffers sized for the larger of the train/eval batch.
-  const int64_t rows = std::max(d.batch_size(), d.eval_batch_size());
-  for (int i = 0; i < 2; ++i) {
-    DT_RETURN_IF_ERROR(Tensor::Empty({rows, sample_dim}, DType::kF32, ctx_.pinned_allocator(), &pinned_x_[i]));
-    DT_RETURN_IF_ERROR(Tensor::Empty({rows}, DType::kI32, ctx_.pinned_allocator(), &pinned_y_[i]));
-#if DT_HAVE_CUDA
-    if (ctx_.is_cuda()) {
-      copy_done_[i] = std::make_unique<CudaEvent>();
-      DT_RETURN_IF_ERROR(CudaEvent::Create(copy_done_[i].get()));
-      DT_RETURN_IF_ERROR(copy_done_[i]->Record(ctx_.stream()));
-    }
-#endif
-  }
-  DT_RETURN_IF_ERROR(Tensor::Empty({rows, sample_dim}, DType::kF32, ctx_.allocator(), &dev_x_));
-  DT_RETURN_IF_ERROR(Tensor::Empty({rows}, DType::kI32, ctx_.allocator(), &dev_y_));
+  // Rows of per-example losses of the largest batch (GPT-2: one per token), for the device-side loss sums.
+  const int64_t per_sample = cfg_.model().kind() == "gpt2" ? cfg_.model().gpt2().max_seq_len() : 1;
+  const int64_t rows = std::max(d.batch_size(), d.eval_batch_size()) * per_sample;
   Tensor host_ones;
   DT_RETURN_IF_ERROR(Tensor::Empty({rows, 1}, DType::kF32, ctx_.host_allocator(), &host_ones));
   for (int64_t i = 0; i < rows; ++i) host_ones.data<float>()[i] = 1.0f;
@@ -137,70 +134,65 @@ Status Trainer::Setup() {
     DT_RETURN_IF_ERROR(MakeDirs(cfg_.run().dir()));
     std::ofstream(cfg_.run().dir() + "/config.yaml") << ConfigToYaml(cfg_);
     DT_RETURN_IF_ERROR(metrics_.Open(cfg_.run().dir() + "/metrics.jsonl"));
+    if (cfg_.run().tensorboard()) DT_RETURN_IF_ERROR(EventWriter::Create(cfg_.run().dir() + "/tensorboard", &tensorboard_));
   }
-  DT_LOG_INFO(kRuntime, "model {}: {} parameters in {} tensors; {} steps ({} per epoch), global batch {}",
-              cfg_.model().kind(), model_->params().numel(), model_->param_infos().size(), total_steps_,
-              steps_per_epoch, d.batch_size() * accum * world_);
+  if (cfg_.run().trace_steps() > 0) {
+    DT_RETURN_IF_ERROR(MakeDirs(cfg_.run().dir() + "/trace"));
+    DT_RETURN_IF_ERROR(TraceWriter::Create(TraceFilePath(cfg_.run().dir(), rank_), rank_, &trace_));
+  }
+  DT_LOG_INFO(kRuntime, "model {}: {} parameters in {} tensors; {} steps, global batch {}", cfg_.model().kind(),
+              model_->params().numel(), model_->param_infos().size(), total_steps_, d.batch_size() * accum * world_);
   return SetupCheckpoint();
 }
 
-Status Trainer::LoadBatch(const data::Split& split, const std::vector<int64_t>& idx, int slot, Tensor* x, Tensor* y) {
-  DT_NVTX_RANGE("load_batch");
-  const int64_t b = static_cast<int64_t>(idx.size());
-  const int64_t dim = split.rows * split.cols;
-#if DT_HAVE_CUDA
-  // Sync point: the slot's previous H2D copy must be done before the host overwrites it.
-  if (ctx_.is_cuda()) DT_RETURN_IF_ERROR(copy_done_[slot]->Synchronize());
-#endif
-  DT_RETURN_IF_ERROR(data::GatherBatch(split, idx, pinned_x_[slot].data<float>(), pinned_y_[slot].data<int32_t>()));
-  Tensor px, py;
-  DT_RETURN_IF_ERROR(pinned_x_[slot].View(0, {b, dim}, &px));
-  DT_RETURN_IF_ERROR(pinned_y_[slot].View(0, {b}, &py));
-  if (!ctx_.is_cuda()) {
-    *x = px;
-    *y = py;
-    return Status::OK();
-  }
-  DT_RETURN_IF_ERROR(dev_x_.View(0, {b, dim}, x));
-  DT_RETURN_IF_ERROR(dev_y_.View(0, {b}, y));
-  DT_RETURN_IF_ERROR(x->CopyFrom(px, ctx_.stream()));
-  DT_RETURN_IF_ERROR(y->CopyFrom(py, ctx_.stream()));
-#if DT_HAVE_CUDA
-  DT_RETURN_IF_ERROR(copy_done_[slot]->Record(ctx_.stream()));
-#endif
-  return Status::OK();
-}
-
-Status Trainer::TrainStep(int64_t step, int64_t* cursor, double* data_seconds) {
+Status Trainer::TrainStep(int64_t step, double* data_seconds) {
   DT_NVTX_RANGE("train_step");
   // Blocks on peers: MPI all-reduces in backward (CPU), batch-slot syncs behind NCCL work (GPU).
   comm::WatchdogScope armed(watchdog_, "step " + std::to_string(step + 1) + " (gradient all-reduce)");
   const int64_t accum = cfg_.train().grad_accum_steps();
   DT_RETURN_IF_ERROR(model_->grads().SetZero(ctx_.stream()));
-  std::vector<int64_t> idx;
+  trace_now_ = trace_ && InTraceWindow(step, cfg_.run().trace_start(), cfg_.run().trace_steps()) ? trace_.get() : nullptr;
+  TraceSpan step_span(trace_now_, TraceTrack::kHost, "step " + std::to_string(step + 1), "step");
+  DT_RETURN_IF_ERROR(phases_->Mark(0));
   for (int64_t m = 0; m < accum; ++m) {
-    const double t0 = Now();
-    sampler_->Batch((*cursor)++, &idx);
-    Tensor x, y;
-    DT_RETURN_IF_ERROR(LoadBatch(train_, idx, slot_, &x, &y));
-    slot_ ^= 1;
-    *data_seconds += Now() - t0;
-    DT_RETURN_IF_ERROR(model_->Forward(x, y));
-    // loss_acc += mean(losses) / accum, as a [1,B] x [B,1] product: stays on the device, no sync.
-    const int64_t b = x.dim(0);
+    data::Batch batch;
+    {
+      TraceSpan span(trace_now_, TraceTrack::kHost, "data wait", "data");
+      DT_RETURN_IF_ERROR(NextBatch(&batch));
+    }
+    TraceSpan span(trace_now_, TraceTrack::kHost, "forward+backward (queue)", "compute");
+    *data_seconds += batch.wait_seconds;
+    Tensor x;
+    DT_RETURN_IF_ERROR(ModelInputs(batch, &x));
+    DT_RETURN_IF_ERROR(model_->Forward(x, batch.targets));
+    // loss_acc += mean(losses) / accum, as a [1,n] x [n,1] product: stays on the device, no sync.
+    const int64_t n = model_->losses().numel();
     Tensor losses_row, ones_col;
-    DT_RETURN_IF_ERROR(model_->losses().Reshape({1, b}, &losses_row));
-    DT_RETURN_IF_ERROR(ones_.View(0, {b, 1}, &ones_col));
+    DT_RETURN_IF_ERROR(model_->losses().Reshape({1, n}, &losses_row));
+    DT_RETURN_IF_ERROR(ones_.View(0, {n, 1}, &ones_col));
     DT_RETURN_IF_ERROR(
-        ops::Matmul(ctx_, losses_row, false, ones_col, false, &loss_acc_, 1.0f / static_cast<float>(b * accum), 1.0f));
+        ops::Matmul(ctx_, losses_row, false, ones_col, false, &loss_acc_, 1.0f / static_cast<float>(n * accum), 1.0f));
     // Gradients are exchanged only on the last micro-batch; earlier ones just accumulate locally.
     const bool last = m + 1 == accum;
     models::GradReadyFn on_ready;
     if (reducer_ && last) on_ready = [this](int i) { return reducer_->MarkReady(i); };
+    if (zero1_ && last) on_ready = [this](int i) { return zero1_->OnGradReady(i); };
     DT_RETURN_IF_ERROR(model_->Backward(1.0f / static_cast<float>(accum), on_ready));
   }
-  if (reducer_) DT_RETURN_IF_ERROR(reducer_->Finalize());
-  return optimizer_->Step(ctx_, model_->params(), model_->grads(), schedule_->LrAt(step));
+  DT_RETURN_IF_ERROR(phases_->Mark(1));
+  {
+    TraceSpan span(trace_now_, TraceTrack::kHost, "gradient finalize", "comm");
+    if (reducer_) DT_RETURN_IF_ERROR(reducer_->Finalize());
+    if (zero1_) DT_RETURN_IF_ERROR(zero1_->Finalize());
+  }
+  DT_RETURN_IF_ERROR(phases_->Mark(2));
+  TraceSpan optim_span(trace_now_, TraceTrack::kHost, "optimizer (queue)", "optim");
+  if (zero1_) {
+    DT_RETURN_IF_ERROR(zero1_->Step(ctx_, schedule_->LrAt(step)));
+  } else {
+    DT_RETURN_IF_ERROR(optimizer_->Step(ctx_, model_->params(), model_->grads(), schedule_->LrAt(step)));
+  }
+  return phases_->Mark(3);
 }
 
 Status Trainer::AllReduceHost(std::vector<double>* values, comm::ReduceOp op) {
@@ -217,137 +209,193 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_s, int6
   DT_RETURN_IF_ERROR(host.CopyFrom(loss_acc_, ctx_.stream()));
   DT_RETURN_IF_ERROR(ctx_.Synchronize());
   DT_RETURN_IF_ERROR(loss_acc_.SetZero(ctx_.stream()));
-  std::vector<double> v = {acc / static_cast<double>(interval_steps)};
+  // Loss and data wait are averaged over the ranks (one slow loader stalls every rank's collectives).
+  std::vector<double> v = {acc / static_cast<double>(interval_steps), data_s};
   DT_RETURN_IF_ERROR(AllReduceHost(&v));
   *mean_loss = v[0] / world_;
   if (!std::isfinite(*mean_loss)) {
     return Status::FailedPrecondition("training diverged: loss is " + std::to_string(*mean_loss) + " at step " +
                                       std::to_string(step) + " (lower optim.lr or set optim.grad_clip)");
   }
+  std::vector<double> phase_ms;
+  int64_t timed_steps = 0;
+  DT_RETURN_IF_ERROR(phases_->Take(&phase_ms, &timed_steps));
   double comm_ms = 0;  // exposed (non-overlapped) gradient communication per step
   if (reducer_) DT_RETURN_IF_ERROR(reducer_->TakeExposedCommMs(&comm_ms));
+  if (zero1_) DT_RETURN_IF_ERROR(zero1_->TakeExposedCommMs(&comm_ms));
+  const double ckpt_s = ckpt_stall_s_;
+  ckpt_stall_s_ = 0;
+  // Peak device memory of the interval's steps (the caching allocator's high-water mark; 0 on the CPU).
+  double peak_mib = 0;
+  if (CudaCachingAllocator* a = ctx_.device_allocator()) {
+    peak_mib = a->stats().peak_bytes_in_use / 1048576.0;
+    a->ResetPeak();
+  }
   if (rank_ != 0) return Status::OK();
+  StepPhases p;
+  const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(timed_steps, 1));
+  p.step_ms = 1e3 * interval_s / interval_steps;
+  p.data_ms = 1e3 * v[1] / world_ / interval_steps;
+  p.comm_exposed_ms = reducer_ || zero1_ ? comm_ms : phase_ms[1] * per_step;
+  // The forward+backward phase spans the batch waits (the device idles while the host waits) and, on
+  // the CPU, the blocking all-reduces inside backward: both are reported as their own phases.
+  const double inside = p.data_ms + (ctx_.is_cuda() ? 0.0 : p.comm_exposed_ms);
+  p.fwd_bwd_ms = std::max(0.0, phase_ms[0] * per_step - inside);
+  p.optim_ms = phase_ms[2] * per_step;
+  p.ckpt_stall_ms = 1e3 * ckpt_s / interval_steps;
   const double lr = schedule_->LrAt(step - 1);
   const int64_t global_batch = cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_;
   const double samples_per_s = interval_steps * global_batch / interval_s;
-  const double step_ms = 1e3 * interval_s / interval_steps, data_ms = 1e3 * data_s / interval_steps;
-  DT_LOG_INFO(kRuntime,
-              "epoch {}/{} step {}/{} | loss {:.4f} | lr {:.3e} | {:.0f} samples/s | step {:.2f} ms (data {:.2f} ms, "
-              "exposed comm {:.2f} ms)",
-              epoch + 1, cfg_.train().epochs(), step, total_steps_, *mean_loss, lr, samples_per_s, step_ms, data_ms,
-              comm_ms);
+  DT_LOG_INFO(kRuntime, "epoch {}/{} step {}/{} | loss {:.4f} | lr {:.3e} | {:.0f} samples/s | step {:.2f} ms ({}){}",
+              epoch + 1, cfg_.train().epochs(), step, total_steps_, *mean_loss, lr, samples_per_s, p.step_ms,
+              FormatStepBreakdown(p), peak_mib > 0 ? " | peak " + std::to_string(static_cast<int64_t>(peak_mib)) + " MiB" : std::string());
+  if (p.data_ms > kDataWaitWarnShare * p.step_ms) {
+    DT_LOG_WARN(kRuntime,
+                "input pipeline behind: waited {:.2f} ms per step for data ({:.0f}% of the step) with data.workers={} "
+                "and data.prefetch={}: raise them, or check the storage the shards are read from",
+                p.data_ms, 100.0 * p.data_ms / p.step_ms, cfg_.data().workers(), cfg_.data().prefetch());
+  }
+  const std::string verdict = StepVerdict(p);
+  if (!verdict.empty() && verdict.rfind("compute-bound", 0) != 0 && verdict != last_verdict_) {
+    DT_LOG_WARN(kRuntime, "step time: {}", verdict);
+  }
+  last_verdict_ = verdict;
+  if (tensorboard_) {
+    DT_RETURN_IF_ERROR(tensorboard_->AddScalars(step, WallTime(),
+                                                {{"train/loss", *mean_loss},
+                                                 {"train/lr", lr},
+                                                 {"train/samples_per_s", samples_per_s},
+                                                 {"time/step_ms", p.step_ms},
+                                                 {"time/data_ms", p.data_ms},
+                                                 {"time/fwd_bwd_ms", p.fwd_bwd_ms},
+                                                 {"time/comm_exposed_ms", p.comm_exposed_ms},
+                                                 {"time/optim_ms", p.optim_ms},
+                                                 {"time/ckpt_stall_ms", p.ckpt_stall_ms}}));
+  }
   return metrics_.Write(JsonLine()
                             .Add("kind", std::string("train"))
                             .Add("epoch", epoch + 1)
                             .Add("step", step)
+                            .Add("time", WallTime())
                             .Add("loss", *mean_loss)
                             .Add("lr", lr)
                             .Add("samples_per_s", samples_per_s)
-                            .Add("step_ms", step_ms)
-                            .Add("data_ms", data_ms)
-                            .Add("comm_exposed_ms", comm_ms));
-}
-
-Status Trainer::Evaluate(double* loss, double* accuracy) {
-  DT_NVTX_RANGE("evaluate");
-  comm::WatchdogScope armed(watchdog_, "evaluation (device syncs, metric all-reduce)");
-  // Each rank takes a contiguous shard of the test set; sums are combined across ranks.
-  const int64_t begin = test_.n * rank_ / world_, end = test_.n * (rank_ + 1) / world_;
-  const int64_t eb = cfg_.data().eval_batch_size();
-  Tensor pred_dev, pred_host;
-  DT_RETURN_IF_ERROR(Tensor::Empty({eb}, DType::kI32, ctx_.allocator(), &pred_dev));
-  DT_RETURN_IF_ERROR(Tensor::Empty({eb}, DType::kI32, ctx_.host_allocator(), &pred_host));
-  Tensor eval_acc;
-  DT_RETURN_IF_ERROR(Tensor::Empty({1, 1}, DType::kF32, ctx_.allocator(), &eval_acc));
-  DT_RETURN_IF_ERROR(eval_acc.SetZero(ctx_.stream()));
-  double correct = 0;
-  std::vector<int64_t> idx;
-  for (int64_t start = begin; start < end; start += eb) {
-    const int64_t b = std::min(eb, end - start);
-    idx.resize(b);
-    for (int64_t i = 0; i < b; ++i) idx[i] = start + i;
-    Tensor x, y, losses_row, ones_col, pd, ph;
-    DT_RETURN_IF_ERROR(LoadBatch(test_, idx, slot_, &x, &y));
-    slot_ ^= 1;
-    DT_RETURN_IF_ERROR(model_->Forward(x, y));
-    DT_RETURN_IF_ERROR(model_->losses().Reshape({1, b}, &losses_row));
-    DT_RETURN_IF_ERROR(ones_.View(0, {b, 1}, &ones_col));
-    DT_RETURN_IF_ERROR(ops::Matmul(ctx_, losses_row, false, ones_col, false, &eval_acc, 1.0f, 1.0f));
-    DT_RETURN_IF_ERROR(pred_dev.View(0, {b}, &pd));
-    DT_RETURN_IF_ERROR(pred_host.View(0, {b}, &ph));
-    DT_RETURN_IF_ERROR(ops::Argmax(ctx_, model_->logits(), &pd));
-    DT_RETURN_IF_ERROR(ph.CopyFrom(pd, ctx_.stream()));
-    DT_RETURN_IF_ERROR(ctx_.Synchronize());
-    for (int64_t i = 0; i < b; ++i) correct += ph.data<int32_t>()[i] == test_.labels[start + i];
-  }
-  float loss_sum = 0;
-  Tensor host = Tensor::Wrap(&loss_sum, {1, 1}, DType::kF32, DeviceType::kCPU);
-  DT_RETURN_IF_ERROR(host.CopyFrom(eval_acc, ctx_.stream()));
-  DT_RETURN_IF_ERROR(ctx_.Synchronize());
-  std::vector<double> v = {loss_sum, correct, static_cast<double>(end - begin)};
-  DT_RETURN_IF_ERROR(AllReduceHost(&v));
-  *loss = v[2] > 0 ? v[0] / v[2] : std::numeric_limits<double>::quiet_NaN();
-  *accuracy = v[2] > 0 ? v[1] / v[2] : std::numeric_limits<double>::quiet_NaN();
-  return Status::OK();
+                            .Add("step_ms", p.step_ms)
+                            .Add("data_ms", p.data_ms)
+                            .Add("fwd_bwd_ms", p.fwd_bwd_ms)
+                            .Add("comm_exposed_ms", p.comm_exposed_ms)
+                            .Add("optim_ms", p.optim_ms)
+                            .Add("ckpt_stall_ms", p.ckpt_stall_ms)
+                            .Add("peak_mem_mib", peak_mib)
+                            .Add("verdict", verdict));
 }
 
 Status Trainer::Run(TrainSummary* summary) {
+  if (rank_ == 0) {
+    const char* restart = std::getenv("DTRAIN_RESTART_COUNT");
+    DT_RETURN_IF_ERROR(metrics_.Write(JsonLine()
+                                          .Add("kind", std::string("start"))
+                                          .Add("time", WallTime())
+                                          .Add("restart", static_cast<int64_t>(restart ? std::atoll(restart) : 0))
+                                          .Add("resume_step", start_step_)
+                                          .Add("world", static_cast<int64_t>(world_))
+                                          .Add("device", std::string(ctx_.is_cuda() ? "cuda" : "cpu"))
+                                          .Add("total_steps", total_steps_)));
+  }
+  Status st = RunLoop(summary);
+  if (rank_ == 0) {
+    const char* how = st.ok() ? "done" : st.code() == Status::Code::kPreempted ? "preempted" : "failed";
+    Status w = metrics_.Write(JsonLine()
+                                  .Add("kind", std::string("end"))
+                                  .Add("time", WallTime())
+                                  .Add("step", last_step_)
+                                  .Add("status", std::string(how)));
+    if (st.ok()) st = w;
+    RunSummary run;  // every attempt of this run directory so far
+    if (LoadRunSummary(metrics_.path(), &run).ok()) {
+      DT_LOG_INFO(kRuntime, "run summary ({}):\n{}", metrics_.path(),
+                  FormatRunSummary(run, cfg_.run().price_per_gpu_hour()));
+    }
+  }
+  if (trace_) {
+    Status t = trace_->Close();
+    if (st.ok()) st = t;
+  }
+  return st;
+}
+
+Status Trainer::RunLoop(TrainSummary* summary) {
   const int64_t accum = cfg_.train().grad_accum_steps();
   const int64_t log_every = cfg_.train().log_every();
   const int64_t global_batch = cfg_.data().batch_size() * accum * world_;
   *summary = TrainSummary();
   summary->eval_loss = summary->eval_accuracy = std::numeric_limits<double>::quiet_NaN();
   const auto& ck = cfg_.checkpoint();
-  int64_t step = start_step_;
-  double train_seconds = 0;
-  for (int64_t epoch = start_epoch_; epoch < cfg_.train().epochs() && step < total_steps_; ++epoch) {
-    sampler_->SetEpoch(epoch);
-    int64_t cursor = epoch == start_epoch_ ? start_cursor_ : 0;
-    double t_interval = Now(), data_s = 0;
-    int64_t interval_steps = 0;
-    while (cursor + accum <= sampler_->num_batches() && step < total_steps_) {
-      DT_RETURN_IF_ERROR(fault_.AtStep(rank_, step));
-      DT_RETURN_IF_ERROR(TrainStep(step, &cursor, &data_s));
-      ++step;
-      ++interval_steps;
-      if (step % log_every == 0 || step == total_steps_ || cursor + accum > sampler_->num_batches()) {
-        // LogProgress synchronizes, so the interval's wall time covers all of its device work.
-        DT_RETURN_IF_ERROR(
-            LogProgress(epoch, step, Now() - t_interval, interval_steps, data_s, &summary->last_train_loss));
-        train_seconds += Now() - t_interval;
-        t_interval = Now();
-        data_s = 0;
-        interval_steps = 0;
-      }
-      if (ckpt_ == nullptr) continue;
-      // A signal during the last step changes nothing: the end-of-training save and exit 0 follow.
-      bool preempted = false;
-      if (step < total_steps_) DT_RETURN_IF_ERROR(AgreePreempted(step, &preempted));
-      if (preempted) {
-        DT_RETURN_IF_ERROR(SaveCheckpoint(step, epoch, cursor, /*sync=*/true));
-        // Peers wait until rank 0's checkpoint is durable: a rank exiting early makes mpirun end the job.
-        if (host_comm_ != nullptr && world_ > 1) DT_RETURN_IF_ERROR(host_comm_->Barrier());
-        return Status::Preempted("preemption signal received: checkpoint of step " + std::to_string(step) +
-                                 " saved in " + ckpt_->url() + "; run the same command again to resume");
-      }
-      if ((ck.every_steps() > 0 && step % ck.every_steps() == 0) || (ck.at_end() && step == total_steps_)) {
-        DT_RETURN_IF_ERROR(SaveCheckpoint(step, epoch, cursor, /*sync=*/!ck.async()));
-      }
+  int64_t step = start_step_, last_eval_step = -1;
+  int64_t epoch = DataPosition().epoch;
+  double train_seconds = 0, t_interval = Now(), data_s = 0;
+  int64_t interval_steps = 0;
+  auto evaluate = [&](int64_t ep) -> Status {
+    if (!cfg_.train().eval() || !eval_loader_) return Status::OK();
+    DT_RETURN_IF_ERROR(Evaluate(&summary->eval_loss, &summary->eval_accuracy));
+    last_eval_step = step;
+    if (rank_ != 0) return Status::OK();
+    DT_LOG_INFO(kRuntime, "epoch {}/{} eval | loss {:.4f} | accuracy {:.2f}%", ep + 1, cfg_.train().epochs(),
+                summary->eval_loss, 100.0 * summary->eval_accuracy);
+    if (tensorboard_) {
+      DT_RETURN_IF_ERROR(tensorboard_->AddScalars(
+          step, WallTime(), {{"eval/loss", summary->eval_loss}, {"eval/accuracy", summary->eval_accuracy}}));
     }
-    if (cfg_.train().eval()) {
-      DT_RETURN_IF_ERROR(Evaluate(&summary->eval_loss, &summary->eval_accuracy));
-      if (rank_ == 0) {
-        DT_LOG_INFO(kRuntime, "epoch {}/{} eval | loss {:.4f} | accuracy {:.2f}%", epoch + 1, cfg_.train().epochs(),
-                    summary->eval_loss, 100.0 * summary->eval_accuracy);
-        DT_RETURN_IF_ERROR(metrics_.Write(JsonLine()
-                                              .Add("kind", std::string("eval"))
-                                              .Add("epoch", epoch + 1)
-                                              .Add("step", step)
-                                              .Add("eval_loss", summary->eval_loss)
-                                              .Add("eval_accuracy", summary->eval_accuracy)));
-      }
+    return metrics_.Write(JsonLine()
+                              .Add("kind", std::string("eval"))
+                              .Add("epoch", ep + 1)
+                              .Add("step", step)
+                              .Add("time", WallTime())
+                              .Add("eval_loss", summary->eval_loss)
+                              .Add("eval_accuracy", summary->eval_accuracy));
+  };
+  while (step < total_steps_) {
+    data::SamplerState pos = DataPosition();
+    if (pos.epoch == epoch && !StepFits(pos)) {
+      // The rest of the epoch cannot fill a step (kDrop with grad_accum_steps > 1): skip to the next.
+      pos = {pos.seed, epoch + 1, 0};
+      DT_RETURN_IF_ERROR(train_loader_->Restore(pos));
+    }
+    if (pos.epoch != epoch) {  // the previous epoch is complete
+      DT_RETURN_IF_ERROR(evaluate(epoch));
+      epoch = pos.epoch;
+      if (epoch >= cfg_.train().epochs()) break;
+    }
+    DT_RETURN_IF_ERROR(fault_.AtStep(rank_, step));
+    DT_RETURN_IF_ERROR(TrainStep(step, &data_s));
+    last_step_ = ++step;
+    ++interval_steps;
+    const data::SamplerState next = DataPosition();
+    const bool epoch_end = next.epoch != epoch || !StepFits(next);
+    if (step % log_every == 0 || step == total_steps_ || epoch_end) {
+      // LogProgress synchronizes, so the interval's wall time covers all of its device work.
+      DT_RETURN_IF_ERROR(LogProgress(epoch, step, Now() - t_interval, interval_steps, data_s, &summary->last_train_loss));
+      train_seconds += Now() - t_interval;
+      t_interval = Now();
+      data_s = 0;
+      interval_steps = 0;
+    }
+    if (ckpt_ == nullptr) continue;
+    // A signal during the last step changes nothing: the end-of-training save and exit 0 follow.
+    bool preempted = false;
+    if (step < total_steps_) DT_RETURN_IF_ERROR(AgreePreempted(step, &preempted));
+    if (preempted) {
+      DT_RETURN_IF_ERROR(SaveCheckpoint(step, next, /*sync=*/true));
+      // Peers wait until rank 0's checkpoint is durable: a rank exiting early makes mpirun end the job.
+      if (host_comm_ != nullptr && world_ > 1) DT_RETURN_IF_ERROR(host_comm_->Barrier());
+      return Status::Preempted("preemption signal received: checkpoint of step " + std::to_string(step) +
+                               " saved in " + ckpt_->url() + "; run the same command again to resume");
+    }
+    if ((ck.every_steps() > 0 && step % ck.every_steps() == 0) || (ck.at_end() && step == total_steps_)) {
+      DT_RETURN_IF_ERROR(SaveCheckpoint(step, next, /*sync=*/!ck.async()));
     }
   }
+  if (last_eval_step != step) DT_RETURN_IF_ERROR(evaluate(std::min(epoch, cfg_.train().epochs() - 1)));
   if (writer_) DT_RETURN_IF_ERROR(writer_->Wait());  // the last asynchronous save is durable (or its error)
   summary->steps = step;
   summary->samples = step * global_batch;

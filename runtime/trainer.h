@@ -1,11 +1,18 @@
 #pragma once
 // Trainer: the training loop of one worker (`dtrain train`).
 //
-// Per optimizer step: zero grads -> for each of grad_accum_steps micro-batches {gather a batch into
-// pinned host memory, copy it to the device on the compute stream, Forward, Backward (announcing
-// gradients to the GradientReducer on the last micro-batch)} -> reducer Finalize (compute stream
-// waits for the collectives) -> optimizer Step with the scheduled LR. The host synchronizes with
-// the device only at log points and evaluation.
+// Input (runtime/trainer_data.cc): a data::Loader over a sharded dataset — Fashion-MNIST's IDX files
+// converted once into shards under data.cache_dir, a local `dtrain data` dataset, or an s3:// one
+// fetched into that cache (data/remote_cache.h) — or, for throughput runs, SyntheticTokens. The
+// training order is the data::Sampler's (seed, epoch, samples consumed globally), which is also the
+// checkpointed data position. An epoch ends when the rest of it cannot fill a whole optimizer step.
+//
+// Per optimizer step: zero grads -> for each of grad_accum_steps micro-batches {take the loader's
+// next batch (already on the device; the compute stream waits on its copy event), Forward, Backward
+// (announcing gradients to the GradientReducer on the last micro-batch)} -> reducer Finalize
+// (compute stream waits for the collectives) -> optimizer Step with the scheduled LR. The host
+// synchronizes with the device only at log points and evaluation. Time blocked on input is logged
+// per step, and a warning names the cause when it exceeds 5% of the step.
 //
 // Rank 0 prints the progress line, writes <run.dir>/metrics.jsonl and <run.dir>/config.yaml, and at
 // the end the trained parameters to <run.dir>/final.safetensors.
@@ -29,8 +36,7 @@
 
 #include "comm/communicator.h"
 #include "comm/watchdog.h"
-#include "data/batch_sampler.h"
-#include "data/fashion_mnist.h"
+#include "data/loader.h"
 #include "models/model.h"
 #include "proto/config.pb.h"
 #include "runtime/checkpoint.h"
@@ -41,6 +47,11 @@
 #include "runtime/lr_schedule.h"
 #include "runtime/metrics.h"
 #include "runtime/optimizer.h"
+#include "runtime/phase_timer.h"
+#include "runtime/synthetic_tokens.h"
+#include "runtime/tensorboard.h"
+#include "runtime/trace.h"
+#include "runtime/zero1.h"
 
 namespace dtrain {
 class CudaEvent;
@@ -71,9 +82,19 @@ class Trainer {
  private:
   Trainer(const proto::Config& cfg, DeviceContext& ctx);  // out of line: CudaEvent is incomplete here
   Status Setup();
-  Status TrainStep(int64_t step, int64_t* batch_cursor, double* data_seconds);
-  Status LoadBatch(const data::Split& split, const std::vector<int64_t>& idx, int slot, Tensor* x, Tensor* y);
+  Status RunLoop(TrainSummary* summary);  // Run() without the start/end metrics records
+  Status TrainStep(int64_t step, double* data_seconds);
   Status Evaluate(double* loss, double* accuracy);
+
+  // Input (runtime/trainer_data.cc).
+  Status SetupData();
+  Status NextBatch(data::Batch* b);
+  // The position of the next training batch; (seed, 0, 0) for synthetic data.
+  data::SamplerState DataPosition() const;
+  // True when a whole optimizer step (grad_accum_steps global batches) fits in the rest of `s.epoch`.
+  bool StepFits(const data::SamplerState& s) const;
+  // The batch's inputs in the shape the model takes (MLP: [B, features]; CNN: [B, C, H, W]).
+  Status ModelInputs(const data::Batch& b, Tensor* x) const;
   // Writes the parameters as <name>: tensor to a safetensors file (loadable by PyTorch).
   Status ExportParams(const std::string& path);
   Status LogProgress(int64_t epoch, int64_t step, double interval_s, int64_t interval_steps, double data_s,
@@ -86,10 +107,10 @@ class Trainer {
   Status Restore(const LoadedCheckpoint& ck);
   // Saves the state after `step` steps, the data position being (epoch, cursor). Rank 0 writes; other
   // ranks return at once. `sync` waits until the checkpoint is durable.
-  Status SaveCheckpoint(int64_t step, int64_t epoch, int64_t cursor, bool sync);
+  Status SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool sync);
   // True on every rank when any rank received a preemption signal (a MAX all-reduce after `step`).
   Status AgreePreempted(int64_t step, bool* preempted);
-  proto::CheckpointManifest BuildManifest(int64_t step, int64_t epoch, int64_t cursor) const;
+  proto::CheckpointManifest BuildManifest(int64_t step, const data::SamplerState& pos) const;
 
   proto::Config cfg_;
   DeviceContext& ctx_;
@@ -98,29 +119,35 @@ class Trainer {
   comm::Watchdog* watchdog_ = nullptr;
   int rank_ = 0, world_ = 1;
 
-  data::Split train_, test_;
-  std::unique_ptr<data::BatchSampler> sampler_;
+  std::unique_ptr<data::Loader> train_loader_, eval_loader_;  // eval_loader_ null without eval
+  std::unique_ptr<SyntheticTokens> synthetic_;                 // instead of train_loader_
+  int64_t train_samples_ = 0;                                  // samples per epoch (n)
   std::unique_ptr<models::Model> model_;
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;  // null with ZeRO-1
+  std::unique_ptr<Zero1Optimizer> zero1_;  // dist.zero1 with world > 1: replaces optimizer_ and reducer_
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<GradientReducer> reducer_;
+  // The optimizer's name / update count, whichever of optimizer_ and zero1_ exists.
+  const OptimizerOptions& optim_options() const { return zero1_ ? zero1_->options() : optimizer_->options(); }
+  int64_t optim_step() const { return zero1_ ? zero1_->step() : optimizer_->step(); }
   MetricsWriter metrics_;
+  std::unique_ptr<EventWriter> tensorboard_;  // rank 0 with run.tensorboard
+  std::unique_ptr<TraceWriter> trace_;        // every rank with run.trace_steps > 0
+  TraceWriter* trace_now_ = nullptr;          // trace_ while the current step is in the trace window
   FaultInjector fault_;
   int64_t total_steps_ = 0;
+  std::unique_ptr<PhaseTimer> phases_;
+  double ckpt_stall_s_ = 0;   // checkpoint stall since the last progress line
+  std::string last_verdict_;  // the step-time verdict last printed (printed again only when it changes)
 
-  // Two pinned staging slots per input, so the host fills one while the device copies the other.
-  Tensor pinned_x_[2], pinned_y_[2];
-  Tensor dev_x_, dev_y_;
   Tensor ones_, loss_acc_;  // loss_acc_ [1,1] += mean loss of each micro-batch (on the device)
-#if DT_HAVE_CUDA
-  std::unique_ptr<CudaEvent> copy_done_[2];
-#endif
-  int slot_ = 0;
 
-  // Where Run() starts (after a resume): optimizer steps done, epoch, batch cursor within it.
-  int64_t start_step_ = 0, start_epoch_ = 0, start_cursor_ = 0;
+  // Where Run() starts (after a resume): optimizer steps done; the loaders are restored already.
+  int64_t start_step_ = 0;
+  int64_t last_step_ = 0;  // optimizer steps done so far
   std::unique_ptr<CheckpointManager> ckpt_;               // null when checkpointing is off
   std::vector<std::pair<std::string, Tensor>> snapshot_;  // rank 0: pinned host copies, file name -> data
+  std::vector<std::pair<std::string, Tensor>> gathered_state_;  // ZeRO-1: the full state of the last save
 #if DT_HAVE_CUDA
   std::unique_ptr<CudaEvent> snapshot_done_;
 #endif

@@ -10,7 +10,14 @@ PKGS=(cmake ninja-build g++ pkg-config zlib1g-dev iproute2
       libprotobuf-dev protobuf-compiler
       libspdlog-dev libgtest-dev libcurl4-openssl-dev
       dataset-fashion-mnist
-      ceph-mon ceph-osd radosgw ceph-common)  # the S3 test server (scripts/s3_test_server.sh)
+      ceph-mon ceph-osd radosgw ceph-common  # the S3 test server (scripts/s3_test_server.sh)
+      # The Slurm test cluster (scripts/slurm_test_cluster.sh). Slurm's mpi_pmix plugin dlopens the
+      # unversioned libpmix.so, which only libpmix-dev ships: without it `srun --mpi=pmix` cannot start
+      # Open MPI workers (docs/slurm.md).
+      slurm-wlm munge libpmix-dev
+      # Sanitizer builds and libFuzzer targets (scripts/sanitize.sh, scripts/fuzz.sh): clang-14 only
+      # recommends the package holding libclang_rt.fuzzer, and recommends are not installed here.
+      clang-14 libclang-rt-14-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do

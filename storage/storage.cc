@@ -1,11 +1,14 @@
 #include "storage/storage.h"
 
+#include "runtime/core/check.h"
+#include "storage/fault_storage.h"
 #include "storage/file_storage.h"
 #include "storage/s3_storage.h"
 
 namespace dtrain::storage {
+namespace {
 
-Status Storage::Open(const std::string& url, const StorageOptions& opts, std::unique_ptr<Storage>* out) {
+Status OpenBackend(const std::string& url, const StorageOptions& opts, std::unique_ptr<Storage>* out) {
   static const std::string kFile = "file://";
   static const std::string kS3 = "s3://";
   if (url.compare(0, kS3.size(), kS3) == 0) return S3Storage::Open(url, opts, out);
@@ -20,6 +23,17 @@ Status Storage::Open(const std::string& url, const StorageOptions& opts, std::un
     return Status::InvalidArgument("storage URL '" + url + "': unknown scheme (file:// or s3://)");
   }
   return FileStorage::Open(url, url, out);
+}
+
+}  // namespace
+
+Status Storage::Open(const std::string& url, const StorageOptions& opts, std::unique_ptr<Storage>* out) {
+  std::unique_ptr<Storage> store;
+  DT_RETURN_IF_ERROR(OpenBackend(url, opts, &store));
+  // Tests of failure handling: DTRAIN_STORAGE_FAULT wraps the store (storage/fault_storage.h).
+  DT_RETURN_IF_ERROR(FaultStorage::WrapFromEnv(&store));
+  *out = std::move(store);
+  return Status::OK();
 }
 
 }  // namespace dtrain::storage

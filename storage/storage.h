@@ -6,6 +6,8 @@
 //   file:///abs/dir or /abs/dir or rel/dir   local directory; keys are relative paths below it
 //   s3://bucket/prefix                       AWS S3, Alibaba OSS, MinIO, Ceph RGW (storage/s3_storage.h);
 //                                            keys are object names below `prefix/`
+// With DTRAIN_STORAGE_FAULT set, Open wraps the store in a FaultStorage that fails, hangs or truncates
+// the calls it selects (storage/fault_storage.h; for tests of failure handling only).
 //
 // Contract, for every backend:
 //   - Put is atomic: a reader sees the whole new object or nothing/the old one, never a torn one

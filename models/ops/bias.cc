@@ -33,17 +33,22 @@ template void BiasGradCpu<double>(double*, const double*, int64_t, int64_t, bool
 
 namespace {
 
-// Shared checks: mat is 2-D [M,N], vec is [N], same dtype, both on the context's device.
-Status CheckBiasArgs(const DeviceContext& ctx, const char* op, const Tensor& mat, const Tensor& vec) {
+// Shared checks: mat is 2-D [M,N], vec is [N], both on the context's device, in a supported dtype pair: equal
+// f32/f64 on the CPU; f32/f32 on CUDA, or bf16 mat with an f32 vec (or a bf16 one when bf16_vec_ok).
+Status CheckBiasArgs(const DeviceContext& ctx, const char* op, const Tensor& mat, const Tensor& vec, bool bf16_vec_ok) {
   DT_CHECK_ARG(mat.ndim() == 2 && vec.ndim() == 1 && vec.dim(0) == mat.dim(1),
                op << ": shapes do not match: matrix " << mat.ToString() << " needs bias ["
                   << (mat.ndim() == 2 ? mat.dim(1) : -1) << "], got " << vec.ToString());
-  DT_CHECK_ARG(mat.dtype() == vec.dtype(), op << ": dtypes differ: " << mat.ToString() << " vs " << vec.ToString());
   DT_CHECK_ARG(mat.device() == ctx.type() && vec.device() == ctx.type(),
                op << ": " << mat.ToString() << ", " << vec.ToString() << " not all on " << DeviceName(ctx.type()));
   if (ctx.is_cuda()) {
-    DT_CHECK_ARG(mat.dtype() == DType::kF32, op << ": CUDA supports f32 only, got " << mat.ToString());
+    const bool ok =
+        (mat.dtype() == DType::kF32 && vec.dtype() == DType::kF32) ||
+        (mat.dtype() == DType::kBF16 && (vec.dtype() == DType::kF32 || (bf16_vec_ok && vec.dtype() == DType::kBF16)));
+    DT_CHECK_ARG(ok, op << ": CUDA supports f32, or bf16 activations with an f32 bias, got " << mat.ToString()
+                        << " and " << vec.ToString());
   } else {
+    DT_CHECK_ARG(mat.dtype() == vec.dtype(), op << ": dtypes differ: " << mat.ToString() << " vs " << vec.ToString());
     DT_CHECK_ARG(mat.dtype() == DType::kF32 || mat.dtype() == DType::kF64,
                  op << ": CPU supports f32/f64, got " << mat.ToString());
   }
@@ -54,10 +59,15 @@ Status CheckBiasArgs(const DeviceContext& ctx, const char* op, const Tensor& mat
 
 Status BiasAdd(DeviceContext& ctx, const Tensor& bias, Tensor* y) {
   DT_CHECK_ARG(y != nullptr, "BiasAdd: y is null");
-  DT_RETURN_IF_ERROR(CheckBiasArgs(ctx, "BiasAdd", *y, bias));
+  DT_RETURN_IF_ERROR(CheckBiasArgs(ctx, "BiasAdd", *y, bias, /*bf16_vec_ok=*/true));
   const int64_t m = y->dim(0), n = y->dim(1);
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
+    if (y->dtype() == DType::kBF16) {
+      return bias.dtype() == DType::kBF16
+                 ? BiasAddCudaBf16(y->data<uint16_t>(), bias.data<uint16_t>(), m, n, ctx.stream())
+                 : BiasAddCudaBf16(y->data<uint16_t>(), bias.data<float>(), m, n, ctx.stream());
+    }
     return BiasAddCuda(y->data<float>(), bias.data<float>(), m, n, ctx.stream());
 #else
     return Status::Unavailable("BiasAdd: CUDA tensor in a build without CUDA");
@@ -73,11 +83,18 @@ Status BiasAdd(DeviceContext& ctx, const Tensor& bias, Tensor* y) {
 
 Status BiasGrad(DeviceContext& ctx, const Tensor& dy, Tensor* dbias, bool accumulate) {
   DT_CHECK_ARG(dbias != nullptr, "BiasGrad: dbias is null");
-  DT_RETURN_IF_ERROR(CheckBiasArgs(ctx, "BiasGrad", dy, *dbias));
+  DT_RETURN_IF_ERROR(CheckBiasArgs(ctx, "BiasGrad", dy, *dbias, /*bf16_vec_ok=*/false));
   const int64_t m = dy.dim(0), n = dy.dim(1);
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
-    return BiasGradCuda(dbias->data<float>(), dy.data<float>(), m, n, accumulate, ctx.stream());
+    // Scratch from the caching allocator: stream-ordered, so it may be reused as soon as this returns.
+    Tensor scratch;
+    DT_RETURN_IF_ERROR(Tensor::Empty({BiasGradScratchFloats(m, n)}, DType::kF32, ctx.allocator(), &scratch));
+    if (dy.dtype() == DType::kBF16) {
+      return BiasGradCudaBf16(dbias->data<float>(), dy.data<uint16_t>(), m, n, accumulate, scratch.data<float>(),
+                              ctx.stream());
+    }
+    return BiasGradCuda(dbias->data<float>(), dy.data<float>(), m, n, accumulate, scratch.data<float>(), ctx.stream());
 #else
     return Status::Unavailable("BiasGrad: CUDA tensor in a build without CUDA");
 #endif

@@ -1,6 +1,9 @@
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cstdint>
 
+#include "models/ops/bf16_vec.cuh"
 #include "models/ops/bias.h"
 #include "runtime/core/cuda_check.h"
 #include "runtime/core/nvtx.h"
@@ -9,56 +12,131 @@ namespace dtrain::ops {
 
 namespace {
 
+using detail::LoadV;
+using detail::StoreV;
+using detail::ToF32;
+
 constexpr int kThreads = 256;
 // Column tile of the bias-gradient reduction: 32 columns (one coalesced warp per row) x kRowLanes rows.
-constexpr int kRowLanes = 16;
+constexpr int kRowLanes = 8;
+// Rows per chunk of the two-stage reduction and the cap on chunks (the scratch holds chunks x N floats).
+constexpr int64_t kChunkRows = 128;
+constexpr int64_t kMaxChunks = 64;
 
-__global__ void BiasAddKernel(float* y, const float* bias, int64_t m, int64_t n) {
-  const int64_t total = m * n;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] += bias[i % n];
-  }
+// y[m, :] += bias; V consecutive elements of one row per step (N % V == 0 keeps them in one row).
+template <int V, typename T, typename B>
+__global__ void BiasAddKernel(T* y, const B* bias, int64_t m, int64_t n) {
+  detail::GridStrideVec<V>(m * n, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float v[W];
+    LoadV<W>(y + i, v);
+    const int64_t col = i % n;
+#pragma unroll
+    for (int j = 0; j < W; ++j) v[j] += ToF32(bias[col + j]);
+    StoreV<W>(y + i, v);
+  });
 }
 
-// Block (32, kRowLanes) owns 32 columns: lane (x, y) sums rows y, y + kRowLanes, ... of its column, then the
-// kRowLanes partial sums are added in a fixed order, so the result is bitwise reproducible.
-__global__ void BiasGradKernel(float* dbias, const float* dy, int64_t m, int64_t n, bool accumulate) {
+// Block (32, kRowLanes), blockIdx = (column tile, row chunk): lane (x, y) sums rows y, y + kRowLanes, ... of its
+// column within the chunk, then the kRowLanes partial sums are added in a fixed order. With one chunk the
+// total goes to dbias; otherwise to out[chunk * n + col], reduced by BiasGradFinishKernel. Bitwise reproducible.
+template <typename T>
+__global__ void BiasGradKernel(float* out, const T* dy, int64_t m, int64_t n, int64_t chunk_rows, bool accumulate) {
   __shared__ float partial[kRowLanes][33];  // +1 column: no bank conflicts on the transposed read
   const int64_t col = blockIdx.x * int64_t{32} + threadIdx.x;
+  const int64_t row0 = blockIdx.y * chunk_rows, row1 = min(m, row0 + chunk_rows);
   float sum = 0.f;
   if (col < n) {
-    for (int64_t row = threadIdx.y; row < m; row += kRowLanes) sum += dy[row * n + col];
+    for (int64_t row = row0 + threadIdx.y; row < row1; row += kRowLanes) sum += ToF32(dy[row * n + col]);
   }
   partial[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && col < n) {
     float total = 0.f;
     for (int r = 0; r < kRowLanes; ++r) total += partial[r][threadIdx.x];
-    dbias[col] = accumulate ? dbias[col] + total : total;
+    if (gridDim.y == 1) {
+      out[col] = accumulate ? out[col] + total : total;
+    } else {
+      out[blockIdx.y * n + col] = total;
+    }
   }
 }
 
-int GridFor(int64_t total) {
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((total + kThreads - 1) / kThreads, 65536)));
+__global__ void BiasGradFinishKernel(float* dbias, const float* chunks, int64_t num_chunks, int64_t n,
+                                     bool accumulate) {
+  const int64_t col = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (col >= n) return;
+  float total = 0.f;
+  for (int64_t c = 0; c < num_chunks; ++c) total += chunks[c * n + col];  // fixed order: deterministic
+  dbias[col] = accumulate ? dbias[col] + total : total;
+}
+
+int64_t NumChunks(int64_t m) { return std::clamp<int64_t>((m + kChunkRows - 1) / kChunkRows, 1, kMaxChunks); }
+
+template <typename T, typename B>
+Status LaunchBiasAdd(T* y, const B* bias, int64_t m, int64_t n, cudaStream_t stream) {
+  if (m == 0 || n == 0) return Status::OK();
+  constexpr int kV = 16 / sizeof(T);
+  if (detail::VecWidth<T>(n, {y}) == kV) {
+    BiasAddKernel<kV><<<detail::GridFor(m * n / kV, kThreads), kThreads, 0, stream>>>(y, bias, m, n);
+  } else {
+    BiasAddKernel<1><<<detail::GridFor(m * n, kThreads), kThreads, 0, stream>>>(y, bias, m, n);
+  }
+  DT_CUDA_CHECK_LAUNCH();
+  return Status::OK();
+}
+
+template <typename T>
+Status LaunchBiasGrad(float* dbias, const T* dy, int64_t m, int64_t n, bool accumulate, float* scratch,
+                      cudaStream_t stream) {
+  if (n == 0) return Status::OK();
+  const int64_t chunks = scratch == nullptr ? 1 : NumChunks(m);
+  const int64_t chunk_rows = chunks == 1 ? std::max<int64_t>(m, 1) : (m + chunks - 1) / chunks;
+  const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(chunks));
+  BiasGradKernel<<<grid, dim3(32, kRowLanes), 0, stream>>>(chunks == 1 ? dbias : scratch, dy, m, n, chunk_rows,
+                                                           accumulate);
+  DT_CUDA_CHECK_LAUNCH();
+  if (chunks > 1) {
+    BiasGradFinishKernel<<<detail::GridFor(n, kThreads), kThreads, 0, stream>>>(dbias, scratch, chunks, n, accumulate);
+    DT_CUDA_CHECK_LAUNCH();
+  }
+  return Status::OK();
 }
 
 }  // namespace
 
+int64_t BiasGradScratchFloats(int64_t m, int64_t n) { return NumChunks(m) * n; }
+
 Status BiasAddCuda(float* y, const float* bias, int64_t m, int64_t n, cudaStream_t stream) {
   DT_NVTX_FN();
-  if (m == 0 || n == 0) return Status::OK();
-  BiasAddKernel<<<GridFor(m * n), kThreads, 0, stream>>>(y, bias, m, n);
-  DT_CUDA_CHECK_LAUNCH();
-  return Status::OK();
+  return LaunchBiasAdd(y, bias, m, n, stream);
+}
+
+Status BiasAddCudaBf16(uint16_t* y, const float* bias, int64_t m, int64_t n, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchBiasAdd(detail::AsBf16(y), bias, m, n, stream);
+}
+
+Status BiasAddCudaBf16(uint16_t* y, const uint16_t* bias, int64_t m, int64_t n, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchBiasAdd(detail::AsBf16(y), detail::AsBf16(bias), m, n, stream);
 }
 
 Status BiasGradCuda(float* dbias, const float* dy, int64_t m, int64_t n, bool accumulate, cudaStream_t stream) {
   DT_NVTX_FN();
-  if (n == 0) return Status::OK();
-  const dim3 block(32, kRowLanes);
-  BiasGradKernel<<<static_cast<unsigned>((n + 31) / 32), block, 0, stream>>>(dbias, dy, m, n, accumulate);
-  DT_CUDA_CHECK_LAUNCH();
-  return Status::OK();
+  return LaunchBiasGrad(dbias, dy, m, n, accumulate, nullptr, stream);
+}
+
+Status BiasGradCuda(float* dbias, const float* dy, int64_t m, int64_t n, bool accumulate, float* scratch,
+                    cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchBiasGrad(dbias, dy, m, n, accumulate, scratch, stream);
+}
+
+Status BiasGradCudaBf16(float* dbias, const uint16_t* dy, int64_t m, int64_t n, bool accumulate, float* scratch,
+                        cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchBiasGrad(dbias, detail::AsBf16(dy), m, n, accumulate, scratch, stream);
 }
 
 }  // namespace dtrain::ops

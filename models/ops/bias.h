@@ -2,10 +2,14 @@
 // Bias ops on row-major y[M,N] with bias[N]:
 //   BiasAdd:  y[m,n] += bias[n]
 //   BiasGrad: dbias[n] (+)= sum_m dy[m,n]   (accumulate = true adds to dbias, false overwrites it)
-// CPU references take T = float or double; CUDA launchers are f32, queued on `stream` (asynchronous w.r.t. the
-// host). BiasGradCuda is deterministic: a fixed-order column reduction, no atomics. The Tensor entry points
-// check shapes/dtypes/devices (InvalidArgument naming the shapes) and dispatch CPU f32/f64 -> *Cpu,
-// CUDA f32 -> *Cuda.
+// CPU references take T = float or double; CUDA launchers are f32, or bf16 (mixed precision: bf16 activations y
+// and dy with an f32 bias and an f32 dbias; the sums are fp32), queued on `stream` (asynchronous w.r.t. the host).
+// The bias gradient is deterministic: a fixed-order column reduction, no atomics. With `scratch` (of
+// BiasGradScratchFloats(m, n) floats) the rows are split into chunks reduced by separate blocks, then the chunk
+// sums are added in order: enough blocks to fill the GPU for GPT-2's 16384 x 768 gradients. Without scratch one
+// block reduces each 32 columns. The Tensor entry points check shapes/dtypes/devices (InvalidArgument naming the
+// shapes), take scratch from ctx's allocator, and dispatch CPU f32/f64 -> *Cpu, CUDA f32/bf16 -> *Cuda*.
+// bf16 buffers are uint16_t (raw bits) in the raw-pointer API.
 
 #include <cstdint>
 
@@ -25,9 +29,18 @@ void BiasGradCpu(T* dbias, const T* dy, int64_t m, int64_t n, bool accumulate);
 Status BiasAddCuda(float* y, const float* bias, int64_t m, int64_t n, cudaStream_t stream);
 Status BiasGradCuda(float* dbias, const float* dy, int64_t m, int64_t n, bool accumulate, cudaStream_t stream);
 
-// y[M,N] += bias[N]
+Status BiasAddCudaBf16(uint16_t* y, const float* bias, int64_t m, int64_t n, cudaStream_t stream);
+Status BiasAddCudaBf16(uint16_t* y, const uint16_t* bias, int64_t m, int64_t n, cudaStream_t stream);
+// `scratch` may be null (see above).
+Status BiasGradCuda(float* dbias, const float* dy, int64_t m, int64_t n, bool accumulate, float* scratch,
+                    cudaStream_t stream);
+Status BiasGradCudaBf16(float* dbias, const uint16_t* dy, int64_t m, int64_t n, bool accumulate, float* scratch,
+                        cudaStream_t stream);
+int64_t BiasGradScratchFloats(int64_t m, int64_t n);
+
+// y[M,N] += bias[N]. CUDA: y f32 with an f32 bias, or y bf16 with an f32 or bf16 bias.
 Status BiasAdd(DeviceContext& ctx, const Tensor& bias, Tensor* y);
-// dbias[N] (+)= sum over rows of dy[M,N].
+// dbias[N] (+)= sum over rows of dy[M,N]. CUDA: dy f32 or bf16, dbias f32.
 Status BiasGrad(DeviceContext& ctx, const Tensor& dy, Tensor* dbias, bool accumulate);
 
 }  // namespace dtrain::ops

@@ -2,11 +2,64 @@
 
 #include "runtime/core/check.h"
 
-namespace dtrain::ops::detail {
-namespace {
+namespace dtrain::ops {
 
-// `a` and `b` must match `out` in shape and dtype, all on the context's device with a supported dtype.
-Status CheckSame(const DeviceContext& ctx, const char* op, const Tensor& a, const Tensor& b, const Tensor& out) {
+template <typename T>
+void AddCpu(T* out, const T* a, const T* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+template void AddCpu<float>(float*, const float*, const float*, int64_t);
+template void AddCpu<double>(double*, const double*, const double*, int64_t);
+
+Status Add(DeviceContext& ctx, const Tensor& a, const Tensor& b, Tensor* out) {
+  DT_CHECK_ARG(out != nullptr, "Add: out is null");
+  DT_RETURN_IF_ERROR(detail::CheckSameShapeDtype(ctx, "Add", a, b, *out));
+  const int64_t n = out->numel();
+  if (ctx.is_cuda()) {
+#if DT_HAVE_CUDA
+    if (out->dtype() == DType::kBF16) {
+      return AddCudaBf16(out->data<uint16_t>(), a.data<uint16_t>(), b.data<uint16_t>(), n, ctx.stream());
+    }
+    DT_CHECK_ARG(out->dtype() == DType::kF32, "Add: CUDA supports f32/bf16, got " << out->ToString());
+    return AddCuda(out->data<float>(), a.data<float>(), b.data<float>(), n, ctx.stream());
+#else
+    return Status::Unavailable("Add: CUDA tensor in a build without CUDA");
+#endif
+  }
+  if (out->dtype() == DType::kF32) {
+    AddCpu(out->data<float>(), a.data<float>(), b.data<float>(), n);
+    return Status::OK();
+  }
+  DT_CHECK_ARG(out->dtype() == DType::kF64, "Add: CPU supports f32/f64, got " << out->ToString());
+  AddCpu(out->data<double>(), a.data<double>(), b.data<double>(), n);
+  return Status::OK();
+}
+
+Status Cast(DeviceContext& ctx, const Tensor& in, Tensor* out) {
+  DT_CHECK_ARG(out != nullptr, "Cast: out is null");
+  DT_CHECK_ARG(in.numel() == out->numel(), "Cast: numel differs: " << in.ToString() << " -> " << out->ToString());
+  DT_CHECK_ARG(in.device() == ctx.type() && out->device() == ctx.type(),
+               "Cast: " << in.ToString() << ", " << out->ToString() << " not all on " << DeviceName(ctx.type()));
+  if (in.dtype() == out->dtype()) return out->CopyFrom(in, ctx.stream());
+  const bool to_bf16 = in.dtype() == DType::kF32 && out->dtype() == DType::kBF16;
+  const bool from_bf16 = in.dtype() == DType::kBF16 && out->dtype() == DType::kF32;
+  DT_CHECK_ARG(ctx.is_cuda() && (to_bf16 || from_bf16),
+               "Cast: " << in.ToString() << " -> " << out->ToString() << ": only CUDA f32 <-> bf16 converts");
+#if DT_HAVE_CUDA
+  if (to_bf16) return CastF32ToBf16Cuda(out->data<uint16_t>(), in.data<float>(), in.numel(), ctx.stream());
+  return CastBf16ToF32Cuda(out->data<float>(), in.data<uint16_t>(), in.numel(), ctx.stream());
+#else
+  return Status::Unavailable("Cast: CUDA tensor in a build without CUDA");
+#endif
+}
+
+}  // namespace dtrain::ops
+
+namespace dtrain::ops::detail {
+
+Status CheckSameShapeDtype(const DeviceContext& ctx, const char* op, const Tensor& a, const Tensor& b,
+                           const Tensor& out) {
   DT_CHECK_ARG(a.shape() == out.shape() && b.shape() == out.shape(),
                op << ": shapes do not match: " << a.ToString() << ", " << b.ToString() << " -> " << out.ToString());
   DT_CHECK_ARG(a.dtype() == out.dtype() && b.dtype() == out.dtype(),
@@ -14,6 +67,14 @@ Status CheckSame(const DeviceContext& ctx, const char* op, const Tensor& a, cons
   DT_CHECK_ARG(a.device() == ctx.type() && b.device() == ctx.type() && out.device() == ctx.type(),
                op << ": " << a.ToString() << ", " << b.ToString() << ", " << out.ToString() << " not all on "
                   << DeviceName(ctx.type()));
+  return Status::OK();
+}
+
+namespace {
+
+// `a` and `b` must match `out` in shape and dtype, all on the context's device with a supported dtype.
+Status CheckSame(const DeviceContext& ctx, const char* op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  DT_RETURN_IF_ERROR(CheckSameShapeDtype(ctx, op, a, b, out));
   if (ctx.is_cuda()) {
     DT_CHECK_ARG(out.dtype() == DType::kF32, op << ": CUDA supports f32 only, got " << out.ToString());
   } else {
@@ -24,7 +85,6 @@ Status CheckSame(const DeviceContext& ctx, const char* op, const Tensor& a, cons
 }
 
 }  // namespace
-
 Status RunUnary(DeviceContext& ctx, const UnaryOp& op, const Tensor& x, Tensor* y) {
   DT_CHECK_ARG(y != nullptr, op.name << ": output is null");
   DT_RETURN_IF_ERROR(CheckSame(ctx, op.name, x, x, *y));

@@ -1,12 +1,38 @@
 #pragma once
-// Shared argument checks and device/dtype dispatch of the elementwise ops (relu, gelu): each op
-// supplies its CPU reference for f32 and f64 and its CUDA launcher (f32). Internal to models/ops.
+// Elementwise ops over flat tensors of any shape:
+//   Add:  out = a + b            CPU f32/f64; CUDA f32 and bf16 (bf16 summed in fp32, rounded once). `out` may
+//                                alias `a` or `b` (in-place residual adds).
+//   Cast: out = convert(in)      CUDA f32 -> bf16 (round-to-nearest-even, NaN stays NaN: the rounding of
+//                                comm/bf16.h) and bf16 -> f32 (exact); equal dtypes copy. Same numel, any shapes.
+// bf16 exists on the GPU only: bf16 buffers cross the raw-pointer API as uint16_t (the raw bits). CUDA launchers
+// use 128-bit loads when every pointer is 16-byte aligned and are queued on `stream`.
+//
+// Also the shared argument checks and device/dtype dispatch of the unary/binary elementwise ops (relu, gelu):
+// each op supplies its CPU reference for f32 and f64 and its CUDA launcher (f32). Internal to models/ops.
 
 #include <cstdint>
 
 #include "runtime/core/device_context.h"
 #include "runtime/core/status.h"
 #include "runtime/core/tensor.h"
+
+namespace dtrain::ops {
+
+template <typename T>
+void AddCpu(T* out, const T* a, const T* b, int64_t n);
+
+// CUDA builds only.
+Status AddCuda(float* out, const float* a, const float* b, int64_t n, cudaStream_t stream);
+Status AddCudaBf16(uint16_t* out, const uint16_t* a, const uint16_t* b, int64_t n, cudaStream_t stream);
+Status CastF32ToBf16Cuda(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);
+Status CastBf16ToF32Cuda(float* out, const uint16_t* in, int64_t n, cudaStream_t stream);
+
+// a, b, out: one shape and dtype on ctx's device.
+Status Add(DeviceContext& ctx, const Tensor& a, const Tensor& b, Tensor* out);
+// in, out: same numel on ctx's device; CUDA f32 <-> bf16, or equal dtypes (a copy) on either device.
+Status Cast(DeviceContext& ctx, const Tensor& in, Tensor* out);
+
+}  // namespace dtrain::ops
 
 namespace dtrain::ops::detail {
 
@@ -30,6 +56,10 @@ struct BinaryOp {  // out = f(a, b), e.g. dx = f'(x) * dy
   void (*cpu_f64)(double*, const double*, const double*, int64_t);
   Status (*cuda_f32)(float*, const float*, const float*, int64_t, cudaStream_t);
 };
+
+// a and b match out in shape and dtype, all on ctx's device (any dtype: callers check which they support).
+Status CheckSameShapeDtype(const DeviceContext& ctx, const char* op, const Tensor& a, const Tensor& b,
+                           const Tensor& out);
 
 // Checks that x and *y have one shape and dtype on ctx's device (CPU f32/f64, CUDA f32), then runs.
 Status RunUnary(DeviceContext& ctx, const UnaryOp& op, const Tensor& x, Tensor* y);

@@ -5,12 +5,14 @@
 // Ids outside [0, V): InvalidArgument on the CPU, checked before anything is written. On the GPU they cannot be
 // reported without a host sync: forward writes a NaN row, backward skips that id; neither reads or writes out
 // of bounds.
-// GPU backward uses float atomicAdd: when an id repeats, the summation order varies between runs, so dtable
-// is NOT bitwise deterministic (it agrees with the CPU to fp32 rounding). Ids that appear once are exact.
+// GPU backward is bitwise deterministic: the ids are stably sorted, then each distinct id's dout rows are summed
+// in increasing position order (fp32) and added to dtable once. No float atomics.
 //
-// CPU references take T = float or double; CUDA launchers are f32, queued on `stream`. The Tensor entry points
-// check shapes/dtypes/devices (InvalidArgument naming the shapes) and dispatch CPU f32/f64 -> *Cpu,
-// CUDA f32 -> *Cuda.
+// CPU references take T = float or double. CUDA launchers: an f32 table (and f32 dtable) with f32 rows, or bf16
+// rows (mixed precision: out / dout bf16, math in fp32; bf16 buffers are uint16_t raw bits), queued on `stream`.
+// The backward launchers need `scratch` of EmbeddingBackwardScratchBytes(n, v) bytes (sort buffers). The Tensor
+// entry points check shapes/dtypes/devices (InvalidArgument naming the shapes), take the scratch from ctx's
+// allocator, and dispatch CPU f32/f64 -> *Cpu, CUDA f32 -> *Cuda, CUDA bf16 rows -> *CudaBf16.
 
 #include <cstdint>
 
@@ -29,10 +31,18 @@ Status EmbeddingBackwardCpu(T* dtable, const int32_t* ids, const T* dout, int64_
 // CUDA builds only.
 Status EmbeddingForwardCuda(float* out, const int32_t* ids, const float* table, int64_t n, int64_t v, int64_t c,
                             cudaStream_t stream);
+Status EmbeddingForwardCudaBf16(uint16_t* out, const int32_t* ids, const float* table, int64_t n, int64_t v, int64_t c,
+                                cudaStream_t stream);
 Status EmbeddingBackwardCuda(float* dtable, const int32_t* ids, const float* dout, int64_t n, int64_t v, int64_t c,
-                             cudaStream_t stream);
+                             void* scratch, size_t scratch_bytes, cudaStream_t stream);
+Status EmbeddingBackwardCudaBf16(float* dtable, const int32_t* ids, const uint16_t* dout, int64_t n, int64_t v,
+                                 int64_t c, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+// InvalidArgument when n or v do not fit the sort's int32 keys.
+Status EmbeddingBackwardScratchBytes(int64_t n, int64_t v, size_t* bytes);
 
+// table [V,C] f32/f64 (f32 on CUDA); out ids.shape + [C], of table's dtype or (CUDA) bf16.
 Status EmbeddingForward(DeviceContext& ctx, const Tensor& ids, const Tensor& table, Tensor* out);
+// dtable [V,C] f32/f64 (f32 on CUDA), ACCUMULATED; dout of dtable's dtype or (CUDA) bf16.
 Status EmbeddingBackward(DeviceContext& ctx, const Tensor& ids, const Tensor& dout, Tensor* dtable);
 
 }  // namespace dtrain::ops

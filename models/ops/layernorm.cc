@@ -69,28 +69,31 @@ template void LayerNormBackwardCpu<double>(double*, double*, double*, const doub
 namespace {
 
 // x[..., C] with C > 0; `row_like` tensors have shape x.shape[:-1]; `param_like` and `x_like` tensors have shape
-// [C] and x.shape. All share x's dtype (supported for the context) and sit on the context's device.
+// [C] and x.shape. x_like tensors share x's dtype; param_like and row_like ones too, except that they are f32 when
+// x is bf16 (CUDA only). All sit on the context's device.
 Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& x, std::initializer_list<const Tensor*> x_like,
                  std::initializer_list<const Tensor*> param_like, std::initializer_list<const Tensor*> row_like) {
   DT_CHECK_ARG(x.ndim() >= 1 && x.dim(-1) > 0, op << ": x " << x.ToString() << " needs a non-empty last dim C");
-  const std::vector<int64_t> rows(x.shape().begin(), x.shape().end() - 1);
-  const std::vector<int64_t> params = {x.dim(-1)};
-  auto check = [&](const Tensor* t, const std::vector<int64_t>& want, const char* kind) -> Status {
-    DT_CHECK_ARG(t->shape() == want && t->dtype() == x.dtype() && t->device() == ctx.type(),
-                 op << ": shapes do not match: x " << x.ToString() << " needs " << kind << " (same dtype and device), "
-                    << "got " << t->ToString());
-    return Status::OK();
-  };
-  for (const Tensor* t : x_like) DT_RETURN_IF_ERROR(check(t, x.shape(), "x-shaped"));
-  for (const Tensor* t : param_like) DT_RETURN_IF_ERROR(check(t, params, "[C]"));
-  for (const Tensor* t : row_like) DT_RETURN_IF_ERROR(check(t, rows, "x.shape[:-1]"));
   DT_CHECK_ARG(x.device() == ctx.type(), op << ": x " << x.ToString() << " not on " << DeviceName(ctx.type()));
   if (ctx.is_cuda()) {
-    DT_CHECK_ARG(x.dtype() == DType::kF32, op << ": CUDA supports f32 only, got " << x.ToString());
+    DT_CHECK_ARG(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16,
+                 op << ": CUDA supports f32 and bf16, got " << x.ToString());
   } else {
     DT_CHECK_ARG(x.dtype() == DType::kF32 || x.dtype() == DType::kF64,
                  op << ": CPU supports f32/f64, got " << x.ToString());
   }
+  const DType stats = x.dtype() == DType::kBF16 ? DType::kF32 : x.dtype();
+  const std::vector<int64_t> rows(x.shape().begin(), x.shape().end() - 1);
+  const std::vector<int64_t> params = {x.dim(-1)};
+  auto check = [&](const Tensor* t, const std::vector<int64_t>& want, DType dtype, const char* kind) -> Status {
+    DT_CHECK_ARG(t->shape() == want && t->dtype() == dtype && t->device() == ctx.type(),
+                 op << ": shapes do not match: x " << x.ToString() << " needs " << kind << " " << DTypeName(dtype)
+                    << " on the same device, got " << t->ToString());
+    return Status::OK();
+  };
+  for (const Tensor* t : x_like) DT_RETURN_IF_ERROR(check(t, x.shape(), x.dtype(), "x-shaped"));
+  for (const Tensor* t : param_like) DT_RETURN_IF_ERROR(check(t, params, stats, "[C]"));
+  for (const Tensor* t : row_like) DT_RETURN_IF_ERROR(check(t, rows, stats, "x.shape[:-1]"));
   return Status::OK();
 }
 
@@ -103,6 +106,10 @@ Status LayerNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma
   const int64_t c = x.dim(-1), n = x.numel() / c;
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
+    if (x.dtype() == DType::kBF16) {
+      return LayerNormForwardCudaBf16(y->data<uint16_t>(), mean->data<float>(), rstd->data<float>(), x.data<uint16_t>(),
+                                      gamma.data<float>(), beta.data<float>(), n, c, eps, ctx.stream());
+    }
     return LayerNormForwardCuda(y->data<float>(), mean->data<float>(), rstd->data<float>(), x.data<float>(),
                                 gamma.data<float>(), beta.data<float>(), n, c, eps, ctx.stream());
 #else
@@ -126,9 +133,17 @@ Status LayerNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& gamm
   const int64_t c = x.dim(-1), n = x.numel() / c;
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
+    // Scratch from the caching allocator: stream-ordered, so it may be reused as soon as this returns.
+    Tensor scratch;
+    DT_RETURN_IF_ERROR(Tensor::Empty({LayerNormBackwardScratchFloats(n, c)}, DType::kF32, ctx.allocator(), &scratch));
+    if (x.dtype() == DType::kBF16) {
+      return LayerNormBackwardCudaBf16(dx->data<uint16_t>(), dgamma->data<float>(), dbeta->data<float>(),
+                                       x.data<uint16_t>(), gamma.data<float>(), mean.data<float>(), rstd.data<float>(),
+                                       dy.data<uint16_t>(), n, c, scratch.data<float>(), ctx.stream());
+    }
     return LayerNormBackwardCuda(dx->data<float>(), dgamma->data<float>(), dbeta->data<float>(), x.data<float>(),
                                  gamma.data<float>(), mean.data<float>(), rstd.data<float>(), dy.data<float>(), n, c,
-                                 ctx.stream());
+                                 scratch.data<float>(), ctx.stream());
 #else
     return Status::Unavailable("LayerNormBackward: CUDA tensor in a build without CUDA");
 #endif

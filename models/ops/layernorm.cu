@@ -1,6 +1,12 @@
+// LayerNorm kernels, f32 and bf16 activations (fp32 math, f32 gamma/beta/mean/rstd and parameter gradients).
+// Row kernels use one warp per row with V-element (128-bit when aligned) accesses; the row is re-read from
+// L1/L2 rather than held in registers, so any C works.
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cstdint>
 
+#include "models/ops/bf16_vec.cuh"
 #include "models/ops/layernorm.h"
 #include "runtime/core/cuda_check.h"
 #include "runtime/core/nvtx.h"
@@ -9,67 +15,99 @@ namespace dtrain::ops {
 
 namespace {
 
+using detail::LoadV;
+using detail::StoreV;
+using detail::ToF32;
+using detail::WarpSum;
+
 constexpr int kRowsPerBlock = 8;  // one warp per row, 256 threads
-// Column tile of the dgamma/dbeta reduction: 32 columns x kRowLanes row lanes (as in bias.cu).
-constexpr int kRowLanes = 16;
+// Column tile of the dgamma/dbeta reduction: 32 columns x kRowLanes row lanes (as in bias.cu), over row chunks.
+constexpr int kRowLanes = 8;
+constexpr int64_t kChunkRows = 128;
+constexpr int64_t kMaxChunks = 64;
 
-__device__ float WarpSum(float v) {
-  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
-}
-
-__global__ void LayerNormForwardKernel(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+template <int V, typename T>
+__global__ void LayerNormForwardKernel(T* y, float* mean, float* rstd, const T* x, const float* gamma,
                                        const float* beta, int64_t n, int64_t c, float eps) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n) return;  // whole warps exit together: the shuffles below stay full-warp
-  const float* xr = x + row * c;
+  const T* xr = x + row * c;
+  float v[V];
   float sum = 0.f;
-  for (int64_t j = lane; j < c; j += 32) sum += xr[j];
+  for (int64_t j = lane * V; j < c; j += 32 * V) {
+    LoadV<V>(xr + j, v);
+#pragma unroll
+    for (int k = 0; k < V; ++k) sum += v[k];
+  }
   const float mu = WarpSum(sum) / c;
   float sq = 0.f;  // two-pass variance (the row is re-read from L1/L2)
-  for (int64_t j = lane; j < c; j += 32) sq += (xr[j] - mu) * (xr[j] - mu);
+  for (int64_t j = lane * V; j < c; j += 32 * V) {
+    LoadV<V>(xr + j, v);
+#pragma unroll
+    for (int k = 0; k < V; ++k) sq += (v[k] - mu) * (v[k] - mu);
+  }
   const float rs = rsqrtf(WarpSum(sq) / c + eps);
-  float* yr = y + row * c;
-  for (int64_t j = lane; j < c; j += 32) yr[j] = (xr[j] - mu) * rs * gamma[j] + beta[j];
+  T* yr = y + row * c;
+  for (int64_t j = lane * V; j < c; j += 32 * V) {
+    LoadV<V>(xr + j, v);
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = (v[k] - mu) * rs * gamma[j + k] + beta[j + k];
+    StoreV<V>(yr + j, v);
+  }
   if (lane == 0) {
     mean[row] = mu;
     rstd[row] = rs;
   }
 }
 
-__global__ void LayerNormBackwardDxKernel(float* dx, const float* x, const float* gamma, const float* mean,
-                                          const float* rstd, const float* dy, int64_t n, int64_t c) {
+template <int V, typename T>
+__global__ void LayerNormBackwardDxKernel(T* dx, const T* x, const float* gamma, const float* mean, const float* rstd,
+                                          const T* dy, int64_t n, int64_t c) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n) return;
-  const float* xr = x + row * c;
-  const float* dyr = dy + row * c;
+  const T* xr = x + row * c;
+  const T* dyr = dy + row * c;
   const float mu = mean[row], rs = rstd[row];
+  float xv[V], gv[V];
   float sum_g = 0.f, sum_gx = 0.f;
-  for (int64_t j = lane; j < c; j += 32) {
-    const float g = dyr[j] * gamma[j];
-    sum_g += g;
-    sum_gx += g * (xr[j] - mu) * rs;
+  for (int64_t j = lane * V; j < c; j += 32 * V) {
+    LoadV<V>(xr + j, xv);
+    LoadV<V>(dyr + j, gv);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float g = gv[k] * gamma[j + k];
+      sum_g += g;
+      sum_gx += g * (xv[k] - mu) * rs;
+    }
   }
   const float mean_g = WarpSum(sum_g) / c, mean_gx = WarpSum(sum_gx) / c;
-  float* dxr = dx + row * c;
-  for (int64_t j = lane; j < c; j += 32) {
-    dxr[j] = rs * (dyr[j] * gamma[j] - mean_g - (xr[j] - mu) * rs * mean_gx);
+  T* dxr = dx + row * c;
+  for (int64_t j = lane * V; j < c; j += 32 * V) {
+    LoadV<V>(xr + j, xv);
+    LoadV<V>(dyr + j, gv);
+#pragma unroll
+    for (int k = 0; k < V; ++k) gv[k] = rs * (gv[k] * gamma[j + k] - mean_g - (xv[k] - mu) * rs * mean_gx);
+    StoreV<V>(dxr + j, gv);
   }
 }
 
-// Block (32, kRowLanes) owns 32 columns; lanes stride over rows, then the partial sums are added in a fixed
-// order: dgamma/dbeta are bitwise reproducible.
-__global__ void LayerNormBackwardParamsKernel(float* dgamma, float* dbeta, const float* x, const float* mean,
-                                              const float* rstd, const float* dy, int64_t n, int64_t c) {
+// Block (32, kRowLanes), blockIdx = (column tile, row chunk): lanes stride over the chunk's rows, then the partial
+// sums are added in a fixed order. One chunk: added to dgamma/dbeta; more: written to part[chunk][2C] and added
+// up in order by LayerNormParamsFinishKernel. Bitwise reproducible either way.
+template <typename T>
+__global__ void LayerNormBackwardParamsKernel(float* dgamma, float* dbeta, float* part, const T* x, const float* mean,
+                                              const float* rstd, const T* dy, int64_t n, int64_t c,
+                                              int64_t chunk_rows) {
   __shared__ float part_g[kRowLanes][33], part_b[kRowLanes][33];
   const int64_t col = blockIdx.x * int64_t{32} + threadIdx.x;
+  const int64_t row0 = blockIdx.y * chunk_rows, row1 = min(n, row0 + chunk_rows);
   float sg = 0.f, sb = 0.f;
   if (col < c) {
-    for (int64_t row = threadIdx.y; row < n; row += kRowLanes) {
-      const float d = dy[row * c + col];
-      sg += d * (x[row * c + col] - mean[row]) * rstd[row];
+    for (int64_t row = row0 + threadIdx.y; row < row1; row += kRowLanes) {
+      const float d = ToF32(dy[row * c + col]);
+      sg += d * (ToF32(x[row * c + col]) - mean[row]) * rstd[row];
       sb += d;
     }
   }
@@ -82,36 +120,107 @@ __global__ void LayerNormBackwardParamsKernel(float* dgamma, float* dbeta, const
       tg += part_g[r][threadIdx.x];
       tb += part_b[r][threadIdx.x];
     }
-    dgamma[col] += tg;
-    dbeta[col] += tb;
+    if (gridDim.y == 1) {
+      dgamma[col] += tg;
+      dbeta[col] += tb;
+    } else {
+      part[blockIdx.y * 2 * c + col] = tg;
+      part[blockIdx.y * 2 * c + c + col] = tb;
+    }
   }
 }
 
+__global__ void LayerNormParamsFinishKernel(float* dgamma, float* dbeta, const float* part, int64_t chunks, int64_t c) {
+  const int64_t col = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (col >= c) return;
+  float tg = 0.f, tb = 0.f;
+  for (int64_t k = 0; k < chunks; ++k) {
+    tg += part[k * 2 * c + col];
+    tb += part[k * 2 * c + c + col];
+  }
+  dgamma[col] += tg;
+  dbeta[col] += tb;
+}
+
 unsigned RowBlocks(int64_t n) { return static_cast<unsigned>((n + kRowsPerBlock - 1) / kRowsPerBlock); }
+int64_t NumChunks(int64_t n) { return std::clamp<int64_t>((n + kChunkRows - 1) / kChunkRows, 1, kMaxChunks); }
+
+template <typename T>
+Status LaunchForward(T* y, float* mean, float* rstd, const T* x, const float* gamma, const float* beta, int64_t n,
+                     int64_t c, float eps, cudaStream_t stream) {
+  if (n == 0) return Status::OK();
+  constexpr int kV = 16 / sizeof(T);
+  if (detail::VecWidth<T>(c, {y, x}) == kV) {
+    LayerNormForwardKernel<kV>
+        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(y, mean, rstd, x, gamma, beta, n, c, eps);
+  } else {
+    LayerNormForwardKernel<1>
+        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(y, mean, rstd, x, gamma, beta, n, c, eps);
+  }
+  DT_CUDA_CHECK_LAUNCH();
+  return Status::OK();
+}
+
+template <typename T>
+Status LaunchBackward(T* dx, float* dgamma, float* dbeta, const T* x, const float* gamma, const float* mean,
+                      const float* rstd, const T* dy, int64_t n, int64_t c, float* scratch, cudaStream_t stream) {
+  if (n == 0 || c == 0) return Status::OK();
+  constexpr int kV = 16 / sizeof(T);
+  if (detail::VecWidth<T>(c, {dx, x, dy}) == kV) {
+    LayerNormBackwardDxKernel<kV><<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(dx, x, gamma, mean, rstd, dy, n, c);
+  } else {
+    LayerNormBackwardDxKernel<1><<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(dx, x, gamma, mean, rstd, dy, n, c);
+  }
+  DT_CUDA_CHECK_LAUNCH();
+  const int64_t chunks = scratch == nullptr ? 1 : NumChunks(n);
+  const int64_t chunk_rows = (n + chunks - 1) / chunks;
+  const dim3 grid(static_cast<unsigned>((c + 31) / 32), static_cast<unsigned>(chunks));
+  LayerNormBackwardParamsKernel<<<grid, dim3(32, kRowLanes), 0, stream>>>(dgamma, dbeta, scratch, x, mean, rstd, dy, n,
+                                                                          c, chunk_rows);
+  DT_CUDA_CHECK_LAUNCH();
+  if (chunks > 1) {
+    LayerNormParamsFinishKernel<<<detail::GridFor(c, 256), 256, 0, stream>>>(dgamma, dbeta, scratch, chunks, c);
+    DT_CUDA_CHECK_LAUNCH();
+  }
+  return Status::OK();
+}
 
 }  // namespace
+
+int64_t LayerNormBackwardScratchFloats(int64_t n, int64_t c) { return NumChunks(n) * 2 * c; }
 
 Status LayerNormForwardCuda(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
                             int64_t n, int64_t c, float eps, cudaStream_t stream) {
   DT_NVTX_FN();
-  if (n == 0) return Status::OK();
-  LayerNormForwardKernel<<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(y, mean, rstd, x, gamma, beta, n, c, eps);
-  DT_CUDA_CHECK_LAUNCH();
-  return Status::OK();
+  return LaunchForward(y, mean, rstd, x, gamma, beta, n, c, eps, stream);
+}
+
+Status LayerNormForwardCudaBf16(uint16_t* y, float* mean, float* rstd, const uint16_t* x, const float* gamma,
+                                const float* beta, int64_t n, int64_t c, float eps, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchForward(detail::AsBf16(y), mean, rstd, detail::AsBf16(x), gamma, beta, n, c, eps, stream);
 }
 
 Status LayerNormBackwardCuda(float* dx, float* dgamma, float* dbeta, const float* x, const float* gamma,
                              const float* mean, const float* rstd, const float* dy, int64_t n, int64_t c,
                              cudaStream_t stream) {
   DT_NVTX_FN();
-  if (n == 0 || c == 0) return Status::OK();
-  LayerNormBackwardDxKernel<<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(dx, x, gamma, mean, rstd, dy, n, c);
-  DT_CUDA_CHECK_LAUNCH();
-  const dim3 block(32, kRowLanes);
-  LayerNormBackwardParamsKernel<<<static_cast<unsigned>((c + 31) / 32), block, 0, stream>>>(dgamma, dbeta, x, mean,
-                                                                                            rstd, dy, n, c);
-  DT_CUDA_CHECK_LAUNCH();
-  return Status::OK();
+  return LaunchBackward(dx, dgamma, dbeta, x, gamma, mean, rstd, dy, n, c, nullptr, stream);
+}
+
+Status LayerNormBackwardCuda(float* dx, float* dgamma, float* dbeta, const float* x, const float* gamma,
+                             const float* mean, const float* rstd, const float* dy, int64_t n, int64_t c,
+                             float* scratch, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchBackward(dx, dgamma, dbeta, x, gamma, mean, rstd, dy, n, c, scratch, stream);
+}
+
+Status LayerNormBackwardCudaBf16(uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* x, const float* gamma,
+                                 const float* mean, const float* rstd, const uint16_t* dy, int64_t n, int64_t c,
+                                 float* scratch, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchBackward(detail::AsBf16(dx), dgamma, dbeta, detail::AsBf16(x), gamma, mean, rstd, detail::AsBf16(dy), n,
+                        c, scratch, stream);
 }
 
 }  // namespace dtrain::ops

@@ -3,9 +3,26 @@
 #include <algorithm>
 #include <vector>
 
+#include "models/ops/bias.h"
+#include "models/ops/gelu.h"
 #include "runtime/core/check.h"
 
 namespace dtrain::ops {
+
+const char* EpilogueName(Epilogue e) {
+  switch (e) {
+    case Epilogue::kBias:
+      return "bias";
+    case Epilogue::kBiasGelu:
+      return "bias+gelu";
+    case Epilogue::kDGelu:
+      return "dgelu";
+    case Epilogue::kDGeluBGrad:
+      return "dgelu+bgrad";
+  }
+  return "?";
+}
+
 
 namespace {
 
@@ -56,24 +73,77 @@ template void MatmulCpu<float>(float*, const float*, bool, const float*, bool, i
 template void MatmulCpu<double>(double*, const double*, bool, const double*, bool, int64_t, int64_t, int64_t, double,
                                 double);
 
+namespace {
+
+// Shapes of op(a) [M,K], op(b) [K,N] and c [M,N]; devices. Dtypes are checked by the callers.
+Status CheckShapes(const DeviceContext& ctx, const char* op, const Tensor& a, bool trans_a, const Tensor& b,
+                   bool trans_b, const Tensor& c, int64_t* m, int64_t* n, int64_t* k) {
+  DT_CHECK_ARG(a.ndim() == 2 && b.ndim() == 2 && c.ndim() == 2,
+               op << ": a " << a.ToString() << ", b " << b.ToString() << ", c " << c.ToString() << " must be 2-D");
+  *m = trans_a ? a.dim(1) : a.dim(0);
+  *k = trans_a ? a.dim(0) : a.dim(1);
+  const int64_t kb = trans_b ? b.dim(1) : b.dim(0);
+  *n = trans_b ? b.dim(0) : b.dim(1);
+  DT_CHECK_ARG(*k == kb && c.dim(0) == *m && c.dim(1) == *n,
+               op << ": shapes do not match: op(a) of a " << a.ToString() << (trans_a ? "^T" : "") << " is [" << *m
+                  << "," << *k << "], op(b) of b " << b.ToString() << (trans_b ? "^T" : "") << " is [" << kb << ","
+                  << *n << "], c " << c.ToString());
+  DT_CHECK_ARG(a.device() == ctx.type() && b.device() == ctx.type() && c.device() == ctx.type(),
+               op << ": a " << a.ToString() << ", b " << b.ToString() << ", c " << c.ToString() << " not all on "
+                  << DeviceName(ctx.type()));
+  return Status::OK();
+}
+
+#if DT_HAVE_CUDA
+MatmulCudaArgs CudaArgs(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor* c, int64_t m, int64_t n,
+                        int64_t k, float alpha, float beta) {
+  MatmulCudaArgs args;
+  args.ab_dtype = a.dtype();
+  args.c_dtype = c->dtype();
+  args.c = c->data();
+  args.a = a.data();
+  args.b = b.data();
+  args.trans_a = trans_a;
+  args.trans_b = trans_b;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.alpha = alpha;
+  args.beta = beta;
+  return args;
+}
+#endif
+
+// The CPU reference of MatmulEpilogue: the separate ops, in T.
+template <typename T>
+void MatmulEpilogueCpu(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& bias, Epilogue e,
+                       Tensor* c, Tensor* aux, int64_t m, int64_t n, int64_t k) {
+  T* out = c->data<T>();
+  if (e == Epilogue::kBiasGelu) {
+    MatmulCpu<T>(aux->data<T>(), a.data<T>(), trans_a, b.data<T>(), trans_b, m, n, k, T(1), T(0));
+    BiasAddCpu<T>(aux->data<T>(), bias.data<T>(), m, n);
+    GeluForwardCpu<T>(out, aux->data<T>(), m * n);
+    return;
+  }
+  MatmulCpu<T>(out, a.data<T>(), trans_a, b.data<T>(), trans_b, m, n, k, T(1), T(0));
+  if (e == Epilogue::kBias) {
+    BiasAddCpu<T>(out, bias.data<T>(), m, n);
+    return;
+  }
+  GeluBackwardCpu<T>(out, aux->data<T>(), out, m * n);  // dx may alias dy here: each element is read, then written
+  if (e == Epilogue::kDGeluBGrad) BiasGradCpu<T>(bias.data<T>(), out, m, n, /*accumulate=*/true);
+}
+
+}  // namespace
+
 Status Matmul(DeviceContext& ctx, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor* c, float alpha,
               float beta) {
   DT_CHECK_ARG(c != nullptr, "Matmul: c is null");
-  DT_CHECK_ARG(a.ndim() == 2 && b.ndim() == 2 && c->ndim() == 2,
-               "Matmul: a " << a.ToString() << ", b " << b.ToString() << ", c " << c->ToString() << " must be 2-D");
-  const int64_t m = trans_a ? a.dim(1) : a.dim(0);
-  const int64_t k = trans_a ? a.dim(0) : a.dim(1);
-  const int64_t kb = trans_b ? b.dim(1) : b.dim(0);
-  const int64_t n = trans_b ? b.dim(0) : b.dim(1);
-  DT_CHECK_ARG(k == kb && c->dim(0) == m && c->dim(1) == n,
-               "Matmul: shapes do not match: op(a) of a "
-                   << a.ToString() << (trans_a ? "^T" : "") << " is [" << m << "," << k << "], op(b) of b "
-                   << b.ToString() << (trans_b ? "^T" : "") << " is [" << kb << "," << n << "], c " << c->ToString());
-  DT_CHECK_ARG(a.dtype() == c->dtype() && b.dtype() == c->dtype(),
+  int64_t m = 0, n = 0, k = 0;
+  DT_RETURN_IF_ERROR(CheckShapes(ctx, "Matmul", a, trans_a, b, trans_b, *c, &m, &n, &k));
+  const bool bf16_in = ctx.is_cuda() && a.dtype() == DType::kBF16 && c->dtype() == DType::kF32;
+  DT_CHECK_ARG(a.dtype() == b.dtype() && (a.dtype() == c->dtype() || bf16_in),
                "Matmul: dtypes differ: a " << a.ToString() << ", b " << b.ToString() << ", c " << c->ToString());
-  DT_CHECK_ARG(a.device() == ctx.type() && b.device() == ctx.type() && c->device() == ctx.type(),
-               "Matmul: a " << a.ToString() << ", b " << b.ToString() << ", c " << c->ToString() << " not all on "
-                            << DeviceName(ctx.type()));
   if (!ctx.is_cuda()) {
     if (c->dtype() == DType::kF32) {
       MatmulCpu<float>(c->data<float>(), a.data<float>(), trans_a, b.data<float>(), trans_b, m, n, k, alpha, beta);
@@ -83,13 +153,65 @@ Status Matmul(DeviceContext& ctx, const Tensor& a, bool trans_a, const Tensor& b
     MatmulCpu<double>(c->data<double>(), a.data<double>(), trans_a, b.data<double>(), trans_b, m, n, k, alpha, beta);
     return Status::OK();
   }
-  DT_CHECK_ARG(c->dtype() == DType::kF32, "Matmul: CUDA supports f32 only, got " << c->ToString());
+  DT_CHECK_ARG(a.dtype() == DType::kF32 || a.dtype() == DType::kBF16,
+               "Matmul: CUDA supports f32 and bf16, got " << a.ToString());
 #if DT_HAVE_CUDA
   DT_CHECK_ARG(ctx.blas() != nullptr, "Matmul: CUDA context without cuBLAS handles");
-  return MatmulCuda(*ctx.blas(), c->data<float>(), a.data<float>(), trans_a, b.data<float>(), trans_b, m, n, k, alpha,
-                    beta, ctx.stream());
+  return MatmulCudaLt(*ctx.blas(), CudaArgs(a, trans_a, b, trans_b, c, m, n, k, alpha, beta), ctx.stream());
 #else
   return Status::Unavailable("Matmul: CUDA tensor in a build without CUDA");
+#endif
+}
+
+Status MatmulEpilogue(DeviceContext& ctx, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                      const Tensor& bias, Epilogue e, Tensor* c, Tensor* aux) {
+  DT_CHECK_ARG(c != nullptr, "MatmulEpilogue: c is null");
+  int64_t m = 0, n = 0, k = 0;
+  DT_RETURN_IF_ERROR(CheckShapes(ctx, "MatmulEpilogue", a, trans_a, b, trans_b, *c, &m, &n, &k));
+  DT_CHECK_ARG(a.dtype() == b.dtype() && a.dtype() == c->dtype(), "MatmulEpilogue: dtypes differ: a "
+                                                                      << a.ToString() << ", b " << b.ToString()
+                                                                      << ", c " << c->ToString());
+  const bool uses_aux = e != Epilogue::kBias;
+  const bool uses_bias = e != Epilogue::kDGelu;
+  if (uses_aux) {
+    DT_CHECK_ARG(
+        aux != nullptr && aux->shape() == c->shape() && aux->dtype() == c->dtype() && aux->device() == ctx.type(),
+        "MatmulEpilogue " << EpilogueName(e) << ": aux " << (aux ? aux->ToString() : "null") << " must match c "
+                          << c->ToString());
+  }
+  if (uses_bias) {
+    // A bias gradient is f32 (f64 in an f64 CPU run); a bias may also be bf16 next to bf16 activations.
+    const bool grad = e == Epilogue::kDGeluBGrad;
+    const bool dtype_ok = bias.dtype() == c->dtype() ? !(grad && c->dtype() == DType::kBF16)
+                                                     : (c->dtype() == DType::kBF16 && bias.dtype() == DType::kF32);
+    DT_CHECK_ARG(bias.ndim() == 1 && bias.dim(0) == n && bias.device() == ctx.type() && dtype_ok,
+                 "MatmulEpilogue " << EpilogueName(e) << ": bias " << bias.ToString() << " must be [" << n << "] (f32"
+                                   << (grad ? "" : " or c's dtype") << ") for c " << c->ToString());
+  }
+  if (!ctx.is_cuda()) {
+    if (c->dtype() == DType::kF32) {
+      MatmulEpilogueCpu<float>(a, trans_a, b, trans_b, bias, e, c, aux, m, n, k);
+      return Status::OK();
+    }
+    DT_CHECK_ARG(c->dtype() == DType::kF64, "MatmulEpilogue: CPU supports f32/f64, got " << c->ToString());
+    MatmulEpilogueCpu<double>(a, trans_a, b, trans_b, bias, e, c, aux, m, n, k);
+    return Status::OK();
+  }
+  DT_CHECK_ARG(c->dtype() == DType::kF32 || c->dtype() == DType::kBF16,
+               "MatmulEpilogue: CUDA supports f32 and bf16, got " << c->ToString());
+#if DT_HAVE_CUDA
+  DT_CHECK_ARG(ctx.blas() != nullptr, "MatmulEpilogue: CUDA context without cuBLAS handles");
+  const MatmulCudaArgs args = CudaArgs(a, trans_a, b, trans_b, c, m, n, k, 1.f, 0.f);
+  if (e == Epilogue::kDGeluBGrad) {  // the bias gradient through BiasGrad, with its scratch for a wide reduction
+    DT_RETURN_IF_ERROR(
+        MatmulEpilogueCuda(*ctx.blas(), args, Epilogue::kDGelu, nullptr, bias.dtype(), aux->data(), ctx.stream()));
+    Tensor db = bias;
+    return BiasGrad(ctx, *c, &db, /*accumulate=*/true);
+  }
+  return MatmulEpilogueCuda(*ctx.blas(), args, e, uses_bias ? bias.data() : nullptr, bias.dtype(),
+                            uses_aux ? aux->data() : nullptr, ctx.stream());
+#else
+  return Status::Unavailable("MatmulEpilogue: CUDA tensor in a build without CUDA");
 #endif
 }
 

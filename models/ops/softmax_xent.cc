@@ -9,36 +9,38 @@ namespace dtrain::ops {
 
 template <typename T>
 Status SoftmaxCrossEntropyCpu(T* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t b, int64_t v,
-                              T grad_scale) {
+                              int64_t valid_cols, T grad_scale) {
+  const int64_t u = valid_cols;
   for (int64_t i = 0; i < b; ++i) {
-    DT_CHECK_ARG(targets[i] >= 0 && targets[i] < v,
-                 "SoftmaxCrossEntropy: target " << targets[i] << " of row " << i << " is outside [0, " << v << ")");
+    DT_CHECK_ARG(targets[i] >= 0 && targets[i] < u,
+                 "SoftmaxCrossEntropy: target " << targets[i] << " of row " << i << " is outside [0, " << u << ")");
   }
   for (int64_t i = 0; i < b; ++i) {
     const T* row = logits + i * v;
     double max = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j < v; ++j) max = std::fmax(max, static_cast<double>(row[j]));
+    for (int64_t j = 0; j < u; ++j) max = std::fmax(max, static_cast<double>(row[j]));
     double sum = 0;
-    for (int64_t j = 0; j < v; ++j) sum += std::exp(row[j] - max);
+    for (int64_t j = 0; j < u; ++j) sum += std::exp(row[j] - max);
     const int32_t t = targets[i];
-    losses[i] = static_cast<T>(std::log(sum) + max - row[t]);
+    losses[i] = static_cast<T>(std::log(sum) + max - row[t]);  // before dlogits: it may overwrite the row
     if (dlogits != nullptr) {
       T* drow = dlogits + i * v;
-      for (int64_t j = 0; j < v; ++j) {
+      for (int64_t j = 0; j < u; ++j) {
         drow[j] = static_cast<T>((std::exp(row[j] - max) / sum - (j == t ? 1.0 : 0.0)) * grad_scale);
       }
+      for (int64_t j = u; j < v; ++j) drow[j] = T(0);
     }
   }
   return Status::OK();
 }
 
 template <typename T>
-void ArgmaxCpu(int32_t* out, const T* logits, int64_t b, int64_t v) {
+void ArgmaxCpu(int32_t* out, const T* logits, int64_t b, int64_t v, int64_t valid_cols) {
   for (int64_t i = 0; i < b; ++i) {
     const T* row = logits + i * v;
     T best = -std::numeric_limits<T>::infinity();
     int32_t best_j = 0;
-    for (int64_t j = 0; j < v; ++j) {
+    for (int64_t j = 0; j < valid_cols; ++j) {
       if (row[j] > best) {
         best = row[j];
         best_j = static_cast<int32_t>(j);
@@ -48,27 +50,34 @@ void ArgmaxCpu(int32_t* out, const T* logits, int64_t b, int64_t v) {
   }
 }
 
-template Status SoftmaxCrossEntropyCpu<float>(float*, float*, const float*, const int32_t*, int64_t, int64_t, float);
+template Status SoftmaxCrossEntropyCpu<float>(float*, float*, const float*, const int32_t*, int64_t, int64_t, int64_t,
+                                              float);
 template Status SoftmaxCrossEntropyCpu<double>(double*, double*, const double*, const int32_t*, int64_t, int64_t,
-                                               double);
-template void ArgmaxCpu<float>(int32_t*, const float*, int64_t, int64_t);
-template void ArgmaxCpu<double>(int32_t*, const double*, int64_t, int64_t);
+                                               int64_t, double);
+template void ArgmaxCpu<float>(int32_t*, const float*, int64_t, int64_t, int64_t);
+template void ArgmaxCpu<double>(int32_t*, const double*, int64_t, int64_t, int64_t);
 
 namespace {
 
-// logits [B,V] with V in (0, 2^31), a supported dtype for the context, on the context's device.
-Status CheckLogits(const DeviceContext& ctx, const char* op, const Tensor& logits) {
+// logits [B,V] with V in (0, 2^31), a supported dtype for the context, on the context's device; resolves
+// valid_cols (-1 -> V) and checks 0 < valid_cols <= V.
+Status CheckLogits(const DeviceContext& ctx, const char* op, const Tensor& logits, int64_t* valid_cols) {
   DT_CHECK_ARG(logits.ndim() == 2, op << ": logits " << logits.ToString() << " must be 2-D [B,V]");
   DT_CHECK_ARG(logits.dim(1) > 0 && logits.dim(1) <= std::numeric_limits<int32_t>::max(),
                op << ": logits " << logits.ToString() << " needs 0 < V < 2^31");
   DT_CHECK_ARG(logits.device() == ctx.type(),
                op << ": logits " << logits.ToString() << " not on " << DeviceName(ctx.type()));
   if (ctx.is_cuda()) {
-    DT_CHECK_ARG(logits.dtype() == DType::kF32, op << ": CUDA supports f32 only, got " << logits.ToString());
+    DT_CHECK_ARG(logits.dtype() == DType::kF32 || logits.dtype() == DType::kBF16,
+                 op << ": CUDA supports f32 and bf16, got " << logits.ToString());
   } else {
     DT_CHECK_ARG(logits.dtype() == DType::kF32 || logits.dtype() == DType::kF64,
                  op << ": CPU supports f32/f64, got " << logits.ToString());
   }
+  if (*valid_cols == -1) *valid_cols = logits.dim(1);
+  DT_CHECK_ARG(*valid_cols > 0 && *valid_cols <= logits.dim(1), op << ": valid_cols " << *valid_cols
+                                                                   << " must be in [1, " << logits.dim(1)
+                                                                   << "] for logits " << logits.ToString());
   return Status::OK();
 }
 
@@ -86,15 +95,17 @@ Status CheckRowIndex(const DeviceContext& ctx, const char* op, const char* what,
 }  // namespace
 
 Status SoftmaxCrossEntropy(DeviceContext& ctx, const Tensor& logits, const Tensor& targets, Tensor* losses,
-                           Tensor* dlogits, float grad_scale) {
+                           Tensor* dlogits, float grad_scale, int64_t valid_cols) {
   constexpr const char* kOp = "SoftmaxCrossEntropy";
   DT_CHECK_ARG(losses != nullptr, "SoftmaxCrossEntropy: losses is null");
-  DT_RETURN_IF_ERROR(CheckLogits(ctx, kOp, logits));
+  DT_RETURN_IF_ERROR(CheckLogits(ctx, kOp, logits, &valid_cols));
   DT_RETURN_IF_ERROR(CheckRowIndex(ctx, kOp, "targets", logits, targets));
-  DT_CHECK_ARG(losses->ndim() == 1 && losses->dim(0) == logits.dim(0) && losses->dtype() == logits.dtype() &&
+  const bool bf16 = logits.dtype() == DType::kBF16;
+  const DType loss_dtype = bf16 ? DType::kF32 : logits.dtype();
+  DT_CHECK_ARG(losses->ndim() == 1 && losses->dim(0) == logits.dim(0) && losses->dtype() == loss_dtype &&
                    losses->device() == ctx.type(),
-               "SoftmaxCrossEntropy: losses " << losses->ToString() << " must be [" << logits.dim(0) << "] like logits "
-                                              << logits.ToString());
+               "SoftmaxCrossEntropy: losses " << losses->ToString() << " must be " << DTypeName(loss_dtype) << "["
+                                              << logits.dim(0) << "] for logits " << logits.ToString());
   if (dlogits != nullptr) {
     DT_CHECK_ARG(
         dlogits->shape() == logits.shape() && dlogits->dtype() == logits.dtype() && dlogits->device() == ctx.type(),
@@ -103,36 +114,45 @@ Status SoftmaxCrossEntropy(DeviceContext& ctx, const Tensor& logits, const Tenso
   const int64_t b = logits.dim(0), v = logits.dim(1);
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
+    if (bf16) {
+      return SoftmaxCrossEntropyCudaBf16(losses->data<float>(), dlogits ? dlogits->data<uint16_t>() : nullptr,
+                                         logits.data<uint16_t>(), targets.data<int32_t>(), b, v, valid_cols, grad_scale,
+                                         ctx.stream());
+    }
     return SoftmaxCrossEntropyCuda(losses->data<float>(), dlogits ? dlogits->data<float>() : nullptr,
-                                   logits.data<float>(), targets.data<int32_t>(), b, v, grad_scale, ctx.stream());
+                                   logits.data<float>(), targets.data<int32_t>(), b, v, valid_cols, grad_scale,
+                                   ctx.stream());
 #else
     return Status::Unavailable("SoftmaxCrossEntropy: CUDA tensor in a build without CUDA");
 #endif
   }
   if (logits.dtype() == DType::kF32) {
     return SoftmaxCrossEntropyCpu<float>(losses->data<float>(), dlogits ? dlogits->data<float>() : nullptr,
-                                         logits.data<float>(), targets.data<int32_t>(), b, v, grad_scale);
+                                         logits.data<float>(), targets.data<int32_t>(), b, v, valid_cols, grad_scale);
   }
   return SoftmaxCrossEntropyCpu<double>(losses->data<double>(), dlogits ? dlogits->data<double>() : nullptr,
-                                        logits.data<double>(), targets.data<int32_t>(), b, v, grad_scale);
+                                        logits.data<double>(), targets.data<int32_t>(), b, v, valid_cols, grad_scale);
 }
 
-Status Argmax(DeviceContext& ctx, const Tensor& logits, Tensor* out) {
+Status Argmax(DeviceContext& ctx, const Tensor& logits, Tensor* out, int64_t valid_cols) {
   DT_CHECK_ARG(out != nullptr, "Argmax: out is null");
-  DT_RETURN_IF_ERROR(CheckLogits(ctx, "Argmax", logits));
+  DT_RETURN_IF_ERROR(CheckLogits(ctx, "Argmax", logits, &valid_cols));
   DT_RETURN_IF_ERROR(CheckRowIndex(ctx, "Argmax", "out", logits, *out));
   const int64_t b = logits.dim(0), v = logits.dim(1);
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
-    return ArgmaxCuda(out->data<int32_t>(), logits.data<float>(), b, v, ctx.stream());
+    if (logits.dtype() == DType::kBF16) {
+      return ArgmaxCudaBf16(out->data<int32_t>(), logits.data<uint16_t>(), b, v, valid_cols, ctx.stream());
+    }
+    return ArgmaxCuda(out->data<int32_t>(), logits.data<float>(), b, v, valid_cols, ctx.stream());
 #else
     return Status::Unavailable("Argmax: CUDA tensor in a build without CUDA");
 #endif
   }
   if (logits.dtype() == DType::kF32) {
-    ArgmaxCpu(out->data<int32_t>(), logits.data<float>(), b, v);
+    ArgmaxCpu(out->data<int32_t>(), logits.data<float>(), b, v, valid_cols);
   } else {
-    ArgmaxCpu(out->data<int32_t>(), logits.data<double>(), b, v);
+    ArgmaxCpu(out->data<int32_t>(), logits.data<double>(), b, v, valid_cols);
   }
   return Status::OK();
 }

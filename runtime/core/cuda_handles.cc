@@ -113,5 +113,29 @@ BlasHandles& BlasHandles::operator=(BlasHandles&& o) noexcept {
   return *this;
 }
 
+Status CudnnHandle::Create(cudaStream_t stream, CudnnHandle* out) {
+  CudnnHandle h;
+  DT_CUDNN_CHECK(cudnnCreate(&h.h_));
+  DT_CUDNN_CHECK(cudnnSetStream(h.h_, stream));
+  *out = std::move(h);
+  return Status::OK();
+}
+
+CudnnHandle::~CudnnHandle() {
+  if (h_ != nullptr) {
+    cudnnStatus_t s = cudnnDestroy(h_);
+    if (s != CUDNN_STATUS_SUCCESS) DT_LOG_WARN(kCore, "cudnnDestroy: {}", cudnnGetErrorString(s));
+  }
+}
+
+CudnnHandle& CudnnHandle::operator=(CudnnHandle&& o) noexcept {
+  if (this != &o) {
+    this->~CudnnHandle();
+    h_ = o.h_;
+    o.h_ = nullptr;
+  }
+  return *this;
+}
+
 }  // namespace dtrain
 #endif  // DT_HAVE_CUDA

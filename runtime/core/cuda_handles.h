@@ -5,6 +5,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include "runtime/core/status.h"
 
@@ -70,6 +71,23 @@ class BlasHandles {
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+};
+
+// A cuDNN handle bound to one stream (the context's compute stream). cuDNN calls made with it are
+// queued on that stream; callers pass their own workspace (models/ops/conv2d.h keeps one).
+class CudnnHandle {
+ public:
+  CudnnHandle() = default;
+  static Status Create(cudaStream_t stream, CudnnHandle* out);
+  ~CudnnHandle();
+  CudnnHandle(CudnnHandle&& o) noexcept : h_(o.h_) { o.h_ = nullptr; }
+  CudnnHandle& operator=(CudnnHandle&& o) noexcept;
+  CudnnHandle(const CudnnHandle&) = delete;
+  CudnnHandle& operator=(const CudnnHandle&) = delete;
+  cudnnHandle_t get() const { return h_; }
+
+ private:
+  cudnnHandle_t h_ = nullptr;
 };
 
 }  // namespace dtrain

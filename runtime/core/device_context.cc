@@ -14,16 +14,18 @@ namespace dtrain {
 // CPU-only builds never create these; complete (empty) types let the unique_ptrs be destroyed.
 class CudaStream {};
 class BlasHandles {};
+class CudnnHandle {};
 #endif
 
-// Members of incomplete types (CudaStream, BlasHandles) are destroyed here, where they are complete.
-// Order: allocator first (its cached blocks), then cuBLAS, then the stream.
+// Members of incomplete types (CudaStream, BlasHandles, CudnnHandle) are destroyed here, where they are
+// complete. Order: allocator first (its cached blocks), then cuDNN and cuBLAS, then the stream.
 DeviceContext::~DeviceContext() {
   if (is_cuda()) {
     Status st = Synchronize();
     if (!st.ok()) DT_LOG_WARN(kCore, "DeviceContext teardown: {}", st.ToString());
   }
   device_alloc_.reset();
+  cudnn_.reset();
   blas_.reset();
   stream_.reset();
 }
@@ -62,6 +64,8 @@ Status DeviceContext::CreateCuda(int device, std::unique_ptr<DeviceContext>* out
   DT_RETURN_IF_ERROR(CudaStream::Create(ctx->stream_.get()));
   ctx->blas_ = std::make_unique<BlasHandles>();
   DT_RETURN_IF_ERROR(BlasHandles::Create(ctx->stream_->get(), ctx->blas_.get()));
+  ctx->cudnn_ = std::make_unique<CudnnHandle>();
+  DT_RETURN_IF_ERROR(CudnnHandle::Create(ctx->stream_->get(), ctx->cudnn_.get()));
   ctx->device_alloc_ = std::make_unique<CudaCachingAllocator>(device);
   *out = std::move(ctx);
   return Status::OK();

@@ -1,6 +1,6 @@
 #pragma once
 // DeviceContext: everything an op needs to run on one device — the device, its compute stream,
-// cuBLAS/cuBLASLt handles with their workspace, and the allocators.
+// cuBLAS/cuBLASLt handles with their workspace, a cuDNN handle, and the allocators.
 //
 // Built once in main (one per worker process) and passed explicitly; there are no globals.
 // Owns all of its handles; destroy it after every Tensor allocated from it. Not thread-safe: one
@@ -17,12 +17,13 @@ namespace dtrain {
 
 class BlasHandles;
 class CudaStream;
+class CudnnHandle;
 
 class DeviceContext {
  public:
   static Status CreateCpu(std::unique_ptr<DeviceContext>* out);
-  // Selects GPU `device` (cudaSetDevice), creates a non-blocking compute stream, cuBLAS handles and
-  // the caching allocator. Unavailable when there is no such GPU or dtrain was built without CUDA.
+  // Selects GPU `device` (cudaSetDevice), creates a non-blocking compute stream, cuBLAS and cuDNN
+  // handles and the caching allocator. Unavailable when there is no such GPU or dtrain was built without CUDA.
   static Status CreateCuda(int device, std::unique_ptr<DeviceContext>* out);
   ~DeviceContext();
   DeviceContext(const DeviceContext&) = delete;
@@ -31,8 +32,9 @@ class DeviceContext {
   DeviceType type() const { return type_; }
   bool is_cuda() const { return type_ == DeviceType::kCUDA; }
   int device_index() const { return device_index_; }
-  cudaStream_t stream() const;                             // nullptr on the CPU
-  const BlasHandles* blas() const { return blas_.get(); }  // nullptr on the CPU
+  cudaStream_t stream() const;                               // nullptr on the CPU
+  const BlasHandles* blas() const { return blas_.get(); }    // nullptr on the CPU
+  const CudnnHandle* cudnn() const { return cudnn_.get(); }  // bound to stream(); nullptr on the CPU
 
   Allocator* allocator() { return is_cuda() ? static_cast<Allocator*>(device_alloc_.get()) : &host_alloc_; }
   Allocator* host_allocator() { return &host_alloc_; }
@@ -51,6 +53,7 @@ class DeviceContext {
   CpuAllocator pinned_alloc_{false};  // page-locked only in a CUDA context (needs a driver)
   std::unique_ptr<CudaStream> stream_;
   std::unique_ptr<BlasHandles> blas_;
+  std::unique_ptr<CudnnHandle> cudnn_;
   std::unique_ptr<CudaCachingAllocator> device_alloc_;
 };
 

@@ -1,5 +1,5 @@
 // Tests of models/ops/embedding: exact gathers and scatter-adds, a finite-difference gradient check (f64),
-// bad ids and shapes, and CPU-vs-CUDA agreement (the GPU backward uses atomics).
+// bad ids and shapes, and CPU-vs-CUDA agreement (the GPU backward is a sorted, fixed-order reduction).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -120,7 +120,7 @@ TEST(Embedding, RejectsBadIdsAndShapes) {
   EXPECT_EQ(EmbeddingForward(*cpu, ids_f32, table, &out34).code(), Status::Code::kInvalidArgument);  // f32 ids
 }
 
-// GPU vs CPU: the forward is a copy (exact); the backward's atomics add repeated ids in an arbitrary order, so it
+// GPU vs CPU: the forward is a copy (exact); the backward sums repeated ids in fp32 (in position order), so it
 // is compared with the f64 reference at max abs err <= 1e-5 * scale. Each id repeats ~20 times here.
 TEST(EmbeddingCuda, MatchesCpuReference) {
   DT_SKIP_WITHOUT_CUDA();

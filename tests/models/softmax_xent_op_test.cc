@@ -3,6 +3,7 @@
 // agreement.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -95,6 +96,56 @@ TEST(ArgmaxCpu, TiesGoToLowestIndexAndNaNNeverWins) {
   EXPECT_EQ(out, (std::vector<double>{1, 2, 0, 2}));
 }
 
+// valid_cols < V: padded columns take no part in the softmax or argmax and get zero gradient; the result equals
+// the unpadded problem's. Targets in the padding are rejected. dlogits may be the logits tensor (in place).
+TEST(SoftmaxXentCpu, PaddedColumnsAreIgnored) {
+  auto cpu = Cpu();
+  const int64_t b = 3, u = 5, v = 8;
+  const auto small = RandomVector(b * u, 21, -3, 3);
+  std::vector<double> padded(b * v, 50.0);  // padding larger than every valid logit
+  for (int64_t i = 0; i < b; ++i) std::copy(small.begin() + i * u, small.begin() + (i + 1) * u, padded.begin() + i * v);
+  const std::vector<double> targets = {4, 0, 2};
+  for (DType dt : {DType::kF32, DType::kF64}) {
+    Tensor tsmall, tpad, tt, tl_small, tl_pad, td_small, td_pad, am;
+    DT_ASSERT_OK(MakeTensor(*cpu, dt, {b, u}, small, &tsmall));
+    DT_ASSERT_OK(MakeTensor(*cpu, dt, {b, v}, padded, &tpad));
+    DT_ASSERT_OK(MakeTensor(*cpu, DType::kI32, {b}, targets, &tt));
+    DT_ASSERT_OK(MakeTensor(*cpu, dt, {b}, std::vector<double>(b, NAN), &tl_small));
+    DT_ASSERT_OK(MakeTensor(*cpu, dt, {b}, std::vector<double>(b, NAN), &tl_pad));
+    DT_ASSERT_OK(MakeTensor(*cpu, dt, {b, u}, std::vector<double>(b * u, NAN), &td_small));
+    DT_ASSERT_OK(MakeTensor(*cpu, DType::kI32, {b}, std::vector<double>(b, -1), &am));
+    DT_ASSERT_OK(SoftmaxCrossEntropy(*cpu, tsmall, tt, &tl_small, &td_small, 0.5f));
+    DT_ASSERT_OK(SoftmaxCrossEntropy(*cpu, tpad, tt, &tl_pad, &tpad, 0.5f, u));  // in place
+    std::vector<double> l_small, l_pad, d_small, d_pad, argmax;
+    DT_ASSERT_OK(Fetch(*cpu, tl_small, &l_small));
+    DT_ASSERT_OK(Fetch(*cpu, tl_pad, &l_pad));
+    DT_ASSERT_OK(Fetch(*cpu, td_small, &d_small));
+    DT_ASSERT_OK(Fetch(*cpu, tpad, &d_pad));
+    EXPECT_EQ(l_pad, l_small) << DTypeName(dt);
+    for (int64_t i = 0; i < b; ++i) {
+      for (int64_t j = 0; j < v; ++j) {
+        EXPECT_EQ(d_pad[i * v + j], j < u ? d_small[i * u + j] : 0.0) << DTypeName(dt) << " " << i << "," << j;
+      }
+    }
+    DT_ASSERT_OK(MakeTensor(*cpu, dt, {b, v}, padded, &tpad));
+    DT_ASSERT_OK(Argmax(*cpu, tpad, &am, u));
+    DT_ASSERT_OK(Fetch(*cpu, am, &argmax));
+    for (int64_t i = 0; i < b; ++i) {
+      const auto row = small.begin() + i * u;
+      EXPECT_EQ(argmax[i], std::max_element(row, row + u) - row) << i;
+    }
+  }
+  Tensor logits, tt, losses;
+  DT_ASSERT_OK(MakeTensor(*cpu, DType::kF32, {1, v}, std::vector<double>(v, 0.0), &logits));
+  DT_ASSERT_OK(MakeTensor(*cpu, DType::kI32, {1}, {static_cast<double>(u)}, &tt));  // a padded column
+  DT_ASSERT_OK(MakeTensor(*cpu, DType::kF32, {1}, {0.0}, &losses));
+  const Status st = SoftmaxCrossEntropy(*cpu, logits, tt, &losses, nullptr, 1.f, u);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("outside [0, 5)"), std::string::npos) << st.ToString();
+  EXPECT_EQ(SoftmaxCrossEntropy(*cpu, logits, tt, &losses, nullptr, 1.f, v + 1).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(SoftmaxCrossEntropy(*cpu, logits, tt, &losses, nullptr, 1.f, 0).code(), Status::Code::kInvalidArgument);
+}
+
 // loss = grad_scale * sum_b losses[b]; its gradient is exactly dlogits.
 TEST(SoftmaxXentGrad, FiniteDifferences) {
   auto cpu = Cpu();
@@ -175,6 +226,33 @@ TEST(SoftmaxXentCuda, BadTargetPoisonsOnlyItsRow) {
     EXPECT_FALSE(std::isnan(dl[j]));
     EXPECT_TRUE(std::isnan(dl[4 + j]) && std::isnan(dl[8 + j]));
   }
+}
+
+// CUDA f32 with padding (valid_cols < V, V odd: the scalar path) vs the CPU f64 reference; padding gets 0.
+TEST(SoftmaxXentCuda, PaddedColumnsMatchCpu) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto cpu = Cpu();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  const int64_t b = 7, v = 1003, u = 1000;
+  auto logits = RandomVector(b * v, 31, -8, 8);
+  for (double& x : logits) x = static_cast<float>(x);
+  std::vector<double> targets(b);
+  for (int64_t i = 0; i < b; ++i) targets[i] = (i * 131) % u;
+  std::vector<double> want_l, want_d, got_l, got_d;
+  for (auto* ctx : {cpu.get(), gpu.get()}) {
+    const DType dt = ctx == cpu.get() ? DType::kF64 : DType::kF32;
+    Tensor tl, tt, tloss, td;
+    DT_ASSERT_OK(MakeTensor(*ctx, dt, {b, v}, logits, &tl));
+    DT_ASSERT_OK(MakeTensor(*ctx, DType::kI32, {b}, targets, &tt));
+    DT_ASSERT_OK(MakeTensor(*ctx, dt, {b}, std::vector<double>(b, NAN), &tloss));
+    DT_ASSERT_OK(MakeTensor(*ctx, dt, {b, v}, std::vector<double>(b * v, NAN), &td));
+    DT_ASSERT_OK(SoftmaxCrossEntropy(*ctx, tl, tt, &tloss, &td, 1.f / b, u));
+    DT_ASSERT_OK(Fetch(*ctx, tloss, ctx == cpu.get() ? &want_l : &got_l));
+    DT_ASSERT_OK(Fetch(*ctx, td, ctx == cpu.get() ? &want_d : &got_d));
+  }
+  EXPECT_LE(testing::MaxAbsDiff(got_l, want_l), 1e-5 * testing::Scale(want_l));
+  EXPECT_LE(testing::MaxAbsDiff(got_d, want_d), 1e-6);
 }
 
 // Argmax must agree exactly, including ties (logits drawn from {0, 1, 2, 3}, so most rows tie across threads).

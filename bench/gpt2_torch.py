@@ -1,0 +1,152 @@
+"""PyTorch reference for GPT-2 124M (the model of configs/gpt2_124m.yaml): bf16 autocast, fused AdamW,
+scaled_dot_product_attention, eager or torch.compile, one GPU or DDP under torchrun.
+
+usage: python3 bench/gpt2_torch.py [--compile] [--batch 16] [--seq 1024] [--steps 50] [--warmup 10] [--json OUT]
+       torchrun --nproc-per-node 2 bench/gpt2_torch.py --compile ...        (DDP)
+       ... --init W.safetensors --tokens FILE.u8 --losses OUT.json           (loss curve on real text)
+Synthetic tokens unless --tokens (a byte file: byte-level tokens, records of seq+1 bytes with stride seq,
+taken in order, like `dtrain data convert-text` with data.shuffle false). Prints one JSON line with
+tokens/s (all ranks, timed steps only), MFU against the H200's 989 TFLOP/s dense bf16 peak, and peak memory.
+"""
+import argparse, json, math, os, time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+H200_BF16_PEAK = 989e12
+
+
+class Block(nn.Module):
+    def __init__(self, c, nh, n_layer):
+        super().__init__()
+        self.nh = nh
+        self.ln_1, self.ln_2 = nn.LayerNorm(c), nn.LayerNorm(c)
+        self.c_attn, self.c_proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
+        self.c_fc, self.mlp_proj = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+        for proj in (self.c_proj, self.mlp_proj):
+            nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * n_layer))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.nh, c // self.nh).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous().view(b, t, c)
+        x = x + self.c_proj(y)
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT2(nn.Module):
+    def __init__(self, vocab=50304, t=1024, n_layer=12, nh=12, c=768):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, c), nn.Embedding(t, c)
+        self.h = nn.ModuleList(Block(c, nh, n_layer) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(c)
+        for m in self.modules():
+            if isinstance(m, nn.Linear) and m not in (b.c_proj for b in self.h) and m not in (b.mlp_proj for b in self.h):
+                nn.init.normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear):
+                nn.init.zeros_(m.bias)
+            if isinstance(m, nn.Embedding):
+                nn.init.normal_(m.weight, std=0.02)
+
+    def forward(self, idx, targets):
+        t = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
+        for b in self.h:
+            x = b(x)
+        logits = F.linear(self.ln_f(x), self.wte.weight)  # tied LM head
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=10, help="untimed steps first (compilation, autotuning)")
+    ap.add_argument("--lr", type=float, default=6e-4)
+    ap.add_argument("--init", help="load initial weights from a safetensors file (dtrain's names)")
+    ap.add_argument("--tokens", help="byte file of text: byte-level tokens read in order")
+    ap.add_argument("--losses", help="write the loss of every step to this JSON file")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+    if world > 1:
+        torch.distributed.init_process_group("nccl")
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    torch.cuda.set_device(dev)
+    torch.manual_seed(1234)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    model = GPT2(t=a.seq).to(dev)
+    if a.init:
+        from safetensors.torch import load_file
+        model.load_state_dict(translate(load_file(a.init), model), strict=True)
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    fwd = torch.compile(model) if a.compile else model
+    if world > 1:
+        fwd = torch.nn.parallel.DistributedDataParallel(fwd, device_ids=[dev.index])
+    stream = None
+    if a.tokens:
+        raw = torch.frombuffer(bytearray(open(a.tokens, "rb").read()), dtype=torch.uint8).long()
+        n_rec = (len(raw) - 1) // a.seq
+        stream = torch.stack([raw[i * a.seq:i * a.seq + a.seq + 1] for i in range(n_rec)])
+    g = torch.Generator(device="cpu").manual_seed(1234 + rank)
+    synth = [torch.randint(0, 50257, (a.batch, a.seq + 1), generator=g) for _ in range(8)]
+    losses, t0 = [], None
+    torch.cuda.reset_peak_memory_stats(dev)
+    for step in range(a.warmup + a.steps):
+        if step == a.warmup:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+        if stream is not None:
+            first = (step * world + rank) * a.batch
+            rec = stream[torch.arange(first, first + a.batch) % len(stream)]
+        else:
+            rec = synth[step % len(synth)]
+        rec = rec.to(dev, non_blocking=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = fwd(rec[:, :-1], rec[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if a.losses:
+            losses.append(loss.item())
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    tokens_per_s = a.steps * a.batch * a.seq * world / dt
+    L, H, C, T = 12, 12, 768, a.seq
+    flops_per_token = 6 * n_params + 12 * L * H * (C // H) * T
+    out = {"impl": "torch.compile" if a.compile else "torch eager", "world": world, "batch": a.batch, "seq": a.seq,
+           "params": n_params, "tokens_per_s": tokens_per_s, "step_ms": 1e3 * dt / a.steps,
+           "mfu": tokens_per_s / world * flops_per_token / H200_BF16_PEAK,
+           "peak_mem_gib": torch.cuda.max_memory_allocated(dev) / 2**30, "torch": torch.__version__}
+    if rank == 0:
+        print(json.dumps(out))
+        if a.json:
+            json.dump(out, open(a.json, "w"))
+        if a.losses:
+            json.dump(losses, open(a.losses, "w"))
+    if world > 1:
+        torch.distributed.destroy_process_group()
+
+
+def translate(tensors, model):
+    """dtrain's parameter names and layouts -> this module's state_dict (same names where possible)."""
+    sd = model.state_dict()
+    out = {}
+    for k in sd:
+        src = k.replace(".mlp_proj.", ".mlp.c_proj.").replace(".c_fc.", ".mlp.c_fc.").replace(".c_attn.", ".attn.c_attn.")
+        src = src.replace(".c_proj.", ".attn.c_proj.") if ".mlp." not in src else src
+        if src not in tensors:
+            raise KeyError(f"{src} (for {k}) not in the safetensors file; it has {sorted(tensors)[:8]}...")
+        t = tensors[src]
+        out[k] = t.reshape(sd[k].shape) if t.shape != sd[k].shape and t.numel() == sd[k].numel() else t
+    return out
+
+
+if __name__ == "__main__":
+    main()

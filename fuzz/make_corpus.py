@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of fuzz/corpus/<target>/: small, valid examples of each input format
+(plus a few near misses), so that mutations start deep inside the parsers. Run from anywhere:
+    python3 fuzz/make_corpus.py
+Binary protobuf seeds go through `protoc --encode` (protobuf-compiler), so they follow proto/*.proto.
+The output is deterministic; the files are committed, this script documents where they come from.
+"""
+import pathlib
+import shutil
+import struct
+import subprocess
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "fuzz" / "corpus"
+
+
+def crc32c(data, crc=0):
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def encode(message, text, proto):
+    return subprocess.run(["protoc", f"--encode=dtrain.proto.{message}", "-I", str(ROOT / "proto"), proto],
+                          input=text.encode(), capture_output=True, check=True).stdout
+
+
+def put(target, name, data):
+    d = CORPUS / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+def shard(records):
+    """A shard file as data/shard_format.h lays it out."""
+    n = len(records)
+    off = 32 + 16 * n
+    table = b""
+    for r in records:
+        table += struct.pack("<QII", off, len(r), crc32c(r))
+        off += len(r)
+    head = b"DTSHARD1" + struct.pack("<I", 1)
+    rest = struct.pack("<QQ", n, 0) + table
+    crc = crc32c(head + rest)
+    return head + struct.pack("<I", crc) + rest + b"".join(records)
+
+
+def safetensors(tensors, metadata=None):
+    import json
+    header, data = {}, b""
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, shape, values in tensors:
+        raw = struct.pack(f"<{len(values)}f", *values)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def main():
+    shutil.rmtree(CORPUS, ignore_errors=True)
+
+    # config_fuzzer: the shipped configs, the test fixtures, and overrides ("#set" lines).
+    for p in sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "tests/runtime/testdata").glob("*.yaml")):
+        put("config_fuzzer", p.name, p.read_bytes())
+    put("config_fuzzer", "overrides.yaml",
+        "#set optim.lr=0.5\n#set model.mlp.hidden=[64, 32]\n#set data.dir='/tmp/x # y'\nmodel:\n  kind: mlp\n")
+    put("config_fuzzer", "quoting.yaml",
+        "---\n# comment\ndata:\n  dir: \"/a\\tb\\x41\\\"c\"\n  dataset: 'shards'\nmodel:\n  mlp:\n    hidden:\n"
+        "      - 8\n      - 4\n")
+    put("config_fuzzer", "crlf_bom.yaml", "\ufeffoptim:\r\n  name: sgd\r\n  lr: 1.0e-2\r\n")
+
+    # hostfile_fuzzer: hostfiles and --hosts lists.
+    put("hostfile_fuzzer", "openmpi.hostfile", "# two nodes\nnode-a slots=8   # the first\n  node-b slots=4 max_slots=16\n"
+        "node-c\n")
+    put("hostfile_fuzzer", "deepspeed.hostfile", "worker-1 slots=8\nworker-2 slots=8\n")
+    put("hostfile_fuzzer", "hosts_list", "a:8,b:4,c")
+    put("hostfile_fuzzer", "bad_attr.hostfile", "a slots=8\nb cpus=4\n")
+    put("hostfile_fuzzer", "number", "1000000")
+
+    # dataset_fuzzer: 'M' + manifest.pb (a shard of N records of R bytes has 32 + N * (16 + R) bytes), 'W' + records for the writer round trip, or a shard file.
+    image = ('magic: "dtrain.dataset" format_version: 1 schema { kind: IMAGE dims: 28 dims: 28 has_label: true '
+             'num_classes: 10 pixel_mean: 0.286 pixel_std: 0.353 } shards { file: "shard-00000.dts" num_samples: 3 '
+             'bytes: 2444 crc32c: 12345 } shards { file: "shard-00001.dts" num_samples: 2 bytes: 1640 } '
+             'total_samples: 5 source: "fashion-mnist train"')
+    tokens = ('magic: "dtrain.dataset" format_version: 1 schema { kind: TOKENS dims: 1024 token_dtype: UINT16 '
+              'vocab_size: 50257 } shards { file: "shard-00000.dts" num_samples: 7 bytes: 14480 } '
+              'total_samples: 7')
+    put("dataset_fuzzer", "image_manifest", b"M" + encode("DatasetManifest", image, "shard.proto"))
+    put("dataset_fuzzer", "tokens_manifest", b"M" + encode("DatasetManifest", tokens, "shard.proto"))
+    put("dataset_fuzzer", "shard_image", shard([struct.pack("<I", 3) + bytes(range(16)), struct.pack("<I", 9) + b"\xff" * 16]))
+    put("dataset_fuzzer", "shard_tokens", shard([struct.pack("<4H", 1, 2, 3, 50256)] * 3))
+    put("dataset_fuzzer", "shard_empty", shard([]))
+    put("dataset_fuzzer", "write_records", b"W\x03abc\x00\x05hello\x01z")
+
+    # checkpoint_manifest_fuzzer: manifest.pb of step 7 listing params.bin ("0123456789abcdef") and opt.bin.
+    params_crc = crc32c(b"0123456789abcdef")
+    ckpt = (f'format_version: 1 step: 7 world_size: 2 files {{ name: "params.bin" size: 16 crc32c: {params_crc} '
+            f'dtype: "f32" numel: 4 }} files {{ name: "opt.bin" size: 0 crc32c: 0 dtype: "f32" }} optimizer: "adamw" '
+            'optimizer_step: 7 lr_schedule { kind: "cosine" base_lr: 0.001 warmup_steps: 2 total_steps: 100 '
+            'next_lr: 0.0009 } data { seed: 42 epoch: 0 samples_in_epoch: 448 samples_consumed: 448 global_batch: 64 '
+            'shuffle: true } params { name: "fc1.w" shape: 2 shape: 2 offset: 0 numel: 4 } '
+            'config_yaml: "model:\\n  kind: mlp\\n" dtrain_version: "0.1.0" created_unix_ms: 1764500000000')
+    put("checkpoint_manifest_fuzzer", "step7", encode("CheckpointManifest", ckpt, "checkpoint.proto"))
+    put("checkpoint_manifest_fuzzer", "bad_crc",
+        encode("CheckpointManifest", 'step: 7 files { name: "params.bin" size: 16 crc32c: 1 }', "checkpoint.proto"))
+    put("checkpoint_manifest_fuzzer", "other_step", encode("CheckpointManifest", "step: 8", "checkpoint.proto"))
+
+    # safetensors_fuzzer: 'R' + a file to read; anything else drives the write -> read round trip.
+    put("safetensors_fuzzer", "read_two", b"R" + safetensors(
+        [("fc1.weight", [2, 3], [0.5, -1, 2, 3.25, 1e-3, -0.0]), ("fc1.bias", [2], [1, 2])], {"format": "pt"}))
+    put("safetensors_fuzzer", "read_scalar", b"R" + safetensors([("step", [], [7.0])]))
+    put("safetensors_fuzzer", "read_empty", b"R" + safetensors([]))
+    put("safetensors_fuzzer", "roundtrip", bytes(range(64)))
+
+    # s3_xml_fuzzer: answers of ListObjectsV2, ListMultipartUploads, CreateMultipartUpload and errors.
+    put("s3_xml_fuzzer", "list_objects",
+        '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>b</Name><IsTruncated>true</IsTruncated>'
+        '<Contents><Key>p/a&amp;b</Key><Size>12</Size></Contents><Contents><Key>p/c&#x41;&#66;</Key><Size>0</Size>'
+        '</Contents><NextContinuationToken>1/tok==</NextContinuationToken></ListBucketResult>')
+    put("s3_xml_fuzzer", "list_uploads",
+        '<ListMultipartUploadsResult><Upload><Key>k</Key><UploadId>2~abc</UploadId></Upload>'
+        '<Upload><Key>k2</Key><UploadId>2~def</UploadId></Upload></ListMultipartUploadsResult>')
+    put("s3_xml_fuzzer", "create_upload",
+        '<InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><UploadId>VXBsb2FkSWQ</UploadId>'
+        '</InitiateMultipartUploadResult>')
+    put("s3_xml_fuzzer", "error",
+        '<Error><Code>SlowDown</Code><Message>Please reduce your request rate &lt;now&gt; &#128512;</Message>'
+        '<RequestId>tx1</RequestId></Error>')
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+#pragma once
+// `dtrain report RUN_DIR [--price P]`: the run summary of a run directory (runtime/run_report.h) -
+// wall time, GPU-hours, cost, preemptions, restarts, steps recomputed, time checkpointing and
+// restarting, one line per attempt.
+//
+// RUN_DIR is a run directory (its metrics.jsonl is read) or a metrics.jsonl file itself. The price
+// per GPU-hour is --price P when given, else run.price_per_gpu_hour of RUN_DIR/config.yaml (the
+// resolved config the trainer stores there); without either the cost line says how to set it.
+// Output goes to stdout.
+
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+
+namespace dtrain::launcher {
+
+// Prints BuildReport's text to stdout.
+Status RunReport(const std::vector<std::string>& args);
+
+// The report for `args` (the words after `report`); --help gives the usage text.
+Status BuildReport(const std::vector<std::string>& args, std::string* text);
+
+}  // namespace dtrain::launcher

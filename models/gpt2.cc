@@ -1,0 +1,356 @@
+#include "models/gpt2.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "models/ops/attention.h"
+#include "models/ops/bias.h"
+#include "models/ops/elementwise.h"
+#include "models/ops/embedding.h"
+#include "models/ops/layernorm.h"
+#include "models/ops/matmul.h"
+#include "models/ops/softmax_xent.h"
+#include "runtime/core/check.h"
+#include "runtime/core/nvtx.h"
+#include "runtime/core/random.h"
+
+namespace dtrain::models {
+
+namespace {
+
+constexpr float kLnEps = 1e-5f;  // GPT-2's layer_norm_epsilon
+constexpr double kPi = 3.14159265358979323846;
+
+// Standard normals from SplitMix64 by Box-Muller, both outputs used: identical on every platform.
+class Normal {
+ public:
+  explicit Normal(uint64_t seed) : rng_(seed) {}
+  double Next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double u1 = 1.0 - rng_.Uniform();  // (0, 1]: log is finite
+    const double u2 = rng_.Uniform();
+    const double r = std::sqrt(-2.0 * std::log(u1)), a = 2.0 * kPi * u2;
+    spare_ = r * std::sin(a);
+    has_spare_ = true;
+    return r * std::cos(a);
+  }
+
+ private:
+  SplitMix64 rng_;
+  double spare_ = 0;
+  bool has_spare_ = false;
+};
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+Status Gpt2::Create(DeviceContext& ctx, const Gpt2Options& opts, int64_t batch, int64_t seq_len,
+                    std::unique_ptr<Gpt2>* out) {
+  DT_CHECK_ARG(
+      opts.vocab_size >= 2 && opts.padded_vocab_size >= opts.vocab_size,
+      "Gpt2: need 2 <= vocab_size <= padded_vocab_size, got " << opts.vocab_size << ", " << opts.padded_vocab_size);
+  DT_CHECK_ARG(opts.n_layer >= 1 && opts.n_head >= 1 && opts.n_embd >= 1 && opts.n_embd % opts.n_head == 0,
+               "Gpt2: n_embd " << opts.n_embd << " must be a positive multiple of n_head " << opts.n_head
+                               << " (n_layer " << opts.n_layer << ")");
+  DT_CHECK_ARG(batch >= 1 && seq_len >= 1 && seq_len <= opts.max_seq_len,
+               "Gpt2: batch " << batch << " and seq_len " << seq_len << " must be >= 1, seq_len <= max_seq_len "
+                              << opts.max_seq_len);
+  if (opts.precision == Precision::kFp16) return Status::Unimplemented("Gpt2: fp16 precision is not implemented");
+  if (opts.precision == Precision::kBf16) {
+    DT_CHECK_ARG(ctx.is_cuda() && opts.dtype == DType::kF32, "Gpt2: bf16 needs a CUDA context and f32 master params");
+  } else {
+    DT_CHECK_ARG(opts.dtype == DType::kF32 || (opts.dtype == DType::kF64 && !ctx.is_cuda()),
+                 "Gpt2: fp32 runs in f32 (CPU, CUDA) or f64 (CPU only)");
+  }
+  std::unique_ptr<Gpt2> m(new Gpt2(ctx, opts));  // private constructor
+
+  const int64_t c = opts.n_embd;
+  int64_t offset = 0;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    const int64_t numel = Tensor::NumelOf(shape);
+    m->infos_.push_back({name, std::move(shape), offset, numel});
+    offset += numel;
+  };
+  add("wte.weight", {opts.padded_vocab_size, c});
+  add("wpe.weight", {opts.max_seq_len, c});
+  for (int64_t l = 0; l < opts.n_layer; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    add(p + "ln_1.weight", {c});
+    add(p + "ln_1.bias", {c});
+    add(p + "attn.c_attn.weight", {3 * c, c});
+    add(p + "attn.c_attn.bias", {3 * c});
+    add(p + "attn.c_proj.weight", {c, c});
+    add(p + "attn.c_proj.bias", {c});
+    add(p + "ln_2.weight", {c});
+    add(p + "ln_2.bias", {c});
+    add(p + "mlp.c_fc.weight", {4 * c, c});
+    add(p + "mlp.c_fc.bias", {4 * c});
+    add(p + "mlp.c_proj.weight", {c, 4 * c});
+    add(p + "mlp.c_proj.bias", {c});
+  }
+  add("ln_f.weight", {c});
+  add("ln_f.bias", {c});
+
+  DT_RETURN_IF_ERROR(m->Alloc({offset}, opts.dtype, &m->params_));
+  DT_RETURN_IF_ERROR(m->Alloc({offset}, opts.dtype, &m->grads_));
+  DT_RETURN_IF_ERROR(m->grads_.SetZero(ctx.stream()));
+  const bool bf16 = opts.precision == Precision::kBf16;
+  if (bf16) DT_RETURN_IF_ERROR(m->Alloc({offset}, DType::kBF16, &m->params16_));
+  for (const ParamInfo& p : m->infos_) {
+    Tensor w, g, w16;
+    DT_RETURN_IF_ERROR(m->params_.View(p.offset, p.shape, &w));
+    DT_RETURN_IF_ERROR(m->grads_.View(p.offset, p.shape, &g));
+    if (bf16) DT_RETURN_IF_ERROR(m->params16_.View(p.offset, p.shape, &w16));
+    m->w_.push_back(w);
+    m->g_.push_back(g);
+    m->w16_.push_back(w16);
+  }
+  DT_RETURN_IF_ERROR(m->EnsureActivations(batch, seq_len));
+  *out = std::move(m);
+  return Status::OK();
+}
+
+DType Gpt2::act_dtype() const { return opts_.precision == Precision::kBf16 ? DType::kBF16 : opts_.dtype; }
+DType Gpt2::stat_dtype() const { return opts_.dtype; }
+
+Status Gpt2::Alloc(const std::vector<int64_t>& shape, DType dt, Tensor* t) {
+  return Tensor::Empty(shape, dt, ctx_.allocator(), t);
+}
+
+Status Gpt2::InitParams(uint64_t seed) {
+  // Generated on the host straight into the staging buffer, so every device and dtype starts from the same values.
+  Tensor staging;
+  DT_RETURN_IF_ERROR(Tensor::Empty({params_.numel()}, opts_.dtype, ctx_.host_allocator(), &staging));
+  const bool f64 = opts_.dtype == DType::kF64;
+  Normal normal(seed);
+  const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(opts_.n_layer));
+  for (const ParamInfo& p : infos_) {
+    const bool is_ln = p.name.find("ln_") != std::string::npos;
+    const bool is_bias = EndsWith(p.name, ".bias");
+    const bool is_proj = EndsWith(p.name, "c_proj.weight");
+    for (int64_t k = 0; k < p.numel; ++k) {
+      const double v = is_bias ? 0.0 : is_ln ? 1.0 : normal.Next() * (is_proj ? proj_std : 0.02);
+      if (f64) {
+        staging.data<double>()[p.offset + k] = v;
+      } else {
+        staging.data<float>()[p.offset + k] = static_cast<float>(v);
+      }
+    }
+  }
+  DT_RETURN_IF_ERROR(params_.CopyFrom(staging, ctx_.stream()));
+  // `staging` is pageable host memory: cudaMemcpyAsync from it returns only after the copy is staged.
+  return ctx_.Synchronize();
+}
+
+Status Gpt2::EnsureActivations(int64_t batch, int64_t seq_len) {
+  if (batch == batch_ && seq_len == seq_len_) return Status::OK();
+  const int64_t n = batch * seq_len, c = opts_.n_embd, L = opts_.n_layer;
+  const DType act = act_dtype(), stat = stat_dtype();
+  // Position ids, built on the host once per shape.
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i % seq_len);
+  DT_RETURN_IF_ERROR(Alloc({n}, DType::kI32, &pos_ids_));
+  DT_RETURN_IF_ERROR(pos_ids_.CopyFrom(Tensor::Wrap(pos.data(), {n}, DType::kI32, DeviceType::kCPU), ctx_.stream()));
+  DT_RETURN_IF_ERROR(ctx_.Synchronize());  // `pos` dies at return
+
+  const DType emb = opts_.precision == Precision::kBf16 ? DType::kF32 : act;
+  DT_RETURN_IF_ERROR(Alloc({n, c}, emb, &pos_emb_));
+  if (opts_.precision == Precision::kBf16) {
+    DT_RETURN_IF_ERROR(Alloc({n, c}, DType::kF32, &tok_emb_));
+    DT_RETURN_IF_ERROR(Alloc({n, c}, DType::kF32, &demb_));
+  }
+  x_.assign(L + 1, Tensor());
+  for (Tensor& x : x_) DT_RETURN_IF_ERROR(Alloc({n, c}, act, &x));
+  acts_.assign(opts_.recompute ? 1 : L, BlockActs());
+  for (BlockActs& a : acts_) {
+    DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.ln1));
+    DT_RETURN_IF_ERROR(Alloc({n}, stat, &a.ln1_mean));
+    DT_RETURN_IF_ERROR(Alloc({n}, stat, &a.ln1_rstd));
+    DT_RETURN_IF_ERROR(Alloc({batch, seq_len, 3 * c}, act, &a.qkv));
+    DT_RETURN_IF_ERROR(Alloc({batch, seq_len, c}, act, &a.att));
+    DT_RETURN_IF_ERROR(Alloc({batch, opts_.n_head, seq_len}, stat, &a.lse));
+    DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.x_mid));
+    DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.ln2));
+    DT_RETURN_IF_ERROR(Alloc({n}, stat, &a.ln2_mean));
+    DT_RETURN_IF_ERROR(Alloc({n}, stat, &a.ln2_rstd));
+    DT_RETURN_IF_ERROR(Alloc({n, 4 * c}, act, &a.fc_pre));
+    DT_RETURN_IF_ERROR(Alloc({n, 4 * c}, act, &a.fc_act));
+  }
+  DT_RETURN_IF_ERROR(Alloc({n, c}, act, &lnf_));
+  DT_RETURN_IF_ERROR(Alloc({n}, stat, &lnf_mean_));
+  DT_RETURN_IF_ERROR(Alloc({n}, stat, &lnf_rstd_));
+  DT_RETURN_IF_ERROR(Alloc({n, opts_.padded_vocab_size}, act, &logits_));
+  DT_RETURN_IF_ERROR(Alloc({n}, stat, &losses_));
+  DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dres_));
+  DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dln_));
+  DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dtmp_));
+  DT_RETURN_IF_ERROR(Alloc({batch, seq_len, 3 * c}, act, &dqkv_));
+  DT_RETURN_IF_ERROR(Alloc({batch, seq_len, c}, act, &datt_));
+  DT_RETURN_IF_ERROR(Alloc({n, 4 * c}, act, &dfc_));
+  batch_ = batch;
+  seq_len_ = seq_len;
+  return Status::OK();
+}
+
+Status Gpt2::Forward(const Tensor& inputs, const Tensor& targets) {
+  DT_NVTX_RANGE("gpt2.forward");
+  DT_CHECK_ARG(inputs.ndim() == 2 && inputs.dtype() == DType::kI32 && inputs.device() == ctx_.type() &&
+                   inputs.numel() > 0 && inputs.dim(1) <= opts_.max_seq_len,
+               "Gpt2 expects token ids i32[B, T] (T <= " << opts_.max_seq_len << ") on " << DeviceName(ctx_.type())
+                                                         << ", got " << inputs.ToString());
+  DT_CHECK_ARG(targets.shape() == inputs.shape() && targets.dtype() == DType::kI32 && targets.device() == ctx_.type(),
+               "targets " << targets.ToString() << " do not match inputs " << inputs.ToString());
+  DT_RETURN_IF_ERROR(EnsureActivations(inputs.dim(0), inputs.dim(1)));
+  const int64_t n = batch_ * seq_len_;
+  DT_RETURN_IF_ERROR(inputs.Reshape({n}, &ids_));
+  DT_RETURN_IF_ERROR(targets.Reshape({n}, &targets_));
+  // The bf16 working copy of the (just updated) master weights.
+  if (opts_.precision == Precision::kBf16) DT_RETURN_IF_ERROR(ops::Cast(ctx_, params_, &params16_));
+
+  DT_RETURN_IF_ERROR(EmbedForward(ids_));
+  for (int l = 0; l < opts_.n_layer; ++l) DT_RETURN_IF_ERROR(BlockForward(l));
+  const int lnf = ParamIndex(static_cast<int>(opts_.n_layer), 0);
+  DT_RETURN_IF_ERROR(
+      ops::LayerNormForward(ctx_, x_.back(), w_[lnf], w_[lnf + 1], kLnEps, &lnf_, &lnf_mean_, &lnf_rstd_));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, lnf_, false, gemm_weight(0), true, &logits_));  // tied LM head
+  // Losses only; Backward recomputes the softmax and writes dlogits over the logits (no second [N, Vp] buffer).
+  return ops::SoftmaxCrossEntropy(ctx_, logits_, targets_, &losses_, nullptr, 1.0f / static_cast<float>(n),
+                                  opts_.vocab_size);
+}
+
+Status Gpt2::EmbedForward(const Tensor& ids) {
+  // x = wte[ids] + wpe[t]: both lookups in the master dtype (a bf16 run casts the sum once).
+  if (opts_.precision == Precision::kBf16) {
+    DT_RETURN_IF_ERROR(ops::EmbeddingForward(ctx_, ids, w_[0], &tok_emb_));
+    DT_RETURN_IF_ERROR(ops::EmbeddingForward(ctx_, pos_ids_, w_[1], &pos_emb_));
+    DT_RETURN_IF_ERROR(ops::Add(ctx_, tok_emb_, pos_emb_, &tok_emb_));
+    return ops::Cast(ctx_, tok_emb_, &x_[0]);
+  }
+  DT_RETURN_IF_ERROR(ops::EmbeddingForward(ctx_, ids, w_[0], &x_[0]));
+  DT_RETURN_IF_ERROR(ops::EmbeddingForward(ctx_, pos_ids_, w_[1], &pos_emb_));
+  return ops::Add(ctx_, x_[0], pos_emb_, &x_[0]);
+}
+
+Status Gpt2::BlockForward(int layer) {
+  DT_NVTX_RANGE("gpt2.block_forward");
+  BlockActs& a = acts(layer);
+  const Tensor& x = x_[layer];
+  Tensor& y = x_[layer + 1];
+  auto w = [&](int p) -> const Tensor& { return w_[ParamIndex(layer, p)]; };
+  auto gw = [&](int p) -> const Tensor& { return gemm_weight(ParamIndex(layer, p)); };
+  Tensor qkv2, att2;  // 2-D views [B*T, 3C] / [B*T, C] for the GEMMs
+  DT_RETURN_IF_ERROR(a.qkv.Reshape({x.dim(0), 3 * opts_.n_embd}, &qkv2));
+  DT_RETURN_IF_ERROR(a.att.Reshape(x.shape(), &att2));
+
+  // Attention: x_mid = x + c_proj(attn(c_attn(ln_1(x)))).
+  DT_RETURN_IF_ERROR(ops::LayerNormForward(ctx_, x, w(kLn1W), w(kLn1B), kLnEps, &a.ln1, &a.ln1_mean, &a.ln1_rstd));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, a.ln1, false, gw(kAttnW), true, &qkv2));
+  DT_RETURN_IF_ERROR(ops::BiasAdd(ctx_, w(kAttnB), &qkv2));
+  DT_RETURN_IF_ERROR(ops::AttentionForward(ctx_, a.qkv, opts_.n_head, &a.att, &a.lse));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, att2, false, gw(kAttnProjW), true, &a.x_mid));
+  DT_RETURN_IF_ERROR(ops::BiasAdd(ctx_, w(kAttnProjB), &a.x_mid));
+  DT_RETURN_IF_ERROR(ops::Add(ctx_, a.x_mid, x, &a.x_mid));
+
+  // MLP: y = x_mid + c_proj(gelu(c_fc(ln_2(x_mid)))); the GELU is fused into the c_fc GEMM's epilogue.
+  DT_RETURN_IF_ERROR(
+      ops::LayerNormForward(ctx_, a.x_mid, w(kLn2W), w(kLn2B), kLnEps, &a.ln2, &a.ln2_mean, &a.ln2_rstd));
+  DT_RETURN_IF_ERROR(
+      ops::MatmulEpilogue(ctx_, a.ln2, false, gw(kFcW), true, w(kFcB), ops::Epilogue::kBiasGelu, &a.fc_act, &a.fc_pre));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, a.fc_act, false, gw(kFcProjW), true, &y));
+  DT_RETURN_IF_ERROR(ops::BiasAdd(ctx_, w(kFcProjB), &y));
+  return ops::Add(ctx_, y, a.x_mid, &y);
+}
+
+Status Gpt2::Backward(float loss_scale, const GradReadyFn& on_ready) {
+  DT_NVTX_RANGE("gpt2.backward");
+  DT_CHECK_ARG(ids_.defined(), "Backward called before Forward");
+  const int64_t n = batch_ * seq_len_;
+  auto ready = [&](int i) { return on_ready ? on_ready(i) : Status::OK(); };
+  // dlogits = d(loss_scale * mean loss)/d(logits), in place over the logits (0 in the padded columns).
+  DT_RETURN_IF_ERROR(ops::SoftmaxCrossEntropy(ctx_, logits_, targets_, &losses_, &logits_,
+                                              loss_scale / static_cast<float>(n), opts_.vocab_size));
+  // LM head: dwte += dlogits^T lnf (the first of wte's two contributions), dlnf = dlogits wte.
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, true, lnf_, false, &g_[0], 1.f, 1.f));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, false, gemm_weight(0), false, &dln_));
+  const int lnf = ParamIndex(static_cast<int>(opts_.n_layer), 0);
+  DT_RETURN_IF_ERROR(
+      ops::LayerNormBackward(ctx_, x_.back(), w_[lnf], lnf_mean_, lnf_rstd_, dln_, &dres_, &g_[lnf], &g_[lnf + 1]));
+  DT_RETURN_IF_ERROR(ready(lnf + 1));
+  DT_RETURN_IF_ERROR(ready(lnf));
+  for (int l = static_cast<int>(opts_.n_layer) - 1; l >= 0; --l) DT_RETURN_IF_ERROR(BlockBackward(l, on_ready));
+  return EmbedBackward(on_ready);
+}
+
+Status Gpt2::BlockBackward(int layer, const GradReadyFn& on_ready) {
+  DT_NVTX_RANGE("gpt2.block_backward");
+  if (opts_.recompute) DT_RETURN_IF_ERROR(BlockForward(layer));  // refills the shared activations (same values)
+  BlockActs& a = acts(layer);
+  auto w = [&](int p) -> const Tensor& { return w_[ParamIndex(layer, p)]; };
+  auto gw = [&](int p) -> const Tensor& { return gemm_weight(ParamIndex(layer, p)); };
+  auto g = [&](int p) -> Tensor* { return &g_[ParamIndex(layer, p)]; };
+  auto ready = [&](int p) { return on_ready ? on_ready(ParamIndex(layer, p)) : Status::OK(); };
+  Tensor qkv2, att2, dqkv2, datt2;
+  DT_RETURN_IF_ERROR(a.qkv.Reshape({dres_.dim(0), 3 * opts_.n_embd}, &qkv2));
+  DT_RETURN_IF_ERROR(a.att.Reshape(dres_.shape(), &att2));
+  DT_RETURN_IF_ERROR(dqkv_.Reshape(qkv2.shape(), &dqkv2));
+  DT_RETURN_IF_ERROR(datt_.Reshape(dres_.shape(), &datt2));
+
+  // MLP, with dres_ = dy. Weight gradients accumulate (beta = 1) across micro-steps.
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, true, a.fc_act, false, g(kFcProjW), 1.f, 1.f));
+  DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dres_, g(kFcProjB), /*accumulate=*/true));
+  DT_RETURN_IF_ERROR(ready(kFcProjB));
+  DT_RETURN_IF_ERROR(ready(kFcProjW));
+  // dfc_pre = (dy W_proj) * gelu'(fc_pre), and dbias_fc += its column sums, in one epilogue.
+  DT_RETURN_IF_ERROR(ops::MatmulEpilogue(ctx_, dres_, false, gw(kFcProjW), false, *g(kFcB), ops::Epilogue::kDGeluBGrad,
+                                         &dfc_, &a.fc_pre));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dfc_, true, a.ln2, false, g(kFcW), 1.f, 1.f));
+  DT_RETURN_IF_ERROR(ready(kFcB));
+  DT_RETURN_IF_ERROR(ready(kFcW));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dfc_, false, gw(kFcW), false, &dln_));
+  DT_RETURN_IF_ERROR(
+      ops::LayerNormBackward(ctx_, a.x_mid, w(kLn2W), a.ln2_mean, a.ln2_rstd, dln_, &dtmp_, g(kLn2W), g(kLn2B)));
+  DT_RETURN_IF_ERROR(ops::Add(ctx_, dres_, dtmp_, &dres_));  // the residual path plus the layer-norm path
+  DT_RETURN_IF_ERROR(ready(kLn2B));
+  DT_RETURN_IF_ERROR(ready(kLn2W));
+
+  // Attention, with dres_ = d x_mid.
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, true, att2, false, g(kAttnProjW), 1.f, 1.f));
+  DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dres_, g(kAttnProjB), /*accumulate=*/true));
+  DT_RETURN_IF_ERROR(ready(kAttnProjB));
+  DT_RETURN_IF_ERROR(ready(kAttnProjW));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, false, gw(kAttnProjW), false, &datt2));
+  DT_RETURN_IF_ERROR(ops::AttentionBackward(ctx_, a.qkv, a.att, a.lse, datt_, opts_.n_head, &dqkv_));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dqkv2, true, a.ln1, false, g(kAttnW), 1.f, 1.f));
+  DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dqkv2, g(kAttnB), /*accumulate=*/true));
+  DT_RETURN_IF_ERROR(ready(kAttnB));
+  DT_RETURN_IF_ERROR(ready(kAttnW));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dqkv2, false, gw(kAttnW), false, &dln_));
+  DT_RETURN_IF_ERROR(
+      ops::LayerNormBackward(ctx_, x_[layer], w(kLn1W), a.ln1_mean, a.ln1_rstd, dln_, &dtmp_, g(kLn1W), g(kLn1B)));
+  DT_RETURN_IF_ERROR(ops::Add(ctx_, dres_, dtmp_, &dres_));  // dres_ = d x_[layer]
+  DT_RETURN_IF_ERROR(ready(kLn1B));
+  return ready(kLn1W);
+}
+
+Status Gpt2::EmbedBackward(const GradReadyFn& on_ready) {
+  // dres_ = d x_[0]; both tables take it in the master dtype (embedding backward accumulates).
+  const Tensor* demb = &dres_;
+  if (opts_.precision == Precision::kBf16) {
+    DT_RETURN_IF_ERROR(ops::Cast(ctx_, dres_, &demb_));
+    demb = &demb_;
+  }
+  DT_RETURN_IF_ERROR(ops::EmbeddingBackward(ctx_, pos_ids_, *demb, &g_[1]));
+  if (on_ready) DT_RETURN_IF_ERROR(on_ready(1));
+  // wte last: its gradient is complete only now (LM head + token embedding).
+  DT_RETURN_IF_ERROR(ops::EmbeddingBackward(ctx_, ids_, *demb, &g_[0]));
+  return on_ready ? on_ready(0) : Status::OK();
+}
+
+}  // namespace dtrain::models

@@ -1,0 +1,124 @@
+#pragma once
+// Gpt2: a GPT-2 style decoder-only language model. Implements models::Model (see model.h for the step protocol,
+// the flat parameter layout and the gradient-ready contract).
+//
+//   x = wte[ids] + wpe[t]                                          residual stream [B*T, C]
+//   per block: x += c_proj(attn(c_attn(ln_1(x))));  x += mlp.c_proj(gelu(mlp.c_fc(ln_2(x))))
+//   logits = ln_f(x) @ wte^T  (tied LM head)  [B*T, padded_vocab];  loss = cross-entropy over the first vocab_size
+//   columns (padded columns never take part in the softmax or the argmax)
+// Inputs: i32 token ids [B, T]; targets: i32 [B, T]; losses(): f32 (f64 in f64 mode) [B*T], one per token.
+//
+// Parameters, forward order, PyTorch/HF GPT-2 names: wte.weight [Vp, C], wpe.weight [max_seq_len, C], then per
+// block h.<l>.{ln_1.weight, ln_1.bias, attn.c_attn.weight [3C, C], attn.c_attn.bias [3C], attn.c_proj.weight
+// [C, C], attn.c_proj.bias, ln_2.weight, ln_2.bias, mlp.c_fc.weight [4C, C], mlp.c_fc.bias [4C], mlp.c_proj.weight
+// [C, 4C], mlp.c_proj.bias}, then ln_f.weight, ln_f.bias. Linear weights are [out, in] (nn.Linear's layout, the
+// layout our matmul uses as y = x W^T); HF's checkpoints store them as Conv1D [in, out], so an HF export/import
+// transposes every *.c_attn/c_proj/c_fc weight. wte rows past vocab_size are padding (initialised like the rest;
+// they receive no gradient from the loss, only weight decay).
+// Backward announces parameters ready in exactly the reverse of that order; wte, used by the LM head and the
+// embedding, is last.
+//
+// Init (GPT-2's): every weight N(0, 0.02), the residual projections (attn.c_proj, mlp.c_proj) N(0, 0.02 /
+// sqrt(2 * n_layer)), biases 0, layer-norm weights 1. Drawn on the host from SplitMix64(seed) (Box-Muller), so
+// every device and rank starts identical.
+//
+// Precision:
+//   kFp32: every tensor f32 (CPU or CUDA), or f64 on the CPU (options.dtype; for gradient checks).
+//   kBf16 (CUDA only): params()/grads() stay f32 (master weights, f32 gradients); Forward casts the params into a
+//     bf16 copy used by the GEMMs; activations are bf16; layer norms, biases, softmax statistics and every
+//     reduction are fp32.
+//   kFp16: not implemented (Create returns Unimplemented).
+// recompute: keep only each block's input; Backward re-runs a block's forward just before its backward (one
+// block's activations are alive at a time). Gradients are identical to the stored-activation path.
+// logits() are valid until Backward, which overwrites them in place with dlogits.
+
+#include <memory>
+#include <vector>
+
+#include "models/model.h"
+
+namespace dtrain::models {
+
+// Mirrors proto::Gpt2Config (the factory copies it) plus the run's precision/recompute.
+struct Gpt2Options {
+  int64_t vocab_size = 50257;
+  int64_t padded_vocab_size = 50304;  // >= vocab_size
+  int64_t max_seq_len = 1024;
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t n_embd = 768;  // a multiple of n_head
+  Precision precision = Precision::kFp32;
+  bool recompute = false;
+  DType dtype = DType::kF32;  // kFp32 only: kF64 on the CPU
+};
+
+class Gpt2 final : public Model {
+ public:
+  // Activations are allocated for [batch, seq_len] up front (a later Forward of another shape reallocates them).
+  static Status Create(DeviceContext& ctx, const Gpt2Options& opts, int64_t batch, int64_t seq_len,
+                       std::unique_ptr<Gpt2>* out);
+
+  const std::vector<ParamInfo>& param_infos() const override { return infos_; }
+  Tensor& params() override { return params_; }
+  Tensor& grads() override { return grads_; }
+  Status InitParams(uint64_t seed) override;
+  Status Forward(const Tensor& inputs, const Tensor& targets) override;
+  const Tensor& losses() const override { return losses_; }
+  const Tensor& logits() const override { return logits_; }
+  Status Backward(float loss_scale, const GradReadyFn& on_ready) override;
+
+  const Gpt2Options& options() const { return opts_; }
+
+ private:
+  // Per block, forward order of the 12 parameters.
+  enum BlockParam {
+    kLn1W,
+    kLn1B,
+    kAttnW,
+    kAttnB,
+    kAttnProjW,
+    kAttnProjB,
+    kLn2W,
+    kLn2B,
+    kFcW,
+    kFcB,
+    kFcProjW,
+    kFcProjB,
+    kBlockParams
+  };
+  // Activations of one block (all of them, or one reused set under recompute).
+  struct BlockActs {
+    Tensor ln1, ln1_mean, ln1_rstd, qkv, att, lse, x_mid, ln2, ln2_mean, ln2_rstd, fc_pre, fc_act;
+  };
+
+  Gpt2(DeviceContext& ctx, const Gpt2Options& opts) : ctx_(ctx), opts_(opts) {}
+  int ParamIndex(int layer, int p) const { return 2 + layer * kBlockParams + p; }
+  DType act_dtype() const;   // activations: f32/f64, or bf16
+  DType stat_dtype() const;  // layer-norm statistics, losses: f32 (f64 in f64 mode)
+  Status Alloc(const std::vector<int64_t>& shape, DType dt, Tensor* t);
+  Status EnsureActivations(int64_t batch, int64_t seq_len);
+  BlockActs& acts(int layer) { return acts_[opts_.recompute ? 0 : layer]; }
+  // Weight `i` as used by the GEMMs: a view of params_, or of the bf16 copy.
+  const Tensor& gemm_weight(int i) const { return opts_.precision == Precision::kBf16 ? w16_[i] : w_[i]; }
+
+  Status EmbedForward(const Tensor& ids);
+  Status BlockForward(int layer);                                // x_[layer] -> x_[layer + 1]
+  Status BlockBackward(int layer, const GradReadyFn& on_ready);  // d x_[layer + 1] in dres_ -> d x_[layer]
+  Status EmbedBackward(const GradReadyFn& on_ready);
+
+  DeviceContext& ctx_;
+  Gpt2Options opts_;
+  std::vector<ParamInfo> infos_;
+  Tensor params_, grads_, params16_;  // params16_: the bf16 copy (kBf16)
+  std::vector<Tensor> w_, g_, w16_;   // views per parameter
+  int64_t batch_ = -1, seq_len_ = -1;
+  Tensor ids_, targets_, pos_ids_;  // the last Forward's inputs; pos_ids_[b*T + t] = t
+  Tensor tok_emb_, pos_emb_;        // f32 embeddings before the cast (kBf16), or the pos part (kFp32)
+  std::vector<Tensor> x_;           // x_[l]: residual stream entering block l; x_[n_layer]: after the last block
+  std::vector<BlockActs> acts_;
+  Tensor lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
+  // Backward scratch: dres_ is d(loss)/d(residual stream) at the current block boundary.
+  Tensor dres_, dln_, dtmp_, dqkv_, datt_, dfc_, demb_;
+};
+
+}  // namespace dtrain::models

@@ -1,0 +1,60 @@
+#pragma once
+// Causal multi-head self-attention (GPT-2's), from a fused projection qkv[B, T, 3C] to out[B, T, C].
+//
+// Layout: row (b, t) of qkv is q | k | v, each C = NH * hs wide; head h of each is columns [h*hs, (h+1)*hs).
+// With s_ij = (q_i . k_j) / sqrt(hs) for j <= i (causal mask: keys after the query are excluded):
+//   forward:  lse_i = log sum_{j<=i} exp(s_ij)            (per b, h, i: saved for backward, shape [B, NH, T])
+//             out_i = sum_{j<=i} exp(s_ij - lse_i) v_j      (written to columns h*hs.. of out's row)
+//   backward: P_ij = exp(s_ij - lse_i),  D_i = dout_i . out_i,  dS_ij = P_ij (dout_i . v_j - D_i)
+//             dq_i = sum_j dS_ij k_j / sqrt(hs),  dk_j = sum_i dS_ij q_i / sqrt(hs),  dv_j = sum_i P_ij dout_i
+//             dqkv is SET (not accumulated), in qkv's layout.
+// No T x T matrix is stored: backward recomputes P from qkv and lse.
+//
+// CPU references take T = float or double and accumulate in double. CUDA (sm_90): flash-attention style, one
+// block per (b, h, 32-row query tile) streaming 32-key tiles of K/V through shared memory with an online softmax;
+// fp32 or bf16 inputs/outputs, always fp32 accumulation and fp32 lse. CUDA backward is two deterministic kernels
+// (dK/dV per key tile, dQ per query tile; no atomics), after a pass computing D into a [B, NH, T] f32 workspace.
+// Head size hs <= kAttentionMaxHeadSize on CUDA. Queued on `stream`; asynchronous w.r.t. the host.
+//
+// Tensor entry points check shapes/dtypes/devices (InvalidArgument naming the shapes) and dispatch:
+// CPU f32/f64 -> *Cpu (lse of qkv's dtype), CUDA f32 -> *Cuda, CUDA bf16 -> *CudaBf16 (lse f32 on CUDA).
+// bf16 buffers are uint16_t (raw bits) in the raw-pointer API. Outputs must not alias inputs.
+
+#include <cstdint>
+
+#include "runtime/core/cuda_fwd.h"
+#include "runtime/core/device_context.h"
+#include "runtime/core/status.h"
+#include "runtime/core/tensor.h"
+
+namespace dtrain::ops {
+
+constexpr int64_t kAttentionMaxHeadSize = 128;
+
+template <typename T>
+void AttentionForwardCpu(T* out, T* lse, const T* qkv, int64_t b, int64_t t, int64_t nh, int64_t hs);
+template <typename T>
+void AttentionBackwardCpu(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t b, int64_t t,
+                          int64_t nh, int64_t hs);
+
+#if DT_HAVE_CUDA
+// `delta`: a device workspace of b * nh * t floats (D_i), not in use by other work on `stream`.
+Status AttentionForwardCuda(float* out, float* lse, const float* qkv, int64_t b, int64_t t, int64_t nh, int64_t hs,
+                            cudaStream_t stream);
+Status AttentionBackwardCuda(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
+                             const float* lse, int64_t b, int64_t t, int64_t nh, int64_t hs, cudaStream_t stream);
+Status AttentionForwardCudaBf16(uint16_t* out, float* lse, const uint16_t* qkv, int64_t b, int64_t t, int64_t nh,
+                                int64_t hs, cudaStream_t stream);
+Status AttentionBackwardCudaBf16(uint16_t* dqkv, float* delta, const uint16_t* dout, const uint16_t* qkv,
+                                 const uint16_t* out, const float* lse, int64_t b, int64_t t, int64_t nh, int64_t hs,
+                                 cudaStream_t stream);
+#endif
+
+// qkv [B, T, 3C], out [B, T, C] (qkv's dtype), lse [B, NH, T] (f64 for f64 qkv, else f32); C % n_head == 0.
+Status AttentionForward(DeviceContext& ctx, const Tensor& qkv, int64_t n_head, Tensor* out, Tensor* lse);
+// dout [B, T, C] and dqkv [B, T, 3C] in qkv's dtype; qkv, out, lse as saved by AttentionForward. On CUDA the D
+// workspace is taken from ctx.allocator() (the caching allocator: no cudaMalloc once warm).
+Status AttentionBackward(DeviceContext& ctx, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                         const Tensor& dout, int64_t n_head, Tensor* dqkv);
+
+}  // namespace dtrain::ops

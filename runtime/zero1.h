@@ -1,0 +1,176 @@
+#pragma once
+// Zero1Optimizer: ZeRO stage 1 — the optimizer state is sharded across the data-parallel ranks.
+// It replaces GradientReducer + Optimizer in the step loop and gives the same updates (up to the
+// order of floating-point reductions; see "Equivalence" below).
+//
+// Layout. The flat grads/params buffer (models/model.h) is cut into buckets built from the END of
+// the buffer, like GradientReducer's: a bucket grows parameter by parameter until it holds at least
+// `bucket_bytes`, then its lower edge is lowered to make its size a multiple of `world` (so it may
+// take the tail of the next parameter, which then belongs to two buckets). The first `total % world`
+// elements form a last, tiny bucket padded to `world` elements. Rank r owns slice r of every bucket:
+// elements [offset + r * s, offset + (r + 1) * s) with s = numel / world (padding: the tiny bucket's
+// slice r is element r, or nothing when r >= total % world). Its shard buffers (grads, params copy,
+// optimizer state) hold these slices back to back: about total / world elements each.
+//
+// Per step (contract, as GradientReducer's add/finalize):
+//   [set_sync(...)]  Backward(on_ready = OnGradReady)  Finalize()  Step(ctx, lr)
+//   1. OnGradReady(i): once per parameter per step. When every parameter overlapping the next
+//      bucket(s) in launch order is announced, their gradients are reduce-scattered (averaged) into
+//      this rank's shard of the grads. Buckets launch in bucket order on every rank.
+//   2. Finalize(): launches the remaining buckets and orders the compute stream after every
+//      reduce-scatter. Must run before Step. Accumulation micro-steps: set_sync(false) before their
+//      backward; OnGradReady then only records readiness, Finalize only resets (latched per step,
+//      as in GradientReducer). The model's grads() are read, never modified.
+//   3. Step(ctx, lr): refreshes the shard's copy of the params from the model's params (so a restore
+//      or broadcast of params between steps is honoured), computes the shard's sum of squared
+//      gradients and all-reduces it (only when grad_clip > 0: the global norm over ALL shards), runs
+//      one fused SGD/AdamW update over the whole shard (optim_update.h semantics, bias correction
+//      step() + 1), then all-gathers every bucket's updated slices into the model's params().
+//      FailedPrecondition when no synced Finalize ran since the previous Step.
+//
+// Streams (CUDA, NCCL): collectives run on a dedicated non-blocking comm stream of the highest
+// priority. Every hand-over is an event, never a host sync: the comm stream waits for the compute
+// stream's backward before a reduce-scatter, the compute stream waits for the reduce-scatters in
+// Finalize, for the norm all-reduce before the clip coefficient, and for the all-gathers at the end
+// of Step — so anything queued after Step (the next forward, a checkpoint copy) sees the new params.
+// CPU (MPI): each collective blocks inside the call (see GradientReducer for why not MPI_I*).
+//
+// Checkpoints hold the FULL state: GatherState all-gathers the shards into full flat tensors on
+// every rank (a collective: all ranks must call it); LoadState takes this rank's slices of full
+// tensors saved by Optimizer or Zero1Optimizer at any world size.
+//
+// Equivalence: with W ranks the result equals GradientReducer (average) + Optimizer on the full
+// buffer except (a) reduce-scatter may sum in another order than all-reduce (bitwise equal for MPI
+// with 2 ranks) and (b) the norm is a sum of per-shard f32 partial sums: relative error ~1e-7 in the
+// clip coefficient. tests/runtime/zero1_mpi_test.cc measures the difference.
+//
+// Ownership: borrows ctx, the model (its params/grads storage) and the communicator; all must outlive
+// this object. Owns the shard buffers, the comm stream and events; the destructor waits for the comm
+// stream. Not thread-safe: call everything from the thread driving ctx's compute stream.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "models/model.h"
+#include "runtime/core/device_context.h"
+#include "runtime/core/status.h"
+#include "runtime/core/tensor.h"
+#include "runtime/optimizer.h"
+
+namespace dtrain::runtime {
+
+// One bucket of the layout above, in flat elements.
+struct Zero1Bucket {
+  int64_t offset = 0;        // first element of the bucket in grads/params
+  int64_t numel = 0;         // elements of the bucket (shard_numel * world, except the padded tiny bucket)
+  int64_t shard_numel = 0;   // elements of each rank's slice: ceil(numel / world)
+  int64_t shard_offset = 0;  // where the slice lives in the shard buffers (same on every rank)
+  std::vector<int> params;   // indices of the parameters overlapping the bucket (non-empty ones)
+};
+
+// The bucket layout for `params` (forward order, increasing offsets, no overlap) tiling a flat buffer
+// of `total` elements, in launch order (bucket 0 = end of the buffer). Pure function (tested alone).
+Status PlanZero1Buckets(const std::vector<models::ParamInfo>& params, int64_t total, int world, size_t bucket_bytes,
+                        std::vector<Zero1Bucket>* out);
+
+class Zero1Optimizer {
+ public:
+  // `opts` as for Optimizer. `grad_comm` must be on the model's device (NCCL for CUDA, MPI for CPU)
+  // with comm->rank() == rank and world_size() == world. Buckets close at `bucket_mb` MiB (>= 0).
+  static Status Create(DeviceContext& ctx, const OptimizerOptions& opts, models::Model& model,
+                       comm::Communicator* grad_comm, int rank, int world, double bucket_mb,
+                       std::unique_ptr<Zero1Optimizer>* out);
+  ~Zero1Optimizer();
+  Zero1Optimizer(const Zero1Optimizer&) = delete;
+  Zero1Optimizer& operator=(const Zero1Optimizer&) = delete;
+
+  // Model::Backward's on_ready. InvalidArgument for an index out of range, FailedPrecondition for a
+  // parameter announced twice in one step.
+  Status OnGradReady(int param_index);
+  // Launches every bucket not launched yet; the compute stream then waits for all reduce-scatters.
+  Status Finalize();
+  void set_sync(bool sync) { sync_ = sync; }
+  bool sync() const { return sync_; }
+
+  // The sharded update with the scheduled `lr`, then the parameter all-gather (see the contract).
+  Status Step(DeviceContext& ctx, double lr);
+
+  // Optimizer::step() semantics: updates so far; set_step for a restore.
+  int64_t step() const { return step_; }
+  void set_step(int64_t s) { step_ = s < 0 ? 0 : s; }
+  const OptimizerOptions& options() const { return opts_; }
+
+  // The full optimizer state as Optimizer::state() names it (sgd {"momentum_buffer"}, adamw
+  // {"exp_avg", "exp_avg_sq"}), each a new flat f32 tensor of the model's numel on ctx's device,
+  // filled on EVERY rank. A collective. Queued like Step: the compute stream waits for the gathers,
+  // so a copy queued on it afterwards reads the complete state.
+  Status GatherState(std::vector<std::pair<std::string, Tensor>>* full);
+  // Takes this rank's slices of full flat f32 tensors (any device; names as above, all required).
+  // Synchronizes the compute stream before returning, so `full` may be freed afterwards. No collective.
+  Status LoadState(const std::map<std::string, Tensor>& full);
+
+  // Bytes of optimizer state held by this rank (shards of exp_avg/exp_avg_sq or momentum_buffer).
+  size_t state_bytes() const;
+  // Elements of each shard buffer on this rank (sum of the buckets' shard_numel).
+  int64_t shard_numel() const { return shard_numel_; }
+  const std::vector<Zero1Bucket>& buckets() const { return buckets_; }
+
+  // Exposed (non-overlapped) communication per synced step, in ms, as GradientReducer's: GPU — the
+  // compute stream's waits of the last step (reduce-scatters in Finalize, the norm all-reduce and the
+  // all-gathers in Step; synchronizes with that step, call at log points only); CPU — the mean time in
+  // blocking collectives per step since the previous call.
+  Status TakeExposedCommMs(double* ms);
+
+  cudaStream_t comm_stream() const;  // nullptr on the CPU
+
+ private:
+  struct GpuState;  // comm stream and events (CUDA builds only)
+  Zero1Optimizer() = default;
+  Status LaunchReadyBuckets();
+  Status ReduceScatter(int from, int to);
+  // All-gathers `shard` (the shard layout) into `full` (the flat layout) on the comm stream after
+  // the compute stream's current tail; the compute stream waits for it (timed as `gap`). CPU: blocking.
+  Status AllGather(const Tensor& shard, Tensor* full, int gap);
+  Status AllGatherGroup(const Tensor& shard, Tensor* full, cudaStream_t stream);
+  Status ShardView(const Tensor& shard, const Zero1Bucket& b, Tensor* out) const;
+  // This rank's real (unpadded) part of bucket b: [first, first + count) in flat elements.
+  void OwnedRange(const Zero1Bucket& b, int64_t* first, int64_t* count) const;
+  Status RecordComputeTail();     // the comm stream waits for the compute stream's work so far
+  Status JoinComputeTo(int gap);  // the compute stream waits for the comm stream's work so far
+  void ResetStep();
+  template <typename Fn>
+  Status TimedCpu(Fn&& fn);
+
+  DeviceContext* ctx_ = nullptr;
+  models::Model* model_ = nullptr;
+  comm::Communicator* comm_ = nullptr;
+  OptimizerOptions opts_;
+  bool adamw_ = true;
+  int rank_ = 0, world_ = 1;
+  std::vector<Zero1Bucket> buckets_;
+  std::vector<std::vector<int>> param_buckets_;  // buckets each parameter overlaps
+  std::vector<std::string> param_names_;
+  int64_t shard_numel_ = 0;
+  Tensor shard_grads_, shard_params_, state0_, state1_;  // shard layout; state0 = exp_avg | momentum
+  Tensor grad_pad_, param_pad_;                          // the tiny bucket's padded buffers (world elements)
+  Tensor sum_squares_, norm_, clip_coef_;                // device scalars
+  std::unique_ptr<GpuState> gpu_;
+  int64_t step_ = 0;
+
+  // Per-step state.
+  std::vector<uint8_t> param_ready_;
+  std::vector<int> bucket_remaining_;
+  int next_launch_ = 0;
+  bool step_started_ = false, step_sync_ = true, sync_ = true;
+  bool grads_reduced_ = false;  // a synced Finalize ran since the last Step
+  double cpu_exposed_s_ = 0;
+  int64_t synced_steps_ = 0;
+};
+
+}  // namespace dtrain::runtime

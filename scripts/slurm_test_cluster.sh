@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# A real one-machine Slurm cluster for tests and for trying the job scripts of examples/slurm:
+# munged, slurmctld and slurmd with a minimal slurm.conf (no cgroups, no accounting), everything
+# (config, keys, state, spool, logs, pid files) inside DIR, nothing in /etc, no systemd. Works as
+# root and as a normal user (the daemons then run as that user). The node is idle ~0.2 s after start.
+#
+#   scripts/slurm_test_cluster.sh start DIR [CPUS]  # prints "SLURM_CONF=DIR/slurm.conf" and writes DIR/env
+#                                                   # (SLURM_CONF=...) for `source`; CPUS (default 8) may
+#                                                   # exceed the real core count (config_overrides)
+#   scripts/slurm_test_cluster.sh stop DIR          # scancel, end this cluster's slurmstepd, then SIGTERM
+#                                                   # slurmd, slurmctld, munged by pid (SIGKILL after 5 s)
+#
+# Every client command (sbatch, srun, squeue, scontrol) must see SLURM_CONF=DIR/slurm.conf; jobs
+# inherit it. Ports are picked free at start, so several clusters can run side by side.
+# Exit codes: 0 done; 77 the slurm/munge binaries are missing (install: scripts/install_deps.sh);
+# 1 failure (the tail of the failing daemon's log goes to stderr); 2 usage.
+# Recipe and measurements: shared/notes/slurm-test-cluster.md, docs/slurm.md.
+set -euo pipefail
+
+usage() { echo "usage: $0 start DIR [CPUS] | stop DIR" >&2; exit 2; }
+[[ $# -ge 2 && $# -le 3 ]] || usage
+cmd=$1
+dir=$2
+cpus=${3:-8}
+export PATH="$PATH:/usr/sbin:/sbin"
+
+# stop_pids GRACE PID...: SIGTERM, wait up to GRACE s, then SIGKILL what is left.
+stop_pids() {
+  local grace=$1 alive pid
+  shift
+  (($#)) || return 0
+  kill -TERM "$@" 2>/dev/null || true
+  local deadline=$((SECONDS + grace))
+  while :; do
+    alive=()
+    for pid in "$@"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
+    ((${#alive[@]})) || return 0
+    ((SECONDS < deadline)) || break
+    sleep 0.05
+  done
+  kill -KILL "${alive[@]}" 2>/dev/null || true
+}
+
+stop() {
+  [[ -d $dir ]] || return 0
+  dir=$(cd "$dir" && pwd)
+  if [[ -f $dir/slurm.conf && -f $dir/slurmctld.pid ]] && kill -0 "$(cat "$dir/slurmctld.pid")" 2>/dev/null; then
+    SLURM_CONF=$dir/slurm.conf timeout 5 scancel --full --signal=KILL --user="$(id -un)" >/dev/null 2>&1 || true
+  fi
+  # Leftover slurmstepd of this cluster (never another cluster's): each one's environment holds
+  # SLURM_CONF=DIR/slurm.conf (slurmd passes its own on). Matched on that, ended by pid.
+  local p steps=()
+  for p in $(pgrep -x slurmstepd 2>/dev/null || true); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_CONF=$dir/slurm.conf" && steps+=("$p")
+  done
+  local name pids=()
+  for name in slurmd slurmctld; do
+    [[ -f $dir/$name.pid ]] && pids+=("$(cat "$dir/$name.pid")")
+  done
+  stop_pids 5 "${steps[@]}" "${pids[@]}"
+  rm -f "$dir/slurmd.pid" "$dir/slurmctld.pid"
+  if [[ -f $dir/munge/munged.pid ]]; then
+    stop_pids 5 "$(cat "$dir/munge/munged.pid")"
+    rm -f "$dir/munge/munged.pid"
+  fi
+}
+
+fail() {  # fail MESSAGE [LOG]: stop what started, show the log's tail
+  echo "slurm_test_cluster: $1" >&2
+  [[ $# -ge 2 && -f $2 ]] && tail -n 20 "$2" >&2
+  stop
+  exit 1
+}
+
+# wait_for SECONDS PIDFILE LOG COMMAND...: polls COMMAND every 0.05 s while the daemon lives.
+wait_for() {
+  local secs=$1 pidfile=$2 log=$3
+  shift 3
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null || fail "$(basename "$pidfile" .pid) is not running" "$log"
+    ((SECONDS < deadline)) || fail "$(basename "$pidfile" .pid) not ready after ${secs}s" "$log"
+    sleep 0.05
+  done
+}
+
+start() {
+  local b
+  for b in munged mungekey munge unmunge slurmctld slurmd sbatch srun scontrol sinfo; do
+    command -v "$b" >/dev/null || {
+      echo "slurm_test_cluster: '$b' not found (apt-get install slurm-wlm munge, or scripts/install_deps.sh)" >&2
+      exit 77
+    }
+  done
+  mkdir -p "$dir"
+  dir=$(cd "$dir" && pwd)
+  [[ -f $dir/slurmctld.pid ]] && kill -0 "$(cat "$dir/slurmctld.pid")" 2>/dev/null &&
+    { echo "slurm_test_cluster: a cluster already runs in $dir" >&2; exit 1; }
+  mkdir -p "$dir/munge" "$dir/state" "$dir/spool" "$dir/log"
+  chmod 0700 "$dir/munge"
+
+  # 1. munged with its own key and socket.
+  local sock=$dir/munge/munge.socket
+  rm -f "$dir/munge/munge.key"
+  mungekey --create --keyfile="$dir/munge/munge.key" >/dev/null 2>&1 ||
+    dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none  # mungekey < 0.5.14
+  chmod 0600 "$dir/munge/munge.key"
+  munged --key-file="$dir/munge/munge.key" --socket="$sock" --pid-file="$dir/munge/munged.pid" \
+    --log-file="$dir/log/munged.log" --seed-file="$dir/munge/munged.seed" --origin=127.0.0.1 --force \
+    </dev/null >"$dir/log/munged.out" 2>&1 || fail "munged failed to start" "$dir/log/munged.log"
+  local deadline=$((SECONDS + 10))
+  until munge -n -S "$sock" 2>/dev/null | unmunge -S "$sock" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || fail "munged not answering on $sock" "$dir/log/munged.log"
+    sleep 0.05
+  done
+
+  # 2. slurm.conf: this host as controller and only node, free ports, the running user as SlurmUser.
+  local host user ctld_port slurmd_port mem
+  host=$(hostname -s)
+  user=$(id -un)
+  read -r ctld_port slurmd_port < <(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(2)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+  mem=$(($(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2))
+  : >"$dir/plugstack.conf"
+  cat >"$dir/slurm.conf" <<CONF
+ClusterName=dtraintest
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+SlurmUser=$user
+SlurmdUser=$user
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$sock,cred_expire=5
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool/%n
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd.log
+PlugStackConfig=$dir/plugstack.conf
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SwitchType=switch/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1
+SlurmdParameters=config_overrides
+MailProg=/bin/true
+MpiDefault=none
+ReturnToService=2
+KillWait=5
+MinJobAge=300
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+CONF
+  export SLURM_CONF=$dir/slurm.conf
+
+  # 3. slurmctld (fresh state: -c), then slurmd; the node must reach idle.
+  slurmctld -c -f "$SLURM_CONF" </dev/null >"$dir/log/slurmctld.out" 2>&1 || fail "slurmctld failed to start" "$dir/log/slurmctld.log"
+  wait_for 20 "$dir/slurmctld.pid" "$dir/log/slurmctld.log" bash -c 'scontrol ping | grep -q "is UP"'
+  slurmd -f "$SLURM_CONF" </dev/null >"$dir/log/slurmd.out" 2>&1 || fail "slurmd failed to start" "$dir/log/slurmd.log"
+  wait_for 20 "$dir/slurmd.pid" "$dir/log/slurmd.log" bash -c '[[ $(sinfo -h -N -o %T) == idle ]]'
+
+  echo "SLURM_CONF=$SLURM_CONF" >"$dir/env"
+  echo "SLURM_CONF=$SLURM_CONF"
+}
+
+case $cmd in
+  start) start ;;
+  stop) stop ;;
+  *) usage ;;
+esac

@@ -1,0 +1,53 @@
+#include "tests/testing/s3_server.h"
+
+#include <chrono>
+#include <cstdio>
+
+namespace dtrain::testing {
+namespace {
+
+S3ServerInfo g_info;
+
+std::string EnvValue(const std::string& env_text, const std::string& name) {
+  const size_t p = env_text.find(name + "=");
+  if (p == std::string::npos) return "";
+  const size_t b = p + name.size() + 1;
+  return env_text.substr(b, env_text.find('\n', b) - b);
+}
+
+}  // namespace
+
+const S3ServerInfo& S3Server() { return g_info; }
+
+std::string RepoRoot() {
+  std::string f = __FILE__;  // <root>/tests/testing/s3_server.cc
+  for (int i = 0; i < 3; ++i) f = f.substr(0, f.rfind('/'));
+  return f;
+}
+
+void S3ServerEnvironment::SetUp() {
+  g_info = S3ServerInfo();
+  g_info.dir = dir_.path() + "/rgw";
+  const auto t0 = std::chrono::steady_clock::now();
+  const ProcessResult r = RunCommand(RepoRoot() + "/scripts/s3_test_server.sh start " + g_info.dir);
+  if (r.exit_code == 77) {
+    g_info.skip_reason = "no S3 test server: " + r.output;  // names the missing binary and the packages
+    return;
+  }
+  ASSERT_EQ(r.exit_code, 0) << "s3_test_server.sh start failed:\n" << r.output;
+  const std::string env = ReadFile(g_info.dir + "/env");
+  g_info.endpoint = EnvValue(env, "S3_TEST_ENDPOINT");
+  g_info.access = EnvValue(env, "S3_TEST_ACCESS_KEY");
+  g_info.secret = EnvValue(env, "S3_TEST_SECRET_KEY");
+  started_ = true;
+  std::printf("RGW up at %s in %.1f s\n", g_info.endpoint.c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+void S3ServerEnvironment::TearDown() {
+  if (!started_) return;
+  const ProcessResult r = RunCommand(RepoRoot() + "/scripts/s3_test_server.sh stop " + g_info.dir);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+}  // namespace dtrain::testing
