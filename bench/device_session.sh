@@ -53,8 +53,8 @@ fi
 
 if has loader; then
   for th in 1 4; do
-    THREADS=$th DEVICE=cuda BATCHES=400 OUT=$OUT/shards bash bench/loader.sh build-dev > $OUT/loader_t$th.log 2>&1
-    echo "loader bench threads=$th rc=$?: $(grep -E 'samples/s' $OUT/loader_t$th.log | tr '\n' ' ')"
+    THREADS=$th DEVICE=cuda BATCHES=400 OUT=/tmp/loader_shards bash bench/loader.sh build-dev > $OUT/loader_t$th.log 2>&1
+    echo "loader bench threads=$th rc=$?: $(grep -aE 'samples/s' $OUT/loader_t$th.log | sed 's/.*\] //' | tr '\n' ' ')"
   done
 fi
 
@@ -82,6 +82,20 @@ if has gpt2; then
     echo "gpt2 dtrain 2 GPU rc=$?: $(step_line $OUT/gpt2_2.log)"
     torchrun --standalone --nproc-per-node 2 bench/gpt2_torch.py --compile --steps 40 > $OUT/gpt2_torch_ddp.log 2>&1
     echo "gpt2 torch DDP compile: $(grep tokens_per_s $OUT/gpt2_torch_ddp.log | tail -1)"
+  fi
+fi
+
+if has gpt2probe; then
+  # Where the step time goes: kernels by total time (nsys), and the same tokens at T=256 (attention ~T^2).
+  $BIN train $GPT2 --set model.gpt2.max_seq_len=256 --set data.batch_size=64 --set train.max_steps=40 \
+    --set run.dir=$OUT/gpt2_t256 > $OUT/gpt2_t256.log 2>&1; echo "gpt2 T=256 B=64 rc=$?: $(step_line $OUT/gpt2_t256.log)"
+  if command -v nsys >/dev/null; then
+    nsys profile -o $OUT/gpt2_prof --force-overwrite true --stats=false $BIN train $GPT2 --set train.max_steps=6 \
+      --set run.dir=$OUT/gpt2_prof_run > $OUT/nsys.log 2>&1
+    nsys stats -r cuda_gpu_kern_sum $OUT/gpt2_prof.nsys-rep 2>/dev/null | head -30 | cut -c1-200 | tee $OUT/kern_sum.txt
+    rm -f $OUT/gpt2_prof.nsys-rep $OUT/gpt2_prof.sqlite
+  else
+    echo "no nsys on this machine"
   fi
 fi
 

@@ -23,24 +23,37 @@ double NowMs() {
 PhaseTimer::PhaseTimer(DeviceContext& ctx, int phases) : ctx_(ctx), phases_(phases), host_ms_(phases, 0.0) {}
 PhaseTimer::~PhaseTimer() = default;
 
-Status PhaseTimer::Mark(int k) {
-  if (k < 0 || k > phases_) return Status::InvalidArgument("PhaseTimer: boundary " + std::to_string(k) + " out of range");
+Status PhaseTimer::Mark() {
 #if DT_HAVE_CUDA
   if (ctx_.is_cuda()) {
-    const size_t i = static_cast<size_t>(steps_ * (phases_ + 1) + k);
-    while (events_.size() <= i) {
+    while (events_.size() <= next_event_) {
       events_.push_back(std::make_unique<CudaEvent>());
       DT_RETURN_IF_ERROR(CudaEvent::Create(events_.back().get(), /*timing=*/true));
     }
-    DT_RETURN_IF_ERROR(events_[i]->Record(ctx_.stream()));
-    if (k == phases_) ++steps_;
-    return Status::OK();
+    return events_[next_event_++]->Record(ctx_.stream());
   }
 #endif
   const double now = NowMs();
-  if (k > 0) host_ms_[k - 1] += now - last_host_;
+  if (current_ >= 0) host_ms_[current_] += now - last_host_;
   last_host_ = now;
-  if (k == phases_) ++steps_;
+  return Status::OK();
+}
+
+Status PhaseTimer::Switch(int phase) {
+  if (phase < 0 || phase >= phases_) {
+    return Status::InvalidArgument("PhaseTimer: phase " + std::to_string(phase) + " out of range");
+  }
+  DT_RETURN_IF_ERROR(Mark());
+  if (ctx_.is_cuda()) spans_.push_back({next_event_ - 1, phase});
+  current_ = phase;
+  return Status::OK();
+}
+
+Status PhaseTimer::EndStep() {
+  if (current_ < 0) return Status::OK();
+  DT_RETURN_IF_ERROR(Mark());
+  current_ = -1;
+  ++steps_;
   return Status::OK();
 }
 
@@ -49,16 +62,18 @@ Status PhaseTimer::Take(std::vector<double>* ms, int64_t* steps) {
   *steps = steps_;
 #if DT_HAVE_CUDA
   if (ctx_.is_cuda()) {
-    for (int64_t s = 0; s < steps_; ++s) {
-      for (int k = 0; k < phases_; ++k) {
-        const CudaEvent& a = *events_[s * (phases_ + 1) + k];
-        const CudaEvent& b = *events_[s * (phases_ + 1) + k + 1];
-        DT_RETURN_IF_ERROR(b.Synchronize());
-        float t = 0;
-        DT_CUDA_CHECK(cudaEventElapsedTime(&t, a.get(), b.get()));
-        (*ms)[k] += t;
-      }
+    // Only spans of complete steps are summed (an open step's spans are dropped with it).
+    for (const auto& [start, phase] : spans_) {
+      if (start + 1 >= next_event_) break;
+      const CudaEvent& b = *events_[start + 1];
+      DT_RETURN_IF_ERROR(b.Synchronize());
+      float t = 0;
+      DT_CUDA_CHECK(cudaEventElapsedTime(&t, events_[start]->get(), b.get()));
+      (*ms)[phase] += t;
     }
+    spans_.clear();
+    next_event_ = 0;
+    current_ = -1;
     steps_ = 0;
     return Status::OK();
   }

@@ -41,6 +41,9 @@ double WallTime() {
 // Data wait above this share of the step time gets a warning (the GPU should never wait for input).
 constexpr double kDataWaitWarnShare = 0.05;
 
+// The PhaseTimer's phases of a step.
+enum { kPhaseData, kPhaseCompute, kPhaseComm, kPhaseOptim, kNumPhases };
+
 Status MakeDirs(const std::string& path) {
   std::string partial;
   for (size_t i = 0; i <= path.size(); ++i) {
@@ -79,7 +82,7 @@ Status Trainer::Setup() {
 
   DT_RETURN_IF_ERROR(BuildModel(cfg_, ctx_, &model_));
   DT_RETURN_IF_ERROR(model_->InitParams(cfg_.train().seed()));
-  phases_ = std::make_unique<PhaseTimer>(ctx_, 3);  // forward+backward | gradient wait | optimizer
+  phases_ = std::make_unique<PhaseTimer>(ctx_, kNumPhases);
 
   const auto& o = cfg_.optim();
   OptimizerOptions oo;
@@ -153,12 +156,13 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
   DT_RETURN_IF_ERROR(model_->grads().SetZero(ctx_.stream()));
   trace_now_ = trace_ && InTraceWindow(step, cfg_.run().trace_start(), cfg_.run().trace_steps()) ? trace_.get() : nullptr;
   TraceSpan step_span(trace_now_, TraceTrack::kHost, "step " + std::to_string(step + 1), "step");
-  DT_RETURN_IF_ERROR(phases_->Mark(0));
   for (int64_t m = 0; m < accum; ++m) {
     data::Batch batch;
     {
       TraceSpan span(trace_now_, TraceTrack::kHost, "data wait", "data");
+      DT_RETURN_IF_ERROR(phases_->Switch(kPhaseData));
       DT_RETURN_IF_ERROR(NextBatch(&batch));
+      DT_RETURN_IF_ERROR(phases_->Switch(kPhaseCompute));
     }
     TraceSpan span(trace_now_, TraceTrack::kHost, "forward+backward (queue)", "compute");
     *data_seconds += batch.wait_seconds;
@@ -179,20 +183,20 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
     if (zero1_ && last) on_ready = [this](int i) { return zero1_->OnGradReady(i); };
     DT_RETURN_IF_ERROR(model_->Backward(1.0f / static_cast<float>(accum), on_ready));
   }
-  DT_RETURN_IF_ERROR(phases_->Mark(1));
+  DT_RETURN_IF_ERROR(phases_->Switch(kPhaseComm));
   {
     TraceSpan span(trace_now_, TraceTrack::kHost, "gradient finalize", "comm");
     if (reducer_) DT_RETURN_IF_ERROR(reducer_->Finalize());
     if (zero1_) DT_RETURN_IF_ERROR(zero1_->Finalize());
   }
-  DT_RETURN_IF_ERROR(phases_->Mark(2));
+  DT_RETURN_IF_ERROR(phases_->Switch(kPhaseOptim));
   TraceSpan optim_span(trace_now_, TraceTrack::kHost, "optimizer (queue)", "optim");
   if (zero1_) {
     DT_RETURN_IF_ERROR(zero1_->Step(ctx_, schedule_->LrAt(step)));
   } else {
     DT_RETURN_IF_ERROR(optimizer_->Step(ctx_, model_->params(), model_->grads(), schedule_->LrAt(step)));
   }
-  return phases_->Mark(3);
+  return phases_->EndStep();
 }
 
 Status Trainer::AllReduceHost(std::vector<double>* values, comm::ReduceOp op) {
@@ -235,13 +239,14 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_s, int6
   StepPhases p;
   const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(timed_steps, 1));
   p.step_ms = 1e3 * interval_s / interval_steps;
-  p.data_ms = 1e3 * v[1] / world_ / interval_steps;
-  p.comm_exposed_ms = reducer_ || zero1_ ? comm_ms : phase_ms[1] * per_step;
-  // The forward+backward phase spans the batch waits (the device idles while the host waits) and, on
-  // the CPU, the blocking all-reduces inside backward: both are reported as their own phases.
-  const double inside = p.data_ms + (ctx_.is_cuda() ? 0.0 : p.comm_exposed_ms);
-  p.fwd_bwd_ms = std::max(0.0, phase_ms[0] * per_step - inside);
-  p.optim_ms = phase_ms[2] * per_step;
+  // Data wait: on the GPU the device time the compute stream stalled for input (its wait on the
+  // loader's copy event, and any gap while the host was blocked in the loader); on the CPU the time
+  // blocked in the loader. Averaged over the ranks (v[1]: host seconds blocked, summed).
+  p.data_ms = ctx_.is_cuda() ? phase_ms[kPhaseData] * per_step : 1e3 * v[1] / world_ / interval_steps;
+  p.comm_exposed_ms = reducer_ || zero1_ ? comm_ms : phase_ms[kPhaseComm] * per_step;
+  // On the CPU the blocking all-reduces run inside backward: reported as communication only.
+  p.fwd_bwd_ms = std::max(0.0, phase_ms[kPhaseCompute] * per_step - (ctx_.is_cuda() ? 0.0 : p.comm_exposed_ms));
+  p.optim_ms = phase_ms[kPhaseOptim] * per_step;
   p.ckpt_stall_ms = 1e3 * ckpt_s / interval_steps;
   const double lr = schedule_->LrAt(step - 1);
   const int64_t global_batch = cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_;

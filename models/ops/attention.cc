@@ -148,6 +148,15 @@ Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& qkv, in
   return check(&lse, {dims->b, n_head, dims->t}, lse_dt, "lse [B, NH, T]");
 }
 
+#if DT_HAVE_CUDA
+// A u8 device tensor of the cuBLAS bf16 path's workspace size, from the context's caching allocator.
+Status GemmWorkspace(DeviceContext& ctx, const Dims& d, bool backward, Tensor* ws) {
+  DT_CHECK_ARG(ctx.blas() != nullptr, "attention: CUDA context without cuBLAS handles");
+  const size_t bytes = AttentionGemmWorkspaceBytes(d.b, d.t, d.nh, d.hs, backward);
+  return Tensor::Empty({static_cast<int64_t>(bytes)}, DType::kU8, ctx.allocator(), ws);
+}
+#endif
+
 }  // namespace
 
 Status AttentionForward(DeviceContext& ctx, const Tensor& qkv, int64_t n_head, Tensor* out, Tensor* lse) {
@@ -157,8 +166,10 @@ Status AttentionForward(DeviceContext& ctx, const Tensor& qkv, int64_t n_head, T
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
     if (qkv.dtype() == DType::kBF16) {
-      return AttentionForwardCudaBf16(out->data<uint16_t>(), lse->data<float>(), qkv.data<uint16_t>(), d.b, d.t, d.nh,
-                                      d.hs, ctx.stream());
+      Tensor ws;
+      DT_RETURN_IF_ERROR(GemmWorkspace(ctx, d, /*backward=*/false, &ws));
+      return AttentionForwardGemmBf16(*ctx.blas(), out->data<uint16_t>(), lse->data<float>(), qkv.data<uint16_t>(),
+                                      d.b, d.t, d.nh, d.hs, ws.data(), ctx.stream());
     }
     return AttentionForwardCuda(out->data<float>(), lse->data<float>(), qkv.data<float>(), d.b, d.t, d.nh, d.hs,
                                 ctx.stream());
@@ -181,15 +192,17 @@ Status AttentionBackward(DeviceContext& ctx, const Tensor& qkv, const Tensor& ou
   DT_RETURN_IF_ERROR(CheckArgs(ctx, "AttentionBackward", qkv, n_head, {&out, &dout}, {dqkv}, lse, &d));
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
+    // Workspaces go back to the caching allocator when they leave scope; the allocator is stream-ordered on the
+    // context's stream, so the work queued below finishes with them before any later reuse.
+    if (qkv.dtype() == DType::kBF16) {
+      Tensor ws;
+      DT_RETURN_IF_ERROR(GemmWorkspace(ctx, d, /*backward=*/true, &ws));
+      return AttentionBackwardGemmBf16(*ctx.blas(), dqkv->data<uint16_t>(), dout.data<uint16_t>(),
+                                       qkv.data<uint16_t>(), out.data<uint16_t>(), lse.data<float>(), d.b, d.t, d.nh,
+                                       d.hs, ws.data(), ctx.stream());
+    }
     Tensor delta;
     DT_RETURN_IF_ERROR(Tensor::Empty({d.b, d.nh, d.t}, DType::kF32, ctx.allocator(), &delta));
-    // `delta` goes back to the caching allocator when it leaves scope; the allocator is stream-ordered on the
-    // context's stream, so the kernels queued below finish with it before any later reuse.
-    if (qkv.dtype() == DType::kBF16) {
-      return AttentionBackwardCudaBf16(dqkv->data<uint16_t>(), delta.data<float>(), dout.data<uint16_t>(),
-                                       qkv.data<uint16_t>(), out.data<uint16_t>(), lse.data<float>(), d.b, d.t, d.nh,
-                                       d.hs, ctx.stream());
-    }
     return AttentionBackwardCuda(dqkv->data<float>(), delta.data<float>(), dout.data<float>(), qkv.data<float>(),
                                  out.data<float>(), lse.data<float>(), d.b, d.t, d.nh, d.hs, ctx.stream());
 #else

@@ -8,7 +8,7 @@
 //   backward: P_ij = exp(s_ij - lse_i),  D_i = dout_i . out_i,  dS_ij = P_ij (dout_i . v_j - D_i)
 //             dq_i = sum_j dS_ij k_j / sqrt(hs),  dk_j = sum_i dS_ij q_i / sqrt(hs),  dv_j = sum_i P_ij dout_i
 //             dqkv is SET (not accumulated), in qkv's layout.
-// No T x T matrix is stored: backward recomputes P from qkv and lse.
+// Nothing T x T outlives a call: backward recomputes P from qkv and lse.
 //
 // CPU references take T = float or double and accumulate in double. CUDA (sm_90): flash-attention style, one
 // block per (b, h, 32-row query tile) streaming 32-key tiles of K/V through shared memory with an online softmax;
@@ -16,16 +16,28 @@
 // (dK/dV per key tile, dQ per query tile; no atomics), after a pass computing D into a [B, NH, T] f32 workspace.
 // Head size hs <= kAttentionMaxHeadSize on CUDA. Queued on `stream`; asynchronous w.r.t. the host.
 //
+// CUDA bf16 also has a tensor-core path through cuBLAS (*GemmBf16, llm.c's pre-cuDNN scheme): qkv is permuted into
+// head-major Q, K, V [B, NH, T, hs]; S = Q K^T / sqrt(hs) (strided-batched GEMM, bf16 in, fp32 accumulate and fp32
+// S); a causal softmax per row writes lse and P (bf16, 0 above the diagonal); O = P V; O is permuted into out.
+// Backward recomputes S from Q, K, then P = exp(S - lse) and dS = P (dP - D) / sqrt(hs) with dP = dO V^T (fp32),
+// dV = P^T dO, dQ = dS K, dK = dS^T Q. It materializes T x T matrices in a caller-provided workspace
+// (AttentionGemmWorkspaceBytes: 6 B per score in forward, 12 B in backward, plus the head-major copies).
+//
 // Tensor entry points check shapes/dtypes/devices (InvalidArgument naming the shapes) and dispatch:
-// CPU f32/f64 -> *Cpu (lse of qkv's dtype), CUDA f32 -> *Cuda, CUDA bf16 -> *CudaBf16 (lse f32 on CUDA).
+// CPU f32/f64 -> *Cpu (lse of qkv's dtype), CUDA f32 -> *Cuda, CUDA bf16 -> *GemmBf16 (lse f32 on CUDA).
 // bf16 buffers are uint16_t (raw bits) in the raw-pointer API. Outputs must not alias inputs.
 
+#include <cstddef>
 #include <cstdint>
 
 #include "runtime/core/cuda_fwd.h"
 #include "runtime/core/device_context.h"
 #include "runtime/core/status.h"
 #include "runtime/core/tensor.h"
+
+namespace dtrain {
+class BlasHandles;  // runtime/core/cuda_handles.h
+}  // namespace dtrain
 
 namespace dtrain::ops {
 
@@ -48,12 +60,23 @@ Status AttentionForwardCudaBf16(uint16_t* out, float* lse, const uint16_t* qkv, 
 Status AttentionBackwardCudaBf16(uint16_t* dqkv, float* delta, const uint16_t* dout, const uint16_t* qkv,
                                  const uint16_t* out, const float* lse, int64_t b, int64_t t, int64_t nh, int64_t hs,
                                  cudaStream_t stream);
+
+// Device workspace bytes AttentionForwardGemmBf16 (backward = false) / AttentionBackwardGemmBf16 need.
+size_t AttentionGemmWorkspaceBytes(int64_t b, int64_t t, int64_t nh, int64_t hs, bool backward);
+// `blas` must be bound to `stream`; `workspace` (AttentionGemmWorkspaceBytes, 256-byte aligned) must not be in use
+// by other work on `stream`. B * NH < 2^31.
+Status AttentionForwardGemmBf16(const BlasHandles& blas, uint16_t* out, float* lse, const uint16_t* qkv, int64_t b,
+                                int64_t t, int64_t nh, int64_t hs, void* workspace, cudaStream_t stream);
+Status AttentionBackwardGemmBf16(const BlasHandles& blas, uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv,
+                                 const uint16_t* out, const float* lse, int64_t b, int64_t t, int64_t nh, int64_t hs,
+                                 void* workspace, cudaStream_t stream);
 #endif
 
 // qkv [B, T, 3C], out [B, T, C] (qkv's dtype), lse [B, NH, T] (f64 for f64 qkv, else f32); C % n_head == 0.
 Status AttentionForward(DeviceContext& ctx, const Tensor& qkv, int64_t n_head, Tensor* out, Tensor* lse);
-// dout [B, T, C] and dqkv [B, T, 3C] in qkv's dtype; qkv, out, lse as saved by AttentionForward. On CUDA the D
-// workspace is taken from ctx.allocator() (the caching allocator: no cudaMalloc once warm).
+// dout [B, T, C] and dqkv [B, T, 3C] in qkv's dtype; qkv, out, lse as saved by AttentionForward. On CUDA the
+// workspaces (D for f32; the T x T buffers of the bf16 cuBLAS path, forward too) are taken from ctx.allocator() (the
+// caching allocator: no cudaMalloc once warm).
 Status AttentionBackward(DeviceContext& ctx, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                          const Tensor& dout, int64_t n_head, Tensor* dqkv);
 

@@ -245,5 +245,37 @@ TEST(AttentionCuda, Bf16MatchesCpuReference) {
   }
 }
 
+// The cuBLAS bf16 path at a GPT-2-like head size with several 64-wide GEMM tiles of T: bf16 P and dS (2^-9 relative)
+// feed sums over up to T = 256 terms of mixed sign, so the Bf16MatchesCpuReference tolerances apply unchanged. lse
+// comes from fp32 scores (bf16 inputs are exact products, fp32 accumulation over hs = 64), hence <= 1e-5 * scale.
+TEST(AttentionCuda, Bf16GemmPathMatchesCpuReferenceT256) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto cpu = Cpu();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  const Shape s{2, 256, 4, 64};
+  const auto qkv = RoundBf16(RandomVector(s.qkv_numel(), 11, -2, 2));
+  const auto dout = RoundBf16(RandomVector(s.out_numel(), 12));
+  Result want, got;
+  ASSERT_NO_FATAL_FAILURE(RunAttention(*cpu, DType::kF64, s, qkv, dout, &want));
+  ASSERT_NO_FATAL_FAILURE(RunAttention(*gpu, DType::kBF16, s, qkv, dout, &got));
+  EXPECT_LE(testing::MaxAbsDiff(got.out, want.out), 1e-2 * testing::Scale(want.out));
+  EXPECT_LE(testing::MaxAbsDiff(got.lse, want.lse), 1e-5 * testing::Scale(want.lse));
+  EXPECT_LE(testing::MaxAbsDiff(got.dqkv, want.dqkv), 2e-2 * testing::Scale(want.dqkv));
+  // Causality: the first query row sees only key 0, so out_0 = v_0 (bf16-rounded) and lse_0 = s_00 per (b, h).
+  for (int64_t b = 0; b < s.b; ++b) {
+    for (int64_t h = 0; h < s.nh; ++h) {
+      for (int64_t d = 0; d < s.hs; ++d) {
+        EXPECT_NEAR(got.out[b * s.t * s.c() + h * s.hs + d], qkv[QkvAt(s, b, 0, 2, h, d)], 1e-6);
+      }
+    }
+  }
+  // A second call reuses cached workspace blocks: same results bit for bit (deterministic GEMMs and kernels).
+  Result again;
+  ASSERT_NO_FATAL_FAILURE(RunAttention(*gpu, DType::kBF16, s, qkv, dout, &again));
+  EXPECT_EQ(again.out, got.out);
+  EXPECT_EQ(again.dqkv, got.dqkv);
+}
+
 }  // namespace
 }  // namespace dtrain::ops
