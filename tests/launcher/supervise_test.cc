@@ -200,7 +200,9 @@ TEST_F(SuperviseTest, SigtermToTheLauncherReachesEveryWorker) {
   const int status =
       LaunchInChild({"--nproc-per-node", "2"}, [](pid_t child) { kill(child, SIGTERM); }, {"ready-0", "ready-1"});
   ASSERT_TRUE(WIFEXITED(status)) << Read("launcher.out");
-  EXPECT_EQ(WEXITSTATUS(status), ExitCodeForSignal(SIGTERM)) << Read("launcher.out");
+  // The workers exited 0 (as dtrain workers do when the signal lands as training ends): the job is done,
+  // so the launcher exits 0; workers that stop short exit 75 (next test) or die of the signal.
+  EXPECT_EQ(WEXITSTATUS(status), 0) << Read("launcher.out");
   EXPECT_EQ(Read("marker-0"), "term\n");
   EXPECT_EQ(Read("marker-1"), "term\n");
   EXPECT_FALSE(Alive(Pid(0)));
