@@ -26,11 +26,13 @@ if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_
 #                               train Fashion-MNIST in 2+ ASan ranks under mpirun, several times each:
 #                               15-110 s each under ASan on 2 cores (x1.5-6 with fast_unwind_on_malloc=0)
 #   SecretLeakE2E               the same, and it also starts a Ceph RGW
+#   LaunchFailureE2E.KillNine*  must see training steps within 60 s to kill a rank: under ASan with the full
+#                               unwind it did not (timed out at 600 s: on failure it leaves its job running)
 #   WatchdogE2E                 asserts a 2 s collective timeout fires at step 4; under ASan on a busy
 #                               2-core machine a healthy step 1 all-reduce already takes > 2 s
 #   s3 label                    starts a Ceph RGW cluster per binary (scripts/s3_test_server.sh); the S3
 #                               client's parsers are fuzzed (fuzz/s3_xml_fuzzer.cc) and unit-tested
-EXCLUDE_ASAN='^(TrainE2E\.FashionMnistMlp|ResumeE2E\.|PreemptE2E\.|SlurmE2E\.Usr1|MultinodeNetns\.|Ranks/LaunchEquivalence\.|SpotSimulationE2E\.|SecretLeakE2E\.|WatchdogE2E\.)'
+EXCLUDE_ASAN='^(TrainE2E\.FashionMnistMlp|ResumeE2E\.|PreemptE2E\.|SlurmE2E\.Usr1|MultinodeNetns\.|Ranks/LaunchEquivalence\.|SpotSimulationE2E\.|SecretLeakE2E\.|WatchdogE2E\.|LaunchFailureE2E\.KillNine)'
 TSAN_TESTS='^(FashionLoaderTest|LoaderTest|RandomCropFlipTest|CheckpointManager|CheckpointWriter|SuperviseTest)\.'
 
 run_asan() {
