@@ -58,13 +58,27 @@ struct ServerGuard {
 };
 
 // Listening TCP sockets (ss -ltnp) of processes named dtrain, one line each.
-std::vector<std::string> DtrainListeners() {
+// True when process `pid`'s command line contains `marker` (this test's run directory): ctest runs other
+// tests' dtrain processes at the same time, and only this run's are under test.
+bool CommandLineHas(const std::string& pid, const std::string& marker) {
+  std::ifstream in("/proc/" + pid + "/cmdline", std::ios::binary);
+  const std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return cmd.find(marker) != std::string::npos;
+}
+
+// `ss -ltnp` lines of listening sockets held by a dtrain process of this run (pid=N fields).
+std::vector<std::string> DtrainListeners(const std::string& marker) {
   const ProcessResult r = RunCommand("ss -H -ltnp");
   std::vector<std::string> out;
   std::stringstream ss(r.output);
   std::string line;
   while (std::getline(ss, line)) {
-    if (line.find("\"dtrain\"") != std::string::npos) out.push_back(line);
+    if (line.find("\"dtrain\"") == std::string::npos) continue;
+    bool ours = false;
+    for (size_t p = line.find("pid="); p != std::string::npos && !ours; p = line.find("pid=", p + 4)) {
+      ours = CommandLineHas(line.substr(p + 4, line.find_first_not_of("0123456789", p + 4) - p - 4), marker);
+    }
+    if (ours) out.push_back(line);
   }
   return out;
 }
@@ -124,7 +138,7 @@ TEST(SecretLeakE2E, NoSecretInAnyOutputAndNoListenerBeyondLoopback) {
   const auto t0 = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60) &&
          !std::filesystem::exists(d + "/good/final.safetensors")) {
-    for (const std::string& l : DtrainListeners()) listeners.push_back(l);
+    for (const std::string& l : DtrainListeners(d + "/good")) listeners.push_back(l);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   child.join();
