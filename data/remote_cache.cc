@@ -18,9 +18,9 @@
 
 #include "data/crc32c.h"
 #include "data/manifest.h"
+#include "proto/shard.pb.h"
 #include "runtime/core/check.h"
 #include "runtime/core/logging.h"
-#include "proto/shard.pb.h"
 
 namespace dtrain::data {
 namespace fs = std::filesystem;
@@ -150,8 +150,7 @@ std::string DefaultCacheDir() {
   return "/tmp/dtrain-cache";
 }
 
-Status FetchDataset(const std::string& url, const RemoteCacheOptions& opts, std::string* local_dir,
-                    FetchStats* stats) {
+Status FetchDataset(const std::string& url, const RemoteCacheOptions& opts, std::string* local_dir, FetchStats* stats) {
   FetchStats local_stats;
   if (stats == nullptr) stats = &local_stats;
   if (opts.cache_dir.empty()) return Status::InvalidArgument("no cache directory for remote dataset " + url);
@@ -160,7 +159,8 @@ Status FetchDataset(const std::string& url, const RemoteCacheOptions& opts, std:
   std::string bytes;
   Status st = store->Get(kManifestName, &bytes);
   if (st.code() == Status::Code::kNotFound) {
-    return Status::NotFound(url + "/" + kManifestName + " does not exist: the URL must name a dataset written by "
+    return Status::NotFound(url + "/" + kManifestName +
+                            " does not exist: the URL must name a dataset written by "
                             "`dtrain data convert-*` (a manifest.pb and its shard files)");
   }
   DT_RETURN_IF_ERROR(st.WithContext("reading the dataset manifest of " + url));
@@ -203,8 +203,7 @@ Status FetchDataset(const std::string& url, const RemoteCacheOptions& opts, std:
     const auto& s = m.shards(i);
     const std::string path = (dir / s.file()).string();
     fs::remove(path + ".ok", ec);
-    DT_RETURN_IF_ERROR(
-        DownloadShard(*store, s.file(), s.bytes(), s.crc32c(), path, opts, &stats->range_requests));
+    DT_RETURN_IF_ERROR(DownloadShard(*store, s.file(), s.bytes(), s.crc32c(), path, opts, &stats->range_requests));
     std::ofstream(path + ".ok") << s.crc32c() << "\n";
     ++stats->shards_downloaded;
     stats->bytes_downloaded += s.bytes();

@@ -28,11 +28,11 @@
 namespace dtrain::data {
 
 struct RemoteCacheOptions {
-  std::string cache_dir;                   // required
-  uint64_t limit_bytes = 10ull << 30;      // the whole cache (all remote datasets)
-  storage::StorageOptions storage;         // endpoint, region, addressing, retries
-  int threads = 8;                         // range GETs in flight
-  uint64_t range_bytes = 8ull << 20;       // bytes per range GET
+  std::string cache_dir;               // required
+  uint64_t limit_bytes = 10ull << 30;  // the whole cache (all remote datasets)
+  storage::StorageOptions storage;     // endpoint, region, addressing, retries
+  int threads = 8;                     // range GETs in flight
+  uint64_t range_bytes = 8ull << 20;   // bytes per range GET
 };
 
 // Statistics of one FetchDataset call, for logs and tests.

@@ -122,9 +122,9 @@ int Supervise(const LaunchOptions& opts, const LaunchEnv& env) {
     if (result.exit_code == kExitOk) {
       // Also after a signal: one that arrives while the ranks finish leaves nothing to save or resume.
       DT_LOG_INFO(kLauncher, "the job finished ({} exited 0){}", cmd.argv[0],
-                  result.stop_signal != 0 ? " (signal " + std::to_string(result.stop_signal) +
-                                                " arrived as it was finishing)"
-                                          : std::string());
+                  result.stop_signal != 0
+                      ? " (signal " + std::to_string(result.stop_signal) + " arrived as it was finishing)"
+                      : std::string());
       return kExitOk;
     }
     const RankExit cause = RootCause(router, cmd, result);

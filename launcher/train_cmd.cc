@@ -113,8 +113,8 @@ Status RunWorker(const std::string& config_path, const std::vector<std::string>&
   // Rank 0 only: the ranks agree on the preemption flag at every step boundary (trainer.h).
   std::unique_ptr<runtime::SpotWatcher> spot;
   if (env.rank == 0 && cfg.checkpoint().enabled() && !cfg.checkpoint().spot_notice_url().empty()) {
-    DT_RETURN_IF_ERROR(runtime::SpotWatcher::Create(
-        {cfg.checkpoint().spot_notice_url(), cfg.checkpoint().spot_poll_s()}, &spot));
+    DT_RETURN_IF_ERROR(
+        runtime::SpotWatcher::Create({cfg.checkpoint().spot_notice_url(), cfg.checkpoint().spot_poll_s()}, &spot));
   }
   runtime::TrainSummary s;
   const Status st = trainer->Run(&s);

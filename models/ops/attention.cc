@@ -168,8 +168,8 @@ Status AttentionForward(DeviceContext& ctx, const Tensor& qkv, int64_t n_head, T
     if (qkv.dtype() == DType::kBF16) {
       Tensor ws;
       DT_RETURN_IF_ERROR(GemmWorkspace(ctx, d, /*backward=*/false, &ws));
-      return AttentionForwardGemmBf16(*ctx.blas(), out->data<uint16_t>(), lse->data<float>(), qkv.data<uint16_t>(),
-                                      d.b, d.t, d.nh, d.hs, ws.data(), ctx.stream());
+      return AttentionForwardGemmBf16(*ctx.blas(), out->data<uint16_t>(), lse->data<float>(), qkv.data<uint16_t>(), d.b,
+                                      d.t, d.nh, d.hs, ws.data(), ctx.stream());
     }
     return AttentionForwardCuda(out->data<float>(), lse->data<float>(), qkv.data<float>(), d.b, d.t, d.nh, d.hs,
                                 ctx.stream());
@@ -197,9 +197,9 @@ Status AttentionBackward(DeviceContext& ctx, const Tensor& qkv, const Tensor& ou
     if (qkv.dtype() == DType::kBF16) {
       Tensor ws;
       DT_RETURN_IF_ERROR(GemmWorkspace(ctx, d, /*backward=*/true, &ws));
-      return AttentionBackwardGemmBf16(*ctx.blas(), dqkv->data<uint16_t>(), dout.data<uint16_t>(),
-                                       qkv.data<uint16_t>(), out.data<uint16_t>(), lse.data<float>(), d.b, d.t, d.nh,
-                                       d.hs, ws.data(), ctx.stream());
+      return AttentionBackwardGemmBf16(*ctx.blas(), dqkv->data<uint16_t>(), dout.data<uint16_t>(), qkv.data<uint16_t>(),
+                                       out.data<uint16_t>(), lse.data<float>(), d.b, d.t, d.nh, d.hs, ws.data(),
+                                       ctx.stream());
     }
     Tensor delta;
     DT_RETURN_IF_ERROR(Tensor::Empty({d.b, d.nh, d.t}, DType::kF32, ctx.allocator(), &delta));

@@ -200,9 +200,8 @@ template <bool kToHeads>
 Status Permute(bf16* dst, const bf16* src, int parts, int64_t b, int64_t t, int64_t nh, int64_t hs,
                cudaStream_t stream) {
   const int64_t n = parts * b * nh * t * hs;
-  PermuteKernel<kToHeads><<<Blocks(n), kThreads, 0, stream>>>(dst, src, n, parts, static_cast<int>(b),
-                                                              static_cast<int>(t), static_cast<int>(nh),
-                                                              static_cast<int>(hs));
+  PermuteKernel<kToHeads><<<Blocks(n), kThreads, 0, stream>>>(
+      dst, src, n, parts, static_cast<int>(b), static_cast<int>(t), static_cast<int>(nh), static_cast<int>(hs));
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
 }
