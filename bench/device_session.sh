@@ -5,6 +5,8 @@
 #   loader  bench/loader.sh: dtrain's loader alone vs PyTorch DataLoader (pinned, to the GPU)
 #   cnn     Fashion-MNIST CNN on 1 and 2 GPUs vs PyTorch (bench/cnn_torch.py)
 #   gpt2    GPT-2 124M tokens/s, MFU, memory: dtrain 1 and 2 GPUs vs PyTorch eager / torch.compile / DDP
+#   gpt2probe  kernels of a GPT-2 step by total time (ncu) and PyTorch's (torch.profiler)
+#   gpt2loss   GPT-2 loss curves, dtrain vs PyTorch, same init and tokens: 200 steps, PNG to $OUT
 #   zero1   GPT-2 124M on 2 GPUs with and without dist.zero1: optimizer memory and tokens/s
 #   tb      TensorBoard's own reader over a run's event file (tests/tools/read_tensorboard.py)
 # Usage (on the GPU machine, from the repo root): OUT=/some/dir STAGES="tests gpt2" bench/device_session.sh
@@ -65,8 +67,12 @@ if has cnn; then
     $BIN launch --nproc-per-node gpu configs/fashion_mnist_cnn.yaml --set run.dir=$OUT/cnn_gpu2 > $OUT/cnn_gpu2.log 2>&1
     echo "cnn 2 GPU rc=$?: $(step_line $OUT/cnn_gpu2.log)"; grep -E "eval \|" $OUT/cnn_gpu2.log | tail -1 | sed 's/.*\] //'
   fi
-  [[ -f bench/cnn_torch.py ]] && python3 bench/cnn_torch.py --json $OUT/cnn_torch.json > $OUT/cnn_torch.log 2>&1 &&
-    echo "cnn torch: $(cat $OUT/cnn_torch.json)"
+  python3 bench/cnn_torch.py --json $OUT/cnn_torch.json > $OUT/cnn_torch.log 2>&1
+  echo "cnn torch 1 GPU rc=$?: $(cat $OUT/cnn_torch.json 2>/dev/null || tail -3 $OUT/cnn_torch.log)"
+  if [[ $NGPU -ge 2 ]]; then
+    torchrun --standalone --nproc-per-node 2 bench/cnn_torch.py --json $OUT/cnn_torch_ddp.json > $OUT/cnn_torch_ddp.log 2>&1
+    echo "cnn torch DDP 2 GPU rc=$?: $(cat $OUT/cnn_torch_ddp.json 2>/dev/null || tail -3 $OUT/cnn_torch_ddp.log)"
+  fi
 fi
 
 GPT2="configs/gpt2_124m.yaml --set data.dataset=synthetic_tokens --set train.max_steps=${GPT2_STEPS:-60} --set train.log_every=20 --set train.grad_accum_steps=1 --set schedule.warmup_steps=10 --set checkpoint.enabled=false --set train.eval=false"
@@ -86,17 +92,36 @@ if has gpt2; then
 fi
 
 if has gpt2probe; then
-  # Where the step time goes: kernels by total time (nsys), and the same tokens at T=256 (attention ~T^2).
-  $BIN train $GPT2 --set model.gpt2.max_seq_len=256 --set data.batch_size=64 --set train.max_steps=40 \
-    --set run.dir=$OUT/gpt2_t256 > $OUT/gpt2_t256.log 2>&1; echo "gpt2 T=256 B=64 rc=$?: $(step_line $OUT/gpt2_t256.log)"
-  if command -v nsys >/dev/null; then
-    nsys profile -o $OUT/gpt2_prof --force-overwrite true --stats=false $BIN train $GPT2 --set train.max_steps=6 \
-      --set run.dir=$OUT/gpt2_prof_run > $OUT/nsys.log 2>&1
-    nsys stats -r cuda_gpu_kern_sum $OUT/gpt2_prof.nsys-rep 2>/dev/null | head -30 | cut -c1-200 | tee $OUT/kern_sum.txt
-    rm -f $OUT/gpt2_prof.nsys-rep $OUT/gpt2_prof.sqlite
+  # Where the step time goes: every kernel of 4 training steps timed by Nsight Compute (one metric, clocks left
+  # alone), summed by name; PyTorch's kernels from its profiler for comparison.
+  if command -v ncu >/dev/null; then
+    timeout 400 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw --nvtx \
+      --nvtx-include "train_step/" --log-file $OUT/ncu.csv $BIN train $GPT2 --set train.max_steps=4 \
+      --set run.dir=$OUT/gpt2_prof_run > $OUT/ncu_run.log 2>&1
+    echo "ncu rc=$?"; python3 bench/kernel_profile.py $OUT/ncu.csv 4 | tee $OUT/kern_sum.txt | head -45
   else
-    echo "no nsys on this machine"
+    echo "no ncu on this machine"
   fi
+  python3 bench/gpt2_torch.py --compile --steps 10 --profile > $OUT/torch_prof.log 2>&1
+  echo "torch.compile profile rc=$?"; grep -E "Name|^ *[a-zA-Z_].*%" $OUT/torch_prof.log | head -34 | cut -c1-170
+fi
+
+if has gpt2loss; then
+  # Loss curves: dtrain and PyTorch from the same initial weights (dtrain's seeded init, exported through
+  # safetensors) on the same byte-level tokens of real text, in order, constant lr, 200 steps.
+  L=/tmp/gpt2loss; rm -rf $L; mkdir -p $L
+  $BIN data convert-text --out $L/shards --seq-len 1024 ${TEXT:-.device-carry/text/corpus.txt} > $OUT/gpt2loss_data.log 2>&1
+  echo "convert-text rc=$?: $(tail -1 $OUT/gpt2loss_data.log)"
+  LCFG="configs/gpt2_124m.yaml --set data.train_shards=$L/shards --set data.shuffle=false --set train.grad_accum_steps=1 --set schedule.kind=constant --set schedule.warmup_steps=0 --set checkpoint.enabled=false --set train.eval=false --set train.log_every=1"
+  $BIN train $LCFG --set train.max_steps=1 --set optim.lr=0 --set run.dir=$L/init > $OUT/gpt2loss_init.log 2>&1
+  echo "init export rc=$?"
+  $BIN train $LCFG --set train.max_steps=${LOSS_STEPS:-200} --set optim.lr=3e-4 --set model.init_from=$L/init/final.safetensors \
+    --set run.dir=$OUT/gpt2loss_dtrain > $OUT/gpt2loss_dtrain.log 2>&1
+  echo "dtrain rc=$?: $(step_line $OUT/gpt2loss_dtrain.log)"
+  python3 bench/gpt2_torch.py --init $L/init/final.safetensors --tokens ${TEXT:-.device-carry/text/corpus.txt} \
+    --losses $OUT/gpt2loss_torch.json --steps ${LOSS_STEPS:-200} --warmup 0 --lr 3e-4 > $OUT/gpt2loss_torch.log 2>&1
+  echo "torch rc=$?: $(tail -1 $OUT/gpt2loss_torch.log)"
+  python3 bench/plot_losses.py $OUT/gpt2loss_dtrain/metrics.jsonl $OUT/gpt2loss_torch.json $FINAL_OUT/gpt2_loss_curves.png
 fi
 
 if has zero1 && [[ $NGPU -ge 2 ]]; then

@@ -71,6 +71,7 @@ def main():
     ap.add_argument("--tokens", help="byte file of text: byte-level tokens read in order")
     ap.add_argument("--losses", help="write the loss of every step to this JSON file")
     ap.add_argument("--json")
+    ap.add_argument("--profile", action="store_true", help="after timing, print the CUDA kernels of 3 steps by total time")
     a = ap.parse_args()
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
     if world > 1:
@@ -117,6 +118,17 @@ def main():
             losses.append(loss.item())
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
+    if a.profile and rank == 0:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = fwd(rec[:, :-1], rec[:, 1:])
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=90))
     tokens_per_s = a.steps * a.batch * a.seq * world / dt
     L, H, C, T = 12, 12, 768, a.seq
     flops_per_token = 6 * n_params + 12 * L * H * (C // H) * T

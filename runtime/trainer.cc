@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 
 #include "models/ops/matmul.h"
 #include "models/ops/softmax_xent.h"
@@ -26,6 +27,12 @@
 
 namespace dtrain::runtime {
 namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
 
 double Now() {
   using Clock = std::chrono::steady_clock;
@@ -82,6 +89,7 @@ Status Trainer::Setup() {
 
   DT_RETURN_IF_ERROR(BuildModel(cfg_, ctx_, &model_));
   DT_RETURN_IF_ERROR(model_->InitParams(cfg_.train().seed()));
+  if (!cfg_.model().init_from().empty()) DT_RETURN_IF_ERROR(ImportParams(cfg_.model().init_from()));
   phases_ = std::make_unique<PhaseTimer>(ctx_, kNumPhases);
 
   const auto& o = cfg_.optim();
@@ -421,6 +429,37 @@ Status Trainer::ExportParams(const std::string& path) {
         {p.name, p.shape, std::vector<float>(flat.begin() + p.offset, flat.begin() + p.offset + p.numel)});
   }
   return WriteSafetensors(path, tensors, {{"format", "pt"}, {"producer", "dtrain"}});
+}
+
+Status Trainer::ImportParams(const std::string& path) {
+  std::vector<NamedTensor> tensors;
+  DT_RETURN_IF_ERROR(ReadSafetensors(path, &tensors));
+  std::map<std::string, const NamedTensor*> by_name;
+  for (const NamedTensor& t : tensors) by_name[t.name] = &t;
+  std::vector<float> flat(model_->params().numel());
+  for (const models::ParamInfo& p : model_->param_infos()) {
+    auto it = by_name.find(p.name);
+    if (it == by_name.end()) {
+      return Status::InvalidArgument("model.init_from " + path + ": no tensor '" + p.name + "' (the model's " +
+                                     std::to_string(model_->param_infos().size()) + " parameters must all be there)");
+    }
+    if (it->second->shape != p.shape) {
+      return Status::InvalidArgument("model.init_from " + path + ": tensor '" + p.name + "' has shape " +
+                                     ShapeString(it->second->shape) + ", the model expects " + ShapeString(p.shape));
+    }
+    std::copy(it->second->data.begin(), it->second->data.end(), flat.begin() + p.offset);
+    by_name.erase(it);
+  }
+  if (!by_name.empty()) {
+    return Status::InvalidArgument("model.init_from " + path + ": tensor '" + by_name.begin()->first +
+                                   "' is not a parameter of this model (" + std::to_string(by_name.size()) +
+                                   " unknown in all)");
+  }
+  Tensor host = Tensor::Wrap(flat.data(), {model_->params().numel()}, DType::kF32, DeviceType::kCPU);
+  DT_RETURN_IF_ERROR(model_->params().CopyFrom(host, ctx_.stream()));
+  DT_RETURN_IF_ERROR(ctx_.Synchronize());
+  if (rank_ == 0) DT_LOG_INFO(kRuntime, "parameters initialised from {} ({} tensors)", path, tensors.size());
+  return Status::OK();
 }
 
 }  // namespace dtrain::runtime

@@ -95,6 +95,8 @@ class Trainer {
   bool StepFits(const data::SamplerState& s) const;
   // The batch's inputs in the shape the model takes (MLP: [B, features]; CNN: [B, C, H, W]).
   Status ModelInputs(const data::Batch& b, Tensor* x) const;
+  // Sets every parameter from a safetensors file (model.init_from): all names present, shapes equal, no extras.
+  Status ImportParams(const std::string& path);
   // Writes the parameters as <name>: tensor to a safetensors file (loadable by PyTorch).
   Status ExportParams(const std::string& path);
   Status LogProgress(int64_t epoch, int64_t step, double interval_s, int64_t interval_steps, double data_s,

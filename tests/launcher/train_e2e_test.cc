@@ -99,6 +99,43 @@ TEST(TrainE2E, BadInputsGiveOneLineErrorsNamingTheCulprit) {
   }
 }
 
+// model.init_from: a run started from another run's final.safetensors starts from exactly those weights
+// (with lr 0 one step changes nothing, so its export equals the file bit for bit); a file that does not
+// fit the model is refused with the tensor and both shapes named.
+TEST(TrainE2E, InitFromStartsFromTheGivenWeightsAndRefusesAMismatch) {
+  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  TempDir dir;
+  const std::string d = dir.path();
+  const std::string common =
+      " --set train.device=cpu --set train.eval=false --set checkpoint.enabled=false --set schedule.warmup_steps=0";
+  ProcessResult a = RunCommand(DtrainBin() + " train " + kCiConfig + common + " --set train.max_steps=5" +
+                               " --set run.dir=" + d + "/a");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const std::string init = d + "/a/final.safetensors";
+  ProcessResult b = RunCommand(DtrainBin() + " train " + kCiConfig + common + " --set train.max_steps=1" +
+                               " --set optim.lr=0 --set schedule.kind=constant" +
+                               " --set model.init_from=" + init + " --set run.dir=" + d + "/b");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  std::vector<runtime::NamedTensor> wa, wb;
+  ASSERT_TRUE(runtime::ReadSafetensors(init, &wa).ok());
+  ASSERT_TRUE(runtime::ReadSafetensors(d + "/b/final.safetensors", &wb).ok());
+  ASSERT_EQ(wa.size(), wb.size());
+  for (size_t t = 0; t < wa.size(); ++t) {
+    EXPECT_EQ(wa[t].name, wb[t].name);
+    EXPECT_EQ(wa[t].data, wb[t].data) << wa[t].name;
+  }
+  ProcessResult bad = RunCommand(DtrainBin() + " train " + kCiConfig + common + " --set train.max_steps=1" +
+                                 " --set model.mlp.hidden=[64] --set model.init_from=" + init + " --set run.dir=" + d +
+                                 "/bad");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("model.init_from " + init + ": tensor '"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("the model expects [64, 784]"), std::string::npos) << bad.output;
+  ProcessResult missing = RunCommand(DtrainBin() + " train " + kCiConfig + common +
+                                     " --set model.init_from=" + d + "/nope.safetensors --set run.dir=" + d + "/m");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.output.find(d + "/nope.safetensors"), std::string::npos) << missing.output;
+}
+
 // Data parallelism is exact: N CPU ranks with batch 64/N each see the same global batches as 1 rank
 // with batch 64 (the sampler slices each global batch by rank), and averaging their gradients gives
 // the 64-sample mean gradient. So after 40 steps the parameters agree up to float rounding (summation
