@@ -92,13 +92,13 @@ if has gpt2; then
 fi
 
 if has gpt2probe; then
-  # Where the step time goes: every kernel of 4 training steps timed by Nsight Compute (one metric, clocks left
+  # Where the step time goes: every kernel of 3 training steps timed by Nsight Compute (one metric, clocks left
   # alone), summed by name; PyTorch's kernels from its profiler for comparison.
   if command -v ncu >/dev/null; then
-    timeout 400 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw --nvtx \
-      --nvtx-include "train_step/" --log-file $OUT/ncu.csv $BIN train $GPT2 --set train.max_steps=4 \
+    timeout 280 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw --nvtx \
+      --nvtx-include "train_step/" --log-file $OUT/ncu.csv $BIN train $GPT2 --set train.max_steps=3 \
       --set run.dir=$OUT/gpt2_prof_run > $OUT/ncu_run.log 2>&1
-    echo "ncu rc=$?"; python3 bench/kernel_profile.py $OUT/ncu.csv 4 | tee $OUT/kern_sum.txt | head -45
+    echo "ncu rc=$?"; python3 bench/kernel_profile.py $OUT/ncu.csv 3 | tee $OUT/kern_sum.txt | head -45
   else
     echo "no ncu on this machine"
   fi
