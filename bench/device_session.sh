@@ -96,7 +96,7 @@ if has gpt2probe; then
   # alone), summed by name; PyTorch's kernels from its profiler for comparison.
   if command -v ncu >/dev/null; then
     timeout 280 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw --nvtx \
-      --nvtx-include "train_step/" --log-file $OUT/ncu.csv $BIN train $GPT2 --set train.max_steps=3 \
+      --nvtx-include "train_step/" --log-file $OUT/ncu.csv $BIN train $GPT2 --set train.max_steps=3 --set schedule.warmup_steps=0 \
       --set run.dir=$OUT/gpt2_prof_run > $OUT/ncu_run.log 2>&1
     echo "ncu rc=$?"; python3 bench/kernel_profile.py $OUT/ncu.csv 3 | tee $OUT/kern_sum.txt | head -45
   else

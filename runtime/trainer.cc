@@ -213,13 +213,15 @@ Status Trainer::AllReduceHost(std::vector<double>* values, comm::ReduceOp op) {
   return host_comm_->AllReduce(&t, op, nullptr);
 }
 
-Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_s, int64_t interval_steps, double data_s,
+Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, int64_t interval_steps, double data_s,
                             double* mean_loss) {
   comm::WatchdogScope armed(watchdog_, "step " + std::to_string(step) + " progress (device sync, loss all-reduce)");
   float acc = 0;
   Tensor host = Tensor::Wrap(&acc, {1, 1}, DType::kF32, DeviceType::kCPU);
   DT_RETURN_IF_ERROR(host.CopyFrom(loss_acc_, ctx_.stream()));
   DT_RETURN_IF_ERROR(ctx_.Synchronize());
+  // Measured after the sync: the host queues steps ahead of the device, so only now is the interval's work done.
+  const double interval_s = Now() - interval_start;
   DT_RETURN_IF_ERROR(loss_acc_.SetZero(ctx_.stream()));
   // Loss and data wait are averaged over the ranks (one slow loader stalls every rank's collectives).
   std::vector<double> v = {acc / static_cast<double>(interval_steps), data_s};
@@ -386,8 +388,8 @@ Status Trainer::RunLoop(TrainSummary* summary) {
     const data::SamplerState next = DataPosition();
     const bool epoch_end = next.epoch != epoch || !StepFits(next);
     if (step % log_every == 0 || step == total_steps_ || epoch_end) {
-      // LogProgress synchronizes, so the interval's wall time covers all of its device work.
-      DT_RETURN_IF_ERROR(LogProgress(epoch, step, Now() - t_interval, interval_steps, data_s, &summary->last_train_loss));
+      // LogProgress synchronizes, then takes the interval's wall time: it covers all of its device work.
+      DT_RETURN_IF_ERROR(LogProgress(epoch, step, t_interval, interval_steps, data_s, &summary->last_train_loss));
       train_seconds += Now() - t_interval;
       t_interval = Now();
       data_s = 0;

@@ -99,7 +99,9 @@ class Trainer {
   Status ImportParams(const std::string& path);
   // Writes the parameters as <name>: tensor to a safetensors file (loadable by PyTorch).
   Status ExportParams(const std::string& path);
-  Status LogProgress(int64_t epoch, int64_t step, double interval_s, int64_t interval_steps, double data_s,
+  // Waits for the device, then logs the interval that began at `interval_start` (Now() seconds) with
+  // `interval_steps` steps: its wall time covers all of their device work.
+  Status LogProgress(int64_t epoch, int64_t step, double interval_start, int64_t interval_steps, double data_s,
                      double* mean_loss);
   // Sums `values` across ranks (no-op for one process).
   Status AllReduceHost(std::vector<double>* values, comm::ReduceOp op = comm::ReduceOp::kSum);
