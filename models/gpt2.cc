@@ -251,20 +251,20 @@ Status Gpt2::BlockForward(int layer) {
 
   // Attention: x_mid = x + c_proj(attn(c_attn(ln_1(x)))).
   DT_RETURN_IF_ERROR(ops::LayerNormForward(ctx_, x, w(kLn1W), w(kLn1B), kLnEps, &a.ln1, &a.ln1_mean, &a.ln1_rstd));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, a.ln1, false, gw(kAttnW), true, &qkv2));
-  DT_RETURN_IF_ERROR(ops::BiasAdd(ctx_, w(kAttnB), &qkv2));
+  DT_RETURN_IF_ERROR(
+      ops::MatmulEpilogue(ctx_, a.ln1, false, gw(kAttnW), true, w(kAttnB), ops::Epilogue::kBias, &qkv2, nullptr));
   DT_RETURN_IF_ERROR(ops::AttentionForward(ctx_, a.qkv, opts_.n_head, &a.att, &a.lse));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, att2, false, gw(kAttnProjW), true, &a.x_mid));
-  DT_RETURN_IF_ERROR(ops::BiasAdd(ctx_, w(kAttnProjB), &a.x_mid));
+  DT_RETURN_IF_ERROR(ops::MatmulEpilogue(ctx_, att2, false, gw(kAttnProjW), true, w(kAttnProjB), ops::Epilogue::kBias,
+                                         &a.x_mid, nullptr));
   DT_RETURN_IF_ERROR(ops::Add(ctx_, a.x_mid, x, &a.x_mid));
 
-  // MLP: y = x_mid + c_proj(gelu(c_fc(ln_2(x_mid)))); the GELU is fused into the c_fc GEMM's epilogue.
+  // MLP: y = x_mid + c_proj(gelu(c_fc(ln_2(x_mid)))). Biases (and c_fc's GELU) are fused into the GEMMs' epilogues.
   DT_RETURN_IF_ERROR(
       ops::LayerNormForward(ctx_, a.x_mid, w(kLn2W), w(kLn2B), kLnEps, &a.ln2, &a.ln2_mean, &a.ln2_rstd));
   DT_RETURN_IF_ERROR(
       ops::MatmulEpilogue(ctx_, a.ln2, false, gw(kFcW), true, w(kFcB), ops::Epilogue::kBiasGelu, &a.fc_act, &a.fc_pre));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, a.fc_act, false, gw(kFcProjW), true, &y));
-  DT_RETURN_IF_ERROR(ops::BiasAdd(ctx_, w(kFcProjB), &y));
+  DT_RETURN_IF_ERROR(
+      ops::MatmulEpilogue(ctx_, a.fc_act, false, gw(kFcProjW), true, w(kFcProjB), ops::Epilogue::kBias, &y, nullptr));
   return ops::Add(ctx_, y, a.x_mid, &y);
 }
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <type_traits>
 
 #include "models/ops/attention.h"
 #include "runtime/core/cuda_check.h"
@@ -64,23 +66,27 @@ Buffers Carve(void* base, int64_t b, int64_t t, int64_t nh, int64_t hs, bool bac
 }
 
 // Head-major [parts][B, NH, T, hs] <-> row-major [B, T, parts * C] (C = NH * hs; part p of row (b, t) is columns
-// [p*C, (p+1)*C), head h within it columns h*hs..). One thread per element, indexed in head-major order.
-template <bool kToHeads>
-__global__ void PermuteKernel(bf16* dst, const bf16* src, int64_t n, int parts, int b_len, int t, int nh, int hs) {
+// [p*C, (p+1)*C), head h within it columns h*hs..). One thread per kVec consecutive elements of a head row (16-byte
+// moves when hs % 8 == 0), indexed in head-major order; 32-bit index math (n / kVec < 2^31, checked by the caller).
+template <bool kToHeads, int kVec>
+__global__ void PermuteKernel(bf16* dst, const bf16* src, int n_vec, int parts, int b_len, int t, int nh, int hs) {
+  using Chunk = std::conditional_t<kVec == 8, uint4, bf16>;
+  const int hv = hs / kVec;
   const int64_t c = static_cast<int64_t>(nh) * hs;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
-    int64_t r = e / hs;
-    const int d = static_cast<int>(e % hs);
-    const int tt = static_cast<int>(r % t);
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < n_vec; e += gridDim.x * blockDim.x) {
+    int r = e / hv;
+    const int d = (e - r * hv) * kVec;
+    const int tt = r % t;
     r /= t;
-    const int h = static_cast<int>(r % nh);
+    const int h = r % nh;
     r /= nh;
-    const int64_t bb = r % b_len, part = r / b_len;
-    const int64_t rm = ((bb * t + tt) * parts + part) * c + static_cast<int64_t>(h) * hs + d;
+    const int bb = r % b_len, part = r / b_len;
+    const int64_t rm = ((static_cast<int64_t>(bb) * t + tt) * parts + part) * c + static_cast<int64_t>(h) * hs + d;
+    const int64_t hm = static_cast<int64_t>(e) * kVec;
     if (kToHeads) {
-      dst[e] = src[rm];
+      *reinterpret_cast<Chunk*>(dst + hm) = *reinterpret_cast<const Chunk*>(src + rm);
     } else {
-      dst[rm] = src[e];
+      *reinterpret_cast<Chunk*>(dst + rm) = *reinterpret_cast<const Chunk*>(src + hm);
     }
   }
 }
@@ -200,8 +206,20 @@ template <bool kToHeads>
 Status Permute(bf16* dst, const bf16* src, int parts, int64_t b, int64_t t, int64_t nh, int64_t hs,
                cudaStream_t stream) {
   const int64_t n = parts * b * nh * t * hs;
-  PermuteKernel<kToHeads><<<Blocks(n), kThreads, 0, stream>>>(
-      dst, src, n, parts, static_cast<int>(b), static_cast<int>(t), static_cast<int>(nh), static_cast<int>(hs));
+  // 16-byte chunks when every head row starts on a 16-byte boundary.
+  const bool vec = hs % 8 == 0 && (reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) % 16 == 0;
+  const int64_t n_vec = vec ? n / 8 : n;
+  if (n_vec >= (int64_t{1} << 31)) {
+    return Status::InvalidArgument("attention: B*NH*T*hs = " + std::to_string(n) + " is too large for one permute");
+  }
+  const int bi = static_cast<int>(b), ti = static_cast<int>(t), nhi = static_cast<int>(nh), hsi = static_cast<int>(hs);
+  if (vec) {
+    PermuteKernel<kToHeads, 8><<<Blocks(n_vec), kThreads, 0, stream>>>(dst, src, static_cast<int>(n_vec), parts, bi,
+                                                                      ti, nhi, hsi);
+  } else {
+    PermuteKernel<kToHeads, 1><<<Blocks(n_vec), kThreads, 0, stream>>>(dst, src, static_cast<int>(n_vec), parts, bi,
+                                                                      ti, nhi, hsi);
+  }
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
 }
