@@ -282,7 +282,8 @@ Status RunAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* 
         // No grace timer: the ranks decide (checkpoint, then exit 75); the job may take its time.
         kill(child.pid, SIGUSR1);
         const int local = SignalSession(child.pid, SIGUSR1);
-        DT_LOG_WARN(kLauncher, "SIGUSR1: forwarded to every rank (mpirun, and directly to {} local processes)", local);
+        DT_LOG_WARN(kLauncher, "SIGUSR1: forwarded to every rank ({}, and directly to {} local processes)", cmd.argv[0],
+                    local);
       } else if (result->stop_signal == 0 && sig == SIGTERM) {
         // SIGTERM is how schedulers and spot shutdowns stop a job: give the ranks the grace period
         // to checkpoint and exit 75 themselves (local ranks get SIGTERM directly, remote ones

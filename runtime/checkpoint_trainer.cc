@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string>
 
 #include "runtime/config.h"
 #include "runtime/core/check.h"
@@ -24,6 +25,22 @@ namespace {
 double NowS() {
   using Clock = std::chrono::steady_clock;
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// Which run of the job this is, by the counters that apply: DTRAIN_RESTART_COUNT when `dtrain
+// launch` started the workers (its restarts), SLURM_RESTART_COUNT inside a Slurm job (its requeues;
+// Slurm sets it only from the first requeue on, so unset means 0). "" when neither applies.
+std::string RestartCounts() {
+  std::string out;
+  const char* launch = std::getenv("DTRAIN_RESTART_COUNT");
+  if (launch != nullptr && *launch != '\0') out = std::string("DTRAIN_RESTART_COUNT=") + launch;
+  const char* job = std::getenv("SLURM_JOB_ID");
+  if (job != nullptr && *job != '\0') {
+    const char* requeue = std::getenv("SLURM_RESTART_COUNT");
+    out += std::string(out.empty() ? "" : ", ") +
+           "SLURM_RESTART_COUNT=" + (requeue != nullptr && *requeue != '\0' ? requeue : "0");
+  }
+  return out;
 }
 
 double WallSeconds() {
@@ -59,7 +76,6 @@ Status Trainer::SetupCheckpoint() {
   Preemption::InstallHandlers();
   if (rank_ == 0) writer_ = std::make_unique<CheckpointWriter>();
 
-  const char* restart = std::getenv("DTRAIN_RESTART_COUNT");
   if (resume == "never") return Status::OK();
   // Every rank reads the store itself (a shared file system or object storage); they must agree.
   LoadedCheckpoint loaded;
@@ -82,11 +98,11 @@ Status Trainer::SetupCheckpoint() {
   }
   DT_RETURN_IF_ERROR(Restore(loaded));
   if (rank_ == 0) {
+    const std::string counts = RestartCounts();
     DT_LOG_INFO(kRuntime,
-                "resumed from {}/{}: step {}, epoch {}, {} samples into the epoch (saved by {} rank(s), now {}); "
-                "DTRAIN_RESTART_COUNT={}",
-                url, loaded.dir, start_step_, loaded.manifest.data().epoch() + 1, loaded.manifest.data().samples_in_epoch(),
-                loaded.manifest.world_size(), world_, restart != nullptr ? restart : "unset");
+                "resumed from {}/{}: step {}, epoch {}, {} samples into the epoch (saved by {} rank(s), now {}){}", url,
+                loaded.dir, start_step_, loaded.manifest.data().epoch() + 1, loaded.manifest.data().samples_in_epoch(),
+                loaded.manifest.world_size(), world_, counts.empty() ? "" : "; " + counts);
   }
   return Status::OK();
 }

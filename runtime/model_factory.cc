@@ -1,13 +1,47 @@
 #include "runtime/model_factory.h"
 
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "models/cnn.h"
 #include "models/gpt2.h"
 #include "models/mlp.h"
 #include "runtime/core/check.h"
 
 namespace dtrain::runtime {
+namespace {
 
-Status BuildModel(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<models::Model>* out) {
+const char* const kBuiltinKinds[] = {"mlp", "cnn", "gpt2"};
+
+bool IsBuiltin(const std::string& kind) {
+  return std::find(std::begin(kBuiltinKinds), std::end(kBuiltinKinds), kind) != std::end(kBuiltinKinds);
+}
+
+// The registered factories, by kind. Function-local so that registering from another static
+// initializer is safe; only ever added to.
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, ModelFactory> factories;
+};
+
+Registry& GetRegistry() {
+  static Registry* registry = new Registry();  // never destroyed: usable until the process ends
+  return *registry;
+}
+
+bool ValidKind(const std::string& kind) {
+  if (kind.empty()) return false;
+  for (char c : kind) {
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Status BuildBuiltin(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<models::Model>* out) {
   const proto::ModelConfig& cfg = config.model();
   const std::string& precision = config.train().precision();
   if (cfg.kind() != "gpt2" && precision != "auto" && precision != "fp32") {
@@ -61,7 +95,55 @@ Status BuildModel(const proto::Config& config, DeviceContext& ctx, std::unique_p
     *out = std::move(gpt2);
     return Status::OK();
   }
-  return Status::InvalidArgument("model.kind: unknown model '" + cfg.kind() + "' (expected: mlp, cnn, gpt2)");
+  return Status::Internal("model.kind: built-in '" + cfg.kind() + "' has no builder");
+}
+
+}  // namespace
+
+Status RegisterModel(const std::string& kind, ModelFactory factory) {
+  if (!ValidKind(kind)) {
+    return Status::InvalidArgument("RegisterModel: bad model kind '" + kind + "' (expected [A-Za-z0-9_.-]+)");
+  }
+  if (IsBuiltin(kind)) return Status::InvalidArgument("RegisterModel: '" + kind + "' is a built-in model kind");
+  if (!factory) return Status::InvalidArgument("RegisterModel: empty factory for '" + kind + "'");
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!r.factories.emplace(kind, std::move(factory)).second) {
+    return Status::InvalidArgument("RegisterModel: model kind '" + kind + "' is already registered");
+  }
+  return Status::OK();
+}
+
+std::vector<std::string> ModelKinds() {
+  std::vector<std::string> kinds(std::begin(kBuiltinKinds), std::end(kBuiltinKinds));
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const auto& [kind, factory] : r.factories) kinds.push_back(kind);  // std::map: sorted
+  return kinds;
+}
+
+Status BuildModel(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<models::Model>* out) {
+  const std::string& kind = config.model().kind();
+  if (IsBuiltin(kind)) return BuildBuiltin(config, ctx, out);
+  ModelFactory factory;
+  {
+    Registry& r = GetRegistry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    const auto it = r.factories.find(kind);
+    if (it != r.factories.end()) factory = it->second;
+  }
+  if (!factory) {
+    std::string known;
+    for (const std::string& k : ModelKinds()) known += (known.empty() ? "" : ", ") + k;
+    return Status::InvalidArgument("model.kind: unknown model '" + kind + "' (known: " + known +
+                                   "; a custom model must be registered with runtime::RegisterModel by the "
+                                   "program that runs it, see README \"Custom model in C++\")");
+  }
+  out->reset();
+  const Status st = factory(config, ctx, out);
+  if (!st.ok()) return st.WithContext("model.kind " + kind);
+  if (*out == nullptr) return Status::Internal("model.kind " + kind + ": the registered factory returned no model");
+  return Status::OK();
 }
 
 }  // namespace dtrain::runtime

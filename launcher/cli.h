@@ -1,0 +1,24 @@
+#pragma once
+// The dtrain command line as a function: `dtrain launch|train|doctor|bench|ckpt|data|report|version`.
+// launcher/main.cc is `return dtrain::launcher::Main(argc, argv);`, and so is a program of your own
+// that registers custom models first (runtime/model_factory.h, examples/custom_model/):
+//
+//   int main(int argc, char** argv) {
+//     if (!dtrain::runtime::RegisterModel("my_mlp", &BuildMyMlp).ok()) return 1;
+//     return dtrain::launcher::Main(argc, argv);
+//   }
+//
+// `PROGRAM launch ...` then starts `PROGRAM train CONFIG` workers: the launcher re-executes its own
+// binary (/proc/self/exe; DTRAIN_WORKER_BIN overrides), so the workers know the same models. On
+// several nodes the program must exist at the same path on every host.
+//
+// Main is the only place a Status becomes a process exit code (launcher/exit_codes.h): 0 done,
+// 1 failure, 2 usage/config/data error, 75 preempted (checkpoint saved), 128+N killed by signal N.
+// Errors are printed to stderr as one "dtrain: error: ..." line. argc/argv are handed to MPI_Init
+// by `train` and `bench`. Call it once per process, from the main thread.
+
+namespace dtrain::launcher {
+
+int Main(int argc, char** argv);
+
+}  // namespace dtrain::launcher
