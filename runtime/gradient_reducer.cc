@@ -169,8 +169,12 @@ Status GradientReducer::LaunchBuckets(int from, int to) {
 Status GradientReducer::LaunchCpu(int from, int to) {
   for (int k = from; k < to; ++k) {
     Bucket& b = buckets_[k];
+    DeviceTrace::Mark begin, end;
+    if (trace_) DT_RETURN_IF_ERROR(trace_->Record(nullptr, &begin));
     if (!opts_.bf16_compress) {
       DT_RETURN_IF_ERROR(comm_->AllReduce(&b.grads, op_, nullptr));
+      if (trace_) DT_RETURN_IF_ERROR(trace_->Record(nullptr, &end));
+      if (trace_) TraceBuckets(k, k + 1, begin, end);
       continue;
     }
     const float* g = b.grads.data<float>();
@@ -180,8 +184,20 @@ Status GradientReducer::LaunchCpu(int from, int to) {
     DT_RETURN_IF_ERROR(comm_->AllReduce(&b.wire, op_, nullptr));
     float* out = b.grads.data<float>();
     for (int64_t i = 0; i < n; ++i) out[i] = comm::Bf16ToF32(w[i]);
+    if (trace_) DT_RETURN_IF_ERROR(trace_->Record(nullptr, &end));
+    if (trace_) TraceBuckets(k, k + 1, begin, end);
   }
   return Status::OK();
+}
+
+void GradientReducer::TraceBuckets(int from, int to, const DeviceTrace::Mark& begin, const DeviceTrace::Mark& end) {
+  int64_t numel = 0;
+  for (int k = from; k < to; ++k) numel += ranges_[k].second;
+  const double mib = numel * (opts_.bf16_compress ? 2.0 : 4.0) / 1048576.0;
+  const std::string name = to - from == 1 ? "all-reduce bucket " + std::to_string(from)
+                                          : "all-reduce buckets " + std::to_string(from) + "-" + std::to_string(to - 1);
+  trace_->Span(TraceTrack::kComm, name, "comm", begin, end,
+               JsonLine().Add("buckets", static_cast<int64_t>(to - from)).Add("MiB", mib).Add("elements", numel));
 }
 
 Status GradientReducer::LaunchGpu(int from, int to) {
@@ -192,6 +208,8 @@ Status GradientReducer::LaunchGpu(int from, int to) {
   // gradients; one event covers the whole batch because it marks the compute stream's current tail.
   DT_RETURN_IF_ERROR(gpu_->ready[from].Record(compute));
   DT_RETURN_IF_ERROR(gpu_->ready[from].Block(comm_stream));
+  DeviceTrace::Mark begin;
+  if (trace_) DT_RETURN_IF_ERROR(trace_->Record(comm_stream, &begin));
   if (opts_.bf16_compress) {
     for (int k = from; k < to; ++k) {
       Bucket& b = buckets_[k];
@@ -217,6 +235,11 @@ Status GradientReducer::LaunchGpu(int from, int to) {
                                                b.grads.numel(), comm_stream));
     }
     DT_RETURN_IF_ERROR(gpu_->done[k].Record(comm_stream));
+  }
+  if (trace_) {
+    DeviceTrace::Mark end;
+    DT_RETURN_IF_ERROR(trace_->Record(comm_stream, &end));
+    TraceBuckets(from, to, begin, end);
   }
   return Status::OK();
 #else

@@ -50,6 +50,7 @@
 #include "runtime/core/device_context.h"
 #include "runtime/core/status.h"
 #include "runtime/core/tensor.h"
+#include "runtime/device_trace.h"
 
 namespace dtrain::runtime {
 
@@ -77,6 +78,10 @@ class GradientReducer {
   Status Finalize();
 
   void set_sync(bool sync) { sync_ = sync; }
+  // While set (not owned; nullptr to stop), every launched batch of buckets is traced as a span on
+  // the comm track: on the GPU the comm stream's time from the batch's start to its last collective's
+  // end (buckets of one batch share one fused NCCL launch), on the CPU each blocking all-reduce.
+  void set_trace(DeviceTrace* trace) { trace_ = trace; }
   bool sync() const { return sync_; }
 
   // [offset, numel) in grads elements, per bucket, in launch order (bucket 0 = end of the buffer).
@@ -107,6 +112,8 @@ class GradientReducer {
   Status LaunchCpu(int from, int to);
   Status LaunchGpu(int from, int to);
   void ResetStep();
+  // The trace span of buckets [from, to) between two marks.
+  void TraceBuckets(int from, int to, const DeviceTrace::Mark& begin, const DeviceTrace::Mark& end);
 
   DeviceContext* ctx_ = nullptr;
   comm::Communicator* comm_ = nullptr;
@@ -126,6 +133,7 @@ class GradientReducer {
   bool step_started_ = false;
   bool step_sync_ = true;
   bool sync_ = true;
+  DeviceTrace* trace_ = nullptr;
   // Exposed-communication accounting (TakeExposedCommMs).
   double cpu_exposed_s_ = 0;
   int64_t synced_steps_ = 0;

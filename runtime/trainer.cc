@@ -150,6 +150,7 @@ Status Trainer::Setup() {
   if (cfg_.run().trace_steps() > 0) {
     DT_RETURN_IF_ERROR(MakeDirs(cfg_.run().dir() + "/trace"));
     DT_RETURN_IF_ERROR(TraceWriter::Create(TraceFilePath(cfg_.run().dir(), rank_), rank_, &trace_));
+    device_trace_ = std::make_unique<DeviceTrace>(trace_.get(), ctx_);
   }
   DT_LOG_INFO(kRuntime, "model {}: {} parameters in {} tensors; {} steps, global batch {}", cfg_.model().kind(),
               model_->params().numel(), model_->param_infos().size(), total_steps_, d.batch_size() * accum * world_);
@@ -162,8 +163,15 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
   comm::WatchdogScope armed(watchdog_, "step " + std::to_string(step + 1) + " (gradient all-reduce)");
   const int64_t accum = cfg_.train().grad_accum_steps();
   DT_RETURN_IF_ERROR(model_->grads().SetZero(ctx_.stream()));
-  trace_now_ = trace_ && InTraceWindow(step, cfg_.run().trace_start(), cfg_.run().trace_steps()) ? trace_.get() : nullptr;
+  const auto& run = cfg_.run();
+  trace_now_ = trace_ && InTraceWindow(step, run.trace_start(), run.trace_steps()) ? trace_.get() : nullptr;
+  DeviceTrace* dev = trace_now_ ? device_trace_.get() : nullptr;
+  if (dev && (step == start_step_ || !InTraceWindow(step - 1, run.trace_start(), run.trace_steps()))) {
+    DT_RETURN_IF_ERROR(dev->Begin());  // the window's first step: one device sync anchors the stream clocks
+    if (reducer_) reducer_->set_trace(dev);
+  }
   TraceSpan step_span(trace_now_, TraceTrack::kHost, "step " + std::to_string(step + 1), "step");
+  DeviceTrace::Mark compute_begin, compute_end, optim_end;
   for (int64_t m = 0; m < accum; ++m) {
     data::Batch batch;
     {
@@ -173,6 +181,7 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
       DT_RETURN_IF_ERROR(phases_->Switch(kPhaseCompute));
     }
     TraceSpan span(trace_now_, TraceTrack::kHost, "forward+backward (queue)", "compute");
+    if (dev && m == 0) DT_RETURN_IF_ERROR(dev->Record(ctx_.stream(), &compute_begin));
     *data_seconds += batch.wait_seconds;
     Tensor x;
     DT_RETURN_IF_ERROR(ModelInputs(batch, &x));
@@ -191,6 +200,11 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
     if (zero1_ && last) on_ready = [this](int i) { return zero1_->OnGradReady(i); };
     DT_RETURN_IF_ERROR(model_->Backward(1.0f / static_cast<float>(accum), on_ready));
   }
+  if (dev) {
+    DT_RETURN_IF_ERROR(dev->Record(ctx_.stream(), &compute_end));
+    dev->Span(TraceTrack::kCompute, "forward+backward", "compute", compute_begin, compute_end,
+              JsonLine().Add("micro_batches", accum));
+  }
   DT_RETURN_IF_ERROR(phases_->Switch(kPhaseComm));
   {
     TraceSpan span(trace_now_, TraceTrack::kHost, "gradient finalize", "comm");
@@ -203,6 +217,15 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
     DT_RETURN_IF_ERROR(zero1_->Step(ctx_, schedule_->LrAt(step)));
   } else {
     DT_RETURN_IF_ERROR(optimizer_->Step(ctx_, model_->params(), model_->grads(), schedule_->LrAt(step)));
+  }
+  if (dev) {
+    // The optimizer starts once the compute stream has joined the collectives (compute_end is earlier).
+    DT_RETURN_IF_ERROR(dev->Record(ctx_.stream(), &optim_end));
+    dev->Span(TraceTrack::kCompute, "wait for gradients + optimizer", "optim", compute_end, optim_end);
+    if (step + 1 == total_steps_ || !InTraceWindow(step + 1, run.trace_start(), run.trace_steps())) {
+      if (reducer_) reducer_->set_trace(nullptr);
+      DT_RETURN_IF_ERROR(dev->Flush());  // the window's last step: one sync resolves the stream spans
+    }
   }
   return phases_->EndStep();
 }

@@ -42,6 +42,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/checkpoint_writer.h"
 #include "runtime/core/device_context.h"
+#include "runtime/device_trace.h"
 #include "runtime/fault_injection.h"
 #include "runtime/gradient_reducer.h"
 #include "runtime/lr_schedule.h"
@@ -138,6 +139,7 @@ class Trainer {
   std::unique_ptr<EventWriter> tensorboard_;  // rank 0 with run.tensorboard
   std::unique_ptr<TraceWriter> trace_;        // every rank with run.trace_steps > 0
   TraceWriter* trace_now_ = nullptr;          // trace_ while the current step is in the trace window
+  std::unique_ptr<DeviceTrace> device_trace_;  // stream spans (compute, per-bucket collectives) into trace_
   FaultInjector fault_;
   int64_t total_steps_ = 0;
   std::unique_ptr<PhaseTimer> phases_;
