@@ -122,6 +122,14 @@ void Inspect(const runtime::LoadedCheckpoint& ck) {
   std::printf("step           %lld (optimizer %s, step %lld)\n", static_cast<long long>(m.step()),
               m.optimizer().c_str(), static_cast<long long>(m.optimizer_step()));
   std::printf("world size     %d\n", m.world_size());
+  if (m.sharding().zero1()) {
+    std::printf("sharding       ZeRO-1 over %d ranks, %d buckets, shard %lld elements (saved gathered: loads at any "
+                "world size)\n",
+                m.sharding().world_size(), m.sharding().num_buckets(),
+                static_cast<long long>(m.sharding().shard_numel()));
+  } else {
+    std::printf("sharding       none (optimizer state replicated)\n");
+  }
   const auto& lr = m.lr_schedule();
   std::printf("lr schedule    %s base %.6g warmup %lld total %lld min %.6g; next lr %.6g\n", lr.kind().c_str(),
               lr.base_lr(), static_cast<long long>(lr.warmup_steps()), static_cast<long long>(lr.total_steps()),

@@ -160,6 +160,15 @@ TEST(Zero1ResumeE2E, ResumesAcrossTheZero1SwitchAndWorldSizeLikeAnUninterruptedR
   EXPECT_NE(a.output.find("saved by 2 rank(s), now 4"), std::string::npos) << a.output;
   ASSERT_NO_FATAL_FAILURE(LoadManifest(d + "/a/checkpoints", 40, &m));
   ExpectSharded(m, 40, 4);
+  ProcessResult inspect = RunCommand(DtrainBin() + " ckpt inspect " + d + "/a/checkpoints --step 40");
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.output;
+  EXPECT_NE(inspect.output.find("sharding       ZeRO-1 over 4 ranks, " + std::to_string(m.sharding().num_buckets()) +
+                                " buckets"),
+            std::string::npos)
+      << inspect.output;
+  inspect = RunCommand(DtrainBin() + " ckpt inspect " + d + "/full/checkpoints --step 20");
+  EXPECT_NE(inspect.output.find("sharding       none (optimizer state replicated)"), std::string::npos)
+      << inspect.output;
   const double diff_a = MaxDiff(d + "/full/final.safetensors", d + "/a/final.safetensors");
   std::printf("plain 2 ranks -> ZeRO-1 4 ranks at step 20: max |w - w_uninterrupted| = %g\n", diff_a);
   EXPECT_GE(diff_a, 0.0);
