@@ -23,12 +23,12 @@ namespace {
 
 void Line(const char* what, const std::string& value) { std::printf("  %-22s %s\n", what, value.c_str()); }
 
-std::string VersionString(int v, int major_div, int minor_div) {
+[[maybe_unused]] std::string VersionString(int v, int major_div, int minor_div) {
   return std::to_string(v / major_div) + "." + std::to_string((v % major_div) / minor_div);
 }
 
 // C = A @ B^T for a 256x512 @ (384x512)^T product on `gpu`, compared with the CPU reference.
-Status CheckGemm(int gpu, double* rel_err, double* tflops) {
+[[maybe_unused]] Status CheckGemm(int gpu, double* rel_err, double* tflops) {  // used by CUDA builds
   constexpr int64_t kM = 256, kN = 384, kK = 512;
   std::unique_ptr<DeviceContext> cpu, dev;
   DT_RETURN_IF_ERROR(DeviceContext::CreateCpu(&cpu));
