@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <vector>
@@ -116,8 +119,8 @@ struct Dims {
 };
 
 // qkv [B, T, 3C] with C % n_head == 0, on the context's device with a dtype it supports (CPU f32/f64, CUDA
-// f32/bf16, hs <= kAttentionMaxHeadSize); `out_like` tensors are [B, T, C] of qkv's dtype, `qkv_like` ones are
-// qkv-shaped, lse is [B, NH, T] (f64 for f64 qkv, else f32).
+// f32/bf16/f16, hs <= kAttentionMaxHeadSize, f16 only with a flash head size); `out_like` tensors are [B, T, C] of
+// qkv's dtype, `qkv_like` ones are qkv-shaped, lse is [B, NH, T] (f64 for f64 qkv, else f32).
 Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& qkv, int64_t n_head,
                  std::initializer_list<const Tensor*> out_like, std::initializer_list<const Tensor*> qkv_like,
                  const Tensor& lse, Dims* dims) {
@@ -128,10 +131,12 @@ Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& qkv, in
   *dims = {qkv.dim(0), qkv.dim(1), n_head, c / n_head};
   DT_CHECK_ARG(qkv.device() == ctx.type(), op << ": qkv " << qkv.ToString() << " not on " << DeviceName(ctx.type()));
   if (ctx.is_cuda()) {
-    DT_CHECK_ARG(qkv.dtype() == DType::kF32 || qkv.dtype() == DType::kBF16,
-                 op << ": CUDA supports f32/bf16, got " << qkv.ToString());
+    DT_CHECK_ARG(qkv.dtype() == DType::kF32 || qkv.dtype() == DType::kBF16 || qkv.dtype() == DType::kF16,
+                 op << ": CUDA supports f32/bf16/f16, got " << qkv.ToString());
     DT_CHECK_ARG(dims->hs <= kAttentionMaxHeadSize,
                  op << ": head size " << dims->hs << " > " << kAttentionMaxHeadSize << " on CUDA");
+    DT_CHECK_ARG(qkv.dtype() != DType::kF16 || FlashAttentionSupportsHeadSize(dims->hs),
+                 op << ": CUDA f16 needs head size 64 or 128 (flash kernels), got " << dims->hs);
   } else {
     DT_CHECK_ARG(qkv.dtype() == DType::kF32 || qkv.dtype() == DType::kF64,
                  op << ": CPU supports f32/f64, got " << qkv.ToString());
@@ -149,6 +154,36 @@ Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& qkv, in
 }
 
 #if DT_HAVE_CUDA
+// The CUDA 16-bit kernels a call takes (see attention.h: DTRAIN_ATTENTION).
+enum class Path { kFlash, kGemm };
+
+// DTRAIN_ATTENTION, read once per process (a debugging knob): unset or "flash" -> 0, "gemm" -> 1, else -1.
+int AttentionEnvChoice() {
+  static const int choice = [] {
+    const char* v = std::getenv("DTRAIN_ATTENTION");
+    if (v == nullptr || std::strcmp(v, "flash") == 0) return 0;
+    return std::strcmp(v, "gemm") == 0 ? 1 : -1;
+  }();
+  return choice;
+}
+
+bool Aligned16(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) {
+    if (reinterpret_cast<uintptr_t>(t->data()) % 16 != 0) return false;
+  }
+  return true;
+}
+
+// bf16: flash unless DTRAIN_ATTENTION=gemm, the head size has no flash kernel or a buffer is misaligned; f16:
+// always flash (CheckArgs vetted the head size; a misaligned buffer fails in the flash entry point).
+Status ChoosePath(DType dt, const Dims& d, std::initializer_list<const Tensor*> ts, Path* path) {
+  const int env = AttentionEnvChoice();
+  DT_CHECK_ARG(env >= 0, "attention: DTRAIN_ATTENTION=" << std::getenv("DTRAIN_ATTENTION") << " is not flash or gemm");
+  const bool flash_ok = FlashAttentionSupportsHeadSize(d.hs) && Aligned16(ts);
+  *path = dt == DType::kF16 || (env == 0 && flash_ok) ? Path::kFlash : Path::kGemm;
+  return Status::OK();
+}
+
 // A u8 device tensor of the cuBLAS bf16 path's workspace size, from the context's caching allocator.
 Status GemmWorkspace(DeviceContext& ctx, const Dims& d, bool backward, Tensor* ws) {
   DT_CHECK_ARG(ctx.blas() != nullptr, "attention: CUDA context without cuBLAS handles");
@@ -165,7 +200,13 @@ Status AttentionForward(DeviceContext& ctx, const Tensor& qkv, int64_t n_head, T
   DT_RETURN_IF_ERROR(CheckArgs(ctx, "AttentionForward", qkv, n_head, {out}, {}, *lse, &d));
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
-    if (qkv.dtype() == DType::kBF16) {
+    if (qkv.dtype() == DType::kBF16 || qkv.dtype() == DType::kF16) {
+      Path path;
+      DT_RETURN_IF_ERROR(ChoosePath(qkv.dtype(), d, {&qkv, out}, &path));
+      if (path == Path::kFlash) {
+        auto* fwd = qkv.dtype() == DType::kF16 ? FlashAttentionForwardFp16 : FlashAttentionForwardBf16;
+        return fwd(out->data<uint16_t>(), lse->data<float>(), qkv.data<uint16_t>(), d.b, d.t, d.nh, d.hs, ctx.stream());
+      }
       Tensor ws;
       DT_RETURN_IF_ERROR(GemmWorkspace(ctx, d, /*backward=*/false, &ws));
       return AttentionForwardGemmBf16(*ctx.blas(), out->data<uint16_t>(), lse->data<float>(), qkv.data<uint16_t>(), d.b,
@@ -194,7 +235,16 @@ Status AttentionBackward(DeviceContext& ctx, const Tensor& qkv, const Tensor& ou
 #if DT_HAVE_CUDA
     // Workspaces go back to the caching allocator when they leave scope; the allocator is stream-ordered on the
     // context's stream, so the work queued below finishes with them before any later reuse.
-    if (qkv.dtype() == DType::kBF16) {
+    if (qkv.dtype() == DType::kBF16 || qkv.dtype() == DType::kF16) {
+      Path path;
+      DT_RETURN_IF_ERROR(ChoosePath(qkv.dtype(), d, {&qkv, &out, &dout, dqkv}, &path));
+      if (path == Path::kFlash) {
+        Tensor delta;
+        DT_RETURN_IF_ERROR(Tensor::Empty({d.b, d.nh, d.t}, DType::kF32, ctx.allocator(), &delta));
+        auto* bwd = qkv.dtype() == DType::kF16 ? FlashAttentionBackwardFp16 : FlashAttentionBackwardBf16;
+        return bwd(dqkv->data<uint16_t>(), delta.data<float>(), dout.data<uint16_t>(), qkv.data<uint16_t>(),
+                   out.data<uint16_t>(), lse.data<float>(), d.b, d.t, d.nh, d.hs, ctx.stream());
+      }
       Tensor ws;
       DT_RETURN_IF_ERROR(GemmWorkspace(ctx, d, /*backward=*/true, &ws));
       return AttentionBackwardGemmBf16(*ctx.blas(), dqkv->data<uint16_t>(), dout.data<uint16_t>(), qkv.data<uint16_t>(),

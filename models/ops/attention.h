@@ -10,11 +10,11 @@
 //             dqkv is SET (not accumulated), in qkv's layout.
 // Nothing T x T outlives a call: backward recomputes P from qkv and lse.
 //
-// CPU references take T = float or double and accumulate in double. CUDA (sm_90): flash-attention style, one
-// block per (b, h, 32-row query tile) streaming 32-key tiles of K/V through shared memory with an online softmax;
-// fp32 or bf16 inputs/outputs, always fp32 accumulation and fp32 lse. CUDA backward is two deterministic kernels
-// (dK/dV per key tile, dQ per query tile; no atomics), after a pass computing D into a [B, NH, T] f32 workspace.
-// Head size hs <= kAttentionMaxHeadSize on CUDA. Queued on `stream`; asynchronous w.r.t. the host.
+// CPU references take T = float or double and accumulate in double. CUDA *Cuda* (sm_90): flash-attention style on
+// fp32 FMAs, one block per (b, h, 32-row query tile) streaming 32-key tiles of K/V through shared memory with an
+// online softmax; fp32 or bf16 inputs/outputs, always fp32 accumulation and fp32 lse. CUDA backward is two
+// deterministic kernels (dK/dV per key tile, dQ per query tile; no atomics), after a pass computing D into a [B, NH, T]
+// f32 workspace. Head size hs <= kAttentionMaxHeadSize on CUDA. Queued on `stream`; asynchronous w.r.t. the host.
 //
 // CUDA bf16 also has a tensor-core path through cuBLAS (*GemmBf16, llm.c's pre-cuDNN scheme): qkv is permuted into
 // head-major Q, K, V [B, NH, T, hs]; S = Q K^T / sqrt(hs) (strided-batched GEMM, bf16 in, fp32 accumulate and fp32
@@ -23,9 +23,21 @@
 // dV = P^T dO, dQ = dS K, dK = dS^T Q. It materializes T x T matrices in a caller-provided workspace
 // (AttentionGemmWorkspaceBytes: 6 B per score in forward, 12 B in backward, plus the head-major copies).
 //
+// CUDA 16-bit (bf16 and fp16) tensor-core flash attention (FlashAttention-2; flash_attention_{fwd,bwd}.cu), for
+// hs in {64, 128} (FlashAttentionSupportsHeadSize) and 16-byte aligned buffers: one CTA of 4 warps per (64-query tile,
+// head, batch), each warp owning 16 query rows; S = Q K^T on mma.sync m16n8k16 (fp32 accumulation) over 64-key tiles
+// from the diagonal down (cp.async double-buffered), causal mask on the diagonal tile only, online softmax in fp32
+// (exp2 with log2 e folded into the scale), P rounded to 16 bits for O += P V. Backward: D_i = dout_i . out_i (fp32,
+// into `delta`), then dK/dV per 64-key tile (over query tiles from the diagonal on) and dQ per 64-query tile, both
+// recomputing P from lse; dS is rounded to 16 bits for its GEMMs. Deterministic: fixed order, no atomics.
+//
 // Tensor entry points check shapes/dtypes/devices (InvalidArgument naming the shapes) and dispatch:
-// CPU f32/f64 -> *Cpu (lse of qkv's dtype), CUDA f32 -> *Cuda, CUDA bf16 -> *GemmBf16 (lse f32 on CUDA).
-// bf16 buffers are uint16_t (raw bits) in the raw-pointer API. Outputs must not alias inputs.
+// CPU f32/f64 -> *Cpu (lse of qkv's dtype), CUDA f32 -> *Cuda; CUDA bf16 -> FlashAttention*Bf16 when the head size
+// is supported and the buffers are 16-byte aligned, else *GemmBf16; CUDA fp16 -> FlashAttention*Fp16 (other head
+// sizes are InvalidArgument). lse is f32 on CUDA. Debug knob, read once per process: env DTRAIN_ATTENTION=gemm sends
+// CUDA bf16 to the cuBLAS path whatever the head size (=flash, or unset, is the default above; other values make
+// the CUDA 16-bit entry points return InvalidArgument).
+// 16-bit buffers are uint16_t (raw bits) in the raw-pointer API. Outputs must not alias inputs.
 
 #include <cstddef>
 #include <cstdint>
@@ -42,6 +54,8 @@ class BlasHandles;  // runtime/core/cuda_handles.h
 namespace dtrain::ops {
 
 constexpr int64_t kAttentionMaxHeadSize = 128;
+// Head sizes the tensor-core flash kernels are built for.
+constexpr bool FlashAttentionSupportsHeadSize(int64_t hs) { return hs == 64 || hs == 128; }
 
 template <typename T>
 void AttentionForwardCpu(T* out, T* lse, const T* qkv, int64_t b, int64_t t, int64_t nh, int64_t hs);
@@ -61,6 +75,19 @@ Status AttentionBackwardCudaBf16(uint16_t* dqkv, float* delta, const uint16_t* d
                                  const uint16_t* out, const float* lse, int64_t b, int64_t t, int64_t nh, int64_t hs,
                                  cudaStream_t stream);
 
+// `delta` as for AttentionBackwardCuda. hs in {64, 128}, B and NH < 2^16; qkv, out, dout, dqkv 16-byte aligned
+// (InvalidArgument otherwise).
+Status FlashAttentionForwardBf16(uint16_t* out, float* lse, const uint16_t* qkv, int64_t b, int64_t t, int64_t nh,
+                                 int64_t hs, cudaStream_t stream);
+Status FlashAttentionBackwardBf16(uint16_t* dqkv, float* delta, const uint16_t* dout, const uint16_t* qkv,
+                                  const uint16_t* out, const float* lse, int64_t b, int64_t t, int64_t nh, int64_t hs,
+                                  cudaStream_t stream);
+Status FlashAttentionForwardFp16(uint16_t* out, float* lse, const uint16_t* qkv, int64_t b, int64_t t, int64_t nh,
+                                 int64_t hs, cudaStream_t stream);
+Status FlashAttentionBackwardFp16(uint16_t* dqkv, float* delta, const uint16_t* dout, const uint16_t* qkv,
+                                  const uint16_t* out, const float* lse, int64_t b, int64_t t, int64_t nh, int64_t hs,
+                                  cudaStream_t stream);
+
 // Device workspace bytes AttentionForwardGemmBf16 (backward = false) / AttentionBackwardGemmBf16 need.
 size_t AttentionGemmWorkspaceBytes(int64_t b, int64_t t, int64_t nh, int64_t hs, bool backward);
 // `blas` must be bound to `stream`; `workspace` (AttentionGemmWorkspaceBytes, 256-byte aligned) must not be in use
@@ -74,9 +101,10 @@ Status AttentionBackwardGemmBf16(const BlasHandles& blas, uint16_t* dqkv, const 
 
 // qkv [B, T, 3C], out [B, T, C] (qkv's dtype), lse [B, NH, T] (f64 for f64 qkv, else f32); C % n_head == 0.
 Status AttentionForward(DeviceContext& ctx, const Tensor& qkv, int64_t n_head, Tensor* out, Tensor* lse);
-// dout [B, T, C] and dqkv [B, T, 3C] in qkv's dtype; qkv, out, lse as saved by AttentionForward. On CUDA the
-// workspaces (D for f32; the T x T buffers of the bf16 cuBLAS path, forward too) are taken from ctx.allocator() (the
-// caching allocator: no cudaMalloc once warm).
+// dout [B, T, C] and dqkv [B, T, 3C] in qkv's dtype; qkv, out, lse as saved by AttentionForward (by the same
+// CUDA path: the flash and cuBLAS lse agree to fp32 rounding only). On CUDA the workspaces (D for f32 and flash;
+// the T x T buffers of the bf16 cuBLAS path, forward too) are taken from ctx.allocator() (the caching allocator: no
+// cudaMalloc once warm).
 Status AttentionBackward(DeviceContext& ctx, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                          const Tensor& dout, int64_t n_head, Tensor* dqkv);
 

@@ -1,11 +1,16 @@
 // Tests of models/ops/attention: closed forms (T = 1 gives v; equal keys give the mean of v over the causal prefix),
-// finite-difference gradients of the CPU f64 reference, CPU f32 vs f64, shape errors, and CUDA f32 / bf16 against
-// the CPU reference.
+// finite-difference gradients of the CPU f64 reference, CPU f32 vs f64, shape errors, CUDA f32 / bf16 against the
+// CPU reference, and the tensor-core flash kernels (bf16, fp16): vs the reference, vs the cuBLAS path,
+// determinism, dispatch, and a GPT-2-shape timing printout.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "models/ops/attention.h"
@@ -46,28 +51,57 @@ double FromBf16(uint16_t h) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-std::vector<double> RoundBf16(std::vector<double> v) {
-  for (double& e : v) e = FromBf16(ToBf16(static_cast<float>(e)));
+// IEEE binary16, round to nearest even (NaN stays NaN, >= 65520 becomes inf).
+uint16_t ToF16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7e00u;
+  if (a >= 0x477ff000u) return sign | 0x7c00u;
+  if (a < 0x38800000u) return sign | static_cast<uint16_t>(std::nearbyint(std::fabs(f) * 16777216.0f));  // subnormal
+  return sign | static_cast<uint16_t>((a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13);
+}
+double FromF16(uint16_t h) {
+  const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  const double sign = (h & 0x8000) ? -1.0 : 1.0;
+  if (e == 31) return m != 0 ? NAN : sign * INFINITY;
+  return sign * (e == 0 ? std::ldexp(m, -24) : std::ldexp(m + 1024, e - 25));
+}
+bool Is16(DType dt) { return dt == DType::kBF16 || dt == DType::kF16; }
+uint16_t To16(DType dt, double v) {
+  return dt == DType::kBF16 ? ToBf16(static_cast<float>(v)) : ToF16(static_cast<float>(v));
+}
+double From16(DType dt, uint16_t h) { return dt == DType::kBF16 ? FromBf16(h) : FromF16(h); }
+std::vector<double> Round16(DType dt, std::vector<double> v) {
+  for (double& e : v) e = From16(dt, To16(dt, e));
   return v;
 }
+std::vector<double> RoundBf16(std::vector<double> v) { return Round16(DType::kBF16, std::move(v)); }
 
-// Tensors of `dt` on ctx's device; bf16 goes through a host buffer of bit patterns.
-Status Make(DeviceContext& ctx, DType dt, const std::vector<int64_t>& shape, const std::vector<double>& v, Tensor* t) {
-  if (dt != DType::kBF16) return MakeTensor(ctx, dt, shape, v, t);
-  std::vector<uint16_t> host(v.size());
-  for (size_t i = 0; i < v.size(); ++i) host[i] = ToBf16(static_cast<float>(v[i]));
+// A device tensor of 16-bit `dt` holding raw bit patterns.
+Status Upload16(DeviceContext& ctx, DType dt, const std::vector<int64_t>& shape, std::vector<uint16_t> host,
+                Tensor* t) {
   Status st = Tensor::Empty(shape, dt, ctx.allocator(), t);
   if (st.ok()) st = t->CopyFrom(Tensor::Wrap(host.data(), shape, dt, DeviceType::kCPU), ctx.stream());
   return st.ok() ? ctx.Synchronize() : st;
 }
+
+// Tensors of `dt` on ctx's device; bf16/f16 go through a host buffer of bit patterns.
+Status Make(DeviceContext& ctx, DType dt, const std::vector<int64_t>& shape, const std::vector<double>& v, Tensor* t) {
+  if (!Is16(dt)) return MakeTensor(ctx, dt, shape, v, t);
+  std::vector<uint16_t> host(v.size());
+  for (size_t i = 0; i < v.size(); ++i) host[i] = To16(dt, v[i]);
+  return Upload16(ctx, dt, shape, std::move(host), t);
+}
 Status Get(DeviceContext& ctx, const Tensor& t, std::vector<double>* out) {
-  if (t.dtype() != DType::kBF16) return Fetch(ctx, t, out);
+  if (!Is16(t.dtype())) return Fetch(ctx, t, out);
   std::vector<uint16_t> host(static_cast<size_t>(t.numel()));
   Tensor view = Tensor::Wrap(host.data(), t.shape(), t.dtype(), DeviceType::kCPU);
   Status st = view.CopyFrom(t, ctx.stream());
   if (st.ok()) st = ctx.Synchronize();
   out->resize(host.size());
-  for (size_t i = 0; i < host.size(); ++i) (*out)[i] = FromBf16(host[i]);
+  for (size_t i = 0; i < host.size(); ++i) (*out)[i] = From16(t.dtype(), host[i]);
   return st;
 }
 
@@ -276,6 +310,250 @@ TEST(AttentionCuda, Bf16GemmPathMatchesCpuReferenceT256) {
   EXPECT_EQ(again.out, got.out);
   EXPECT_EQ(again.dqkv, got.dqkv);
 }
+
+#if DT_HAVE_CUDA
+// ---- tensor-core flash attention (16-bit) ---------------------------------------------------------------------
+
+enum class CudaPath { kFlash, kGemm };
+
+std::string Where(DType dt, const Shape& s) {
+  return std::string(DTypeName(dt)) + " " + std::to_string(s.b) + "x" + std::to_string(s.t) + " nh " +
+         std::to_string(s.nh) + " hs " + std::to_string(s.hs);
+}
+
+// Forward + backward through one CUDA 16-bit path's raw entry points (the tensor API picks the path itself).
+// Outputs are poisoned with NaN first.
+void RunCudaPath(DeviceContext& gpu, DType dt, CudaPath path, const Shape& s, const std::vector<double>& qkv,
+                 const std::vector<double>& dout, Result* r) {
+  Tensor tqkv, tout, tlse, tdout, tdqkv, delta, ws;
+  DT_ASSERT_OK(Make(gpu, dt, {s.b, s.t, 3 * s.c()}, qkv, &tqkv));
+  DT_ASSERT_OK(Make(gpu, dt, {s.b, s.t, s.c()}, std::vector<double>(s.out_numel(), NAN), &tout));
+  DT_ASSERT_OK(Make(gpu, DType::kF32, {s.b, s.nh, s.t}, std::vector<double>(s.b * s.nh * s.t, NAN), &tlse));
+  DT_ASSERT_OK(Make(gpu, dt, {s.b, s.t, s.c()}, dout, &tdout));
+  DT_ASSERT_OK(Make(gpu, dt, {s.b, s.t, 3 * s.c()}, std::vector<double>(s.qkv_numel(), NAN), &tdqkv));
+  uint16_t *q = tqkv.data<uint16_t>(), *o = tout.data<uint16_t>(), *d = tdout.data<uint16_t>();
+  if (path == CudaPath::kFlash) {
+    const bool f16 = dt == DType::kF16;
+    DT_ASSERT_OK((f16 ? FlashAttentionForwardFp16 : FlashAttentionForwardBf16)(o, tlse.data<float>(), q, s.b, s.t, s.nh,
+                                                                               s.hs, gpu.stream()));
+    DT_ASSERT_OK(Tensor::Empty({s.b, s.nh, s.t}, DType::kF32, gpu.allocator(), &delta));
+    DT_ASSERT_OK((f16 ? FlashAttentionBackwardFp16 : FlashAttentionBackwardBf16)(
+        tdqkv.data<uint16_t>(), delta.data<float>(), d, q, o, tlse.data<float>(), s.b, s.t, s.nh, s.hs, gpu.stream()));
+  } else {
+    ASSERT_EQ(dt, DType::kBF16) << "the cuBLAS path is bf16 only";
+    // The backward carving extends the forward one, so one backward-sized workspace serves both.
+    const size_t bytes = AttentionGemmWorkspaceBytes(s.b, s.t, s.nh, s.hs, /*backward=*/true);
+    DT_ASSERT_OK(Tensor::Empty({static_cast<int64_t>(bytes)}, DType::kU8, gpu.allocator(), &ws));
+    DT_ASSERT_OK(
+        AttentionForwardGemmBf16(*gpu.blas(), o, tlse.data<float>(), q, s.b, s.t, s.nh, s.hs, ws.data(), gpu.stream()));
+    DT_ASSERT_OK(AttentionBackwardGemmBf16(*gpu.blas(), tdqkv.data<uint16_t>(), d, q, o, tlse.data<float>(), s.b, s.t,
+                                           s.nh, s.hs, ws.data(), gpu.stream()));
+  }
+  DT_ASSERT_OK(Get(gpu, tout, &r->out));
+  DT_ASSERT_OK(Get(gpu, tlse, &r->lse));
+  DT_ASSERT_OK(Get(gpu, tdqkv, &r->dqkv));
+}
+
+// Max abs error bounds, as multiples of testing::Scale of the reference. bf16: those of Bf16MatchesCpuReference
+// (out and dqkv rounded to bf16, 2^-9 relative, and P / dS rounded to bf16 inside the GEMMs; lse is fp32). fp16
+// rounds to 2^-11 relative, 4x finer, so its out / dqkv bounds are about 4x tighter.
+struct Tolerance {
+  double out, lse, dqkv;
+};
+Tolerance FlashTolerance(DType dt) {
+  return dt == DType::kBF16 ? Tolerance{1e-2, 1e-5, 2e-2} : Tolerance{3e-3, 1e-5, 5e-3};
+}
+
+std::unique_ptr<DeviceContext> Gpu() {
+  std::unique_ptr<DeviceContext> gpu;
+  EXPECT_TRUE(DeviceContext::CreateCuda(0, &gpu).ok());
+  return gpu;
+}
+
+// Flash (bf16 and fp16) vs the CPU f64 reference on the same 16-bit-rounded inputs, over full tiles (T = 64, 256),
+// a tail tile (T = 100) and both head sizes.
+TEST(AttentionCuda, FlashMatchesCpuReference) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto cpu = Cpu();
+  auto gpu = Gpu();
+  ASSERT_NE(gpu, nullptr);
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (int64_t t : {64, 100, 256}) {
+      for (int64_t hs : {64, 128}) {
+        const Shape s{2, t, 3, hs};
+        const auto qkv = Round16(dt, RandomVector(s.qkv_numel(), 100 + t + hs, -2, 2));
+        const auto dout = Round16(dt, RandomVector(s.out_numel(), 200 + t + hs));
+        Result want, got;
+        ASSERT_NO_FATAL_FAILURE(RunAttention(*cpu, DType::kF64, s, qkv, dout, &want));
+        ASSERT_NO_FATAL_FAILURE(RunCudaPath(*gpu, dt, CudaPath::kFlash, s, qkv, dout, &got));
+        const Tolerance tol = FlashTolerance(dt);
+        EXPECT_LE(testing::MaxAbsDiff(got.out, want.out), tol.out * testing::Scale(want.out)) << Where(dt, s);
+        EXPECT_LE(testing::MaxAbsDiff(got.lse, want.lse), tol.lse * testing::Scale(want.lse)) << Where(dt, s);
+        EXPECT_LE(testing::MaxAbsDiff(got.dqkv, want.dqkv), tol.dqkv * testing::Scale(want.dqkv)) << Where(dt, s);
+        // Row 0 sees only key 0: P = 1 up to fp32 rounding of exp2(~0), far below 16-bit rounding, so out_0 = v_0.
+        for (int64_t b = 0; b < s.b; ++b) {
+          for (int64_t h = 0; h < s.nh; ++h) {
+            for (int64_t d = 0; d < s.hs; ++d) {
+              ASSERT_EQ(got.out[b * s.t * s.c() + h * s.hs + d], qkv[QkvAt(s, b, 0, 2, h, d)]) << Where(dt, s);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// No atomics and fixed summation orders: a second run gives the same bits (the resume tests rely on it).
+TEST(AttentionCuda, FlashIsDeterministic) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto gpu = Gpu();
+  ASSERT_NE(gpu, nullptr);
+  const Shape shapes[] = {{2, 256, 3, 64}, {2, 100, 3, 128}};
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (const Shape& s : shapes) {
+      const auto qkv = Round16(dt, RandomVector(s.qkv_numel(), 21, -2, 2));
+      const auto dout = Round16(dt, RandomVector(s.out_numel(), 22));
+      Result first, second;
+      ASSERT_NO_FATAL_FAILURE(RunCudaPath(*gpu, dt, CudaPath::kFlash, s, qkv, dout, &first));
+      ASSERT_NO_FATAL_FAILURE(RunCudaPath(*gpu, dt, CudaPath::kFlash, s, qkv, dout, &second));
+      EXPECT_EQ(first.out, second.out) << Where(dt, s);
+      EXPECT_EQ(first.lse, second.lse) << Where(dt, s);
+      EXPECT_EQ(first.dqkv, second.dqkv) << Where(dt, s);
+    }
+  }
+}
+
+// Flash vs the cuBLAS path (bf16): each is within the bf16 bounds of the exact result, so they agree to the sum.
+TEST(AttentionCuda, FlashMatchesGemmPath) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto gpu = Gpu();
+  ASSERT_NE(gpu, nullptr);
+  const Shape shapes[] = {{2, 256, 3, 64}, {2, 100, 3, 128}};
+  const Tolerance tol = FlashTolerance(DType::kBF16);
+  for (const Shape& s : shapes) {
+    const auto qkv = RoundBf16(RandomVector(s.qkv_numel(), 31, -2, 2));
+    const auto dout = RoundBf16(RandomVector(s.out_numel(), 32));
+    Result flash, gemm;
+    ASSERT_NO_FATAL_FAILURE(RunCudaPath(*gpu, DType::kBF16, CudaPath::kFlash, s, qkv, dout, &flash));
+    ASSERT_NO_FATAL_FAILURE(RunCudaPath(*gpu, DType::kBF16, CudaPath::kGemm, s, qkv, dout, &gemm));
+    EXPECT_LE(testing::MaxAbsDiff(flash.out, gemm.out), 2 * tol.out * testing::Scale(gemm.out))
+        << Where(DType::kBF16, s);
+    EXPECT_LE(testing::MaxAbsDiff(flash.lse, gemm.lse), 2 * tol.lse * testing::Scale(gemm.lse))
+        << Where(DType::kBF16, s);
+    EXPECT_LE(testing::MaxAbsDiff(flash.dqkv, gemm.dqkv), 2 * tol.dqkv * testing::Scale(gemm.dqkv))
+        << Where(DType::kBF16, s);
+  }
+}
+
+// The tensor API sends bf16 (hs 64) to flash, or to cuBLAS under DTRAIN_ATTENTION=gemm, and f16 always to flash:
+// same bits as the chosen raw entry point. f16 with a head size that has no flash kernel is rejected.
+TEST(AttentionCuda, DispatchPicksThePath) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto gpu = Gpu();
+  ASSERT_NE(gpu, nullptr);
+  const char* env = std::getenv("DTRAIN_ATTENTION");
+  const bool gemm = env != nullptr && std::string(env) == "gemm";
+  const Shape s{2, 100, 3, 64};
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    const auto qkv = Round16(dt, RandomVector(s.qkv_numel(), 41, -2, 2));
+    const auto dout = Round16(dt, RandomVector(s.out_numel(), 42));
+    const CudaPath path = dt == DType::kBF16 && gemm ? CudaPath::kGemm : CudaPath::kFlash;
+    Result api, raw;
+    ASSERT_NO_FATAL_FAILURE(RunAttention(*gpu, dt, s, qkv, dout, &api));
+    ASSERT_NO_FATAL_FAILURE(RunCudaPath(*gpu, dt, path, s, qkv, dout, &raw));
+    EXPECT_EQ(api.out, raw.out) << Where(dt, s);
+    EXPECT_EQ(api.lse, raw.lse) << Where(dt, s);
+    EXPECT_EQ(api.dqkv, raw.dqkv) << Where(dt, s);
+  }
+  Tensor qkv, out, lse;
+  DT_ASSERT_OK(Make(*gpu, DType::kF16, {1, 4, 3 * 64}, RandomVector(4 * 3 * 64, 43), &qkv));
+  DT_ASSERT_OK(Make(*gpu, DType::kF16, {1, 4, 64}, std::vector<double>(4 * 64, 0), &out));
+  DT_ASSERT_OK(Make(*gpu, DType::kF32, {1, 2, 4}, std::vector<double>(8, 0), &lse));
+  EXPECT_EQ(AttentionForward(*gpu, qkv, 2, &out, &lse).code(), Status::Code::kInvalidArgument);  // hs = 32
+}
+
+// GPT-2 124M's attention shape: times forward + backward (and forward alone) of both bf16 CUDA paths over 10
+// repetitions on the context's stream and prints them; asserts only that the two agree. Inputs uniform in [-1, 1).
+TEST(AttentionCuda, FlashTimingGpt2Shape) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto gpu = Gpu();
+  ASSERT_NE(gpu, nullptr);
+  const Shape s{16, 1024, 12, 64};
+  const DType dt = DType::kBF16;
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto fill = [&](int64_t n) {
+    std::vector<uint16_t> v(static_cast<size_t>(n));
+    for (uint16_t& e : v) {
+      state ^= state << 13, state ^= state >> 7, state ^= state << 17;  // xorshift64
+      e = ToBf16(static_cast<float>(static_cast<double>(state >> 11) * 0x1.0p-52 - 1.0));
+    }
+    return v;
+  };
+  Tensor qkv, dout, out[2], lse[2], dqkv[2], delta, ws;
+  DT_ASSERT_OK(Upload16(*gpu, dt, {s.b, s.t, 3 * s.c()}, fill(s.qkv_numel()), &qkv));
+  DT_ASSERT_OK(Upload16(*gpu, dt, {s.b, s.t, s.c()}, fill(s.out_numel()), &dout));
+  for (int p = 0; p < 2; ++p) {
+    DT_ASSERT_OK(Tensor::Empty({s.b, s.t, s.c()}, dt, gpu->allocator(), &out[p]));
+    DT_ASSERT_OK(Tensor::Empty({s.b, s.nh, s.t}, DType::kF32, gpu->allocator(), &lse[p]));
+    DT_ASSERT_OK(Tensor::Empty({s.b, s.t, 3 * s.c()}, dt, gpu->allocator(), &dqkv[p]));
+  }
+  DT_ASSERT_OK(Tensor::Empty({s.b, s.nh, s.t}, DType::kF32, gpu->allocator(), &delta));
+  const size_t ws_bytes = AttentionGemmWorkspaceBytes(s.b, s.t, s.nh, s.hs, /*backward=*/true);
+  DT_ASSERT_OK(Tensor::Empty({static_cast<int64_t>(ws_bytes)}, DType::kU8, gpu->allocator(), &ws));
+  const uint16_t *q = qkv.data<uint16_t>(), *d = dout.data<uint16_t>();
+  cudaStream_t st = gpu->stream();
+  // p = 0: flash, p = 1: cuBLAS.
+  auto forward = [&](int p) {
+    return p == 0
+               ? FlashAttentionForwardBf16(out[0].data<uint16_t>(), lse[0].data<float>(), q, s.b, s.t, s.nh, s.hs, st)
+               : AttentionForwardGemmBf16(*gpu->blas(), out[1].data<uint16_t>(), lse[1].data<float>(), q, s.b, s.t,
+                                          s.nh, s.hs, ws.data(), st);
+  };
+  auto backward = [&](int p) {
+    return p == 0 ? FlashAttentionBackwardBf16(dqkv[0].data<uint16_t>(), delta.data<float>(), d, q,
+                                               out[0].data<uint16_t>(), lse[0].data<float>(), s.b, s.t, s.nh, s.hs, st)
+                  : AttentionBackwardGemmBf16(*gpu->blas(), dqkv[1].data<uint16_t>(), d, q, out[1].data<uint16_t>(),
+                                              lse[1].data<float>(), s.b, s.t, s.nh, s.hs, ws.data(), st);
+  };
+  cudaEvent_t start, stop;
+  ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&stop), cudaSuccess);
+  constexpr int kReps = 10;
+  double ms[2][2] = {};  // [path][0: fwd + bwd, 1: fwd]
+  for (int p = 0; p < 2; ++p) {
+    DT_ASSERT_OK(forward(p));  // warm-up (and the results compared below)
+    DT_ASSERT_OK(backward(p));
+    for (int only_fwd = 0; only_fwd < 2; ++only_fwd) {
+      ASSERT_EQ(cudaEventRecord(start, st), cudaSuccess);
+      for (int r = 0; r < kReps; ++r) {
+        DT_ASSERT_OK(forward(p));
+        if (only_fwd == 0) DT_ASSERT_OK(backward(p));
+      }
+      ASSERT_EQ(cudaEventRecord(stop, st), cudaSuccess);
+      ASSERT_EQ(cudaEventSynchronize(stop), cudaSuccess);
+      float elapsed = 0;
+      ASSERT_EQ(cudaEventElapsedTime(&elapsed, start, stop), cudaSuccess);
+      ms[p][only_fwd] = elapsed / kReps;
+    }
+  }
+  EXPECT_EQ(cudaEventDestroy(start), cudaSuccess);
+  EXPECT_EQ(cudaEventDestroy(stop), cudaSuccess);
+  std::printf(
+      "[attention B=16 T=1024 NH=12 hs=64 bf16] fwd+bwd: flash %.3f ms, gemm %.3f ms (%.2fx); fwd: flash %.3f ms, "
+      "gemm %.3f ms\n",
+      ms[0][0], ms[1][0], ms[1][0] / ms[0][0], ms[0][1], ms[1][1]);
+  Result r[2];
+  for (int p = 0; p < 2; ++p) {
+    DT_ASSERT_OK(Get(*gpu, out[p], &r[p].out));
+    DT_ASSERT_OK(Get(*gpu, lse[p], &r[p].lse));
+    DT_ASSERT_OK(Get(*gpu, dqkv[p], &r[p].dqkv));
+  }
+  const Tolerance tol = FlashTolerance(dt);
+  EXPECT_LE(testing::MaxAbsDiff(r[0].out, r[1].out), 2 * tol.out * testing::Scale(r[1].out));
+  EXPECT_LE(testing::MaxAbsDiff(r[0].lse, r[1].lse), 2 * tol.lse * testing::Scale(r[1].lse));
+  EXPECT_LE(testing::MaxAbsDiff(r[0].dqkv, r[1].dqkv), 2 * tol.dqkv * testing::Scale(r[1].dqkv));
+}
+#endif  // DT_HAVE_CUDA
 
 }  // namespace
 }  // namespace dtrain::ops
