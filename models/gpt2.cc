@@ -62,9 +62,10 @@ Status Gpt2::Create(DeviceContext& ctx, const Gpt2Options& opts, int64_t batch, 
   DT_CHECK_ARG(batch >= 1 && seq_len >= 1 && seq_len <= opts.max_seq_len,
                "Gpt2: batch " << batch << " and seq_len " << seq_len << " must be >= 1, seq_len <= max_seq_len "
                               << opts.max_seq_len);
-  if (opts.precision == Precision::kFp16) return Status::Unimplemented("Gpt2: fp16 precision is not implemented");
-  if (opts.precision == Precision::kBf16) {
-    DT_CHECK_ARG(ctx.is_cuda() && opts.dtype == DType::kF32, "Gpt2: bf16 needs a CUDA context and f32 master params");
+  if (opts.precision != Precision::kFp32) {
+    DT_CHECK_ARG(ctx.is_cuda() && opts.dtype == DType::kF32,
+                 "Gpt2: " << (opts.precision == Precision::kBf16 ? "bf16" : "fp16")
+                          << " precision needs a CUDA context and f32 master params (the CPU runs fp32 only)");
   } else {
     DT_CHECK_ARG(opts.dtype == DType::kF32 || (opts.dtype == DType::kF64 && !ctx.is_cuda()),
                  "Gpt2: fp32 runs in f32 (CPU, CUDA) or f64 (CPU only)");
@@ -101,13 +102,13 @@ Status Gpt2::Create(DeviceContext& ctx, const Gpt2Options& opts, int64_t batch, 
   DT_RETURN_IF_ERROR(m->Alloc({offset}, opts.dtype, &m->params_));
   DT_RETURN_IF_ERROR(m->Alloc({offset}, opts.dtype, &m->grads_));
   DT_RETURN_IF_ERROR(m->grads_.SetZero(ctx.stream()));
-  const bool bf16 = opts.precision == Precision::kBf16;
-  if (bf16) DT_RETURN_IF_ERROR(m->Alloc({offset}, DType::kBF16, &m->params16_));
+  const bool mixed = m->mixed();
+  if (mixed) DT_RETURN_IF_ERROR(m->Alloc({offset}, m->half_dtype(), &m->params16_));
   for (const ParamInfo& p : m->infos_) {
     Tensor w, g, w16;
     DT_RETURN_IF_ERROR(m->params_.View(p.offset, p.shape, &w));
     DT_RETURN_IF_ERROR(m->grads_.View(p.offset, p.shape, &g));
-    if (bf16) DT_RETURN_IF_ERROR(m->params16_.View(p.offset, p.shape, &w16));
+    if (mixed) DT_RETURN_IF_ERROR(m->params16_.View(p.offset, p.shape, &w16));
     m->w_.push_back(w);
     m->g_.push_back(g);
     m->w16_.push_back(w16);
@@ -117,7 +118,9 @@ Status Gpt2::Create(DeviceContext& ctx, const Gpt2Options& opts, int64_t batch, 
   return Status::OK();
 }
 
-DType Gpt2::act_dtype() const { return opts_.precision == Precision::kBf16 ? DType::kBF16 : opts_.dtype; }
+bool Gpt2::mixed() const { return opts_.precision != Precision::kFp32; }
+DType Gpt2::half_dtype() const { return opts_.precision == Precision::kBf16 ? DType::kBF16 : DType::kF16; }
+DType Gpt2::act_dtype() const { return mixed() ? half_dtype() : opts_.dtype; }
 DType Gpt2::stat_dtype() const { return opts_.dtype; }
 
 Status Gpt2::Alloc(const std::vector<int64_t>& shape, DType dt, Tensor* t) {
@@ -160,9 +163,9 @@ Status Gpt2::EnsureActivations(int64_t batch, int64_t seq_len) {
   DT_RETURN_IF_ERROR(pos_ids_.CopyFrom(Tensor::Wrap(pos.data(), {n}, DType::kI32, DeviceType::kCPU), ctx_.stream()));
   DT_RETURN_IF_ERROR(ctx_.Synchronize());  // `pos` dies at return
 
-  const DType emb = opts_.precision == Precision::kBf16 ? DType::kF32 : act;
+  const DType emb = mixed() ? DType::kF32 : act;
   DT_RETURN_IF_ERROR(Alloc({n, c}, emb, &pos_emb_));
-  if (opts_.precision == Precision::kBf16) {
+  if (mixed()) {
     DT_RETURN_IF_ERROR(Alloc({n, c}, DType::kF32, &tok_emb_));
     DT_RETURN_IF_ERROR(Alloc({n, c}, DType::kF32, &demb_));
   }
@@ -211,8 +214,8 @@ Status Gpt2::Forward(const Tensor& inputs, const Tensor& targets) {
   const int64_t n = batch_ * seq_len_;
   DT_RETURN_IF_ERROR(inputs.Reshape({n}, &ids_));
   DT_RETURN_IF_ERROR(targets.Reshape({n}, &targets_));
-  // The bf16 working copy of the (just updated) master weights.
-  if (opts_.precision == Precision::kBf16) DT_RETURN_IF_ERROR(ops::Cast(ctx_, params_, &params16_));
+  // The 16-bit working copy of the (just updated) master weights.
+  if (mixed()) DT_RETURN_IF_ERROR(ops::Cast(ctx_, params_, &params16_));
 
   DT_RETURN_IF_ERROR(EmbedForward(ids_));
   for (int l = 0; l < opts_.n_layer; ++l) DT_RETURN_IF_ERROR(BlockForward(l));
@@ -226,8 +229,8 @@ Status Gpt2::Forward(const Tensor& inputs, const Tensor& targets) {
 }
 
 Status Gpt2::EmbedForward(const Tensor& ids) {
-  // x = wte[ids] + wpe[t]: both lookups in the master dtype (a bf16 run casts the sum once).
-  if (opts_.precision == Precision::kBf16) {
+  // x = wte[ids] + wpe[t]: both lookups in the master dtype (a bf16/fp16 run casts the sum once).
+  if (mixed()) {
     DT_RETURN_IF_ERROR(ops::EmbeddingForward(ctx_, ids, w_[0], &tok_emb_));
     DT_RETURN_IF_ERROR(ops::EmbeddingForward(ctx_, pos_ids_, w_[1], &pos_emb_));
     DT_RETURN_IF_ERROR(ops::Add(ctx_, tok_emb_, pos_emb_, &tok_emb_));
@@ -342,7 +345,7 @@ Status Gpt2::BlockBackward(int layer, const GradReadyFn& on_ready) {
 Status Gpt2::EmbedBackward(const GradReadyFn& on_ready) {
   // dres_ = d x_[0]; both tables take it in the master dtype (embedding backward accumulates).
   const Tensor* demb = &dres_;
-  if (opts_.precision == Precision::kBf16) {
+  if (mixed()) {
     DT_RETURN_IF_ERROR(ops::Cast(ctx_, dres_, &demb_));
     demb = &demb_;
   }

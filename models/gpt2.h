@@ -27,7 +27,10 @@
 //   kBf16 (CUDA only): params()/grads() stay f32 (master weights, f32 gradients); Forward casts the params into a
 //     bf16 copy used by the GEMMs; activations are bf16; layer norms, biases, softmax statistics and every
 //     reduction are fp32.
-//   kFp16: not implemented (Create returns Unimplemented).
+//   kFp16 (CUDA only): kBf16's scheme with fp16 instead of bf16 (the same code path and kernels). fp16's range
+//     (max 65504) needs dynamic loss scaling: the trainer passes LossScaler's scale to Backward
+//     (runtime/loss_scaler.h), which keeps the activation gradients in range; grads() then hold scaled values.
+//   On the CPU, kBf16 and kFp16 are InvalidArgument.
 // recompute: keep only each block's input; Backward re-runs a block's forward just before its backward (one
 // block's activations are alive at a time). Gradients are identical to the stored-activation path.
 // logits() are valid until Backward, which overwrites them in place with dlogits.
@@ -93,13 +96,15 @@ class Gpt2 final : public Model {
 
   Gpt2(DeviceContext& ctx, const Gpt2Options& opts) : ctx_(ctx), opts_(opts) {}
   int ParamIndex(int layer, int p) const { return 2 + layer * kBlockParams + p; }
-  DType act_dtype() const;   // activations: f32/f64, or bf16
+  bool mixed() const;        // kBf16 or kFp16: f32 master params, 16-bit GEMM weights and activations
+  DType half_dtype() const;  // the 16-bit type of a mixed run: kBF16 or kF16
+  DType act_dtype() const;   // activations: f32/f64, or half_dtype()
   DType stat_dtype() const;  // layer-norm statistics, losses: f32 (f64 in f64 mode)
   Status Alloc(const std::vector<int64_t>& shape, DType dt, Tensor* t);
   Status EnsureActivations(int64_t batch, int64_t seq_len);
   BlockActs& acts(int layer) { return acts_[opts_.recompute ? 0 : layer]; }
-  // Weight `i` as used by the GEMMs: a view of params_, or of the bf16 copy.
-  const Tensor& gemm_weight(int i) const { return opts_.precision == Precision::kBf16 ? w16_[i] : w_[i]; }
+  // Weight `i` as used by the GEMMs: a view of params_, or of the 16-bit copy.
+  const Tensor& gemm_weight(int i) const { return mixed() ? w16_[i] : w_[i]; }
 
   Status EmbedForward(const Tensor& ids);
   Status BlockForward(int layer);                                // x_[layer] -> x_[layer + 1]
@@ -109,11 +114,11 @@ class Gpt2 final : public Model {
   DeviceContext& ctx_;
   Gpt2Options opts_;
   std::vector<ParamInfo> infos_;
-  Tensor params_, grads_, params16_;  // params16_: the bf16 copy (kBf16)
+  Tensor params_, grads_, params16_;  // params16_: the 16-bit copy (kBf16, kFp16)
   std::vector<Tensor> w_, g_, w16_;   // views per parameter
   int64_t batch_ = -1, seq_len_ = -1;
   Tensor ids_, targets_, pos_ids_;  // the last Forward's inputs; pos_ids_[b*T + t] = t
-  Tensor tok_emb_, pos_emb_;        // f32 embeddings before the cast (kBf16), or the pos part (kFp32)
+  Tensor tok_emb_, pos_emb_;        // f32 embeddings before the cast (mixed), or the pos part (kFp32)
   std::vector<Tensor> x_;           // x_[l]: residual stream entering block l; x_[n_layer]: after the last block
   std::vector<BlockActs> acts_;
   Tensor lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;

@@ -142,6 +142,7 @@ Status Trainer::Restore(const LoadedCheckpoint& ck) {
     for (auto& [name, tensor] : optimizer_->state()) DT_RETURN_IF_ERROR(copy_in(name + ".bin", tensor));
     optimizer_->set_step(m.optimizer_step());
   }
+  if (scaler_ && m.has_loss_scaler()) DT_RETURN_IF_ERROR(scaler_->Restore(ctx_, m.loss_scaler()));
   for (auto& [name, tensor] : model_->buffers()) DT_RETURN_IF_ERROR(copy_in("buffer." + name + ".bin", tensor));
   DT_RETURN_IF_ERROR(ctx_.Synchronize());  // the host bytes in `ck` go away after this
 
@@ -247,7 +248,9 @@ Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool
     DT_RETURN_IF_ERROR(snapshot_done_->Record(ctx_.stream()));
   }
 #endif
-  auto job = [this, manifest = BuildManifest(step, pos)]() -> Status {
+  proto::CheckpointManifest built = BuildManifest(step, pos);
+  if (scaler_) DT_RETURN_IF_ERROR(scaler_->Save(built.mutable_loss_scaler()));
+  auto job = [this, manifest = std::move(built)]() -> Status {
 #if DT_HAVE_CUDA
     if (ctx_.is_cuda()) {
       DT_CUDA_CHECK(cudaSetDevice(ctx_.device_index()));  // the writer thread's device

@@ -6,6 +6,7 @@
 #include "models/ops/reduce.h"
 #include "runtime/core/check.h"
 #include "runtime/core/nvtx.h"
+#include "runtime/loss_scaler.h"
 
 namespace dtrain::runtime {
 
@@ -55,7 +56,7 @@ Status Optimizer::CheckTensor(const DeviceContext& ctx, const Tensor& t, const c
   return Status::OK();
 }
 
-Status Optimizer::Step(DeviceContext& ctx, Tensor& params, Tensor& grads, double lr) {
+Status Optimizer::Step(DeviceContext& ctx, Tensor& params, Tensor& grads, double lr, LossScaler* scaler) {
   DT_NVTX_RANGE("optimizer_step");
   DT_RETURN_IF_ERROR(CheckTensor(ctx, params, "params"));
   DT_RETURN_IF_ERROR(CheckTensor(ctx, grads, "grads"));
@@ -64,8 +65,21 @@ Status Optimizer::Step(DeviceContext& ctx, Tensor& params, Tensor& grads, double
   // Global norm into a device scalar; the update kernel reads the clip coefficient from device
   // memory, so nothing here waits for the reduction.
   DT_RETURN_IF_ERROR(ops::SumSquares(ctx, grads, &sum_squares_));
-  DT_RETURN_IF_ERROR(ops::GradClipCoef(ctx, sum_squares_, opts_.grad_clip, &norm_, &clip_coef_));
-  const Tensor* scale = opts_.grad_clip > 0.0 ? &clip_coef_ : nullptr;
+  const Tensor* scale = nullptr;
+  const Tensor* skip = nullptr;
+  int64_t skipped = 0;
+  if (scaler != nullptr) {
+    // The multiplier (1 / loss scale, times the clip coefficient of the unscaled norm) and the skip flag.
+    LossScalerState before;
+    DT_RETURN_IF_ERROR(scaler->state(&before));  // skips up to the previous step (see loss_scaler.h: no stall)
+    skipped = before.skipped_steps;
+    DT_RETURN_IF_ERROR(scaler->Update(ctx, sum_squares_, opts_.grad_clip, &norm_, &clip_coef_));
+    scale = &clip_coef_;
+    skip = &scaler->found_inf();
+  } else {
+    DT_RETURN_IF_ERROR(ops::GradClipCoef(ctx, sum_squares_, opts_.grad_clip, &norm_, &clip_coef_));
+    if (opts_.grad_clip > 0.0) scale = &clip_coef_;
+  }
 
   if (kind_ == Kind::kSgd) {
     ops::SgdHyper h;
@@ -73,7 +87,7 @@ Status Optimizer::Step(DeviceContext& ctx, Tensor& params, Tensor& grads, double
     h.momentum = opts_.momentum;
     h.weight_decay = opts_.weight_decay;
     h.nesterov = opts_.nesterov;
-    DT_RETURN_IF_ERROR(ops::SgdUpdate(ctx, h, &params, grads, &state0_, scale));
+    DT_RETURN_IF_ERROR(ops::SgdUpdate(ctx, h, &params, grads, &state0_, scale, skip));
   } else {
     ops::AdamWHyper h;
     h.lr = lr;
@@ -81,8 +95,8 @@ Status Optimizer::Step(DeviceContext& ctx, Tensor& params, Tensor& grads, double
     h.beta2 = opts_.beta2;
     h.eps = opts_.eps;
     h.weight_decay = opts_.weight_decay;
-    h.step = step_ + 1;
-    DT_RETURN_IF_ERROR(ops::AdamWUpdate(ctx, h, &params, grads, &state0_, &state1_, scale));
+    h.step = step_ + 1 - skipped;
+    DT_RETURN_IF_ERROR(ops::AdamWUpdate(ctx, h, &params, grads, &state0_, &state1_, scale, skip));
   }
   ++step_;
   has_norm_ = true;

@@ -12,6 +12,8 @@
 // gradient norm is reduced on the device into a device scalar every step (one extra read of the
 // grads), and the clip coefficient is read by the update kernel from device memory; only
 // LastGradNorm() copies it back, for logging.
+// With a LossScaler (fp16: runtime/loss_scaler.h) the grads hold loss-scaled values: Step unscales them inside the
+// update, clips on the unscaled norm, and skips the update on the device when the gradient is not finite.
 // Not thread-safe; one optimizer per worker, used with the DeviceContext it was created with.
 
 #include <cstdint>
@@ -25,6 +27,8 @@
 #include "runtime/core/tensor.h"
 
 namespace dtrain::runtime {
+
+class LossScaler;
 
 struct OptimizerOptions {
   std::string name = "adamw";  // "adamw" | "sgd"
@@ -49,7 +53,11 @@ class Optimizer {
   // Computes the global L2 norm of grads; if grad_clip > 0 and the norm exceeds it, the gradient is
   // scaled by clip / (norm + 1e-6) inside the update. `lr` is the scheduled LR for this step
   // (LrSchedule::LrAt(step())). AdamW uses bias-correction step step() + 1. Increments step().
-  Status Step(DeviceContext& ctx, Tensor& params, Tensor& grads, double lr);
+  // With `scaler` (nullable): grads are scaled by scaler's current scale; the update uses grads / scale, the norm
+  // and the clip see the unscaled gradient, a non-finite gradient makes the update a no-op (decided on the device,
+  // no host sync), and AdamW's bias-correction step is step() + 1 - skipped steps (applied updates only). step()
+  // still counts every call.
+  Status Step(DeviceContext& ctx, Tensor& params, Tensor& grads, double lr, LossScaler* scaler = nullptr);
 
   // Number of Step() calls so far (plus set_step()).
   int64_t step() const { return step_; }
@@ -61,7 +69,8 @@ class Optimizer {
   // pointers stay valid for the optimizer's lifetime.
   std::vector<std::pair<std::string, Tensor*>> state();
 
-  // The global gradient norm (before clipping) of the most recent Step(). Synchronizes ctx's stream
+  // The global gradient norm (before clipping; unscaled with a LossScaler, then inf/NaN on a skipped step) of the
+  // most recent Step(). Synchronizes ctx's stream
   // on CUDA: call only when logging. FailedPrecondition before the first Step().
   Status LastGradNorm(DeviceContext& ctx, float* norm);
 

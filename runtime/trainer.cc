@@ -113,6 +113,14 @@ Status Trainer::Setup() {
   } else {
     DT_RETURN_IF_ERROR(Optimizer::Create(ctx_, oo, model_->params().numel(), &optimizer_));
   }
+  if (cfg_.train().precision() == "fp16") {
+    if (zero1_) {
+      return Status::Unimplemented(
+          "train.precision fp16 with dist.zero1: the overflow check needs the full gradient norm every step; use "
+          "bf16 with ZeRO-1, or fp16 without it");
+    }
+    DT_RETURN_IF_ERROR(LossScaler::Create(ctx_, &scaler_));
+  }
   const int64_t state_bytes = zero1_ ? static_cast<int64_t>(zero1_->state_bytes())
                                      : static_cast<int64_t>(optimizer_->state().size()) * model_->params().numel() * 4;
   DT_LOG_INFO(kRuntime, "optimizer state: {:.1f} MiB on this rank ({})", state_bytes / 1048576.0,
@@ -172,6 +180,7 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
   }
   TraceSpan step_span(trace_now_, TraceTrack::kHost, "step " + std::to_string(step + 1), "step");
   DeviceTrace::Mark compute_begin, compute_end, optim_end;
+  float loss_scale = 1.0f;
   for (int64_t m = 0; m < accum; ++m) {
     data::Batch batch;
     {
@@ -186,6 +195,9 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
     Tensor x;
     DT_RETURN_IF_ERROR(ModelInputs(batch, &x));
     DT_RETURN_IF_ERROR(model_->Forward(x, batch.targets));
+    // fp16: the scale of this step (waits for the previous step's device-side update, which this
+    // forward overlaps).
+    if (scaler_ && m == 0) DT_RETURN_IF_ERROR(scaler_->Scale(&loss_scale));
     // loss_acc += mean(losses) / accum, as a [1,n] x [n,1] product: stays on the device, no sync.
     const int64_t n = model_->losses().numel();
     Tensor losses_row, ones_col;
@@ -198,7 +210,7 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
     models::GradReadyFn on_ready;
     if (reducer_ && last) on_ready = [this](int i) { return reducer_->MarkReady(i); };
     if (zero1_ && last) on_ready = [this](int i) { return zero1_->OnGradReady(i); };
-    DT_RETURN_IF_ERROR(model_->Backward(1.0f / static_cast<float>(accum), on_ready));
+    DT_RETURN_IF_ERROR(model_->Backward(loss_scale / static_cast<float>(accum), on_ready));
   }
   if (dev) {
     DT_RETURN_IF_ERROR(dev->Record(ctx_.stream(), &compute_end));
@@ -216,7 +228,8 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
   if (zero1_) {
     DT_RETURN_IF_ERROR(zero1_->Step(ctx_, schedule_->LrAt(step)));
   } else {
-    DT_RETURN_IF_ERROR(optimizer_->Step(ctx_, model_->params(), model_->grads(), schedule_->LrAt(step)));
+    DT_RETURN_IF_ERROR(
+        optimizer_->Step(ctx_, model_->params(), model_->grads(), schedule_->LrAt(step), scaler_.get()));
   }
   if (dev) {
     // The optimizer starts once the compute stream has joined the collectives (compute_end is earlier).

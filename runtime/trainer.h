@@ -45,6 +45,7 @@
 #include "runtime/device_trace.h"
 #include "runtime/fault_injection.h"
 #include "runtime/gradient_reducer.h"
+#include "runtime/loss_scaler.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/metrics.h"
 #include "runtime/optimizer.h"
@@ -139,7 +140,8 @@ class Trainer {
   std::unique_ptr<EventWriter> tensorboard_;  // rank 0 with run.tensorboard
   std::unique_ptr<TraceWriter> trace_;        // every rank with run.trace_steps > 0
   TraceWriter* trace_now_ = nullptr;          // trace_ while the current step is in the trace window
-  std::unique_ptr<DeviceTrace> device_trace_;  // stream spans (compute, per-bucket collectives) into trace_
+  std::unique_ptr<DeviceTrace> device_trace_;
+  std::unique_ptr<LossScaler> scaler_;         // train.precision fp16 only (dynamic loss scaling)  // stream spans (compute, per-bucket collectives) into trace_
   FaultInjector fault_;
   int64_t total_steps_ = 0;
   std::unique_ptr<PhaseTimer> phases_;

@@ -1,12 +1,14 @@
 #pragma once
-// Device-only helpers shared by the bf16 kernels of models/ops (include from .cu files only).
+// Device-only helpers shared by the 16-bit (bf16 and fp16) kernels of models/ops (include from .cu files only).
 //
-// Every bf16 kernel computes in fp32: LoadV widens V elements of T (float or __nv_bfloat16) to float, StoreV
-// rounds them back (round-to-nearest-even, like comm/bf16.h on the host). When V * sizeof(T) == 16 the access is
-// one 128-bit load/store, so the pointer must be 16-byte aligned: launchers pick V with VecWidth().
-// bf16 buffers cross the host API as uint16_t (raw bits); AsBf16() reinterprets them.
+// Every 16-bit kernel computes in fp32: LoadV widens V elements of T (float, __nv_bfloat16 or __half) to float,
+// StoreV rounds them back (round-to-nearest-even, like comm/bf16.h on the host; fp16 overflows to +-inf past
+// 65504). When V * sizeof(T) == 16 the access is one 128-bit load/store, so the pointer must be 16-byte aligned:
+// launchers pick V with VecWidth(). The kernels are templates on T; bf16 and fp16 are two instantiations.
+// 16-bit buffers cross the host API as uint16_t (raw bits); AsBf16() / AsF16() reinterpret them.
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 #include <initializer_list>
@@ -16,6 +18,7 @@ namespace dtrain::ops::detail {
 
 __device__ __forceinline__ float ToF32(float x) { return x; }
 __device__ __forceinline__ float ToF32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ToF32(__half x) { return __half2float(x); }
 
 template <typename T>
 __device__ __forceinline__ T FromF32(float x);
@@ -26,6 +29,10 @@ __device__ __forceinline__ float FromF32<float>(float x) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 FromF32<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __half FromF32<__half>(float x) {
+  return __float2half_rn(x);
 }
 
 template <int V, typename T>
@@ -75,6 +82,8 @@ __device__ __forceinline__ void GridStrideVec(int64_t n, Body body) {
 
 inline __nv_bfloat16* AsBf16(uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
 inline const __nv_bfloat16* AsBf16(const uint16_t* p) { return reinterpret_cast<const __nv_bfloat16*>(p); }
+inline __half* AsF16(uint16_t* p) { return reinterpret_cast<__half*>(p); }
+inline const __half* AsF16(const uint16_t* p) { return reinterpret_cast<const __half*>(p); }
 
 // True when every pointer is 16-byte aligned (nullptr counts as aligned).
 inline bool Aligned16(std::initializer_list<const void*> ptrs) {

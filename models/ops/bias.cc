@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "models/ops/half.h"
 #include "runtime/core/check.h"
 
 namespace dtrain::ops {
@@ -34,8 +35,9 @@ template void BiasGradCpu<double>(double*, const double*, int64_t, int64_t, bool
 namespace {
 
 // Shared checks: mat is 2-D [M,N], vec is [N], both on the context's device, in a supported dtype pair: equal
-// f32/f64 on the CPU; f32/f32 on CUDA, or bf16 mat with an f32 vec (or a bf16 one when bf16_vec_ok).
-Status CheckBiasArgs(const DeviceContext& ctx, const char* op, const Tensor& mat, const Tensor& vec, bool bf16_vec_ok) {
+// f32/f64 on the CPU; f32/f32 on CUDA, or a bf16/f16 mat with an f32 vec (or one of its own dtype when
+// half_vec_ok).
+Status CheckBiasArgs(const DeviceContext& ctx, const char* op, const Tensor& mat, const Tensor& vec, bool half_vec_ok) {
   DT_CHECK_ARG(mat.ndim() == 2 && vec.ndim() == 1 && vec.dim(0) == mat.dim(1),
                op << ": shapes do not match: matrix " << mat.ToString() << " needs bias ["
                   << (mat.ndim() == 2 ? mat.dim(1) : -1) << "], got " << vec.ToString());
@@ -44,8 +46,8 @@ Status CheckBiasArgs(const DeviceContext& ctx, const char* op, const Tensor& mat
   if (ctx.is_cuda()) {
     const bool ok =
         (mat.dtype() == DType::kF32 && vec.dtype() == DType::kF32) ||
-        (mat.dtype() == DType::kBF16 && (vec.dtype() == DType::kF32 || (bf16_vec_ok && vec.dtype() == DType::kBF16)));
-    DT_CHECK_ARG(ok, op << ": CUDA supports f32, or bf16 activations with an f32 bias, got " << mat.ToString()
+        (IsHalfFloat(mat.dtype()) && (vec.dtype() == DType::kF32 || (half_vec_ok && vec.dtype() == mat.dtype())));
+    DT_CHECK_ARG(ok, op << ": CUDA supports f32, or bf16/f16 activations with an f32 bias, got " << mat.ToString()
                         << " and " << vec.ToString());
   } else {
     DT_CHECK_ARG(mat.dtype() == vec.dtype(), op << ": dtypes differ: " << mat.ToString() << " vs " << vec.ToString());
@@ -59,7 +61,7 @@ Status CheckBiasArgs(const DeviceContext& ctx, const char* op, const Tensor& mat
 
 Status BiasAdd(DeviceContext& ctx, const Tensor& bias, Tensor* y) {
   DT_CHECK_ARG(y != nullptr, "BiasAdd: y is null");
-  DT_RETURN_IF_ERROR(CheckBiasArgs(ctx, "BiasAdd", *y, bias, /*bf16_vec_ok=*/true));
+  DT_RETURN_IF_ERROR(CheckBiasArgs(ctx, "BiasAdd", *y, bias, /*half_vec_ok=*/true));
   const int64_t m = y->dim(0), n = y->dim(1);
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
@@ -67,6 +69,11 @@ Status BiasAdd(DeviceContext& ctx, const Tensor& bias, Tensor* y) {
       return bias.dtype() == DType::kBF16
                  ? BiasAddCudaBf16(y->data<uint16_t>(), bias.data<uint16_t>(), m, n, ctx.stream())
                  : BiasAddCudaBf16(y->data<uint16_t>(), bias.data<float>(), m, n, ctx.stream());
+    }
+    if (y->dtype() == DType::kF16) {
+      return bias.dtype() == DType::kF16
+                 ? BiasAddCudaF16(y->data<uint16_t>(), bias.data<uint16_t>(), m, n, ctx.stream())
+                 : BiasAddCudaF16(y->data<uint16_t>(), bias.data<float>(), m, n, ctx.stream());
     }
     return BiasAddCuda(y->data<float>(), bias.data<float>(), m, n, ctx.stream());
 #else
@@ -83,16 +90,16 @@ Status BiasAdd(DeviceContext& ctx, const Tensor& bias, Tensor* y) {
 
 Status BiasGrad(DeviceContext& ctx, const Tensor& dy, Tensor* dbias, bool accumulate) {
   DT_CHECK_ARG(dbias != nullptr, "BiasGrad: dbias is null");
-  DT_RETURN_IF_ERROR(CheckBiasArgs(ctx, "BiasGrad", dy, *dbias, /*bf16_vec_ok=*/false));
+  DT_RETURN_IF_ERROR(CheckBiasArgs(ctx, "BiasGrad", dy, *dbias, /*half_vec_ok=*/false));
   const int64_t m = dy.dim(0), n = dy.dim(1);
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
     // Scratch from the caching allocator: stream-ordered, so it may be reused as soon as this returns.
     Tensor scratch;
     DT_RETURN_IF_ERROR(Tensor::Empty({BiasGradScratchFloats(m, n)}, DType::kF32, ctx.allocator(), &scratch));
-    if (dy.dtype() == DType::kBF16) {
-      return BiasGradCudaBf16(dbias->data<float>(), dy.data<uint16_t>(), m, n, accumulate, scratch.data<float>(),
-                              ctx.stream());
+    if (IsHalfFloat(dy.dtype())) {
+      const auto fn = dy.dtype() == DType::kBF16 ? BiasGradCudaBf16 : BiasGradCudaF16;
+      return fn(dbias->data<float>(), dy.data<uint16_t>(), m, n, accumulate, scratch.data<float>(), ctx.stream());
     }
     return BiasGradCuda(dbias->data<float>(), dy.data<float>(), m, n, accumulate, scratch.data<float>(), ctx.stream());
 #else

@@ -1,4 +1,5 @@
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -137,6 +138,22 @@ Status BiasGradCudaBf16(float* dbias, const uint16_t* dy, int64_t m, int64_t n, 
                         cudaStream_t stream) {
   DT_NVTX_FN();
   return LaunchBiasGrad(dbias, detail::AsBf16(dy), m, n, accumulate, scratch, stream);
+}
+
+Status BiasAddCudaF16(uint16_t* y, const float* bias, int64_t m, int64_t n, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchBiasAdd(detail::AsF16(y), bias, m, n, stream);
+}
+
+Status BiasAddCudaF16(uint16_t* y, const uint16_t* bias, int64_t m, int64_t n, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchBiasAdd(detail::AsF16(y), detail::AsF16(bias), m, n, stream);
+}
+
+Status BiasGradCudaF16(float* dbias, const uint16_t* dy, int64_t m, int64_t n, bool accumulate, float* scratch,
+                       cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchBiasGrad(dbias, detail::AsF16(dy), m, n, accumulate, scratch, stream);
 }
 
 }  // namespace dtrain::ops

@@ -2,14 +2,14 @@
 // Bias ops on row-major y[M,N] with bias[N]:
 //   BiasAdd:  y[m,n] += bias[n]
 //   BiasGrad: dbias[n] (+)= sum_m dy[m,n]   (accumulate = true adds to dbias, false overwrites it)
-// CPU references take T = float or double; CUDA launchers are f32, or bf16 (mixed precision: bf16 activations y
-// and dy with an f32 bias and an f32 dbias; the sums are fp32), queued on `stream` (asynchronous w.r.t. the host).
-// The bias gradient is deterministic: a fixed-order column reduction, no atomics. With `scratch` (of
+// CPU references take T = float or double; CUDA launchers are f32, or bf16 / fp16 (mixed precision: 16-bit
+// activations y and dy with an f32 bias and an f32 dbias; the sums are fp32), queued on `stream` (asynchronous w.r.t.
+// the host). The bias gradient is deterministic: a fixed-order column reduction, no atomics. With `scratch` (of
 // BiasGradScratchFloats(m, n) floats) the rows are split into chunks reduced by separate blocks, then the chunk
 // sums are added in order: enough blocks to fill the GPU for GPT-2's 16384 x 768 gradients. Without scratch one
 // block reduces each 32 columns. The Tensor entry points check shapes/dtypes/devices (InvalidArgument naming the
 // shapes), take scratch from ctx's allocator, and dispatch CPU f32/f64 -> *Cpu, CUDA f32/bf16 -> *Cuda*.
-// bf16 buffers are uint16_t (raw bits) in the raw-pointer API.
+// 16-bit buffers are uint16_t (raw bits) in the raw-pointer API; a 16-bit bias goes with y of its own type.
 
 #include <cstdint>
 
@@ -36,11 +36,15 @@ Status BiasGradCuda(float* dbias, const float* dy, int64_t m, int64_t n, bool ac
                     cudaStream_t stream);
 Status BiasGradCudaBf16(float* dbias, const uint16_t* dy, int64_t m, int64_t n, bool accumulate, float* scratch,
                         cudaStream_t stream);
+Status BiasAddCudaF16(uint16_t* y, const float* bias, int64_t m, int64_t n, cudaStream_t stream);
+Status BiasAddCudaF16(uint16_t* y, const uint16_t* bias, int64_t m, int64_t n, cudaStream_t stream);
+Status BiasGradCudaF16(float* dbias, const uint16_t* dy, int64_t m, int64_t n, bool accumulate, float* scratch,
+                       cudaStream_t stream);
 int64_t BiasGradScratchFloats(int64_t m, int64_t n);
 
-// y[M,N] += bias[N]. CUDA: y f32 with an f32 bias, or y bf16 with an f32 or bf16 bias.
+// y[M,N] += bias[N]. CUDA: y f32 with an f32 bias, or y bf16 (f16) with an f32 or bf16 (f16) bias.
 Status BiasAdd(DeviceContext& ctx, const Tensor& bias, Tensor* y);
-// dbias[N] (+)= sum over rows of dy[M,N]. CUDA: dy f32 or bf16, dbias f32.
+// dbias[N] (+)= sum over rows of dy[M,N]. CUDA: dy f32, bf16 or f16, dbias f32.
 Status BiasGrad(DeviceContext& ctx, const Tensor& dy, Tensor* dbias, bool accumulate);
 
 }  // namespace dtrain::ops

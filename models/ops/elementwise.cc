@@ -1,5 +1,6 @@
 #include "models/ops/elementwise.h"
 
+#include "models/ops/half.h"
 #include "runtime/core/check.h"
 
 namespace dtrain::ops {
@@ -18,10 +19,11 @@ Status Add(DeviceContext& ctx, const Tensor& a, const Tensor& b, Tensor* out) {
   const int64_t n = out->numel();
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
-    if (out->dtype() == DType::kBF16) {
-      return AddCudaBf16(out->data<uint16_t>(), a.data<uint16_t>(), b.data<uint16_t>(), n, ctx.stream());
+    if (IsHalfFloat(out->dtype())) {
+      const auto fn = out->dtype() == DType::kBF16 ? AddCudaBf16 : AddCudaF16;
+      return fn(out->data<uint16_t>(), a.data<uint16_t>(), b.data<uint16_t>(), n, ctx.stream());
     }
-    DT_CHECK_ARG(out->dtype() == DType::kF32, "Add: CUDA supports f32/bf16, got " << out->ToString());
+    DT_CHECK_ARG(out->dtype() == DType::kF32, "Add: CUDA supports f32/bf16/f16, got " << out->ToString());
     return AddCuda(out->data<float>(), a.data<float>(), b.data<float>(), n, ctx.stream());
 #else
     return Status::Unavailable("Add: CUDA tensor in a build without CUDA");
@@ -42,13 +44,17 @@ Status Cast(DeviceContext& ctx, const Tensor& in, Tensor* out) {
   DT_CHECK_ARG(in.device() == ctx.type() && out->device() == ctx.type(),
                "Cast: " << in.ToString() << ", " << out->ToString() << " not all on " << DeviceName(ctx.type()));
   if (in.dtype() == out->dtype()) return out->CopyFrom(in, ctx.stream());
-  const bool to_bf16 = in.dtype() == DType::kF32 && out->dtype() == DType::kBF16;
-  const bool from_bf16 = in.dtype() == DType::kBF16 && out->dtype() == DType::kF32;
-  DT_CHECK_ARG(ctx.is_cuda() && (to_bf16 || from_bf16),
-               "Cast: " << in.ToString() << " -> " << out->ToString() << ": only CUDA f32 <-> bf16 converts");
+  const bool to_half = in.dtype() == DType::kF32 && IsHalfFloat(out->dtype());
+  const bool from_half = IsHalfFloat(in.dtype()) && out->dtype() == DType::kF32;
+  DT_CHECK_ARG(ctx.is_cuda() && (to_half || from_half),
+               "Cast: " << in.ToString() << " -> " << out->ToString() << ": only CUDA f32 <-> bf16/f16 converts");
 #if DT_HAVE_CUDA
-  if (to_bf16) return CastF32ToBf16Cuda(out->data<uint16_t>(), in.data<float>(), in.numel(), ctx.stream());
-  return CastBf16ToF32Cuda(out->data<float>(), in.data<uint16_t>(), in.numel(), ctx.stream());
+  if (to_half) {
+    const auto fn = out->dtype() == DType::kBF16 ? CastF32ToBf16Cuda : CastF32ToF16Cuda;
+    return fn(out->data<uint16_t>(), in.data<float>(), in.numel(), ctx.stream());
+  }
+  const auto fn = in.dtype() == DType::kBF16 ? CastBf16ToF32Cuda : CastF16ToF32Cuda;
+  return fn(out->data<float>(), in.data<uint16_t>(), in.numel(), ctx.stream());
 #else
   return Status::Unavailable("Cast: CUDA tensor in a build without CUDA");
 #endif

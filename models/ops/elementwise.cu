@@ -1,6 +1,7 @@
-// Flat elementwise kernels: Add (f32, bf16) and the f32 <-> bf16 casts. Grid-stride loops with 128-bit accesses
-// when every pointer is 16-byte aligned (bf16_vec.cuh), so they run at memory bandwidth.
+// Flat elementwise kernels: Add (f32, bf16, f16) and the f32 <-> bf16 / f16 casts. Grid-stride loops with 128-bit
+// accesses when every pointer is 16-byte aligned (bf16_vec.cuh), so they run at memory bandwidth.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -55,7 +56,7 @@ Status LaunchAdd(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream)
   return Status::OK();
 }
 
-// 8 elements per thread step: 16 bytes of bf16, 32 of f32 (two 128-bit accesses).
+// 8 elements per thread step: 16 bytes of bf16 / f16, 32 of f32 (two 128-bit accesses).
 template <typename Tin, typename Tout>
 Status LaunchCast(Tout* out, const Tin* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return Status::OK();
@@ -88,6 +89,21 @@ Status CastF32ToBf16Cuda(uint16_t* out, const float* in, int64_t n, cudaStream_t
 Status CastBf16ToF32Cuda(float* out, const uint16_t* in, int64_t n, cudaStream_t stream) {
   DT_NVTX_FN();
   return LaunchCast(out, detail::AsBf16(in), n, stream);
+}
+
+Status AddCudaF16(uint16_t* out, const uint16_t* a, const uint16_t* b, int64_t n, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchAdd(detail::AsF16(out), detail::AsF16(a), detail::AsF16(b), n, stream);
+}
+
+Status CastF32ToF16Cuda(uint16_t* out, const float* in, int64_t n, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchCast(detail::AsF16(out), in, n, stream);
+}
+
+Status CastF16ToF32Cuda(float* out, const uint16_t* in, int64_t n, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchCast(out, detail::AsF16(in), n, stream);
 }
 
 }  // namespace dtrain::ops

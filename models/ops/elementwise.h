@@ -1,10 +1,11 @@
 #pragma once
 // Elementwise ops over flat tensors of any shape:
-//   Add:  out = a + b            CPU f32/f64; CUDA f32 and bf16 (bf16 summed in fp32, rounded once). `out` may
-//                                alias `a` or `b` (in-place residual adds).
-//   Cast: out = convert(in)      CUDA f32 -> bf16 (round-to-nearest-even, NaN stays NaN: the rounding of
-//                                comm/bf16.h) and bf16 -> f32 (exact); equal dtypes copy. Same numel, any shapes.
-// bf16 exists on the GPU only: bf16 buffers cross the raw-pointer API as uint16_t (the raw bits). CUDA launchers
+//   Add:  out = a + b            CPU f32/f64; CUDA f32, bf16 and f16 (16-bit summed in fp32, rounded once). `out`
+//                                may alias `a` or `b` (in-place residual adds).
+//   Cast: out = convert(in)      CUDA f32 -> bf16 / f16 (round-to-nearest-even, NaN stays NaN: the rounding of
+//                                comm/bf16.h; f16 overflows to +-inf past 65504) and bf16 / f16 -> f32 (exact);
+//                                equal dtypes copy. Same numel, any shapes.
+// bf16 and f16 exist on the GPU only: they cross the raw-pointer API as uint16_t (the raw bits). CUDA launchers
 // use 128-bit loads when every pointer is 16-byte aligned and are queued on `stream`.
 //
 // Also the shared argument checks and device/dtype dispatch of the unary/binary elementwise ops (relu, gelu):
@@ -26,10 +27,13 @@ Status AddCuda(float* out, const float* a, const float* b, int64_t n, cudaStream
 Status AddCudaBf16(uint16_t* out, const uint16_t* a, const uint16_t* b, int64_t n, cudaStream_t stream);
 Status CastF32ToBf16Cuda(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);
 Status CastBf16ToF32Cuda(float* out, const uint16_t* in, int64_t n, cudaStream_t stream);
+Status AddCudaF16(uint16_t* out, const uint16_t* a, const uint16_t* b, int64_t n, cudaStream_t stream);
+Status CastF32ToF16Cuda(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);
+Status CastF16ToF32Cuda(float* out, const uint16_t* in, int64_t n, cudaStream_t stream);
 
 // a, b, out: one shape and dtype on ctx's device.
 Status Add(DeviceContext& ctx, const Tensor& a, const Tensor& b, Tensor* out);
-// in, out: same numel on ctx's device; CUDA f32 <-> bf16, or equal dtypes (a copy) on either device.
+// in, out: same numel on ctx's device; CUDA f32 <-> bf16 and f32 <-> f16, or equal dtypes (a copy) on either device.
 Status Cast(DeviceContext& ctx, const Tensor& in, Tensor* out);
 
 }  // namespace dtrain::ops

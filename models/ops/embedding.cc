@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "models/ops/half.h"
 #include "runtime/core/check.h"
 
 namespace dtrain::ops {
@@ -45,7 +46,7 @@ template Status EmbeddingBackwardCpu<double>(double*, const int32_t*, const doub
 namespace {
 
 // ids i32[...], table [V,C], rows = ids.shape + [C]; table and rows share a supported dtype, or (CUDA) the rows
-// are bf16 next to an f32 table; all on the context's device.
+// are bf16/f16 next to an f32 table; all on the context's device.
 Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& ids, const Tensor& table, const Tensor& rows) {
   std::vector<int64_t> want = ids.shape();
   want.push_back(table.ndim() == 2 ? table.dim(1) : -1);
@@ -53,7 +54,7 @@ Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& ids, co
   DT_CHECK_ARG(table.ndim() == 2 && rows.shape() == want, op << ": shapes do not match: ids " << ids.ToString()
                                                              << ", table " << table.ToString() << ", rows "
                                                              << rows.ToString() << " (rows must be ids.shape + [C])");
-  DT_CHECK_ARG(table.dtype() == rows.dtype() || (ctx.is_cuda() && rows.dtype() == DType::kBF16),
+  DT_CHECK_ARG(table.dtype() == rows.dtype() || (ctx.is_cuda() && IsHalfFloat(rows.dtype())),
                op << ": dtypes differ: table " << table.ToString() << ", rows " << rows.ToString());
   DT_CHECK_ARG(ids.device() == ctx.type() && table.device() == ctx.type() && rows.device() == ctx.type(),
                op << ": " << ids.ToString() << ", " << table.ToString() << ", " << rows.ToString() << " not all on "
@@ -75,9 +76,9 @@ Status EmbeddingForward(DeviceContext& ctx, const Tensor& ids, const Tensor& tab
   const int64_t n = ids.numel(), v = table.dim(0), c = table.dim(1);
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
-    if (out->dtype() == DType::kBF16) {
-      return EmbeddingForwardCudaBf16(out->data<uint16_t>(), ids.data<int32_t>(), table.data<float>(), n, v, c,
-                                      ctx.stream());
+    if (IsHalfFloat(out->dtype())) {
+      const auto fn = out->dtype() == DType::kBF16 ? EmbeddingForwardCudaBf16 : EmbeddingForwardCudaF16;
+      return fn(out->data<uint16_t>(), ids.data<int32_t>(), table.data<float>(), n, v, c, ctx.stream());
     }
     return EmbeddingForwardCuda(out->data<float>(), ids.data<int32_t>(), table.data<float>(), n, v, c, ctx.stream());
 #else
@@ -101,9 +102,10 @@ Status EmbeddingBackward(DeviceContext& ctx, const Tensor& ids, const Tensor& do
     DT_RETURN_IF_ERROR(EmbeddingBackwardScratchBytes(n, v, &bytes));
     Tensor scratch;
     DT_RETURN_IF_ERROR(Tensor::Empty({static_cast<int64_t>(bytes)}, DType::kU8, ctx.allocator(), &scratch));
-    if (dout.dtype() == DType::kBF16) {
-      return EmbeddingBackwardCudaBf16(dtable->data<float>(), ids.data<int32_t>(), dout.data<uint16_t>(), n, v, c,
-                                       scratch.data(), bytes, ctx.stream());
+    if (IsHalfFloat(dout.dtype())) {
+      const auto fn = dout.dtype() == DType::kBF16 ? EmbeddingBackwardCudaBf16 : EmbeddingBackwardCudaF16;
+      return fn(dtable->data<float>(), ids.data<int32_t>(), dout.data<uint16_t>(), n, v, c, scratch.data(), bytes,
+                ctx.stream());
     }
     return EmbeddingBackwardCuda(dtable->data<float>(), ids.data<int32_t>(), dout.data<float>(), n, v, c,
                                  scratch.data(), bytes, ctx.stream());

@@ -1,7 +1,8 @@
-// Embedding kernels. Forward gathers f32 table rows into f32 or bf16 rows. Backward is deterministic: the ids are
+// Embedding kernels. Forward gathers f32 table rows into f32, bf16 or fp16 rows. Backward is deterministic: the ids are
 // stably sorted (CUB radix sort of (id, position) pairs), then one warp per distinct id sums its dout rows in
 // increasing position order and adds the total to dtable once: no float atomics, bitwise reproducible.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <climits>
@@ -82,7 +83,7 @@ template <typename T>
 Status LaunchForward(T* out, const int32_t* ids, const float* table, int64_t n, int64_t v, int64_t c,
                      cudaStream_t stream) {
   if (n == 0 || c == 0) return Status::OK();
-  // 8 elements per step: 16 bytes of bf16 output, two 128-bit accesses of f32.
+  // 8 elements per step: 16 bytes of bf16 / fp16 output, two 128-bit accesses of f32.
   if (c % 8 == 0 && detail::Aligned16({out, table})) {
     EmbeddingForwardKernel<8><<<detail::GridFor(n * c / 8, kThreads), kThreads, 0, stream>>>(out, ids, table, n, v, c);
   } else {
@@ -155,6 +156,18 @@ Status EmbeddingBackwardCudaBf16(float* dtable, const int32_t* ids, const uint16
                                  int64_t c, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   DT_NVTX_FN();
   return LaunchBackward(dtable, ids, detail::AsBf16(dout), n, v, c, scratch, scratch_bytes, stream);
+}
+
+Status EmbeddingForwardCudaF16(uint16_t* out, const int32_t* ids, const float* table, int64_t n, int64_t v, int64_t c,
+                               cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchForward(detail::AsF16(out), ids, table, n, v, c, stream);
+}
+
+Status EmbeddingBackwardCudaF16(float* dtable, const int32_t* ids, const uint16_t* dout, int64_t n, int64_t v,
+                                int64_t c, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchBackward(dtable, ids, detail::AsF16(dout), n, v, c, scratch, scratch_bytes, stream);
 }
 
 }  // namespace dtrain::ops

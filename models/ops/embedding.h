@@ -8,11 +8,12 @@
 // GPU backward is bitwise deterministic: the ids are stably sorted, then each distinct id's dout rows are summed
 // in increasing position order (fp32) and added to dtable once. No float atomics.
 //
-// CPU references take T = float or double. CUDA launchers: an f32 table (and f32 dtable) with f32 rows, or bf16
-// rows (mixed precision: out / dout bf16, math in fp32; bf16 buffers are uint16_t raw bits), queued on `stream`.
+// CPU references take T = float or double. CUDA launchers: an f32 table (and f32 dtable) with f32 rows, or bf16 /
+// fp16 rows (mixed precision: out / dout 16-bit, math in fp32; 16-bit buffers are uint16_t raw bits), queued on
+// `stream`.
 // The backward launchers need `scratch` of EmbeddingBackwardScratchBytes(n, v) bytes (sort buffers). The Tensor
 // entry points check shapes/dtypes/devices (InvalidArgument naming the shapes), take the scratch from ctx's
-// allocator, and dispatch CPU f32/f64 -> *Cpu, CUDA f32 -> *Cuda, CUDA bf16 rows -> *CudaBf16.
+// allocator, and dispatch CPU f32/f64 -> *Cpu, CUDA f32 -> *Cuda, CUDA bf16 rows -> *CudaBf16, f16 rows -> *CudaF16.
 
 #include <cstdint>
 
@@ -37,12 +38,16 @@ Status EmbeddingBackwardCuda(float* dtable, const int32_t* ids, const float* dou
                              void* scratch, size_t scratch_bytes, cudaStream_t stream);
 Status EmbeddingBackwardCudaBf16(float* dtable, const int32_t* ids, const uint16_t* dout, int64_t n, int64_t v,
                                  int64_t c, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+Status EmbeddingForwardCudaF16(uint16_t* out, const int32_t* ids, const float* table, int64_t n, int64_t v, int64_t c,
+                               cudaStream_t stream);
+Status EmbeddingBackwardCudaF16(float* dtable, const int32_t* ids, const uint16_t* dout, int64_t n, int64_t v,
+                                int64_t c, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 // InvalidArgument when n or v do not fit the sort's int32 keys.
 Status EmbeddingBackwardScratchBytes(int64_t n, int64_t v, size_t* bytes);
 
-// table [V,C] f32/f64 (f32 on CUDA); out ids.shape + [C], of table's dtype or (CUDA) bf16.
+// table [V,C] f32/f64 (f32 on CUDA); out ids.shape + [C], of table's dtype or (CUDA) bf16/f16.
 Status EmbeddingForward(DeviceContext& ctx, const Tensor& ids, const Tensor& table, Tensor* out);
-// dtable [V,C] f32/f64 (f32 on CUDA), ACCUMULATED; dout of dtable's dtype or (CUDA) bf16.
+// dtable [V,C] f32/f64 (f32 on CUDA), ACCUMULATED; dout of dtable's dtype or (CUDA) bf16/f16.
 Status EmbeddingBackward(DeviceContext& ctx, const Tensor& ids, const Tensor& dout, Tensor* dtable);
 
 }  // namespace dtrain::ops

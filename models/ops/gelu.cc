@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "models/ops/elementwise.h"
+#include "models/ops/half.h"
 #include "runtime/core/check.h"
 
 namespace dtrain::ops {
@@ -37,11 +38,12 @@ template void GeluBackwardCpu<float>(float*, const float*, const float*, int64_t
 template void GeluBackwardCpu<double>(double*, const double*, const double*, int64_t);
 
 Status GeluForward(DeviceContext& ctx, const Tensor& x, Tensor* y) {
-  if (ctx.is_cuda() && x.dtype() == DType::kBF16) {
+  if (ctx.is_cuda() && IsHalfFloat(x.dtype())) {
     DT_CHECK_ARG(y != nullptr, "GeluForward: output is null");
     DT_RETURN_IF_ERROR(detail::CheckSameShapeDtype(ctx, "GeluForward", x, x, *y));
 #if DT_HAVE_CUDA
-    return GeluForwardCudaBf16(y->data<uint16_t>(), x.data<uint16_t>(), x.numel(), ctx.stream());
+    const auto fn = x.dtype() == DType::kBF16 ? GeluForwardCudaBf16 : GeluForwardCudaF16;
+    return fn(y->data<uint16_t>(), x.data<uint16_t>(), x.numel(), ctx.stream());
 #endif
   }
   static const detail::UnaryOp kOp = {"GeluForward", GeluForwardCpu<float>, GeluForwardCpu<double>,
@@ -50,11 +52,12 @@ Status GeluForward(DeviceContext& ctx, const Tensor& x, Tensor* y) {
 }
 
 Status GeluBackward(DeviceContext& ctx, const Tensor& x, const Tensor& dy, Tensor* dx) {
-  if (ctx.is_cuda() && x.dtype() == DType::kBF16) {
+  if (ctx.is_cuda() && IsHalfFloat(x.dtype())) {
     DT_CHECK_ARG(dx != nullptr, "GeluBackward: output is null");
     DT_RETURN_IF_ERROR(detail::CheckSameShapeDtype(ctx, "GeluBackward", x, dy, *dx));
 #if DT_HAVE_CUDA
-    return GeluBackwardCudaBf16(dx->data<uint16_t>(), x.data<uint16_t>(), dy.data<uint16_t>(), x.numel(), ctx.stream());
+    const auto fn = x.dtype() == DType::kBF16 ? GeluBackwardCudaBf16 : GeluBackwardCudaF16;
+    return fn(dx->data<uint16_t>(), x.data<uint16_t>(), dy.data<uint16_t>(), x.numel(), ctx.stream());
 #endif
   }
   static const detail::BinaryOp kOp = {"GeluBackward", GeluBackwardCpu<float>, GeluBackwardCpu<double>,

@@ -1,4 +1,5 @@
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -100,6 +101,16 @@ Status GeluForwardCudaBf16(uint16_t* y, const uint16_t* x, int64_t n, cudaStream
 Status GeluBackwardCudaBf16(uint16_t* dx, const uint16_t* x, const uint16_t* dy, int64_t n, cudaStream_t stream) {
   DT_NVTX_FN();
   return LaunchBackward(detail::AsBf16(dx), detail::AsBf16(x), detail::AsBf16(dy), n, stream);
+}
+
+Status GeluForwardCudaF16(uint16_t* y, const uint16_t* x, int64_t n, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchForward(detail::AsF16(y), detail::AsF16(x), n, stream);
+}
+
+Status GeluBackwardCudaF16(uint16_t* dx, const uint16_t* x, const uint16_t* dy, int64_t n, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchBackward(detail::AsF16(dx), detail::AsF16(x), detail::AsF16(dy), n, stream);
 }
 
 }  // namespace dtrain::ops

@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include "models/ops/half.h"
 #include "runtime/core/check.h"
 
 namespace dtrain::ops {
@@ -70,19 +71,19 @@ namespace {
 
 // x[..., C] with C > 0; `row_like` tensors have shape x.shape[:-1]; `param_like` and `x_like` tensors have shape
 // [C] and x.shape. x_like tensors share x's dtype; param_like and row_like ones too, except that they are f32 when
-// x is bf16 (CUDA only). All sit on the context's device.
+// x is bf16/f16 (CUDA only). All sit on the context's device.
 Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& x, std::initializer_list<const Tensor*> x_like,
                  std::initializer_list<const Tensor*> param_like, std::initializer_list<const Tensor*> row_like) {
   DT_CHECK_ARG(x.ndim() >= 1 && x.dim(-1) > 0, op << ": x " << x.ToString() << " needs a non-empty last dim C");
   DT_CHECK_ARG(x.device() == ctx.type(), op << ": x " << x.ToString() << " not on " << DeviceName(ctx.type()));
   if (ctx.is_cuda()) {
-    DT_CHECK_ARG(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16,
-                 op << ": CUDA supports f32 and bf16, got " << x.ToString());
+    DT_CHECK_ARG(x.dtype() == DType::kF32 || IsHalfFloat(x.dtype()),
+                 op << ": CUDA supports f32, bf16 and f16, got " << x.ToString());
   } else {
     DT_CHECK_ARG(x.dtype() == DType::kF32 || x.dtype() == DType::kF64,
                  op << ": CPU supports f32/f64, got " << x.ToString());
   }
-  const DType stats = x.dtype() == DType::kBF16 ? DType::kF32 : x.dtype();
+  const DType stats = IsHalfFloat(x.dtype()) ? DType::kF32 : x.dtype();
   const std::vector<int64_t> rows(x.shape().begin(), x.shape().end() - 1);
   const std::vector<int64_t> params = {x.dim(-1)};
   auto check = [&](const Tensor* t, const std::vector<int64_t>& want, DType dtype, const char* kind) -> Status {
@@ -106,9 +107,10 @@ Status LayerNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma
   const int64_t c = x.dim(-1), n = x.numel() / c;
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
-    if (x.dtype() == DType::kBF16) {
-      return LayerNormForwardCudaBf16(y->data<uint16_t>(), mean->data<float>(), rstd->data<float>(), x.data<uint16_t>(),
-                                      gamma.data<float>(), beta.data<float>(), n, c, eps, ctx.stream());
+    if (IsHalfFloat(x.dtype())) {
+      const auto fn = x.dtype() == DType::kBF16 ? LayerNormForwardCudaBf16 : LayerNormForwardCudaF16;
+      return fn(y->data<uint16_t>(), mean->data<float>(), rstd->data<float>(), x.data<uint16_t>(), gamma.data<float>(),
+                beta.data<float>(), n, c, eps, ctx.stream());
     }
     return LayerNormForwardCuda(y->data<float>(), mean->data<float>(), rstd->data<float>(), x.data<float>(),
                                 gamma.data<float>(), beta.data<float>(), n, c, eps, ctx.stream());
@@ -136,10 +138,11 @@ Status LayerNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& gamm
     // Scratch from the caching allocator: stream-ordered, so it may be reused as soon as this returns.
     Tensor scratch;
     DT_RETURN_IF_ERROR(Tensor::Empty({LayerNormBackwardScratchFloats(n, c)}, DType::kF32, ctx.allocator(), &scratch));
-    if (x.dtype() == DType::kBF16) {
-      return LayerNormBackwardCudaBf16(dx->data<uint16_t>(), dgamma->data<float>(), dbeta->data<float>(),
-                                       x.data<uint16_t>(), gamma.data<float>(), mean.data<float>(), rstd.data<float>(),
-                                       dy.data<uint16_t>(), n, c, scratch.data<float>(), ctx.stream());
+    if (IsHalfFloat(x.dtype())) {
+      const auto fn = x.dtype() == DType::kBF16 ? LayerNormBackwardCudaBf16 : LayerNormBackwardCudaF16;
+      return fn(dx->data<uint16_t>(), dgamma->data<float>(), dbeta->data<float>(), x.data<uint16_t>(),
+                gamma.data<float>(), mean.data<float>(), rstd.data<float>(), dy.data<uint16_t>(), n, c,
+                scratch.data<float>(), ctx.stream());
     }
     return LayerNormBackwardCuda(dx->data<float>(), dgamma->data<float>(), dbeta->data<float>(), x.data<float>(),
                                  gamma.data<float>(), mean.data<float>(), rstd.data<float>(), dy.data<float>(), n, c,

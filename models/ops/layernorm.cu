@@ -1,7 +1,8 @@
-// LayerNorm kernels, f32 and bf16 activations (fp32 math, f32 gamma/beta/mean/rstd and parameter gradients).
+// LayerNorm kernels, f32, bf16 and fp16 activations (fp32 math, f32 gamma/beta/mean/rstd and parameter gradients).
 // Row kernels use one warp per row with V-element (128-bit when aligned) accesses; the row is re-read from
 // L1/L2 rather than held in registers, so any C works.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -201,6 +202,12 @@ Status LayerNormForwardCudaBf16(uint16_t* y, float* mean, float* rstd, const uin
   return LaunchForward(detail::AsBf16(y), mean, rstd, detail::AsBf16(x), gamma, beta, n, c, eps, stream);
 }
 
+Status LayerNormForwardCudaF16(uint16_t* y, float* mean, float* rstd, const uint16_t* x, const float* gamma,
+                               const float* beta, int64_t n, int64_t c, float eps, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchForward(detail::AsF16(y), mean, rstd, detail::AsF16(x), gamma, beta, n, c, eps, stream);
+}
+
 Status LayerNormBackwardCuda(float* dx, float* dgamma, float* dbeta, const float* x, const float* gamma,
                              const float* mean, const float* rstd, const float* dy, int64_t n, int64_t c,
                              cudaStream_t stream) {
@@ -221,6 +228,14 @@ Status LayerNormBackwardCudaBf16(uint16_t* dx, float* dgamma, float* dbeta, cons
   DT_NVTX_FN();
   return LaunchBackward(detail::AsBf16(dx), dgamma, dbeta, detail::AsBf16(x), gamma, mean, rstd, detail::AsBf16(dy), n,
                         c, scratch, stream);
+}
+
+Status LayerNormBackwardCudaF16(uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* x, const float* gamma,
+                                const float* mean, const float* rstd, const uint16_t* dy, int64_t n, int64_t c,
+                                float* scratch, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchBackward(detail::AsF16(dx), dgamma, dbeta, detail::AsF16(x), gamma, mean, rstd, detail::AsF16(dy), n, c,
+                        scratch, stream);
 }
 
 }  // namespace dtrain::ops

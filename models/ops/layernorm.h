@@ -5,14 +5,14 @@
 //   backward: xhat = (x - mean) * rstd,  g = dy * gamma
 //             dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))       (SET)
 //             dgamma += sum_n dy * xhat,  dbeta += sum_n dy                (ACCUMULATE)
-// CPU references take T = float or double (row sums in double); CUDA launchers are f32, or bf16 (mixed
-// precision: x, y, dy, dx bf16; gamma, beta, mean, rstd, dgamma, dbeta f32; fp32 math; bf16 buffers are uint16_t
-// raw bits): one warp per row for y and dx (128-bit accesses when C and the pointers allow), and a fixed-order
+// CPU references take T = float or double (row sums in double); CUDA launchers are f32, or bf16 / fp16 (mixed
+// precision: x, y, dy, dx 16-bit; gamma, beta, mean, rstd, dgamma, dbeta f32; fp32 math; 16-bit buffers are
+// uint16_t raw bits): one warp per row for y and dx (128-bit accesses when C and the pointers allow), and a fixed-order
 // column reduction (no atomics, bitwise deterministic) for dgamma/dbeta. With `scratch` (of
 // LayerNormBackwardScratchFloats(n, c) floats) that reduction is split over row chunks (enough blocks for GPT-2's
 // 16384 x 768), without it one block reduces each 32 columns. Queued on `stream`. The Tensor entry points check
 // shapes/dtypes/devices (InvalidArgument naming the shapes), take scratch from ctx's allocator, and dispatch
-// CPU f32/f64 -> *Cpu, CUDA f32 -> *Cuda, CUDA bf16 -> *CudaBf16. Outputs must not alias inputs.
+// CPU f32/f64 -> *Cpu, CUDA f32 -> *Cuda, CUDA bf16 -> *CudaBf16, CUDA f16 -> *CudaF16. Outputs must not alias inputs.
 
 #include <cstdint>
 
@@ -46,9 +46,15 @@ Status LayerNormForwardCudaBf16(uint16_t* y, float* mean, float* rstd, const uin
 Status LayerNormBackwardCudaBf16(uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* x, const float* gamma,
                                  const float* mean, const float* rstd, const uint16_t* dy, int64_t n, int64_t c,
                                  float* scratch, cudaStream_t stream);
+Status LayerNormForwardCudaF16(uint16_t* y, float* mean, float* rstd, const uint16_t* x, const float* gamma,
+                               const float* beta, int64_t n, int64_t c, float eps, cudaStream_t stream);
+Status LayerNormBackwardCudaF16(uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* x, const float* gamma,
+                                const float* mean, const float* rstd, const uint16_t* dy, int64_t n, int64_t c,
+                                float* scratch, cudaStream_t stream);
 int64_t LayerNormBackwardScratchFloats(int64_t n, int64_t c);
 
-// x (and y, dy, dx) f32/f64, or bf16 on CUDA; gamma, beta, mean, rstd, dgamma, dbeta: x's dtype, f32 when x is bf16.
+// x (and y, dy, dx) f32/f64, or bf16/f16 on CUDA; gamma, beta, mean, rstd, dgamma, dbeta: x's dtype, f32 when x is
+// 16-bit.
 Status LayerNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                         Tensor* y, Tensor* mean, Tensor* rstd);
 Status LayerNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& mean,

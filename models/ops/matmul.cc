@@ -5,6 +5,7 @@
 
 #include "models/ops/bias.h"
 #include "models/ops/gelu.h"
+#include "models/ops/half.h"
 #include "runtime/core/check.h"
 
 namespace dtrain::ops {
@@ -22,7 +23,6 @@ const char* EpilogueName(Epilogue e) {
   }
   return "?";
 }
-
 
 namespace {
 
@@ -141,8 +141,8 @@ Status Matmul(DeviceContext& ctx, const Tensor& a, bool trans_a, const Tensor& b
   DT_CHECK_ARG(c != nullptr, "Matmul: c is null");
   int64_t m = 0, n = 0, k = 0;
   DT_RETURN_IF_ERROR(CheckShapes(ctx, "Matmul", a, trans_a, b, trans_b, *c, &m, &n, &k));
-  const bool bf16_in = ctx.is_cuda() && a.dtype() == DType::kBF16 && c->dtype() == DType::kF32;
-  DT_CHECK_ARG(a.dtype() == b.dtype() && (a.dtype() == c->dtype() || bf16_in),
+  const bool half_in = ctx.is_cuda() && IsHalfFloat(a.dtype()) && c->dtype() == DType::kF32;
+  DT_CHECK_ARG(a.dtype() == b.dtype() && (a.dtype() == c->dtype() || half_in),
                "Matmul: dtypes differ: a " << a.ToString() << ", b " << b.ToString() << ", c " << c->ToString());
   if (!ctx.is_cuda()) {
     if (c->dtype() == DType::kF32) {
@@ -153,8 +153,8 @@ Status Matmul(DeviceContext& ctx, const Tensor& a, bool trans_a, const Tensor& b
     MatmulCpu<double>(c->data<double>(), a.data<double>(), trans_a, b.data<double>(), trans_b, m, n, k, alpha, beta);
     return Status::OK();
   }
-  DT_CHECK_ARG(a.dtype() == DType::kF32 || a.dtype() == DType::kBF16,
-               "Matmul: CUDA supports f32 and bf16, got " << a.ToString());
+  DT_CHECK_ARG(a.dtype() == DType::kF32 || IsHalfFloat(a.dtype()),
+               "Matmul: CUDA supports f32, bf16 and f16, got " << a.ToString());
 #if DT_HAVE_CUDA
   DT_CHECK_ARG(ctx.blas() != nullptr, "Matmul: CUDA context without cuBLAS handles");
   return MatmulCudaLt(*ctx.blas(), CudaArgs(a, trans_a, b, trans_b, c, m, n, k, alpha, beta), ctx.stream());
@@ -180,10 +180,10 @@ Status MatmulEpilogue(DeviceContext& ctx, const Tensor& a, bool trans_a, const T
                           << c->ToString());
   }
   if (uses_bias) {
-    // A bias gradient is f32 (f64 in an f64 CPU run); a bias may also be bf16 next to bf16 activations.
+    // A bias gradient is f32 (f64 in an f64 CPU run); a bias may also be bf16/f16 next to activations of its type.
     const bool grad = e == Epilogue::kDGeluBGrad;
-    const bool dtype_ok = bias.dtype() == c->dtype() ? !(grad && c->dtype() == DType::kBF16)
-                                                     : (c->dtype() == DType::kBF16 && bias.dtype() == DType::kF32);
+    const bool dtype_ok = bias.dtype() == c->dtype() ? !(grad && IsHalfFloat(c->dtype()))
+                                                     : (IsHalfFloat(c->dtype()) && bias.dtype() == DType::kF32);
     DT_CHECK_ARG(bias.ndim() == 1 && bias.dim(0) == n && bias.device() == ctx.type() && dtype_ok,
                  "MatmulEpilogue " << EpilogueName(e) << ": bias " << bias.ToString() << " must be [" << n << "] (f32"
                                    << (grad ? "" : " or c's dtype") << ") for c " << c->ToString());
@@ -197,8 +197,8 @@ Status MatmulEpilogue(DeviceContext& ctx, const Tensor& a, bool trans_a, const T
     MatmulEpilogueCpu<double>(a, trans_a, b, trans_b, bias, e, c, aux, m, n, k);
     return Status::OK();
   }
-  DT_CHECK_ARG(c->dtype() == DType::kF32 || c->dtype() == DType::kBF16,
-               "MatmulEpilogue: CUDA supports f32 and bf16, got " << c->ToString());
+  DT_CHECK_ARG(c->dtype() == DType::kF32 || IsHalfFloat(c->dtype()),
+               "MatmulEpilogue: CUDA supports f32, bf16 and f16, got " << c->ToString());
 #if DT_HAVE_CUDA
   DT_CHECK_ARG(ctx.blas() != nullptr, "MatmulEpilogue: CUDA context without cuBLAS handles");
   const MatmulCudaArgs args = CudaArgs(a, trans_a, b, trans_b, c, m, n, k, 1.f, 0.f);

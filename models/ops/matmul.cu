@@ -1,4 +1,4 @@
-// Matmul on the GPU through cuBLASLt (CUBLAS_COMPUTE_32F: no TF32), f32 or bf16 operands, with a plan cache and
+// Matmul on the GPU through cuBLASLt (CUBLAS_COMPUTE_32F: no TF32), f32, bf16 or fp16 operands, with a plan cache and
 // fused epilogues.
 //
 // cuBLASLt is column-major. A row-major [R,C] matrix is the column-major [C,R] matrix X^T, so the row-major
@@ -17,6 +17,7 @@
 #include "models/ops/bf16_vec.cuh"
 #include "models/ops/bias.h"
 #include "models/ops/gelu.h"
+#include "models/ops/half.h"
 #include "models/ops/matmul.h"
 #include "runtime/core/cuda_check.h"
 #include "runtime/core/cuda_handles.h"
@@ -43,7 +44,7 @@ uint32_t Alignment(const void* p) {
   return align;
 }
 
-cudaDataType_t LtType(DType t) { return t == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType_t LtType(DType t) { return t == DType::kBF16 ? CUDA_R_16BF : t == DType::kF16 ? CUDA_R_16F : CUDA_R_32F; }
 
 // The cuBLASLt-level epilogues used here.
 enum class LtEpi : uint8_t { kNone, kBias, kGeluAuxBias, kDGelu };
@@ -218,7 +219,7 @@ PlanCache& Cache() {
 Status CheckTypes(const MatmulCudaArgs& a) {
   DT_CHECK_ARG(a.m >= 0 && a.n >= 0 && a.k >= 0, "MatmulCuda: negative size m=" << a.m << " n=" << a.n << " k=" << a.k);
   DT_CHECK_ARG((a.ab_dtype == DType::kF32 && a.c_dtype == DType::kF32) ||
-                   (a.ab_dtype == DType::kBF16 && (a.c_dtype == DType::kBF16 || a.c_dtype == DType::kF32)),
+                   (IsHalfFloat(a.ab_dtype) && (a.c_dtype == a.ab_dtype || a.c_dtype == DType::kF32)),
                "MatmulCuda: unsupported dtypes A/B " << DTypeName(a.ab_dtype) << ", C " << DTypeName(a.c_dtype));
   return Status::OK();
 }
@@ -253,6 +254,8 @@ Status ScaleC(const MatmulCudaArgs& args, cudaStream_t stream) {
   const unsigned blocks = detail::GridFor(total, 256, 4096);
   if (args.c_dtype == DType::kBF16) {
     ScaleKernel<<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(args.c), total, args.beta);
+  } else if (args.c_dtype == DType::kF16) {
+    ScaleKernel<<<blocks, 256, 0, stream>>>(static_cast<__half*>(args.c), total, args.beta);
   } else {
     ScaleKernel<<<blocks, 256, 0, stream>>>(static_cast<float*>(args.c), total, args.beta);
   }
@@ -266,10 +269,44 @@ Status AddBias(const MatmulCudaArgs& args, void* y, const void* bias, DType bias
     DT_CHECK_ARG(bias_dtype == DType::kF32, "MatmulEpilogueCuda: f32 C needs an f32 bias");
     return BiasAddCuda(static_cast<float*>(y), static_cast<const float*>(bias), args.m, args.n, stream);
   }
-  if (bias_dtype == DType::kBF16) {
-    return BiasAddCudaBf16(static_cast<uint16_t*>(y), static_cast<const uint16_t*>(bias), args.m, args.n, stream);
+  auto* y16 = static_cast<uint16_t*>(y);
+  if (args.c_dtype == DType::kF16) {
+    return bias_dtype == DType::kF16 ? BiasAddCudaF16(y16, static_cast<const uint16_t*>(bias), args.m, args.n, stream)
+                                     : BiasAddCudaF16(y16, static_cast<const float*>(bias), args.m, args.n, stream);
   }
-  return BiasAddCudaBf16(static_cast<uint16_t*>(y), static_cast<const float*>(bias), args.m, args.n, stream);
+  if (bias_dtype == DType::kBF16) {
+    return BiasAddCudaBf16(y16, static_cast<const uint16_t*>(bias), args.m, args.n, stream);
+  }
+  return BiasAddCudaBf16(y16, static_cast<const float*>(bias), args.m, args.n, stream);
+}
+
+// c = gelu(aux) and dc = dc * gelu'(aux) (in place) in C's dtype: the unfused epilogue kernels.
+Status Gelu(const MatmulCudaArgs& args, const void* aux, cudaStream_t stream) {
+  const int64_t n = args.m * args.n;
+  auto* c16 = static_cast<uint16_t*>(args.c);
+  const auto* aux16 = static_cast<const uint16_t*>(aux);
+  switch (args.c_dtype) {
+    case DType::kBF16:
+      return GeluForwardCudaBf16(c16, aux16, n, stream);
+    case DType::kF16:
+      return GeluForwardCudaF16(c16, aux16, n, stream);
+    default:
+      return GeluForwardCuda(static_cast<float*>(args.c), static_cast<const float*>(aux), n, stream);
+  }
+}
+Status DGeluInPlace(const MatmulCudaArgs& args, const void* aux, cudaStream_t stream) {
+  const int64_t n = args.m * args.n;
+  auto* c16 = static_cast<uint16_t*>(args.c);
+  const auto* aux16 = static_cast<const uint16_t*>(aux);
+  switch (args.c_dtype) {
+    case DType::kBF16:
+      return GeluBackwardCudaBf16(c16, aux16, c16, n, stream);
+    case DType::kF16:
+      return GeluBackwardCudaF16(c16, aux16, c16, n, stream);
+    default:
+      return GeluBackwardCuda(static_cast<float*>(args.c), static_cast<const float*>(aux),
+                              static_cast<const float*>(args.c), n, stream);
+  }
 }
 
 }  // namespace
@@ -315,7 +352,6 @@ Status MatmulEpilogueCuda(const BlasHandles& blas, const MatmulCudaArgs& args_in
   args.alpha = 1.f;
   args.beta = 0.f;
   if (args.m == 0 || args.n == 0) return Status::OK();
-  const bool bf16 = args.c_dtype == DType::kBF16;
   // cuBLASLt's GELU aux matrix needs a leading dimension divisible by 8 (cublasLt.h, EPILOGUE_AUX_LD); operand
   // alignments are the heuristic's business (they are part of the plan key).
   const bool can_fuse = args.k > 0 && (e == Epilogue::kBias || args.n % 8 == 0);
@@ -335,29 +371,29 @@ Status MatmulEpilogueCuda(const BlasHandles& blas, const MatmulCudaArgs& args_in
         DT_RETURN_IF_ERROR(MatmulCudaLt(blas, to_aux, stream));
         DT_RETURN_IF_ERROR(AddBias(args, aux, bias, bias_dtype, stream));
       }
-      return bf16 ? GeluForwardCudaBf16(static_cast<uint16_t*>(args.c), static_cast<const uint16_t*>(aux),
-                                        args.m * args.n, stream)
-                  : GeluForwardCuda(static_cast<float*>(args.c), static_cast<const float*>(aux), args.m * args.n,
-                                    stream);
+      return Gelu(args, aux, stream);
     case Epilogue::kDGelu:
     case Epilogue::kDGeluBGrad:
       if (can_fuse) DT_RETURN_IF_ERROR(TryLt(blas, args, LtEpi::kDGelu, nullptr, DType::kF32, aux, stream, &fused));
       if (!fused) {  // c = A B, then c *= gelu'(aux) in place (each element is read before it is written)
         DT_RETURN_IF_ERROR(MatmulCudaLt(blas, args, stream));
-        DT_RETURN_IF_ERROR(bf16
-                               ? GeluBackwardCudaBf16(static_cast<uint16_t*>(args.c), static_cast<const uint16_t*>(aux),
-                                                      static_cast<const uint16_t*>(args.c), args.m * args.n, stream)
-                               : GeluBackwardCuda(static_cast<float*>(args.c), static_cast<const float*>(aux),
-                                                  static_cast<const float*>(args.c), args.m * args.n, stream));
+        DT_RETURN_IF_ERROR(DGeluInPlace(args, aux, stream));
       }
       if (e == Epilogue::kDGelu) return Status::OK();
       // The bias gradient is our deterministic f32 column reduction (accumulating), not cuBLASLt's BGRAD
-      // epilogue, which writes (not adds) a gradient in C's type: bf16 here.
+      // epilogue, which writes (not adds) a gradient in C's type: 16-bit here.
       DT_CHECK_ARG(bias_dtype == DType::kF32, "MatmulEpilogueCuda: dgelu+bgrad needs an f32 bias gradient");
-      return bf16 ? BiasGradCudaBf16(static_cast<float*>(bias), static_cast<const uint16_t*>(args.c), args.m, args.n,
-                                     /*accumulate=*/true, nullptr, stream)
-                  : BiasGradCuda(static_cast<float*>(bias), static_cast<const float*>(args.c), args.m, args.n,
-                                 /*accumulate=*/true, stream);
+      switch (args.c_dtype) {
+        case DType::kBF16:
+          return BiasGradCudaBf16(static_cast<float*>(bias), static_cast<const uint16_t*>(args.c), args.m, args.n,
+                                  /*accumulate=*/true, nullptr, stream);
+        case DType::kF16:
+          return BiasGradCudaF16(static_cast<float*>(bias), static_cast<const uint16_t*>(args.c), args.m, args.n,
+                                 /*accumulate=*/true, nullptr, stream);
+        default:
+          return BiasGradCuda(static_cast<float*>(bias), static_cast<const float*>(args.c), args.m, args.n,
+                              /*accumulate=*/true, stream);
+      }
   }
   return Status::InvalidArgument("MatmulEpilogueCuda: unknown epilogue");
 }

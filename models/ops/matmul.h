@@ -5,11 +5,11 @@
 //   - MatmulCpu<T>: the CPU reference (T = float or double), raw pointers. Loop order i-k-j over
 //     k-blocks (B is transposed into a scratch buffer first when trans_b), no BLAS dependency.
 //   - MatmulCuda / MatmulCudaLt: cuBLASLt with CUBLAS_COMPUTE_32F and an f32 alpha/beta (TF32 is OFF: f32
-//     results agree with the CPU to fp32 rounding). A and B are f32, or bf16 (mixed precision); C is f32, or bf16
-//     when A and B are. Queued on `stream`; asynchronous w.r.t. the host.
+//     results agree with the CPU to fp32 rounding). A and B are f32, or bf16 / f16 (mixed precision: fp32
+//     accumulation); C is f32, or A's 16-bit type. Queued on `stream`; asynchronous w.r.t. the host.
 //   - Matmul: the Tensor entry point used by the models; checks shapes/dtypes/devices (InvalidArgument
-//     naming the shapes) and dispatches: CPU f32/f64 -> MatmulCpu, CUDA f32 or bf16 -> MatmulCudaLt.
-// beta = 1 accumulates into C (weight gradients across micro-steps, also into an f32 C from bf16 A and B);
+//     naming the shapes) and dispatches: CPU f32/f64 -> MatmulCpu, CUDA f32, bf16 or f16 -> MatmulCudaLt.
+// beta = 1 accumulates into C (weight gradients across micro-steps, also into an f32 C from 16-bit A and B);
 // beta = 0 never reads C, so C may hold garbage (even NaN) on entry. C must not alias A or B.
 //
 // Plan cache: the cuBLASLt descriptors, layouts and the heuristic's algorithm are built once per (device, dtypes,
@@ -20,10 +20,11 @@
 // MatmulEpilogue fuses the pointwise op that follows a GEMM into it (cuBLASLt epilogues), per output COLUMN n of
 // the row-major C (bias has N elements). GELU is the tanh approximation of models/ops/gelu.h. Supported: CPU
 // f32/f64 (all tensors one dtype: the reference, a composition of the separate ops) and CUDA with A, B, C, aux
-// of one dtype (f32, or bf16 with an f32 or bf16 bias). When cuBLASLt cannot fuse a case (a GELU epilogue with N
-// not a multiple of 8, an alignment or bias type it rejects, K = 0) the CUDA path runs the same math unfused:
-// GEMM, then the bias/gelu kernels. bf16 operands at 2-byte offsets (views into a flat bf16 buffer) limit cuBLASLt
-// to slow kernels: keep parameter views 16-byte aligned.
+// of one dtype (f32, or bf16 / f16 with an f32 bias or one of C's dtype). When cuBLASLt cannot fuse a case (a
+// GELU epilogue with N not a multiple of 8, an alignment or bias type it rejects, K = 0) the CUDA path runs the
+// same math unfused:
+// GEMM, then the bias/gelu kernels. 16-bit operands at 2-byte offsets (views into a flat 16-bit buffer) limit
+// cuBLASLt to slow kernels: keep parameter views 16-byte aligned.
 
 #include <cstdint>
 
@@ -54,8 +55,8 @@ const char* EpilogueName(Epilogue e);
 
 // One cuBLASLt GEMM (CUDA builds only): pointers are device pointers of the stated dtypes, row-major, C [M,N].
 struct MatmulCudaArgs {
-  DType ab_dtype = DType::kF32;  // A and B: f32 or bf16
-  DType c_dtype = DType::kF32;   // C: f32, or bf16 when A and B are bf16
+  DType ab_dtype = DType::kF32;  // A and B: f32, bf16 or f16
+  DType c_dtype = DType::kF32;   // C: f32, or ab_dtype when that is bf16 / f16
   void* c = nullptr;
   const void* a = nullptr;
   const void* b = nullptr;

@@ -23,7 +23,9 @@ AdamWCoefs MakeAdamWCoefs(const AdamWHyper& h) {
 // ---- CPU references: the same operations, in the same order, as the kernels in optim_update.cu.
 
 template <typename T>
-void SgdUpdateCpu(T* params, const T* grads, T* momentum_buf, int64_t n, const SgdHyper& h, const T* scale) {
+void SgdUpdateCpu(T* params, const T* grads, T* momentum_buf, int64_t n, const SgdHyper& h, const T* scale,
+                  const T* skip) {
+  if (skip != nullptr && *skip != T(0)) return;
   const T s = static_cast<T>(h.grad_scale) * (scale != nullptr ? *scale : T(1));
   const T lr = static_cast<T>(h.lr);
   const T momentum = static_cast<T>(h.momentum);
@@ -39,7 +41,8 @@ void SgdUpdateCpu(T* params, const T* grads, T* momentum_buf, int64_t n, const S
 
 template <typename T>
 void AdamWUpdateCpu(T* params, const T* grads, T* exp_avg, T* exp_avg_sq, int64_t n, const AdamWHyper& h,
-                    const T* scale) {
+                    const T* scale, const T* skip) {
+  if (skip != nullptr && *skip != T(0)) return;
   const detail::AdamWCoefs c = detail::MakeAdamWCoefs(h);
   const T s = static_cast<T>(h.grad_scale) * (scale != nullptr ? *scale : T(1));
   const T decay = static_cast<T>(c.decay);
@@ -71,11 +74,13 @@ void GradClipCoefCpu(const T* sum_squares, double max_norm, T* norm, T* coef) {
   *coef = c > T(1) ? T(1) : c;  // NaN stays NaN
 }
 
-template void SgdUpdateCpu<float>(float*, const float*, float*, int64_t, const SgdHyper&, const float*);
-template void SgdUpdateCpu<double>(double*, const double*, double*, int64_t, const SgdHyper&, const double*);
-template void AdamWUpdateCpu<float>(float*, const float*, float*, float*, int64_t, const AdamWHyper&, const float*);
+template void SgdUpdateCpu<float>(float*, const float*, float*, int64_t, const SgdHyper&, const float*, const float*);
+template void SgdUpdateCpu<double>(double*, const double*, double*, int64_t, const SgdHyper&, const double*,
+                                   const double*);
+template void AdamWUpdateCpu<float>(float*, const float*, float*, float*, int64_t, const AdamWHyper&, const float*,
+                                    const float*);
 template void AdamWUpdateCpu<double>(double*, const double*, double*, double*, int64_t, const AdamWHyper&,
-                                     const double*);
+                                     const double*, const double*);
 template void GradClipCoefCpu<float>(const float*, double, float*, float*);
 template void GradClipCoefCpu<double>(const double*, double, double*, double*);
 
@@ -103,9 +108,10 @@ Status CheckDType(const Tensor& t) {
   return Status::OK();
 }
 
-Status CheckScale(const DeviceContext& ctx, const Tensor& params, const Tensor* scale) {
+// An optional device scalar like params (`scale` or `skip`).
+Status CheckScale(const DeviceContext& ctx, const Tensor& params, const Tensor* scale, const char* what = "scale") {
   if (scale == nullptr) return Status::OK();
-  return CheckLike(ctx, params, *scale, 1, "scale");
+  return CheckLike(ctx, params, *scale, 1, what);
 }
 
 template <typename T>
@@ -122,7 +128,7 @@ Status EnsureScalarLike(DeviceContext& ctx, const Tensor& like, Tensor* t, const
 }  // namespace
 
 Status SgdUpdate(DeviceContext& ctx, const SgdHyper& h, Tensor* params, const Tensor& grads, Tensor* momentum_buf,
-                 const Tensor* scale) {
+                 const Tensor* scale, const Tensor* skip) {
   DT_CHECK_ARG(params != nullptr && momentum_buf != nullptr, "null params or momentum_buf");
   const int64_t n = params->numel();
   DT_RETURN_IF_ERROR(CheckLike(ctx, *params, *params, n, "params"));
@@ -130,26 +136,27 @@ Status SgdUpdate(DeviceContext& ctx, const SgdHyper& h, Tensor* params, const Te
   DT_RETURN_IF_ERROR(CheckLike(ctx, *params, grads, n, "grads"));
   DT_RETURN_IF_ERROR(CheckLike(ctx, *params, *momentum_buf, n, "momentum_buf"));
   DT_RETURN_IF_ERROR(CheckScale(ctx, *params, scale));
+  DT_RETURN_IF_ERROR(CheckScale(ctx, *params, skip, "skip"));
   if (params->device() == DeviceType::kCPU) {
     if (params->dtype() == DType::kF64) {
       SgdUpdateCpu(params->data<double>(), grads.data<double>(), momentum_buf->data<double>(), n, h,
-                   ScalePtr<double>(scale));
+                   ScalePtr<double>(scale), ScalePtr<double>(skip));
     } else {
       SgdUpdateCpu(params->data<float>(), grads.data<float>(), momentum_buf->data<float>(), n, h,
-                   ScalePtr<float>(scale));
+                   ScalePtr<float>(scale), ScalePtr<float>(skip));
     }
     return Status::OK();
   }
 #if DT_HAVE_CUDA
   return SgdUpdateCuda(params->data<float>(), grads.data<float>(), momentum_buf->data<float>(), n, h,
-                       ScalePtr<float>(scale), ctx.stream());
+                       ScalePtr<float>(scale), ctx.stream(), ScalePtr<float>(skip));
 #else
   return Status::Unavailable("SgdUpdate on CUDA tensors, but dtrain was built without CUDA");
 #endif
 }
 
 Status AdamWUpdate(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, const Tensor& grads, Tensor* exp_avg,
-                   Tensor* exp_avg_sq, const Tensor* scale) {
+                   Tensor* exp_avg_sq, const Tensor* scale, const Tensor* skip) {
   DT_CHECK_ARG(params != nullptr && exp_avg != nullptr && exp_avg_sq != nullptr, "null params or state");
   DT_CHECK_ARG(h.step >= 1, "AdamW step counts from 1, got " << h.step);
   const int64_t n = params->numel();
@@ -159,19 +166,20 @@ Status AdamWUpdate(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, cons
   DT_RETURN_IF_ERROR(CheckLike(ctx, *params, *exp_avg, n, "exp_avg"));
   DT_RETURN_IF_ERROR(CheckLike(ctx, *params, *exp_avg_sq, n, "exp_avg_sq"));
   DT_RETURN_IF_ERROR(CheckScale(ctx, *params, scale));
+  DT_RETURN_IF_ERROR(CheckScale(ctx, *params, skip, "skip"));
   if (params->device() == DeviceType::kCPU) {
     if (params->dtype() == DType::kF64) {
       AdamWUpdateCpu(params->data<double>(), grads.data<double>(), exp_avg->data<double>(), exp_avg_sq->data<double>(),
-                     n, h, ScalePtr<double>(scale));
+                     n, h, ScalePtr<double>(scale), ScalePtr<double>(skip));
     } else {
       AdamWUpdateCpu(params->data<float>(), grads.data<float>(), exp_avg->data<float>(), exp_avg_sq->data<float>(), n,
-                     h, ScalePtr<float>(scale));
+                     h, ScalePtr<float>(scale), ScalePtr<float>(skip));
     }
     return Status::OK();
   }
 #if DT_HAVE_CUDA
   return AdamWUpdateCuda(params->data<float>(), grads.data<float>(), exp_avg->data<float>(), exp_avg_sq->data<float>(),
-                         n, h, ScalePtr<float>(scale), ctx.stream());
+                         n, h, ScalePtr<float>(scale), ctx.stream(), ScalePtr<float>(skip));
 #else
   return Status::Unavailable("AdamWUpdate on CUDA tensors, but dtrain was built without CUDA");
 #endif

@@ -20,9 +20,13 @@ __device__ __forceinline__ float GradMultiplier(float grad_scale, const float* s
   return grad_scale * (scale != nullptr ? *scale : 1.0f);
 }
 
+// True when the optional device flag asks to skip the update (every thread reads it; no divergence).
+__device__ __forceinline__ bool Skip(const float* skip) { return skip != nullptr && *skip != 0.0f; }
+
 __global__ void SgdKernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ momentum_buf,
                           int64_t n, float lr, float momentum, float weight_decay, bool nesterov, float grad_scale,
-                          const float* __restrict__ scale) {
+                          const float* __restrict__ scale, const float* __restrict__ skip) {
+  if (Skip(skip)) return;
   const float s = GradMultiplier(grad_scale, scale);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -40,7 +44,9 @@ struct AdamWArgs {
 };
 
 __global__ void AdamWKernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ exp_avg,
-                            float* __restrict__ exp_avg_sq, int64_t n, AdamWArgs a, const float* __restrict__ scale) {
+                            float* __restrict__ exp_avg_sq, int64_t n, AdamWArgs a, const float* __restrict__ scale,
+                            const float* __restrict__ skip) {
+  if (Skip(skip)) return;
   const float s = GradMultiplier(a.grad_scale, scale);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -70,19 +76,19 @@ __global__ void GradClipCoefKernel(const float* __restrict__ sum_squares, float 
 }  // namespace
 
 Status SgdUpdateCuda(float* params, const float* grads, float* momentum_buf, int64_t n, const SgdHyper& h,
-                     const float* scale, cudaStream_t stream) {
+                     const float* scale, cudaStream_t stream, const float* skip) {
   DT_NVTX_FN();
   DT_CHECK_ARG(n >= 0, "negative element count " << n);
   if (n == 0) return Status::OK();
   SgdKernel<<<GridFor(n), kThreads, 0, stream>>>(params, grads, momentum_buf, n, static_cast<float>(h.lr),
                                                  static_cast<float>(h.momentum), static_cast<float>(h.weight_decay),
-                                                 h.nesterov, static_cast<float>(h.grad_scale), scale);
+                                                 h.nesterov, static_cast<float>(h.grad_scale), scale, skip);
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
 }
 
 Status AdamWUpdateCuda(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, int64_t n,
-                       const AdamWHyper& h, const float* scale, cudaStream_t stream) {
+                       const AdamWHyper& h, const float* scale, cudaStream_t stream, const float* skip) {
   DT_NVTX_FN();
   DT_CHECK_ARG(n >= 0, "negative element count " << n);
   DT_CHECK_ARG(h.step >= 1, "AdamW step counts from 1, got " << h.step);
@@ -98,7 +104,7 @@ Status AdamWUpdateCuda(float* params, const float* grads, float* exp_avg, float*
   a.bc2_sqrt = static_cast<float>(c.bc2_sqrt);
   a.eps = static_cast<float>(h.eps);
   a.grad_scale = static_cast<float>(h.grad_scale);
-  AdamWKernel<<<GridFor(n), kThreads, 0, stream>>>(params, grads, exp_avg, exp_avg_sq, n, a, scale);
+  AdamWKernel<<<GridFor(n), kThreads, 0, stream>>>(params, grads, exp_avg, exp_avg_sq, n, a, scale, skip);
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
 }

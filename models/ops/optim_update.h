@@ -9,6 +9,10 @@
 // clip coefficient is computed on the device (GradClipCoef) and read by the update kernel.
 // grads are never modified.
 //
+// `skip` is an optional 1-element tensor (device scalar) like `scale`: when it holds a nonzero value the update
+// does nothing at all (params and state keep their values). Dynamic loss scaling (models/ops/loss_scale.h) sets
+// it when the gradient has an inf/NaN, so a step is skipped on the device without a host sync.
+//
 // Hyper-parameters are plain per-call arguments (the LR may change every step). Device work is
 // queued on ctx.stream(); nothing here synchronizes the host.
 
@@ -61,34 +65,36 @@ AdamWCoefs MakeAdamWCoefs(const AdamWHyper& h);
 }  // namespace detail
 
 // ---- CPU references (T = float, double). `scale` may be null (= 1). --------------------------
+// `skip` may be null (never skip).
 template <typename T>
-void SgdUpdateCpu(T* params, const T* grads, T* momentum_buf, int64_t n, const SgdHyper& h, const T* scale);
+void SgdUpdateCpu(T* params, const T* grads, T* momentum_buf, int64_t n, const SgdHyper& h, const T* scale,
+                  const T* skip = nullptr);
 template <typename T>
 void AdamWUpdateCpu(T* params, const T* grads, T* exp_avg, T* exp_avg_sq, int64_t n, const AdamWHyper& h,
-                    const T* scale);
+                    const T* scale, const T* skip = nullptr);
 // From the sum of squares of all grads: *norm = sqrt(sum_squares), and the clip_grad_norm_
 // coefficient *coef = min(1, max_norm / (norm + 1e-6)); *coef = 1 when max_norm <= 0 (clipping
 // off). A non-finite norm gives a NaN coefficient when clipping, as in PyTorch.
 template <typename T>
 void GradClipCoefCpu(const T* sum_squares, double max_norm, T* norm, T* coef);
 
-// ---- CUDA launchers (f32, defined in optim_update.cu). `scale` is a device pointer or null. ---
+// ---- CUDA launchers (f32, defined in optim_update.cu). `scale`, `skip`: device pointers or null. ---
 #if DT_HAVE_CUDA
 Status SgdUpdateCuda(float* params, const float* grads, float* momentum_buf, int64_t n, const SgdHyper& h,
-                     const float* scale, cudaStream_t stream);
+                     const float* scale, cudaStream_t stream, const float* skip = nullptr);
 Status AdamWUpdateCuda(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, int64_t n,
-                       const AdamWHyper& h, const float* scale, cudaStream_t stream);
+                       const AdamWHyper& h, const float* scale, cudaStream_t stream, const float* skip = nullptr);
 // All pointers are device scalars.
 Status GradClipCoefCuda(const float* sum_squares, double max_norm, float* norm, float* coef, cudaStream_t stream);
 #endif
 
 // ---- Tensor level: checks, then dispatch (CPU f32/f64, CUDA f32) ----------------------------
 // All tensors on ctx's device with one dtype; params, grads and state have the same numel; `scale`
-// (nullable) is a 1-element tensor.
+// and `skip` (nullable) are 1-element tensors.
 Status SgdUpdate(DeviceContext& ctx, const SgdHyper& h, Tensor* params, const Tensor& grads, Tensor* momentum_buf,
-                 const Tensor* scale = nullptr);
+                 const Tensor* scale = nullptr, const Tensor* skip = nullptr);
 Status AdamWUpdate(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, const Tensor& grads, Tensor* exp_avg,
-                   Tensor* exp_avg_sq, const Tensor* scale = nullptr);
+                   Tensor* exp_avg_sq, const Tensor* scale = nullptr, const Tensor* skip = nullptr);
 // `sum_squares` as produced by SumSquares (reduce.h); `norm` and `coef` are 1-element tensors like
 // it (allocated from ctx.allocator() when undefined).
 Status GradClipCoef(DeviceContext& ctx, const Tensor& sum_squares, double max_norm, Tensor* norm, Tensor* coef);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "models/ops/half.h"
 #include "runtime/core/check.h"
 
 namespace dtrain::ops {
@@ -68,8 +69,8 @@ Status CheckLogits(const DeviceContext& ctx, const char* op, const Tensor& logit
   DT_CHECK_ARG(logits.device() == ctx.type(),
                op << ": logits " << logits.ToString() << " not on " << DeviceName(ctx.type()));
   if (ctx.is_cuda()) {
-    DT_CHECK_ARG(logits.dtype() == DType::kF32 || logits.dtype() == DType::kBF16,
-                 op << ": CUDA supports f32 and bf16, got " << logits.ToString());
+    DT_CHECK_ARG(logits.dtype() == DType::kF32 || IsHalfFloat(logits.dtype()),
+                 op << ": CUDA supports f32, bf16 and f16, got " << logits.ToString());
   } else {
     DT_CHECK_ARG(logits.dtype() == DType::kF32 || logits.dtype() == DType::kF64,
                  op << ": CPU supports f32/f64, got " << logits.ToString());
@@ -100,8 +101,8 @@ Status SoftmaxCrossEntropy(DeviceContext& ctx, const Tensor& logits, const Tenso
   DT_CHECK_ARG(losses != nullptr, "SoftmaxCrossEntropy: losses is null");
   DT_RETURN_IF_ERROR(CheckLogits(ctx, kOp, logits, &valid_cols));
   DT_RETURN_IF_ERROR(CheckRowIndex(ctx, kOp, "targets", logits, targets));
-  const bool bf16 = logits.dtype() == DType::kBF16;
-  const DType loss_dtype = bf16 ? DType::kF32 : logits.dtype();
+  const bool half = IsHalfFloat(logits.dtype());
+  const DType loss_dtype = half ? DType::kF32 : logits.dtype();
   DT_CHECK_ARG(losses->ndim() == 1 && losses->dim(0) == logits.dim(0) && losses->dtype() == loss_dtype &&
                    losses->device() == ctx.type(),
                "SoftmaxCrossEntropy: losses " << losses->ToString() << " must be " << DTypeName(loss_dtype) << "["
@@ -114,10 +115,10 @@ Status SoftmaxCrossEntropy(DeviceContext& ctx, const Tensor& logits, const Tenso
   const int64_t b = logits.dim(0), v = logits.dim(1);
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
-    if (bf16) {
-      return SoftmaxCrossEntropyCudaBf16(losses->data<float>(), dlogits ? dlogits->data<uint16_t>() : nullptr,
-                                         logits.data<uint16_t>(), targets.data<int32_t>(), b, v, valid_cols, grad_scale,
-                                         ctx.stream());
+    if (half) {
+      const auto fn = logits.dtype() == DType::kBF16 ? SoftmaxCrossEntropyCudaBf16 : SoftmaxCrossEntropyCudaF16;
+      return fn(losses->data<float>(), dlogits ? dlogits->data<uint16_t>() : nullptr, logits.data<uint16_t>(),
+                targets.data<int32_t>(), b, v, valid_cols, grad_scale, ctx.stream());
     }
     return SoftmaxCrossEntropyCuda(losses->data<float>(), dlogits ? dlogits->data<float>() : nullptr,
                                    logits.data<float>(), targets.data<int32_t>(), b, v, valid_cols, grad_scale,
@@ -141,8 +142,9 @@ Status Argmax(DeviceContext& ctx, const Tensor& logits, Tensor* out, int64_t val
   const int64_t b = logits.dim(0), v = logits.dim(1);
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
-    if (logits.dtype() == DType::kBF16) {
-      return ArgmaxCudaBf16(out->data<int32_t>(), logits.data<uint16_t>(), b, v, valid_cols, ctx.stream());
+    if (IsHalfFloat(logits.dtype())) {
+      const auto fn = logits.dtype() == DType::kBF16 ? ArgmaxCudaBf16 : ArgmaxCudaF16;
+      return fn(out->data<int32_t>(), logits.data<uint16_t>(), b, v, valid_cols, ctx.stream());
     }
     return ArgmaxCuda(out->data<int32_t>(), logits.data<float>(), b, v, valid_cols, ctx.stream());
 #else

@@ -1,6 +1,7 @@
-// Softmax cross-entropy and argmax, one block per row, for f32 logits (f32 dlogits) and bf16 logits (f32 losses,
-// bf16 dlogits). 128-bit loads when V and the pointers allow; columns >= valid_cols are padding.
+// Softmax cross-entropy and argmax, one block per row, for f32 logits (f32 dlogits) and bf16 / fp16 logits (f32
+// losses, 16-bit dlogits). 128-bit loads when V and the pointers allow; columns >= valid_cols are padding.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <climits>
@@ -194,6 +195,19 @@ Status ArgmaxCudaBf16(int32_t* out, const uint16_t* logits, int64_t b, int64_t v
                       cudaStream_t stream) {
   DT_NVTX_FN();
   return LaunchArgmax(out, detail::AsBf16(logits), b, v, valid_cols, stream);
+}
+
+Status SoftmaxCrossEntropyCudaF16(float* losses, uint16_t* dlogits, const uint16_t* logits, const int32_t* targets,
+                                  int64_t b, int64_t v, int64_t valid_cols, float grad_scale, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchXent(losses, dlogits == nullptr ? nullptr : detail::AsF16(dlogits), detail::AsF16(logits), targets, b, v,
+                    valid_cols, grad_scale, stream);
+}
+
+Status ArgmaxCudaF16(int32_t* out, const uint16_t* logits, int64_t b, int64_t v, int64_t valid_cols,
+                     cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchArgmax(out, detail::AsF16(logits), b, v, valid_cols, stream);
 }
 
 }  // namespace dtrain::ops

@@ -15,10 +15,10 @@
 // is never the max; a row of only NaN/-inf gives 0), as i32.
 //
 // CPU references take T = float or double (sums in double); CUDA launchers take f32 logits (f32 losses and
-// dlogits) or bf16 logits (f32 losses, bf16 dlogits; fp32 math; bf16 buffers are uint16_t raw bits), one block
-// per row with 128-bit loads when V and the pointers allow, queued on `stream`. The Tensor entry points check
-// shapes/dtypes/devices (InvalidArgument naming the shapes) and dispatch CPU f32/f64 -> *Cpu, CUDA f32 -> *Cuda,
-// CUDA bf16 -> *CudaBf16.
+// dlogits) or bf16 / fp16 logits (f32 losses, 16-bit dlogits; fp32 math; 16-bit buffers are uint16_t raw bits),
+// one block per row with 128-bit loads when V and the pointers allow, queued on `stream`. The Tensor entry points
+// check shapes/dtypes/devices (InvalidArgument naming the shapes) and dispatch CPU f32/f64 -> *Cpu, CUDA f32 ->
+// *Cuda, CUDA bf16 -> *CudaBf16, CUDA f16 -> *CudaF16.
 
 #include <cstdint>
 
@@ -44,8 +44,12 @@ Status SoftmaxCrossEntropyCudaBf16(float* losses, uint16_t* dlogits, const uint1
 Status ArgmaxCuda(int32_t* out, const float* logits, int64_t b, int64_t v, int64_t valid_cols, cudaStream_t stream);
 Status ArgmaxCudaBf16(int32_t* out, const uint16_t* logits, int64_t b, int64_t v, int64_t valid_cols,
                       cudaStream_t stream);
+Status SoftmaxCrossEntropyCudaF16(float* losses, uint16_t* dlogits, const uint16_t* logits, const int32_t* targets,
+                                  int64_t b, int64_t v, int64_t valid_cols, float grad_scale, cudaStream_t stream);
+Status ArgmaxCudaF16(int32_t* out, const uint16_t* logits, int64_t b, int64_t v, int64_t valid_cols,
+                     cudaStream_t stream);
 
-// logits [B,V] (f32/f64; bf16 on CUDA), targets i32[B], losses [B] (dtype of logits; f32 for bf16 logits),
+// logits [B,V] (f32/f64; bf16/f16 on CUDA), targets i32[B], losses [B] (dtype of logits; f32 for 16-bit logits),
 // dlogits [B,V] like logits, or null, or logits itself.
 Status SoftmaxCrossEntropy(DeviceContext& ctx, const Tensor& logits, const Tensor& targets, Tensor* losses,
                            Tensor* dlogits, float grad_scale, int64_t valid_cols = -1);
