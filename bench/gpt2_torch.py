@@ -97,6 +97,15 @@ def main():
     g = torch.Generator(device="cpu").manual_seed(1234 + rank)
     synth = [torch.randint(0, 50257, (a.batch, a.seq + 1), generator=g) for _ in range(8)]
     losses, t0 = [], None
+    def train_step(rec):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = fwd(rec[:, :-1], rec[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
     torch.cuda.reset_peak_memory_stats(dev)
     for step in range(a.warmup + a.steps):
         if step == a.warmup:
@@ -108,12 +117,7 @@ def main():
         else:
             rec = synth[step % len(synth)]
         rec = rec.to(dev, non_blocking=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = fwd(rec[:, :-1], rec[:, 1:])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss = train_step(rec)
         if a.losses:
             losses.append(loss.item())
     torch.cuda.synchronize()
@@ -121,12 +125,7 @@ def main():
     if a.profile and rank == 0:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(3):
-                with torch.autocast("cuda", dtype=torch.bfloat16):
-                    loss = fwd(rec[:, :-1], rec[:, 1:])
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+                train_step(rec)
             torch.cuda.synchronize()
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=90))
     tokens_per_s = a.steps * a.batch * a.seq * world / dt
