@@ -46,23 +46,6 @@ std::string CacheValue(const std::string& cache, const std::string& key) {
   return "";
 }
 
-// Extracts a number field from one JSON line of metrics.jsonl ("key":value).
-double Field(const std::string& line, const std::string& key) {
-  const auto pos = line.find("\"" + key + "\":");
-  if (pos == std::string::npos) return NAN;
-  return std::stod(line.substr(pos + key.size() + 3));
-}
-
-std::vector<std::string> Lines(const std::string& text, const std::string& must_contain) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string line;
-  while (std::getline(ss, line)) {
-    if (line.find(must_contain) != std::string::npos) out.push_back(line);
-  }
-  return out;
-}
-
 TEST(CustomModelE2E, InstalledPackageBuildsTheExampleWhichTrainsOnTwoRanks) {
   if (!DT_HAVE_MPI) GTEST_SKIP() << "built without MPI (DT_WITH_MPI=OFF): launch needs mpirun";
   if (!Exists(kData + "/train-images-idx3-ubyte.gz")) {

@@ -91,22 +91,6 @@ std::string PidsIn(const std::string& ns, int wait_s) {
   return pids;
 }
 
-std::vector<std::string> Lines(const std::string& text, const std::string& must_contain) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string line;
-  while (std::getline(ss, line)) {
-    if (line.find(must_contain) != std::string::npos) out.push_back(line);
-  }
-  return out;
-}
-
-double Field(const std::string& line, const std::string& key) {
-  const auto pos = line.find("\"" + key + "\":");
-  if (pos == std::string::npos) return NAN;
-  return std::stod(line.substr(pos + key.size() + 3));
-}
-
 // Each test gets a fresh 2-host cluster, torn down afterwards; skips where namespaces cannot be made.
 class MultinodeNetns : public ::testing::Test {
  protected:

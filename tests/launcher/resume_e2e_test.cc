@@ -27,16 +27,6 @@ const std::string kCommon =
 
 bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
 
-std::vector<std::string> Lines(const std::string& text, const std::string& must_contain) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string line;
-  while (std::getline(ss, line)) {
-    if (line.find(must_contain) != std::string::npos) out.push_back(line);
-  }
-  return out;
-}
-
 // The "loss" field of a metrics line, as written (compared as text: bit-exact runs print the same).
 std::string LossText(const std::string& line) {
   const auto p = line.find("\"loss\":");

@@ -22,23 +22,6 @@ const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mni
 
 bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
 
-// Extracts a number field from one JSON line of metrics.jsonl ("key":value).
-double Field(const std::string& line, const std::string& key) {
-  const auto pos = line.find("\"" + key + "\":");
-  if (pos == std::string::npos) return NAN;
-  return std::stod(line.substr(pos + key.size() + 3));
-}
-
-std::vector<std::string> Lines(const std::string& text, const std::string& must_contain) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string line;
-  while (std::getline(ss, line)) {
-    if (line.find(must_contain) != std::string::npos) out.push_back(line);
-  }
-  return out;
-}
-
 // The acceptance run of the foundation issue, unscaled: the shipped config, full dataset, 3 epochs, CPU.
 TEST(TrainE2E, FashionMnistMlpReaches85PercentOnCpuWithin3Epochs) {
   if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";

@@ -3,11 +3,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 namespace dtrain::testing {
 
@@ -59,5 +61,21 @@ std::string ReadFile(const std::string& path) {
 }
 
 void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+double Field(const std::string& line, const std::string& key) {
+  const auto pos = line.find("\"" + key + "\":");
+  if (pos == std::string::npos) return NAN;
+  return std::stod(line.substr(pos + key.size() + 3));
+}
+
+std::vector<std::string> Lines(const std::string& text, const std::string& must_contain) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string line;
+  while (std::getline(ss, line)) {
+    if (line.find(must_contain) != std::string::npos) out.push_back(line);
+  }
+  return out;
+}
 
 }  // namespace dtrain::testing

@@ -3,6 +3,7 @@
 // for end-to-end tests of the `dtrain` binary (its path comes from env DTRAIN_BIN, set by ctest).
 
 #include <string>
+#include <vector>
 
 namespace dtrain::testing {
 
@@ -34,5 +35,10 @@ class TempDir {
 // Reads a whole file ("" when it cannot be read).
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& text);
+
+// The number after "key": in one JSON line (e.g. of metrics.jsonl); NaN when the key is absent.
+double Field(const std::string& line, const std::string& key);
+// The lines of `text` that contain `must_contain`, in order.
+std::vector<std::string> Lines(const std::string& text, const std::string& must_contain);
 
 }  // namespace dtrain::testing
