@@ -117,12 +117,23 @@ def main():
     put("safetensors_fuzzer", "read_scalar", b"R" + safetensors([("step", [], [7.0])]))
     put("safetensors_fuzzer", "read_empty", b"R" + safetensors([]))
     put("safetensors_fuzzer", "roundtrip", bytes(range(64)))
+    # One name twice: the reader must refuse the file (and the writer never makes one).
+    dup = b'{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}'
+    dup += b" " * (-len(dup) % 8)
+    put("safetensors_fuzzer", "read_duplicate", b"R" + struct.pack("<Q", len(dup)) + dup + bytes(8))
 
     # s3_xml_fuzzer: answers of ListObjectsV2, ListMultipartUploads, CreateMultipartUpload and errors.
     put("s3_xml_fuzzer", "list_objects",
         '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>b</Name><IsTruncated>true</IsTruncated>'
         '<Contents><Key>p/a&amp;b</Key><Size>12</Size></Contents><Contents><Key>p/c&#x41;&#66;</Key><Size>0</Size>'
         '</Contents><NextContinuationToken>1/tok==</NextContinuationToken></ListBucketResult>')
+    # Keys no listing of s3://b/p may return (each must fail ParseListPage, naming the key): a ".."
+    # escape, a reference with a space in it, a control byte, an absurd size, a key outside the prefix.
+    put("s3_xml_fuzzer", "list_hostile",
+        '<ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>p/s/../../x</Key><Size>1</Size></Contents>'
+        '<Contents><Key>p/&# 65;</Key><Size>2</Size></Contents><Contents><Key>p/a&#x1;b</Key><Size>1</Size>'
+        '</Contents><Contents><Key>p/k</Key><Size>18446744073709551616</Size></Contents><Contents><Key>p/</Key>'
+        '<Size>0</Size></Contents><Contents><Key>q/k</Key><Size>1</Size></Contents></ListBucketResult>')
     put("s3_xml_fuzzer", "list_uploads",
         '<ListMultipartUploadsResult><Upload><Key>k</Key><UploadId>2~abc</UploadId></Upload>'
         '<Upload><Key>k2</Key><UploadId>2~def</UploadId></Upload></ListMultipartUploadsResult>')

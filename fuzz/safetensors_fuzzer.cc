@@ -1,14 +1,16 @@
 // Fuzzes safetensors I/O (runtime/safetensors.h). The first byte picks the mode:
 //   'R' + bytes   the bytes are a .safetensors file: ReadSafetensors must return a Status (no crash,
-//                 leak or hang), and what it accepts has data sized by its shape.
+//                 leak or hang), and what it accepts has data sized by its shape and unique names.
 //   otherwise     a write -> read round trip: tensors (names, shapes, float bits, NaNs included) and
-//                 metadata drawn from the input; when WriteSafetensors accepts them, ReadSafetensors
-//                 must give back the same names, shapes and bit-identical data, in order.
+//                 metadata drawn from the input; WriteSafetensors must refuse a repeated name, and
+//                 when it accepts them, ReadSafetensors must give back the same names, shapes and
+//                 bit-identical data, in order.
 
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,7 +47,9 @@ void FuzzRead(const uint8_t* bytes, size_t size) {
   const std::string path = dtrain::fuzz::ScratchDir().Write("read.safetensors", bytes, size);
   std::vector<NamedTensor> tensors;
   if (!dtrain::runtime::ReadSafetensors(path, &tensors).ok()) return;
+  std::set<std::string> names;
   for (const NamedTensor& t : tensors) {
+    DT_FUZZ_ASSERT(names.insert(t.name).second, "read a file naming '" + Escape(t.name) + "' twice");
     int64_t numel = 1;
     for (int64_t d : t.shape) {
       DT_FUZZ_ASSERT(d >= 0, "negative dim in '" + t.name + "'");
@@ -76,7 +80,12 @@ void FuzzRoundTrip(const uint8_t* bytes, size_t size) {
     if (!raw.empty()) std::memcpy(t.data.data(), raw.data(), raw.size());
   }
   const std::string path = dtrain::fuzz::ScratchDir().Path("roundtrip.safetensors");
-  if (!dtrain::runtime::WriteSafetensors(path, tensors, metadata).ok()) return;
+  std::set<std::string> names;
+  bool repeated = false;
+  for (const NamedTensor& t : tensors) repeated |= !names.insert(t.name).second;
+  const dtrain::Status written = dtrain::runtime::WriteSafetensors(path, tensors, metadata);
+  DT_FUZZ_ASSERT(!(repeated && written.ok()), "wrote tensors with a repeated name: " + Describe(tensors));
+  if (!written.ok()) return;
   std::vector<NamedTensor> back;
   const dtrain::Status st = dtrain::runtime::ReadSafetensors(path, &back);
   DT_FUZZ_ASSERT(st.ok(), "a file just written does not read: " + st.ToString() + "\nwritten: " + Describe(tensors));

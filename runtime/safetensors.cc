@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "runtime/core/check.h"
@@ -147,12 +148,16 @@ Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>&
     header += tensors.empty() ? "}" : "},";  // no comma before the closing brace: that is not JSON
   }
   uint64_t offset = 0;
+  std::set<std::string> names;
   for (size_t t = 0; t < tensors.size(); ++t) {
     const NamedTensor& nt = tensors[t];
     int64_t numel = 1;
     std::string shape;
     // The reader (and safetensors itself) takes "__metadata__" for the metadata map, and dims are sizes.
     DT_CHECK_ARG(nt.name != "__metadata__", "tensor name '__metadata__' is reserved for the metadata map");
+    // A JSON object with a key twice: readers keep one of the two (Python's json the last), silently.
+    DT_CHECK_ARG(names.insert(nt.name).second,
+                 "duplicate tensor name '" << nt.name << "' (tensor " << t << " of " << tensors.size() << ")");
     for (size_t i = 0; i < nt.shape.size(); ++i) {
       DT_CHECK_ARG(nt.shape[i] >= 0, "tensor '" << nt.name << "' has a negative dim " << nt.shape[i]);
       numel *= nt.shape[i];
@@ -218,6 +223,7 @@ Status ReadSafetensors(const std::string& path, std::vector<NamedTensor>* tensor
 
   JsonScanner js(header);
   tensors->clear();
+  std::set<std::string> names;
   const Status bad = Status::DataLoss(path + ": malformed safetensors header");
   if (!js.Eat('{')) return bad;
   if (!js.Eat('}')) {
@@ -228,6 +234,7 @@ Status ReadSafetensors(const std::string& path, std::vector<NamedTensor>* tensor
         if (!js.SkipStringMap()) return bad;
         continue;
       }
+      if (!names.insert(name).second) return Status::DataLoss(path + ": tensor '" + name + "' appears twice");
       NamedTensor nt;
       nt.name = name;
       std::vector<int64_t> offsets;

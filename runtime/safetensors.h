@@ -19,11 +19,14 @@ struct NamedTensor {
   std::vector<float> data;  // row-major, numel = product of shape
 };
 
+// InvalidArgument (nothing written) when a name repeats or is "__metadata__", a dim is negative, or a
+// tensor's data does not match its shape.
 Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                         const std::map<std::string, std::string>& metadata = {});
 
 // Reads every tensor (F32 only; other dtypes are an error naming the tensor). Sizes and offsets from
-// the file are bounds-checked before use: a truncated or corrupt file is DataLoss naming the path.
+// the file are bounds-checked before use: a truncated or corrupt file, or one naming a tensor twice, is
+// DataLoss naming the path.
 Status ReadSafetensors(const std::string& path, std::vector<NamedTensor>* tensors);
 
 }  // namespace dtrain::runtime

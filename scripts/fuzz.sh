@@ -9,7 +9,7 @@
 # The seeds in fuzz/corpus/<target>/ are read-only here: each run mutates a copy under
 # $BUILD_DIR/fuzz-corpus/, which is kept (a longer run starts from what the last one found).
 # Replay one input:  $BUILD_DIR/fuzz/<target> <file>
-# The build shares build-asan with scripts/sanitize.sh (same compiler and flags), so CI compiles
+# The build shares build-asan with scripts/sanitize.sh (scripts/sanitizers/config.sh), so CI compiles
 # the tree once for both. Env: FUZZ_BUILD_DIR, JOBS (parallel targets, default 2), CMAKE_ARGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,12 +19,9 @@ BUILD_DIR=${FUZZ_BUILD_DIR:-build-asan}
 ALL_TARGETS=(config_fuzzer hostfile_fuzzer dataset_fuzzer checkpoint_manifest_fuzzer safetensors_fuzzer s3_xml_fuzzer)
 if (($#)); then TARGETS=("$@"); else TARGETS=("${ALL_TARGETS[@]}"); fi
 
-# Keep this configuration identical to scripts/sanitize.sh's ASan leg (one build serves both).
-# shellcheck disable=SC2086
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DDT_WITH_CUDA=OFF -DDT_BUILD_EXAMPLES=OFF \
-  -DDT_SANITIZER="address;undefined;fuzzer-no-link" -DCMAKE_CXX_FLAGS="-fno-sanitize-recover=all" \
-  -DDT_BUILD_FUZZERS=ON ${CMAKE_ARGS:-} >/dev/null
+# shellcheck source=scripts/sanitizers/config.sh
+source scripts/sanitizers/config.sh
+configure_asan "$BUILD_DIR"
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=1}

@@ -1,9 +1,42 @@
 #!/usr/bin/env bash
-# The test suite, from a fresh machine: install dependencies, build, run every test with ctest.
-# GPU tests skip with a reason when no GPU is visible. Extra arguments go to ctest.
+# The test suite, from a fresh machine (CI runs exactly this: .ci/run). Stages, in this order:
+#   plain  install dependencies, build (scripts/build.sh), run every test with ctest; GPU tests skip
+#          with a reason when no GPU is visible. Extra arguments go to this ctest.
+#   asan   scripts/sanitize.sh asan: the unit tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   fuzz   scripts/fuzz.sh 60: every libFuzzer target for 60 s, two at a time (on the ASan build)
+#   tsan   scripts/sanitize.sh tsan: data loader, checkpoint writer, launcher supervision under TSan
+# STAGES="plain" (or any space-separated subset) runs only those; default: all four, about 25 minutes
+# on 2 cores. Every stage runs even when an earlier one failed; the exit code is non-zero when any
+# failed, and a table of each stage's result and wall time ends the output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install_deps.sh
-scripts/build.sh
+STAGES=${STAGES:-plain asan fuzz tsan}
 if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "${JOBS:-$(nproc)}" "$@"
+
+# (Inside `if`, bash ignores set -e: each stage chains its steps with &&.)
+plain() {
+  scripts/install_deps.sh && scripts/build.sh &&
+    ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "${JOBS:-$(nproc)}" "$@"
+}
+asan() { scripts/sanitize.sh asan; }
+fuzz() { scripts/fuzz.sh 60; }
+tsan() { scripts/sanitize.sh tsan; }
+
+summary=()
+failed=0
+for stage in $STAGES; do
+  case "$stage" in
+    plain | asan | fuzz | tsan) ;;
+    *) echo "test.sh: unknown stage '$stage' (plain asan fuzz tsan)" >&2; exit 2 ;;
+  esac
+  echo "=== test.sh: stage $stage"
+  start=$(date +%s)
+  if "$stage" "$@"; then result=ok; else result=FAILED; failed=1; fi
+  seconds=$(($(date +%s) - start))
+  echo "=== test.sh: stage $stage $result in ${seconds} s"
+  summary+=("$(printf '%-6s %-7s %5d s' "$stage" "$result" "$seconds")")
+done
+
+echo "=== test.sh: summary"
+printf '%s\n' "${summary[@]}"
+exit "$failed"

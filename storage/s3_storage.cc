@@ -12,6 +12,7 @@
 #include "runtime/core/logging.h"
 #include "storage/http_client.h"
 #include "storage/key_util.h"
+#include "storage/s3_list.h"
 #include "storage/s3_xml.h"
 #include "storage/sha256.h"
 #include "storage/sigv4.h"
@@ -240,22 +241,24 @@ Status S3Storage::List(const std::string& prefix, std::vector<ObjectInfo>* out) 
     call.query = {{"list-type", "2"}, {"prefix", full_prefix}, {"max-keys", std::to_string(list_page_size_)}};
     if (!token.empty()) call.query.emplace_back("continuation-token", token);
     HttpResponse resp;
-    DT_RETURN_IF_ERROR(Send(call, &resp, url_ + " (list '" + prefix + "')"));
-    for (const std::string& block : detail::XmlBlocks(resp.body, "Contents", list_page_size_ + 1)) {
-      std::string name, size;
-      if (!detail::XmlFirst(block, "Key", &name) || !detail::XmlFirst(block, "Size", &size)) continue;
-      if (name.compare(0, strip.size(), strip) != 0) continue;
-      out->push_back({name.substr(strip.size()), std::strtoull(size.c_str(), nullptr, 10)});
-    }
-    std::string truncated;
-    if (!detail::XmlFirst(resp.body, "IsTruncated", &truncated) || truncated != "true") break;
-    std::string next;
-    if (!detail::XmlFirst(resp.body, "NextContinuationToken", &next) || next.empty() || next == token) {
+    const std::string what = url_ + " (list '" + prefix + "')";
+    DT_RETURN_IF_ERROR(Send(call, &resp, what));
+    detail::ListPage got;
+    DT_RETURN_IF_ERROR(detail::ParseListPage(resp.body, what, full_prefix, strip, list_page_size_ + 1, &got));
+    out->insert(out->end(), got.objects.begin(), got.objects.end());
+    if (!got.truncated) break;
+    if (got.next_token.empty() || got.next_token == token) {
       return Status::IoError(url_ + ": list '" + prefix + "': truncated answer without a new continuation token");
     }
-    token = next;
+    token = got.next_token;
   }
   std::sort(out->begin(), out->end(), [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
+  for (size_t i = 1; i < out->size(); ++i) {
+    if ((*out)[i].key == (*out)[i - 1].key) {
+      return Status::IoError(url_ + " (list '" + prefix + "'): the server's listing gives key '" +
+                             detail::EscapeForMessage((*out)[i].key) + "' twice");
+    }
+  }
   return Status::OK();
 }
 

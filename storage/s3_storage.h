@@ -14,6 +14,9 @@
 // Retries: 5xx, SlowDown/RequestTimeout/InternalError codes, and curl connect/timeout/send/recv errors
 // are retried up to max_retries times with full-jitter exponential backoff (100 ms base, 5 s cap);
 // 4xx are not retried. Credentials never appear in a Status message or a log line.
+// Listings are checked key by key (storage/s3_list.h): a key outside the requested prefix, with a
+// "..", "." or empty segment, a control byte, or over 1024 bytes, or listed twice, is an IoError
+// naming it, not an object.
 // Thread-safe: curl easy handles come from an internal pool; every call may run concurrently.
 
 #include <memory>

@@ -39,7 +39,11 @@ bool DecodeRef(const std::string& ref, std::string* out) {
   if (ref.size() < 2 || ref[0] != '#' || ref.size() > 10) return false;
   const bool hex = ref[1] == 'x' || ref[1] == 'X';
   const std::string digits = ref.substr(hex ? 2 : 1);
-  if (digits.empty()) return false;
+  // Digits only: strtoul alone would also take leading whitespace and a sign ("&# 65;", "&#+65;"),
+  // which XML does not allow in a character reference.
+  if (digits.empty() || digits.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789") != std::string::npos) {
+    return false;
+  }
   char* end = nullptr;
   const unsigned long cp = std::strtoul(digits.c_str(), &end, hex ? 16 : 10);
   if (*end != '\0' || cp == 0 || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
@@ -49,20 +53,20 @@ bool DecodeRef(const std::string& ref, std::string* out) {
 
 }  // namespace
 
-std::string XmlDecode(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
+bool XmlDecode(const std::string& s, std::string* out) {
+  out->clear();
+  out->reserve(s.size());
   for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '&') {
-      const size_t semi = s.find(';', i + 1);
-      if (semi != std::string::npos && semi - i <= 11 && DecodeRef(s.substr(i + 1, semi - i - 1), &out)) {
-        i = semi;
-        continue;
-      }
+    if (s[i] != '&') {
+      *out += s[i];
+      continue;
     }
-    out += s[i];
+    // A bare '&' is not XML: only a whole reference may follow it.
+    const size_t semi = s.find(';', i + 1);
+    if (semi == std::string::npos || semi - i > 11 || !DecodeRef(s.substr(i + 1, semi - i - 1), out)) return false;
+    i = semi;
   }
-  return out;
+  return true;
 }
 
 std::vector<std::string> XmlBlocks(const std::string& xml, const std::string& tag, size_t max_count) {
@@ -84,9 +88,7 @@ std::vector<std::string> XmlBlocks(const std::string& xml, const std::string& ta
 
 bool XmlFirst(const std::string& xml, const std::string& tag, std::string* out) {
   const std::vector<std::string> v = XmlBlocks(xml, tag, 1);
-  if (v.empty()) return false;
-  *out = XmlDecode(v[0]);
-  return true;
+  return !v.empty() && XmlDecode(v[0], out);
 }
 
 }  // namespace dtrain::storage::detail

@@ -57,29 +57,65 @@ bool WaitUntil(const std::function<bool()>& cond, double seconds) {
   return cond();
 }
 
+// Starts `dtrain launch <args>` in the background in a session of its own, output to <dir>/out and
+// its exit code to <dir>/rc, and stops whatever is left of it when the test ends, on every path out
+// (a failed ASSERT returns early): SIGTERM to the launcher's process group (the launcher forwards it
+// to mpirun, which stops its workers), SIGKILL to the group after 10 s, then SIGKILL to any mpirun or
+// worker still running with `run` on its command line (mpirun runs in a session of its own).
+class BackgroundLaunch {
+ public:
+  BackgroundLaunch(const std::string& dir, const std::string& run, const std::string& args) : dir_(dir), run_(run) {
+    // The inner shell is the session leader (setsid), so its pid is the group of the launch.
+    const std::string cmd = "setsid -w sh -c 'echo $$ > " + dir + "/pgid; exec " + DtrainBin() + " launch " + args +
+                            " > " + dir + "/out 2>&1' ; echo $? > " + dir + "/rc";
+    started_ = std::system(("(" + cmd + ") > /dev/null 2>&1 &").c_str()) == 0 &&
+               WaitUntil([&] { return !ReadFile(dir + "/pgid").empty(); }, 10);
+    if (started_) pgid_ = static_cast<pid_t>(std::atoi(ReadFile(dir + "/pgid").c_str()));
+  }
+  ~BackgroundLaunch() {
+    if (pgid_ > 1 && kill(-pgid_, 0) == 0) {
+      kill(-pgid_, SIGTERM);
+      if (!WaitUntil([&] { return kill(-pgid_, 0) != 0; }, 10)) kill(-pgid_, SIGKILL);
+    }
+    for (pid_t pid : FindProcesses(run_)) kill(pid, SIGKILL);
+    WaitUntil([&] { return FindProcesses(run_).empty(); }, 10);
+  }
+  BackgroundLaunch(const BackgroundLaunch&) = delete;
+  BackgroundLaunch& operator=(const BackgroundLaunch&) = delete;
+
+  bool started() const { return started_; }
+  std::string output() const { return ReadFile(dir_ + "/out"); }
+  bool finished() const { return !ReadFile(dir_ + "/rc").empty(); }
+  int exit_code() const { return std::atoi(ReadFile(dir_ + "/rc").c_str()); }
+
+ private:
+  std::string dir_, run_;
+  bool started_ = false;
+  pid_t pgid_ = 0;
+};
+
 // kill -9 of one worker mid-run: the launcher exits non-zero within 10 s, names that rank and its
 // signal, and no process of the job remains.
 TEST(LaunchFailureE2E, KillNineOfOneWorkerIsReportedWithin10sAndNothingRemains) {
   if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
   TempDir dir;
   const std::string run = dir.path() + "/run";
-  // In the background: the launcher's output and exit code go to files.
-  const std::string cmd = "(" + DtrainBin() + " launch --nproc-per-node 2 " + kConfig +
-                          " --set train.device=cpu --set train.log_every=20 --set run.dir=" + run + " > " + dir.path() +
-                          "/out 2>&1; echo $? > " + dir.path() + "/rc) &";
-  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  BackgroundLaunch launch(
+      dir.path(), run,
+      "--nproc-per-node 2 " + kConfig + " --set train.device=cpu --set train.log_every=20 --set run.dir=" + run);
+  ASSERT_TRUE(launch.started()) << launch.output();
   // Training is under way once rank 0 has written a progress line.
   ASSERT_TRUE(WaitUntil([&] { return ReadFile(run + "/metrics.jsonl").find("\"step\":20") != std::string::npos; }, 60))
-      << ReadFile(dir.path() + "/out");
+      << launch.output();
   const auto victims = FindProcesses(run, /*rank=*/1);
-  ASSERT_EQ(victims.size(), 1u) << ReadFile(dir.path() + "/out");
+  ASSERT_EQ(victims.size(), 1u) << launch.output();
   ASSERT_EQ(kill(victims[0], SIGKILL), 0);
   const auto killed_at = Clock::now();
-  ASSERT_TRUE(WaitUntil([&] { return !ReadFile(dir.path() + "/rc").empty(); }, 30)) << ReadFile(dir.path() + "/out");
+  ASSERT_TRUE(WaitUntil([&] { return launch.finished(); }, 30)) << launch.output();
   const double seconds = std::chrono::duration<double>(Clock::now() - killed_at).count();
   EXPECT_LT(seconds, 10.0);
-  const std::string out = ReadFile(dir.path() + "/out");
-  EXPECT_EQ(std::atoi(ReadFile(dir.path() + "/rc").c_str()), 128 + SIGKILL) << out;
+  const std::string out = launch.output();
+  EXPECT_EQ(launch.exit_code(), 128 + SIGKILL) << out;
   EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
   EXPECT_NE(out.find("signal 9"), std::string::npos) << out;
   EXPECT_TRUE(FindProcesses(run).empty()) << "workers left behind";

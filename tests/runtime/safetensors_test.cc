@@ -54,5 +54,30 @@ TEST(Safetensors, CorruptFilesAreDataLossNamingThePath) {
   EXPECT_EQ(ReadSafetensors(dir.path() + "/missing", &out).code(), Status::Code::kNotFound);
 }
 
+// Regression: the writer accepted two tensors of one name and wrote a header with a key twice, which
+// Python's json (and so safetensors.torch.load_file) reads as one tensor, the last: a tensor vanished.
+TEST(Safetensors, DuplicateNamesAreRefusedByTheWriterAndTheReader) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/w.safetensors";
+  const Status st =
+      WriteSafetensors(path, {{"fc0.weight", {1}, {1}}, {"fc0.bias", {1}, {2}}, {"fc0.weight", {1}, {3}}});
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("duplicate tensor name 'fc0.weight' (tensor 2 of 3)"), std::string::npos) << st.message();
+  EXPECT_FALSE(std::ifstream(path).good());
+  EXPECT_FALSE(std::ifstream(path + ".tmp").good());
+
+  // A file from elsewhere with a name twice is corrupt for the reader.
+  std::string header =
+      R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+  while (header.size() % 8 != 0) header += ' ';
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i) file[i] = static_cast<char>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  testing::WriteFile(path, file + header + std::string(8, '\0'));
+  std::vector<NamedTensor> out;
+  const Status rd = ReadSafetensors(path, &out);
+  EXPECT_EQ(rd.code(), Status::Code::kDataLoss) << rd.ToString();
+  EXPECT_NE(rd.message().find(path + ": tensor 'w' appears twice"), std::string::npos) << rd.message();
+}
+
 }  // namespace
 }  // namespace dtrain::runtime

@@ -168,6 +168,65 @@ TEST(S3RetryTest, SessionTokenIsSentAndSigned) {
       << reqs[0];
 }
 
+std::string ListAnswer(const std::string& keys_xml, const std::string& tail = "") {
+  const std::string body = "<ListBucketResult>" + keys_xml + tail + "</ListBucketResult>";
+  return "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+}
+
+// Regression: List passed on any key the server returned below the store's prefix, "../" segments
+// and control bytes included, and silently dropped keys outside it.
+TEST(S3RetryTest, ListRejectsKeysThatCannotBeOursNamingThem) {
+  FakeServer server(
+      {ListAnswer("<Contents><Key>pre/step-1/manifest.pb</Key><Size>3</Size></Contents>"
+                  "<Contents><Key>pre/step-1/../../../etc/passwd</Key><Size>4</Size></Contents>")});
+  auto s = OpenAt(server, 0);
+  std::vector<ObjectInfo> got;
+  const Status st = s->List("step-", &got);
+  EXPECT_EQ(st.code(), Status::Code::kIoError);
+  EXPECT_NE(st.message().find("s3://bkt/pre (list 'step-'): the server's listing gives key "
+                              "'pre/step-1/../../../etc/passwd', not a valid storage key: '..' segment"),
+            std::string::npos)
+      << st.message();
+  ASSERT_EQ(server.requests().size(), 1u);
+  EXPECT_EQ(server.requests()[0].rfind("GET /bkt?list-type=2&max-keys=1000&prefix=pre%2Fstep- HTTP/1.1\r\n", 0), 0u)
+      << server.requests()[0];
+}
+
+TEST(S3RetryTest, ListRejectsAKeyOutsideThePrefixAndAKeyListedTwice) {
+  {
+    FakeServer server({ListAnswer("<Contents><Key>elsewhere/step-1</Key><Size>3</Size></Contents>")});
+    std::vector<ObjectInfo> got;
+    const Status st = OpenAt(server, 0)->List("step-", &got);
+    EXPECT_EQ(st.code(), Status::Code::kIoError);
+    EXPECT_NE(st.message().find("key 'elsewhere/step-1', outside the requested prefix 'pre/step-'"), std::string::npos)
+        << st.message();
+  }
+  {
+    // Two pages that both hold step-1: a server that repeats itself across continuation tokens.
+    const std::string one = "<Contents><Key>pre/step-1</Key><Size>3</Size></Contents>";
+    FakeServer server(
+        {ListAnswer(one, "<IsTruncated>true</IsTruncated><NextContinuationToken>t</NextContinuationToken>"),
+         ListAnswer(one)});
+    std::vector<ObjectInfo> got;
+    const Status st = OpenAt(server, 0)->List("", &got);
+    EXPECT_EQ(st.code(), Status::Code::kIoError);
+    EXPECT_NE(st.message().find("gives key 'step-1' twice"), std::string::npos) << st.message();
+  }
+  {
+    // The good case through the same path: a directory marker left out, keys relative and sorted.
+    FakeServer server(
+        {ListAnswer("<Contents><Key>pre/b</Key><Size>2</Size></Contents><Contents><Key>pre/</Key>"
+                    "<Size>0</Size></Contents><Contents><Key>pre/a</Key><Size>1</Size></Contents>")});
+    std::vector<ObjectInfo> got;
+    const Status st = OpenAt(server, 0)->List("", &got);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[0].key, "a");
+    EXPECT_EQ(got[0].size, 1u);
+    EXPECT_EQ(got[1].key, "b");
+  }
+}
+
 TEST(S3RetryTest, OpenRejectsBadSettings) {
   StorageOptions opts;
   opts.endpoint = "http://127.0.0.1:1";
