@@ -35,6 +35,11 @@ source scripts/sanitizers/config.sh
 #   launcher_zero1_resume_e2e_test  the same (resumes across world sizes and the zero1 switch)
 #   launcher_custom_model_e2e_test  installs dtrain and builds examples/custom_model with cmake: a
 #                               compiler run, no dtrain code beyond what the other tests run
+#   launcher_slurm_e2e_test     starts a real Slurm cluster (slurmctld/slurmd, not sanitized) per case: next to
+#                               the ASan tests' load slurmctld failed to come up in two of three runs here
+#                               ("High latency for 1000 calls to gettimeofday()", then exit); the plain
+#                               stage runs all three Slurm tests, and the Slurm variables' parsing is
+#                               unit-tested here (runtime_dist_env_test)
 #   storage_s3_storage_test, launcher_s3_checkpoint_e2e_test, data_s3_remote_cache_test
 #                               start a Ceph RGW cluster each (scripts/s3_test_server.sh, ~20 s and
 #                               1 GB); the S3 client's parsing and retries are covered here by
@@ -43,7 +48,6 @@ source scripts/sanitizers/config.sh
 # Single cases of files that are otherwise run:
 #   TrainE2E.FashionMnistMlp*   3 epochs of real training: 37 s plain, several minutes under ASan
 #   Ranks/LaunchEquivalence     trains in 1, 2 and 4 ASan ranks
-#   SlurmE2E.Usr1*              trains in 2 ASan ranks twice (checkpoint, requeue, resume)
 #   LaunchFailureE2E.KillNine*  must see training steps within 60 s to kill a rank: under ASan with the full
 #                               unwind it did not
 #   CheckpointFaultWalkE2E      relaunches training through the binary 13 times (54 s plain); the same
@@ -51,8 +55,8 @@ source scripts/sanitizers/config.sh
 ASAN_SKIP_BINARIES=(launcher_resume_e2e_test launcher_preempt_e2e_test launcher_spot_simulation_e2e_test
   launcher_multinode_netns_test launcher_secret_leak_e2e_test comm_watchdog_e2e_test storage_s3_storage_test
   launcher_s3_checkpoint_e2e_test data_s3_remote_cache_test launcher_zero1_resume_e2e_test
-  launcher_custom_model_e2e_test)
-ASAN_SKIP_CASES='TrainE2E\.FashionMnistMlp|Ranks/LaunchEquivalence\.|SlurmE2E\.Usr1|LaunchFailureE2E\.KillNine|CheckpointFaultWalkE2E\.'
+  launcher_custom_model_e2e_test launcher_slurm_e2e_test)
+ASAN_SKIP_CASES='TrainE2E\.FashionMnistMlp|Ranks/LaunchEquivalence\.|LaunchFailureE2E\.KillNine|CheckpointFaultWalkE2E\.'
 TSAN_TESTS='^(FashionLoaderTest|LoaderTest|RandomCropFlipTest|CheckpointManager|CheckpointWriter|SuperviseTest)\.'
 
 # The test executables of tests/<dir>/<name>_test.cc (named <dir>_<name>_test), minus ASAN_SKIP_BINARIES.
