@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -69,6 +70,10 @@ Status ValidateManifest(const std::string& path, const proto::DatasetManifest& m
   if (s.kind() != proto::DatasetSchema::IMAGE && s.kind() != proto::DatasetSchema::TOKENS)
     return bad("schema kind unset");
   if (RecordBytes(s) == 0) return bad("schema dims/dtype invalid");
+  // Found by fuzz/dataset_fuzzer: a NaN or infinite normalization would turn every decoded pixel into NaN.
+  if (!std::isfinite(s.pixel_mean()) || !std::isfinite(s.pixel_std())) {
+    return bad("pixel_mean and pixel_std must be finite numbers");
+  }
   if (s.kind() == proto::DatasetSchema::IMAGE) {
     if (s.dims_size() != 2 && s.dims_size() != 3) return bad("image dims must be [H, W] or [C, H, W]");
     if (s.has_label() && s.num_classes() <= 0) return bad("labelled images need num_classes >= 1");

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -158,6 +160,27 @@ TEST(ShardTest, ManifestOfAnotherFormatOrNewerVersionIsRejected) {
   EXPECT_TRUE(st.code() == Status::Code::kDataLoss && Contains(st, ManifestPath(dir.path()))) << st.ToString();
   st = Dataset::Open(dir.File("nope"), false, &ds);
   EXPECT_EQ(st.code(), Status::Code::kNotFound);
+}
+
+// Regression (fuzz/dataset_fuzzer): a manifest whose normalization is NaN or infinite is refused, naming it.
+TEST(ShardTest, ManifestWithNonFiniteNormalizationIsRejected) {
+  TempDir dir;
+  WriteImageDataset(dir.path(), 10, 2, 2, 10);
+  proto::DatasetManifest m;
+  ASSERT_TRUE(ReadManifest(dir.path(), &m).ok());
+  std::unique_ptr<Dataset> ds;
+  for (float mean : {std::nanf(""), 0.5f}) {
+    for (float stdev : {0.25f, std::numeric_limits<float>::infinity()}) {
+      if (std::isfinite(mean) && std::isfinite(stdev)) continue;
+      m.mutable_schema()->set_pixel_mean(mean);
+      m.mutable_schema()->set_pixel_std(stdev);
+      ASSERT_TRUE(WriteManifest(dir.path(), m).ok());
+      const Status st = Dataset::Open(dir.path(), false, &ds);
+      EXPECT_TRUE(st.code() == Status::Code::kDataLoss && Contains(st, ManifestPath(dir.path())) &&
+                  Contains(st, "pixel_mean and pixel_std must be finite"))
+          << st.ToString();
+    }
+  }
 }
 
 }  // namespace
