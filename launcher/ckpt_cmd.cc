@@ -123,10 +123,10 @@ void Inspect(const runtime::LoadedCheckpoint& ck) {
               m.optimizer().c_str(), static_cast<long long>(m.optimizer_step()));
   std::printf("world size     %d\n", m.world_size());
   if (m.sharding().zero1()) {
-    std::printf("sharding       ZeRO-1 over %d ranks, %d buckets, shard %lld elements (saved gathered: loads at any "
-                "world size)\n",
-                m.sharding().world_size(), m.sharding().num_buckets(),
-                static_cast<long long>(m.sharding().shard_numel()));
+    std::printf(
+        "sharding       ZeRO-1 over %d ranks, %d buckets, shard %lld elements (saved gathered: loads at any "
+        "world size)\n",
+        m.sharding().world_size(), m.sharding().num_buckets(), static_cast<long long>(m.sharding().shard_numel()));
   } else {
     std::printf("sharding       none (optimizer state replicated)\n");
   }

@@ -132,9 +132,9 @@ Status Trainer::Restore(const LoadedCheckpoint& ck) {
     for (const char* name : {"exp_avg", "exp_avg_sq", "momentum_buffer"}) {
       const auto it = ck.files.find(std::string(name) + ".bin");
       if (it == ck.files.end()) continue;
-      full[name] = Tensor::Wrap(const_cast<char*>(it->second.data()),
-                                {static_cast<int64_t>(it->second.size() / sizeof(float))}, DType::kF32,
-                                DeviceType::kCPU);
+      full[name] =
+          Tensor::Wrap(const_cast<char*>(it->second.data()), {static_cast<int64_t>(it->second.size() / sizeof(float))},
+                       DType::kF32, DeviceType::kCPU);
     }
     DT_RETURN_IF_ERROR(zero1_->LoadState(full).WithContext(ck.dir));
     zero1_->set_step(m.optimizer_step());

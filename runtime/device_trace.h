@@ -44,8 +44,8 @@ class DeviceTrace {
   // Records a mark at the current tail of `stream` (nullptr or a CPU context: the host time now).
   Status Record(cudaStream_t stream, Mark* out);
   // Queues the span [begin, end) on `track`; args (may be empty) are shown in the viewer.
-  void Span(TraceTrack track, const std::string& name, const std::string& cat, const Mark& begin,
-            const Mark& end, const JsonLine& args = JsonLine());
+  void Span(TraceTrack track, const std::string& name, const std::string& cat, const Mark& begin, const Mark& end,
+            const JsonLine& args = JsonLine());
   // Waits for every pending mark and writes the queued spans. No-op when none are pending.
   Status Flush();
 

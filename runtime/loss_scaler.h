@@ -86,13 +86,13 @@ class LossScaler {
   Status Sync();  // waits for the pending state copy, if any, and refreshes host_
 
   ops::LossScaleHyper hyper_;
-  Tensor state_;                     // f32[ops::kLossScaleStateSize] on the device (see models/ops/loss_scale.h)
-  Tensor found_inf_;                 // view of state_[kLossScaleFoundInf]
-  Tensor staging_;                   // pinned host copy of state_ (CUDA), written by the last Update
+  Tensor state_;      // f32[ops::kLossScaleStateSize] on the device (see models/ops/loss_scale.h)
+  Tensor found_inf_;  // view of state_[kLossScaleFoundInf]
+  Tensor staging_;    // pinned host copy of state_ (CUDA), written by the last Update
 #if DT_HAVE_CUDA
   std::unique_ptr<CudaEvent> done_;  // recorded after that copy
 #endif
-  bool pending_ = false;             // a copy was queued and not yet waited for
+  bool pending_ = false;  // a copy was queued and not yet waited for
   LossScalerState host_;
 };
 

@@ -214,11 +214,11 @@ Status Permute(bf16* dst, const bf16* src, int parts, int64_t b, int64_t t, int6
   }
   const int bi = static_cast<int>(b), ti = static_cast<int>(t), nhi = static_cast<int>(nh), hsi = static_cast<int>(hs);
   if (vec) {
-    PermuteKernel<kToHeads, 8><<<Blocks(n_vec), kThreads, 0, stream>>>(dst, src, static_cast<int>(n_vec), parts, bi,
-                                                                      ti, nhi, hsi);
+    PermuteKernel<kToHeads, 8>
+        <<<Blocks(n_vec), kThreads, 0, stream>>>(dst, src, static_cast<int>(n_vec), parts, bi, ti, nhi, hsi);
   } else {
-    PermuteKernel<kToHeads, 1><<<Blocks(n_vec), kThreads, 0, stream>>>(dst, src, static_cast<int>(n_vec), parts, bi,
-                                                                      ti, nhi, hsi);
+    PermuteKernel<kToHeads, 1>
+        <<<Blocks(n_vec), kThreads, 0, stream>>>(dst, src, static_cast<int>(n_vec), parts, bi, ti, nhi, hsi);
   }
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
