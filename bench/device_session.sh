@@ -7,6 +7,7 @@
 #   gpt2    GPT-2 124M tokens/s, MFU, memory: dtrain 1 and 2 GPUs vs PyTorch eager / torch.compile / DDP
 #   gpt2probe  kernels of a GPT-2 step by total time (ncu) and PyTorch's (torch.profiler)
 #   gpt2loss   GPT-2 loss curves, dtrain vs PyTorch, same init and tokens: 200 steps, PNG to $OUT
+#   gpt2comm   GPT-2 124M on 1 GPU, then 2 GPUs under NCCL CTA limits, bucket sizes and bf16 gradient compression
 #   zero1   GPT-2 124M on 2 GPUs with and without dist.zero1: optimizer memory and tokens/s
 #   tb      TensorBoard's own reader over a run's event file (tests/tools/read_tensorboard.py)
 # Usage (on the GPU machine, from the repo root): OUT=/some/dir STAGES="tests gpt2" bench/device_session.sh
@@ -122,6 +123,20 @@ if has gpt2loss; then
     --losses $OUT/gpt2loss_torch.json --steps ${LOSS_STEPS:-200} --warmup 0 --lr 3e-4 > $OUT/gpt2loss_torch.log 2>&1
   echo "torch rc=$?: $(tail -1 $OUT/gpt2loss_torch.log)"
   python3 bench/plot_losses.py $OUT/gpt2loss_dtrain/metrics.jsonl $OUT/gpt2loss_torch.json $FINAL_OUT/gpt2_loss_curves.png
+fi
+
+if has gpt2comm && [[ $NGPU -ge 2 ]]; then
+  # The 2-GPU step is longer than the 1-GPU one mostly because NCCL's kernels share the SMs with backward:
+  # how the step moves with the CTAs NCCL may use, the bucket size and bf16 gradients.
+  $BIN train $GPT2 --set run.dir=$OUT/gpt2c_1 > $OUT/gpt2c_1.log 2>&1
+  echo "gpt2 1 GPU rc=$?: $(step_line $OUT/gpt2c_1.log)"
+  for v in "NCCL_DEBUG=WARN bucket_mb=25" "NCCL_MAX_CTAS=2 bucket_mb=25" "NCCL_MAX_CTAS=4 bucket_mb=25" \
+           "NCCL_MAX_CTAS=8 bucket_mb=25" "NCCL_MAX_CTAS=4 bucket_mb=100" "NCCL_DEBUG=WARN bucket_mb=100" \
+           "NCCL_DEBUG=WARN bf16_compress=true" "NCCL_MAX_CTAS=4 bf16_compress=true"; do
+    read -r ctas opt <<< "$v"; tag=$(echo "$v" | tr ' =' '__')
+    env $ctas $BIN launch --nproc-per-node gpu $GPT2 --set dist.$opt --set run.dir=$OUT/gpt2c_$tag > $OUT/gpt2c_$tag.log 2>&1
+    echo "gpt2 2 GPU $v rc=$?: $(step_line $OUT/gpt2c_$tag.log)"
+  done
 fi
 
 if has zero1 && [[ $NGPU -ge 2 ]]; then

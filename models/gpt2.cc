@@ -193,7 +193,6 @@ Status Gpt2::EnsureActivations(int64_t batch, int64_t seq_len) {
   DT_RETURN_IF_ERROR(Alloc({n}, stat, &losses_));
   DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dres_));
   DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dln_));
-  DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dtmp_));
   DT_RETURN_IF_ERROR(Alloc({batch, seq_len, 3 * c}, act, &dqkv_));
   DT_RETURN_IF_ERROR(Alloc({batch, seq_len, c}, act, &datt_));
   DT_RETURN_IF_ERROR(Alloc({n, 4 * c}, act, &dfc_));
@@ -255,20 +254,21 @@ Status Gpt2::BlockForward(int layer) {
   // Attention: x_mid = x + c_proj(attn(c_attn(ln_1(x)))).
   DT_RETURN_IF_ERROR(ops::LayerNormForward(ctx_, x, w(kLn1W), w(kLn1B), kLnEps, &a.ln1, &a.ln1_mean, &a.ln1_rstd));
   DT_RETURN_IF_ERROR(
-      ops::MatmulEpilogue(ctx_, a.ln1, false, gw(kAttnW), true, w(kAttnB), ops::Epilogue::kBias, &qkv2, nullptr));
+      ops::MatmulEpilogue(ctx_, a.ln1, false, gw(kAttnW), true, gw(kAttnB), ops::Epilogue::kBias, &qkv2, nullptr));
   DT_RETURN_IF_ERROR(ops::AttentionForward(ctx_, a.qkv, opts_.n_head, &a.att, &a.lse));
-  DT_RETURN_IF_ERROR(ops::MatmulEpilogue(ctx_, att2, false, gw(kAttnProjW), true, w(kAttnProjB), ops::Epilogue::kBias,
-                                         &a.x_mid, nullptr));
-  DT_RETURN_IF_ERROR(ops::Add(ctx_, a.x_mid, x, &a.x_mid));
+  Tensor residual = x;  // a handle: the epilogue reads it
+  DT_RETURN_IF_ERROR(ops::MatmulEpilogue(ctx_, att2, false, gw(kAttnProjW), true, gw(kAttnProjB),
+                                         ops::Epilogue::kBiasResidual, &a.x_mid, &residual));
 
-  // MLP: y = x_mid + c_proj(gelu(c_fc(ln_2(x_mid)))). Biases (and c_fc's GELU) are fused into the GEMMs' epilogues.
+  // MLP: y = x_mid + c_proj(gelu(c_fc(ln_2(x_mid)))). Biases, c_fc's GELU and the residual adds are fused into the
+  // GEMMs' epilogues.
   DT_RETURN_IF_ERROR(
       ops::LayerNormForward(ctx_, a.x_mid, w(kLn2W), w(kLn2B), kLnEps, &a.ln2, &a.ln2_mean, &a.ln2_rstd));
-  DT_RETURN_IF_ERROR(
-      ops::MatmulEpilogue(ctx_, a.ln2, false, gw(kFcW), true, w(kFcB), ops::Epilogue::kBiasGelu, &a.fc_act, &a.fc_pre));
-  DT_RETURN_IF_ERROR(
-      ops::MatmulEpilogue(ctx_, a.fc_act, false, gw(kFcProjW), true, w(kFcProjB), ops::Epilogue::kBias, &y, nullptr));
-  return ops::Add(ctx_, y, a.x_mid, &y);
+  DT_RETURN_IF_ERROR(ops::MatmulEpilogue(ctx_, a.ln2, false, gw(kFcW), true, gw(kFcB), ops::Epilogue::kBiasGelu,
+                                         &a.fc_act, &a.fc_pre));
+  residual = a.x_mid;
+  return ops::MatmulEpilogue(ctx_, a.fc_act, false, gw(kFcProjW), true, gw(kFcProjB), ops::Epilogue::kBiasResidual, &y,
+                             &residual);
 }
 
 Status Gpt2::Backward(float loss_scale, const GradReadyFn& on_ready) {
@@ -317,9 +317,9 @@ Status Gpt2::BlockBackward(int layer, const GradReadyFn& on_ready) {
   DT_RETURN_IF_ERROR(ready(kFcB));
   DT_RETURN_IF_ERROR(ready(kFcW));
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dfc_, false, gw(kFcW), false, &dln_));
-  DT_RETURN_IF_ERROR(
-      ops::LayerNormBackward(ctx_, a.x_mid, w(kLn2W), a.ln2_mean, a.ln2_rstd, dln_, &dtmp_, g(kLn2W), g(kLn2B)));
-  DT_RETURN_IF_ERROR(ops::Add(ctx_, dres_, dtmp_, &dres_));  // the residual path plus the layer-norm path
+  DT_RETURN_IF_ERROR(ops::LayerNormBackward(ctx_, a.x_mid, w(kLn2W), a.ln2_mean, a.ln2_rstd, dln_, &dres_, g(kLn2W),
+                                            g(kLn2B),
+                                            /*accumulate_dx=*/true));  // the residual path plus the layer-norm path
   DT_RETURN_IF_ERROR(ready(kLn2B));
   DT_RETURN_IF_ERROR(ready(kLn2W));
 
@@ -335,9 +335,9 @@ Status Gpt2::BlockBackward(int layer, const GradReadyFn& on_ready) {
   DT_RETURN_IF_ERROR(ready(kAttnB));
   DT_RETURN_IF_ERROR(ready(kAttnW));
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dqkv2, false, gw(kAttnW), false, &dln_));
-  DT_RETURN_IF_ERROR(
-      ops::LayerNormBackward(ctx_, x_[layer], w(kLn1W), a.ln1_mean, a.ln1_rstd, dln_, &dtmp_, g(kLn1W), g(kLn1B)));
-  DT_RETURN_IF_ERROR(ops::Add(ctx_, dres_, dtmp_, &dres_));  // dres_ = d x_[layer]
+  DT_RETURN_IF_ERROR(ops::LayerNormBackward(ctx_, x_[layer], w(kLn1W), a.ln1_mean, a.ln1_rstd, dln_, &dres_, g(kLn1W),
+                                            g(kLn1B),
+                                            /*accumulate_dx=*/true));  // dres_ = d x_[layer]
   DT_RETURN_IF_ERROR(ready(kLn1B));
   return ready(kLn1W);
 }

@@ -25,8 +25,9 @@
 // Precision:
 //   kFp32: every tensor f32 (CPU or CUDA), or f64 on the CPU (options.dtype; for gradient checks).
 //   kBf16 (CUDA only): params()/grads() stay f32 (master weights, f32 gradients); Forward casts the params into a
-//     bf16 copy used by the GEMMs; activations are bf16; layer norms, biases, softmax statistics and every
-//     reduction are fp32.
+//     bf16 copy used by the GEMMs and their fused bias epilogues (the bias rounded to bf16, as under PyTorch's
+//     autocast; cuBLASLt fuses no f32 bias into a bf16 GEMM on sm_90); activations are bf16; layer norms,
+//     softmax statistics and every reduction are fp32.
 //   kFp16 (CUDA only): kBf16's scheme with fp16 instead of bf16 (the same code path and kernels). fp16's range
 //     (max 65504) needs dynamic loss scaling: the trainer passes LossScaler's scale to Backward
 //     (runtime/loss_scaler.h), which keeps the activation gradients in range; grads() then hold scaled values.
@@ -123,7 +124,7 @@ class Gpt2 final : public Model {
   std::vector<BlockActs> acts_;
   Tensor lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
   // Backward scratch: dres_ is d(loss)/d(residual stream) at the current block boundary.
-  Tensor dres_, dln_, dtmp_, dqkv_, datt_, dfc_, demb_;
+  Tensor dres_, dln_, dqkv_, datt_, dfc_, demb_;
 };
 
 }  // namespace dtrain::models

@@ -29,7 +29,7 @@ void LayerNormForwardCpu(T* y, T* mean, T* rstd, const T* x, const T* gamma, con
 
 template <typename T>
 void LayerNormBackwardCpu(T* dx, T* dgamma, T* dbeta, const T* x, const T* gamma, const T* mean, const T* rstd,
-                          const T* dy, int64_t n, int64_t c) {
+                          const T* dy, int64_t n, int64_t c, bool accumulate_dx) {
   // Column sums start from zero and are added to dgamma/dbeta once (one rounding, like the GPU kernel).
   std::vector<double> sum_dgamma(static_cast<size_t>(c), 0.0), sum_dbeta(static_cast<size_t>(c), 0.0);
   for (int64_t i = 0; i < n; ++i) {
@@ -49,7 +49,8 @@ void LayerNormBackwardCpu(T* dx, T* dgamma, T* dbeta, const T* x, const T* gamma
     T* dxr = dx + i * c;
     for (int64_t j = 0; j < c; ++j) {
       const double xhat = (xr[j] - mu) * rs;
-      dxr[j] = static_cast<T>(rs * (static_cast<double>(dyr[j]) * gamma[j] - mean_g - xhat * mean_gx));
+      const double d = rs * (static_cast<double>(dyr[j]) * gamma[j] - mean_g - xhat * mean_gx);
+      dxr[j] = static_cast<T>(accumulate_dx ? dxr[j] + d : d);
     }
   }
   for (int64_t j = 0; j < c; ++j) {
@@ -63,9 +64,9 @@ template void LayerNormForwardCpu<float>(float*, float*, float*, const float*, c
 template void LayerNormForwardCpu<double>(double*, double*, double*, const double*, const double*, const double*,
                                           int64_t, int64_t, double);
 template void LayerNormBackwardCpu<float>(float*, float*, float*, const float*, const float*, const float*,
-                                          const float*, const float*, int64_t, int64_t);
+                                          const float*, const float*, int64_t, int64_t, bool);
 template void LayerNormBackwardCpu<double>(double*, double*, double*, const double*, const double*, const double*,
-                                           const double*, const double*, int64_t, int64_t);
+                                           const double*, const double*, int64_t, int64_t, bool);
 
 namespace {
 
@@ -129,7 +130,8 @@ Status LayerNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma
 }
 
 Status LayerNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dy, Tensor* dx, Tensor* dgamma, Tensor* dbeta) {
+                         const Tensor& rstd, const Tensor& dy, Tensor* dx, Tensor* dgamma, Tensor* dbeta,
+                         bool accumulate_dx) {
   DT_CHECK_ARG(dx != nullptr && dgamma != nullptr && dbeta != nullptr, "LayerNormBackward: null output");
   DT_RETURN_IF_ERROR(CheckArgs(ctx, "LayerNormBackward", x, {&dy, dx}, {&gamma, dgamma, dbeta}, {&mean, &rstd}));
   const int64_t c = x.dim(-1), n = x.numel() / c;
@@ -142,22 +144,23 @@ Status LayerNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& gamm
       const auto fn = x.dtype() == DType::kBF16 ? LayerNormBackwardCudaBf16 : LayerNormBackwardCudaF16;
       return fn(dx->data<uint16_t>(), dgamma->data<float>(), dbeta->data<float>(), x.data<uint16_t>(),
                 gamma.data<float>(), mean.data<float>(), rstd.data<float>(), dy.data<uint16_t>(), n, c,
-                scratch.data<float>(), ctx.stream());
+                scratch.data<float>(), accumulate_dx, ctx.stream());
     }
     return LayerNormBackwardCuda(dx->data<float>(), dgamma->data<float>(), dbeta->data<float>(), x.data<float>(),
                                  gamma.data<float>(), mean.data<float>(), rstd.data<float>(), dy.data<float>(), n, c,
-                                 scratch.data<float>(), ctx.stream());
+                                 scratch.data<float>(), accumulate_dx, ctx.stream());
 #else
     return Status::Unavailable("LayerNormBackward: CUDA tensor in a build without CUDA");
 #endif
   }
   if (x.dtype() == DType::kF32) {
     LayerNormBackwardCpu<float>(dx->data<float>(), dgamma->data<float>(), dbeta->data<float>(), x.data<float>(),
-                                gamma.data<float>(), mean.data<float>(), rstd.data<float>(), dy.data<float>(), n, c);
+                                gamma.data<float>(), mean.data<float>(), rstd.data<float>(), dy.data<float>(), n, c,
+                                accumulate_dx);
   } else {
     LayerNormBackwardCpu<double>(dx->data<double>(), dgamma->data<double>(), dbeta->data<double>(), x.data<double>(),
                                  gamma.data<double>(), mean.data<double>(), rstd.data<double>(), dy.data<double>(), n,
-                                 c);
+                                 c, accumulate_dx);
   }
   return Status::OK();
 }

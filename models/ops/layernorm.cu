@@ -64,7 +64,7 @@ __global__ void LayerNormForwardKernel(T* y, float* mean, float* rstd, const T* 
 
 template <int V, typename T>
 __global__ void LayerNormBackwardDxKernel(T* dx, const T* x, const float* gamma, const float* mean, const float* rstd,
-                                          const T* dy, int64_t n, int64_t c) {
+                                          const T* dy, int64_t n, int64_t c, bool accumulate) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n) return;
@@ -90,6 +90,11 @@ __global__ void LayerNormBackwardDxKernel(T* dx, const T* x, const float* gamma,
     LoadV<V>(dyr + j, gv);
 #pragma unroll
     for (int k = 0; k < V; ++k) gv[k] = rs * (gv[k] * gamma[j + k] - mean_g - (xv[k] - mu) * rs * mean_gx);
+    if (accumulate) {
+      LoadV<V>(dxr + j, xv);
+#pragma unroll
+      for (int k = 0; k < V; ++k) gv[k] += xv[k];
+    }
     StoreV<V>(dxr + j, gv);
   }
 }
@@ -164,13 +169,16 @@ Status LaunchForward(T* y, float* mean, float* rstd, const T* x, const float* ga
 
 template <typename T>
 Status LaunchBackward(T* dx, float* dgamma, float* dbeta, const T* x, const float* gamma, const float* mean,
-                      const float* rstd, const T* dy, int64_t n, int64_t c, float* scratch, cudaStream_t stream) {
+                      const float* rstd, const T* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx,
+                      cudaStream_t stream) {
   if (n == 0 || c == 0) return Status::OK();
   constexpr int kV = 16 / sizeof(T);
   if (detail::VecWidth<T>(c, {dx, x, dy}) == kV) {
-    LayerNormBackwardDxKernel<kV><<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(dx, x, gamma, mean, rstd, dy, n, c);
+    LayerNormBackwardDxKernel<kV>
+        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(dx, x, gamma, mean, rstd, dy, n, c, accumulate_dx);
   } else {
-    LayerNormBackwardDxKernel<1><<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(dx, x, gamma, mean, rstd, dy, n, c);
+    LayerNormBackwardDxKernel<1>
+        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(dx, x, gamma, mean, rstd, dy, n, c, accumulate_dx);
   }
   DT_CUDA_CHECK_LAUNCH();
   const int64_t chunks = scratch == nullptr ? 1 : NumChunks(n);
@@ -212,30 +220,30 @@ Status LayerNormBackwardCuda(float* dx, float* dgamma, float* dbeta, const float
                              const float* mean, const float* rstd, const float* dy, int64_t n, int64_t c,
                              cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchBackward(dx, dgamma, dbeta, x, gamma, mean, rstd, dy, n, c, nullptr, stream);
+  return LaunchBackward(dx, dgamma, dbeta, x, gamma, mean, rstd, dy, n, c, nullptr, false, stream);
 }
 
 Status LayerNormBackwardCuda(float* dx, float* dgamma, float* dbeta, const float* x, const float* gamma,
                              const float* mean, const float* rstd, const float* dy, int64_t n, int64_t c,
-                             float* scratch, cudaStream_t stream) {
+                             float* scratch, bool accumulate_dx, cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchBackward(dx, dgamma, dbeta, x, gamma, mean, rstd, dy, n, c, scratch, stream);
+  return LaunchBackward(dx, dgamma, dbeta, x, gamma, mean, rstd, dy, n, c, scratch, accumulate_dx, stream);
 }
 
 Status LayerNormBackwardCudaBf16(uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* x, const float* gamma,
                                  const float* mean, const float* rstd, const uint16_t* dy, int64_t n, int64_t c,
-                                 float* scratch, cudaStream_t stream) {
+                                 float* scratch, bool accumulate_dx, cudaStream_t stream) {
   DT_NVTX_FN();
   return LaunchBackward(detail::AsBf16(dx), dgamma, dbeta, detail::AsBf16(x), gamma, mean, rstd, detail::AsBf16(dy), n,
-                        c, scratch, stream);
+                        c, scratch, accumulate_dx, stream);
 }
 
 Status LayerNormBackwardCudaF16(uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* x, const float* gamma,
                                 const float* mean, const float* rstd, const uint16_t* dy, int64_t n, int64_t c,
-                                float* scratch, cudaStream_t stream) {
+                                float* scratch, bool accumulate_dx, cudaStream_t stream) {
   DT_NVTX_FN();
   return LaunchBackward(detail::AsF16(dx), dgamma, dbeta, detail::AsF16(x), gamma, mean, rstd, detail::AsF16(dy), n, c,
-                        scratch, stream);
+                        scratch, accumulate_dx, stream);
 }
 
 }  // namespace dtrain::ops

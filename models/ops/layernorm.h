@@ -28,7 +28,7 @@ void LayerNormForwardCpu(T* y, T* mean, T* rstd, const T* x, const T* gamma, con
                          T eps);
 template <typename T>
 void LayerNormBackwardCpu(T* dx, T* dgamma, T* dbeta, const T* x, const T* gamma, const T* mean, const T* rstd,
-                          const T* dy, int64_t n, int64_t c);
+                          const T* dy, int64_t n, int64_t c, bool accumulate_dx);
 
 // CUDA builds only.
 Status LayerNormForwardCuda(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
@@ -39,25 +39,27 @@ Status LayerNormBackwardCuda(float* dx, float* dgamma, float* dbeta, const float
 
 Status LayerNormBackwardCuda(float* dx, float* dgamma, float* dbeta, const float* x, const float* gamma,
                              const float* mean, const float* rstd, const float* dy, int64_t n, int64_t c,
-                             float* scratch, cudaStream_t stream);
+                             float* scratch, bool accumulate_dx, cudaStream_t stream);
 Status LayerNormForwardCudaBf16(uint16_t* y, float* mean, float* rstd, const uint16_t* x, const float* gamma,
                                 const float* beta, int64_t n, int64_t c, float eps, cudaStream_t stream);
 // `scratch` may be null (see above).
 Status LayerNormBackwardCudaBf16(uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* x, const float* gamma,
                                  const float* mean, const float* rstd, const uint16_t* dy, int64_t n, int64_t c,
-                                 float* scratch, cudaStream_t stream);
+                                 float* scratch, bool accumulate_dx, cudaStream_t stream);
 Status LayerNormForwardCudaF16(uint16_t* y, float* mean, float* rstd, const uint16_t* x, const float* gamma,
                                const float* beta, int64_t n, int64_t c, float eps, cudaStream_t stream);
 Status LayerNormBackwardCudaF16(uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* x, const float* gamma,
                                 const float* mean, const float* rstd, const uint16_t* dy, int64_t n, int64_t c,
-                                float* scratch, cudaStream_t stream);
+                                float* scratch, bool accumulate_dx, cudaStream_t stream);
 int64_t LayerNormBackwardScratchFloats(int64_t n, int64_t c);
 
 // x (and y, dy, dx) f32/f64, or bf16/f16 on CUDA; gamma, beta, mean, rstd, dgamma, dbeta: x's dtype, f32 when x is
 // 16-bit.
 Status LayerNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                         Tensor* y, Tensor* mean, Tensor* rstd);
+// accumulate_dx: dx += the input gradient (a residual stream's gradient), else dx = it. dgamma/dbeta always accumulate.
 Status LayerNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dy, Tensor* dx, Tensor* dgamma, Tensor* dbeta);
+                         const Tensor& rstd, const Tensor& dy, Tensor* dx, Tensor* dgamma, Tensor* dbeta,
+                         bool accumulate_dx = false);
 
 }  // namespace dtrain::ops

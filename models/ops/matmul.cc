@@ -20,6 +20,8 @@ const char* EpilogueName(Epilogue e) {
       return "dgelu";
     case Epilogue::kDGeluBGrad:
       return "dgelu+bgrad";
+    case Epilogue::kBiasResidual:
+      return "bias+residual";
   }
   return "?";
 }
@@ -126,8 +128,12 @@ void MatmulEpilogueCpu(const Tensor& a, bool trans_a, const Tensor& b, bool tran
     return;
   }
   MatmulCpu<T>(out, a.data<T>(), trans_a, b.data<T>(), trans_b, m, n, k, T(1), T(0));
-  if (e == Epilogue::kBias) {
+  if (e == Epilogue::kBias || e == Epilogue::kBiasResidual) {
     BiasAddCpu<T>(out, bias.data<T>(), m, n);
+    if (e == Epilogue::kBiasResidual) {
+      const T* res = aux->data<T>();
+      for (int64_t i = 0; i < m * n; ++i) out[i] += res[i];
+    }
     return;
   }
   GeluBackwardCpu<T>(out, aux->data<T>(), out, m * n);  // dx may alias dy here: each element is read, then written
@@ -178,6 +184,8 @@ Status MatmulEpilogue(DeviceContext& ctx, const Tensor& a, bool trans_a, const T
         aux != nullptr && aux->shape() == c->shape() && aux->dtype() == c->dtype() && aux->device() == ctx.type(),
         "MatmulEpilogue " << EpilogueName(e) << ": aux " << (aux ? aux->ToString() : "null") << " must match c "
                           << c->ToString());
+    DT_CHECK_ARG(e != Epilogue::kBiasResidual || aux->data() != c->data(),
+                 "MatmulEpilogue bias+residual: the residual must not be c itself");
   }
   if (uses_bias) {
     // A bias gradient is f32 (f64 in an f64 CPU run); a bias may also be bf16/f16 next to activations of its type.

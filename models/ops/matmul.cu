@@ -6,6 +6,7 @@
 // each keeps its own transpose flag. A bias per column of the row-major C is a bias per ROW of the column-major
 // C^T, which is what cuBLASLt's epilogues broadcast; the GELU aux matrix has C's layout (leading dimension N).
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -21,6 +22,7 @@
 #include "models/ops/matmul.h"
 #include "runtime/core/cuda_check.h"
 #include "runtime/core/cuda_handles.h"
+#include "runtime/core/logging.h"
 #include "runtime/core/nvtx.h"
 
 namespace dtrain::ops {
@@ -185,6 +187,14 @@ class PlanCache {
     if (plan == nullptr) {
       auto fresh = std::make_unique<Plan>();
       DT_RETURN_IF_ERROR(BuildPlan(blas, key, bias, aux, fresh.get()));
+      if (!fresh->supported && key.epi != LtEpi::kNone) {
+        // Once per shape: an unfused epilogue costs extra passes over C on every step.
+        DT_LOG_INFO(
+            kModel,
+            "cuBLASLt cannot fuse epilogue {} for m={} n={} k={} ({} x {} -> {}, bias {}): {}; running it unfused",
+            static_cast<int>(key.epi), key.m, key.n, key.k, DTypeName(key.ab), DTypeName(key.ab), DTypeName(key.c),
+            DTypeName(key.bias), fresh->refusal);
+      }
       plan = std::move(fresh);
     }
     *supported = plan->supported;
@@ -200,8 +210,9 @@ class PlanCache {
       DT_RETURN_IF_ERROR(SetAttr(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux));
     }
     // C is both the input C (scaled by beta) and the output D: in-place accumulation when beta = 1.
+    const void* c_in = args.c_in != nullptr ? args.c_in : args.c;
     DT_CUBLAS_CHECK(cublasLtMatmul(blas.lt(), d, &args.alpha, args.b, plan->first.get(), args.a, plan->second.get(),
-                                   &args.beta, args.c, plan->out.get(), args.c, plan->out.get(), &plan->algo,
+                                   &args.beta, c_in, plan->out.get(), args.c, plan->out.get(), &plan->algo,
                                    blas.workspace(), blas.workspace_bytes(), stream));
     return Status::OK();
   }
@@ -243,11 +254,13 @@ Status TryLt(const BlasHandles& blas, const MatmulCudaArgs& args, LtEpi epi, con
   key.k = args.k;
   key.align_a = Alignment(args.a);
   key.align_b = Alignment(args.b);
-  key.align_c = Alignment(args.c);
+  key.align_c = std::min(Alignment(args.c), args.c_in != nullptr ? Alignment(args.c_in) : 256u);
   key.align_bias = bias != nullptr ? Alignment(bias) : 0;
   key.align_aux = aux != nullptr ? Alignment(aux) : 0;
   return Cache().Run(blas, key, args, bias, aux, stream, fused, refusal);
 }
+
+std::atomic<int64_t> g_unfused_epilogues{0};
 
 Status ScaleC(const MatmulCudaArgs& args, cudaStream_t stream) {
   const int64_t total = args.m * args.n;
@@ -343,6 +356,8 @@ Status MatmulCuda(const BlasHandles& blas, float* c, const float* a, bool trans_
   return MatmulCudaLt(blas, args, stream);
 }
 
+int64_t UnfusedEpilogueCount() { return g_unfused_epilogues.load(); }
+
 Status MatmulEpilogueCuda(const BlasHandles& blas, const MatmulCudaArgs& args_in, Epilogue e, void* bias,
                           DType bias_dtype, void* aux, cudaStream_t stream) {
   DT_NVTX_FN();
@@ -354,17 +369,33 @@ Status MatmulEpilogueCuda(const BlasHandles& blas, const MatmulCudaArgs& args_in
   if (args.m == 0 || args.n == 0) return Status::OK();
   // cuBLASLt's GELU aux matrix needs a leading dimension divisible by 8 (cublasLt.h, EPILOGUE_AUX_LD); operand
   // alignments are the heuristic's business (they are part of the plan key).
-  const bool can_fuse = args.k > 0 && (e == Epilogue::kBias || args.n % 8 == 0);
+  const bool can_fuse = args.k > 0 && (e == Epilogue::kBias || e == Epilogue::kBiasResidual || args.n % 8 == 0);
   bool fused = false;
   switch (e) {
     case Epilogue::kBias:
       if (can_fuse) DT_RETURN_IF_ERROR(TryLt(blas, args, LtEpi::kBias, bias, bias_dtype, nullptr, stream, &fused));
       if (fused) return Status::OK();
+      ++g_unfused_epilogues;
       DT_RETURN_IF_ERROR(MatmulCudaLt(blas, args, stream));
       return AddBias(args, args.c, bias, bias_dtype, stream);
+    case Epilogue::kBiasResidual: {
+      // cuBLASLt's D = A B + beta C + bias with C = the residual and beta = 1: the add costs one read of it.
+      MatmulCudaArgs with_res = args;
+      with_res.beta = 1.f;
+      with_res.c_in = aux;
+      if (can_fuse) DT_RETURN_IF_ERROR(TryLt(blas, with_res, LtEpi::kBias, bias, bias_dtype, nullptr, stream, &fused));
+      if (fused) return Status::OK();
+      ++g_unfused_epilogues;
+      DT_CUDA_CHECK(cudaMemcpyAsync(args.c, aux, static_cast<size_t>(args.m * args.n) * DTypeSize(args.c_dtype),
+                                    cudaMemcpyDeviceToDevice, stream));
+      with_res.c_in = nullptr;
+      DT_RETURN_IF_ERROR(MatmulCudaLt(blas, with_res, stream));
+      return AddBias(args, args.c, bias, bias_dtype, stream);
+    }
     case Epilogue::kBiasGelu:
       if (can_fuse) DT_RETURN_IF_ERROR(TryLt(blas, args, LtEpi::kGeluAuxBias, bias, bias_dtype, aux, stream, &fused));
       if (fused) return Status::OK();
+      ++g_unfused_epilogues;
       {  // aux = A B + bias; c = gelu(aux)
         MatmulCudaArgs to_aux = args;
         to_aux.c = aux;
@@ -376,6 +407,7 @@ Status MatmulEpilogueCuda(const BlasHandles& blas, const MatmulCudaArgs& args_in
     case Epilogue::kDGeluBGrad:
       if (can_fuse) DT_RETURN_IF_ERROR(TryLt(blas, args, LtEpi::kDGelu, nullptr, DType::kF32, aux, stream, &fused));
       if (!fused) {  // c = A B, then c *= gelu'(aux) in place (each element is read before it is written)
+        ++g_unfused_epilogues;
         DT_RETURN_IF_ERROR(MatmulCudaLt(blas, args, stream));
         DT_RETURN_IF_ERROR(DGeluInPlace(args, aux, stream));
       }

@@ -22,8 +22,9 @@
 // f32/f64 (all tensors one dtype: the reference, a composition of the separate ops) and CUDA with A, B, C, aux
 // of one dtype (f32, or bf16 / f16 with an f32 bias or one of C's dtype). When cuBLASLt cannot fuse a case (a
 // GELU epilogue with N not a multiple of 8, an alignment or bias type it rejects, K = 0) the CUDA path runs the
-// same math unfused:
-// GEMM, then the bias/gelu kernels. 16-bit operands at 2-byte offsets (views into a flat 16-bit buffer) limit
+// same math unfused (GEMM, then the bias/gelu kernels). Measured on H200 (cuBLASLt of CUDA 13.0): a bf16 GEMM fuses a
+// bf16 bias but refuses an f32 one, so mixed-precision models pass their 16-bit copy of the bias.
+// 16-bit operands at 2-byte offsets (views into a flat 16-bit buffer) limit
 // cuBLASLt to slow kernels: keep parameter views 16-byte aligned.
 
 #include <cstdint>
@@ -50,6 +51,7 @@ enum class Epilogue {
   kBiasGelu,    // aux = op(a) op(b) + bias (saved for backward); c = gelu(aux)
   kDGelu,       // c = (op(a) op(b)) * gelu'(aux): dpre from dact           (aux: the saved pre-activation; bias unused)
   kDGeluBGrad,  // kDGelu, then bias += sum over rows of c                  (bias: an OUTPUT, ACCUMULATED, f32/f64)
+  kBiasResidual,  // c = op(a) op(b) + bias + aux                          (aux: the residual, an INPUT; not c)
 };
 const char* EpilogueName(Epilogue e);
 
@@ -63,6 +65,7 @@ struct MatmulCudaArgs {
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0;
   float alpha = 1.f, beta = 0.f;
+  const void* c_in = nullptr;  // MatmulEpilogueCuda only: C read (beta != 0) from here, c's layout; nullptr = c
 };
 // Plain GEMM, C = alpha op(A) op(B) + beta C.
 Status MatmulCudaLt(const BlasHandles& blas, const MatmulCudaArgs& args, cudaStream_t stream);
@@ -70,6 +73,9 @@ Status MatmulCudaLt(const BlasHandles& blas, const MatmulCudaArgs& args, cudaStr
 // Falls back to unfused kernels when cuBLASLt cannot fuse the case (see the file comment).
 Status MatmulEpilogueCuda(const BlasHandles& blas, const MatmulCudaArgs& args, Epilogue e, void* bias, DType bias_dtype,
                           void* aux, cudaStream_t stream);
+// MatmulEpilogueCuda calls so far (process-wide) that ran unfused because cuBLASLt refused the epilogue; each new
+// refused shape is also logged once (INFO). For tests and diagnostics: a training step should add none.
+int64_t UnfusedEpilogueCount();
 
 Status Matmul(DeviceContext& ctx, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor* c,
               float alpha = 1.f, float beta = 0.f);

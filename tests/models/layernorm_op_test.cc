@@ -47,20 +47,21 @@ struct Bwd {
   std::vector<double> dx, dgamma, dbeta;
 };
 
-// Backward with saved mean/rstd; dx poisoned, dgamma/dbeta start at `param_base` (they accumulate).
+// Backward with saved mean/rstd; dgamma/dbeta start at `param_base` (they accumulate); dx poisoned, or starting at
+// *dx_base and accumulated onto it.
 void RunBackward(DeviceContext& ctx, DType dt, int64_t n, int64_t c, const std::vector<double>& x,
                  const std::vector<double>& gamma, const Fwd& fwd, const std::vector<double>& dy,
-                 const std::vector<double>& param_base, Bwd* out) {
+                 const std::vector<double>& param_base, Bwd* out, const std::vector<double>* dx_base = nullptr) {
   Tensor tx, tg, tm, tr, tdy, tdx, tdg, tdb;
   DT_ASSERT_OK(MakeTensor(ctx, dt, {n, c}, x, &tx));
   DT_ASSERT_OK(MakeTensor(ctx, dt, {c}, gamma, &tg));
   DT_ASSERT_OK(MakeTensor(ctx, dt, {n}, fwd.mean, &tm));
   DT_ASSERT_OK(MakeTensor(ctx, dt, {n}, fwd.rstd, &tr));
   DT_ASSERT_OK(MakeTensor(ctx, dt, {n, c}, dy, &tdy));
-  DT_ASSERT_OK(MakeTensor(ctx, dt, {n, c}, std::vector<double>(n * c, NAN), &tdx));
+  DT_ASSERT_OK(MakeTensor(ctx, dt, {n, c}, dx_base ? *dx_base : std::vector<double>(n * c, NAN), &tdx));
   DT_ASSERT_OK(MakeTensor(ctx, dt, {c}, param_base, &tdg));
   DT_ASSERT_OK(MakeTensor(ctx, dt, {c}, param_base, &tdb));
-  DT_ASSERT_OK(LayerNormBackward(ctx, tx, tg, tm, tr, tdy, &tdx, &tdg, &tdb));
+  DT_ASSERT_OK(LayerNormBackward(ctx, tx, tg, tm, tr, tdy, &tdx, &tdg, &tdb, /*accumulate_dx=*/dx_base != nullptr));
   DT_ASSERT_OK(Fetch(ctx, tdx, &out->dx));
   DT_ASSERT_OK(Fetch(ctx, tdg, &out->dgamma));
   DT_ASSERT_OK(Fetch(ctx, tdb, &out->dbeta));
@@ -185,7 +186,29 @@ TEST(LayerNormCuda, MatchesCpuReference) {
     EXPECT_LE(testing::MaxAbsDiff(got_b.dx, want_b.dx), 1e-5 * testing::Scale(want_b.dx)) << n << "x" << c;
     EXPECT_LE(testing::MaxAbsDiff(got_b.dgamma, want_b.dgamma), 1e-5 * testing::Scale(want_b.dgamma)) << n << "x" << c;
     EXPECT_LE(testing::MaxAbsDiff(got_b.dbeta, want_b.dbeta), 1e-5 * testing::Scale(want_b.dbeta)) << n << "x" << c;
+    // accumulate_dx: dx lands on a residual gradient already there.
+    const auto dx_base = round(RandomVector(n * c, 5));
+    std::vector<double> want_acc = want_b.dx;
+    for (size_t i = 0; i < want_acc.size(); ++i) want_acc[i] += dx_base[i];
+    ASSERT_NO_FATAL_FAILURE(RunBackward(*gpu, DType::kF32, n, c, x, gamma, stats, dy, base, &got_b, &dx_base));
+    EXPECT_LE(testing::MaxAbsDiff(got_b.dx, want_acc), 1e-5 * testing::Scale(want_acc)) << n << "x" << c;
   }
+}
+
+// accumulate_dx adds exactly the gradient the plain call writes (f64 on the CPU: one rounding of the sum).
+TEST(LayerNormCpu, AccumulateDxAddsTheGradientToDx) {
+  auto cpu = Cpu();
+  const int64_t n = 5, c = 12;
+  const auto x = RandomVector(n * c, 11, -2, 2), gamma = RandomVector(c, 12, 0.5, 1.5), beta = RandomVector(c, 13);
+  const auto dy = RandomVector(n * c, 14), base = RandomVector(c, 15), dx_base = RandomVector(n * c, 16);
+  Fwd f;
+  ASSERT_NO_FATAL_FAILURE(RunForward(*cpu, DType::kF64, n, c, x, gamma, beta, 1e-5f, &f));
+  Bwd plain, acc;
+  ASSERT_NO_FATAL_FAILURE(RunBackward(*cpu, DType::kF64, n, c, x, gamma, f, dy, base, &plain));
+  ASSERT_NO_FATAL_FAILURE(RunBackward(*cpu, DType::kF64, n, c, x, gamma, f, dy, base, &acc, &dx_base));
+  for (int64_t i = 0; i < n * c; ++i) EXPECT_DOUBLE_EQ(acc.dx[i], plain.dx[i] + dx_base[i]) << i;
+  EXPECT_EQ(acc.dgamma, plain.dgamma);
+  EXPECT_EQ(acc.dbeta, plain.dbeta);
 }
 
 }  // namespace

@@ -82,7 +82,7 @@ void RunMatmul(DeviceContext& ctx, DType ab, DType cdt, const Case& c, const std
 }
 
 // The separate-op reference of every epilogue, in f64 on the CPU: returns c and (kBiasGelu) aux, and the updated
-// bias for kDGeluBGrad.
+// bias for kDGeluBGrad. aux_in is the saved pre-activation (kDGelu*) or the residual (kBiasResidual).
 void Reference(DeviceContext& cpu, const Case& c, Epilogue e, const std::vector<double>& a,
                const std::vector<double>& b, std::vector<double>* bias, const std::vector<double>& aux_in,
                std::vector<double>* out, std::vector<double>* aux_out) {
@@ -96,6 +96,10 @@ void Reference(DeviceContext& cpu, const Case& c, Epilogue e, const std::vector<
   switch (e) {
     case Epilogue::kBias:
       DT_ASSERT_OK(BiasAdd(cpu, tbias, &tc));
+      break;
+    case Epilogue::kBiasResidual:
+      DT_ASSERT_OK(BiasAdd(cpu, tbias, &tc));
+      DT_ASSERT_OK(Add(cpu, tc, taux, &tc));
       break;
     case Epilogue::kBiasGelu: {
       DT_ASSERT_OK(BiasAdd(cpu, tbias, &tc));
@@ -120,11 +124,10 @@ void Reference(DeviceContext& cpu, const Case& c, Epilogue e, const std::vector<
   DT_ASSERT_OK(Fetch(cpu, tc, out));
 }
 
-// MatmulEpilogue on ctx in dtype dt (bias f32 when dt is bf16); inputs as given (already rounded for bf16).
-void RunEpilogue(DeviceContext& ctx, DType dt, const Case& c, Epilogue e, const std::vector<double>& a,
+// MatmulEpilogue on ctx in dtype dt with a bias of bias_dt; inputs as given (already rounded for bf16).
+void RunEpilogue(DeviceContext& ctx, DType dt, DType bias_dt, const Case& c, Epilogue e, const std::vector<double>& a,
                  const std::vector<double>& b, std::vector<double>* bias, const std::vector<double>& aux_in,
                  std::vector<double>* out, std::vector<double>* aux_out) {
-  const DType bias_dt = dt == DType::kBF16 ? DType::kF32 : dt;
   Tensor ta, tb, tc, tbias, taux;
   DT_ASSERT_OK(Make(ctx, dt, ShapeA(c), a, &ta));
   DT_ASSERT_OK(Make(ctx, dt, ShapeB(c), b, &tb));
@@ -137,7 +140,8 @@ void RunEpilogue(DeviceContext& ctx, DType dt, const Case& c, Epilogue e, const 
   DT_ASSERT_OK(Get(ctx, tbias, bias));
 }
 
-const Epilogue kAllEpilogues[] = {Epilogue::kBias, Epilogue::kBiasGelu, Epilogue::kDGelu, Epilogue::kDGeluBGrad};
+const Epilogue kAllEpilogues[] = {Epilogue::kBias, Epilogue::kBiasGelu, Epilogue::kDGelu, Epilogue::kDGeluBGrad,
+                                  Epilogue::kBiasResidual};
 
 // The CPU MatmulEpilogue (f32 and f64) is the separate ops composed: equal to the f64 reference.
 TEST(MatmulEpilogueCpu, MatchesSeparateOps) {
@@ -150,7 +154,7 @@ TEST(MatmulEpilogueCpu, MatchesSeparateOps) {
     ASSERT_NO_FATAL_FAILURE(Reference(*cpu, c, e, a, b, &want_bias, pre, &want, &want_aux));
     for (DType dt : {DType::kF64, DType::kF32}) {
       std::vector<double> got_bias = bias0;
-      ASSERT_NO_FATAL_FAILURE(RunEpilogue(*cpu, dt, c, e, a, b, &got_bias, pre, &got, &got_aux));
+      ASSERT_NO_FATAL_FAILURE(RunEpilogue(*cpu, dt, dt, c, e, a, b, &got_bias, pre, &got, &got_aux));
       const double tol = dt == DType::kF64 ? 1e-12 : 1e-5;
       EXPECT_LE(testing::MaxAbsDiff(got, want), tol * testing::Scale(want)) << EpilogueName(e) << DTypeName(dt);
       EXPECT_LE(testing::MaxAbsDiff(got_bias, want_bias), tol * testing::Scale(want_bias)) << EpilogueName(e);
@@ -253,21 +257,62 @@ TEST(MatmulEpilogueCuda, MatchesSeparateOps) {
       const auto bias0 = RoundBf16(RandomVector(c.n, ++seed));
       const auto pre = round(RandomVector(c.m * c.n, ++seed, -3, 3));
       for (Epilogue e : kAllEpilogues) {
-        std::vector<double> want_bias = bias0, got_bias = bias0, want, want_aux, got, got_aux;
-        ASSERT_NO_FATAL_FAILURE(Reference(*cpu, c, e, a, b, &want_bias, pre, &want, &want_aux));
-        ASSERT_NO_FATAL_FAILURE(RunEpilogue(*gpu, dt, c, e, a, b, &got_bias, pre, &got, &got_aux));
-        const std::string what = Name(c) + " " + EpilogueName(e) + " " + DTypeName(dt);
-        if (dt == DType::kF32) {
-          EXPECT_LE(testing::MaxAbsDiff(got, want), 1e-4 * testing::Scale(want)) << what;
-          EXPECT_LE(testing::MaxAbsDiff(got_bias, want_bias), 1e-4 * testing::Scale(want_bias)) << what;
-        } else {
-          EXPECT_LE(testing::RelFrobenius(got, want), 1e-2) << what;
-          EXPECT_LE(testing::RelFrobenius(got_bias, want_bias), 1e-2) << what;
-        }
-        if (e == Epilogue::kBiasGelu) {
-          EXPECT_LE(testing::RelFrobenius(got_aux, want_aux), 1e-2) << what;
+        // bf16: the bias in f32 and (not for a bias gradient) in bf16, as GPT-2 passes it.
+        for (DType bias_dt : {DType::kF32, dt}) {
+          if (bias_dt != DType::kF32 && (dt == DType::kF32 || e == Epilogue::kDGeluBGrad)) continue;
+          std::vector<double> want_bias = bias0, got_bias = bias0, want, want_aux, got, got_aux;
+          ASSERT_NO_FATAL_FAILURE(Reference(*cpu, c, e, a, b, &want_bias, pre, &want, &want_aux));
+          ASSERT_NO_FATAL_FAILURE(RunEpilogue(*gpu, dt, bias_dt, c, e, a, b, &got_bias, pre, &got, &got_aux));
+          const std::string what =
+              Name(c) + " " + EpilogueName(e) + " " + DTypeName(dt) + " bias " + DTypeName(bias_dt);
+          if (dt == DType::kF32) {
+            EXPECT_LE(testing::MaxAbsDiff(got, want), 1e-4 * testing::Scale(want)) << what;
+            EXPECT_LE(testing::MaxAbsDiff(got_bias, want_bias), 1e-4 * testing::Scale(want_bias)) << what;
+          } else {
+            EXPECT_LE(testing::RelFrobenius(got, want), 1e-2) << what;
+            EXPECT_LE(testing::RelFrobenius(got_bias, want_bias), 1e-2) << what;
+          }
+          if (e == Epilogue::kBiasGelu) {
+            EXPECT_LE(testing::RelFrobenius(got_aux, want_aux), 1e-2) << what;
+          }
         }
       }
+    }
+  }
+}
+
+// GPT-2 124M's forward GEMMs in bf16 (B*T = 16384 rows, C = 768) are fused when the bias is bf16 (what the model
+// passes in bf16 runs): no call may fall back to the unfused kernels. Whether an f32 bias fuses is printed.
+TEST(MatmulEpilogueCuda, FusesGpt2ShapesWithBf16Bias) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  struct Shape {
+    int64_t n, k;
+    Epilogue e;
+  };
+  const int64_t m = 16384;
+  const Shape shapes[] = {{3 * 768, 768, Epilogue::kBias},
+                          {768, 768, Epilogue::kBiasResidual},
+                          {4 * 768, 768, Epilogue::kBiasGelu},
+                          {768, 4 * 768, Epilogue::kBiasResidual}};
+  for (DType bias_dt : {DType::kBF16, DType::kF32}) {
+    const int64_t before = UnfusedEpilogueCount();
+    for (const Shape& s : shapes) {
+      Tensor a, w, bias, c, aux;
+      DT_ASSERT_OK(Tensor::Empty({m, s.k}, DType::kBF16, gpu->allocator(), &a));
+      DT_ASSERT_OK(Tensor::Empty({s.n, s.k}, DType::kBF16, gpu->allocator(), &w));
+      DT_ASSERT_OK(Tensor::Empty({s.n}, bias_dt, gpu->allocator(), &bias));
+      DT_ASSERT_OK(Tensor::Empty({m, s.n}, DType::kBF16, gpu->allocator(), &c));
+      DT_ASSERT_OK(Tensor::Empty({m, s.n}, DType::kBF16, gpu->allocator(), &aux));
+      for (Tensor* t : {&a, &w, &bias, &aux}) DT_ASSERT_OK(t->SetZero(gpu->stream()));
+      DT_ASSERT_OK(MatmulEpilogue(*gpu, a, false, w, true, bias, s.e, &c, s.e == Epilogue::kBias ? nullptr : &aux));
+    }
+    DT_ASSERT_OK(gpu->Synchronize());
+    const int64_t unfused = UnfusedEpilogueCount() - before;
+    std::cout << "GPT-2 forward epilogues with a " << DTypeName(bias_dt) << " bias: " << unfused << " of 4 unfused\n";
+    if (bias_dt == DType::kBF16) {
+      EXPECT_EQ(unfused, 0);
     }
   }
 }
