@@ -18,7 +18,7 @@ using detail::StoreV;
 using detail::ToF32;
 
 constexpr int kThreads = 256;
-// Column tile of the bias-gradient reduction: 32 columns (one coalesced warp per row) x kRowLanes rows.
+// Column tile of the bias-gradient reduction: 32 * V columns (one coalesced warp per row) x kRowLanes rows.
 constexpr int kRowLanes = 8;
 // Rows per chunk of the two-stage reduction and the cap on chunks (the scratch holds chunks x N floats).
 constexpr int64_t kChunkRows = 128;
@@ -38,27 +38,39 @@ __global__ void BiasAddKernel(T* y, const B* bias, int64_t m, int64_t n) {
   });
 }
 
-// Block (32, kRowLanes), blockIdx = (column tile, row chunk): lane (x, y) sums rows y, y + kRowLanes, ... of its
-// column within the chunk, then the kRowLanes partial sums are added in a fixed order. With one chunk the
+// Block (32, kRowLanes), blockIdx = (column tile, row chunk): lane (x, y) sums rows y, y + kRowLanes, ... of its V
+// columns within the chunk (one V-wide load per row: a warp reads 32 * V consecutive elements), then the kRowLanes
+// partial sums are added in a fixed order. The order does not depend on V. With one chunk the
 // total goes to dbias; otherwise to out[chunk * n + col], reduced by BiasGradFinishKernel. Bitwise reproducible.
-template <typename T>
+template <int V, typename T>
 __global__ void BiasGradKernel(float* out, const T* dy, int64_t m, int64_t n, int64_t chunk_rows, bool accumulate) {
-  __shared__ float partial[kRowLanes][33];  // +1 column: no bank conflicts on the transposed read
-  const int64_t col = blockIdx.x * int64_t{32} + threadIdx.x;
+  __shared__ float partial[kRowLanes][32 * V + 1];
+  const int64_t col = (blockIdx.x * int64_t{32} + threadIdx.x) * V;
   const int64_t row0 = blockIdx.y * chunk_rows, row1 = min(m, row0 + chunk_rows);
-  float sum = 0.f;
+  float sum[V] = {};
   if (col < n) {
-    for (int64_t row = row0 + threadIdx.y; row < row1; row += kRowLanes) sum += ToF32(dy[row * n + col]);
+#pragma unroll 4
+    for (int64_t row = row0 + threadIdx.y; row < row1; row += kRowLanes) {
+      float v[V];
+      LoadV<V>(dy + row * n + col, v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) sum[j] += v[j];
+    }
   }
-  partial[threadIdx.y][threadIdx.x] = sum;
+#pragma unroll
+  for (int j = 0; j < V; ++j) partial[threadIdx.y][threadIdx.x * V + j] = sum[j];
   __syncthreads();
-  if (threadIdx.y == 0 && col < n) {
+  // Each of the block's threads finishes columns of the tile: thread t takes tile columns t, t + blockDim, ...
+  const int tid = threadIdx.y * 32 + threadIdx.x;
+  for (int k = tid; k < 32 * V; k += 32 * kRowLanes) {
+    const int64_t c = blockIdx.x * int64_t{32} * V + k;
+    if (c >= n) break;
     float total = 0.f;
-    for (int r = 0; r < kRowLanes; ++r) total += partial[r][threadIdx.x];
+    for (int r = 0; r < kRowLanes; ++r) total += partial[r][k];
     if (gridDim.y == 1) {
-      out[col] = accumulate ? out[col] + total : total;
+      out[c] = accumulate ? out[c] + total : total;
     } else {
-      out[blockIdx.y * n + col] = total;
+      out[blockIdx.y * n + c] = total;
     }
   }
 }
@@ -93,9 +105,15 @@ Status LaunchBiasGrad(float* dbias, const T* dy, int64_t m, int64_t n, bool accu
   if (n == 0) return Status::OK();
   const int64_t chunks = scratch == nullptr ? 1 : NumChunks(m);
   const int64_t chunk_rows = chunks == 1 ? std::max<int64_t>(m, 1) : (m + chunks - 1) / chunks;
-  const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(chunks));
-  BiasGradKernel<<<grid, dim3(32, kRowLanes), 0, stream>>>(chunks == 1 ? dbias : scratch, dy, m, n, chunk_rows,
-                                                           accumulate);
+  float* out = chunks == 1 ? dbias : scratch;
+  constexpr int kV = 16 / sizeof(T);
+  if (detail::VecWidth<T>(n, {dy}) == kV) {
+    const dim3 grid(static_cast<unsigned>((n + 32 * kV - 1) / (32 * kV)), static_cast<unsigned>(chunks));
+    BiasGradKernel<kV><<<grid, dim3(32, kRowLanes), 0, stream>>>(out, dy, m, n, chunk_rows, accumulate);
+  } else {
+    const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(chunks));
+    BiasGradKernel<1><<<grid, dim3(32, kRowLanes), 0, stream>>>(out, dy, m, n, chunk_rows, accumulate);
+  }
   DT_CUDA_CHECK_LAUNCH();
   if (chunks > 1) {
     BiasGradFinishKernel<<<detail::GridFor(n, kThreads), kThreads, 0, stream>>>(dbias, scratch, chunks, n, accumulate);

@@ -95,7 +95,7 @@ TEST(BiasCuda, MatchesCpuReference) {
   auto cpu = Cpu();
   std::unique_ptr<DeviceContext> gpu;
   DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
-  for (const auto& [m, n] : {std::pair<int64_t, int64_t>{300, 77}, {64, 256}, {1, 10}, {1000, 33}}) {
+  for (const auto& [m, n] : {std::pair<int64_t, int64_t>{300, 77}, {64, 256}, {1, 10}, {1000, 33}, {300, 1000}}) {
     const auto y = RandomVector(m * n, m + n), bias = RandomVector(n, m * n), base = RandomVector(n, 5);
     std::vector<double> want, got;
     ASSERT_NO_FATAL_FAILURE(RunAdd(*cpu, DType::kF64, m, n, y, bias, &want));

@@ -191,7 +191,7 @@ TEST_F(Bf16Ops, GeluMatchesCpu) {
 // BiasAdd: bf16 y + f32 bias (rounded once: max abs <= 8e-3 * scale). BiasGrad: bf16 dy -> f32 dbias accumulated,
 // fp32 sums of exact values over up to 16384 rows: relative Frobenius <= 1e-5; bitwise reproducible.
 TEST_F(Bf16Ops, BiasAddAndGradMatchCpu) {
-  for (const auto& [m, n] : {std::pair<int64_t, int64_t>{1001, 77}, {16384, 64}, {3, 5}}) {
+  for (const auto& [m, n] : {std::pair<int64_t, int64_t>{1001, 77}, {16384, 64}, {3, 5}, {2048, 1000}}) {
     const auto y0 = RoundBf16(RandomVector(m * n, 7)), bias = RandomVector(n, 8), db0 = RandomVector(n, 9);
     std::vector<double> want_y, want_db, got_y, got_db, got_db2;
     for (const bool on_gpu : {false, true}) {
