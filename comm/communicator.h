@@ -15,6 +15,9 @@
 // Shapes: AllReduce and Broadcast work in place on `t`. AllGather: out.numel == world * in.numel,
 // rank r's input lands at out[r * in.numel, ...). ReduceScatter: in.numel == world * out.numel, rank r
 // receives the reduction of in[r * out.numel, ...). Tensors must be contiguous (all dtrain tensors are).
+// ReduceScatter/AllGather may run in place: out (in) aliasing in's (out's) slice `rank`, NCCL's
+// convention; any other overlap is undefined (MPI refuses it with InvalidArgument). An in-place
+// ReduceScatter leaves the rest of `in` unspecified.
 //
 // Errors: a failure returns a non-OK Status; after an NCCL error the communicator is aborted first.
 // Once Abort() has run, every call returns Aborted.

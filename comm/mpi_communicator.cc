@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstring>
 
 #include "comm/bf16.h"
 #include "runtime/core/mpi_check.h"
@@ -48,6 +49,18 @@ Status MpiTypeFor(DType dtype, MPI_Datatype* out) {
 }
 
 int AsCount(int64_t n) { return static_cast<int>(n); }
+
+// How a collective's `part` (one rank's share) and `whole` (world * part) buffers relate.
+enum class Alias { kNone, kInPlace, kOther };
+
+// kInPlace when `part` is exactly `whole`'s slice `rank` (NCCL's in-place convention), kOther for any
+// other overlap (undefined by the contract; refused here).
+Alias AliasOf(const Tensor& part, const Tensor& whole, int rank) {
+  const auto* p = static_cast<const char*>(part.data());
+  const auto* w = static_cast<const char*>(whole.data());
+  if (p == nullptr || w == nullptr || p + part.nbytes() <= w || w + whole.nbytes() <= p) return Alias::kNone;
+  return p == w + static_cast<size_t>(rank) * part.nbytes() ? Alias::kInPlace : Alias::kOther;
+}
 
 }  // namespace
 
@@ -152,7 +165,18 @@ Status MpiCommunicator::ReduceScatter(const Tensor& in, Tensor* out, ReduceOp op
   DT_RETURN_IF_ERROR(MpiTypeFor(in.dtype(), &type));
   DT_RETURN_IF_ERROR(MpiOpFor(in.dtype(), op, &mpi_op));
   if (out->numel() == 0) return Status::OK();
-  DT_MPI_CHECK(MPI_Reduce_scatter_block(in.data(), out->data(), AsCount(out->numel()), type, mpi_op, comm_));
+  const Alias alias = AliasOf(*out, in, rank_);
+  DT_CHECK_ARG(alias != Alias::kOther, "ReduceScatter: output "
+                                           << out->ToString() << " overlaps the input other than as its slice " << rank_
+                                           << " (in place)");
+  if (alias == Alias::kInPlace) {
+    // MPI's in-place form reads `in` and writes the result at the START of it, not at this rank's
+    // slice as NCCL does: move it there (slice 0 of `in` is left unspecified, as NCCL leaves the rest).
+    DT_MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, in.data(), AsCount(out->numel()), type, mpi_op, comm_));
+    if (rank_ != 0) std::memcpy(out->data(), in.data(), out->nbytes());  // disjoint: slice 0 vs slice rank
+  } else {
+    DT_MPI_CHECK(MPI_Reduce_scatter_block(in.data(), out->data(), AsCount(out->numel()), type, mpi_op, comm_));
+  }
   if (op == ReduceOp::kAvg) DivideByWorld(out);
   return Status::OK();
 }
@@ -168,7 +192,13 @@ Status MpiCommunicator::AllGather(const Tensor& in, Tensor* out, cudaStream_t /*
   MPI_Datatype type;
   DT_RETURN_IF_ERROR(MpiTypeFor(in.dtype(), &type));
   if (in.numel() == 0) return Status::OK();
-  DT_MPI_CHECK(MPI_Allgather(in.data(), AsCount(in.numel()), type, out->data(), AsCount(in.numel()), type, comm_));
+  const Alias alias = AliasOf(in, *out, rank_);
+  DT_CHECK_ARG(alias != Alias::kOther, "AllGather: input " << in.ToString()
+                                                           << " overlaps the output other than as its slice " << rank_
+                                                           << " (in place)");
+  // In place, MPI takes this rank's contribution from its slice of the output: NCCL's convention.
+  const void* send = alias == Alias::kInPlace ? MPI_IN_PLACE : in.data();
+  DT_MPI_CHECK(MPI_Allgather(send, AsCount(in.numel()), type, out->data(), AsCount(in.numel()), type, comm_));
   return Status::OK();
 }
 

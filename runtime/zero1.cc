@@ -139,16 +139,13 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
   }
   for (const auto& p : infos) z->param_names_.push_back(p.name);
 
-  // Shard buffers start at zero; padding elements stay zero (zero grad, param and state are a fixed
-  // point of both updates).
+  // The state starts at zero (torch's lazy init). Its padding slot (the tiny bucket's, on ranks that own
+  // no element of it) is never read or written by the update.
   const int64_t s = z->shard_numel_;
-  for (Tensor* t : {&z->shard_grads_, &z->shard_params_, &z->state0_}) {
+  for (Tensor* t : {&z->state0_, &z->state1_}) {
+    if (t == &z->state1_ && !z->adamw_) continue;
     DT_RETURN_IF_ERROR(Tensor::Empty({s}, DType::kF32, ctx.allocator(), t));
     DT_RETURN_IF_ERROR(t->SetZero(ctx.stream()));
-  }
-  if (z->adamw_) {
-    DT_RETURN_IF_ERROR(Tensor::Empty({s}, DType::kF32, ctx.allocator(), &z->state1_));
-    DT_RETURN_IF_ERROR(z->state1_.SetZero(ctx.stream()));
   }
   if (params.numel() % world != 0) {
     for (Tensor* t : {&z->grad_pad_, &z->param_pad_}) {
@@ -178,9 +175,10 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
   z->ResetStep();
   if (rank == 0) {
     DT_LOG_INFO(kRuntime,
-                "Zero1Optimizer ({}): {} elements in {} buckets (target {:.1f} KiB), {} per rank shard, {}, {} ranks",
+                "Zero1Optimizer ({}): {} elements in {} buckets (target {:.1f} KiB), {} per rank shard, {}, {} ranks, "
+                "in place ({} B besides the state)",
                 opts.name, params.numel(), z->buckets_.size(), bucket_bytes / 1024.0, s,
-                comm::BackendName(grad_comm->backend()), world);
+                comm::BackendName(grad_comm->backend()), world, z->shard_buffer_bytes());
   }
   *out = std::move(z);
   return Status::OK();
@@ -189,7 +187,7 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
 Zero1Optimizer::~Zero1Optimizer() {
 #if DT_HAVE_CUDA
   if (gpu_ && gpu_->comm_stream.get() != nullptr) {
-    // The comm stream may still read grads or write params and the shard buffers.
+    // The comm stream may still read or write the model's grads and params and the padded buffers.
     cudaError_t e = cudaStreamSynchronize(gpu_->comm_stream.get());
     if (e != cudaSuccess) DT_LOG_WARN(kRuntime, "Zero1Optimizer teardown: {}", cudaGetErrorString(e));
   }
@@ -290,30 +288,44 @@ Status Zero1Optimizer::ReduceScatter(int from, int to) {
   next_launch_ = to;
   cudaStream_t stream = comm_stream();
   if (gpu_) DT_RETURN_IF_ERROR(RecordComputeTail());
+  Tensor& grads = model_->grads();
+  // In place: bucket b's view of grads is the input, its slice `rank` (this rank's owned range) the output.
   std::vector<Tensor> in(to - from), out(to - from);
+  const Zero1Bucket* padded = nullptr;
   for (int k = from; k < to; ++k) {
     const Zero1Bucket& b = buckets_[k];
-    DT_RETURN_IF_ERROR(ShardView(shard_grads_, b, &out[k - from]));
     Tensor src;
-    DT_RETURN_IF_ERROR(model_->grads().View(b.offset, {b.numel}, &src));
+    DT_RETURN_IF_ERROR(grads.View(b.offset, {b.numel}, &src));
     if (!Padded(b, world_)) {
       in[k - from] = src;
+      DT_RETURN_IF_ERROR(grads.View(b.offset + rank_ * b.shard_numel, {b.shard_numel}, &out[k - from]));
       continue;
     }
-    // The tiny bucket: its elements into the zero-padded buffer (outside the group: NCCL enqueues
-    // grouped collectives only at GroupEnd, after this copy on the same stream).
+    // The tiny bucket: its elements into the padded buffer (outside the group: NCCL enqueues grouped
+    // collectives only at GroupEnd, after this copy on the same stream), reduced in place there. The
+    // padding's values do not matter: only elements < numel are copied back.
+    padded = &b;
     Tensor dst;
     DT_RETURN_IF_ERROR(grad_pad_.View(0, {b.numel}, &dst));
     DT_RETURN_IF_ERROR(dst.CopyFrom(src, stream));
     in[k - from] = grad_pad_;
+    DT_RETURN_IF_ERROR(grad_pad_.View(rank_, {1}, &out[k - from]));
   }
   auto run = [&]() -> Status {
-    return Grouped(comm_, [&]() -> Status {
+    DT_RETURN_IF_ERROR(Grouped(comm_, [&]() -> Status {
       for (size_t i = 0; i < in.size(); ++i) {
         DT_RETURN_IF_ERROR(comm_->ReduceScatter(in[i], &out[i], comm::ReduceOp::kAvg, stream));
       }
       return Status::OK();
-    });
+    }));
+    int64_t first = 0, count = 0;
+    if (padded != nullptr) OwnedRange(*padded, &first, &count);
+    if (count == 0) return Status::OK();
+    // After the group: this rank's averaged element of the tiny bucket into its owned range of grads.
+    Tensor src, dst;
+    DT_RETURN_IF_ERROR(grad_pad_.View(rank_, {1}, &src));
+    DT_RETURN_IF_ERROR(grads.View(first, {1}, &dst));
+    return dst.CopyFrom(src, stream);
   };
   return gpu_ ? run() : TimedCpu(run);
 }
@@ -324,7 +336,8 @@ Status Zero1Optimizer::Finalize() {
   if (step_sync_) {
     const int nb = static_cast<int>(buckets_.size());
     if (next_launch_ < nb) DT_RETURN_IF_ERROR(ReduceScatter(next_launch_, nb));
-    // The update reads shard_grads_ on the compute stream.
+    // The update reads the reduced grads on the compute stream, and the next step's SetZero/backward
+    // (also on it) must not overwrite grads before the in-place reduce-scatters have read them.
     if (gpu_) DT_RETURN_IF_ERROR(JoinComputeTo(kFinalizeGap));
     grads_reduced_ = true;
     ++synced_steps_;
@@ -333,15 +346,20 @@ Status Zero1Optimizer::Finalize() {
   return Status::OK();
 }
 
-Status Zero1Optimizer::AllGatherGroup(const Tensor& shard, Tensor* full, cudaStream_t stream) {
+Status Zero1Optimizer::AllGatherGroup(const Tensor* shard, Tensor* full, cudaStream_t stream) {
   return Grouped(comm_, [&]() -> Status {
     for (const Zero1Bucket& b : buckets_) {
       Tensor in, out;
-      DT_RETURN_IF_ERROR(ShardView(shard, b, &in));
       if (Padded(b, world_)) {
         out = param_pad_;
       } else {
         DT_RETURN_IF_ERROR(full->View(b.offset, {b.numel}, &out));
+      }
+      if (shard != nullptr) {
+        DT_RETURN_IF_ERROR(ShardView(*shard, b, &in));
+      } else {
+        // In place: the input is this rank's slice of the output.
+        DT_RETURN_IF_ERROR(out.View(rank_ * b.shard_numel, {b.shard_numel}, &in));
       }
       DT_RETURN_IF_ERROR(comm_->AllGather(in, &out, stream));
     }
@@ -349,11 +367,22 @@ Status Zero1Optimizer::AllGatherGroup(const Tensor& shard, Tensor* full, cudaStr
   });
 }
 
-Status Zero1Optimizer::AllGather(const Tensor& shard, Tensor* full, int gap) {
+Status Zero1Optimizer::AllGather(const Tensor* shard, Tensor* full, int gap) {
   DT_NVTX_RANGE("Zero1Optimizer::AllGather");
   cudaStream_t stream = comm_stream();
   if (gpu_) DT_RETURN_IF_ERROR(RecordComputeTail());
   auto run = [&]() -> Status {
+    for (const Zero1Bucket& b : buckets_) {
+      int64_t first = 0, count = 0;
+      if (shard == nullptr && Padded(b, world_)) OwnedRange(b, &first, &count);
+      if (count == 0) continue;
+      // In place, the tiny bucket's owned element into its slot of the padded buffer (before the
+      // group, on the same stream).
+      Tensor src, dst;
+      DT_RETURN_IF_ERROR(full->View(first, {1}, &src));
+      DT_RETURN_IF_ERROR(param_pad_.View(rank_, {1}, &dst));
+      DT_RETURN_IF_ERROR(dst.CopyFrom(src, stream));
+    }
     DT_RETURN_IF_ERROR(AllGatherGroup(shard, full, stream));
     for (const Zero1Bucket& b : buckets_) {
       if (!Padded(b, world_)) continue;
@@ -378,23 +407,22 @@ Status Zero1Optimizer::Step(DeviceContext& ctx, double lr) {
     return Status::FailedPrecondition("Zero1Optimizer::Step without a synced Finalize since the previous step");
   }
   grads_reduced_ = false;
-  cudaStream_t compute = ctx.stream();
+  Tensor& params = model_->params();
+  const Tensor& grads = model_->grads();
 
-  // 1. The model's params are the source of truth: refresh this rank's slices from them.
-  for (const Zero1Bucket& b : buckets_) {
-    int64_t first = 0, count = 0;
-    OwnedRange(b, &first, &count);
-    if (count == 0) continue;
-    Tensor src, dst;
-    DT_RETURN_IF_ERROR(model_->params().View(first, {count}, &src));
-    DT_RETURN_IF_ERROR(shard_params_.View(b.shard_offset, {count}, &dst));
-    DT_RETURN_IF_ERROR(dst.CopyFrom(src, compute));
-  }
-
-  // 2. Global norm: per-shard sums of squares (padding is zero), summed over the ranks.
+  // 1. Global norm: the sum of squares over this rank's owned ranges (accumulated bucket by bucket),
+  // summed over the ranks.
   const Tensor* scale = nullptr;
   if (opts_.grad_clip > 0.0) {
-    DT_RETURN_IF_ERROR(ops::SumSquares(ctx, shard_grads_, &sum_squares_));
+    DT_RETURN_IF_ERROR(sum_squares_.SetZero(ctx.stream()));
+    for (const Zero1Bucket& b : buckets_) {
+      int64_t first = 0, count = 0;
+      OwnedRange(b, &first, &count);
+      if (count == 0) continue;
+      Tensor g;
+      DT_RETURN_IF_ERROR(grads.View(first, {count}, &g));
+      DT_RETURN_IF_ERROR(ops::SumSquares(ctx, g, &sum_squares_, /*accumulate=*/true));
+    }
     if (gpu_) {
       DT_RETURN_IF_ERROR(RecordComputeTail());
       DT_RETURN_IF_ERROR(comm_->AllReduce(&sum_squares_, comm::ReduceOp::kSum, comm_stream()));
@@ -406,28 +434,39 @@ Status Zero1Optimizer::Step(DeviceContext& ctx, double lr) {
     scale = &clip_coef_;
   }
 
-  // 3. One fused update over the whole shard.
-  if (adamw_) {
-    ops::AdamWHyper h;
-    h.lr = lr;
-    h.beta1 = opts_.beta1;
-    h.beta2 = opts_.beta2;
-    h.eps = opts_.eps;
-    h.weight_decay = opts_.weight_decay;
-    h.step = step_ + 1;
-    DT_RETURN_IF_ERROR(ops::AdamWUpdate(ctx, h, &shard_params_, shard_grads_, &state0_, &state1_, scale));
-  } else {
-    ops::SgdHyper h;
-    h.lr = lr;
-    h.momentum = opts_.momentum;
-    h.weight_decay = opts_.weight_decay;
-    h.nesterov = opts_.nesterov;
-    DT_RETURN_IF_ERROR(ops::SgdUpdate(ctx, h, &shard_params_, shard_grads_, &state0_, scale));
+  // 2. The fused update in place over each bucket's owned range of params and grads, with the state
+  // shards' matching slices.
+  ops::AdamWHyper ah;
+  ah.lr = lr;
+  ah.beta1 = opts_.beta1;
+  ah.beta2 = opts_.beta2;
+  ah.eps = opts_.eps;
+  ah.weight_decay = opts_.weight_decay;
+  ah.step = step_ + 1;
+  ops::SgdHyper sh;
+  sh.lr = lr;
+  sh.momentum = opts_.momentum;
+  sh.weight_decay = opts_.weight_decay;
+  sh.nesterov = opts_.nesterov;
+  for (const Zero1Bucket& b : buckets_) {
+    int64_t first = 0, count = 0;
+    OwnedRange(b, &first, &count);
+    if (count == 0) continue;
+    Tensor p, g, s0, s1;
+    DT_RETURN_IF_ERROR(params.View(first, {count}, &p));
+    DT_RETURN_IF_ERROR(grads.View(first, {count}, &g));
+    DT_RETURN_IF_ERROR(state0_.View(b.shard_offset, {count}, &s0));
+    if (adamw_) {
+      DT_RETURN_IF_ERROR(state1_.View(b.shard_offset, {count}, &s1));
+      DT_RETURN_IF_ERROR(ops::AdamWUpdate(ctx, ah, &p, g, &s0, &s1, scale));
+    } else {
+      DT_RETURN_IF_ERROR(ops::SgdUpdate(ctx, sh, &p, g, &s0, scale));
+    }
   }
   ++step_;
 
-  // 4. Every rank's updated slices into the model's params; the compute stream waits for them.
-  return AllGather(shard_params_, &model_->params(), kGatherGap);
+  // 3. Every bucket all-gathered in place into the model's params; the compute stream waits for them.
+  return AllGather(nullptr, &params, kGatherGap);
 }
 
 Status Zero1Optimizer::GatherState(std::vector<std::pair<std::string, Tensor>>* full) {
@@ -438,7 +477,7 @@ Status Zero1Optimizer::GatherState(std::vector<std::pair<std::string, Tensor>>* 
   for (const auto& [name, shard] : states) {
     Tensor t;
     DT_RETURN_IF_ERROR(Tensor::Empty({model_->params().numel()}, DType::kF32, ctx_->allocator(), &t));
-    DT_RETURN_IF_ERROR(AllGather(*shard, &t, kUntimed));
+    DT_RETURN_IF_ERROR(AllGather(shard, &t, kUntimed));
     full->emplace_back(name, t);
   }
   return Status::OK();
@@ -470,6 +509,12 @@ Status Zero1Optimizer::LoadState(const std::map<std::string, Tensor>& full) {
 
 size_t Zero1Optimizer::state_bytes() const {
   return static_cast<size_t>(shard_numel_) * sizeof(float) * (adamw_ ? 2 : 1);
+}
+
+size_t Zero1Optimizer::shard_buffer_bytes() const {
+  size_t bytes = 0;
+  for (const Tensor* t : {&grad_pad_, &param_pad_, &sum_squares_, &norm_, &clip_coef_}) bytes += t->nbytes();
+  return bytes;
 }
 
 Status Zero1Optimizer::TakeExposedCommMs(double* ms) {

@@ -9,30 +9,43 @@
 // take the tail of the next parameter, which then belongs to two buckets). The first `total % world`
 // elements form a last, tiny bucket padded to `world` elements. Rank r owns slice r of every bucket:
 // elements [offset + r * s, offset + (r + 1) * s) with s = numel / world (padding: the tiny bucket's
-// slice r is element r, or nothing when r >= total % world). Its shard buffers (grads, params copy,
-// optimizer state) hold these slices back to back: about total / world elements each.
+// slice r is element r, or nothing when r >= total % world). The optimizer state shards hold these
+// slices back to back (the shard layout): about total / world elements each. Gradients and params are
+// NOT copied into shards: the reduce-scatter, the update and the all-gather work in place in the
+// model's flat grads/params (NCCL's in-place convention: slice r of a bucket is rank r's
+// recvbuff/sendbuff), so besides the state ZeRO-1 allocates only the tiny bucket's two padded
+// buffers (`world` elements each) and three device scalars (shard_buffer_bytes()).
 //
 // Per step (contract, as GradientReducer's add/finalize):
 //   [set_sync(...)]  Backward(on_ready = OnGradReady)  Finalize()  Step(ctx, lr)
 //   1. OnGradReady(i): once per parameter per step. When every parameter overlapping the next
-//      bucket(s) in launch order is announced, their gradients are reduce-scattered (averaged) into
-//      this rank's shard of the grads. Buckets launch in bucket order on every rank.
+//      bucket(s) in launch order is announced, their gradients are reduce-scattered (averaged) in
+//      place: this rank's slice of each bucket in grads() receives the average over the ranks.
+//      Buckets launch in bucket order on every rank.
 //   2. Finalize(): launches the remaining buckets and orders the compute stream after every
 //      reduce-scatter. Must run before Step. Accumulation micro-steps: set_sync(false) before their
 //      backward; OnGradReady then only records readiness, Finalize only resets (latched per step,
-//      as in GradientReducer). The model's grads() are read, never modified.
-//   3. Step(ctx, lr): refreshes the shard's copy of the params from the model's params (so a restore
-//      or broadcast of params between steps is honoured), computes the shard's sum of squared
-//      gradients and all-reduces it (only when grad_clip > 0: the global norm over ALL shards), runs
-//      one fused SGD/AdamW update over the whole shard (optim_update.h semantics, bias correction
-//      step() + 1), then all-gathers every bucket's updated slices into the model's params().
-//      FailedPrecondition when no synced Finalize ran since the previous Step.
+//      as in GradientReducer); grads() are untouched by unsynced steps. After a synced Finalize the
+//      model's grads() hold the averaged gradient in this rank's owned ranges (slice r of every
+//      bucket) and are UNSPECIFIED elsewhere: nothing may read the full grads() after it (zero them
+//      before the next backward, as the trainer does).
+//   3. Step(ctx, lr): over this rank's owned ranges of the model's params and grads (views, one
+//      launch per bucket) with the matching views of the state shards: the sum of squared gradients
+//      (accumulated per bucket) is all-reduced (only when grad_clip > 0: the global norm over ALL
+//      ranks), then the fused SGD/AdamW update (optim_update.h semantics, bias correction step() + 1)
+//      writes the owned params in place, then every bucket is all-gathered in place into the model's
+//      params(). The model's params are the source of truth: a restore or broadcast of params
+//      between steps is honoured. FailedPrecondition when no synced Finalize ran since the previous Step.
 //
 // Streams (CUDA, NCCL): collectives run on a dedicated non-blocking comm stream of the highest
 // priority. Every hand-over is an event, never a host sync: the comm stream waits for the compute
 // stream's backward before a reduce-scatter, the compute stream waits for the reduce-scatters in
 // Finalize, for the norm all-reduce before the clip coefficient, and for the all-gathers at the end
 // of Step — so anything queued after Step (the next forward, a checkpoint copy) sees the new params.
+// In place, the comm stream reads and writes grads() during the reduce-scatters: the next step's
+// SetZero and backward on the compute stream come after Finalize's join, so they are ordered after
+// them; likewise the update (compute) before the all-gather (comm, which waits for it) before the
+// next forward (compute, which waits for the gathers).
 // CPU (MPI): each collective blocks inside the call (see GradientReducer for why not MPI_I*).
 //
 // Checkpoints hold the FULL state: GatherState all-gathers the shards into full flat tensors on
@@ -41,12 +54,14 @@
 //
 // Equivalence: with W ranks the result equals GradientReducer (average) + Optimizer on the full
 // buffer except (a) reduce-scatter may sum in another order than all-reduce (bitwise equal for MPI
-// with 2 ranks) and (b) the norm is a sum of per-shard f32 partial sums: relative error ~1e-7 in the
-// clip coefficient. tests/runtime/zero1_mpi_test.cc measures the difference.
+// with 2 ranks) and (b) the norm is a sum of per-bucket, per-rank partial sums, each added into an
+// f32 accumulator: relative error ~1e-7 in the clip coefficient. tests/runtime/zero1_mpi_test.cc
+// measures the difference.
 //
-// Ownership: borrows ctx, the model (its params/grads storage) and the communicator; all must outlive
-// this object. Owns the shard buffers, the comm stream and events; the destructor waits for the comm
-// stream. Not thread-safe: call everything from the thread driving ctx's compute stream.
+// Ownership: borrows ctx, the model (its params/grads storage, written in place) and the communicator;
+// all must outlive this object. Owns the state shards, the padded buffers, the comm stream and events;
+// the destructor waits for the comm stream. Not thread-safe: call everything from the thread driving
+// ctx's compute stream.
 
 #include <cstddef>
 #include <cstdint>
@@ -70,7 +85,7 @@ struct Zero1Bucket {
   int64_t offset = 0;        // first element of the bucket in grads/params
   int64_t numel = 0;         // elements of the bucket (shard_numel * world, except the padded tiny bucket)
   int64_t shard_numel = 0;   // elements of each rank's slice: ceil(numel / world)
-  int64_t shard_offset = 0;  // where the slice lives in the shard buffers (same on every rank)
+  int64_t shard_offset = 0;  // where the slice lives in the state shards (same on every rank)
   std::vector<int> params;   // indices of the parameters overlapping the bucket (non-empty ones)
 };
 
@@ -117,7 +132,11 @@ class Zero1Optimizer {
 
   // Bytes of optimizer state held by this rank (shards of exp_avg/exp_avg_sq or momentum_buffer).
   size_t state_bytes() const;
-  // Elements of each shard buffer on this rank (sum of the buckets' shard_numel).
+  // Bytes of the other buffers this object allocates on ctx's device: the tiny bucket's padded grad
+  // and param buffers (world elements each, only when numel % world != 0) and three f32 scalars —
+  // well under 1 KiB. (Per-call temporaries, e.g. SumSquares' workspace, come from the allocator.)
+  size_t shard_buffer_bytes() const;
+  // Elements of each state shard on this rank (sum of the buckets' shard_numel).
   int64_t shard_numel() const { return shard_numel_; }
   const std::vector<Zero1Bucket>& buckets() const { return buckets_; }
 
@@ -134,10 +153,11 @@ class Zero1Optimizer {
   Zero1Optimizer() = default;
   Status LaunchReadyBuckets();
   Status ReduceScatter(int from, int to);
-  // All-gathers `shard` (the shard layout) into `full` (the flat layout) on the comm stream after
-  // the compute stream's current tail; the compute stream waits for it (timed as `gap`). CPU: blocking.
-  Status AllGather(const Tensor& shard, Tensor* full, int gap);
-  Status AllGatherGroup(const Tensor& shard, Tensor* full, cudaStream_t stream);
+  // All-gathers every bucket into `full` (the flat layout) on the comm stream after the compute
+  // stream's current tail; the compute stream waits for it (timed as `gap`). CPU: blocking. The slices
+  // come from `shard` (the shard layout), or with shard == nullptr from `full` itself (in place).
+  Status AllGather(const Tensor* shard, Tensor* full, int gap);
+  Status AllGatherGroup(const Tensor* shard, Tensor* full, cudaStream_t stream);
   Status ShardView(const Tensor& shard, const Zero1Bucket& b, Tensor* out) const;
   // This rank's real (unpadded) part of bucket b: [first, first + count) in flat elements.
   void OwnedRange(const Zero1Bucket& b, int64_t* first, int64_t* count) const;
@@ -157,9 +177,9 @@ class Zero1Optimizer {
   std::vector<std::vector<int>> param_buckets_;  // buckets each parameter overlaps
   std::vector<std::string> param_names_;
   int64_t shard_numel_ = 0;
-  Tensor shard_grads_, shard_params_, state0_, state1_;  // shard layout; state0 = exp_avg | momentum
-  Tensor grad_pad_, param_pad_;                          // the tiny bucket's padded buffers (world elements)
-  Tensor sum_squares_, norm_, clip_coef_;                // device scalars
+  Tensor state0_, state1_;                 // shard layout; state0 = exp_avg | momentum
+  Tensor grad_pad_, param_pad_;            // the tiny bucket's padded buffers (world elements)
+  Tensor sum_squares_, norm_, clip_coef_;  // device scalars
   std::unique_ptr<GpuState> gpu_;
   int64_t step_ = 0;
 

@@ -46,18 +46,24 @@ Status EnsureScalarLike(DeviceContext& ctx, const Tensor& x, Tensor* out) {
 
 }  // namespace
 
-Status SumSquares(DeviceContext& ctx, const Tensor& x, Tensor* out) {
+Status SumSquares(DeviceContext& ctx, const Tensor& x, Tensor* out, bool accumulate) {
   DT_CHECK_ARG(out != nullptr, "out is null");
+  DT_CHECK_ARG(!accumulate || out->defined(), "accumulating SumSquares needs a defined out");
   DT_RETURN_IF_ERROR(CheckOnContext(ctx, x, "x"));
   DT_RETURN_IF_ERROR(EnsureScalarLike(ctx, x, out));
   if (x.device() == DeviceType::kCPU) {
     switch (x.dtype()) {
-      case DType::kF32:
-        out->data<float>()[0] = static_cast<float>(SumSquaresCpu(x.data<float>(), x.numel()));
+      case DType::kF32: {
+        float* o = out->data<float>();
+        const double base = accumulate ? static_cast<double>(o[0]) : 0.0;
+        o[0] = static_cast<float>(base + SumSquaresCpu(x.data<float>(), x.numel()));
         return Status::OK();
-      case DType::kF64:
-        out->data<double>()[0] = SumSquaresCpu(x.data<double>(), x.numel());
+      }
+      case DType::kF64: {
+        double* o = out->data<double>();
+        o[0] = (accumulate ? o[0] : 0.0) + SumSquaresCpu(x.data<double>(), x.numel());
         return Status::OK();
+      }
       default:
         return Status::InvalidArgument("SumSquares: unsupported dtype " + std::string(DTypeName(x.dtype())));
     }
@@ -67,7 +73,8 @@ Status SumSquares(DeviceContext& ctx, const Tensor& x, Tensor* out) {
   // Freed when this returns: the caching allocator may reuse it only for later work on ctx.stream().
   Tensor workspace;
   DT_RETURN_IF_ERROR(Tensor::Empty({kSumSquaresWorkspaceElems}, DType::kF64, ctx.allocator(), &workspace));
-  return SumSquaresCuda(x.data<float>(), x.numel(), workspace.data<double>(), out->data<float>(), ctx.stream());
+  return SumSquaresCuda(x.data<float>(), x.numel(), workspace.data<double>(), out->data<float>(), ctx.stream(),
+                        accumulate);
 #else
   return Status::Unavailable("SumSquares on a CUDA tensor, but dtrain was built without CUDA");
 #endif

@@ -42,12 +42,13 @@ __global__ void SumSquaresPartialKernel(const float* __restrict__ x, int64_t n, 
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
-// Pass 2: one block sums the partials in a fixed order.
-__global__ void SumPartialsKernel(const double* __restrict__ partials, int num_partials, float* __restrict__ out) {
+// Pass 2: one block sums the partials in a fixed order (and adds *out when accumulating).
+__global__ void SumPartialsKernel(const double* __restrict__ partials, int num_partials, float* __restrict__ out,
+                                  bool accumulate) {
   double acc = 0.0;
   for (int i = threadIdx.x; i < num_partials; i += blockDim.x) acc += partials[i];
   acc = BlockSum(acc);
-  if (threadIdx.x == 0) *out = static_cast<float>(acc);
+  if (threadIdx.x == 0) *out = static_cast<float>(accumulate ? static_cast<double>(*out) + acc : acc);
 }
 
 __global__ void ScaleKernel(float* __restrict__ x, int64_t n, float s) {
@@ -57,7 +58,7 @@ __global__ void ScaleKernel(float* __restrict__ x, int64_t n, float s) {
 
 }  // namespace
 
-Status SumSquaresCuda(const float* x, int64_t n, double* workspace, float* out, cudaStream_t stream) {
+Status SumSquaresCuda(const float* x, int64_t n, double* workspace, float* out, cudaStream_t stream, bool accumulate) {
   DT_NVTX_FN();
   DT_CHECK_ARG(n >= 0, "negative element count " << n);
   DT_CHECK_ARG(workspace != nullptr && out != nullptr, "null workspace or out");
@@ -65,7 +66,7 @@ Status SumSquaresCuda(const float* x, int64_t n, double* workspace, float* out, 
   const int blocks = static_cast<int>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, kSumSquaresWorkspaceElems));
   SumSquaresPartialKernel<<<blocks, kThreads, 0, stream>>>(x, n, workspace);
   DT_CUDA_CHECK_LAUNCH();
-  SumPartialsKernel<<<1, kFinalThreads, 0, stream>>>(workspace, blocks, out);
+  SumPartialsKernel<<<1, kFinalThreads, 0, stream>>>(workspace, blocks, out, accumulate);
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
 }

@@ -1,7 +1,7 @@
 #pragma once
 // Reductions and scaling over flat buffers: the pieces of global-norm gradient clipping.
 //
-//   SumSquares(x) = sum_i x_i^2, written into a 1-element tensor on x's device.
+//   SumSquares(x) = sum_i x_i^2, written into (or, accumulating, added to) a 1-element tensor on x's device.
 //   Scale(x, s):    x_i *= s, in place.
 //
 // CPU: f32 and f64, accumulating in f64. CUDA: f32, a deterministic two-pass reduction (per-block
@@ -28,9 +28,10 @@ void ScaleCpu(T* x, int64_t n, T s);
 // Elements (f64) of the workspace SumSquaresCuda needs: one partial sum per block of pass 1.
 constexpr int64_t kSumSquaresWorkspaceElems = 1024;
 #if DT_HAVE_CUDA
-// *out (device f32) = sum of x[0..n)^2. `workspace`: kSumSquaresWorkspaceElems device doubles,
-// not in use by other work on `stream`.
-Status SumSquaresCuda(const float* x, int64_t n, double* workspace, float* out, cudaStream_t stream);
+// *out (device f32) = sum of x[0..n)^2, or with `accumulate` *out += that sum (added in f64, rounded
+// once). `workspace`: kSumSquaresWorkspaceElems device doubles, not in use by other work on `stream`.
+Status SumSquaresCuda(const float* x, int64_t n, double* workspace, float* out, cudaStream_t stream,
+                      bool accumulate = false);
 Status ScaleCuda(float* x, int64_t n, float s, cudaStream_t stream);
 #endif
 
@@ -38,8 +39,9 @@ Status ScaleCuda(float* x, int64_t n, float s, cudaStream_t stream);
 // `x` must live on ctx's device. If `out` is undefined it is allocated as a [1] tensor of x's dtype
 // from ctx.allocator(); otherwise it must already be a 1-element tensor of x's dtype and device.
 // On CUDA a temporary workspace is taken from ctx.allocator() (the caching allocator: no cudaMalloc
-// once warm).
-Status SumSquares(DeviceContext& ctx, const Tensor& x, Tensor* out);
+// once warm). With `accumulate`, *out += sum x^2 (the sum and the old value added in f64, rounded once
+// to out's dtype): a norm over disjoint pieces (ZeRO-1's owned ranges); `out` must then be defined.
+Status SumSquares(DeviceContext& ctx, const Tensor& x, Tensor* out, bool accumulate = false);
 // x *= s for a tensor on ctx's device.
 Status Scale(DeviceContext& ctx, Tensor* x, float s);
 

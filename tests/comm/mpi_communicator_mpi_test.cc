@@ -155,6 +155,60 @@ TEST_F(MpiCommunicatorTest, ReduceScatterClosedForm) {
   }
 }
 
+// In place (NCCL's convention): out is in's slice r. The same closed form as above lands in that slice,
+// for sum and avg, and for bf16 (exact small integers).
+TEST_F(MpiCommunicatorTest, ReduceScatterInPlaceLandsInOwnSlice) {
+  const int m = 5;
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+    Tensor buf = Make(DType::kF32, m * n_);
+    for (int k = 0; k < m * n_; ++k) buf.data<float>()[k] = static_cast<float>(r_ + k);
+    Tensor mine;
+    ASSERT_TRUE(buf.View(r_ * m, {m}, &mine).ok());
+    Status st = comm_->ReduceScatter(buf, &mine, op, nullptr);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    for (int j = 0; j < m; ++j) {
+      const double sum = n_ * (n_ - 1) / 2.0 + n_ * (r_ * m + j);
+      const double expect = op == ReduceOp::kSum ? sum : sum / n_;
+      EXPECT_NEAR(buf.data<float>()[r_ * m + j], expect, 1e-6 * (1 + expect)) << ReduceOpName(op) << " " << j;
+    }
+  }
+  Tensor b16 = Make(DType::kBF16, m * n_);
+  auto* p = static_cast<uint16_t*>(b16.data());
+  for (int k = 0; k < m * n_; ++k) p[k] = F32ToBf16(static_cast<float>(r_ + k));
+  Tensor mine16;
+  ASSERT_TRUE(b16.View(r_ * m, {m}, &mine16).ok());
+  ASSERT_TRUE(comm_->ReduceScatter(b16, &mine16, ReduceOp::kSum, nullptr).ok());
+  for (int j = 0; j < m; ++j) {
+    EXPECT_EQ(Bf16ToF32(p[r_ * m + j]), static_cast<float>(n_ * (n_ - 1) / 2 + n_ * (r_ * m + j))) << j;
+  }
+}
+
+// In place: in is out's slice r; every rank ends with all slices in rank order.
+TEST_F(MpiCommunicatorTest, AllGatherInPlaceIsRankOrdered) {
+  const int m = 3;
+  Tensor out = Make(DType::kF32, m * n_);
+  for (int k = 0; k < m * n_; ++k) out.data<float>()[k] = -1.0f;  // other slices: overwritten
+  for (int j = 0; j < m; ++j) out.data<float>()[r_ * m + j] = static_cast<float>(r_ * 10 + j);
+  Tensor mine;
+  ASSERT_TRUE(out.View(r_ * m, {m}, &mine).ok());
+  Status st = comm_->AllGather(mine, &out, nullptr);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (int q = 0; q < n_; ++q) {
+    for (int j = 0; j < m; ++j) EXPECT_EQ(out.data<float>()[q * m + j], q * 10.0f + j) << q << "," << j;
+  }
+}
+
+// Overlap other than slice `rank` is refused before MPI is called (so ranks stay in step).
+TEST_F(MpiCommunicatorTest, RejectsOverlapOtherThanOwnSlice) {
+  const int m = 4;
+  Tensor buf = Make(DType::kF32, m * n_ + 1);
+  Tensor whole, shifted;
+  ASSERT_TRUE(buf.View(0, {m * n_}, &whole).ok());
+  ASSERT_TRUE(buf.View(r_ * m + 1, {m}, &shifted).ok());  // straddles slice r by one element
+  EXPECT_EQ(comm_->ReduceScatter(whole, &shifted, ReduceOp::kSum, nullptr).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(comm_->AllGather(shifted, &whole, nullptr).code(), Status::Code::kInvalidArgument);
+}
+
 TEST_F(MpiCommunicatorTest, BarrierWaitsForTheSlowestRank) {
   if (n_ < 2) GTEST_SKIP() << "needs 2 ranks, have " << n_;
   ASSERT_TRUE(comm_->Barrier().ok());  // line up first

@@ -159,6 +159,33 @@ TEST_F(NcclCommunicatorTest, ReduceScatterClosedForm) {
   for (int j = 0; j < m; ++j) EXPECT_EQ(got[j], static_cast<float>(n_ * (n_ - 1) / 2 + n_ * (r_ * m + j))) << j;
 }
 
+// In place (ncclReduceScatter with recvbuff == sendbuff + rank * recvcount, ncclAllGather with
+// sendbuff == recvbuff + rank * sendcount), grouped as Zero1Optimizer issues them. Integer-valued
+// f32: the closed forms are exact.
+TEST_F(NcclCommunicatorTest, InPlaceReduceScatterAndAllGather) {
+  const int m = 5;
+  std::vector<float> v(m * n_);
+  for (int k = 0; k < m * n_; ++k) v[k] = static_cast<float>(r_ + k);
+  Tensor rs = Upload(v, DType::kF32);
+  Tensor rs_mine;
+  ASSERT_TRUE(rs.View(r_ * m, {m}, &rs_mine).ok());
+  for (int k = 0; k < m * n_; ++k) v[k] = k / m == r_ ? static_cast<float>(r_ * 10 + k % m) : -1.0f;
+  Tensor ag = Upload(v, DType::kF32);
+  Tensor ag_mine;
+  ASSERT_TRUE(ag.View(r_ * m, {m}, &ag_mine).ok());
+  ASSERT_TRUE(comm_->GroupStart().ok());
+  ASSERT_TRUE(comm_->ReduceScatter(rs, &rs_mine, ReduceOp::kSum, ctx_->stream()).ok());
+  ASSERT_TRUE(comm_->AllGather(ag_mine, &ag, ctx_->stream()).ok());
+  ASSERT_TRUE(comm_->GroupEnd().ok());
+  const auto got_rs = Download(rs), got_ag = Download(ag);
+  for (int j = 0; j < m; ++j) {
+    EXPECT_EQ(got_rs[r_ * m + j], static_cast<float>(n_ * (n_ - 1) / 2 + n_ * (r_ * m + j))) << j;
+  }
+  for (int q = 0; q < n_; ++q) {
+    for (int j = 0; j < m; ++j) EXPECT_EQ(got_ag[q * m + j], q * 10.0f + j) << q << "," << j;
+  }
+}
+
 TEST_F(NcclCommunicatorTest, GroupedAllReducesAndLargeTensor) {
   // Two collectives fused in one group, one of them 10M floats.
   constexpr int64_t kN = 10'000'000;

@@ -59,6 +59,35 @@ TEST(SumSquares, CpuTensorF32AndF64) {
   EXPECT_EQ(outd.data<double>()[0], 0.25 + 0.0625 + 4.0);
 }
 
+TEST(SumSquares, AccumulatesOverDisjointPieces) {
+  // 1..100 in three pieces: the accumulated sum is the closed form n(n+1)(2n+1)/6 = 338350 (every
+  // partial sum is an integer below 2^24: exact in f32 and f64).
+  auto ctx = CpuContext();
+  const int64_t n = 100;
+  std::vector<float> xf(n);
+  std::vector<double> xd(n);
+  for (int64_t i = 0; i < n; ++i) xf[i] = xd[i] = static_cast<double>(i + 1);
+  Tensor tf = HostTensor(xf), td = HostTensor(xd);
+  Tensor outf, outd;
+  const int64_t cuts[] = {0, 1, 61, n};
+  for (int k = 0; k < 3; ++k) {
+    Tensor pf, pd;
+    ASSERT_TRUE(tf.View(cuts[k], {cuts[k + 1] - cuts[k]}, &pf).ok());
+    ASSERT_TRUE(td.View(cuts[k], {cuts[k + 1] - cuts[k]}, &pd).ok());
+    ASSERT_TRUE(SumSquares(*ctx, pf, &outf, /*accumulate=*/k > 0).ok());
+    ASSERT_TRUE(SumSquares(*ctx, pd, &outd, /*accumulate=*/k > 0).ok());
+  }
+  EXPECT_EQ(outf.data<float>()[0], 338350.0f);
+  EXPECT_EQ(outd.data<double>()[0], 338350.0);
+  // An empty piece adds nothing; accumulating needs an existing out.
+  Tensor empty;
+  ASSERT_TRUE(tf.View(0, {0}, &empty).ok());
+  ASSERT_TRUE(SumSquares(*ctx, empty, &outf, true).ok());
+  EXPECT_EQ(outf.data<float>()[0], 338350.0f);
+  Tensor undefined;
+  EXPECT_EQ(SumSquares(*ctx, tf, &undefined, true).code(), Status::Code::kInvalidArgument);
+}
+
 TEST(SumSquares, RejectsBadArguments) {
   auto ctx = CpuContext();
   std::vector<float> x = {1.0f, 2.0f};
@@ -147,6 +176,26 @@ TEST_F(ReduceCudaTest, SumSquaresMatchesCpuOnRandomData) {
     ASSERT_TRUE(SumSquares(*gpu_, dx, &out2).ok());
     EXPECT_EQ(ToHost(out2)[0], got) << "n=" << n;
   }
+}
+
+// Accumulating over pieces on the GPU: the f64 sum of the per-piece results, within 1e-6 relative
+// (each piece and each accumulation round to f32 once: a few ulps over 4 pieces).
+TEST_F(ReduceCudaTest, SumSquaresAccumulatesLikeCpu) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x((1 << 20) + 333);
+  for (auto& v : x) v = dist(rng);
+  const int64_t n = static_cast<int64_t>(x.size());
+  const double ref = SumSquaresCpu(x.data(), n);
+  Tensor dx = ToDevice(x);
+  Tensor out;
+  const int64_t cuts[] = {0, 7, 4096, 700001, n};
+  for (int k = 0; k < 4; ++k) {
+    Tensor piece;
+    ASSERT_TRUE(dx.View(cuts[k], {cuts[k + 1] - cuts[k]}, &piece).ok());
+    ASSERT_TRUE(SumSquares(*gpu_, piece, &out, /*accumulate=*/k > 0).ok());
+  }
+  EXPECT_NEAR(ToHost(out)[0], ref, 1e-6 * ref);
 }
 
 TEST_F(ReduceCudaTest, ScaleMatchesCpu) {

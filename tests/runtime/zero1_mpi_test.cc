@@ -4,7 +4,9 @@
 // floating-point sums: reduce-scatter vs all-reduce (bitwise equal for MPI with 2 ranks) and the global
 // norm (per-shard f32 partial sums, ~1e-7 relative in the clip coefficient). Measured here (CPU, 2, 3
 // and 4 ranks): max |dp| <= 6e-8 (a few f32 ulps) after 12 steps; asserted: max |dp| <= kTol =
-// 1e-6 * max(1, max |p|).
+// 1e-6 * max(1, max |p|). ctest runs 2 ranks; run `mpiexec -n 3` / `-n 4` by hand for odd worlds and
+// uneven splits. ZeRO-1 works in place in the model's grads/params: the memory and grads contracts
+// are checked here too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -224,6 +226,56 @@ TEST_F(Zero1MpiTest, StateBytesIsFullOverWorld) {
   EXPECT_EQ(s.zero->state_bytes(), static_cast<size_t>(4 * shard));
 }
 
+// In place: besides the state shards ZeRO-1 allocates only the tiny bucket's two padded buffers (world
+// floats each, when numel % world != 0) and three f32 scalars.
+TEST_F(Zero1MpiTest, AllocatesOnlyPaddingAndScalarsBesidesTheState) {
+  for (const OptimizerOptions& oo : {AdamW(), Sgd()}) {
+    for (size_t bytes : kBucketBytes) {
+      Sharded z;
+      DT_ASSERT_OK(z.Init(*ctx_, comm_.get(), oo, bytes));
+      const int64_t total = z.model->params().numel();  // 149
+      const size_t pad = total % n_ != 0 ? 2 * sizeof(float) * n_ : 0;
+      EXPECT_EQ(z.zero->shard_buffer_bytes(), pad + 3 * sizeof(float)) << oo.name << " " << bytes;
+      EXPECT_LT(z.zero->shard_buffer_bytes(), 1024u);
+    }
+  }
+}
+
+// After a synced Finalize the model's grads hold, in this rank's owned ranges (slice r of every
+// bucket), the average that GradientReducer leaves in the full buffer (bitwise for MPI with 2 ranks;
+// kTol in general).
+TEST_F(Zero1MpiTest, FinalizeLeavesTheAverageInOwnedRanges) {
+  for (size_t bytes : kBucketBytes) {
+    DataParallel dp;
+    Sharded z;
+    DT_ASSERT_OK(dp.Init(*ctx_, comm_.get(), AdamW(), bytes));
+    DT_ASSERT_OK(z.Init(*ctx_, comm_.get(), AdamW(), bytes));
+    Exchange dex{[&](bool s) { dp.reducer->set_sync(s); }, [&](int i) { return dp.reducer->MarkReady(i); },
+                 [&] { return dp.reducer->Finalize(); }};
+    Exchange zex{[&](bool s) { z.zero->set_sync(s); }, [&](int i) { return z.zero->OnGradReady(i); },
+                 [&] { return z.zero->Finalize(); }};
+    DT_ASSERT_OK(Accumulate(*ctx_, *dp.model, dex, 0, r_, 2));
+    DT_ASSERT_OK(Accumulate(*ctx_, *z.model, zex, 0, r_, 2));
+    std::vector<double> ref, got;
+    DT_ASSERT_OK(testing::Fetch(*ctx_, dp.model->grads(), &ref));
+    DT_ASSERT_OK(testing::Fetch(*ctx_, z.model->grads(), &got));
+    int64_t owned = 0;
+    double worst = 0;
+    for (const Zero1Bucket& b : z.zero->buckets()) {
+      const int64_t first = b.offset + r_ * b.shard_numel;
+      const int64_t last = std::min(b.offset + b.numel, first + b.shard_numel);
+      for (int64_t i = first; i < last; ++i, ++owned) worst = std::max(worst, std::fabs(got[i] - ref[i]));
+    }
+    EXPECT_LE(worst, kTol * testing::Scale(ref)) << "bucket_bytes " << bytes;
+    if (n_ == 2) {
+      EXPECT_EQ(worst, 0.0) << "bucket_bytes " << bytes;
+    }
+    // Owned ranges: this rank's slice of every bucket (the tiny bucket's element r when r < 149 % n).
+    const int64_t total = z.model->params().numel();
+    EXPECT_EQ(owned, (total - total % n_) / n_ + (r_ < total % n_ ? 1 : 0));
+  }
+}
+
 // GatherState reassembles exactly the state plain data parallelism holds; LoadState takes it back.
 TEST_F(Zero1MpiTest, GatheredStateEqualsOptimizerStateAndRoundTrips) {
   for (const OptimizerOptions& oo : {AdamW(), Sgd()}) {
@@ -361,6 +413,32 @@ TEST_F(Zero1GpuTest, MatchesDataParallelOnNccl) {
       EXPECT_GE(exposed, 0.0);
     }
   }
+}
+
+// The device memory Create takes is the state shards plus shard_buffer_bytes(), each tensor rounded
+// up by the caching allocator: no shard copies of grads or params (they are reduced, updated and
+// gathered in place in the model's buffers), and a step leaves nothing more allocated.
+TEST_F(Zero1GpuTest, DeviceMemoryIsTheStateShardsOnly) {
+  CudaCachingAllocator* alloc = gpu_ctx_->device_allocator();
+  ASSERT_NE(alloc, nullptr);
+  Sharded z;
+  DT_ASSERT_OK(models::Mlp::Create(*gpu_ctx_, MlpOpts(), &z.model));
+  DT_ASSERT_OK(z.model->InitParams(kSeed));
+  // One local forward/backward first: the model's activations (kept across steps) are then allocated.
+  Exchange local{[](bool) {}, nullptr, [] { return Status::OK(); }};
+  DT_ASSERT_OK(Accumulate(*gpu_ctx_, *z.model, local, 0, r_, 1));
+  DT_ASSERT_OK(gpu_ctx_->Synchronize());
+  const int64_t before = alloc->stats().bytes_in_use;
+  DT_ASSERT_OK(Zero1Optimizer::Create(*gpu_ctx_, AdamW(), *z.model, nccl_.get(), r_, n_, 64.0 / (1 << 20), &z.zero));
+  const int64_t created = alloc->stats().bytes_in_use - before;
+  const int64_t total = z.model->params().numel();
+  auto round = [](size_t b) { return static_cast<int64_t>(CudaCachingAllocator::RoundSize(b)); };
+  const int64_t expect = 2 * round(z.zero->state_bytes() / 2) + (total % n_ != 0 ? 2 * round(sizeof(float) * n_) : 0) +
+                         3 * round(sizeof(float));
+  EXPECT_EQ(created, expect);
+  DT_ASSERT_OK(z.Train(*gpu_ctx_, 0, 2, r_, 1, 1e-2));
+  DT_ASSERT_OK(gpu_ctx_->Synchronize());
+  EXPECT_EQ(alloc->stats().bytes_in_use - before, expect) << "a step keeps no buffers of its own";
 }
 
 }  // namespace
