@@ -222,7 +222,7 @@ Status Gpt2::Forward(const Tensor& inputs, const Tensor& targets) {
   DT_RETURN_IF_ERROR(
       ops::LayerNormForward(ctx_, x_.back(), w_[lnf], w_[lnf + 1], kLnEps, &lnf_, &lnf_mean_, &lnf_rstd_));
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, lnf_, false, gemm_weight(0), true, &logits_));  // tied LM head
-  // Losses only; Backward recomputes the softmax and writes dlogits over the logits (no second [N, Vp] buffer).
+  // Losses only; Backward derives dlogits from them and the logits, over the logits (no second [N, Vp] buffer).
   return ops::SoftmaxCrossEntropy(ctx_, logits_, targets_, &losses_, nullptr, 1.0f / static_cast<float>(n),
                                   opts_.vocab_size);
 }
@@ -276,9 +276,10 @@ Status Gpt2::Backward(float loss_scale, const GradReadyFn& on_ready) {
   DT_CHECK_ARG(ids_.defined(), "Backward called before Forward");
   const int64_t n = batch_ * seq_len_;
   auto ready = [&](int i) { return on_ready ? on_ready(i) : Status::OK(); };
-  // dlogits = d(loss_scale * mean loss)/d(logits), in place over the logits (0 in the padded columns).
-  DT_RETURN_IF_ERROR(ops::SoftmaxCrossEntropy(ctx_, logits_, targets_, &losses_, &logits_,
-                                              loss_scale / static_cast<float>(n), opts_.vocab_size));
+  // dlogits = d(loss_scale * mean loss)/d(logits), in place over the logits (0 in the padded columns), from the
+  // forward's losses (one pass over the logits).
+  DT_RETURN_IF_ERROR(ops::SoftmaxCrossEntropyBackward(ctx_, logits_, targets_, losses_, &logits_,
+                                                      loss_scale / static_cast<float>(n), opts_.vocab_size));
   // LM head: dwte += dlogits^T lnf (the first of wte's two contributions), dlnf = dlogits wte.
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, true, lnf_, false, &g_[0], 1.f, 1.f));
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, false, gemm_weight(0), false, &dln_));

@@ -80,7 +80,8 @@ __global__ void BiasGradFinishKernel(float* dbias, const float* chunks, int64_t 
   const int64_t col = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (col >= n) return;
   float total = 0.f;
-  for (int64_t c = 0; c < num_chunks; ++c) total += chunks[c * n + col];  // fixed order: deterministic
+#pragma unroll 16
+  for (int64_t c = 0; c < num_chunks; ++c) total += chunks[c * n + col];  // fixed order; unrolled loads overlap
   dbias[col] = accumulate ? dbias[col] + total : total;
 }
 
@@ -116,7 +117,9 @@ Status LaunchBiasGrad(float* dbias, const T* dy, int64_t m, int64_t n, bool accu
   }
   DT_CUDA_CHECK_LAUNCH();
   if (chunks > 1) {
-    BiasGradFinishKernel<<<detail::GridFor(n, kThreads), kThreads, 0, stream>>>(dbias, scratch, chunks, n, accumulate);
+    // 64 threads a block: a 768-wide bias spreads over 12 SMs instead of 3.
+    BiasGradFinishKernel<<<static_cast<unsigned>((n + 63) / 64), 64, 0, stream>>>(dbias, scratch, chunks, n,
+                                                                                  accumulate);
     DT_CUDA_CHECK_LAUNCH();
   }
   return Status::OK();

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "models/ops/half.h"
 #include "runtime/core/check.h"
@@ -10,19 +11,29 @@ namespace dtrain::ops {
 
 template <typename T>
 Status SoftmaxCrossEntropyCpu(T* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t b, int64_t v,
-                              int64_t valid_cols, T grad_scale) {
+                              int64_t valid_cols, T grad_scale, bool from_losses) {
   const int64_t u = valid_cols;
   for (int64_t i = 0; i < b; ++i) {
     DT_CHECK_ARG(targets[i] >= 0 && targets[i] < u,
                  "SoftmaxCrossEntropy: target " << targets[i] << " of row " << i << " is outside [0, " << u << ")");
   }
+  DT_CHECK_ARG(!from_losses || dlogits != nullptr, "SoftmaxCrossEntropy: from_losses needs dlogits");
   for (int64_t i = 0; i < b; ++i) {
     const T* row = logits + i * v;
+    const int32_t t = targets[i];
+    if (from_losses) {  // logsumexp = loss + x[t]; read before the row may be overwritten
+      const double lse = static_cast<double>(losses[i]) + row[t];
+      T* drow = dlogits + i * v;
+      for (int64_t j = 0; j < u; ++j) {
+        drow[j] = static_cast<T>((std::exp(row[j] - lse) - (j == t ? 1.0 : 0.0)) * grad_scale);
+      }
+      for (int64_t j = u; j < v; ++j) drow[j] = T(0);
+      continue;
+    }
     double max = -std::numeric_limits<double>::infinity();
     for (int64_t j = 0; j < u; ++j) max = std::fmax(max, static_cast<double>(row[j]));
     double sum = 0;
     for (int64_t j = 0; j < u; ++j) sum += std::exp(row[j] - max);
-    const int32_t t = targets[i];
     losses[i] = static_cast<T>(std::log(sum) + max - row[t]);  // before dlogits: it may overwrite the row
     if (dlogits != nullptr) {
       T* drow = dlogits + i * v;
@@ -52,9 +63,9 @@ void ArgmaxCpu(int32_t* out, const T* logits, int64_t b, int64_t v, int64_t vali
 }
 
 template Status SoftmaxCrossEntropyCpu<float>(float*, float*, const float*, const int32_t*, int64_t, int64_t, int64_t,
-                                              float);
+                                              float, bool);
 template Status SoftmaxCrossEntropyCpu<double>(double*, double*, const double*, const int32_t*, int64_t, int64_t,
-                                               int64_t, double);
+                                               int64_t, double, bool);
 template void ArgmaxCpu<float>(int32_t*, const float*, int64_t, int64_t, int64_t);
 template void ArgmaxCpu<double>(int32_t*, const double*, int64_t, int64_t, int64_t);
 
@@ -93,24 +104,24 @@ Status CheckRowIndex(const DeviceContext& ctx, const char* op, const char* what,
   return Status::OK();
 }
 
-}  // namespace
-
-Status SoftmaxCrossEntropy(DeviceContext& ctx, const Tensor& logits, const Tensor& targets, Tensor* losses,
-                           Tensor* dlogits, float grad_scale, int64_t valid_cols) {
-  constexpr const char* kOp = "SoftmaxCrossEntropy";
-  DT_CHECK_ARG(losses != nullptr, "SoftmaxCrossEntropy: losses is null");
-  DT_RETURN_IF_ERROR(CheckLogits(ctx, kOp, logits, &valid_cols));
-  DT_RETURN_IF_ERROR(CheckRowIndex(ctx, kOp, "targets", logits, targets));
+// Both entry points: checks, then the raw layer (from_losses: losses are read, dlogits required).
+Status Xent(DeviceContext& ctx, const Tensor& logits, const Tensor& targets, Tensor* losses, Tensor* dlogits,
+            float grad_scale, int64_t valid_cols, bool from_losses) {
+  const char* op = from_losses ? "SoftmaxCrossEntropyBackward" : "SoftmaxCrossEntropy";
+  DT_CHECK_ARG(losses != nullptr, op << ": losses is null");
+  DT_CHECK_ARG(!from_losses || dlogits != nullptr, op << ": dlogits is null");
+  DT_RETURN_IF_ERROR(CheckLogits(ctx, op, logits, &valid_cols));
+  DT_RETURN_IF_ERROR(CheckRowIndex(ctx, op, "targets", logits, targets));
   const bool half = IsHalfFloat(logits.dtype());
   const DType loss_dtype = half ? DType::kF32 : logits.dtype();
   DT_CHECK_ARG(losses->ndim() == 1 && losses->dim(0) == logits.dim(0) && losses->dtype() == loss_dtype &&
                    losses->device() == ctx.type(),
-               "SoftmaxCrossEntropy: losses " << losses->ToString() << " must be " << DTypeName(loss_dtype) << "["
-                                              << logits.dim(0) << "] for logits " << logits.ToString());
+               op << ": losses " << losses->ToString() << " must be " << DTypeName(loss_dtype) << "[" << logits.dim(0)
+                  << "] for logits " << logits.ToString());
   if (dlogits != nullptr) {
     DT_CHECK_ARG(
         dlogits->shape() == logits.shape() && dlogits->dtype() == logits.dtype() && dlogits->device() == ctx.type(),
-        "SoftmaxCrossEntropy: dlogits " << dlogits->ToString() << " must match logits " << logits.ToString());
+        op << ": dlogits " << dlogits->ToString() << " must match logits " << logits.ToString());
   }
   const int64_t b = logits.dim(0), v = logits.dim(1);
   if (ctx.is_cuda()) {
@@ -118,21 +129,36 @@ Status SoftmaxCrossEntropy(DeviceContext& ctx, const Tensor& logits, const Tenso
     if (half) {
       const auto fn = logits.dtype() == DType::kBF16 ? SoftmaxCrossEntropyCudaBf16 : SoftmaxCrossEntropyCudaF16;
       return fn(losses->data<float>(), dlogits ? dlogits->data<uint16_t>() : nullptr, logits.data<uint16_t>(),
-                targets.data<int32_t>(), b, v, valid_cols, grad_scale, ctx.stream());
+                targets.data<int32_t>(), b, v, valid_cols, grad_scale, from_losses, ctx.stream());
     }
     return SoftmaxCrossEntropyCuda(losses->data<float>(), dlogits ? dlogits->data<float>() : nullptr,
                                    logits.data<float>(), targets.data<int32_t>(), b, v, valid_cols, grad_scale,
-                                   ctx.stream());
+                                   from_losses, ctx.stream());
 #else
-    return Status::Unavailable("SoftmaxCrossEntropy: CUDA tensor in a build without CUDA");
+    return Status::Unavailable(std::string(op) + ": CUDA tensor in a build without CUDA");
 #endif
   }
   if (logits.dtype() == DType::kF32) {
     return SoftmaxCrossEntropyCpu<float>(losses->data<float>(), dlogits ? dlogits->data<float>() : nullptr,
-                                         logits.data<float>(), targets.data<int32_t>(), b, v, valid_cols, grad_scale);
+                                         logits.data<float>(), targets.data<int32_t>(), b, v, valid_cols, grad_scale,
+                                         from_losses);
   }
   return SoftmaxCrossEntropyCpu<double>(losses->data<double>(), dlogits ? dlogits->data<double>() : nullptr,
-                                        logits.data<double>(), targets.data<int32_t>(), b, v, valid_cols, grad_scale);
+                                        logits.data<double>(), targets.data<int32_t>(), b, v, valid_cols, grad_scale,
+                                        from_losses);
+}
+
+}  // namespace
+
+Status SoftmaxCrossEntropy(DeviceContext& ctx, const Tensor& logits, const Tensor& targets, Tensor* losses,
+                           Tensor* dlogits, float grad_scale, int64_t valid_cols) {
+  return Xent(ctx, logits, targets, losses, dlogits, grad_scale, valid_cols, /*from_losses=*/false);
+}
+
+Status SoftmaxCrossEntropyBackward(DeviceContext& ctx, const Tensor& logits, const Tensor& targets,
+                                   const Tensor& losses, Tensor* dlogits, float grad_scale, int64_t valid_cols) {
+  Tensor in = losses;  // a handle; read only on this path
+  return Xent(ctx, logits, targets, &in, dlogits, grad_scale, valid_cols, /*from_losses=*/true);
 }
 
 Status Argmax(DeviceContext& ctx, const Tensor& logits, Tensor* out, int64_t valid_cols) {

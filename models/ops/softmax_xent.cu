@@ -63,11 +63,13 @@ __device__ __forceinline__ void OnlineAdd(float& m, float& s, float f) {
 }
 
 // One block per row: one online pass for (max, sum) over the valid columns, then the loss and (optionally) the
-// gradient row. dlogits may alias logits: the target logit is read, and every thread has read its elements,
-// before the barrier in BlockMaxSum; the gradient pass reads each chunk before the same thread overwrites it.
+// gradient row. from_losses: the row's logsumexp is losses[row] + x[t] (the losses of an earlier call on these
+// logits, read, not written), so only the gradient pass runs. dlogits may alias logits: the target logit is read,
+// and every thread has read its elements, before a barrier (BlockMaxSum's, or the one after sh_lse); the gradient
+// pass reads each chunk before the same thread overwrites it.
 template <int V, typename T>
 __global__ void SoftmaxXentKernel(float* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t v,
-                                  int64_t valid_cols, float grad_scale) {
+                                  int64_t valid_cols, float grad_scale, bool from_losses) {
   const int64_t row = blockIdx.x;
   const T* x = logits + row * v;
   const int32_t t = targets[row];
@@ -75,16 +77,24 @@ __global__ void SoftmaxXentKernel(float* losses, T* dlogits, const T* logits, co
   const float xt = valid && threadIdx.x == 0 ? ToF32(x[t]) : 0.f;
   float m = -INFINITY, s = 0.f;
   float f[V];
-  for (int64_t j = threadIdx.x * int64_t{V}; j < valid_cols; j += int64_t{blockDim.x} * V) {
-    LoadV<V>(x + j, f);  // j + V <= v: V divides v (the launcher's choice)
+  if (from_losses) {  // m = logsumexp, s = 1: p = exp(x - lse)
+    __shared__ float sh_lse;
+    if (threadIdx.x == 0) sh_lse = valid ? losses[row] + xt : NAN;
+    __syncthreads();
+    m = sh_lse;
+    s = 1.f;
+  } else {
+    for (int64_t j = threadIdx.x * int64_t{V}; j < valid_cols; j += int64_t{blockDim.x} * V) {
+      LoadV<V>(x + j, f);  // j + V <= v: V divides v (the launcher's choice)
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      if (j + k < valid_cols) OnlineAdd(m, s, f[k]);
+      for (int k = 0; k < V; ++k) {
+        if (j + k < valid_cols) OnlineAdd(m, s, f[k]);
+      }
     }
+    BlockMaxSum(m, s);
+    if (threadIdx.x == 0) losses[row] = valid ? logf(s) + m - xt : NAN;
+    if (dlogits == nullptr) return;
   }
-  BlockMaxSum(m, s);
-  if (threadIdx.x == 0) losses[row] = valid ? logf(s) + m - xt : NAN;
-  if (dlogits == nullptr) return;
   T* dx = dlogits + row * v;
   const float inv_s = 1.f / s;
   for (int64_t j = threadIdx.x * int64_t{V}; j < v; j += int64_t{blockDim.x} * V) {
@@ -147,16 +157,16 @@ Status CheckSizes(const char* op, int64_t b, int64_t v, int64_t valid_cols) {
 
 template <typename T>
 Status LaunchXent(float* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t b, int64_t v,
-                  int64_t valid_cols, float grad_scale, cudaStream_t stream) {
+                  int64_t valid_cols, float grad_scale, bool from_losses, cudaStream_t stream) {
   DT_RETURN_IF_ERROR(CheckSizes("SoftmaxCrossEntropyCuda", b, v, valid_cols));
   if (b == 0) return Status::OK();
   constexpr int kV = 16 / sizeof(T);
   if (detail::VecWidth<T>(v, {logits, dlogits}) == kV) {
-    SoftmaxXentKernel<kV><<<static_cast<unsigned>(b), ThreadsFor(v / kV), 0, stream>>>(losses, dlogits, logits, targets,
-                                                                                       v, valid_cols, grad_scale);
+    SoftmaxXentKernel<kV><<<static_cast<unsigned>(b), ThreadsFor(v / kV), 0, stream>>>(
+        losses, dlogits, logits, targets, v, valid_cols, grad_scale, from_losses);
   } else {
     SoftmaxXentKernel<1><<<static_cast<unsigned>(b), ThreadsFor(v), 0, stream>>>(losses, dlogits, logits, targets, v,
-                                                                                 valid_cols, grad_scale);
+                                                                                 valid_cols, grad_scale, from_losses);
   }
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
@@ -174,16 +184,17 @@ Status LaunchArgmax(int32_t* out, const T* logits, int64_t b, int64_t v, int64_t
 }  // namespace
 
 Status SoftmaxCrossEntropyCuda(float* losses, float* dlogits, const float* logits, const int32_t* targets, int64_t b,
-                               int64_t v, int64_t valid_cols, float grad_scale, cudaStream_t stream) {
+                               int64_t v, int64_t valid_cols, float grad_scale, bool from_losses, cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchXent(losses, dlogits, logits, targets, b, v, valid_cols, grad_scale, stream);
+  return LaunchXent(losses, dlogits, logits, targets, b, v, valid_cols, grad_scale, from_losses, stream);
 }
 
 Status SoftmaxCrossEntropyCudaBf16(float* losses, uint16_t* dlogits, const uint16_t* logits, const int32_t* targets,
-                                   int64_t b, int64_t v, int64_t valid_cols, float grad_scale, cudaStream_t stream) {
+                                   int64_t b, int64_t v, int64_t valid_cols, float grad_scale, bool from_losses,
+                                   cudaStream_t stream) {
   DT_NVTX_FN();
   return LaunchXent(losses, dlogits == nullptr ? nullptr : detail::AsBf16(dlogits), detail::AsBf16(logits), targets, b,
-                    v, valid_cols, grad_scale, stream);
+                    v, valid_cols, grad_scale, from_losses, stream);
 }
 
 Status ArgmaxCuda(int32_t* out, const float* logits, int64_t b, int64_t v, int64_t valid_cols, cudaStream_t stream) {
@@ -198,10 +209,11 @@ Status ArgmaxCudaBf16(int32_t* out, const uint16_t* logits, int64_t b, int64_t v
 }
 
 Status SoftmaxCrossEntropyCudaF16(float* losses, uint16_t* dlogits, const uint16_t* logits, const int32_t* targets,
-                                  int64_t b, int64_t v, int64_t valid_cols, float grad_scale, cudaStream_t stream) {
+                                  int64_t b, int64_t v, int64_t valid_cols, float grad_scale, bool from_losses,
+                                  cudaStream_t stream) {
   DT_NVTX_FN();
   return LaunchXent(losses, dlogits == nullptr ? nullptr : detail::AsF16(dlogits), detail::AsF16(logits), targets, b, v,
-                    valid_cols, grad_scale, stream);
+                    valid_cols, grad_scale, from_losses, stream);
 }
 
 Status ArgmaxCudaF16(int32_t* out, const uint16_t* logits, int64_t b, int64_t v, int64_t valid_cols,

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "models/ops/softmax_xent.h"
@@ -39,6 +40,18 @@ Status RunXent(DeviceContext& ctx, DType dt, int64_t b, int64_t v, const std::ve
   DT_RETURN_IF_ERROR(Fetch(ctx, tloss, losses));  // fetched even on error: checks that nothing was written
   if (dlogits != nullptr) DT_RETURN_IF_ERROR(Fetch(ctx, tdl, dlogits));
   return st;
+}
+
+// SoftmaxCrossEntropy for the losses, then SoftmaxCrossEntropyBackward from them, in place over the logits.
+void RunXentBackward(DeviceContext& ctx, DType dt, int64_t b, int64_t v, int64_t u, const std::vector<double>& logits,
+                     const std::vector<double>& targets, float grad_scale, std::vector<double>* dlogits) {
+  Tensor tl, tt, tloss;
+  DT_ASSERT_OK(MakeTensor(ctx, dt, {b, v}, logits, &tl));
+  DT_ASSERT_OK(MakeTensor(ctx, DType::kI32, {b}, targets, &tt));
+  DT_ASSERT_OK(MakeTensor(ctx, dt, {b}, std::vector<double>(b, NAN), &tloss));
+  DT_ASSERT_OK(SoftmaxCrossEntropy(ctx, tl, tt, &tloss, nullptr, grad_scale, u));
+  DT_ASSERT_OK(SoftmaxCrossEntropyBackward(ctx, tl, tt, tloss, &tl, grad_scale, u));
+  DT_ASSERT_OK(Fetch(ctx, tl, dlogits));
 }
 
 void RunArgmax(DeviceContext& ctx, DType dt, int64_t b, int64_t v, const std::vector<double>& logits,
@@ -190,6 +203,9 @@ TEST(SoftmaxXent, RejectsBadTargetsAndShapes) {
             Status::Code::kInvalidArgument);  // f32 targets
   EXPECT_EQ(Argmax(*cpu, logits, &targets3).code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(Argmax(*cpu, logits, &losses4).code(), Status::Code::kInvalidArgument);  // out must be i32
+  const Status no_dl = SoftmaxCrossEntropyBackward(*cpu, logits, targets4, losses4, nullptr, 1.f);
+  EXPECT_EQ(no_dl.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(no_dl.message().find("SoftmaxCrossEntropyBackward: dlogits is null"), std::string::npos) << no_dl.message();
 }
 
 // GPU vs the CPU f64 reference on f32 logits in [-8, 8], for V from one warp (10) to GPT-2's 50257.
@@ -210,6 +226,51 @@ TEST(SoftmaxXentCuda, MatchesCpuReference) {
     DT_ASSERT_OK(RunXent(*gpu, DType::kF32, b, v, logits, targets, grad_scale, &got_l, &got_d));
     EXPECT_LE(testing::MaxAbsDiff(got_l, want_l), 1e-5 * testing::Scale(want_l)) << b << "x" << v;
     EXPECT_LE(testing::MaxAbsDiff(got_d, want_d), 1e-6) << b << "x" << v;
+  }
+}
+
+// The backward from saved losses (one pass) against the fused call's dlogits in f64 on the CPU, for plain and padded
+// rows (GPT-2's 50304 / 50257 included); on `gpu` (when given) in f32, in place over the logits.
+void CheckBackwardFromLosses(DeviceContext& cpu, DeviceContext* gpu) {
+  for (const auto& [b, v, u] :
+       {std::tuple<int64_t, int64_t, int64_t>{33, 1000, 1000}, {5, 50304, 50257}, {7, 1003, 1000}}) {
+    auto logits = RandomVector(b * v, b + v, -8, 8);
+    for (double& x : logits) x = static_cast<float>(x);
+    std::vector<double> targets(b);
+    for (int64_t i = 0; i < b; ++i) targets[i] = (i * 7919) % u;
+    const float grad_scale = 1.f / b;
+    Tensor tl, tt, tloss, td;
+    std::vector<double> want_d, got_d;
+    DT_ASSERT_OK(MakeTensor(cpu, DType::kF64, {b, v}, logits, &tl));
+    DT_ASSERT_OK(MakeTensor(cpu, DType::kI32, {b}, targets, &tt));
+    DT_ASSERT_OK(MakeTensor(cpu, DType::kF64, {b}, std::vector<double>(b, NAN), &tloss));
+    DT_ASSERT_OK(MakeTensor(cpu, DType::kF64, {b, v}, std::vector<double>(b * v, NAN), &td));
+    DT_ASSERT_OK(SoftmaxCrossEntropy(cpu, tl, tt, &tloss, &td, grad_scale, u));
+    DT_ASSERT_OK(Fetch(cpu, td, &want_d));
+    DeviceContext& ctx = gpu != nullptr ? *gpu : cpu;
+    ASSERT_NO_FATAL_FAILURE(
+        RunXentBackward(ctx, gpu != nullptr ? DType::kF32 : DType::kF64, b, v, u, logits, targets, grad_scale, &got_d));
+    EXPECT_LE(testing::MaxAbsDiff(got_d, want_d), gpu != nullptr ? 1e-6 : 1e-12) << b << "x" << v;
+  }
+}
+
+TEST(SoftmaxXentCpu, BackwardFromLossesMatchesFused) {
+  auto cpu = Cpu();
+  ASSERT_NO_FATAL_FAILURE(CheckBackwardFromLosses(*cpu, nullptr));
+}
+
+// CUDA f32 within 1e-6 of the CPU reference (|dlogits| <= grad_scale); a bad target's row is NaN.
+TEST(SoftmaxXentCuda, BackwardFromLossesMatchesCpu) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto cpu = Cpu();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  ASSERT_NO_FATAL_FAILURE(CheckBackwardFromLosses(*cpu, gpu.get()));
+  std::vector<double> dl;
+  ASSERT_NO_FATAL_FAILURE(RunXentBackward(*gpu, DType::kF32, 2, 4, 4, std::vector<double>(8, 1.0), {1, -1}, 1.f, &dl));
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_NEAR(dl[j], 0.25 - (j == 1 ? 1.0 : 0.0), 1e-6);
+    EXPECT_TRUE(std::isnan(dl[4 + j]));
   }
 }
 
