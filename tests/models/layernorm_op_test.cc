@@ -164,7 +164,7 @@ TEST(LayerNormCuda, MatchesCpuReference) {
     for (double& e : v) e = static_cast<float>(e);
     return v;
   };
-  for (const auto& [n, c] : {std::pair<int64_t, int64_t>{257, 768}, {64, 33}, {3, 1}, {9, 1000}}) {
+  for (const auto& [n, c] : {std::pair<int64_t, int64_t>{257, 768}, {64, 33}, {3, 1}, {9, 1000}, {130, 512}}) {
     auto x = RandomVector(n * c, n + c, -2, 2);
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t j = 0; j < c; ++j) x[i * c + j] += static_cast<double>(i % 7);
