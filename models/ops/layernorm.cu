@@ -23,7 +23,7 @@ using detail::WarpSum;
 
 constexpr int kRowsPerBlock = 8;  // one warp per row, 256 threads
 constexpr int kCacheSlots = 4;    // V-wide vectors of a row a lane may hold in registers (the *Cached kernels)
-// Column tile of the dgamma/dbeta reduction: 32 columns x kRowLanes row lanes (as in bias.cu), over row chunks.
+// Column tile of the dgamma/dbeta reduction: 32 * V columns x kRowLanes row lanes (as in bias.cu), over row chunks.
 constexpr int kRowLanes = 8;
 constexpr int64_t kChunkRows = 128;
 constexpr int64_t kMaxChunks = 64;
@@ -186,39 +186,53 @@ __global__ void LayerNormBackwardDxCachedKernel(T* dx, const T* x, const float* 
   }
 }
 
-// Block (32, kRowLanes), blockIdx = (column tile, row chunk): lanes stride over the chunk's rows, then the partial
-// sums are added in a fixed order. One chunk: added to dgamma/dbeta; more: written to part[chunk][2C] and added
-// up in order by LayerNormParamsFinishKernel. Bitwise reproducible either way.
-template <typename T>
+// Block (32, kRowLanes), blockIdx = (column tile, row chunk): lane (x, y) strides over the chunk's rows for its V
+// columns (one V-wide load of x and dy per row), then the partial sums are added in a fixed order (independent of
+// V). One chunk: added to dgamma/dbeta; more: written to part[chunk][2C] and added up in order by
+// LayerNormParamsFinishKernel. Bitwise reproducible either way.
+template <int V, typename T>
 __global__ void LayerNormBackwardParamsKernel(float* dgamma, float* dbeta, float* part, const T* x, const float* mean,
                                               const float* rstd, const T* dy, int64_t n, int64_t c,
                                               int64_t chunk_rows) {
-  __shared__ float part_g[kRowLanes][33], part_b[kRowLanes][33];
-  const int64_t col = blockIdx.x * int64_t{32} + threadIdx.x;
+  __shared__ float part_g[kRowLanes][32 * V + 1], part_b[kRowLanes][32 * V + 1];
+  const int64_t col = (blockIdx.x * int64_t{32} + threadIdx.x) * V;
   const int64_t row0 = blockIdx.y * chunk_rows, row1 = min(n, row0 + chunk_rows);
-  float sg = 0.f, sb = 0.f;
+  float sg[V] = {}, sb[V] = {};
   if (col < c) {
+#pragma unroll 2
     for (int64_t row = row0 + threadIdx.y; row < row1; row += kRowLanes) {
-      const float d = ToF32(dy[row * c + col]);
-      sg += d * (ToF32(x[row * c + col]) - mean[row]) * rstd[row];
-      sb += d;
+      float d[V], xv[V];
+      LoadV<V>(dy + row * c + col, d);
+      LoadV<V>(x + row * c + col, xv);
+      const float mu = mean[row], rs = rstd[row];
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        sg[k] += d[k] * (xv[k] - mu) * rs;
+        sb[k] += d[k];
+      }
     }
   }
-  part_g[threadIdx.y][threadIdx.x] = sg;
-  part_b[threadIdx.y][threadIdx.x] = sb;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    part_g[threadIdx.y][threadIdx.x * V + k] = sg[k];
+    part_b[threadIdx.y][threadIdx.x * V + k] = sb[k];
+  }
   __syncthreads();
-  if (threadIdx.y == 0 && col < c) {
+  // Thread t of the block finishes tile columns t, t + blockDim, ...
+  for (int k = threadIdx.y * 32 + threadIdx.x; k < 32 * V; k += 32 * kRowLanes) {
+    const int64_t cc = blockIdx.x * int64_t{32} * V + k;
+    if (cc >= c) break;
     float tg = 0.f, tb = 0.f;
     for (int r = 0; r < kRowLanes; ++r) {
-      tg += part_g[r][threadIdx.x];
-      tb += part_b[r][threadIdx.x];
+      tg += part_g[r][k];
+      tb += part_b[r][k];
     }
     if (gridDim.y == 1) {
-      dgamma[col] += tg;
-      dbeta[col] += tb;
+      dgamma[cc] += tg;
+      dbeta[cc] += tb;
     } else {
-      part[blockIdx.y * 2 * c + col] = tg;
-      part[blockIdx.y * 2 * c + c + col] = tb;
+      part[blockIdx.y * 2 * c + cc] = tg;
+      part[blockIdx.y * 2 * c + c + cc] = tb;
     }
   }
 }
@@ -277,9 +291,15 @@ Status LaunchBackward(T* dx, float* dgamma, float* dbeta, const T* x, const floa
   DT_CUDA_CHECK_LAUNCH();
   const int64_t chunks = scratch == nullptr ? 1 : NumChunks(n);
   const int64_t chunk_rows = (n + chunks - 1) / chunks;
-  const dim3 grid(static_cast<unsigned>((c + 31) / 32), static_cast<unsigned>(chunks));
-  LayerNormBackwardParamsKernel<<<grid, dim3(32, kRowLanes), 0, stream>>>(dgamma, dbeta, scratch, x, mean, rstd, dy, n,
-                                                                          c, chunk_rows);
+  if (detail::VecWidth<T>(c, {x, dy}) == kV) {
+    const dim3 grid(static_cast<unsigned>((c + 32 * kV - 1) / (32 * kV)), static_cast<unsigned>(chunks));
+    LayerNormBackwardParamsKernel<kV>
+        <<<grid, dim3(32, kRowLanes), 0, stream>>>(dgamma, dbeta, scratch, x, mean, rstd, dy, n, c, chunk_rows);
+  } else {
+    const dim3 grid(static_cast<unsigned>((c + 31) / 32), static_cast<unsigned>(chunks));
+    LayerNormBackwardParamsKernel<1>
+        <<<grid, dim3(32, kRowLanes), 0, stream>>>(dgamma, dbeta, scratch, x, mean, rstd, dy, n, c, chunk_rows);
+  }
   DT_CUDA_CHECK_LAUNCH();
   if (chunks > 1) {
     // 64 threads a block: C = 768 spreads over 12 SMs instead of 3.
