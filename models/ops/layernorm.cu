@@ -22,7 +22,7 @@ using detail::ToF32;
 using detail::WarpSum;
 
 constexpr int kRowsPerBlock = 8;  // one warp per row, 256 threads
-constexpr int kCacheSlots = 4;    // V-wide vectors of a row a lane may hold in registers (the *Cached kernels)
+constexpr int kCacheSlots = 4;    // V-wide vectors of a row a lane may hold in registers (the cached forward)
 // Column tile of the dgamma/dbeta reduction: 32 * V columns x kRowLanes row lanes (as in bias.cu), over row chunks.
 constexpr int kRowLanes = 8;
 constexpr int64_t kChunkRows = 128;
@@ -100,9 +100,10 @@ __global__ void LayerNormBackwardDxKernel(T* dx, const T* x, const float* gamma,
   }
 }
 
-// The two kernels above with the warp's row held in registers (C <= 32 * V * kCache: GPT-2's 768 in bf16 is 3 of
-// 4 slots): x (and dy) are read from memory once instead of two or three times. Each lane visits its columns in the
-// same order as above, so the results are bitwise the same.
+// The forward with the warp's row held in registers (C <= 32 * V * kCache: GPT-2's 768 in bf16 is 3 of 4 slots):
+// x is read from memory once instead of three times. Each lane visits its columns in the same order as above, so the
+// results are bitwise the same. (The same caching in the dx kernel was slower on H200: 41 vs 36 us per call at
+// 16384 x 768, its 64 cached floats per lane cost occupancy.)
 template <int V, int kCache, typename T>
 __global__ void LayerNormForwardCachedKernel(T* y, float* mean, float* rstd, const T* x, const float* gamma,
                                              const float* beta, int64_t n, int64_t c, float eps) {
@@ -141,48 +142,6 @@ __global__ void LayerNormForwardCachedKernel(T* y, float* mean, float* rstd, con
   if (lane == 0) {
     mean[row] = mu;
     rstd[row] = rs;
-  }
-}
-
-template <int V, int kCache, typename T>
-__global__ void LayerNormBackwardDxCachedKernel(T* dx, const T* x, const float* gamma, const float* mean,
-                                                const float* rstd, const T* dy, int64_t n, int64_t c, bool accumulate) {
-  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= n) return;
-  const T* xr = x + row * c;
-  const T* dyr = dy + row * c;
-  const float mu = mean[row], rs = rstd[row];
-  float xv[kCache][V], gv[kCache][V];
-  float sum_g = 0.f, sum_gx = 0.f;
-#pragma unroll
-  for (int it = 0; it < kCache; ++it) {
-    const int64_t j = (int64_t{it} * 32 + lane) * V;
-    if (j >= c) continue;
-    LoadV<V>(xr + j, xv[it]);
-    LoadV<V>(dyr + j, gv[it]);
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const float g = gv[it][k] * gamma[j + k];
-      sum_g += g;
-      sum_gx += g * (xv[it][k] - mu) * rs;
-    }
-  }
-  const float mean_g = WarpSum(sum_g) / c, mean_gx = WarpSum(sum_gx) / c;
-  T* dxr = dx + row * c;
-#pragma unroll
-  for (int it = 0; it < kCache; ++it) {
-    const int64_t j = (int64_t{it} * 32 + lane) * V;
-    if (j >= c) continue;
-    float d[V];
-#pragma unroll
-    for (int k = 0; k < V; ++k) d[k] = rs * (gv[it][k] * gamma[j + k] - mean_g - (xv[it][k] - mu) * rs * mean_gx);
-    if (accumulate) {
-      LoadV<V>(dxr + j, xv[it]);
-#pragma unroll
-      for (int k = 0; k < V; ++k) d[k] += xv[it][k];
-    }
-    StoreV<V>(dxr + j, d);
   }
 }
 
@@ -278,10 +237,7 @@ Status LaunchBackward(T* dx, float* dgamma, float* dbeta, const T* x, const floa
                       cudaStream_t stream) {
   if (n == 0 || c == 0) return Status::OK();
   constexpr int kV = 16 / sizeof(T);
-  if (detail::VecWidth<T>(c, {dx, x, dy}) == kV && c <= 32 * kV * kCacheSlots) {
-    LayerNormBackwardDxCachedKernel<kV, kCacheSlots>
-        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(dx, x, gamma, mean, rstd, dy, n, c, accumulate_dx);
-  } else if (detail::VecWidth<T>(c, {dx, x, dy}) == kV) {
+  if (detail::VecWidth<T>(c, {dx, x, dy}) == kV) {
     LayerNormBackwardDxKernel<kV>
         <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(dx, x, gamma, mean, rstd, dy, n, c, accumulate_dx);
   } else {
