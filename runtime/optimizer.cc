@@ -10,6 +10,26 @@
 
 namespace dtrain::runtime {
 
+ops::SgdHyper SgdHyperFor(const OptimizerOptions& opts, double lr) {
+  ops::SgdHyper h;
+  h.lr = lr;
+  h.momentum = opts.momentum;
+  h.weight_decay = opts.weight_decay;
+  h.nesterov = opts.nesterov;
+  return h;
+}
+
+ops::AdamWHyper AdamWHyperFor(const OptimizerOptions& opts, double lr, int64_t step) {
+  ops::AdamWHyper h;
+  h.lr = lr;
+  h.beta1 = opts.beta1;
+  h.beta2 = opts.beta2;
+  h.eps = opts.eps;
+  h.weight_decay = opts.weight_decay;
+  h.step = step;
+  return h;
+}
+
 Status Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, int64_t num_params,
                          std::unique_ptr<Optimizer>* out) {
   DT_CHECK_ARG(out != nullptr, "out is null");
@@ -82,21 +102,10 @@ Status Optimizer::Step(DeviceContext& ctx, Tensor& params, Tensor& grads, double
   }
 
   if (kind_ == Kind::kSgd) {
-    ops::SgdHyper h;
-    h.lr = lr;
-    h.momentum = opts_.momentum;
-    h.weight_decay = opts_.weight_decay;
-    h.nesterov = opts_.nesterov;
-    DT_RETURN_IF_ERROR(ops::SgdUpdate(ctx, h, &params, grads, &state0_, scale, skip));
+    DT_RETURN_IF_ERROR(ops::SgdUpdate(ctx, SgdHyperFor(opts_, lr), &params, grads, &state0_, scale, skip));
   } else {
-    ops::AdamWHyper h;
-    h.lr = lr;
-    h.beta1 = opts_.beta1;
-    h.beta2 = opts_.beta2;
-    h.eps = opts_.eps;
-    h.weight_decay = opts_.weight_decay;
-    h.step = step_ + 1 - skipped;
-    DT_RETURN_IF_ERROR(ops::AdamWUpdate(ctx, h, &params, grads, &state0_, &state1_, scale, skip));
+    DT_RETURN_IF_ERROR(ops::AdamWUpdate(ctx, AdamWHyperFor(opts_, lr, step_ + 1 - skipped), &params, grads, &state0_,
+                                        &state1_, scale, skip));
   }
   ++step_;
   has_norm_ = true;

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/ops/optim_update.h"
 #include "runtime/core/device_context.h"
 #include "runtime/core/status.h"
 #include "runtime/core/tensor.h"
@@ -41,6 +42,11 @@ struct OptimizerOptions {
   bool nesterov = false;       // sgd; needs momentum > 0
   double grad_clip = 0.0;      // max global L2 norm of the gradient; 0 = off
 };
+
+// The update kernels' hyper-parameters for one step with the scheduled `lr` (AdamW: bias-correction step
+// `step`, counting from 1). Shared by Optimizer and Zero1Optimizer.
+ops::SgdHyper SgdHyperFor(const OptimizerOptions& opts, double lr);
+ops::AdamWHyper AdamWHyperFor(const OptimizerOptions& opts, double lr, int64_t step);
 
 class Optimizer {
  public:

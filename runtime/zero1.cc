@@ -436,18 +436,8 @@ Status Zero1Optimizer::Step(DeviceContext& ctx, double lr) {
 
   // 2. The fused update in place over each bucket's owned range of params and grads, with the state
   // shards' matching slices.
-  ops::AdamWHyper ah;
-  ah.lr = lr;
-  ah.beta1 = opts_.beta1;
-  ah.beta2 = opts_.beta2;
-  ah.eps = opts_.eps;
-  ah.weight_decay = opts_.weight_decay;
-  ah.step = step_ + 1;
-  ops::SgdHyper sh;
-  sh.lr = lr;
-  sh.momentum = opts_.momentum;
-  sh.weight_decay = opts_.weight_decay;
-  sh.nesterov = opts_.nesterov;
+  const ops::AdamWHyper ah = AdamWHyperFor(opts_, lr, step_ + 1);
+  const ops::SgdHyper sh = SgdHyperFor(opts_, lr);
   for (const Zero1Bucket& b : buckets_) {
     int64_t first = 0, count = 0;
     OwnedRange(b, &first, &count);

@@ -1,6 +1,7 @@
 #include "models/ops/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "models/ops/bias.h"
@@ -9,6 +10,13 @@
 #include "runtime/core/check.h"
 
 namespace dtrain::ops {
+
+namespace {
+std::atomic<int64_t> g_unfused_epilogues{0};
+}  // namespace
+
+int64_t UnfusedEpilogueCount() { return g_unfused_epilogues.load(); }
+void detail::CountUnfusedEpilogue() { ++g_unfused_epilogues; }
 
 const char* EpilogueName(Epilogue e) {
   switch (e) {

@@ -6,7 +6,6 @@
 // each keeps its own transpose flag. A bias per column of the row-major C is a bias per ROW of the column-major
 // C^T, which is what cuBLASLt's epilogues broadcast; the GELU aux matrix has C's layout (leading dimension N).
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -260,8 +259,6 @@ Status TryLt(const BlasHandles& blas, const MatmulCudaArgs& args, LtEpi epi, con
   return Cache().Run(blas, key, args, bias, aux, stream, fused, refusal);
 }
 
-std::atomic<int64_t> g_unfused_epilogues{0};
-
 Status ScaleC(const MatmulCudaArgs& args, cudaStream_t stream) {
   const int64_t total = args.m * args.n;
   const unsigned blocks = detail::GridFor(total, 256, 4096);
@@ -356,8 +353,6 @@ Status MatmulCuda(const BlasHandles& blas, float* c, const float* a, bool trans_
   return MatmulCudaLt(blas, args, stream);
 }
 
-int64_t UnfusedEpilogueCount() { return g_unfused_epilogues.load(); }
-
 Status MatmulEpilogueCuda(const BlasHandles& blas, const MatmulCudaArgs& args_in, Epilogue e, void* bias,
                           DType bias_dtype, void* aux, cudaStream_t stream) {
   DT_NVTX_FN();
@@ -375,7 +370,7 @@ Status MatmulEpilogueCuda(const BlasHandles& blas, const MatmulCudaArgs& args_in
     case Epilogue::kBias:
       if (can_fuse) DT_RETURN_IF_ERROR(TryLt(blas, args, LtEpi::kBias, bias, bias_dtype, nullptr, stream, &fused));
       if (fused) return Status::OK();
-      ++g_unfused_epilogues;
+      detail::CountUnfusedEpilogue();
       DT_RETURN_IF_ERROR(MatmulCudaLt(blas, args, stream));
       return AddBias(args, args.c, bias, bias_dtype, stream);
     case Epilogue::kBiasResidual: {
@@ -385,7 +380,7 @@ Status MatmulEpilogueCuda(const BlasHandles& blas, const MatmulCudaArgs& args_in
       with_res.c_in = aux;
       if (can_fuse) DT_RETURN_IF_ERROR(TryLt(blas, with_res, LtEpi::kBias, bias, bias_dtype, nullptr, stream, &fused));
       if (fused) return Status::OK();
-      ++g_unfused_epilogues;
+      detail::CountUnfusedEpilogue();
       DT_CUDA_CHECK(cudaMemcpyAsync(args.c, aux, static_cast<size_t>(args.m * args.n) * DTypeSize(args.c_dtype),
                                     cudaMemcpyDeviceToDevice, stream));
       with_res.c_in = nullptr;
@@ -395,7 +390,7 @@ Status MatmulEpilogueCuda(const BlasHandles& blas, const MatmulCudaArgs& args_in
     case Epilogue::kBiasGelu:
       if (can_fuse) DT_RETURN_IF_ERROR(TryLt(blas, args, LtEpi::kGeluAuxBias, bias, bias_dtype, aux, stream, &fused));
       if (fused) return Status::OK();
-      ++g_unfused_epilogues;
+      detail::CountUnfusedEpilogue();
       {  // aux = A B + bias; c = gelu(aux)
         MatmulCudaArgs to_aux = args;
         to_aux.c = aux;
@@ -407,7 +402,7 @@ Status MatmulEpilogueCuda(const BlasHandles& blas, const MatmulCudaArgs& args_in
     case Epilogue::kDGeluBGrad:
       if (can_fuse) DT_RETURN_IF_ERROR(TryLt(blas, args, LtEpi::kDGelu, nullptr, DType::kF32, aux, stream, &fused));
       if (!fused) {  // c = A B, then c *= gelu'(aux) in place (each element is read before it is written)
-        ++g_unfused_epilogues;
+        detail::CountUnfusedEpilogue();
         DT_RETURN_IF_ERROR(MatmulCudaLt(blas, args, stream));
         DT_RETURN_IF_ERROR(DGeluInPlace(args, aux, stream));
       }

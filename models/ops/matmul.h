@@ -76,6 +76,9 @@ Status MatmulEpilogueCuda(const BlasHandles& blas, const MatmulCudaArgs& args, E
 // MatmulEpilogueCuda calls so far (process-wide) that ran unfused because cuBLASLt refused the epilogue; each new
 // refused shape is also logged once (INFO). For tests and diagnostics: a training step should add none.
 int64_t UnfusedEpilogueCount();
+namespace detail {
+void CountUnfusedEpilogue();  // MatmulEpilogueCuda's side of the count
+}  // namespace detail
 
 Status Matmul(DeviceContext& ctx, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor* c,
               float alpha = 1.f, float beta = 0.f);
