@@ -105,8 +105,8 @@ Status Trainer::Setup() {
   oo.grad_clip = o.grad_clip();
   const bool zero1 = cfg_.dist().zero1() && grad_comm_ != nullptr && world_ > 1;
   if (zero1) {
-    DT_RETURN_IF_ERROR(Zero1Optimizer::Create(ctx_, oo, *model_, grad_comm_, rank_, world_, cfg_.dist().bucket_mb(),
-                                              &zero1_));
+    DT_RETURN_IF_ERROR(
+        Zero1Optimizer::Create(ctx_, oo, *model_, grad_comm_, rank_, world_, cfg_.dist().bucket_mb(), &zero1_));
     if (cfg_.dist().bf16_compress() && rank_ == 0) {
       DT_LOG_WARN(kRuntime, "dist.bf16_compress is ignored with dist.zero1 (reduce-scatter runs in fp32)");
     }
@@ -153,7 +153,8 @@ Status Trainer::Setup() {
     DT_RETURN_IF_ERROR(MakeDirs(cfg_.run().dir()));
     std::ofstream(cfg_.run().dir() + "/config.yaml") << ConfigToYaml(cfg_);
     DT_RETURN_IF_ERROR(metrics_.Open(cfg_.run().dir() + "/metrics.jsonl"));
-    if (cfg_.run().tensorboard()) DT_RETURN_IF_ERROR(EventWriter::Create(cfg_.run().dir() + "/tensorboard", &tensorboard_));
+    if (cfg_.run().tensorboard())
+      DT_RETURN_IF_ERROR(EventWriter::Create(cfg_.run().dir() + "/tensorboard", &tensorboard_));
   }
   if (cfg_.run().trace_steps() > 0) {
     DT_RETURN_IF_ERROR(MakeDirs(cfg_.run().dir() + "/trace"));
@@ -177,6 +178,7 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
   if (dev && (step == start_step_ || !InTraceWindow(step - 1, run.trace_start(), run.trace_steps()))) {
     DT_RETURN_IF_ERROR(dev->Begin());  // the window's first step: one device sync anchors the stream clocks
     if (reducer_) reducer_->set_trace(dev);
+    if (zero1_) zero1_->set_trace(dev);
   }
   TraceSpan step_span(trace_now_, TraceTrack::kHost, "step " + std::to_string(step + 1), "step");
   DeviceTrace::Mark compute_begin, compute_end, optim_end;
@@ -228,8 +230,7 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
   if (zero1_) {
     DT_RETURN_IF_ERROR(zero1_->Step(ctx_, schedule_->LrAt(step)));
   } else {
-    DT_RETURN_IF_ERROR(
-        optimizer_->Step(ctx_, model_->params(), model_->grads(), schedule_->LrAt(step), scaler_.get()));
+    DT_RETURN_IF_ERROR(optimizer_->Step(ctx_, model_->params(), model_->grads(), schedule_->LrAt(step), scaler_.get()));
   }
   if (dev) {
     // The optimizer starts once the compute stream has joined the collectives (compute_end is earlier).
@@ -237,6 +238,7 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
     dev->Span(TraceTrack::kCompute, "wait for gradients + optimizer", "optim", compute_end, optim_end);
     if (step + 1 == total_steps_ || !InTraceWindow(step + 1, run.trace_start(), run.trace_steps())) {
       if (reducer_) reducer_->set_trace(nullptr);
+      if (zero1_) zero1_->set_trace(nullptr);
       DT_RETURN_IF_ERROR(dev->Flush());  // the window's last step: one sync resolves the stream spans
     }
   }
@@ -299,7 +301,8 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
   const double samples_per_s = interval_steps * global_batch / interval_s;
   DT_LOG_INFO(kRuntime, "epoch {}/{} step {}/{} | loss {:.4f} | lr {:.3e} | {:.0f} samples/s | step {:.2f} ms ({}){}",
               epoch + 1, cfg_.train().epochs(), step, total_steps_, *mean_loss, lr, samples_per_s, p.step_ms,
-              FormatStepBreakdown(p), peak_mib > 0 ? " | peak " + std::to_string(static_cast<int64_t>(peak_mib)) + " MiB" : std::string());
+              FormatStepBreakdown(p),
+              peak_mib > 0 ? " | peak " + std::to_string(static_cast<int64_t>(peak_mib)) + " MiB" : std::string());
   if (p.data_ms > kDataWaitWarnShare * p.step_ms) {
     DT_LOG_WARN(kRuntime,
                 "input pipeline behind: waited {:.2f} ms per step for data ({:.0f}% of the step) with data.workers={} "
@@ -439,8 +442,8 @@ Status Trainer::RunLoop(TrainSummary* summary) {
       DT_RETURN_IF_ERROR(SaveCheckpoint(step, next, /*sync=*/true));
       // Peers wait until rank 0's checkpoint is durable: a rank exiting early makes mpirun end the job.
       if (host_comm_ != nullptr && world_ > 1) DT_RETURN_IF_ERROR(host_comm_->Barrier());
-      return Status::Preempted("preemption signal received: checkpoint of step " + std::to_string(step) +
-                               " saved in " + ckpt_->url() + "; run the same command again to resume");
+      return Status::Preempted("preemption signal received: checkpoint of step " + std::to_string(step) + " saved in " +
+                               ckpt_->url() + "; run the same command again to resume");
     }
     if ((ck.every_steps() > 0 && step % ck.every_steps() == 0) || (ck.at_end() && step == total_steps_)) {
       DT_RETURN_IF_ERROR(SaveCheckpoint(step, next, /*sync=*/!ck.async()));

@@ -218,6 +218,23 @@ Status Zero1Optimizer::TimedCpu(Fn&& fn) {
   return st;
 }
 
+template <typename Fn>
+Status Zero1Optimizer::Traced(const std::string& name, int from, int to, cudaStream_t stream, Fn&& fn) {
+  if (trace_ == nullptr) return fn();
+  DeviceTrace::Mark begin, end;
+  DT_RETURN_IF_ERROR(trace_->Record(stream, &begin));
+  DT_RETURN_IF_ERROR(fn());
+  DT_RETURN_IF_ERROR(trace_->Record(stream, &end));
+  int64_t numel = 0;
+  for (int k = from; k < to; ++k) numel += buckets_[k].numel;
+  trace_->Span(TraceTrack::kComm, name, "comm", begin, end,
+               JsonLine()
+                   .Add("buckets", static_cast<int64_t>(to - from))
+                   .Add("MiB", numel * 4.0 / 1048576.0)
+                   .Add("elements", numel));
+  return Status::OK();
+}
+
 Status Zero1Optimizer::ShardView(const Tensor& shard, const Zero1Bucket& b, Tensor* out) const {
   return shard.View(b.shard_offset, {b.shard_numel}, out);
 }
@@ -327,7 +344,10 @@ Status Zero1Optimizer::ReduceScatter(int from, int to) {
     DT_RETURN_IF_ERROR(grads.View(first, {1}, &dst));
     return dst.CopyFrom(src, stream);
   };
-  return gpu_ ? run() : TimedCpu(run);
+  const std::string name = to - from == 1
+                               ? "reduce-scatter bucket " + std::to_string(from)
+                               : "reduce-scatter buckets " + std::to_string(from) + "-" + std::to_string(to - 1);
+  return Traced(name, from, to, stream, [&] { return gpu_ ? run() : TimedCpu(run); });
 }
 
 Status Zero1Optimizer::Finalize() {
@@ -394,8 +414,12 @@ Status Zero1Optimizer::AllGather(const Tensor* shard, Tensor* full, int gap) {
     }
     return Status::OK();
   };
-  if (!gpu_) return gap == kUntimed ? run() : TimedCpu(run);
-  DT_RETURN_IF_ERROR(run());
+  // Step's gather is traced (GatherState's, for checkpoints, is not).
+  auto traced = [&]() -> Status {
+    return gap == kGatherGap ? Traced("all-gather", 0, static_cast<int>(buckets_.size()), stream, run) : run();
+  };
+  if (!gpu_) return gap == kUntimed ? run() : TimedCpu(traced);
+  DT_RETURN_IF_ERROR(traced());
   return JoinComputeTo(gap);
 }
 

@@ -76,6 +76,7 @@
 #include "runtime/core/device_context.h"
 #include "runtime/core/status.h"
 #include "runtime/core/tensor.h"
+#include "runtime/device_trace.h"
 #include "runtime/optimizer.h"
 
 namespace dtrain::runtime {
@@ -112,6 +113,9 @@ class Zero1Optimizer {
   Status Finalize();
   void set_sync(bool sync) { sync_ = sync; }
   bool sync() const { return sync_; }
+  // While set (not owned; nullptr to stop), every launched batch of reduce-scatters and each step's
+  // all-gather are traced as spans on the comm track (GPU: comm-stream marks; CPU: the blocking calls).
+  void set_trace(DeviceTrace* trace) { trace_ = trace; }
 
   // The sharded update with the scheduled `lr`, then the parameter all-gather (see the contract).
   Status Step(DeviceContext& ctx, double lr);
@@ -159,6 +163,9 @@ class Zero1Optimizer {
   Status AllGather(const Tensor* shard, Tensor* full, int gap);
   Status AllGatherGroup(const Tensor* shard, Tensor* full, cudaStream_t stream);
   Status ShardView(const Tensor& shard, const Zero1Bucket& b, Tensor* out) const;
+  // Runs `fn` (collectives on `stream`) inside a comm-track span named `name` over buckets [from, to) when tracing.
+  template <typename Fn>
+  Status Traced(const std::string& name, int from, int to, cudaStream_t stream, Fn&& fn);
   // This rank's real (unpadded) part of bucket b: [first, first + count) in flat elements.
   void OwnedRange(const Zero1Bucket& b, int64_t* first, int64_t* count) const;
   Status RecordComputeTail();     // the comm stream waits for the compute stream's work so far
@@ -181,6 +188,7 @@ class Zero1Optimizer {
   Tensor grad_pad_, param_pad_;            // the tiny bucket's padded buffers (world elements)
   Tensor sum_squares_, norm_, clip_coef_;  // device scalars
   std::unique_ptr<GpuState> gpu_;
+  DeviceTrace* trace_ = nullptr;
   int64_t step_ = 0;
 
   // Per-step state.

@@ -1,6 +1,7 @@
 // The Chrome trace of a real 2-rank CPU run under `dtrain launch` (run.trace_steps): every rank writes a
 // valid file whose comm track holds one span per gradient bucket per traced step, in launch order, and
-// whose compute track holds the forward+backward and optimizer spans of each traced step.
+// whose compute track holds the forward+backward and optimizer spans of each traced step; under ZeRO-1 the
+// comm track holds the reduce-scatters and the all-gather.
 
 #include <gtest/gtest.h>
 
@@ -57,6 +58,47 @@ TEST(TraceE2E, TwoRanksTraceEveryBucketAllReduceAndTheStreamSpans) {
     EXPECT_NE(compute[0].find("\"name\":\"forward+backward\""), std::string::npos) << compute[0];
     EXPECT_NE(compute[1].find("\"name\":\"wait for gradients + optimizer\""), std::string::npos) << compute[1];
     EXPECT_EQ(EventsOn(trace, 1).size() >= 2u, true) << "host spans of steps 3 and 4";
+  }
+}
+
+// The integer after "key": in one trace event.
+int64_t IntArg(const std::string& ev, const std::string& key) {
+  const size_t at = ev.find("\"" + key + "\":");
+  return at == std::string::npos ? -1 : std::stoll(ev.substr(at + key.size() + 3));
+}
+
+// ZeRO-1 on the same run: per traced step, reduce-scatter spans covering every gradient element once, then one
+// all-gather of all of them, on every rank.
+TEST(TraceE2E, Zero1TracesEveryReduceScatterAndTheAllGather) {
+  if (!std::ifstream(kData + "/train-images-idx3-ubyte.gz").good()) {
+    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  }
+  TempDir dir;
+  ProcessResult r = RunCommand(DtrainBin() + " launch --nproc-per-node 2 " + kCiConfig +
+                               " --set train.device=cpu --set train.max_steps=6 --set schedule.warmup_steps=0" +
+                               " --set train.eval=false --set checkpoint.enabled=false --set dist.bucket_mb=0.004" +
+                               " --set dist.zero1=true --set run.trace_start=2 --set run.trace_steps=2" +
+                               " --set run.dir=" + dir.path() + "/run");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string trace = ReadFile(dir.path() + "/run/trace/rank" + std::to_string(rank) + ".trace.json");
+    const auto comm = EventsOn(trace, 3);
+    int gathers = 0;
+    int64_t scattered = 0, gathered = 0;
+    for (const std::string& ev : comm) {
+      if (ev.find("\"name\":\"all-gather\"") != std::string::npos) {
+        ++gathers;
+        gathered = IntArg(ev, "elements");
+        EXPECT_EQ(scattered, gathered) << "rank " << rank << ": a step's reduce-scatters before its gather\n" << trace;
+        scattered = 0;
+      } else {
+        EXPECT_NE(ev.find("\"name\":\"reduce-scatter bucket"), std::string::npos) << ev;
+        scattered += IntArg(ev, "elements");
+      }
+    }
+    EXPECT_EQ(gathers, 2) << "rank " << rank << ": one all-gather per traced step\n" << trace;
+    EXPECT_GT(gathered, 0);
+    EXPECT_EQ(scattered, 0) << "reduce-scatters after the last gather";
   }
 }
 
