@@ -31,6 +31,14 @@ std::vector<std::string> EventsOn(const std::string& trace, int tid) {
   return out;
 }
 
+// 6 steps of the CI MLP on 2 CPU ranks under `dtrain launch`, 4 KiB buckets, steps 3 and 4 traced, plus `extra`.
+ProcessResult RunTracedMlp(const TempDir& dir, const std::string& extra) {
+  return RunCommand(DtrainBin() + " launch --nproc-per-node 2 " + kCiConfig +
+                    " --set train.device=cpu --set train.max_steps=6 --set schedule.warmup_steps=0" +
+                    " --set train.eval=false --set checkpoint.enabled=false --set dist.bucket_mb=0.004" +
+                    " --set run.trace_start=2 --set run.trace_steps=2 --set run.dir=" + dir.path() + "/run" + extra);
+}
+
 TEST(TraceE2E, TwoRanksTraceEveryBucketAllReduceAndTheStreamSpans) {
   if (!std::ifstream(kData + "/train-images-idx3-ubyte.gz").good()) {
     GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
@@ -38,10 +46,7 @@ TEST(TraceE2E, TwoRanksTraceEveryBucketAllReduceAndTheStreamSpans) {
   TempDir dir;
   // Buckets of >= 4 KiB from the end of the MLP's gradients: {fc3}, {fc2}, {fc1} (each layer's weight passes
   // the size); steps 3 and 4 traced.
-  ProcessResult r = RunCommand(DtrainBin() + " launch --nproc-per-node 2 " + kCiConfig +
-                               " --set train.device=cpu --set train.max_steps=6 --set schedule.warmup_steps=0" +
-                               " --set train.eval=false --set checkpoint.enabled=false --set dist.bucket_mb=0.004" +
-                               " --set run.trace_start=2 --set run.trace_steps=2 --set run.dir=" + dir.path() + "/run");
+  ProcessResult r = RunTracedMlp(dir, "");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (int rank = 0; rank < 2; ++rank) {
     const std::string trace = ReadFile(dir.path() + "/run/trace/rank" + std::to_string(rank) + ".trace.json");
@@ -74,11 +79,7 @@ TEST(TraceE2E, Zero1TracesEveryReduceScatterAndTheAllGather) {
     GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
   }
   TempDir dir;
-  ProcessResult r = RunCommand(DtrainBin() + " launch --nproc-per-node 2 " + kCiConfig +
-                               " --set train.device=cpu --set train.max_steps=6 --set schedule.warmup_steps=0" +
-                               " --set train.eval=false --set checkpoint.enabled=false --set dist.bucket_mb=0.004" +
-                               " --set dist.zero1=true --set run.trace_start=2 --set run.trace_steps=2" +
-                               " --set run.dir=" + dir.path() + "/run");
+  ProcessResult r = RunTracedMlp(dir, " --set dist.zero1=true");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (int rank = 0; rank < 2; ++rank) {
     const std::string trace = ReadFile(dir.path() + "/run/trace/rank" + std::to_string(rank) + ".trace.json");
