@@ -219,8 +219,13 @@ Status Zero1Optimizer::TimedCpu(Fn&& fn) {
 }
 
 template <typename Fn>
-Status Zero1Optimizer::Traced(const std::string& name, int from, int to, cudaStream_t stream, Fn&& fn) {
+Status Zero1Optimizer::Traced(const char* op, bool per_bucket, int from, int to, cudaStream_t stream, Fn&& fn) {
   if (trace_ == nullptr) return fn();
+  std::string name = op;
+  if (per_bucket) {
+    name += to - from == 1 ? " bucket " + std::to_string(from)
+                           : " buckets " + std::to_string(from) + "-" + std::to_string(to - 1);
+  }
   DeviceTrace::Mark begin, end;
   DT_RETURN_IF_ERROR(trace_->Record(stream, &begin));
   DT_RETURN_IF_ERROR(fn());
@@ -344,10 +349,7 @@ Status Zero1Optimizer::ReduceScatter(int from, int to) {
     DT_RETURN_IF_ERROR(grads.View(first, {1}, &dst));
     return dst.CopyFrom(src, stream);
   };
-  const std::string name = to - from == 1
-                               ? "reduce-scatter bucket " + std::to_string(from)
-                               : "reduce-scatter buckets " + std::to_string(from) + "-" + std::to_string(to - 1);
-  return Traced(name, from, to, stream, [&] { return gpu_ ? run() : TimedCpu(run); });
+  return Traced("reduce-scatter", /*per_bucket=*/true, from, to, stream, [&] { return gpu_ ? run() : TimedCpu(run); });
 }
 
 Status Zero1Optimizer::Finalize() {
@@ -416,7 +418,9 @@ Status Zero1Optimizer::AllGather(const Tensor* shard, Tensor* full, int gap) {
   };
   // Step's gather is traced (GatherState's, for checkpoints, is not).
   auto traced = [&]() -> Status {
-    return gap == kGatherGap ? Traced("all-gather", 0, static_cast<int>(buckets_.size()), stream, run) : run();
+    return gap == kGatherGap
+               ? Traced("all-gather", /*per_bucket=*/false, 0, static_cast<int>(buckets_.size()), stream, run)
+               : run();
   };
   if (!gpu_) return gap == kUntimed ? run() : TimedCpu(traced);
   DT_RETURN_IF_ERROR(traced());

@@ -163,9 +163,10 @@ class Zero1Optimizer {
   Status AllGather(const Tensor* shard, Tensor* full, int gap);
   Status AllGatherGroup(const Tensor* shard, Tensor* full, cudaStream_t stream);
   Status ShardView(const Tensor& shard, const Zero1Bucket& b, Tensor* out) const;
-  // Runs `fn` (collectives on `stream`) inside a comm-track span named `name` over buckets [from, to) when tracing.
+  // Runs `fn` (collectives on `stream`) inside a comm-track span over buckets [from, to) when tracing: named
+  // `op`, followed by the bucket numbers when `per_bucket`. Without a trace it only runs `fn`.
   template <typename Fn>
-  Status Traced(const std::string& name, int from, int to, cudaStream_t stream, Fn&& fn);
+  Status Traced(const char* op, bool per_bucket, int from, int to, cudaStream_t stream, Fn&& fn);
   // This rank's real (unpadded) part of bucket b: [first, first + count) in flat elements.
   void OwnedRange(const Zero1Bucket& b, int64_t* first, int64_t* count) const;
   Status RecordComputeTail();     // the comm stream waits for the compute stream's work so far
