@@ -2,8 +2,9 @@
 // once for bf16 and once for fp16 (typed tests): Add, LayerNorm, GELU, BiasAdd/BiasGrad, SoftmaxCrossEntropy/Argmax
 // with padded columns, Embedding. Each is checked against the CPU f64 reference run on the same rounded inputs, with
 // odd sizes (scalar paths) and aligned multiples of 8 (128-bit paths). Tolerances scale with the type's kTol: bf16
-// keeps 8 significant bits (one rounding is 2^-9 relative), fp16 11 (2^-11), so fp16's kTol is bf16's / 4. The casts
-// themselves are tested in ops_bf16_test / ops_fp16_test. Every test needs a GPU and skips without one.
+// keeps 8 significant bits (one rounding is 2^-9 relative), fp16 11 (2^-11), so fp16's kTol is bf16's / 4. Then
+// per type: the casts against the host rounding, and fp16 Matmul / every MatmulEpilogue (fused and unfused; the
+// bf16 GEMMs are in matmul_bf16_test). Every test needs a GPU and skips without one.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,12 +13,14 @@
 #include <tuple>
 #include <vector>
 
+#include "comm/bf16.h"
 #include "models/ops/bias.h"
 #include "models/ops/elementwise.h"
 #include "models/ops/embedding.h"
 #include "models/ops/gelu.h"
 #include "models/ops/half.h"
 #include "models/ops/layernorm.h"
+#include "models/ops/matmul.h"
 #include "models/ops/softmax_xent.h"
 #include "runtime/core/check.h"
 #include "runtime/core/device_context.h"
@@ -291,6 +294,160 @@ TYPED_TEST(HalfOps, EmbeddingMatchesCpuAndBackwardIsDeterministic) {
     EXPECT_EQ(got_dt, again_dt) << what << ": 16-bit backward not reproducible";
     EXPECT_EQ(f32_dt, f32_again) << what << ": f32 backward not reproducible";
     EXPECT_LE(testing::RelFrobenius(f32_dt, want_dt), 1e-6) << what;
+  }
+}
+
+// The tests of one type: the casts (the rounding itself differs between the types) and the fp16 GEMMs (the bf16
+// ones are in matmul_bf16_test).
+using Bf16Ops = HalfOps<Bf16>;
+using Fp16Ops = HalfOps<Fp16>;
+
+// Cast rounds like the host conversion (round-to-nearest-even, NaN stays NaN) on odd sizes and misaligned views,
+// and bf16 -> f32 is exact.
+TEST_F(Bf16Ops, CastMatchesHostRoundingBitForBit) {
+  for (const int64_t n : {int64_t{1}, int64_t{37}, int64_t{4096}}) {
+    std::vector<double> v = RandomVector(n + 1, n, -1e3, 1e3);
+    v[0] = NAN;
+    if (n > 2) v[2] = 1.0 + 1.0 / 256;  // exactly halfway between two bf16 values: rounds to even (1.0)
+    Tensor f32, view, bf16, back;
+    DT_ASSERT_OK(MakeTensor(*gpu_, DType::kF32, {n + 1}, v, &f32));
+    DT_ASSERT_OK(f32.View(1, {n}, &view));  // 4-byte offset: the scalar path
+    for (const Tensor* in : {&f32, &view}) {
+      DT_ASSERT_OK(Tensor::Empty(in->shape(), DType::kBF16, gpu_->allocator(), &bf16));
+      DT_ASSERT_OK(Cast(*gpu_, *in, &bf16));
+      std::vector<uint16_t> bits(in->numel());
+      Tensor host = Tensor::Wrap(bits.data(), in->shape(), DType::kBF16, DeviceType::kCPU);
+      DT_ASSERT_OK(host.CopyFrom(bf16, gpu_->stream()));
+      DT_ASSERT_OK(gpu_->Synchronize());
+      const int64_t off = in == &view ? 1 : 0;
+      for (int64_t i = 0; i < in->numel(); ++i) {
+        const float x = static_cast<float>(v[i + off]);
+        if (std::isnan(x)) {  // any NaN encoding (the device's is 0x7FFF, the host's 0x7FC0)
+          ASSERT_TRUE((bits[i] & 0x7F80) == 0x7F80 && (bits[i] & 0x7F) != 0) << "n=" << n << " i=" << i;
+          continue;
+        }
+        ASSERT_EQ(bits[i], comm::F32ToBf16(x)) << "n=" << n << " i=" << i;
+      }
+      DT_ASSERT_OK(Tensor::Empty(in->shape(), DType::kF32, gpu_->allocator(), &back));
+      DT_ASSERT_OK(Cast(*gpu_, bf16, &back));
+      std::vector<double> got;
+      DT_ASSERT_OK(Fetch(*gpu_, back, &got));
+      for (int64_t i = 0; i < in->numel(); ++i) {
+        const double want = comm::Bf16ToF32(bits[i]);
+        ASSERT_TRUE(got[i] == want || (std::isnan(got[i]) && std::isnan(want))) << i;
+      }
+    }
+  }
+}
+
+// Cast f32 -> f16 rounds to nearest even (a halfway value, overflow to inf past 65504, subnormals, NaN) on aligned
+// and misaligned views, and f16 -> f32 is exact: the round trip equals the host rounding exactly.
+TEST_F(Fp16Ops, CastMatchesHostRounding) {
+  for (const int64_t n : {int64_t{1}, int64_t{37}, int64_t{4096}}) {
+    std::vector<double> v = RandomVector(n + 1, n, -7e4, 7e4);
+    v[0] = NAN;
+    if (n > 4) {
+      v[2] = 1.0 + 1.0 / 2048;  // halfway between 1 and the next fp16: rounds to even (1.0)
+      v[3] = 3e-6;              // subnormal in fp16
+      v[4] = 65519.0;           // rounds down to 65504 (the largest finite fp16)
+    }
+    Tensor f32, view, h, back;
+    DT_ASSERT_OK(MakeTensor(*gpu_, DType::kF32, {n + 1}, v, &f32));
+    DT_ASSERT_OK(f32.View(1, {n}, &view));  // 4-byte offset: the scalar path
+    for (const Tensor* in : {&f32, &view}) {
+      DT_ASSERT_OK(Tensor::Empty(in->shape(), DType::kF16, gpu_->allocator(), &h));
+      DT_ASSERT_OK(Cast(*gpu_, *in, &h));
+      DT_ASSERT_OK(Tensor::Empty(in->shape(), DType::kF32, gpu_->allocator(), &back));
+      DT_ASSERT_OK(Cast(*gpu_, h, &back));
+      std::vector<double> got;
+      DT_ASSERT_OK(Fetch(*gpu_, back, &got));
+      const int64_t off = in == &view ? 1 : 0;
+      for (int64_t i = 0; i < in->numel(); ++i) {
+        const double want = testing::RoundToF16(v[i + off]);
+        ASSERT_TRUE(got[i] == want || (std::isnan(got[i]) && std::isnan(want)))
+            << "n=" << n << " i=" << i << " x=" << v[i + off] << " got " << got[i] << " want " << want;
+      }
+    }
+  }
+}
+
+struct Case {
+  int64_t m, n, k;
+  bool ta, tb;
+};
+
+// Matmul with fp16 A, B (views of one flat buffer, like GPT-2's weight copy) vs f64 on the rounded inputs: C in
+// fp16 relative Frobenius <= 2.5e-3 (one output rounding plus fp32 accumulation); C in f32 with beta = 1 (weight
+// gradients) <= 1e-5 (products of fp16 values are exact in fp32).
+TEST_F(Fp16Ops, MatmulMatchesCpuOnRoundedInputs) {
+  const Case cases[] = {{64, 96, 128, false, true}, {37, 45, 29, false, false}, {32, 64, 48, true, false}};
+  uint64_t seed = 700;
+  for (const Case& c : cases) {
+    const auto a = Round<Fp16>(RandomVector(c.m * c.k, ++seed)), b = Round<Fp16>(RandomVector(c.k * c.n, ++seed));
+    const auto c0 = RandomVector(c.m * c.n, ++seed);
+    const std::vector<int64_t> sa = c.ta ? std::vector<int64_t>{c.k, c.m} : std::vector<int64_t>{c.m, c.k};
+    const std::vector<int64_t> sb = c.tb ? std::vector<int64_t>{c.n, c.k} : std::vector<int64_t>{c.k, c.n};
+    std::vector<double> want16, want32, got16, got32;
+    for (const bool on_gpu : {false, true}) {
+      DeviceContext& ctx = on_gpu ? *gpu_ : *cpu_;
+      const DType ab = on_gpu ? DType::kF16 : DType::kF64, acc = on_gpu ? DType::kF32 : DType::kF64;
+      Tensor ta, tb, tc, tacc;
+      DT_ASSERT_OK(Make(ctx, ab, sa, a, &ta));
+      DT_ASSERT_OK(Make(ctx, ab, sb, b, &tb));
+      DT_ASSERT_OK(Make(ctx, ab, {c.m, c.n}, std::vector<double>(c.m * c.n, NAN), &tc));  // beta 0: never read
+      DT_ASSERT_OK(Make(ctx, acc, {c.m, c.n}, c0, &tacc));
+      DT_ASSERT_OK(Matmul(ctx, ta, c.ta, tb, c.tb, &tc));
+      DT_ASSERT_OK(Matmul(ctx, ta, c.ta, tb, c.tb, &tacc, 0.5f, 1.f));
+      DT_ASSERT_OK(Get(ctx, tc, on_gpu ? &got16 : &want16));
+      DT_ASSERT_OK(Get(ctx, tacc, on_gpu ? &got32 : &want32));
+    }
+    const std::string what = "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k);
+    EXPECT_LE(testing::RelFrobenius(got16, want16), 2.5e-3) << what;
+    EXPECT_LE(testing::RelFrobenius(got32, want32), 1e-5) << what;
+  }
+}
+
+// Every epilogue with fp16 A, B, C, aux and an f32 bias, or (not for a bias gradient) an fp16 one as GPT-2 passes
+// it, vs the f64 composition of the separate ops, N a multiple of 8 (cuBLASLt fuses) and N odd (the unfused
+// fallback): relative Frobenius <= 2.5e-3 on c, aux and the bias (gradient).
+TEST_F(Fp16Ops, MatmulEpiloguesMatchSeparateOps) {
+  const Case cases[] = {{64, 96, 128, false, true}, {37, 45, 29, false, true}};
+  const Epilogue all[] = {Epilogue::kBias, Epilogue::kBiasGelu, Epilogue::kDGelu, Epilogue::kDGeluBGrad,
+                          Epilogue::kBiasResidual};
+  uint64_t seed = 800;
+  for (const Case& c : cases) {
+    const auto a = Round<Fp16>(RandomVector(c.m * c.k, ++seed)), b = Round<Fp16>(RandomVector(c.k * c.n, ++seed));
+    const auto bias0 = Round<Fp16>(RandomVector(c.n, ++seed)),
+               pre = Round<Fp16>(RandomVector(c.m * c.n, ++seed, -3, 3));
+    for (const auto& [e, bias_dt] : {std::pair{all[0], DType::kF32},
+                                     {all[0], DType::kF16},
+                                     {all[1], DType::kF32},
+                                     {all[1], DType::kF16},
+                                     {all[2], DType::kF32},
+                                     {all[3], DType::kF32},
+                                     {all[4], DType::kF32},
+                                     {all[4], DType::kF16}}) {
+      std::vector<double> want, want_aux, want_bias, got, got_aux, got_bias;
+      for (const bool on_gpu : {false, true}) {
+        DeviceContext& ctx = on_gpu ? *gpu_ : *cpu_;
+        const DType dt = on_gpu ? DType::kF16 : DType::kF64, par = on_gpu ? bias_dt : DType::kF64;
+        Tensor ta, tb, tc, tbias, taux;
+        DT_ASSERT_OK(Make(ctx, dt, {c.m, c.k}, a, &ta));
+        DT_ASSERT_OK(Make(ctx, dt, {c.n, c.k}, b, &tb));
+        DT_ASSERT_OK(Make(ctx, dt, {c.m, c.n}, std::vector<double>(c.m * c.n, 0), &tc));
+        DT_ASSERT_OK(Make(ctx, par, {c.n}, bias0, &tbias));
+        DT_ASSERT_OK(Make(ctx, dt, {c.m, c.n}, pre, &taux));
+        DT_ASSERT_OK(MatmulEpilogue(ctx, ta, false, tb, true, tbias, e, &tc, &taux));
+        DT_ASSERT_OK(Get(ctx, tc, on_gpu ? &got : &want));
+        DT_ASSERT_OK(Get(ctx, taux, on_gpu ? &got_aux : &want_aux));
+        DT_ASSERT_OK(Get(ctx, tbias, on_gpu ? &got_bias : &want_bias));
+      }
+      const std::string what = "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " " + EpilogueName(e) +
+                               " bias " + DTypeName(bias_dt);
+      EXPECT_LE(testing::RelFrobenius(got, want), 2.5e-3) << what;
+      EXPECT_LE(testing::RelFrobenius(got_aux, want_aux), 2.5e-3) << what;
+      EXPECT_LE(testing::RelFrobenius(got_bias, want_bias), 2.5e-3) << what;
+    }
   }
 }
 
