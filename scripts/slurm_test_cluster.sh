@@ -72,13 +72,17 @@ fail() {  # fail MESSAGE [LOG]: stop what started, show the log's tail
   exit 1
 }
 
-# wait_for SECONDS PIDFILE LOG COMMAND...: polls COMMAND every 0.05 s while the daemon lives.
+# wait_for SECONDS PIDFILE LOG COMMAND...: polls COMMAND every 0.05 s while the daemon lives. The
+# daemons fork first and write their pid file only after their own start-up (slurmd: after probing
+# the hardware, which takes seconds on a loaded machine), so a pid file not there yet means "still
+# starting"; one whose process is gone means it died.
 wait_for() {
-  local secs=$1 pidfile=$2 log=$3
+  local secs=$1 pidfile=$2 log=$3 pid
   shift 3
   local deadline=$((SECONDS + secs))
   until "$@" >/dev/null 2>&1; do
-    [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null || fail "$(basename "$pidfile" .pid) is not running" "$log"
+    pid=$(cat "$pidfile" 2>/dev/null || true)
+    [[ -z $pid ]] || kill -0 "$pid" 2>/dev/null || fail "$(basename "$pidfile" .pid) is not running" "$log"
     ((SECONDS < deadline)) || fail "$(basename "$pidfile" .pid) not ready after ${secs}s" "$log"
     sleep 0.05
   done
