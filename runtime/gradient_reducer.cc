@@ -57,32 +57,35 @@ Status GradientReducer::Create(DeviceContext& ctx, comm::Communicator* comm,
   // Buckets from the end of the buffer: backward finishes the last parameters first.
   const int n = static_cast<int>(params.size());
   r->param_bucket_.assign(n, 0);
+  std::vector<std::vector<int>> param_buckets(n);
   size_t bytes = 0;
   int hi = n - 1;
   for (int i = n - 1; i >= 0; --i) {
     bytes += static_cast<size_t>(params[i].numel) * sizeof(float);
     if (bytes < opts.bucket_bytes && i > 0) continue;
     Bucket b;
-    b.num_params = hi - i + 1;
     const int64_t offset = params[i].offset;
     const int64_t numel = params[hi].offset + params[hi].numel - offset;
     DT_RETURN_IF_ERROR(grads->View(offset, {numel}, &b.grads));
     if (opts.bf16_compress) DT_RETURN_IF_ERROR(r->wire_.View(offset, {numel}, &b.wire));
-    for (int j = i; j <= hi; ++j) r->param_bucket_[j] = static_cast<int>(r->buckets_.size());
+    for (int j = i; j <= hi; ++j) {
+      r->param_bucket_[j] = static_cast<int>(r->buckets_.size());
+      param_buckets[j] = {r->param_bucket_[j]};
+    }
     r->buckets_.push_back(std::move(b));
     r->ranges_.emplace_back(offset, numel);
     hi = i - 1;
     bytes = 0;
   }
-  for (const auto& p : params) r->param_names_.push_back(p.name);
+  std::vector<std::string> names;
+  for (const auto& p : params) names.push_back(p.name);
+  r->readiness_ = BucketReadiness("GradientReducer", std::move(param_buckets), static_cast<int>(r->buckets_.size()),
+                                  std::move(names));
 
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
     r->gpu_ = std::make_unique<GpuState>();
-    int least = 0;
-    int greatest = 0;
-    DT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    DT_RETURN_IF_ERROR(CudaStream::Create(&r->gpu_->comm_stream, greatest));
+    DT_RETURN_IF_ERROR(CudaStream::CreateHighestPriority(&r->gpu_->comm_stream));
     r->gpu_->ready.resize(r->buckets_.size());
     r->gpu_->done.resize(r->buckets_.size());
     for (size_t k = 0; k < r->buckets_.size(); ++k) {
@@ -93,7 +96,6 @@ Status GradientReducer::Create(DeviceContext& ctx, comm::Communicator* comm,
     DT_RETURN_IF_ERROR(CudaEvent::Create(&r->gpu_->comm_joined, /*timing=*/true));
 #endif
   }
-  r->ResetStep();
   if (comm->rank() == 0) {
     DT_LOG_INFO(kRuntime, "GradientReducer: {} params, {} elements in {} buckets (target {:.1f} KiB), {}{}, {} ranks",
                 n, grads->numel(), r->buckets_.size(), opts.bucket_bytes / 1024.0, comm::BackendName(comm->backend()),
@@ -105,11 +107,8 @@ Status GradientReducer::Create(DeviceContext& ctx, comm::Communicator* comm,
 
 GradientReducer::~GradientReducer() {
 #if DT_HAVE_CUDA
-  if (gpu_ && gpu_->comm_stream.get() != nullptr) {
-    // The comm stream may still read grads and the bf16 buffer; both must outlive its work.
-    cudaError_t e = cudaStreamSynchronize(gpu_->comm_stream.get());
-    if (e != cudaSuccess) DT_LOG_WARN(kRuntime, "GradientReducer teardown: {}", cudaGetErrorString(e));
-  }
+  // The comm stream may still read grads and the bf16 buffer; both must outlive its work.
+  if (gpu_) gpu_->comm_stream.SynchronizeForTeardown("GradientReducer");
 #endif
 }
 
@@ -120,44 +119,16 @@ cudaStream_t GradientReducer::comm_stream() const {
   return nullptr;
 }
 
-void GradientReducer::ResetStep() {
-  param_ready_.assign(param_bucket_.size(), 0);
-  bucket_remaining_.resize(buckets_.size());
-  for (size_t k = 0; k < buckets_.size(); ++k) bucket_remaining_[k] = buckets_[k].num_params;
-  next_launch_ = 0;
-  step_started_ = false;
-}
-
 Status GradientReducer::MarkReady(int param_index) {
-  DT_CHECK_ARG(param_index >= 0 && param_index < static_cast<int>(param_ready_.size()),
-               "MarkReady(" << param_index << "): the reducer has " << param_ready_.size() << " params");
-  if (param_ready_[param_index]) {
-    return Status::FailedPrecondition("GradientReducer: param " + std::to_string(param_index) + " '" +
-                                      param_names_[param_index] +
-                                      "' announced twice in one step (call Finalize after every backward)");
-  }
-  if (!step_started_) {
-    step_started_ = true;
-    step_sync_ = sync_;
-  }
-  param_ready_[param_index] = 1;
-  --bucket_remaining_[param_bucket_[param_index]];
-  if (!step_sync_) return Status::OK();  // accumulation micro-step: nothing is exchanged
-  return LaunchReadyBuckets();
-}
-
-Status GradientReducer::LaunchReadyBuckets() {
-  const int nb = static_cast<int>(buckets_.size());
-  int to = next_launch_;
-  while (to < nb && bucket_remaining_[to] == 0) ++to;
-  if (to == next_launch_) return Status::OK();
-  return LaunchBuckets(next_launch_, to);
+  DT_RETURN_IF_ERROR(readiness_.Mark(param_index));
+  if (!readiness_.step_sync()) return Status::OK();  // accumulation micro-step: nothing is exchanged
+  const auto [from, to] = readiness_.TakeReady();
+  return from == to ? Status::OK() : LaunchBuckets(from, to);
 }
 
 Status GradientReducer::LaunchBuckets(int from, int to) {
   DT_NVTX_RANGE("GradientReducer::LaunchBuckets");
   DT_LOG_TRACE(kRuntime, "launching buckets [{}, {})", from, to);
-  next_launch_ = to;
   if (gpu_) return LaunchGpu(from, to);
   // CPU: MPI_Allreduce blocks the only thread, so all of its time is exposed.
   const auto t0 = std::chrono::steady_clock::now();
@@ -251,10 +222,11 @@ Status GradientReducer::LaunchGpu(int from, int to) {
 
 Status GradientReducer::Finalize() {
   DT_NVTX_FN();
-  if (!step_started_) step_sync_ = sync_;
-  if (step_sync_) {
-    const int nb = static_cast<int>(buckets_.size());
-    if (next_launch_ < nb) DT_RETURN_IF_ERROR(LaunchBuckets(next_launch_, nb));
+  const auto [from, nb] = readiness_.Finish();
+  const bool synced = readiness_.step_sync();
+  readiness_.Reset();
+  if (synced) {
+    if (from < nb) DT_RETURN_IF_ERROR(LaunchBuckets(from, nb));
 #if DT_HAVE_CUDA
     if (gpu_) {
       // Sync point 2: the optimizer runs on the compute stream; it must see every reduced bucket.
@@ -266,8 +238,7 @@ Status GradientReducer::Finalize() {
     }
 #endif
   }
-  if (step_sync_) ++synced_steps_;
-  ResetStep();
+  if (synced) ++synced_steps_;
   return Status::OK();
 }
 

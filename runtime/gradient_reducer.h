@@ -47,6 +47,7 @@
 
 #include "comm/communicator.h"
 #include "models/model.h"
+#include "runtime/bucket_readiness.h"
 #include "runtime/core/device_context.h"
 #include "runtime/core/status.h"
 #include "runtime/core/tensor.h"
@@ -77,12 +78,12 @@ class GradientReducer {
   // collective (GPU; no host sync). Must run before the optimizer reads grads. Resets for the next step.
   Status Finalize();
 
-  void set_sync(bool sync) { sync_ = sync; }
+  void set_sync(bool sync) { readiness_.set_sync(sync); }
   // While set (not owned; nullptr to stop), every launched batch of buckets is traced as a span on
   // the comm track: on the GPU the comm stream's time from the batch's start to its last collective's
   // end (buckets of one batch share one fused NCCL launch), on the CPU each blocking all-reduce.
   void set_trace(DeviceTrace* trace) { trace_ = trace; }
-  bool sync() const { return sync_; }
+  bool sync() const { return readiness_.sync(); }
 
   // [offset, numel) in grads elements, per bucket, in launch order (bucket 0 = end of the buffer).
   const std::vector<std::pair<int64_t, int64_t>>& buckets() const { return ranges_; }
@@ -100,18 +101,15 @@ class GradientReducer {
  private:
   struct GpuState;  // comm stream + per-bucket events; defined in the .cc (CUDA builds only)
   struct Bucket {
-    int num_params = 0;
     Tensor grads;  // f32 view of the bucket's range
     Tensor wire;   // bf16 view of the same range in the comm buffer (bf16_compress only)
   };
 
   GradientReducer() = default;
-  Status LaunchReadyBuckets();
   // Launches buckets [from, to) as one batch.
   Status LaunchBuckets(int from, int to);
   Status LaunchCpu(int from, int to);
   Status LaunchGpu(int from, int to);
-  void ResetStep();
   // The trace span of buckets [from, to) between two marks.
   void TraceBuckets(int from, int to, const DeviceTrace::Mark& begin, const DeviceTrace::Mark& end);
 
@@ -123,16 +121,8 @@ class GradientReducer {
   std::vector<Bucket> buckets_;
   std::vector<std::pair<int64_t, int64_t>> ranges_;
   std::vector<int> param_bucket_;
-  std::vector<std::string> param_names_;
   std::unique_ptr<GpuState> gpu_;
-
-  // Per-step state.
-  std::vector<uint8_t> param_ready_;
-  std::vector<int> bucket_remaining_;  // params of each bucket not yet announced
-  int next_launch_ = 0;                // first bucket not yet launched
-  bool step_started_ = false;
-  bool step_sync_ = true;
-  bool sync_ = true;
+  BucketReadiness readiness_;  // per-step: announced params, launchable buckets, the sync latch
   DeviceTrace* trace_ = nullptr;
   // Exposed-communication accounting (TakeExposedCommMs).
   double cpu_exposed_s_ = 0;

@@ -132,12 +132,15 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
   const auto& infos = model.param_infos();
   const size_t bucket_bytes = static_cast<size_t>(bucket_mb * (1 << 20));
   DT_RETURN_IF_ERROR(PlanZero1Buckets(infos, params.numel(), world, bucket_bytes, &z->buckets_));
-  z->param_buckets_.assign(infos.size(), {});
+  std::vector<std::vector<int>> param_buckets(infos.size());
   for (size_t k = 0; k < z->buckets_.size(); ++k) {
-    for (int i : z->buckets_[k].params) z->param_buckets_[i].push_back(static_cast<int>(k));
+    for (int i : z->buckets_[k].params) param_buckets[i].push_back(static_cast<int>(k));
     z->shard_numel_ += z->buckets_[k].shard_numel;
   }
-  for (const auto& p : infos) z->param_names_.push_back(p.name);
+  std::vector<std::string> names;
+  for (const auto& p : infos) names.push_back(p.name);
+  z->readiness_ = BucketReadiness("Zero1Optimizer", std::move(param_buckets), static_cast<int>(z->buckets_.size()),
+                                  std::move(names));
 
   // The state starts at zero (torch's lazy init). Its padding slot (the tiny bucket's, on ranks that own
   // no element of it) is never read or written by the update.
@@ -160,10 +163,7 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
     z->gpu_ = std::make_unique<GpuState>();
-    int least = 0;
-    int greatest = 0;
-    DT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    DT_RETURN_IF_ERROR(CudaStream::Create(&z->gpu_->comm_stream, greatest));
+    DT_RETURN_IF_ERROR(CudaStream::CreateHighestPriority(&z->gpu_->comm_stream));
     DT_RETURN_IF_ERROR(CudaEvent::Create(&z->gpu_->to_comm));
     DT_RETURN_IF_ERROR(CudaEvent::Create(&z->gpu_->to_compute));
     for (int g = 0; g < kNumGaps; ++g) {
@@ -172,7 +172,6 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
     }
 #endif
   }
-  z->ResetStep();
   if (rank == 0) {
     DT_LOG_INFO(kRuntime,
                 "Zero1Optimizer ({}): {} elements in {} buckets (target {:.1f} KiB), {} per rank shard, {}, {} ranks, "
@@ -186,11 +185,8 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
 
 Zero1Optimizer::~Zero1Optimizer() {
 #if DT_HAVE_CUDA
-  if (gpu_ && gpu_->comm_stream.get() != nullptr) {
-    // The comm stream may still read or write the model's grads and params and the padded buffers.
-    cudaError_t e = cudaStreamSynchronize(gpu_->comm_stream.get());
-    if (e != cudaSuccess) DT_LOG_WARN(kRuntime, "Zero1Optimizer teardown: {}", cudaGetErrorString(e));
-  }
+  // The comm stream may still read or write the model's grads and params and the padded buffers.
+  if (gpu_) gpu_->comm_stream.SynchronizeForTeardown("Zero1Optimizer");
 #endif
 }
 
@@ -199,14 +195,6 @@ cudaStream_t Zero1Optimizer::comm_stream() const {
   if (gpu_) return gpu_->comm_stream.get();
 #endif
   return nullptr;
-}
-
-void Zero1Optimizer::ResetStep() {
-  param_ready_.assign(param_buckets_.size(), 0);
-  bucket_remaining_.resize(buckets_.size());
-  for (size_t k = 0; k < buckets_.size(); ++k) bucket_remaining_[k] = static_cast<int>(buckets_[k].params.size());
-  next_launch_ = 0;
-  step_started_ = false;
 }
 
 template <typename Fn>
@@ -279,35 +267,15 @@ Status Zero1Optimizer::JoinComputeTo(int gap) {
 }
 
 Status Zero1Optimizer::OnGradReady(int param_index) {
-  DT_CHECK_ARG(param_index >= 0 && param_index < static_cast<int>(param_ready_.size()),
-               "OnGradReady(" << param_index << "): the model has " << param_ready_.size() << " params");
-  if (param_ready_[param_index]) {
-    return Status::FailedPrecondition("Zero1Optimizer: param " + std::to_string(param_index) + " '" +
-                                      param_names_[param_index] +
-                                      "' announced twice in one step (call Finalize after every backward)");
-  }
-  if (!step_started_) {
-    step_started_ = true;
-    step_sync_ = sync_;
-  }
-  param_ready_[param_index] = 1;
-  for (int k : param_buckets_[param_index]) --bucket_remaining_[k];
-  if (!step_sync_) return Status::OK();  // accumulation micro-step: nothing is exchanged
-  return LaunchReadyBuckets();
-}
-
-Status Zero1Optimizer::LaunchReadyBuckets() {
-  const int nb = static_cast<int>(buckets_.size());
-  int to = next_launch_;
-  while (to < nb && bucket_remaining_[to] == 0) ++to;
-  if (to == next_launch_) return Status::OK();
-  return ReduceScatter(next_launch_, to);
+  DT_RETURN_IF_ERROR(readiness_.Mark(param_index));
+  if (!readiness_.step_sync()) return Status::OK();  // accumulation micro-step: nothing is exchanged
+  const auto [from, to] = readiness_.TakeReady();
+  return from == to ? Status::OK() : ReduceScatter(from, to);
 }
 
 Status Zero1Optimizer::ReduceScatter(int from, int to) {
   DT_NVTX_RANGE("Zero1Optimizer::ReduceScatter");
   DT_LOG_TRACE(kRuntime, "reduce-scatter buckets [{}, {})", from, to);
-  next_launch_ = to;
   cudaStream_t stream = comm_stream();
   if (gpu_) DT_RETURN_IF_ERROR(RecordComputeTail());
   Tensor& grads = model_->grads();
@@ -354,17 +322,17 @@ Status Zero1Optimizer::ReduceScatter(int from, int to) {
 
 Status Zero1Optimizer::Finalize() {
   DT_NVTX_FN();
-  if (!step_started_) step_sync_ = sync_;
-  if (step_sync_) {
-    const int nb = static_cast<int>(buckets_.size());
-    if (next_launch_ < nb) DT_RETURN_IF_ERROR(ReduceScatter(next_launch_, nb));
+  const auto [from, nb] = readiness_.Finish();
+  const bool synced = readiness_.step_sync();
+  readiness_.Reset();
+  if (synced) {
+    if (from < nb) DT_RETURN_IF_ERROR(ReduceScatter(from, nb));
     // The update reads the reduced grads on the compute stream, and the next step's SetZero/backward
     // (also on it) must not overwrite grads before the in-place reduce-scatters have read them.
     if (gpu_) DT_RETURN_IF_ERROR(JoinComputeTo(kFinalizeGap));
     grads_reduced_ = true;
     ++synced_steps_;
   }
-  ResetStep();
   return Status::OK();
 }
 

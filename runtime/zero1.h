@@ -73,6 +73,7 @@
 
 #include "comm/communicator.h"
 #include "models/model.h"
+#include "runtime/bucket_readiness.h"
 #include "runtime/core/device_context.h"
 #include "runtime/core/status.h"
 #include "runtime/core/tensor.h"
@@ -111,8 +112,8 @@ class Zero1Optimizer {
   Status OnGradReady(int param_index);
   // Launches every bucket not launched yet; the compute stream then waits for all reduce-scatters.
   Status Finalize();
-  void set_sync(bool sync) { sync_ = sync; }
-  bool sync() const { return sync_; }
+  void set_sync(bool sync) { readiness_.set_sync(sync); }
+  bool sync() const { return readiness_.sync(); }
   // While set (not owned; nullptr to stop), every launched batch of reduce-scatters and each step's
   // all-gather are traced as spans on the comm track (GPU: comm-stream marks; CPU: the blocking calls).
   void set_trace(DeviceTrace* trace) { trace_ = trace; }
@@ -155,7 +156,6 @@ class Zero1Optimizer {
  private:
   struct GpuState;  // comm stream and events (CUDA builds only)
   Zero1Optimizer() = default;
-  Status LaunchReadyBuckets();
   Status ReduceScatter(int from, int to);
   // All-gathers every bucket into `full` (the flat layout) on the comm stream after the compute
   // stream's current tail; the compute stream waits for it (timed as `gap`). CPU: blocking. The slices
@@ -171,7 +171,6 @@ class Zero1Optimizer {
   void OwnedRange(const Zero1Bucket& b, int64_t* first, int64_t* count) const;
   Status RecordComputeTail();     // the comm stream waits for the compute stream's work so far
   Status JoinComputeTo(int gap);  // the compute stream waits for the comm stream's work so far
-  void ResetStep();
   template <typename Fn>
   Status TimedCpu(Fn&& fn);
 
@@ -182,8 +181,6 @@ class Zero1Optimizer {
   bool adamw_ = true;
   int rank_ = 0, world_ = 1;
   std::vector<Zero1Bucket> buckets_;
-  std::vector<std::vector<int>> param_buckets_;  // buckets each parameter overlaps
-  std::vector<std::string> param_names_;
   int64_t shard_numel_ = 0;
   Tensor state0_, state1_;                 // shard layout; state0 = exp_avg | momentum
   Tensor grad_pad_, param_pad_;            // the tiny bucket's padded buffers (world elements)
@@ -193,10 +190,7 @@ class Zero1Optimizer {
   int64_t step_ = 0;
 
   // Per-step state.
-  std::vector<uint8_t> param_ready_;
-  std::vector<int> bucket_remaining_;
-  int next_launch_ = 0;
-  bool step_started_ = false, step_sync_ = true, sync_ = true;
+  BucketReadiness readiness_;  // announced params, launchable buckets, the sync latch
   bool grads_reduced_ = false;  // a synced Finalize ran since the last Step
   double cpu_exposed_s_ = 0;
   int64_t synced_steps_ = 0;

@@ -12,6 +12,19 @@ Status CudaStream::Create(CudaStream* out, int priority) {
   return Status::OK();
 }
 
+Status CudaStream::CreateHighestPriority(CudaStream* out) {
+  int least = 0;
+  int greatest = 0;
+  DT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  return Create(out, greatest);
+}
+
+void CudaStream::SynchronizeForTeardown(const char* owner) const {
+  if (s_ == nullptr) return;
+  cudaError_t e = cudaStreamSynchronize(s_);
+  if (e != cudaSuccess) DT_LOG_WARN(kCore, "{} teardown: {}", owner, cudaGetErrorString(e));
+}
+
 CudaStream::~CudaStream() {
   if (s_ != nullptr) {
     cudaError_t e = cudaStreamDestroy(s_);

@@ -17,12 +17,17 @@ class CudaStream {
   // A non-blocking stream (does not sync with the legacy default stream). Lower `priority`
   // numbers are higher priority (the comm stream uses the highest).
   static Status Create(CudaStream* out, int priority = 0);
+  // A non-blocking stream of the device's highest priority (collectives: their kernels go first).
+  static Status CreateHighestPriority(CudaStream* out);
   ~CudaStream();
   CudaStream(CudaStream&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
   CudaStream& operator=(CudaStream&& o) noexcept;
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;
   cudaStream_t get() const { return s_; }
+  // For destructors of owners whose buffers the stream's work may still touch: waits for that work;
+  // a failure (it cannot be returned from a destructor) is logged as a warning naming `owner`.
+  void SynchronizeForTeardown(const char* owner) const;
 
  private:
   cudaStream_t s_ = nullptr;
