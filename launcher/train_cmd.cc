@@ -13,6 +13,7 @@
 #include "runtime/core/device_context.h"
 #include "runtime/core/logging.h"
 #include "runtime/dist_env.h"
+#include "runtime/model_factory.h"
 #include "runtime/spot_watcher.h"
 #include "runtime/trainer.h"
 
@@ -76,6 +77,7 @@ Status RunWorker(const std::string& config_path, const std::vector<std::string>&
                  const runtime::DistEnv& env) {
   proto::Config cfg;
   DT_RETURN_IF_ERROR(runtime::LoadConfig(config_path, overrides, &cfg));
+  DT_RETURN_IF_ERROR(runtime::CheckModelKind(cfg));
   if (env.rank == 0) DT_LOG_INFO(kRuntime, "resolved config ({}):\n{}", config_path, runtime::ConfigToYaml(cfg));
 
   std::unique_ptr<DeviceContext> ctx;

@@ -122,23 +122,37 @@ std::vector<std::string> ModelKinds() {
   return kinds;
 }
 
-Status BuildModel(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<models::Model>* out) {
-  const std::string& kind = config.model().kind();
-  if (IsBuiltin(kind)) return BuildBuiltin(config, ctx, out);
-  ModelFactory factory;
+namespace {
+
+// The registered factory of `kind`, or InvalidArgument naming model.kind and every known kind.
+Status FindFactory(const std::string& kind, ModelFactory* factory) {
   {
     Registry& r = GetRegistry();
     std::lock_guard<std::mutex> lock(r.mu);
     const auto it = r.factories.find(kind);
-    if (it != r.factories.end()) factory = it->second;
+    if (it != r.factories.end()) *factory = it->second;
   }
-  if (!factory) {
-    std::string known;
-    for (const std::string& k : ModelKinds()) known += (known.empty() ? "" : ", ") + k;
-    return Status::InvalidArgument("model.kind: unknown model '" + kind + "' (known: " + known +
-                                   "; a custom model must be registered with runtime::RegisterModel by the "
-                                   "program that runs it, see README \"Custom model in C++\")");
-  }
+  if (*factory) return Status::OK();
+  std::string known;
+  for (const std::string& k : ModelKinds()) known += (known.empty() ? "" : ", ") + k;
+  return Status::InvalidArgument("model.kind: unknown model '" + kind + "' (known: " + known +
+                                 "; a custom model must be registered with runtime::RegisterModel by the "
+                                 "program that runs it, see README \"Custom model in C++\")");
+}
+
+}  // namespace
+
+Status CheckModelKind(const proto::Config& config) {
+  if (IsBuiltin(config.model().kind())) return Status::OK();
+  ModelFactory factory;
+  return FindFactory(config.model().kind(), &factory);
+}
+
+Status BuildModel(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<models::Model>* out) {
+  const std::string& kind = config.model().kind();
+  if (IsBuiltin(kind)) return BuildBuiltin(config, ctx, out);
+  ModelFactory factory;
+  DT_RETURN_IF_ERROR(FindFactory(kind, &factory));
   out->reset();
   const Status st = factory(config, ctx, out);
   if (!st.ok()) return st.WithContext("model.kind " + kind);

@@ -45,6 +45,10 @@ Status RegisterModel(const std::string& kind, ModelFactory factory);
 // Every kind BuildModel knows: the built-ins (mlp, cnn, gpt2), then the registered ones sorted.
 std::vector<std::string> ModelKinds();
 
+// OK when BuildModel knows `model.kind` (a built-in or registered kind); otherwise BuildModel's
+// InvalidArgument. Lets a worker refuse a misspelt kind before it touches devices and communicators.
+Status CheckModelKind(const proto::Config& cfg);
+
 // Built-in kinds are built here; any other kind by its registered factory. InvalidArgument naming
 // `model.kind` and the known kinds for an unknown one. train.precision other than auto/fp32 is
 // refused for the built-in mlp and cnn; a registered factory decides for itself.

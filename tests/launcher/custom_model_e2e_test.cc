@@ -123,6 +123,8 @@ TEST(CustomModelE2E, InstalledPackageBuildsTheExampleWhichTrainsOnTwoRanks) {
   EXPECT_NE(stock.output.find("model.kind: unknown model 'two_layer_mlp' (known: mlp, cnn, gpt2;"), std::string::npos)
       << stock.output;
   EXPECT_NE(stock.output.find("RegisterModel"), std::string::npos) << stock.output;
+  // Refused right after the config is read, before the worker picks its device ("rank 0/1 ... started by").
+  EXPECT_EQ(stock.output.find("; started by "), std::string::npos) << stock.output;
 }
 
 }  // namespace

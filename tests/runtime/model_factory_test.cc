@@ -109,6 +109,17 @@ TEST(ModelFactoryTest, UnknownKindNamesEveryKnownKindAndTheRegistry) {
   EXPECT_NE(st.message().find("RegisterModel"), std::string::npos) << st.ToString();
 }
 
+TEST(ModelFactoryTest, CheckModelKindAcceptsWhatBuildModelKnowsWithoutBuilding) {
+  ASSERT_TRUE(RegisterModel("test_checked", &WiderMlp).ok());
+  for (const char* kind : {"mlp", "cnn", "gpt2", "test_checked"}) {
+    EXPECT_TRUE(CheckModelKind(ConfigOfKind(kind)).ok()) << kind;
+  }
+  const Status st = CheckModelKind(ConfigOfKind("gtp2"));
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("model.kind: unknown model 'gtp2' (known: mlp, cnn, gpt2, "), std::string::npos)
+      << st.ToString();
+}
+
 TEST(ModelFactoryTest, FactoryErrorsKeepTheirCodeAndNameTheKind) {
   ASSERT_TRUE(RegisterModel("test_failing", [](const proto::Config&, DeviceContext&, std::unique_ptr<models::Model>*) {
                 return Status::InvalidArgument("hidden must be even");
