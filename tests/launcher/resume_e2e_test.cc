@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -12,7 +11,7 @@
 #include <vector>
 
 #include "runtime/core/device_context.h"
-#include "runtime/safetensors.h"
+#include "tests/testing/safetensors_diff.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::testing {
@@ -33,19 +32,6 @@ std::string LossText(const std::string& line) {
   return p == std::string::npos ? "" : line.substr(p, line.find(',', p) - p);
 }
 
-// Max |a - b| over all tensors; -1 when the files differ in names or shapes.
-double MaxDiff(const std::string& a_path, const std::string& b_path) {
-  std::vector<runtime::NamedTensor> a, b;
-  if (!runtime::ReadSafetensors(a_path, &a).ok() || !runtime::ReadSafetensors(b_path, &b).ok()) return -1;
-  if (a.size() != b.size() || a.empty()) return -1;
-  double m = 0;
-  for (size_t t = 0; t < a.size(); ++t) {
-    if (a[t].name != b[t].name || a[t].data.size() != b[t].data.size()) return -1;
-    for (size_t i = 0; i < a[t].data.size(); ++i) m = std::max(m, double(std::abs(a[t].data[i] - b[t].data[i])));
-  }
-  return m;
-}
-
 // 2N steps uninterrupted vs. N steps, a failure, a restart by the launcher that resumes, N more: the
 // same parameters bit for bit and the same loss lines (the same samples in the same steps, the same
 // optimizer state and LR). Then the checkpoint of step 20 resumed by ONE rank with twice the batch:
@@ -64,7 +50,7 @@ TEST(ResumeE2E, TwoRanksResumeExactlyAfterAFailureAndAtAnotherWorldSize) {
   ASSERT_EQ(part.exit_code, 0) << part.output;
   EXPECT_NE(part.output.find("resumed from " + d + "/part/checkpoints/step-00000020: step 20"), std::string::npos)
       << part.output;
-  EXPECT_EQ(MaxDiff(d + "/full/final.safetensors", d + "/part/final.safetensors"), 0.0);
+  EXPECT_EQ(MaxSafetensorsDiff(d + "/full/final.safetensors", d + "/part/final.safetensors"), 0.0);
 
   const auto lf = Lines(ReadFile(d + "/full/metrics.jsonl"), "\"kind\":\"train\"");
   const auto lp = Lines(ReadFile(d + "/part/metrics.jsonl"), "\"kind\":\"train\"");
@@ -81,7 +67,7 @@ TEST(ResumeE2E, TwoRanksResumeExactlyAfterAFailureAndAtAnotherWorldSize) {
                                  "/part/checkpoints --set run.dir=" + d + "/one");
   ASSERT_EQ(one.exit_code, 0) << one.output;
   EXPECT_NE(one.output.find("saved by 2 rank(s), now 1"), std::string::npos) << one.output;
-  const double diff = MaxDiff(d + "/full/final.safetensors", d + "/one/final.safetensors");
+  const double diff = MaxSafetensorsDiff(d + "/full/final.safetensors", d + "/one/final.safetensors");
   std::printf("2 ranks x 64 resumed as 1 rank x 128: max |w - w_uninterrupted| = %g\n", diff);
   EXPECT_GE(diff, 0.0);
   EXPECT_LT(diff, 1e-6);  // measured 1.5e-8: float summation order only
@@ -129,7 +115,7 @@ TEST(ResumeE2E, KillDuringASaveLeavesThePreviousCheckpointUsable) {
   EXPECT_NE(resumed.output.find("step-00000020 skipped: step-00000020: no manifest.pb"), std::string::npos)
       << resumed.output;
   EXPECT_NE(resumed.output.find("step-00000010: step 10"), std::string::npos) << resumed.output;
-  EXPECT_EQ(MaxDiff(d + "/full/final.safetensors", d + "/run/final.safetensors"), 0.0);
+  EXPECT_EQ(MaxSafetensorsDiff(d + "/full/final.safetensors", d + "/run/final.safetensors"), 0.0);
 
   ProcessResult ok = RunCommand(DtrainBin() + " ckpt verify " + ck);
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
@@ -141,7 +127,7 @@ TEST(ResumeE2E, KillDuringASaveLeavesThePreviousCheckpointUsable) {
       << inspect.output;
   ProcessResult exp = RunCommand(DtrainBin() + " ckpt export " + ck + " --out " + d + "/w.safetensors");
   ASSERT_EQ(exp.exit_code, 0) << exp.output;
-  EXPECT_EQ(MaxDiff(d + "/full/final.safetensors", d + "/w.safetensors"), 0.0);
+  EXPECT_EQ(MaxSafetensorsDiff(d + "/full/final.safetensors", d + "/w.safetensors"), 0.0);
 }
 
 // The GPU path: the snapshot is a D2H copy into pinned memory on the compute stream, written by the
@@ -161,7 +147,7 @@ TEST(ResumeE2E, CudaResumeAfterAFailureMatchesAnUninterruptedRun) {
   ProcessResult resumed = RunCommand(DtrainBin() + " train " + args + " --set run.dir=" + d + "/run");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("step-00000020: step 20"), std::string::npos) << resumed.output;
-  EXPECT_EQ(MaxDiff(d + "/full/final.safetensors", d + "/run/final.safetensors"), 0.0);
+  EXPECT_EQ(MaxSafetensorsDiff(d + "/full/final.safetensors", d + "/run/final.safetensors"), 0.0);
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -15,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/safetensors.h"
 #include "storage/s3_storage.h"
+#include "tests/testing/safetensors_diff.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::testing {
@@ -104,19 +103,6 @@ const ::testing::Environment* const g_env = ::testing::AddGlobalTestEnvironment(
 
 // ---- helpers --------------------------------------------------------------------------------
 
-// Max |a - b| over all tensors; -1 when the files differ in names or shapes.
-double MaxDiff(const std::string& a_path, const std::string& b_path) {
-  std::vector<runtime::NamedTensor> a, b;
-  if (!runtime::ReadSafetensors(a_path, &a).ok() || !runtime::ReadSafetensors(b_path, &b).ok()) return -1;
-  if (a.size() != b.size() || a.empty()) return -1;
-  double m = 0;
-  for (size_t t = 0; t < a.size(); ++t) {
-    if (a[t].name != b[t].name || a[t].data.size() != b[t].data.size()) return -1;
-    for (size_t i = 0; i < a[t].data.size(); ++i) m = std::max(m, double(std::abs(a[t].data[i] - b[t].data[i])));
-  }
-  return m;
-}
-
 // Lines of `text` that contain both `a` and `b`.
 size_t Count(const std::string& text, const std::string& a, const std::string& b) {
   std::stringstream ss(text);
@@ -172,7 +158,7 @@ TEST_F(S3CheckpointE2E, ResumeFromS3AfterAFailureIsBitExact) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from s3://" + kBucket + "/run1/step-00000003: step 3"), std::string::npos)
       << resumed.output;
-  EXPECT_EQ(MaxDiff(d + "/full/final.safetensors", d + "/run/final.safetensors"), 0.0);
+  EXPECT_EQ(MaxSafetensorsDiff(d + "/full/final.safetensors", d + "/run/final.safetensors"), 0.0);
   std::printf("3 training runs in %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   // No output of any run shows the secret.
@@ -209,7 +195,7 @@ TEST_F(S3CheckpointE2E, ResumeFromS3AfterAFailureIsBitExact) {
   EXPECT_NE(verify.output.find("step-00000006  OK"), std::string::npos) << verify.output;
   ProcessResult exp = RunCommand(ckpt + "export s3://" + kBucket + "/run1 --out " + d + "/w.safetensors");
   ASSERT_EQ(exp.exit_code, 0) << exp.output;
-  EXPECT_EQ(MaxDiff(d + "/full/final.safetensors", d + "/w.safetensors"), 0.0);
+  EXPECT_EQ(MaxSafetensorsDiff(d + "/full/final.safetensors", d + "/w.safetensors"), 0.0);
 }
 
 // A wrong secret: the run stops at once (403 is not retried) with an error naming the checkpoint URL

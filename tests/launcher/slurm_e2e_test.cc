@@ -7,9 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -19,7 +17,7 @@
 #include <vector>
 
 #include "runtime/dist_env.h"
-#include "runtime/safetensors.h"
+#include "tests/testing/safetensors_diff.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::testing {
@@ -94,19 +92,6 @@ bool WaitForText(const std::string& file, const std::string& text, int timeout_s
   return false;
 }
 
-// Max |a - b| over all tensors; -1 when the files differ in names or shapes (or cannot be read).
-double MaxDiff(const std::string& a_path, const std::string& b_path) {
-  std::vector<runtime::NamedTensor> a, b;
-  if (!runtime::ReadSafetensors(a_path, &a).ok() || !runtime::ReadSafetensors(b_path, &b).ok()) return -1;
-  if (a.size() != b.size() || a.empty()) return -1;
-  double m = 0;
-  for (size_t t = 0; t < a.size(); ++t) {
-    if (a[t].name != b[t].name || a[t].data.size() != b[t].data.size()) return -1;
-    for (size_t i = 0; i < a[t].data.size(); ++i) m = std::max(m, double(std::abs(a[t].data[i] - b[t].data[i])));
-  }
-  return m;
-}
-
 // One preemptible batch job of examples/slurm/train.sbatch.
 struct Job {
   std::string start;  // DTRAIN_START: srun | launch
@@ -169,7 +154,7 @@ TEST(SlurmE2E, Usr1CheckpointsRequeuesAndResumesBitExact) {
     EXPECT_LT(pos("SLURM_RESTART_COUNT=1"), pos(resumed));
     EXPECT_NE(pos("train.sbatch: workers exited 0"), std::string::npos) << out;
     EXPECT_EQ(pos("SLURM_RESTART_COUNT=2"), std::string::npos) << out;
-    EXPECT_EQ(MaxDiff(d + "/ref/final.safetensors", j.run_dir + "/final.safetensors"), 0.0) << out;
+    EXPECT_EQ(MaxSafetensorsDiff(d + "/ref/final.safetensors", j.run_dir + "/final.safetensors"), 0.0) << out;
   }
 }
 

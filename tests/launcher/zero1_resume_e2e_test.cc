@@ -5,8 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,8 +14,8 @@
 
 #include "models/model.h"
 #include "runtime/checkpoint.h"
-#include "runtime/safetensors.h"
 #include "runtime/zero1.h"
+#include "tests/testing/safetensors_diff.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::testing {
@@ -46,19 +44,6 @@ std::string Launch(int ranks, bool zero1, const std::string& run_dir) {
   return DtrainBin() + " launch --nproc-per-node " + std::to_string(ranks) + " " + kCiConfig + kCommon +
          " --set data.batch_size=" + std::to_string(kGlobalBatch / ranks) +
          " --set dist.zero1=" + (zero1 ? "true" : "false") + " --set run.dir=" + run_dir;
-}
-
-// Max |a - b| over all tensors; -1 when the files differ in names or shapes.
-double MaxDiff(const std::string& a_path, const std::string& b_path) {
-  std::vector<runtime::NamedTensor> a, b;
-  if (!runtime::ReadSafetensors(a_path, &a).ok() || !runtime::ReadSafetensors(b_path, &b).ok()) return -1;
-  if (a.size() != b.size() || a.empty()) return -1;
-  double m = 0;
-  for (size_t t = 0; t < a.size(); ++t) {
-    if (a[t].name != b[t].name || a[t].data.size() != b[t].data.size()) return -1;
-    for (size_t i = 0; i < a[t].data.size(); ++i) m = std::max(m, double(std::abs(a[t].data[i] - b[t].data[i])));
-  }
-  return m;
 }
 
 // The manifest of checkpoint `step` under `url` (verified, as a resume reads it).
@@ -169,7 +154,7 @@ TEST(Zero1ResumeE2E, ResumesAcrossTheZero1SwitchAndWorldSizeLikeAnUninterruptedR
   inspect = RunCommand(DtrainBin() + " ckpt inspect " + d + "/full/checkpoints --step 20");
   EXPECT_NE(inspect.output.find("sharding       none (optimizer state replicated)"), std::string::npos)
       << inspect.output;
-  const double diff_a = MaxDiff(d + "/full/final.safetensors", d + "/a/final.safetensors");
+  const double diff_a = MaxSafetensorsDiff(d + "/full/final.safetensors", d + "/a/final.safetensors");
   std::printf("plain 2 ranks -> ZeRO-1 4 ranks at step 20: max |w - w_uninterrupted| = %g\n", diff_a);
   EXPECT_GE(diff_a, 0.0);
   EXPECT_LE(diff_a, kTol);
@@ -187,7 +172,7 @@ TEST(Zero1ResumeE2E, ResumesAcrossTheZero1SwitchAndWorldSizeLikeAnUninterruptedR
   EXPECT_NE(b.output.find("saved by 4 rank(s), now 2"), std::string::npos) << b.output;
   ASSERT_NO_FATAL_FAILURE(LoadManifest(d + "/b/checkpoints", 40, &m));
   ExpectReplicated(m, 40, 2);
-  const double diff_b = MaxDiff(d + "/full/final.safetensors", d + "/b/final.safetensors");
+  const double diff_b = MaxSafetensorsDiff(d + "/full/final.safetensors", d + "/b/final.safetensors");
   std::printf("ZeRO-1 4 ranks -> plain 2 ranks at step 20: max |w - w_uninterrupted| = %g\n", diff_b);
   EXPECT_GE(diff_b, 0.0);
   EXPECT_LE(diff_b, kTol);
