@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "storage/s3_storage.h"
+#include "tests/testing/s3_server.h"
 #include "tests/testing/safetensors_diff.h"
 #include "tests/testing/subprocess.h"
 
@@ -35,71 +36,18 @@ constexpr uint64_t kPartSize = 5ull << 20;
 
 bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
 
-// ---- the server, once per binary ----------------------------------------------------------
-
-struct Server {
-  std::string dir, endpoint, access, secret, skip_reason;
-  bool stopped = false;  // by a test: later tests of this process cannot use it
-};
-Server* g_server = nullptr;
-
-std::string EnvValue(const std::string& env_text, const std::string& name) {
-  const size_t p = env_text.find(name + "=");
-  if (p == std::string::npos) return "";
-  const size_t b = p + name.size() + 1;
-  return env_text.substr(b, env_text.find('\n', b) - b);
-}
-
-std::string ServerScript() { return std::string(DT_SOURCE_DIR) + "/scripts/s3_test_server.sh"; }
+const ::testing::Environment* const g_env =
+    ::testing::AddGlobalTestEnvironment(new S3ServerEnvironment);  // RGW, once for this binary
 
 storage::StorageOptions Options() {
   storage::StorageOptions o;
-  o.endpoint = g_server->endpoint;
-  o.access_key = g_server->access;
-  o.secret_key = g_server->secret;
+  o.endpoint = S3Server().endpoint;
+  o.access_key = S3Server().access;
+  o.secret_key = S3Server().secret;
   o.region = "us-east-1";
   o.max_retries = 2;
   return o;
 }
-
-class S3ServerEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    g_server = &server_;
-    server_.dir = dir_.path() + "/rgw";
-    const auto t0 = std::chrono::steady_clock::now();
-    const ProcessResult r = RunCommand(ServerScript() + " start " + server_.dir);
-    if (r.exit_code == 77) {
-      server_.skip_reason = "no S3 test server: " + r.output;  // names the missing binary and the packages
-      return;
-    }
-    ASSERT_EQ(r.exit_code, 0) << "s3_test_server.sh start failed:\n" << r.output;
-    started_ = true;
-    const std::string env = ReadFile(dir_.path() + "/rgw/env");
-    server_.endpoint = EnvValue(env, "S3_TEST_ENDPOINT");
-    server_.access = EnvValue(env, "S3_TEST_ACCESS_KEY");
-    server_.secret = EnvValue(env, "S3_TEST_SECRET_KEY");
-    std::unique_ptr<storage::Storage> root;
-    ASSERT_TRUE(storage::Storage::Open("s3://" + kBucket, Options(), &root).ok());
-    const Status st = dynamic_cast<storage::S3Storage&>(*root).CreateBucket();
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    std::printf("RGW up at %s in %.1f s\n", server_.endpoint.c_str(),
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  void TearDown() override {
-    if (started_) {
-      const ProcessResult r = RunCommand(ServerScript() + " stop " + server_.dir);
-      EXPECT_EQ(r.exit_code, 0) << r.output;
-    }
-  }
-
- private:
-  TempDir dir_;
-  Server server_;
-  bool started_ = false;
-};
-
-const ::testing::Environment* const g_env = ::testing::AddGlobalTestEnvironment(new S3ServerEnvironment);
 
 // ---- helpers --------------------------------------------------------------------------------
 
@@ -122,21 +70,22 @@ class S3CheckpointE2E : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
-    ASSERT_NE(g_server, nullptr);
-    if (!g_server->skip_reason.empty()) GTEST_SKIP() << g_server->skip_reason;
-    ASSERT_FALSE(g_server->endpoint.empty()) << "the S3 server did not start";
-    ASSERT_FALSE(g_server->stopped) << "an earlier test stopped the S3 server";
+    DT_REQUIRE_S3_SERVER();
+    std::unique_ptr<storage::Storage> root;
+    ASSERT_TRUE(storage::Storage::Open("s3://" + kBucket, Options(), &root).ok());
+    const Status st = dynamic_cast<storage::S3Storage&>(*root).CreateBucket();  // OK when it exists
+    ASSERT_TRUE(st.ok()) << st.ToString();
   }
 
   // The environment of a child: the credentials (secret as given) and nothing else S3-related.
   std::string Env(const std::string& secret) const {
-    return "env -u AWS_ENDPOINT_URL -u AWS_ENDPOINT_URL_S3 -u AWS_SESSION_TOKEN AWS_ACCESS_KEY_ID=" + g_server->access +
-           " AWS_SECRET_ACCESS_KEY=" + secret + " ";
+    return "env -u AWS_ENDPOINT_URL -u AWS_ENDPOINT_URL_S3 -u AWS_SESSION_TOKEN AWS_ACCESS_KEY_ID=" +
+           S3Server().access + " AWS_SECRET_ACCESS_KEY=" + secret + " ";
   }
   // `dtrain train` of the CI config with checkpoints in s3://kBucket/<prefix>.
   std::string Train(const std::string& prefix, const std::string& run_dir) const {
     return DtrainBin() + " train " + kCiConfig + kArgs + " --set checkpoint.url=s3://" + kBucket + "/" + prefix +
-           " --set checkpoint.s3_endpoint=" + g_server->endpoint + " --set run.dir=" + run_dir;
+           " --set checkpoint.s3_endpoint=" + S3Server().endpoint + " --set run.dir=" + run_dir;
   }
 };
 
@@ -150,7 +99,7 @@ TEST_F(S3CheckpointE2E, ResumeFromS3AfterAFailureIsBitExact) {
   ProcessResult full = RunCommand(DtrainBin() + " train " + kCiConfig + kArgs +
                                   " --set checkpoint.enabled=false --set run.dir=" + d + "/full");
   ASSERT_EQ(full.exit_code, 0) << full.output;
-  const std::string secret = g_server->secret;
+  const std::string secret = S3Server().secret;
   ProcessResult failed = RunCommand("DTRAIN_FAULT=step=5,action=error " + Env(secret) + Train("run1", d + "/run"));
   ASSERT_EQ(failed.exit_code, 1) << failed.output;
   EXPECT_NE(failed.output.find("injected fault"), std::string::npos) << failed.output;
@@ -176,14 +125,14 @@ TEST_F(S3CheckpointE2E, ResumeFromS3AfterAFailureIsBitExact) {
   ASSERT_TRUE(dynamic_cast<storage::S3Storage&>(*store).ListMultipartUploads("", &open_uploads).ok());
   EXPECT_TRUE(open_uploads.empty()) << open_uploads.size() << " multipart uploads left open";
   // RGW's access log: the 3 files of step 3 went up in parts 1, 2, 3 each (9 part PUTs), none in a 4th.
-  const std::string rgw_log = ReadFile(g_server->dir + "/log/client.rgw.local.log");
+  const std::string rgw_log = ReadFile(S3Server().dir + "/log/client.rgw.local.log");
   const std::string step3 = "\"PUT /" + kBucket + "/run1/step-00000003/";
   EXPECT_EQ(Count(rgw_log, step3, "?partNumber="), 9u);
   EXPECT_EQ(Count(rgw_log, step3, "?partNumber=3&"), 3u);
   EXPECT_EQ(Count(rgw_log, step3, "?partNumber=4&"), 0u);
 
   // `dtrain ckpt` takes the endpoint from AWS_ENDPOINT_URL.
-  const std::string ckpt = Env(secret) + "AWS_ENDPOINT_URL=" + g_server->endpoint + " " + DtrainBin() + " ckpt ";
+  const std::string ckpt = Env(secret) + "AWS_ENDPOINT_URL=" + S3Server().endpoint + " " + DtrainBin() + " ckpt ";
   ProcessResult list = RunCommand(ckpt + "list s3://" + kBucket + "/run1");
   ASSERT_EQ(list.exit_code, 0) << list.output;
   EXPECT_NE(list.output.find("step-00000003 "), std::string::npos) << list.output;
@@ -212,7 +161,7 @@ TEST_F(S3CheckpointE2E, WrongSecretFailsFastNamingTheUrlWithoutLeakingIt) {
   EXPECT_NE(r.output.find("s3://" + kBucket + "/run2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("SignatureDoesNotMatch"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find(wrong), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find(g_server->secret), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(S3Server().secret), std::string::npos) << r.output;
 }
 
 // The storage server goes away while training runs (RGW stopped once the checkpoint of step 3 is
@@ -226,7 +175,7 @@ TEST_F(S3CheckpointE2E, ServerGoneDuringTrainingFailsTheRunNamingTheEndpoint) {
   ASSERT_TRUE(storage::Storage::Open("s3://" + kBucket + "/run3", Options(), &store).ok());
   ProcessResult r;
   std::thread child([&] {
-    r = RunCommand(Env(g_server->secret) + Train("run3", dir.path() + "/run") + " --set train.max_steps=15");
+    r = RunCommand(Env(S3Server().secret) + Train("run3", dir.path() + "/run") + " --set train.max_steps=15");
   });
   const auto t0 = std::chrono::steady_clock::now();
   storage::ObjectInfo info;
@@ -235,8 +184,7 @@ TEST_F(S3CheckpointE2E, ServerGoneDuringTrainingFailsTheRunNamingTheEndpoint) {
     saved = store->Head("step-00000003/manifest.pb", &info).ok();
     if (!saved) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  g_server->stopped = true;
-  const ProcessResult stop = RunCommand(ServerScript() + " stop " + g_server->dir);
+  const ProcessResult stop = StopS3Server();
   child.join();
   ASSERT_TRUE(saved) << "no checkpoint of step 3 within 60 s:\n" << r.output;
   EXPECT_EQ(stop.exit_code, 0) << stop.output;
@@ -246,7 +194,7 @@ TEST_F(S3CheckpointE2E, ServerGoneDuringTrainingFailsTheRunNamingTheEndpoint) {
       << r.output;
   EXPECT_NE(r.output.find(" to s3://" + kBucket + "/run3: s3://" + kBucket + "/run3/step-0000000"), std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("cannot reach S3 endpoint " + g_server->endpoint), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cannot reach S3 endpoint " + S3Server().endpoint), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("(after 6 attempts)"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("done: 15 steps"), std::string::npos) << r.output;
 }

@@ -20,66 +20,16 @@
 #include <vector>
 
 #include "runtime/core/logging.h"
+#include "tests/testing/s3_server.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::storage {
 namespace {
 
-// ---- the server, once per binary ----------------------------------------------------------
+using testing::S3Server;
 
-struct Server {
-  std::string endpoint, access, secret, skip_reason;
-};
-Server* g_server = nullptr;
-
-std::string RepoRoot() {
-  std::string f = __FILE__;  // <root>/tests/storage/s3_storage_test.cc
-  for (int i = 0; i < 3; ++i) f = f.substr(0, f.rfind('/'));
-  return f;
-}
-
-std::string EnvValue(const std::string& env_text, const std::string& name) {
-  const size_t p = env_text.find(name + "=");
-  if (p == std::string::npos) return "";
-  const size_t b = p + name.size() + 1;
-  return env_text.substr(b, env_text.find('\n', b) - b);
-}
-
-class S3ServerEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    g_server = &server_;
-    const std::string script = RepoRoot() + "/scripts/s3_test_server.sh";
-    const auto t0 = std::chrono::steady_clock::now();
-    const testing::ProcessResult r = testing::RunCommand(script + " start " + dir_.path() + "/rgw");
-    if (r.exit_code == 77) {
-      server_.skip_reason = "no S3 test server: " + r.output;  // names the missing binary and the packages
-      return;
-    }
-    ASSERT_EQ(r.exit_code, 0) << "s3_test_server.sh start failed:\n" << r.output;
-    const std::string env = testing::ReadFile(dir_.path() + "/rgw/env");
-    server_.endpoint = EnvValue(env, "S3_TEST_ENDPOINT");
-    server_.access = EnvValue(env, "S3_TEST_ACCESS_KEY");
-    server_.secret = EnvValue(env, "S3_TEST_SECRET_KEY");
-    started_ = true;
-    std::printf("RGW up at %s in %.1f s\n", server_.endpoint.c_str(),
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  void TearDown() override {
-    if (started_) {
-      const testing::ProcessResult r =
-          testing::RunCommand(RepoRoot() + "/scripts/s3_test_server.sh stop " + dir_.path() + "/rgw");
-      EXPECT_EQ(r.exit_code, 0) << r.output;
-    }
-  }
-
- private:
-  testing::TempDir dir_;
-  Server server_;
-  bool started_ = false;
-};
-
-const ::testing::Environment* const g_env = ::testing::AddGlobalTestEnvironment(new S3ServerEnvironment);
+const ::testing::Environment* const g_env =
+    ::testing::AddGlobalTestEnvironment(new testing::S3ServerEnvironment);  // RGW, once for this binary
 
 // ---- helpers --------------------------------------------------------------------------------
 
@@ -120,12 +70,10 @@ class LogCapture {
 class S3StorageTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_NE(g_server, nullptr);
-    if (!g_server->skip_reason.empty()) GTEST_SKIP() << g_server->skip_reason;
-    ASSERT_FALSE(g_server->endpoint.empty()) << "the S3 server did not start";
-    opts_.endpoint = g_server->endpoint;
-    opts_.access_key = g_server->access;
-    opts_.secret_key = g_server->secret;
+    DT_REQUIRE_S3_SERVER();
+    opts_.endpoint = S3Server().endpoint;
+    opts_.access_key = S3Server().access;
+    opts_.secret_key = S3Server().secret;
     opts_.region = "us-east-1";
     opts_.max_retries = 2;
     std::unique_ptr<Storage> root;
@@ -248,7 +196,7 @@ TEST_F(S3StorageTest, FailedPartAbortsTheUpload) {
 }
 
 TEST_F(S3StorageTest, WrongSecretIsAClearAuthErrorWithoutTheSecret) {
-  const std::string planted = "PLANTEDsecretZZ9" + g_server->secret.substr(0, 8);
+  const std::string planted = "PLANTEDsecretZZ9" + S3Server().secret.substr(0, 8);
   opts_.secret_key = planted;
   LogCapture logs;
   ASSERT_TRUE(Open("s3://dtrain-test/auth", &store_).ok());
@@ -285,9 +233,9 @@ TEST_F(S3StorageTest, UnknownAccessKeyNamesTheKeyVariable) {
 }
 
 TEST_F(S3StorageTest, CredentialsAndEndpointFromEnvironment) {
-  ::setenv("AWS_ENDPOINT_URL", g_server->endpoint.c_str(), 1);
-  ::setenv("AWS_ACCESS_KEY_ID", g_server->access.c_str(), 1);
-  ::setenv("AWS_SECRET_ACCESS_KEY", g_server->secret.c_str(), 1);
+  ::setenv("AWS_ENDPOINT_URL", S3Server().endpoint.c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", S3Server().access.c_str(), 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", S3Server().secret.c_str(), 1);
   ::setenv("AWS_REGION", "us-east-1", 1);
   std::unique_ptr<Storage> s;
   const Status open = Storage::Open("s3://dtrain-test/env/", StorageOptions{}, &s);
@@ -305,7 +253,7 @@ TEST_F(S3StorageTest, CredentialsAndEndpointFromEnvironment) {
 TEST_F(S3StorageTest, VirtualHostAddressing) {
   // RGW runs with `rgw dns name = localhost`; libcurl resolves *.localhost to loopback itself.
   opts_.path_style = false;
-  opts_.endpoint = "http://localhost:" + g_server->endpoint.substr(g_server->endpoint.rfind(':') + 1);
+  opts_.endpoint = "http://localhost:" + S3Server().endpoint.substr(S3Server().endpoint.rfind(':') + 1);
   ASSERT_TRUE(Open("s3://dtrain-test/vhost", &store_).ok());
   const Status put = Put("k", "virtual");
   ASSERT_TRUE(put.ok()) << put.ToString();

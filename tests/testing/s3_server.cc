@@ -7,6 +7,9 @@ namespace dtrain::testing {
 namespace {
 
 S3ServerInfo g_info;
+bool g_started = false;
+
+const std::string kScript = std::string(DT_SOURCE_DIR) + "/scripts/s3_test_server.sh";
 
 std::string EnvValue(const std::string& env_text, const std::string& name) {
   const size_t p = env_text.find(name + "=");
@@ -19,17 +22,23 @@ std::string EnvValue(const std::string& env_text, const std::string& name) {
 
 const S3ServerInfo& S3Server() { return g_info; }
 
-std::string RepoRoot() {
-  std::string f = __FILE__;  // <root>/tests/testing/s3_server.cc
-  for (int i = 0; i < 3; ++i) f = f.substr(0, f.rfind('/'));
-  return f;
+ProcessResult StopS3Server() {
+  g_info.stopped = true;
+  if (!g_started) {
+    ProcessResult none;
+    none.exit_code = 0;
+    none.output = "the S3 server is not running";
+    return none;
+  }
+  g_started = false;
+  return RunCommand(kScript + " stop " + g_info.dir);
 }
 
 void S3ServerEnvironment::SetUp() {
   g_info = S3ServerInfo();
   g_info.dir = dir_.path() + "/rgw";
   const auto t0 = std::chrono::steady_clock::now();
-  const ProcessResult r = RunCommand(RepoRoot() + "/scripts/s3_test_server.sh start " + g_info.dir);
+  const ProcessResult r = RunCommand(kScript + " start " + g_info.dir);
   if (r.exit_code == 77) {
     g_info.skip_reason = "no S3 test server: " + r.output;  // names the missing binary and the packages
     return;
@@ -39,14 +48,14 @@ void S3ServerEnvironment::SetUp() {
   g_info.endpoint = EnvValue(env, "S3_TEST_ENDPOINT");
   g_info.access = EnvValue(env, "S3_TEST_ACCESS_KEY");
   g_info.secret = EnvValue(env, "S3_TEST_SECRET_KEY");
-  started_ = true;
+  g_started = true;
   std::printf("RGW up at %s in %.1f s\n", g_info.endpoint.c_str(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 void S3ServerEnvironment::TearDown() {
-  if (!started_) return;
-  const ProcessResult r = RunCommand(RepoRoot() + "/scripts/s3_test_server.sh stop " + g_info.dir);
+  if (!g_started) return;
+  const ProcessResult r = StopS3Server();
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
