@@ -3,12 +3,8 @@
 
 #include "runtime/spot_watcher.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -16,6 +12,7 @@
 #include <thread>
 
 #include "runtime/preemption.h"
+#include "tests/testing/fake_http_server.h"
 
 namespace dtrain::runtime {
 namespace {
@@ -24,61 +21,18 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kNotice[] = "{\"action\": \"terminate\", \"time\": \"2026-11-30T08:00:00Z\"}";
 
-std::string HttpResponse(int status, const std::string& body) {
-  return "HTTP/1.1 " + std::to_string(status) + (status == 200 ? " OK" : " Not Found") +
-         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-}
-
-// Answers every connection with 404, or with the notice once notice(true); counts requests.
+// Answers every poll with 404, or with the notice once set_notice(true); counts the answers.
 class FakeMetadata {
  public:
-  FakeMetadata() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len), 0);
-    EXPECT_EQ(::listen(fd_, 16), 0);
-    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-    port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~FakeMetadata() {
-    ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
-    thread_.join();
-  }
-  std::string url() const {
-    return "http://127.0.0.1:" + std::to_string(port_) + "/latest/meta-data/spot/instance-action";
-  }
+  std::string url() const { return server_.endpoint() + "/latest/meta-data/spot/instance-action"; }
   void set_notice(bool on) { notice_ = on; }
-  int requests() const { return requests_; }
+  int requests() const { return server_.responses_sent(); }
 
  private:
-  void Serve() {
-    for (;;) {
-      const int c = ::accept(fd_, nullptr, nullptr);
-      if (c < 0) return;
-      std::string req;
-      char buf[4096];
-      while (req.find("\r\n\r\n") == std::string::npos) {
-        const ssize_t r = ::recv(c, buf, sizeof(buf), 0);
-        if (r <= 0) break;
-        req.append(buf, r);
-      }
-      const std::string resp = notice_ ? HttpResponse(200, kNotice) : HttpResponse(404, "");
-      ::send(c, resp.data(), resp.size(), MSG_NOSIGNAL);
-      ::close(c);
-      ++requests_;
-    }
-  }
-
-  int fd_ = -1;
-  int port_ = 0;
   std::atomic<bool> notice_{false};
-  std::atomic<int> requests_{0};
-  std::thread thread_;
+  testing::FakeHttpServer server_{[this](size_t, const std::string&) {
+    return notice_ ? testing::HttpAnswer(200, kNotice) : testing::HttpAnswer(404);
+  }};
 };
 
 // Waits until pred() or the deadline; returns whether pred() held.

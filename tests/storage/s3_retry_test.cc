@@ -2,90 +2,30 @@
 // checks here: tests/storage/s3_storage_test.cc covers signing against real RGW). Also checks what
 // goes on the wire: the signed headers and the payload hash.
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <mutex>
+#include <algorithm>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "storage/s3_storage.h"
 #include "storage/sha256.h"
+#include "tests/testing/fake_http_server.h"
 
 namespace dtrain::storage {
 namespace {
 
-// Answers each connection with the next scripted response (the last one repeats), then closes it.
-class FakeServer {
+// Answers each connection with the next scripted response (the last one repeats).
+class FakeServer : public testing::FakeHttpServer {
  public:
-  explicit FakeServer(std::vector<std::string> responses) : responses_(std::move(responses)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len), 0);
-    EXPECT_EQ(::listen(fd_, 16), 0);
-    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-    port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~FakeServer() {
-    ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
-    thread_.join();
-  }
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  std::vector<std::string> requests() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return requests_;
-  }
-
- private:
-  void Serve() {
-    for (size_t i = 0;; ++i) {
-      const int c = ::accept(fd_, nullptr, nullptr);
-      if (c < 0) return;
-      std::string req;
-      char buf[65536];
-      size_t want = std::string::npos;
-      while (req.size() < want) {
-        const ssize_t r = ::recv(c, buf, sizeof(buf), 0);
-        if (r <= 0) break;
-        req.append(buf, r);
-        const size_t end = req.find("\r\n\r\n");
-        if (want == std::string::npos && end != std::string::npos) {
-          const size_t cl = req.find("Content-Length: ");
-          want = end + 4 + (cl != std::string::npos && cl < end ? std::stoul(req.substr(cl + 16)) : 0);
-        }
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        requests_.push_back(req);
-      }
-      const std::string& body = responses_[std::min(i, responses_.size() - 1)];
-      ::send(c, body.data(), body.size(), MSG_NOSIGNAL);
-      ::close(c);
-    }
-  }
-
-  std::vector<std::string> responses_;
-  int fd_ = -1;
-  int port_ = 0;
-  std::thread thread_;
-  std::mutex mu_;
-  std::vector<std::string> requests_;
+  explicit FakeServer(std::vector<std::string> responses)
+      : FakeHttpServer(
+            [r = std::move(responses)](size_t i, const std::string&) { return r[std::min(i, r.size() - 1)]; }) {}
 };
 
 std::string Answer(int status, const std::string& code = "", const std::string& extra_headers = "") {
   const std::string body = code.empty() ? "" : "<Error><Code>" + code + "</Code><Message>m</Message></Error>";
-  return "HTTP/1.1 " + std::to_string(status) + " X\r\nContent-Length: " + std::to_string(body.size()) +
-         "\r\nConnection: close\r\n" + extra_headers + "\r\n" + body;
+  return testing::HttpAnswer(status, body, extra_headers);
 }
 
 std::unique_ptr<Storage> OpenAt(const FakeServer& server, int max_retries) {
@@ -170,7 +110,7 @@ TEST(S3RetryTest, SessionTokenIsSentAndSigned) {
 
 std::string ListAnswer(const std::string& keys_xml, const std::string& tail = "") {
   const std::string body = "<ListBucketResult>" + keys_xml + tail + "</ListBucketResult>";
-  return "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  return testing::HttpAnswer(200, body);
 }
 
 // Regression: List passed on any key the server returned below the store's prefix, "../" segments
