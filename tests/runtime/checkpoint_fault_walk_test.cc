@@ -11,7 +11,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -21,8 +20,8 @@
 
 #include "runtime/checkpoint.h"
 #include "runtime/fault_injection.h"
-#include "runtime/safetensors.h"
 #include "storage/fault_storage.h"
+#include "tests/testing/safetensors_diff.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::runtime {
@@ -237,19 +236,6 @@ const std::string kArgs =
 
 bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
 
-// Max |a - b| over all tensors; -1 when the files differ in names or shapes or cannot be read.
-double MaxDiff(const std::string& a_path, const std::string& b_path) {
-  std::vector<NamedTensor> a, b;
-  if (!ReadSafetensors(a_path, &a).ok() || !ReadSafetensors(b_path, &b).ok()) return -1;
-  if (a.size() != b.size() || a.empty()) return -1;
-  double m = 0;
-  for (size_t t = 0; t < a.size(); ++t) {
-    if (a[t].name != b[t].name || a[t].data.size() != b[t].data.size()) return -1;
-    for (size_t i = 0; i < a[t].data.size(); ++i) m = std::max(m, double(std::abs(a[t].data[i] - b[t].data[i])));
-  }
-  return m;
-}
-
 struct WalkCase {
   std::string name;
   std::string env;      // the fault(s), for the first run only
@@ -339,7 +325,7 @@ TEST(CheckpointFaultWalkE2E, EveryPhaseKilledOrFaultedResumesBitIdentical) {
     } else {
       EXPECT_NE(second[i].output.find(c.skipped), std::string::npos) << second[i].output;
     }
-    EXPECT_EQ(MaxDiff(d + "/ref/final.safetensors", run + "/final.safetensors"), 0.0);
+    EXPECT_EQ(testing::MaxSafetensorsDiff(d + "/ref/final.safetensors", run + "/final.safetensors"), 0.0);
   }
   std::printf("%zu cases, %zu runs in %.1f s\n", cases.size(), 2 * cases.size() + 1,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
