@@ -24,9 +24,9 @@ void BucketReadiness::Reset() {
 }
 
 Status BucketReadiness::Mark(int param_index) {
-  DT_CHECK_ARG(param_index >= 0 && param_index < num_params(),
-               owner_ << ": parameter index " << param_index << " out of range (the model has " << num_params()
-                      << " params)");
+  const int n = num_params();
+  DT_CHECK_ARG(param_index >= 0 && param_index < n,
+               owner_ << ": parameter index " << param_index << " out of range (" << n << " params)");
   if (ready_[param_index]) {
     return Status::FailedPrecondition(owner_ + ": param " + std::to_string(param_index) + " '" + names_[param_index] +
                                       "' announced twice in one step (call Finalize after every backward)");
@@ -48,9 +48,9 @@ std::pair<int, int> BucketReadiness::TakeReady() {
 
 std::pair<int, int> BucketReadiness::Finish() {
   if (!started_) step_sync_ = sync_;
-  const int from = next_;
-  next_ = static_cast<int>(remaining_.size());
-  return {from, next_};
+  const std::pair<int, int> rest(next_, static_cast<int>(remaining_.size()));
+  Reset();
+  return rest;
 }
 
 }  // namespace dtrain::runtime

@@ -6,7 +6,7 @@
 //
 // Per step:  Mark(i) for every parameter  ->  TakeReady() after each Mark (launch what it returns)
 //            ->  Finish(): the buckets never launched (all of them for an unsynced step's caller to
-//            ignore), then Reset().
+//            ignore); the next Mark starts a new step.
 // The sync flag (set_sync) is latched by the step's first Mark (or by Finish for a step without any),
 // so changing it mid-step affects the next step only.
 //
@@ -31,23 +31,24 @@ class BucketReadiness {
                   std::vector<std::string> names);
 
   // Parameter i's gradient is final. InvalidArgument for an index out of range, FailedPrecondition
-  // for a parameter announced twice in one step (a missing Finish/Reset after a backward).
+  // for a parameter announced twice in one step (a missing Finish after a backward).
   Status Mark(int param_index);
-  // The step's latched sync flag (valid after the step's first Mark).
+  // The step's latched sync flag (valid after the step's first Mark, and after Finish until the next Mark).
   bool step_sync() const { return step_sync_; }
   // Buckets [from, to) that became launchable since the last call: the longest run of fully
   // announced buckets starting at the first one not yet taken. from == to when there is none.
   std::pair<int, int> TakeReady();
-  // Ends the step: latches sync if no Mark did, and returns the buckets not taken yet; the caller
-  // launches them when step_sync(), then calls Reset().
+  // Ends the step: latches sync if no Mark did, returns the buckets not taken yet (the caller launches
+  // them when step_sync()) and clears the per-step state.
   std::pair<int, int> Finish();
-  void Reset();
 
   void set_sync(bool sync) { sync_ = sync; }
   bool sync() const { return sync_; }
   int num_params() const { return static_cast<int>(param_buckets_.size()); }
 
  private:
+  void Reset();  // per-step state of a step not yet started
+
   std::string owner_;
   std::vector<std::vector<int>> param_buckets_;
   std::vector<int> bucket_params_;  // how many parameters each bucket waits for

@@ -224,7 +224,6 @@ Status GradientReducer::Finalize() {
   DT_NVTX_FN();
   const auto [from, nb] = readiness_.Finish();
   const bool synced = readiness_.step_sync();
-  readiness_.Reset();
   if (synced) {
     if (from < nb) DT_RETURN_IF_ERROR(LaunchBuckets(from, nb));
 #if DT_HAVE_CUDA

@@ -324,7 +324,6 @@ Status Zero1Optimizer::Finalize() {
   DT_NVTX_FN();
   const auto [from, nb] = readiness_.Finish();
   const bool synced = readiness_.step_sync();
-  readiness_.Reset();
   if (synced) {
     if (from < nb) DT_RETURN_IF_ERROR(ReduceScatter(from, nb));
     // The update reads the reduced grads on the compute stream, and the next step's SetZero/backward

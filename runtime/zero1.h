@@ -190,7 +190,7 @@ class Zero1Optimizer {
   int64_t step_ = 0;
 
   // Per-step state.
-  BucketReadiness readiness_;  // announced params, launchable buckets, the sync latch
+  BucketReadiness readiness_;   // announced params, launchable buckets, the sync latch
   bool grads_reduced_ = false;  // a synced Finalize ran since the last Step
   double cpu_exposed_s_ = 0;
   int64_t synced_steps_ = 0;

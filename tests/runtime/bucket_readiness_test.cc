@@ -28,12 +28,11 @@ TEST(BucketReadiness, BucketsLaunchInOrderOnceEveryOverlappingParamIsIn) {
   EXPECT_TRUE(r.step_sync());
 }
 
-TEST(BucketReadiness, FinishHandsOverWhatWasNotTakenAndResetStartsANewStep) {
+TEST(BucketReadiness, FinishHandsOverWhatWasNotTakenAndStartsANewStep) {
   BucketReadiness r = Straddling();
   ASSERT_TRUE(r.Mark(1).ok());
   EXPECT_EQ(r.TakeReady(), Range(0, 0));
   EXPECT_EQ(r.Finish(), Range(0, 3));
-  r.Reset();
   ASSERT_TRUE(r.Mark(1).ok()) << "a new step accepts the same parameter again";
 }
 
@@ -55,10 +54,9 @@ TEST(BucketReadiness, SyncIsLatchedByTheFirstMarkOfAStep) {
   EXPECT_FALSE(r.step_sync());
   r.Finish();
   EXPECT_FALSE(r.step_sync());
-  r.Reset();
   ASSERT_TRUE(r.Mark(3).ok());
   EXPECT_TRUE(r.step_sync());
-  r.Reset();
+  r.Finish();
   r.set_sync(false);
   r.Finish();  // a step without any Mark latches at Finish
   EXPECT_FALSE(r.step_sync());
