@@ -10,6 +10,7 @@
 #include "launcher/doctor_cmd.h"
 #include "launcher/exit_codes.h"
 #include "launcher/launch.h"
+#include "launcher/rank_exec.h"
 #include "launcher/report_cmd.h"
 #include "launcher/train_cmd.h"
 #include "runtime/core/status.h"
@@ -28,6 +29,7 @@ constexpr const char* kUsage =
     "  ckpt list|verify|inspect|export URL     look into checkpoints; export the weights as safetensors\n"
     "  data convert-*|inspect|verify           make and check sharded datasets (docs/data_format.md)\n"
     "  report RUN_DIR [--price P]              run summary: wall time, GPU-hours, cost, restarts, recompute\n"
+    "  rank-exec PROGRAM [ARGS...]             (what `launch` runs under mpirun) run one rank, report its end\n"
     "  version                                 print the version\n"
     "\n"
     "`dtrain <command> --help` shows a command's options. Docs: README.md, docs/architecture.md\n";
@@ -71,6 +73,7 @@ int Main(int argc, char** argv) {
   if (cmd == "ckpt") return Report(dtrain::launcher::RunCkpt(args));
   if (cmd == "data") return Report(dtrain::launcher::RunData(args));
   if (cmd == "report") return Report(dtrain::launcher::RunReport(args));
+  if (cmd == "rank-exec") return dtrain::launcher::RunRankExec(args);
   if (cmd == "version" || cmd == "--version") {
     std::printf("dtrain %s\n", DTRAIN_VERSION);
     return 0;
@@ -79,10 +82,10 @@ int Main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  std::fprintf(
-      stderr,
-      "dtrain: error: unknown command '%s' (expected launch, train, doctor, bench, ckpt, data, report, version)\n%s",
-      cmd.c_str(), kUsage);
+  std::fprintf(stderr,
+               "dtrain: error: unknown command '%s' (expected launch, train, doctor, bench, ckpt, data, report, "
+               "rank-exec, version)\n%s",
+               cmd.c_str(), kUsage);
   return dtrain::launcher::kExitUsage;
 }
 

@@ -99,15 +99,12 @@ Status ProbeLaunchEnv(LaunchEnv* out) {
   }
   const std::string* job = FindVar(*out, "SLURM_JOB_ID");
   out->in_slurm = job != nullptr && !job->empty();
+  char buf[PATH_MAX] = {0};
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return Status::Internal("dtrain launch: cannot resolve /proc/self/exe");
+  out->self_bin.assign(buf, n);
   const std::string* bin = FindVar(*out, "DTRAIN_WORKER_BIN");
-  if (bin != nullptr && !bin->empty()) {
-    out->worker_bin = *bin;
-  } else {
-    char buf[PATH_MAX] = {0};
-    const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-    if (n <= 0) return Status::Internal("dtrain launch: cannot resolve /proc/self/exe (set DTRAIN_WORKER_BIN)");
-    out->worker_bin.assign(buf, n);
-  }
+  out->worker_bin = bin != nullptr && !bin->empty() ? *bin : out->self_bin;
   return Status::OK();
 }
 
@@ -210,6 +207,7 @@ Status BuildLaunchCommand(const LaunchOptions& opts, const LaunchEnv& env, int r
     }
   }
   argv.insert(argv.end(), opts.backend_args.begin(), opts.backend_args.end());
+  if (out->backend == Backend::kMpirun) argv.insert(argv.end(), {env.self_bin, "rank-exec"});
   argv.insert(argv.end(), {env.worker_bin, "train", opts.config});
   for (const auto& kv : opts.sets) argv.insert(argv.end(), {"--set", kv});
   return Status::OK();

@@ -4,7 +4,10 @@
 // mpirun (Open MPI 4.1; also for one node):
 //   mpirun -np T --host a:4,b:4 --map-by slot --bind-to none --tag-output
 //          -x MASTER_ADDR -x MASTER_PORT -x DTRAIN_RESTART_COUNT [-x NCCL_* -x DTRAIN_* ...]
-//          [--mpirun-arg ...] WORKER train CONFIG [--set k=v ...]
+//          [--mpirun-arg ...] DTRAIN rank-exec WORKER train CONFIG [--set k=v ...]
+//   - DTRAIN (this binary) rank-exec runs each rank and writes one tagged line when it ends other
+//     than with 0: the launcher's record of which rank failed first when mpirun's own report is
+//     missing (launcher/rank_exec.h).
 //   - Placement is always passed as --host with explicit slot counts (a hostfile is parsed and
 //     validated here, so --nnodes/--nproc-per-node apply to it too). With explicit slots and
 //     --map-by slot, rank r runs on the host whose slot range holds r: that is how the launcher
@@ -44,7 +47,8 @@ struct LaunchEnv {
   bool is_root = false;
   bool in_slurm = false;                                  // SLURM_JOB_ID is set
   std::string hostname;                                   // short name of this host
-  std::string worker_bin;                                 // DTRAIN_WORKER_BIN, else /proc/self/exe
+  std::string self_bin;                                   // this binary (/proc/self/exe): runs rank-exec
+  std::string worker_bin;                                 // DTRAIN_WORKER_BIN, else self_bin
   std::vector<std::pair<std::string, std::string>> vars;  // the launcher's environment
 };
 

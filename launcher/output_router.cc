@@ -5,6 +5,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "launcher/rank_exec.h"
+
 namespace dtrain::launcher {
 namespace {
 
@@ -131,6 +133,12 @@ void OutputRouter::HandleLine(bool from_stderr, const std::string& line) {
 }
 
 void OutputRouter::HandleRankLine(int rank, bool is_stderr, const std::string& text) {
+  if (ParseRankExecLine(rank, text)) {  // kept in the rank's log, out of its tail and the console
+    if (!opts_.log_dir.empty()) {
+      if (FILE* f = LogFile("rank-" + std::to_string(rank) + ".log")) std::fprintf(f, "%s\n", text.c_str());
+    }
+    return;
+  }
   auto& tail = tails_[rank];
   tail.push_back(text);
   while (tail.size() > opts_.tail_lines) tail.pop_front();
@@ -192,6 +200,19 @@ void OutputRouter::ParseMpirunReport(const std::string& line) {
     root_cause_ = r;
     failure_seen_ = true;
   }
+}
+
+bool OutputRouter::ParseRankExecLine(int rank, const std::string& text) {
+  if (text.rfind(kRankExitPrefix, 0) != 0) return false;
+  const char* what = text.c_str() + std::strlen(kRankExitPrefix);
+  RankExit r;
+  r.rank = rank;
+  if (std::sscanf(what, "exit code %d", &r.exit_code) != 1 && std::sscanf(what, "signal %d", &r.signal) != 1) {
+    return false;  // e.g. "cannot run ...": an ordinary line of the rank
+  }
+  failure_seen_ = true;
+  if (first_rank_exit_.rank < 0) first_rank_exit_ = r;
+  return true;
 }
 
 void OutputRouter::ParseSrunReport(const std::string& line) {

@@ -13,6 +13,10 @@
 //         (a signal's strsignal() text)
 // These are what the process manager itself observed (waitpid on the rank), so they stay right for
 // ranks that die by SIGKILL or a segfault, which could not report anything themselves.
+// Under mpirun each rank also runs under `dtrain rank-exec`, which writes "dtrain rank-exec: exit
+// code C" / "...: signal S (Name)" as the rank's last line when it ends other than with 0
+// (launcher/rank_exec.h). The first such line is the root cause when mpirun's report is missing
+// (Open MPI 4.1 sometimes leaves it out); those lines go to the rank's log file only.
 //
 // Console: every line of rank 0 (stdout to stdout, stderr to stderr) and, of the other ranks, only
 // lines that look like warnings or errors (dtrain's "W"/"E"/"C" level letter, or the words
@@ -32,7 +36,7 @@
 
 namespace dtrain::launcher {
 
-// What the process manager reported about the first failing rank.
+// How a rank ended, as the process manager (or the rank's rank-exec) reported it.
 struct RankExit {
   int rank = -1;       // -1: no report seen
   std::string host;    // "" when the report does not name it
@@ -66,7 +70,8 @@ class OutputRouter {
 
   // A failure report (or an abort banner) has been seen: the job is being torn down.
   bool failure_seen() const { return failure_seen_; }
-  const RankExit& root_cause() const { return root_cause_; }
+  // The process manager's report, else the first rank-exec line; rank -1 when neither was seen.
+  const RankExit& root_cause() const { return root_cause_.rank >= 0 ? root_cause_ : first_rank_exit_; }
   // mpirun could not start its daemons on some host (ssh failed, host unreachable, no dtrain there).
   bool daemons_failed() const { return daemons_failed_; }
   // The last `tail_lines` lines of `rank` (both streams, in arrival order).
@@ -80,14 +85,16 @@ class OutputRouter {
   void HandleManagerLine(const std::string& line);
   void ParseMpirunReport(const std::string& line);
   void ParseSrunReport(const std::string& line);
+  bool ParseRankExecLine(int rank, const std::string& text);  // true: a rank-exec end line, recorded
   FILE* LogFile(const std::string& name);
 
   Options opts_;
   std::string partial_[2];
   std::map<int, std::deque<std::string>> tails_;
   std::map<std::string, FILE*> files_;
-  RankExit root_cause_;
-  int pending_rank_ = -1;  // mpirun: "Process name" seen, waiting for its "Exit code"
+  RankExit root_cause_;       // from the process manager's report
+  RankExit first_rank_exit_;  // from the first rank-exec end line
+  int pending_rank_ = -1;     // mpirun: "Process name" seen, waiting for its "Exit code"
   bool failure_seen_ = false;
   bool daemons_failed_ = false;
   std::string log_error_;

@@ -17,6 +17,7 @@ LaunchEnv FakeEnv(int gpus) {
   LaunchEnv env;
   env.gpu_count = gpus;
   env.hostname = "here";
+  env.self_bin = "/opt/dtrain/bin/dtrain";
   env.worker_bin = "/opt/dtrain/bin/dtrain";
   env.vars = {{"PATH", "/usr/bin"}, {"NCCL_DEBUG", "INFO"}, {"DTRAIN_LOG_LEVEL", "debug"}, {"NCCL_IB_HCA", "mlx5"}};
   return env;
@@ -43,7 +44,7 @@ TEST(LaunchCommandTest, LocalCpuRunIsExactlyThisMpirunLine) {
             "mpirun -np 2 --host localhost:2 --map-by slot --bind-to none --tag-output "
             "-x MASTER_ADDR -x MASTER_PORT -x DTRAIN_RESTART_COUNT "
             "-x DTRAIN_LOG_LEVEL -x NCCL_DEBUG -x NCCL_IB_HCA "
-            "/opt/dtrain/bin/dtrain train cfg.yaml --set optim.lr=0.5");
+            "/opt/dtrain/bin/dtrain rank-exec /opt/dtrain/bin/dtrain train cfg.yaml --set optim.lr=0.5");
 }
 
 TEST(LaunchCommandTest, NprocPerNodeResolvesGpuCpuAuto) {

@@ -26,7 +26,7 @@ const std::string kConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist
 bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
 
 // Pids of live processes whose command line contains `needle` (and, if rank >= 0, whose
-// environment says OMPI_COMM_WORLD_RANK=rank).
+// environment says OMPI_COMM_WORLD_RANK=rank and which are the worker itself, not its rank-exec).
 std::vector<pid_t> FindProcesses(const std::string& needle, int rank = -1) {
   std::vector<pid_t> pids;
   DIR* proc = opendir("/proc");
@@ -39,6 +39,7 @@ std::vector<pid_t> FindProcesses(const std::string& needle, int rank = -1) {
     if (cmdline.find(needle) == std::string::npos || cmdline.find(" train ") == std::string::npos) continue;
     // Zombies (state Z) are gone for our purposes only once reaped; count them as remaining.
     if (rank >= 0) {
+      if (cmdline.find(" rank-exec ") != std::string::npos) continue;
       std::string env = ReadFile("/proc/" + std::string(e->d_name) + "/environ");
       if (env.find(std::string("OMPI_COMM_WORLD_RANK=") + std::to_string(rank) + '\0') == std::string::npos) continue;
     }

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace dtrain::launcher {
 namespace {
@@ -99,6 +100,44 @@ TEST(OutputRouterTest, ParsesMpirunExitCodeReportAndKeepsTail) {
   EXPECT_TRUE(r.Tail(7).empty());
   // The process manager's own lines reach the console's stderr.
   EXPECT_NE(ReadAll(cap.err).find("Process name: [[29367,1],1]"), std::string::npos);
+}
+
+// Open MPI 4.1 sometimes prints only the first banner of kMpirunExitReport: then the first
+// rank-exec end line names the rank. Those lines stay out of the tail and the console.
+TEST(OutputRouterTest, RankExecLineNamesTheRankWhenMpirunDoesNot) {
+  Capture cap;
+  OutputRouter r(cap.Opts(Backend::kMpirun));
+  FeedText(&r, false, "[1,0]<stdout>:step 1\n[1,1]<stderr>:r1 last words\n");
+  EXPECT_FALSE(r.failure_seen());
+  FeedText(&r, true,
+           "[1,1]<stderr>:dtrain rank-exec: exit code 5\n[1,0]<stderr>:dtrain rank-exec: signal 15 (Terminated)\n");
+  EXPECT_TRUE(r.failure_seen());
+  FeedText(&r, true,
+           "Primary job  terminated normally, but 1 process returned\n"
+           "a non-zero exit code. Per user-direction, the job has been aborted.\n");
+  r.Finish();
+  EXPECT_EQ(r.root_cause().rank, 1);
+  EXPECT_EQ(r.root_cause().exit_code, 5);
+  EXPECT_EQ(r.root_cause().signal, 0);
+  EXPECT_EQ(r.Tail(1), std::vector<std::string>{"r1 last words"});
+  EXPECT_EQ(r.Tail(0), std::vector<std::string>{"step 1"});
+  EXPECT_EQ(ReadAll(cap.out), "step 1\n");
+  EXPECT_EQ(ReadAll(cap.err).find("rank-exec"), std::string::npos);
+}
+
+TEST(OutputRouterTest, MpirunReportWinsOverRankExecLines) {
+  Capture cap;
+  OutputRouter r(cap.Opts(Backend::kMpirun));
+  FeedText(&r, true, "[1,0]<stderr>:dtrain rank-exec: signal 9 (Killed)\n");
+  FeedText(&r, true, kMpirunExitReport);
+  r.Finish();
+  EXPECT_EQ(r.root_cause().rank, 1);
+  EXPECT_EQ(r.root_cause().exit_code, 3);
+  // A rank-exec line that is not an end report is an ordinary line of the rank.
+  OutputRouter r2(cap.Opts(Backend::kMpirun));
+  FeedText(&r2, true, "[1,2]<stderr>:dtrain rank-exec: cannot run /x: No such file or directory\n");
+  EXPECT_EQ(r2.root_cause().rank, -1);
+  EXPECT_EQ(r2.Tail(2), std::vector<std::string>{"dtrain rank-exec: cannot run /x: No such file or directory"});
 }
 
 TEST(OutputRouterTest, ParsesMpirunSignalReport) {

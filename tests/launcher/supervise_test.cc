@@ -1,4 +1,5 @@
-// `dtrain launch` supervising REAL mpirun runs of a tiny POSIX shell worker (DTRAIN_WORKER_BIN).
+// `dtrain launch` supervising REAL mpirun runs of a tiny POSIX shell worker (DTRAIN_WORKER_BIN),
+// each under this binary's rank-exec (see main() at the end).
 // Each worker writes its pid to $DTRAIN_TEST_DIR/pid-RANK so that the tests can check that no
 // process is left behind.
 
@@ -20,6 +21,7 @@
 
 #include "launcher/exit_codes.h"
 #include "launcher/launch.h"
+#include "launcher/rank_exec.h"
 #include "runtime/core/logging.h"
 
 namespace dtrain::launcher {
@@ -274,3 +276,13 @@ TEST_F(SuperviseTest, HungProcessManagerIsKilledAfterGrace) {
 
 }  // namespace
 }  // namespace dtrain::launcher
+
+// This test binary is the launcher here, so like the dtrain binary it also serves the `rank-exec`
+// command that the mpirun line runs for each rank (launcher/rank_exec.h).
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "rank-exec") {
+    return dtrain::launcher::RunRankExec(std::vector<std::string>(argv + 2, argv + argc));
+  }
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

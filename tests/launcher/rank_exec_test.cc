@@ -1,0 +1,88 @@
+// `dtrain rank-exec` (launcher/rank_exec.h) run as mpirun runs it: the real binary, real children.
+
+#include "launcher/rank_exec.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "tests/testing/subprocess.h"
+
+namespace dtrain::launcher {
+namespace {
+
+using testing::DtrainBin;
+using testing::ReadFile;
+using testing::RunCommand;
+using testing::TempDir;
+
+std::string RankExec(const std::string& program) { return "exec " + DtrainBin() + " rank-exec " + program; }
+
+// Alive = the process exists and is not a zombie.
+bool Alive(const std::string& pid) {
+  const std::string stat = ReadFile("/proc/" + pid + "/stat");
+  const auto paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+TEST(RankExecTest, ExitCodeIsPassedThroughAndANonZeroEndIsReported) {
+  auto r = RunCommand(RankExec("sh -c 'echo hello; exit 5'"));
+  EXPECT_EQ(r.exit_code, 5);
+  EXPECT_EQ(r.output, "hello\ndtrain rank-exec: exit code 5\n");
+  r = RunCommand(RankExec("sh -c 'echo fine'"));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.output, "fine\n");  // nothing to report
+}
+
+TEST(RankExecTest, SignalDeathIsReportedAndRepeated) {
+  const auto r = RunCommand(RankExec("sh -c 'kill -9 $$'"));
+  EXPECT_EQ(r.signal, SIGKILL) << r.output;
+  EXPECT_EQ(r.output, "dtrain rank-exec: signal 9 (Killed)\n");
+}
+
+TEST(RankExecTest, ProgramThatCannotRunIsNamedAndExits127) {
+  const auto r = RunCommand(RankExec("/nonexistent/worker train cfg.yaml"));
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_EQ(r.output,
+            "dtrain rank-exec: cannot run /nonexistent/worker: No such file or directory\n"
+            "dtrain rank-exec: exit code 127\n");
+}
+
+// SIGUSR1 sent to rank-exec alone reaches the program (remote ranks get signals this way).
+TEST(RankExecTest, SignalsArePassedOnToTheProgram) {
+  TempDir dir;
+  const std::string d = dir.path();
+  const auto r = RunCommand("(" + DtrainBin() + " rank-exec sh -c 'trap \"exit 75\" USR1; touch " + d +
+                            "/ready; while :; do sleep 0.05; done' & p=$!; while [ ! -e " + d +
+                            "/ready ]; do sleep 0.05; done; kill -USR1 $p; wait $p; echo rc=$?)");
+  EXPECT_EQ(r.output, "dtrain rank-exec: exit code 75\nrc=75\n");
+}
+
+// The program does not outlive rank-exec (PR_SET_PDEATHSIG).
+TEST(RankExecTest, ProgramDiesWithRankExec) {
+  TempDir dir;
+  const std::string d = dir.path();
+  const auto r = RunCommand("(" + DtrainBin() + " rank-exec sh -c 'echo $$ > " + d + "/pid.tmp && mv " + d +
+                            "/pid.tmp " + d + "/pid && exec sleep 60' & p=$!; while [ ! -e " + d +
+                            "/pid ]; do sleep 0.05; done; kill -9 $p; wait $p; echo rc=$?)");
+  EXPECT_NE(r.output.find("rc=137\n"), std::string::npos) << r.output;  // (sh may say "Killed" first)
+  const std::string child = std::to_string(std::atoi(ReadFile(d + "/pid").c_str()));
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (Alive(child) && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(Alive(child)) << "pid " << child;
+}
+
+TEST(RankExecTest, NoProgramIsAUsageError) {
+  const auto r = RunCommand(DtrainBin() + " rank-exec");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, std::string(kRankExitPrefix) + "usage: dtrain rank-exec PROGRAM [ARGS...]\n");
+}
+
+}  // namespace
+}  // namespace dtrain::launcher
