@@ -133,18 +133,13 @@ void OutputRouter::HandleLine(bool from_stderr, const std::string& line) {
 }
 
 void OutputRouter::HandleRankLine(int rank, bool is_stderr, const std::string& text) {
-  if (ParseRankExecLine(rank, text)) {  // kept in the rank's log, out of its tail and the console
-    if (!opts_.log_dir.empty()) {
-      if (FILE* f = LogFile("rank-" + std::to_string(rank) + ".log")) std::fprintf(f, "%s\n", text.c_str());
-    }
-    return;
-  }
-  auto& tail = tails_[rank];
-  tail.push_back(text);
-  while (tail.size() > opts_.tail_lines) tail.pop_front();
   if (!opts_.log_dir.empty()) {
     if (FILE* f = LogFile("rank-" + std::to_string(rank) + ".log")) std::fprintf(f, "%s\n", text.c_str());
   }
+  if (ParseRankExecLine(rank, text)) return;  // in the rank's log only: not in its tail, not on the console
+  auto& tail = tails_[rank];
+  tail.push_back(text);
+  while (tail.size() > opts_.tail_lines) tail.pop_front();
   if (rank == 0) {
     FILE* out = is_stderr ? opts_.err : opts_.out;
     std::fprintf(out, "%s\n", text.c_str());

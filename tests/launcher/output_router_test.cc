@@ -184,6 +184,7 @@ TEST(OutputRouterTest, WritesEveryRankToItsLogFile) {
     opts.attempt = 1;
     OutputRouter r(opts);
     FeedText(&r, false, "[1,0]<stdout>:a\n[1,1]<stdout>:b\n[1,1]<stderr>:c\nmpirun says hi\n");
+    FeedText(&r, true, "[1,1]<stderr>:dtrain rank-exec: exit code 4\n");
     r.Finish();
     EXPECT_EQ(r.log_error(), "");
   }
@@ -195,7 +196,7 @@ TEST(OutputRouterTest, WritesEveryRankToItsLogFile) {
   };
   const std::string header = "===== dtrain launch: attempt 2 (DTRAIN_RESTART_COUNT=1) =====\n";
   EXPECT_EQ(read("rank-0.log"), header + "a\n");
-  EXPECT_EQ(read("rank-1.log"), header + "b\nc\n");
+  EXPECT_EQ(read("rank-1.log"), header + "b\nc\ndtrain rank-exec: exit code 4\n");
   EXPECT_EQ(read("launcher.log"), header + "mpirun says hi\n");
   for (const char* f : {"rank-0.log", "rank-1.log", "launcher.log"}) unlink((std::string(dir) + "/" + f).c_str());
   rmdir(dir);
