@@ -30,11 +30,12 @@ TEST(SpotSimulationE2E, ThreeReclaimsThenTheSameParametersAsAnUninterruptedRun) 
   }
   TempDir dir;
   const std::string d = dir.path();
-  // 240 steps of 2 x 64 (3 to 10 s on 2 cores), a progress line every 2 steps, a checkpoint every 10; each
-  // reclaim lands 0.5 .. 1 s after an attempt's first progress line, well before its end. TERM, KILL, TERM: both kinds of reclaim,
-  // and a SIGTERM'd run resuming from the checkpoint a SIGKILL'd one left.
+  // 720 steps of 2 x 64, a progress line every 2 steps, a checkpoint every 10. Each reclaim lands 0.5 .. 1 s
+  // after an attempt's first progress line. CI has run up to 135 steps/s, so three attempts use at most about 450
+  // steps, and the run cannot end before its third reclaim (with 240 steps, it once did). TERM, KILL, TERM: both
+  // kinds of reclaim, and a SIGTERM'd run resuming from the checkpoint a SIGKILL'd one left.
   const std::string training =
-      " --set train.device=cpu --set train.epochs=4 --set train.eval=false --set train.max_steps=240"
+      " --set train.device=cpu --set train.epochs=10 --set train.eval=false --set train.max_steps=720"
       " --set data.batch_size=64 --set data.limit_train=10000 --set train.log_every=2"
       " --set checkpoint.every_steps=10 --set schedule.warmup_steps=5";
   ProcessResult r = RunCommand(kSource + "/examples/spot/simulate_preemptions.sh --dtrain " + DtrainBin() +
