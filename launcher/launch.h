@@ -10,13 +10,14 @@
 //
 // Workers are `WORKER train CONFIG [--set k=v ...]` where WORKER is this binary (/proc/self/exe),
 // or $DTRAIN_WORKER_BIN (tests); under mpirun each runs below this binary's `rank-exec`
-// (launcher/rank_exec.h), which reports how the rank ended. They learn their rank from OMPI_COMM_WORLD_* / SLURM_* and get
-// MASTER_ADDR, MASTER_PORT, DTRAIN_RESTART_COUNT from the launcher (launcher/launch_command.h).
+// (launcher/rank_exec.h), which reports how the rank ended. They learn their rank from
+// OMPI_COMM_WORLD_* / SLURM_* and get MASTER_ADDR, MASTER_PORT, DTRAIN_RESTART_COUNT from the
+// launcher (launcher/launch_command.h).
 //
 // One attempt = one mpirun run (launcher/supervisor.h: process tree, signals, cleanup). When it
 // fails, the launcher reports the root cause — the first failing rank as the process manager
-// observed it (else as its rank-exec reported it), that rank's host, its exit code or signal, and its last 10 lines of output
-// (launcher/output_router.h) — and then:
+// observed it (else as its rank-exec reported it), that rank's host, its exit code or signal,
+// and its last 10 lines of output (launcher/output_router.h) — and then:
 //   - exit code 75 (kExitPreempted) or 2 (kExitUsage): returned as is, never restarted;
 //   - SIGINT/SIGTERM received by the launcher: no restart; returns 75 if the root cause exited
 //     75, else 128+signal;

@@ -64,8 +64,7 @@ int RunRankExec(const std::vector<std::string>& args) {
   }
   int status = 0;
   for (;;) {
-    siginfo_t info;
-    const int sig = sigwaitinfo(&waited, &info);
+    const int sig = sigwaitinfo(&waited, nullptr);
     if (sig < 0) continue;  // EINTR
     if (sig != SIGCHLD) {
       kill(child, sig);
