@@ -52,12 +52,13 @@ TEST(RankExecTest, ProgramThatCannotRunIsNamedAndExits127) {
             "dtrain rank-exec: exit code 127\n");
 }
 
-// SIGUSR1 sent to rank-exec alone reaches the program (remote ranks get signals this way).
+// SIGUSR1 sent to rank-exec alone reaches the program (remote ranks get signals this way). A program
+// that never gets it exits 3 after 10 s.
 TEST(RankExecTest, SignalsArePassedOnToTheProgram) {
   TempDir dir;
   const std::string d = dir.path();
   const auto r = RunCommand("(" + DtrainBin() + " rank-exec sh -c 'trap \"exit 75\" USR1; touch " + d +
-                            "/ready; while :; do sleep 0.05; done' & p=$!; while [ ! -e " + d +
+                            "/ready; for i in $(seq 200); do sleep 0.05; done; exit 3' & p=$!; while [ ! -e " + d +
                             "/ready ]; do sleep 0.05; done; kill -USR1 $p; wait $p; echo rc=$?)");
   EXPECT_EQ(r.output, "dtrain rank-exec: exit code 75\nrc=75\n");
 }

@@ -42,7 +42,19 @@ class SuperviseTest : public ::testing::Test {
   void TearDown() override {
     unsetenv("DTRAIN_WORKER_BIN");
     unsetenv("DTRAIN_TEST_DIR");
+    if (!old_path_.empty()) setenv("PATH", old_path_.c_str(), 1);
     std::filesystem::remove_all(dir_);
+  }
+
+  // Puts a shell script named mpirun first in PATH (until TearDown): a process manager that
+  // prints what the test needs.
+  void FakeMpirun(const std::string& script) {
+    const std::string fake = dir_ + "/bin/mpirun";
+    std::filesystem::create_directories(dir_ + "/bin");
+    std::ofstream(fake) << "#!/bin/sh\n" << script;
+    chmod(fake.c_str(), 0755);
+    old_path_ = getenv("PATH");
+    setenv("PATH", (dir_ + "/bin:" + old_path_).c_str(), 1);
   }
 
   // Writes the worker script: a prologue (rank, pid file) then `body`.
@@ -109,6 +121,7 @@ class SuperviseTest : public ::testing::Test {
   }
 
   std::string dir_;
+  std::string old_path_;  // PATH before FakeMpirun, restored by TearDown
 };
 
 TEST_F(SuperviseTest, SuccessShowsRank0OnlyAndExitsZero) {
@@ -245,25 +258,19 @@ TEST_F(SuperviseTest, SigtermLetsRanksExitPreempted) {
 // A process manager that reports a failure and then hangs (ignoring SIGTERM) is SIGKILLed with its
 // whole process group after 2 x --grace-seconds; nothing it started survives.
 TEST_F(SuperviseTest, HungProcessManagerIsKilledAfterGrace) {
-  const std::string fake = dir_ + "/bin/mpirun";
-  std::filesystem::create_directories(dir_ + "/bin");
-  std::ofstream(fake) << "#!/bin/sh\n"
-                         "trap '' TERM\n"
-                         "echo '[1,1]<stdout>:segfaulting now'\n"
-                         "echo 'mpirun noticed that process rank 1 with PID 0 on node fakehost exited on signal 11 "
-                         "(Segmentation fault).' >&2\n"
-                         "sleep 30 &\n"
-                         "echo $! > \"$DTRAIN_TEST_DIR/sleep.pid\"\n"
-                         "wait\n";
-  chmod(fake.c_str(), 0755);
+  FakeMpirun(
+      "trap '' TERM\n"
+      "echo '[1,1]<stdout>:segfaulting now'\n"
+      "echo 'mpirun noticed that process rank 1 with PID 0 on node fakehost exited on signal 11 "
+      "(Segmentation fault).' >&2\n"
+      "sleep 30 &\n"
+      "echo $! > \"$DTRAIN_TEST_DIR/sleep.pid\"\n"
+      "wait\n");
   WriteWorker("exit 0\n");
-  const std::string old_path = getenv("PATH");
-  setenv("PATH", (dir_ + "/bin:" + old_path).c_str(), 1);
   std::string err;
   const auto start = steady_clock::now();
   const int rc = Launch({"--nproc-per-node", "2", "--grace-seconds", "1"}, &err);
   const double secs = std::chrono::duration<double>(steady_clock::now() - start).count();
-  setenv("PATH", old_path.c_str(), 1);
   EXPECT_EQ(rc, ExitCodeForSignal(SIGSEGV)) << err;
   EXPECT_NE(err.find("rank 1 on host fakehost failed first: signal 11"), std::string::npos) << err;
   EXPECT_NE(err.find("  | segfaulting now"), std::string::npos) << err;
@@ -272,6 +279,26 @@ TEST_F(SuperviseTest, HungProcessManagerIsKilledAfterGrace) {
   EXPECT_LT(secs, 8.0);
   const pid_t sleeper = static_cast<pid_t>(std::atoi(Read("sleep.pid").c_str()));
   EXPECT_FALSE(Alive(sleeper));
+}
+
+// Open MPI 4.1 sometimes prints only its first banner and no "Process name / Exit code" report:
+// the rank-exec line names the rank, and the host comes from the placement.
+TEST_F(SuperviseTest, RankExecLineNamesTheRankWhenMpirunReportsNone) {
+  FakeMpirun(
+      "echo '[1,1]<stderr>:r1 says bye'\n"
+      "echo '[1,1]<stderr>:dtrain rank-exec: exit code 5'\n"
+      "echo 'Primary job  terminated normally, but 1 process returned' >&2\n"
+      "echo 'a non-zero exit code. Per user-direction, the job has been aborted.' >&2\n"
+      "exit 5\n");
+  WriteWorker("exit 0\n");
+  std::string err;
+  EXPECT_EQ(Launch({"--nproc-per-node", "2"}, &err), 5) << err;
+  EXPECT_NE(err.find("rank 1 on host " + log::Hostname() +
+                     " failed first: exit code 5 (attempt 1 of 1); its last "
+                     "lines:\n  | r1 says bye\n"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("dtrain rank-exec:"), std::string::npos) << err;
 }
 
 }  // namespace
