@@ -1,5 +1,5 @@
 // raw_nccl_allreduce: the reference for `dtrain bench allreduce` — a minimal nccl-tests-style loop on
-// bare NCCL, measured exactly as dtrain measures itself (runtime/allreduce_bench.h), so that
+// bare NCCL, measured exactly as dtrain measures itself (comm/allreduce_bench.h), so that
 // bench/allreduce.sh can put dtrain's busbw next to raw NCCL's from the same job and machine.
 //
 //   mpirun -np 8 raw_nccl_allreduce [--min-bytes 8] [--max-bytes 1G] [--factor 2] [--iters 20]

@@ -3,15 +3,15 @@
 # (examples/custom_model/). Layout under P:
 #
 #   bin/dtrain
-#   lib/libdtrain_{core,proto,storage,models,data,comm,runtime,launcher}.a
-#   include/dtrain/<repo path>.h           e.g. include/dtrain/models/model.h, include/dtrain/runtime/core/tensor.h,
+#   lib/libdtrain_{core,proto,storage,models,comm,data,config,observe,checkpoint,optim,train,launcher}.a
+#   include/dtrain/<repo path>.h           e.g. include/dtrain/models/model.h, include/dtrain/core/tensor.h,
 #   include/dtrain/proto/<name>.pb.h         generated; the .proto schemas beside them
 #   lib/cmake/dtrain/dtrainConfig.cmake    + dtrainConfigVersion.cmake, dtrainTargets*.cmake, FindNCCL/FindCUDNN
 #
 # include/dtrain is the include directory of the exported targets, so headers keep including each
-# other by their repository path ("runtime/core/status.h") and a user's code does the same.
-# Targets (namespace dtrain::): dtrain (everything: launcher, runtime and all below it), and one per
-# library: core proto storage models data comm runtime launcher (plus options: definitions such as
+# other by their repository path ("core/status.h") and a user's code does the same.
+# Targets (namespace dtrain::): dtrain (everything: launcher, the runtime wings and all below them), and one per
+# library: core proto storage models comm data config observe checkpoint optim train launcher (plus options: definitions such as
 # DT_HAVE_CUDA that the headers depend on). Dependencies are found again by dtrainConfig.cmake.
 # Included at the end of the top-level CMakeLists.txt, once every target exists.
 
@@ -20,9 +20,9 @@ include(CMakePackageConfigHelpers)
 
 set(DT_INSTALL_INCLUDEDIR include/dtrain)  # = the INSTALL_INTERFACE include dir of dtrain_options
 set(DT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/dtrain)
-set(_dt_folders runtime models data storage comm launcher)  # header folders (runtime/ holds runtime/core/)
-set(_dt_libs dtrain_core dtrain_proto dtrain_storage dtrain_models dtrain_data dtrain_comm dtrain_runtime
-  dtrain_launcher)
+set(_dt_folders core runtime models data storage comm launcher)  # header folders (runtime/ holds the wings)
+set(_dt_libs dtrain_core dtrain_proto dtrain_storage dtrain_models dtrain_comm dtrain_data dtrain_config
+  dtrain_observe dtrain_checkpoint dtrain_optim dtrain_train dtrain_launcher)
 
 # The umbrella target: dtrain::dtrain.
 add_library(dtrain_all INTERFACE)

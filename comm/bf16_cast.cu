@@ -1,8 +1,8 @@
 #include <cuda_bf16.h>
 
 #include "comm/bf16_cast.h"
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/nvtx.h"
+#include "core/cuda_check.h"
+#include "core/nvtx.h"
 
 namespace dtrain::comm {
 namespace {

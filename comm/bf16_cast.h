@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "runtime/core/cuda_fwd.h"
-#include "runtime/core/status.h"
+#include "core/cuda_fwd.h"
+#include "core/status.h"
 
 namespace dtrain::comm {
 

@@ -2,12 +2,12 @@
 
 #include <cstring>
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 #if DT_HAVE_MPI
-#include "runtime/core/mpi_check.h"
+#include "comm/mpi_check.h"
 #endif
 #if DT_HAVE_CUDA
-#include "runtime/core/nccl_check.h"
+#include "comm/nccl_check.h"
 #endif
 
 namespace dtrain::comm {

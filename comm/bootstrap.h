@@ -13,7 +13,7 @@
 
 #include <memory>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 #if DT_HAVE_CUDA
 #include <nccl.h>
 #endif

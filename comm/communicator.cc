@@ -3,9 +3,9 @@
 #include "comm/bootstrap.h"
 #include "comm/mpi_communicator.h"
 #include "comm/nccl_communicator.h"
-#include "runtime/core/check.h"
+#include "core/check.h"
 #if DT_HAVE_MPI
-#include "runtime/core/mpi_check.h"
+#include "comm/mpi_check.h"
 #endif
 
 namespace dtrain::comm {

@@ -29,9 +29,9 @@
 #include <memory>
 #include <string>
 
-#include "runtime/core/cuda_fwd.h"
-#include "runtime/core/status.h"
-#include "runtime/core/tensor.h"
+#include "core/cuda_fwd.h"
+#include "core/status.h"
+#include "core/tensor.h"
 
 namespace dtrain::comm {
 

@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "comm/bf16.h"
-#include "runtime/core/mpi_check.h"
-#include "runtime/core/nvtx.h"
+#include "comm/mpi_check.h"
+#include "core/nvtx.h"
 
 namespace dtrain::comm {
 namespace {

@@ -1,11 +1,11 @@
 #if DT_HAVE_CUDA
 #include "comm/nccl_communicator.h"
 
+#include "comm/nccl_check.h"
 #include "comm/nccl_features.h"
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/device_context.h"
-#include "runtime/core/nccl_check.h"
-#include "runtime/core/nvtx.h"
+#include "core/cuda_check.h"
+#include "core/device_context.h"
+#include "core/nvtx.h"
 
 namespace dtrain::comm {
 namespace {

@@ -21,7 +21,7 @@
 #if DT_HAVE_CUDA
 #include <nccl.h>
 
-#include "runtime/core/cuda_handles.h"
+#include "core/cuda_handles.h"
 
 namespace dtrain::comm {
 

@@ -5,12 +5,12 @@
 #include <cstring>
 #include <deque>
 
-#include "runtime/core/check.h"
-#include "runtime/core/logging.h"
+#include "core/check.h"
+#include "core/logging.h"
 #if DT_HAVE_MPI
 #include <mpi.h>
 
-#include "runtime/core/mpi_check.h"
+#include "comm/mpi_check.h"
 #endif
 
 namespace dtrain::comm {

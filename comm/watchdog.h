@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace dtrain::comm {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "runtime/core/random.h"
+#include "core/random.h"
 
 namespace dtrain::data {
 

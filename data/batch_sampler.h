@@ -5,7 +5,7 @@
 // Order. Each epoch has one global permutation of [0, n) that depends on (seed, epoch, n) only — not on
 // world size or rank — so (seed, epoch, samples consumed globally) is enough to resume a run, even at a
 // different world size. With shuffle=false it is the identity. With shuffle=true it is a Fisher-Yates
-// shuffle driven by dtrain::SplitMix64 (runtime/core/random.h), spelled out here so that any
+// shuffle driven by dtrain::SplitMix64 (core/random.h), spelled out here so that any
 // implementation can reproduce it bit for bit (std::shuffle is avoided: its use of the engine differs
 // between standard libraries). All arithmetic is mod 2^64:
 //   rng  = SplitMix64(seed + SplitMix64(epoch).Next())
@@ -28,8 +28,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/status.h"
 #include "data/fashion_mnist.h"
-#include "runtime/core/status.h"
 
 namespace dtrain::data {
 

@@ -6,10 +6,10 @@
 #include <fstream>
 #include <memory>
 
+#include "core/check.h"
 #include "data/fashion_mnist.h"
 #include "data/idx_reader.h"
 #include "data/shard_writer.h"
-#include "runtime/core/check.h"
 
 namespace dtrain::data {
 namespace {

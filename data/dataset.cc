@@ -10,9 +10,9 @@
 #include <cstring>
 #include <sstream>
 
-#include "data/crc32c.h"
+#include "core/check.h"
+#include "core/crc32c.h"
 #include "data/manifest.h"
-#include "runtime/core/check.h"
 
 namespace dtrain::data {
 namespace {

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "data/shard_reader.h"
 #include "proto/shard.pb.h"
-#include "runtime/core/status.h"
 
 namespace dtrain::data {
 

@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "core/check.h"
 #include "data/idx_reader.h"
-#include "runtime/core/check.h"
 
 namespace dtrain::data {
 namespace {

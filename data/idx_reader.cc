@@ -10,7 +10,7 @@
 #include <sstream>
 #include <utility>
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace dtrain::data {
 namespace {

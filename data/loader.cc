@@ -9,11 +9,11 @@
 #include <system_error>
 #include <thread>
 
-#include "runtime/core/check.h"
-#include "runtime/core/logging.h"
+#include "core/check.h"
+#include "core/logging.h"
 #if DT_HAVE_CUDA
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/cuda_handles.h"
+#include "core/cuda_check.h"
+#include "core/cuda_handles.h"
 #endif
 
 namespace dtrain::data {

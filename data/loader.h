@@ -33,12 +33,12 @@
 #include <string>
 #include <vector>
 
+#include "core/device_context.h"
+#include "core/random.h"
+#include "core/status.h"
+#include "core/tensor.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
-#include "runtime/core/device_context.h"
-#include "runtime/core/random.h"
-#include "runtime/core/status.h"
-#include "runtime/core/tensor.h"
 
 namespace dtrain::data {
 

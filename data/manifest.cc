@@ -9,8 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/check.h"
 #include "data/shard_format.h"
-#include "runtime/core/check.h"
 
 namespace dtrain::data {
 namespace {

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/status.h"
 #include "proto/shard.pb.h"
-#include "runtime/core/status.h"
 
 namespace dtrain::data {
 

@@ -16,11 +16,11 @@
 #include <thread>
 #include <vector>
 
-#include "data/crc32c.h"
+#include "core/check.h"
+#include "core/crc32c.h"
+#include "core/logging.h"
 #include "data/manifest.h"
 #include "proto/shard.pb.h"
-#include "runtime/core/check.h"
-#include "runtime/core/logging.h"
 
 namespace dtrain::data {
 namespace fs = std::filesystem;

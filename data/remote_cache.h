@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "storage/storage.h"
 
 namespace dtrain::data {

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "runtime/core/check.h"
-#include "runtime/core/random.h"
+#include "core/check.h"
+#include "core/random.h"
 
 namespace dtrain::data {
 

@@ -29,7 +29,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace dtrain::data {
 

@@ -7,9 +7,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "data/crc32c.h"
+#include "core/check.h"
+#include "core/crc32c.h"
 #include "data/shard_format.h"
-#include "runtime/core/check.h"
 
 namespace dtrain::data {
 namespace {

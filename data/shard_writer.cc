@@ -4,10 +4,10 @@
 #include <cstring>
 #include <filesystem>
 
-#include "data/crc32c.h"
+#include "core/check.h"
+#include "core/crc32c.h"
 #include "data/manifest.h"
 #include "data/shard_format.h"
-#include "runtime/core/check.h"
 
 namespace dtrain::data {
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "proto/shard.pb.h"
-#include "runtime/core/status.h"
 
 namespace dtrain::data {
 

@@ -1,4 +1,4 @@
-// Fuzzes the checkpoint manifest reader (CheckpointManager::Load, runtime/checkpoint.h) over an
+// Fuzzes the checkpoint manifest reader (CheckpointManager::Load, runtime/checkpoint/checkpoint.h) over an
 // in-memory store that enforces the Storage key contract (storage/key_util.h).
 // The input is step-00000007/manifest.pb; beside it lie params.bin (16 bytes) and opt.bin (empty), so
 // mutations of a real manifest reach the size and CRC32C checks. Properties: Load returns a Status
@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "data/crc32c.h"
+#include "core/check.h"
+#include "core/crc32c.h"
 #include "fuzz/fuzz_util.h"
-#include "runtime/checkpoint.h"
-#include "runtime/core/check.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "storage/key_util.h"
 
 namespace {
@@ -95,7 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     const auto it = loaded.files.find(f.name());
     DT_FUZZ_ASSERT(it != loaded.files.end(), "listed file '" + f.name() + "' not loaded");
     DT_FUZZ_ASSERT(
-        it->second.size() == f.size() && dtrain::data::Crc32c(it->second.data(), it->second.size()) == f.crc32c(),
+        it->second.size() == f.size() && ::dtrain::Crc32c(it->second.data(), it->second.size()) == f.crc32c(),
         "file '" + f.name() + "' does not match the manifest");
   }
   return 0;

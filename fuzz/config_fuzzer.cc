@@ -1,6 +1,6 @@
-// Fuzzes the YAML config loader (runtime/yaml.h, runtime/config.h) with arbitrary text.
+// Fuzzes the YAML config loader (runtime/config/yaml.h, runtime/config/config.h) with arbitrary text.
 // Properties: every input gives a Status (no crash, leak or hang); a config that loads survives
-// ConfigToYaml -> ParseConfig unchanged (the round trip runtime/config.h promises).
+// ConfigToYaml -> ParseConfig unchanged (the round trip runtime/config/config.h promises).
 // Lines "#set key=value" are also passed as `--set` overrides (to YAML they are comments), so one
 // input exercises the document, the inline-value parser and the override path.
 
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
-#include "runtime/config.h"
-#include "runtime/yaml.h"
+#include "runtime/config/config.h"
+#include "runtime/config/yaml.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "data/crc32c.h"
+#include "core/crc32c.h"
 #include "data/manifest.h"
 #include "data/shard_reader.h"
 #include "data/shard_writer.h"

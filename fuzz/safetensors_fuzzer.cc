@@ -1,4 +1,4 @@
-// Fuzzes safetensors I/O (runtime/safetensors.h). The first byte picks the mode:
+// Fuzzes safetensors I/O (runtime/checkpoint/safetensors.h). The first byte picks the mode:
 //   'R' + bytes   the bytes are a .safetensors file: ReadSafetensors must return a Status (no crash,
 //                 leak or hang), and what it accepts has data sized by its shape and unique names.
 //   otherwise     a write -> read round trip: tensors (names, shapes, float bits, NaNs included) and
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/safetensors.h"
 
 namespace {
 

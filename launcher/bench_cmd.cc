@@ -7,10 +7,10 @@
 
 #include "comm/bootstrap.h"
 #include "comm/communicator.h"
-#include "runtime/core/check.h"
-#include "runtime/core/device_context.h"
-#include "runtime/core/logging.h"
-#include "runtime/dist_env.h"
+#include "comm/dist_env.h"
+#include "core/check.h"
+#include "core/device_context.h"
+#include "core/logging.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -125,7 +125,7 @@ Status ParseAllreduceBenchArgs(const std::vector<std::string>& args, AllReduceBe
     }
   }
   std::vector<int64_t> sizes;
-  Status st = runtime::AllReduceBenchSizes(b, &sizes);
+  Status st = comm::AllReduceBenchSizes(b, &sizes);
   if (!st.ok()) return st.WithContext("bench allreduce");
   return Status::OK();
 }
@@ -146,8 +146,8 @@ Status RunAllreduceBench(int* argc, char*** argv, const std::vector<std::string>
     std::fputs(kBenchUsage, stdout);
     return Status::OK();
   }
-  runtime::DistEnv env;
-  DT_RETURN_IF_ERROR(runtime::DetectDistEnv(&env));
+  comm::DistEnv env;
+  DT_RETURN_IF_ERROR(comm::DetectDistEnv(&env));
   // Both backends need MPI: the CPU path reduces over it, NCCL shares its ncclUniqueId over it (a
   // lone process gets a one-rank MPI world). The session outlives the communicators below.
   std::unique_ptr<comm::MpiSession> mpi;
@@ -181,19 +181,19 @@ Status RunAllreduceBench(int* argc, char*** argv, const std::vector<std::string>
     std::printf("# dtrain bench allreduce: backend %s, nranks %d, dtype %s, sum in place, warmup %d, iters %d\n",
                 a.backend.c_str(), mpi->world_size(), DTypeName(o.dtype), o.warmup, o.iters);
     std::printf("# busbw = algbw * 2(n-1)/n = algbw * %.4f (nccl-tests); time averaged over ranks\n#\n",
-                runtime::AllReduceBusFactor(mpi->world_size()));
-    std::fputs(runtime::AllReduceBenchHeader().c_str(), stdout);
+                comm::AllReduceBusFactor(mpi->world_size()));
+    std::fputs(comm::AllReduceBenchHeader().c_str(), stdout);
     std::fflush(stdout);
   }
   DT_LOG_INFO(kRuntime, "bench allreduce: rank {}/{} (local {}) on {}{}", mpi->rank(), mpi->world_size(),
               mpi->local_rank(), DeviceName(ctx->type()),
               ctx->is_cuda() ? ":" + std::to_string(ctx->device_index()) : "");
-  std::vector<runtime::AllReduceBenchRow> rows;
-  Status st = runtime::RunAllReduceBench(
+  std::vector<comm::AllReduceBenchRow> rows;
+  Status st = comm::RunAllReduceBench(
       *ctx, comm, host_comm.get(), o,
-      [&](const runtime::AllReduceBenchRow& r) {
+      [&](const comm::AllReduceBenchRow& r) {
         if (!print) return;
-        std::fputs(runtime::FormatAllReduceBenchRow(r, o.dtype).c_str(), stdout);
+        std::fputs(comm::FormatAllReduceBenchRow(r, o.dtype).c_str(), stdout);
         std::fflush(stdout);
       },
       &rows);

@@ -1,5 +1,5 @@
 #pragma once
-// `dtrain bench allreduce [options]`: the all-reduce bandwidth benchmark (runtime/allreduce_bench.h)
+// `dtrain bench allreduce [options]`: the all-reduce bandwidth benchmark (comm/allreduce_bench.h)
 // as one worker per GPU (or CPU rank). Not started through `dtrain launch` (which starts
 // `dtrain train`): run it directly under the process manager,
 //   mpirun -np 8 dtrain bench allreduce                 (NCCL on each rank's GPU, by local rank)
@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "runtime/allreduce_bench.h"
-#include "runtime/core/status.h"
+#include "comm/allreduce_bench.h"
+#include "core/status.h"
 
 namespace dtrain::launcher {
 
 struct AllReduceBenchArgs {
-  runtime::AllReduceBenchOptions bench;
+  comm::AllReduceBenchOptions bench;
   std::string backend;  // "nccl" | "mpi" | "" (nccl when a GPU is visible, else mpi)
   bool help = false;
 };

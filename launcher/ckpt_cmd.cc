@@ -5,9 +5,9 @@
 #include <ctime>
 #include <memory>
 
-#include "runtime/checkpoint.h"
-#include "runtime/core/check.h"
-#include "runtime/safetensors.h"
+#include "core/check.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/safetensors.h"
 
 namespace dtrain::launcher {
 namespace {

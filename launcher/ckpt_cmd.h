@@ -1,5 +1,5 @@
 #pragma once
-// `dtrain ckpt list|verify|inspect|export`: look into a checkpoint store (runtime/checkpoint.h).
+// `dtrain ckpt list|verify|inspect|export`: look into a checkpoint store (runtime/checkpoint/checkpoint.h).
 //
 //   dtrain ckpt list URL                      every step directory: valid or partial, size, `latest`
 //   dtrain ckpt verify URL [--step N]         reads every file and checks sizes and CRC32C; DataLoss
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace dtrain::launcher {
 

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "launcher/bench_cmd.h"
 #include "launcher/ckpt_cmd.h"
 #include "launcher/data_cmd.h"
@@ -13,7 +14,6 @@
 #include "launcher/rank_exec.h"
 #include "launcher/report_cmd.h"
 #include "launcher/train_cmd.h"
-#include "runtime/core/status.h"
 
 namespace {
 

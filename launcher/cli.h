@@ -1,7 +1,7 @@
 #pragma once
 // The dtrain command line as a function: `dtrain launch|train|doctor|bench|ckpt|data|report|version`.
 // launcher/main.cc is `return dtrain::launcher::Main(argc, argv);`, and so is a program of your own
-// that registers custom models first (runtime/model_factory.h, examples/custom_model/):
+// that registers custom models first (runtime/train/model_factory.h, examples/custom_model/):
 //
 //   int main(int argc, char** argv) {
 //     if (!dtrain::runtime::RegisterModel("my_mlp", &BuildMyMlp).ok()) return 1;

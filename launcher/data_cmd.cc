@@ -4,12 +4,12 @@
 #include <cstdio>
 #include <memory>
 
+#include "core/check.h"
+#include "core/device_context.h"
 #include "data/convert.h"
 #include "data/dataset.h"
 #include "data/fashion_mnist.h"
 #include "data/loader.h"
-#include "runtime/core/check.h"
-#include "runtime/core/device_context.h"
 
 namespace dtrain::launcher {
 namespace {

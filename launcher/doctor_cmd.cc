@@ -4,15 +4,15 @@
 #include <cstdio>
 #include <memory>
 
+#include "core/check.h"
+#include "core/device_context.h"
+#include "core/random.h"
 #include "models/ops/matmul.h"
-#include "runtime/core/check.h"
-#include "runtime/core/device_context.h"
-#include "runtime/core/random.h"
 #if DT_HAVE_CUDA
 #include <nccl.h>
 
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/cuda_handles.h"
+#include "core/cuda_check.h"
+#include "core/cuda_handles.h"
 #endif
 #if DT_HAVE_MPI
 #include <mpi.h>

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace dtrain::launcher {
 namespace {

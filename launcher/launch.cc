@@ -10,13 +10,13 @@
 #include <memory>
 #include <sstream>
 
+#include "core/logging.h"
 #include "launcher/exit_codes.h"
 #include "launcher/host_probe.h"
 #include "launcher/launch_command.h"
 #include "launcher/launch_options.h"
 #include "launcher/output_router.h"
 #include "launcher/supervisor.h"
-#include "runtime/core/logging.h"
 
 namespace dtrain::launcher {
 namespace {

@@ -6,9 +6,9 @@
 #include <climits>
 #include <cstdlib>
 
-#include "runtime/core/check.h"
-#include "runtime/core/device_context.h"
-#include "runtime/core/logging.h"
+#include "core/check.h"
+#include "core/device_context.h"
+#include "core/logging.h"
 
 extern char** environ;
 

@@ -34,9 +34,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/status.h"
 #include "launcher/hostfile.h"
 #include "launcher/launch_options.h"
-#include "runtime/core/status.h"
 
 namespace dtrain::launcher {
 

@@ -1,7 +1,7 @@
 #include "launcher/launch_options.h"
 
+#include "core/check.h"
 #include "launcher/hostfile.h"
-#include "runtime/core/check.h"
 
 namespace dtrain::launcher {
 namespace {

@@ -10,7 +10,7 @@
 //   - Runs PROGRAM as a child (execvp, same environment, same process group) and waits for it.
 //   - SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 received meanwhile are passed on to the
 //     child. mpirun signals a rank's whole process group and the launcher every process of the job,
-//     so PROGRAM may get such a signal twice; dtrain's handlers only set a flag (runtime/preemption.h).
+//     so PROGRAM may get such a signal twice; dtrain's handlers only set a flag (runtime/checkpoint/preemption.h).
 //   - When PROGRAM ends other than with exit code 0, writes one line to stderr, which mpirun's
 //     --tag-output gives the rank: kRankExitPrefix + RankExit::Describe(), e.g.
 //     "dtrain rank-exec: exit code 5", "dtrain rank-exec: signal 9 (Killed)".

@@ -8,9 +8,9 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "runtime/config.h"
-#include "runtime/core/check.h"
-#include "runtime/run_report.h"
+#include "core/check.h"
+#include "runtime/config/config.h"
+#include "runtime/observe/run_report.h"
 
 namespace dtrain::launcher {
 namespace {

@@ -1,5 +1,5 @@
 #pragma once
-// `dtrain report RUN_DIR [--price P]`: the run summary of a run directory (runtime/run_report.h) -
+// `dtrain report RUN_DIR [--price P]`: the run summary of a run directory (runtime/observe/run_report.h) -
 // wall time, GPU-hours, cost, preemptions, restarts, steps recomputed, time checkpointing and
 // restarting, one line per attempt.
 //
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace dtrain::launcher {
 

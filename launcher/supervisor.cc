@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
+#include "core/logging.h"
 #include "launcher/exit_codes.h"
-#include "runtime/core/check.h"
-#include "runtime/core/logging.h"
 
 extern char** environ;
 

@@ -31,9 +31,9 @@
 
 #include <memory>
 
+#include "core/status.h"
 #include "launcher/launch_command.h"
 #include "launcher/output_router.h"
-#include "runtime/core/status.h"
 
 namespace dtrain::launcher {
 

@@ -6,16 +6,16 @@
 
 #include "comm/bootstrap.h"
 #include "comm/communicator.h"
+#include "comm/dist_env.h"
 #include "comm/watchdog.h"
+#include "core/check.h"
+#include "core/device_context.h"
+#include "core/logging.h"
 #include "launcher/exit_codes.h"
-#include "runtime/config.h"
-#include "runtime/core/check.h"
-#include "runtime/core/device_context.h"
-#include "runtime/core/logging.h"
-#include "runtime/dist_env.h"
-#include "runtime/model_factory.h"
-#include "runtime/spot_watcher.h"
-#include "runtime/trainer.h"
+#include "runtime/checkpoint/spot_watcher.h"
+#include "runtime/config/config.h"
+#include "runtime/train/model_factory.h"
+#include "runtime/train/trainer.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -73,8 +73,7 @@ Status PickDevice(const std::string& want, int local_rank, std::unique_ptr<Devic
 }
 
 // Everything after MPI and logging are up: config, device, communicators, watchdog, trainer.
-Status RunWorker(const std::string& config_path, const std::vector<std::string>& overrides,
-                 const runtime::DistEnv& env) {
+Status RunWorker(const std::string& config_path, const std::vector<std::string>& overrides, const comm::DistEnv& env) {
   proto::Config cfg;
   DT_RETURN_IF_ERROR(runtime::LoadConfig(config_path, overrides, &cfg));
   DT_RETURN_IF_ERROR(runtime::CheckModelKind(cfg));
@@ -147,8 +146,8 @@ Status RunTrain(int* argc, char*** argv, const std::vector<std::string>& args) {
   DT_RETURN_IF_ERROR(ParseArgs(args, &config_path, &overrides));
   if (config_path.empty()) return Status::OK();  // --help
 
-  runtime::DistEnv env;
-  DT_RETURN_IF_ERROR(runtime::DetectDistEnv(&env));
+  comm::DistEnv env;
+  DT_RETURN_IF_ERROR(comm::DetectDistEnv(&env));
   // A process manager (mpirun, srun) started us: join its MPI world. The MPI session outlives the
   // communicators and the trainer (declared first, destroyed last).
   std::unique_ptr<comm::MpiSession> mpi;

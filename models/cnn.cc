@@ -3,15 +3,15 @@
 #include <cmath>
 #include <vector>
 
+#include "core/check.h"
+#include "core/nvtx.h"
+#include "core/random.h"
 #include "models/ops/bias.h"
 #include "models/ops/matmul.h"
 #include "models/ops/pool.h"
 #include "models/ops/reduce.h"
 #include "models/ops/relu.h"
 #include "models/ops/softmax_xent.h"
-#include "runtime/core/check.h"
-#include "runtime/core/nvtx.h"
-#include "runtime/core/random.h"
 
 namespace dtrain::models {
 

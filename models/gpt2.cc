@@ -4,6 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
+#include "core/nvtx.h"
+#include "core/random.h"
 #include "models/ops/attention.h"
 #include "models/ops/bias.h"
 #include "models/ops/elementwise.h"
@@ -11,9 +14,6 @@
 #include "models/ops/layernorm.h"
 #include "models/ops/matmul.h"
 #include "models/ops/softmax_xent.h"
-#include "runtime/core/check.h"
-#include "runtime/core/nvtx.h"
-#include "runtime/core/random.h"
 
 namespace dtrain::models {
 

@@ -30,7 +30,7 @@
 //     softmax statistics and every reduction are fp32.
 //   kFp16 (CUDA only): kBf16's scheme with fp16 instead of bf16 (the same code path and kernels). fp16's range
 //     (max 65504) needs dynamic loss scaling: the trainer passes LossScaler's scale to Backward
-//     (runtime/loss_scaler.h), which keeps the activation gradients in range; grads() then hold scaled values.
+//     (runtime/optim/loss_scaler.h), which keeps the activation gradients in range; grads() then hold scaled values.
 //   On the CPU, kBf16 and kFp16 are InvalidArgument.
 // recompute: keep only each block's input; Backward re-runs a block's forward just before its backward (one
 // block's activations are alive at a time). Gradients are identical to the stored-activation path.

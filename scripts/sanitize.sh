@@ -39,7 +39,7 @@ source scripts/sanitizers/config.sh
 #                               the ASan tests' load slurmctld failed to come up in two of three runs here
 #                               ("High latency for 1000 calls to gettimeofday()", then exit); the plain
 #                               stage runs all three Slurm tests, and the Slurm variables' parsing is
-#                               unit-tested here (runtime_dist_env_test)
+#                               unit-tested here (comm_dist_env_test)
 #   storage_s3_storage_test, launcher_s3_checkpoint_e2e_test, data_s3_remote_cache_test
 #                               start a Ceph RGW cluster each (scripts/s3_test_server.sh, ~20 s and
 #                               1 GB); the S3 client's parsing and retries are covered here by
@@ -59,10 +59,10 @@ ASAN_SKIP_BINARIES=(launcher_resume_e2e_test launcher_preempt_e2e_test launcher_
 ASAN_SKIP_CASES='TrainE2E\.FashionMnistMlp|Ranks/LaunchEquivalence\.|LaunchFailureE2E\.KillNine|CheckpointFaultWalkE2E\.'
 TSAN_TESTS='^(FashionLoaderTest|LoaderTest|RandomCropFlipTest|CheckpointManager|CheckpointWriter|SuperviseTest)\.'
 
-# The test executables of tests/<dir>/<name>_test.cc (named <dir>_<name>_test), minus ASAN_SKIP_BINARIES.
+# The test executables of tests/[runtime/]<dir>/<name>_test.cc (named <dir>_<name>_test), minus ASAN_SKIP_BINARIES.
 asan_test_targets() {
   local f t skip
-  for f in tests/*/*_test.cc; do
+  for f in tests/*/*_test.cc tests/runtime/*/*_test.cc; do
     t=$(basename "$(dirname "$f")")_$(basename "$f" .cc)
     skip=0
     for s in "${ASAN_SKIP_BINARIES[@]}"; do [[ $t == "$s" ]] && skip=1; done
@@ -92,7 +92,7 @@ run_asan() {
 run_tsan() {
   local dir=${TSAN_BUILD_DIR:-build-tsan}
   configure_tsan "$dir"
-  cmake --build "$dir" -j "$(nproc)" --target data_loader_test runtime_checkpoint_test launcher_supervise_test
+  cmake --build "$dir" -j "$(nproc)" --target data_loader_test checkpoint_checkpoint_test launcher_supervise_test
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/scripts/sanitizers/tsan.supp" \
     ctest --test-dir "$dir" --output-on-failure -j "$JOBS" -R "$TSAN_TESTS" "$@"
 }

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "runtime/core/check.h"
-#include "runtime/core/logging.h"
+#include "core/check.h"
+#include "core/logging.h"
 
 namespace dtrain::storage {
 namespace {

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <regex>
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 #include "storage/key_util.h"
 
 namespace dtrain::storage {

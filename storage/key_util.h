@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace dtrain::storage::detail {
 

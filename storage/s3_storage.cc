@@ -8,8 +8,8 @@
 #include <random>
 #include <thread>
 
-#include "runtime/core/check.h"
-#include "runtime/core/logging.h"
+#include "core/check.h"
+#include "core/logging.h"
 #include "storage/http_client.h"
 #include "storage/key_util.h"
 #include "storage/s3_list.h"

@@ -1,6 +1,6 @@
 #include "storage/storage.h"
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 #include "storage/fault_storage.h"
 #include "storage/file_storage.h"
 #include "storage/s3_storage.h"

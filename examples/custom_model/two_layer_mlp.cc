@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
+#include "core/random.h"
 #include "launcher/cli.h"
 #include "models/model.h"
 #include "models/ops/bias.h"
@@ -27,9 +29,7 @@
 #include "models/ops/reduce.h"
 #include "models/ops/relu.h"
 #include "models/ops/softmax_xent.h"
-#include "runtime/core/check.h"
-#include "runtime/core/random.h"
-#include "runtime/model_factory.h"
+#include "runtime/train/model_factory.h"
 
 namespace {
 

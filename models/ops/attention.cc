@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace dtrain::ops {
 

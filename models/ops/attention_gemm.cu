@@ -7,10 +7,10 @@
 #include <string>
 #include <type_traits>
 
+#include "core/cuda_check.h"
+#include "core/cuda_handles.h"
+#include "core/nvtx.h"
 #include "models/ops/attention.h"
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/cuda_handles.h"
-#include "runtime/core/nvtx.h"
 
 namespace dtrain::ops {
 

@@ -4,7 +4,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace dtrain::ops {
 

@@ -1,9 +1,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/cuda_check.h"
+#include "core/nvtx.h"
 #include "models/ops/batchnorm.h"
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/nvtx.h"
 
 namespace dtrain::ops {
 

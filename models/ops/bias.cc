@@ -2,8 +2,8 @@
 
 #include <vector>
 
+#include "core/check.h"
 #include "models/ops/half.h"
-#include "runtime/core/check.h"
 
 namespace dtrain::ops {
 

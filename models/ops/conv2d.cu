@@ -6,11 +6,11 @@
 #include <map>
 #include <memory>
 
+#include "core/cuda_check.h"
+#include "core/cuda_handles.h"
+#include "core/logging.h"
+#include "core/nvtx.h"
 #include "models/ops/conv2d.h"
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/cuda_handles.h"
-#include "runtime/core/logging.h"
-#include "runtime/core/nvtx.h"
 
 namespace dtrain::ops {
 

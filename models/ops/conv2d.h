@@ -24,11 +24,11 @@
 #include <cstdint>
 #include <memory>
 
-#include "runtime/core/allocator.h"
-#include "runtime/core/cuda_fwd.h"
-#include "runtime/core/device_context.h"
-#include "runtime/core/status.h"
-#include "runtime/core/tensor.h"
+#include "core/allocator.h"
+#include "core/cuda_fwd.h"
+#include "core/device_context.h"
+#include "core/status.h"
+#include "core/tensor.h"
 
 namespace dtrain::ops {
 

@@ -1,7 +1,7 @@
 #include "models/ops/elementwise.h"
 
+#include "core/check.h"
 #include "models/ops/half.h"
-#include "runtime/core/check.h"
 
 namespace dtrain::ops {
 

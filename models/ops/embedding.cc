@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/check.h"
 #include "models/ops/half.h"
-#include "runtime/core/check.h"
 
 namespace dtrain::ops {
 

@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
 
+#include "core/cuda_check.h"
+#include "core/nvtx.h"
 #include "models/ops/bf16_vec.cuh"
 #include "models/ops/embedding.h"
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/nvtx.h"
 
 namespace dtrain::ops {
 

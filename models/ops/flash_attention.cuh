@@ -17,8 +17,8 @@
 #include <initializer_list>
 #include <type_traits>
 
-#include "runtime/core/check.h"
-#include "runtime/core/status.h"
+#include "core/check.h"
+#include "core/status.h"
 
 namespace dtrain::ops::flash {
 

@@ -4,10 +4,10 @@
 
 #include <cstdint>
 
+#include "core/cuda_check.h"
+#include "core/nvtx.h"
 #include "models/ops/attention.h"
 #include "models/ops/flash_attention.cuh"
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/nvtx.h"
 
 namespace dtrain::ops {
 

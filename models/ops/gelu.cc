@@ -2,9 +2,9 @@
 
 #include <cmath>
 
+#include "core/check.h"
 #include "models/ops/elementwise.h"
 #include "models/ops/half.h"
-#include "runtime/core/check.h"
 
 namespace dtrain::ops {
 

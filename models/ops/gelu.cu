@@ -3,10 +3,10 @@
 
 #include <cstdint>
 
+#include "core/cuda_check.h"
+#include "core/nvtx.h"
 #include "models/ops/bf16_vec.cuh"
 #include "models/ops/gelu.h"
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/nvtx.h"
 
 namespace dtrain::ops {
 

@@ -2,7 +2,7 @@
 // The 16-bit floating types of mixed precision in models/ops: bf16 and fp16 are CUDA-only activation types with
 // fp32 math; every op that takes one takes the other through the same templated kernels (bf16_vec.cuh).
 
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 namespace dtrain::ops {
 

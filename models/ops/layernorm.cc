@@ -4,8 +4,8 @@
 #include <initializer_list>
 #include <vector>
 
+#include "core/check.h"
 #include "models/ops/half.h"
-#include "runtime/core/check.h"
 
 namespace dtrain::ops {
 

@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/cuda_check.h"
+#include "core/nvtx.h"
 #include "models/ops/bf16_vec.cuh"
 #include "models/ops/layernorm.h"
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/nvtx.h"
 
 namespace dtrain::ops {
 

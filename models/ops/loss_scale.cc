@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace dtrain::ops {
 

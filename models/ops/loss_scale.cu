@@ -1,8 +1,8 @@
 // The dynamic loss-scaling step of models/ops/loss_scale.h: one thread, a handful of f32 operations, in the same
 // order as LossScaleStepCpu.
+#include "core/cuda_check.h"
+#include "core/nvtx.h"
 #include "models/ops/loss_scale.h"
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/nvtx.h"
 
 namespace dtrain::ops {
 namespace {

@@ -1,5 +1,5 @@
 #pragma once
-// The device half of dynamic loss scaling (fp16 training; runtime/loss_scaler.h drives it): one tiny kernel per
+// The device half of dynamic loss scaling (fp16 training; runtime/optim/loss_scaler.h drives it): one tiny kernel per
 // optimizer step that turns the sum of squares of the SCALED gradient into the unscale/clip multiplier for the
 // update kernels, the "skip this step" flag, and the next loss scale. PyTorch's torch.cuda.amp.GradScaler
 // semantics (_amp_update_scale_), with the overflow check folded into the grad-norm reduction.
@@ -19,10 +19,10 @@
 
 #include <cstdint>
 
-#include "runtime/core/cuda_fwd.h"
-#include "runtime/core/device_context.h"
-#include "runtime/core/status.h"
-#include "runtime/core/tensor.h"
+#include "core/cuda_fwd.h"
+#include "core/device_context.h"
+#include "core/status.h"
+#include "core/tensor.h"
 
 namespace dtrain::ops {
 

@@ -4,10 +4,10 @@
 #include <atomic>
 #include <vector>
 
+#include "core/check.h"
 #include "models/ops/bias.h"
 #include "models/ops/gelu.h"
 #include "models/ops/half.h"
-#include "runtime/core/check.h"
 
 namespace dtrain::ops {
 

@@ -14,15 +14,15 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/cuda_check.h"
+#include "core/cuda_handles.h"
+#include "core/logging.h"
+#include "core/nvtx.h"
 #include "models/ops/bf16_vec.cuh"
 #include "models/ops/bias.h"
 #include "models/ops/gelu.h"
 #include "models/ops/half.h"
 #include "models/ops/matmul.h"
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/cuda_handles.h"
-#include "runtime/core/logging.h"
-#include "runtime/core/nvtx.h"
 
 namespace dtrain::ops {
 

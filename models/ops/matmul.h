@@ -29,10 +29,10 @@
 
 #include <cstdint>
 
-#include "runtime/core/cuda_fwd.h"
-#include "runtime/core/device_context.h"
-#include "runtime/core/status.h"
-#include "runtime/core/tensor.h"
+#include "core/cuda_fwd.h"
+#include "core/device_context.h"
+#include "core/status.h"
+#include "core/tensor.h"
 
 namespace dtrain::ops {
 

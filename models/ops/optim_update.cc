@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace dtrain::ops {
 

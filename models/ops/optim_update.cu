@@ -3,9 +3,9 @@
 // the CPU references in optim_update.cc operation for operation (up to FMA contraction).
 #include <algorithm>
 
+#include "core/cuda_check.h"
+#include "core/nvtx.h"
 #include "models/ops/optim_update.h"
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/nvtx.h"
 
 namespace dtrain::ops {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace dtrain::ops {
 

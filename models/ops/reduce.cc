@@ -1,6 +1,6 @@
 #include "models/ops/reduce.h"
 
-#include "runtime/core/check.h"
+#include "core/check.h"
 
 namespace dtrain::ops {
 

@@ -1,9 +1,9 @@
 // CUDA kernels of models/ops/reduce.h: a deterministic two-pass sum of squares and an in-place scale.
 #include <algorithm>
 
+#include "core/cuda_check.h"
+#include "core/nvtx.h"
 #include "models/ops/reduce.h"
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/nvtx.h"
 
 namespace dtrain::ops {
 namespace {

@@ -4,8 +4,8 @@
 #include <limits>
 #include <string>
 
+#include "core/check.h"
 #include "models/ops/half.h"
-#include "runtime/core/check.h"
 
 namespace dtrain::ops {
 

@@ -7,10 +7,10 @@
 #include <climits>
 #include <cstdint>
 
+#include "core/cuda_check.h"
+#include "core/nvtx.h"
 #include "models/ops/bf16_vec.cuh"
 #include "models/ops/softmax_xent.h"
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/nvtx.h"
 
 namespace dtrain::ops {
 

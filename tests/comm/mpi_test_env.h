@@ -15,7 +15,7 @@
 #include <memory>
 
 #include "comm/bootstrap.h"
-#include "runtime/core/logging.h"
+#include "core/logging.h"
 
 namespace dtrain::testing {
 

@@ -10,7 +10,7 @@
 #include "comm/bf16.h"
 #include "comm/communicator.h"
 #include "comm/nccl_communicator.h"
-#include "runtime/core/device_context.h"
+#include "core/device_context.h"
 #include "tests/comm/mpi_test_env.h"
 
 DT_REGISTER_MPI_TEST_ENVIRONMENT();

@@ -1,5 +1,5 @@
 // The watchdog in a real job: `dtrain launch` starts 2 CPU workers, rank 1 hangs at step 3 (fault
-// injection, runtime/fault_injection.h), so rank 0 blocks in step 4's gradient all-reduce. Without
+// injection, runtime/checkpoint/fault_injection.h), so rank 0 blocks in step 4's gradient all-reduce. Without
 // the watchdog that is a silent hang for ever; with dist.collective_timeout_s = 2, rank 0 must log
 // the section, itself and the elapsed time, exit 1, and the launcher must end the job with that code.
 

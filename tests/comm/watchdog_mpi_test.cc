@@ -17,7 +17,7 @@
 #include "comm/bootstrap.h"
 #include "comm/communicator.h"
 #include "comm/watchdog.h"
-#include "runtime/core/logging.h"
+#include "core/logging.h"
 
 namespace dtrain::comm {
 namespace {

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/allreduce_bench.h"
+#include "core/device_context.h"
 #include "launcher/bench_cmd.h"
-#include "runtime/allreduce_bench.h"
-#include "runtime/core/device_context.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::launcher {
@@ -90,29 +90,29 @@ TEST(BenchAllreduceArgs, BadValuesNameTheFlag) {
 }
 
 TEST(AllReduceBenchSizes, SweepRoundsToWholeElementsAndStopsAtMax) {
-  runtime::AllReduceBenchOptions o;
+  comm::AllReduceBenchOptions o;
   std::vector<int64_t> s;
-  ASSERT_TRUE(runtime::AllReduceBenchSizes(o, &s).ok());
+  ASSERT_TRUE(comm::AllReduceBenchSizes(o, &s).ok());
   ASSERT_EQ(s.size(), 28u);  // 2^3 .. 2^30
   EXPECT_EQ(s.front(), 8);
   EXPECT_EQ(s.back(), int64_t{1} << 30);
   o.min_bytes = 6;
   o.max_bytes = 100;
   o.factor = 3;  // 6, 18, 54 -> whole f32 elements: 4, 16, 52
-  ASSERT_TRUE(runtime::AllReduceBenchSizes(o, &s).ok());
+  ASSERT_TRUE(comm::AllReduceBenchSizes(o, &s).ok());
   EXPECT_EQ(s, (std::vector<int64_t>{4, 16, 52}));
   o.dtype = DType::kBF16;
   o.min_bytes = 1;  // below one element: skipped
   o.max_bytes = 16;
   o.factor = 2;
-  ASSERT_TRUE(runtime::AllReduceBenchSizes(o, &s).ok());
+  ASSERT_TRUE(comm::AllReduceBenchSizes(o, &s).ok());
   EXPECT_EQ(s, (std::vector<int64_t>{2, 4, 8, 16}));
 }
 
 TEST(AllReduceBenchSizes, BusFactorIsNcclTests) {
-  EXPECT_EQ(runtime::AllReduceBusFactor(1), 0.0);
-  EXPECT_EQ(runtime::AllReduceBusFactor(2), 1.0);
-  EXPECT_EQ(runtime::AllReduceBusFactor(8), 1.75);
+  EXPECT_EQ(comm::AllReduceBusFactor(1), 0.0);
+  EXPECT_EQ(comm::AllReduceBusFactor(2), 1.0);
+  EXPECT_EQ(comm::AllReduceBusFactor(8), 1.75);
 }
 
 // ---- end to end --------------------------------------------------------------------------------

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/safetensors.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::testing {
@@ -62,7 +62,7 @@ TEST(CustomModelE2E, InstalledPackageBuildsTheExampleWhichTrainsOnTwoRanks) {
   ASSERT_EQ(install.exit_code, 0) << install.output;
   for (const char* f :
        {"/bin/dtrain", "/lib/libdtrain_launcher.a", "/lib/libdtrain_core.a", "/include/dtrain/models/model.h",
-        "/include/dtrain/runtime/core/status.h", "/include/dtrain/proto/config.pb.h", "/include/dtrain/launcher/cli.h",
+        "/include/dtrain/core/status.h", "/include/dtrain/proto/config.pb.h", "/include/dtrain/launcher/cli.h",
         "/lib/cmake/dtrain/dtrainConfig.cmake", "/lib/cmake/dtrain/dtrainConfigVersion.cmake"}) {
     EXPECT_TRUE(Exists(prefix + f)) << f << " not installed:\n" << install.output;
   }

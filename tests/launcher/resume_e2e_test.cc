@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/device_context.h"
+#include "core/device_context.h"
 #include "tests/testing/safetensors_diff.h"
 #include "tests/testing/subprocess.h"
 

@@ -166,7 +166,7 @@ TEST_F(S3CheckpointE2E, WrongSecretFailsFastNamingTheUrlWithoutLeakingIt) {
 
 // The storage server goes away while training runs (RGW stopped once the checkpoint of step 3 is
 // complete): the next save fails after the storage layer's retries (connection refused, 6 attempts,
-// jittered backoff) and, as runtime/checkpoint_writer.h documents for asynchronous saves, the error
+// jittered backoff) and, as runtime/checkpoint/checkpoint_writer.h documents for asynchronous saves, the error
 // surfaces at the save after it: the run exits non-zero with an IoError naming the URL and the endpoint.
 // Stops the server: keep this test last in the file.
 TEST_F(S3CheckpointE2E, ServerGoneDuringTrainingFailsTheRunNamingTheEndpoint) {

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/dist_env.h"
+#include "comm/dist_env.h"
 #include "tests/testing/safetensors_diff.h"
 #include "tests/testing/subprocess.h"
 
@@ -179,8 +179,8 @@ TEST(SlurmE2E, DistEnvFromRealTasksAndTheBatchScript) {
   ProcessResult tasks = RunCommand(cluster.env() + "srun -n2 sh -c 'env -0 > " + d + "/env.$SLURM_PROCID'");
   ASSERT_EQ(tasks.exit_code, 0) << tasks.output;
   for (int r = 0; r < 2; ++r) {
-    runtime::DistEnv e;
-    const Status st = runtime::DetectDistEnvFrom(ParseEnv(ReadFile(d + "/env." + std::to_string(r))), &e);
+    comm::DistEnv e;
+    const Status st = comm::DetectDistEnvFrom(ParseEnv(ReadFile(d + "/env." + std::to_string(r))), &e);
     ASSERT_TRUE(st.ok()) << st.ToString();
     EXPECT_EQ(e.source, "slurm");
     EXPECT_EQ(e.rank, r);
@@ -197,8 +197,8 @@ TEST(SlurmE2E, DistEnvFromRealTasksAndTheBatchScript) {
   ASSERT_EQ(env.count("SLURM_JOB_ID"), 1u);
   ASSERT_EQ(env["SLURM_PROCID"], "0");
   ASSERT_EQ(env["SLURM_NTASKS"], "2");
-  runtime::DistEnv e;
-  const Status st = runtime::DetectDistEnvFrom(env, &e);
+  comm::DistEnv e;
+  const Status st = comm::DetectDistEnvFrom(env, &e);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("is the batch script of Slurm job " + env["SLURM_JOB_ID"] +
                               " (SLURM_NTASKS=2, no SLURM_STEP_ID), not one of its tasks: start the workers with "
@@ -208,7 +208,7 @@ TEST(SlurmE2E, DistEnvFromRealTasksAndTheBatchScript) {
   // A one-task job's script is a single worker, and a requeued job's count is read.
   env["SLURM_NTASKS"] = "1";
   env["SLURM_RESTART_COUNT"] = "3";
-  ASSERT_TRUE(runtime::DetectDistEnvFrom(env, &e).ok());
+  ASSERT_TRUE(comm::DetectDistEnvFrom(env, &e).ok());
   EXPECT_EQ(e.source, "single");
   EXPECT_EQ(e.world_size, 1);
   EXPECT_EQ(e.requeue_count, 3);

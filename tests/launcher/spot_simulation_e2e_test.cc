@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/safetensors.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::testing {

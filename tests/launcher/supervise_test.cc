@@ -19,10 +19,10 @@
 #include <thread>
 #include <vector>
 
+#include "core/logging.h"
 #include "launcher/exit_codes.h"
 #include "launcher/launch.h"
 #include "launcher/rank_exec.h"
-#include "runtime/core/logging.h"
 
 namespace dtrain::launcher {
 namespace {

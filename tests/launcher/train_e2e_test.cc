@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/safetensors.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::testing {
@@ -96,8 +96,8 @@ TEST(TrainE2E, InitFromStartsFromTheGivenWeightsAndRefusesAMismatch) {
   ASSERT_EQ(a.exit_code, 0) << a.output;
   const std::string init = d + "/a/final.safetensors";
   ProcessResult b = RunCommand(DtrainBin() + " train " + kCiConfig + common + " --set train.max_steps=1" +
-                               " --set optim.lr=0 --set schedule.kind=constant" +
-                               " --set model.init_from=" + init + " --set run.dir=" + d + "/b");
+                               " --set optim.lr=0 --set schedule.kind=constant" + " --set model.init_from=" + init +
+                               " --set run.dir=" + d + "/b");
   ASSERT_EQ(b.exit_code, 0) << b.output;
   std::vector<runtime::NamedTensor> wa, wb;
   ASSERT_TRUE(runtime::ReadSafetensors(init, &wa).ok());
@@ -107,14 +107,14 @@ TEST(TrainE2E, InitFromStartsFromTheGivenWeightsAndRefusesAMismatch) {
     EXPECT_EQ(wa[t].name, wb[t].name);
     EXPECT_EQ(wa[t].data, wb[t].data) << wa[t].name;
   }
-  ProcessResult bad = RunCommand(DtrainBin() + " train " + kCiConfig + common + " --set train.max_steps=1" +
-                                 " --set model.mlp.hidden=[64] --set model.init_from=" + init + " --set run.dir=" + d +
-                                 "/bad");
+  ProcessResult bad =
+      RunCommand(DtrainBin() + " train " + kCiConfig + common + " --set train.max_steps=1" +
+                 " --set model.mlp.hidden=[64] --set model.init_from=" + init + " --set run.dir=" + d + "/bad");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("model.init_from " + init + ": tensor '"), std::string::npos) << bad.output;
   EXPECT_NE(bad.output.find("the model expects [64, 784]"), std::string::npos) << bad.output;
-  ProcessResult missing = RunCommand(DtrainBin() + " train " + kCiConfig + common +
-                                     " --set model.init_from=" + d + "/nope.safetensors --set run.dir=" + d + "/m");
+  ProcessResult missing = RunCommand(DtrainBin() + " train " + kCiConfig + common + " --set model.init_from=" + d +
+                                     "/nope.safetensors --set run.dir=" + d + "/m");
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.output.find(d + "/nope.safetensors"), std::string::npos) << missing.output;
 }

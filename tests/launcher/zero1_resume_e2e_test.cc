@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "models/model.h"
-#include "runtime/checkpoint.h"
-#include "runtime/zero1.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/optim/zero1.h"
 #include "tests/testing/safetensors_diff.h"
 #include "tests/testing/subprocess.h"
 
@@ -32,7 +32,7 @@ constexpr double kBucketMb = 0.1;
 constexpr int64_t kGlobalBatch = 128;
 // Final parameters after a resume across world sizes and the ZeRO-1 switch vs the uninterrupted run. They
 // differ only in float summation order: the gradient average over 4 vs 2 ranks (reduce-scatter vs
-// all-reduce), and the clip norm from per-shard partial sums (runtime/zero1.h "Equivalence"). Measured
+// all-reduce), and the clip norm from per-shard partial sums (runtime/optim/zero1.h "Equivalence"). Measured
 // (CPU, Open MPI): 1.5e-8 for (a) (20 steps at 4 ranks), 1.6e-7 for (b) (20 steps at 4 ranks, then 20 more
 // from a state that already differs), with |w| <= 0.11. Asserted: 1e-6, as resume_e2e_test.cc for 2 -> 1 ranks.
 constexpr double kTol = 1e-6;
@@ -85,7 +85,7 @@ void ExpectReplicated(const proto::CheckpointManifest& m, int64_t step, int worl
   ExpectFullState(m);
 }
 
-// A manifest saved with ZeRO-1 at `world` ranks records the layout of runtime/zero1.h: the bucket plan
+// A manifest saved with ZeRO-1 at `world` ranks records the layout of runtime/optim/zero1.h: the bucket plan
 // of the saved parameters, and rank 0's shard = floor(total / world) elements plus one of the padded tiny
 // bucket when world does not divide the total.
 void ExpectSharded(const proto::CheckpointManifest& m, int64_t step, int world) {

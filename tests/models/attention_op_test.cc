@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/device_context.h"
 #include "models/ops/attention.h"
-#include "runtime/core/device_context.h"
 #include "tests/testing/grad_check.h"
 
 namespace dtrain::ops {

@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/core/device_context.h"
+#include "core/device_context.h"
 #include "tests/testing/grad_check.h"
 
 namespace dtrain::models {

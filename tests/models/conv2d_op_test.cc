@@ -7,8 +7,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/device_context.h"
 #include "models/ops/conv2d.h"
-#include "runtime/core/device_context.h"
 #include "tests/testing/grad_check.h"
 
 namespace dtrain::ops {

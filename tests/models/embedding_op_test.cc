@@ -6,9 +6,9 @@
 #include <memory>
 #include <vector>
 
+#include "core/check.h"
+#include "core/device_context.h"
 #include "models/ops/embedding.h"
-#include "runtime/core/check.h"
-#include "runtime/core/device_context.h"
 #include "tests/testing/grad_check.h"
 
 namespace dtrain::ops {

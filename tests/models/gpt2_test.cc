@@ -11,8 +11,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/device_context.h"
 #include "models/ops/optim_update.h"
-#include "runtime/core/device_context.h"
 #include "tests/testing/grad_check.h"
 
 namespace dtrain::models {

@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "comm/bf16.h"
+#include "core/check.h"
+#include "core/device_context.h"
 #include "models/ops/bias.h"
 #include "models/ops/elementwise.h"
 #include "models/ops/gelu.h"
 #include "models/ops/matmul.h"
-#include "runtime/core/check.h"
-#include "runtime/core/device_context.h"
 #include "tests/testing/grad_check.h"
 
 namespace dtrain::ops {

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "comm/bf16.h"
+#include "core/check.h"
+#include "core/device_context.h"
 #include "models/ops/bias.h"
 #include "models/ops/elementwise.h"
 #include "models/ops/embedding.h"
@@ -22,8 +24,6 @@
 #include "models/ops/layernorm.h"
 #include "models/ops/matmul.h"
 #include "models/ops/softmax_xent.h"
-#include "runtime/core/check.h"
-#include "runtime/core/device_context.h"
 #include "tests/testing/grad_check.h"
 #include "tests/testing/half_round.h"
 

@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
+#include "core/device_context.h"
+#include "core/tensor.h"
 #include "models/ops/optim_update.h"
-#include "runtime/core/device_context.h"
-#include "runtime/core/tensor.h"
 
 namespace dtrain::ops {
 namespace {

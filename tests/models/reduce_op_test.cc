@@ -6,9 +6,9 @@
 #include <random>
 #include <vector>
 
+#include "core/device_context.h"
+#include "core/tensor.h"
 #include "models/ops/reduce.h"
-#include "runtime/core/device_context.h"
-#include "runtime/core/tensor.h"
 
 namespace dtrain::ops {
 namespace {

@@ -6,8 +6,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/device_context.h"
 #include "models/ops/relu.h"
-#include "runtime/core/device_context.h"
 #include "tests/testing/grad_check.h"
 
 namespace dtrain::ops {

@@ -9,9 +9,9 @@
 #include <tuple>
 #include <vector>
 
+#include "core/check.h"
+#include "core/device_context.h"
 #include "models/ops/softmax_xent.h"
-#include "runtime/core/check.h"
-#include "runtime/core/device_context.h"
 #include "tests/testing/grad_check.h"
 
 namespace dtrain::ops {

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/core/logging.h"
+#include "core/logging.h"
 #include "tests/testing/s3_server.h"
 #include "tests/testing/subprocess.h"
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/device_context.h"
-#include "runtime/core/status.h"
-#include "runtime/core/tensor.h"
+#include "core/device_context.h"
+#include "core/status.h"
+#include "core/tensor.h"
 
 namespace dtrain::testing {
 

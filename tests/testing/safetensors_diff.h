@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/safetensors.h"
 
 namespace dtrain::testing {
 

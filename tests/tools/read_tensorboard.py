@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reads a dtrain run's TensorBoard event files with the `tensorboard` package's own readers.
 
-Checks that TensorBoard accepts what runtime/tensorboard.cc writes (framing, CRCs, Event protos):
+Checks that TensorBoard accepts what runtime/observe/tensorboard.cc writes (framing, CRCs, Event protos):
   1. every events.out.tfevents.* file in RUN_DIR/tensorboard (or RUN_DIR) loads through
      EventFileLoader, whose record reader verifies both masked CRC32Cs of every record and stops
      silently at the first bad one - so a bad file shows up as missing events, checked below;

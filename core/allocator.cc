@@ -1,0 +1,141 @@
+#include "core/allocator.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "core/logging.h"
+#if DT_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace dtrain {
+
+// ---- CpuAllocator -------------------------------------------------------------------------------
+
+Status CpuAllocator::Allocate(size_t bytes, void** ptr) {
+  const size_t size = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
+#if DT_HAVE_CUDA
+  if (pinned_) {
+    cudaError_t e = cudaHostAlloc(ptr, size, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      return Status::Unavailable("cudaHostAlloc(" + std::to_string(size) + " B): " + cudaGetErrorString(e));
+    }
+    return Status::OK();
+  }
+#endif
+  *ptr = std::aligned_alloc(64, size);
+  if (*ptr == nullptr) return Status::Unavailable("out of host memory allocating " + std::to_string(size) + " B");
+  return Status::OK();
+}
+
+void CpuAllocator::Free(void* ptr) {
+  if (ptr == nullptr) return;
+#if DT_HAVE_CUDA
+  if (pinned_) {
+    cudaError_t e = cudaFreeHost(ptr);
+    if (e != cudaSuccess) DT_LOG_WARN(kCore, "cudaFreeHost: {}", cudaGetErrorString(e));
+    return;
+  }
+#endif
+  std::free(ptr);
+}
+
+// ---- CudaCachingAllocator -----------------------------------------------------------------------
+
+size_t CudaCachingAllocator::RoundSize(size_t bytes) {
+  constexpr size_t kSmall = 512, kLarge = 2u << 20, kSmallLimit = 1u << 20;
+  if (bytes == 0) return kSmall;
+  if (bytes <= kSmallLimit) return (bytes + kSmall - 1) / kSmall * kSmall;
+  return (bytes + kLarge - 1) / kLarge * kLarge;
+}
+
+Status CudaCachingAllocator::Allocate(size_t bytes, void** ptr) {
+#if DT_HAVE_CUDA
+  const size_t size = RoundSize(bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = free_blocks_.find(size);
+  if (it != free_blocks_.end()) {
+    *ptr = it->second;
+    free_blocks_.erase(it);
+  } else {
+    int prev = 0;
+    cudaGetDevice(&prev);
+    if (prev != device_) cudaSetDevice(device_);
+    cudaError_t e = cudaMalloc(ptr, size);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear the sticky-free error before retrying
+      EmptyCacheLocked();
+      e = cudaMalloc(ptr, size);
+    }
+    if (prev != device_) cudaSetDevice(prev);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return Status::Unavailable("cudaMalloc(" + std::to_string(size) + " B) on GPU " + std::to_string(device_) +
+                                 " failed: " + cudaGetErrorString(e) + " (in use " +
+                                 std::to_string(stats_.bytes_in_use) + " B)");
+    }
+    ++stats_.device_mallocs;
+    stats_.bytes_reserved += static_cast<int64_t>(size);
+  }
+  live_blocks_[*ptr] = size;
+  stats_.bytes_in_use += static_cast<int64_t>(size);
+  if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  return Status::OK();
+#else
+  (void)bytes;
+  *ptr = nullptr;
+  return Status::Unavailable("CudaCachingAllocator: dtrain was built without CUDA");
+#endif
+}
+
+void CudaCachingAllocator::Free(void* ptr) {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_blocks_.find(ptr);
+  if (it == live_blocks_.end()) {
+    DT_LOG_ERROR(kCore, "CudaCachingAllocator::Free of unknown pointer {}", ptr);
+    return;
+  }
+  stats_.bytes_in_use -= static_cast<int64_t>(it->second);
+  free_blocks_.emplace(it->second, ptr);
+  live_blocks_.erase(it);
+}
+
+void CudaCachingAllocator::EmptyCacheLocked() {
+#if DT_HAVE_CUDA
+  for (auto& [size, block] : free_blocks_) {
+    cudaError_t e = cudaFree(block);
+    if (e != cudaSuccess) DT_LOG_WARN(kCore, "cudaFree: {}", cudaGetErrorString(e));
+    stats_.bytes_reserved -= static_cast<int64_t>(size);
+  }
+#endif
+  free_blocks_.clear();
+}
+
+void CudaCachingAllocator::EmptyCache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  EmptyCacheLocked();
+}
+
+CudaCachingAllocator::~CudaCachingAllocator() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!live_blocks_.empty()) {
+    DT_LOG_WARN(kCore, "CudaCachingAllocator destroyed with {} live blocks ({} B); freeing them", live_blocks_.size(),
+                stats_.bytes_in_use);
+    for (auto& [block, size] : live_blocks_) free_blocks_.emplace(size, block);
+    live_blocks_.clear();
+  }
+  EmptyCacheLocked();
+}
+
+AllocatorStats CudaCachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void CudaCachingAllocator::ResetPeak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+}
+
+}  // namespace dtrain

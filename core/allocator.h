@@ -1,0 +1,82 @@
+#pragma once
+// Allocators behind Tensor storage.
+//
+// CpuAllocator: 64-byte aligned host memory; with `pinned` it uses cudaHostAlloc (page-locked,
+// for async H2D/D2H copies) when CUDA is built, else plain memory.
+//
+// CudaCachingAllocator: device memory cached by size so that the training step loop never calls
+// cudaMalloc after its first iteration. Sizes are rounded up (512 B granules below 1 MiB, 2 MiB
+// above); Free() returns a block to a per-size free list, a later Allocate() of the same rounded
+// size reuses it. Blocks are stream-ordered for ONE stream: memory freed after work queued on the
+// context's compute stream may be handed out again to work on that same stream (stream order keeps
+// it safe); a tensor used on another stream must be kept alive until that stream is synchronized.
+// When cudaMalloc fails the cache is emptied and the call retried once. Thread-safe (one mutex).
+//
+// Ownership: an allocator must outlive every Tensor allocated from it.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace dtrain {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual Status Allocate(size_t bytes, void** ptr) = 0;
+  virtual void Free(void* ptr) = 0;
+  virtual DeviceType device() const = 0;
+};
+
+class CpuAllocator final : public Allocator {
+ public:
+  explicit CpuAllocator(bool pinned = false) : pinned_(pinned) {}
+  Status Allocate(size_t bytes, void** ptr) override;
+  void Free(void* ptr) override;
+  DeviceType device() const override { return DeviceType::kCPU; }
+
+ private:
+  bool pinned_;
+};
+
+struct AllocatorStats {
+  int64_t device_mallocs = 0;  // cudaMalloc calls so far
+  int64_t bytes_in_use = 0;    // handed out and not freed
+  int64_t peak_bytes_in_use = 0;
+  int64_t bytes_reserved = 0;  // in use + cached
+};
+
+class CudaCachingAllocator final : public Allocator {
+ public:
+  explicit CudaCachingAllocator(int device) : device_(device) {}
+  ~CudaCachingAllocator() override;
+  CudaCachingAllocator(const CudaCachingAllocator&) = delete;
+  CudaCachingAllocator& operator=(const CudaCachingAllocator&) = delete;
+
+  Status Allocate(size_t bytes, void** ptr) override;
+  void Free(void* ptr) override;
+  DeviceType device() const override { return DeviceType::kCUDA; }
+
+  // Releases every cached (free) block back to the driver.
+  void EmptyCache();
+  AllocatorStats stats() const;
+  void ResetPeak();
+
+  static size_t RoundSize(size_t bytes);
+
+ private:
+  void EmptyCacheLocked();
+
+  int device_;
+  mutable std::mutex mu_;
+  std::multimap<size_t, void*> free_blocks_;       // rounded size -> block
+  std::unordered_map<void*, size_t> live_blocks_;  // block -> rounded size
+  AllocatorStats stats_;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,251 @@
+#include "runtime/checkpoint/checkpoint.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <climits>
+#include <cstdio>
+#include <iterator>
+#include <set>
+
+#include "core/check.h"
+#include "core/crc32c.h"
+#include "core/logging.h"
+
+namespace dtrain::runtime {
+namespace {
+
+constexpr const char* kManifest = "manifest.pb";
+constexpr const char* kLatest = "latest";
+constexpr const char* kPrefix = "step-";
+
+std::string Hex(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%08x", v);
+  return buf;
+}
+
+constexpr const char* kPhaseNames[] = {"snapshot", "data", "before_manifest", "manifest", "latest", "retention"};
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Every parameter slice must lie inside params.bin (sized by its manifest entry; the file itself is
+// checked against that entry), so tools can copy slices out without further checks.
+Status CheckParamSlices(const std::string& dir, const proto::CheckpointManifest& m) {
+  int64_t numel = 0;
+  for (const proto::CheckpointFile& f : m.files()) {
+    if (f.name() == "params.bin") numel = static_cast<int64_t>(std::min<uint64_t>(f.size() / 4, INT64_MAX));
+  }
+  for (const proto::ParamSlice& p : m.params()) {
+    if (p.offset() < 0 || p.numel() < 0 || p.offset() > numel - p.numel()) {
+      return Status::DataLoss(dir + "/" + kManifest + ": parameter '" + p.name() + "' (offset " +
+                              std::to_string(p.offset()) + ", " + std::to_string(p.numel()) +
+                              " values) lies outside params.bin (" + std::to_string(numel) + " values)");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+const char* CheckpointPhaseName(CheckpointPhase phase) { return kPhaseNames[static_cast<int>(phase)]; }
+
+bool ParseCheckpointPhase(const std::string& name, CheckpointPhase* out) {
+  for (int i = 0; i < static_cast<int>(std::size(kPhaseNames)); ++i) {
+    if (name == kPhaseNames[i]) {
+      *out = static_cast<CheckpointPhase>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+Status CheckpointManager::Open(const std::string& url, const storage::StorageOptions& storage_opts,
+                               const CheckpointOptions& opts, std::unique_ptr<CheckpointManager>* out) {
+  std::unique_ptr<storage::Storage> store;
+  DT_RETURN_IF_ERROR(storage::Storage::Open(url, storage_opts, &store));
+  *out = std::make_unique<CheckpointManager>(std::move(store), opts);
+  return Status::OK();
+}
+
+CheckpointManager::CheckpointManager(std::unique_ptr<storage::Storage> store, CheckpointOptions opts)
+    : store_(std::move(store)), opts_(std::move(opts)) {}
+
+std::string CheckpointManager::StepDir(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step-%08" PRId64, step);
+  return buf;
+}
+
+bool CheckpointManager::ParseStepDir(const std::string& dir, int64_t* step) {
+  const size_t n = std::char_traits<char>::length(kPrefix);
+  if (dir.compare(0, n, kPrefix) != 0 || dir.size() == n || dir.size() > n + 18) return false;
+  int64_t v = 0;
+  for (size_t i = n; i < dir.size(); ++i) {
+    if (dir[i] < '0' || dir[i] > '9') return false;
+    v = v * 10 + (dir[i] - '0');
+  }
+  *step = v;
+  return true;
+}
+
+Status CheckpointManager::Save(proto::CheckpointManifest manifest, const std::vector<CheckpointBlob>& blobs) {
+  const int64_t step = manifest.step();
+  const std::string dir = StepDir(step);
+  manifest.clear_files();
+  if (manifest.created_unix_ms() <= 0) manifest.set_created_unix_ms(NowUnixMs());  // Load requires it
+  std::set<std::string> names;
+  DT_RETURN_IF_ERROR(AtPhase(CheckpointPhase::kSnapshot, step));
+  for (const CheckpointBlob& b : blobs) {
+    if (b.name == kManifest || !names.insert(b.name).second) {
+      return Status::InvalidArgument("checkpoint file name '" + b.name + "' is reserved or used twice");
+    }
+    DT_RETURN_IF_ERROR(store_->Put(dir + "/" + b.name, b.data, b.size));
+    proto::CheckpointFile* f = manifest.add_files();
+    f->set_name(b.name);
+    f->set_size(b.size);
+    f->set_crc32c(::dtrain::Crc32c(b.data, b.size));
+    f->set_dtype("f32");
+    f->set_numel(b.numel);
+    if (manifest.files_size() == 1) DT_RETURN_IF_ERROR(AtPhase(CheckpointPhase::kData, step));
+  }
+  DT_RETURN_IF_ERROR(AtPhase(CheckpointPhase::kBeforeManifest, step));
+  std::string bytes;
+  if (!manifest.SerializeToString(&bytes)) return Status::Internal("cannot serialize the checkpoint manifest");
+  // The manifest makes the checkpoint exist; `latest` moves only once it is durable (Put is atomic+fsynced).
+  DT_RETURN_IF_ERROR(store_->Put(dir + "/" + kManifest, bytes.data(), bytes.size()));
+  DT_RETURN_IF_ERROR(AtPhase(CheckpointPhase::kManifest, step));
+  const std::string latest = dir + "\n";
+  DT_RETURN_IF_ERROR(store_->Put(kLatest, latest.data(), latest.size()));
+  DT_RETURN_IF_ERROR(AtPhase(CheckpointPhase::kLatest, step));
+  return Retain(step).WithContext(dir + " is complete, but retention failed");
+}
+
+Status CheckpointManager::AtPhase(CheckpointPhase phase, int64_t step) const {
+  return opts_.at_phase ? opts_.at_phase(phase, step) : Status::OK();
+}
+
+Status CheckpointManager::List(std::vector<CheckpointEntry>* out) {
+  out->clear();
+  std::vector<storage::ObjectInfo> objects;
+  DT_RETURN_IF_ERROR(store_->List(kPrefix, &objects));
+  std::map<int64_t, CheckpointEntry> by_step;
+  for (const storage::ObjectInfo& o : objects) {
+    const auto slash = o.key.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string dir = o.key.substr(0, slash);
+    int64_t step = 0;
+    if (!ParseStepDir(dir, &step)) continue;
+    CheckpointEntry& e = by_step[step];
+    e.step = step;
+    e.dir = dir;
+    e.bytes += o.size;
+    if (o.key.substr(slash + 1) == kManifest) e.has_manifest = true;
+  }
+  for (auto& kv : by_step) out->push_back(kv.second);
+  return Status::OK();
+}
+
+Status CheckpointManager::Load(int64_t step, LoadedCheckpoint* out) {
+  *out = LoadedCheckpoint();
+  const std::string dir = StepDir(step);
+  std::string bytes;
+  Status st = store_->Get(dir + "/" + kManifest, &bytes);
+  if (st.code() == Status::Code::kNotFound) {
+    return Status::NotFound(dir + ": no " + kManifest + " (an incomplete save)");
+  }
+  DT_RETURN_IF_ERROR(st);
+  proto::CheckpointManifest m;
+  if (!m.ParseFromString(bytes)) {
+    return Status::DataLoss(dir + "/" + kManifest + ": does not parse (" + std::to_string(bytes.size()) +
+                            " bytes: truncated or corrupt)");
+  }
+  if (m.created_unix_ms() <= 0) {  // the last field: a cut at a field boundary parses, but without it
+    return Status::DataLoss(dir + "/" + kManifest + ": incomplete (" + std::to_string(bytes.size()) +
+                            " bytes, no created_unix_ms, the last field): truncated");
+  }
+  if (m.step() != step) {
+    return Status::DataLoss(dir + "/" + kManifest + ": says step " + std::to_string(m.step()));
+  }
+  for (const proto::CheckpointFile& f : m.files()) {
+    if (f.name().empty() || f.name().find('/') != std::string::npos || f.name() == "." || f.name() == "..") {
+      return Status::DataLoss(dir + "/" + kManifest + ": file name '" + f.name() + "' is not a plain file name");
+    }
+  }
+  DT_RETURN_IF_ERROR(CheckParamSlices(dir, m));
+  for (const proto::CheckpointFile& f : m.files()) {
+    const std::string key = dir + "/" + f.name();
+    std::string data;
+    st = store_->Get(key, &data);
+    if (st.code() == Status::Code::kNotFound) return Status::DataLoss(key + ": missing (listed in the manifest)");
+    DT_RETURN_IF_ERROR(st);
+    if (data.size() != f.size()) {
+      return Status::DataLoss(key + ": " + std::to_string(data.size()) + " bytes, the manifest says " +
+                              std::to_string(f.size()));
+    }
+    const uint32_t crc = ::dtrain::Crc32c(data.data(), data.size());
+    if (crc != f.crc32c()) {
+      return Status::DataLoss(key + ": CRC32C " + Hex(crc) + ", the manifest says " + Hex(f.crc32c()) +
+                              " (corrupt data)");
+    }
+    out->files[f.name()] = std::move(data);
+  }
+  out->dir = dir;
+  out->manifest = std::move(m);
+  return Status::OK();
+}
+
+Status CheckpointManager::LoadLatest(LoadedCheckpoint* out, std::vector<std::string>* skipped) {
+  std::vector<CheckpointEntry> entries;
+  DT_RETURN_IF_ERROR(List(&entries));
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    Status st = Load(it->step, out);
+    if (st.ok()) return st;
+    // Storage failures (network, permissions) are not evidence of a bad checkpoint: report them.
+    if (st.code() != Status::Code::kNotFound && st.code() != Status::Code::kDataLoss) return st;
+    DT_LOG_WARN(kRuntime, "checkpoint {}/{} skipped: {}", url(), it->dir, st.message());
+    if (skipped != nullptr) skipped->push_back(it->dir + ": " + st.message());
+  }
+  return Status::NotFound("no valid checkpoint in " + url() +
+                          (entries.empty() ? "" : " (" + std::to_string(entries.size()) + " skipped)"));
+}
+
+Status CheckpointManager::DeleteDir(const CheckpointEntry& e, int64_t step) {
+  std::vector<storage::ObjectInfo> objects;
+  DT_RETURN_IF_ERROR(store_->List(e.dir + "/", &objects));
+  // The manifest goes first: from then on the directory is a partial one, never a torn checkpoint.
+  DT_RETURN_IF_ERROR(store_->Delete(e.dir + "/" + kManifest));
+  if (step >= 0) DT_RETURN_IF_ERROR(AtPhase(CheckpointPhase::kRetention, step));
+  for (const storage::ObjectInfo& o : objects) {
+    if (o.key != e.dir + "/" + kManifest) DT_RETURN_IF_ERROR(store_->Delete(o.key));
+  }
+  return Status::OK();
+}
+
+Status CheckpointManager::ApplyRetention() { return Retain(-1); }
+
+Status CheckpointManager::Retain(int64_t step) {
+  std::vector<CheckpointEntry> entries;
+  DT_RETURN_IF_ERROR(List(&entries));
+  std::vector<int64_t> valid;
+  for (const CheckpointEntry& e : entries) {
+    if (e.has_manifest) valid.push_back(e.step);
+  }
+  if (valid.empty()) return Status::OK();
+  const int64_t newest = valid.back();
+  std::set<int64_t> keep(valid.end() - std::min<size_t>(valid.size(), opts_.keep_last), valid.end());
+  for (int64_t s : valid) {
+    if (opts_.keep_every > 0 && s % opts_.keep_every == 0) keep.insert(s);
+  }
+  for (const CheckpointEntry& e : entries) {
+    if (keep.count(e.step) != 0 || (!e.has_manifest && e.step > newest)) continue;
+    DT_LOG_DEBUG(kRuntime, "retention: deleting {}/{}{}", url(), e.dir, e.has_manifest ? "" : " (partial)");
+    DT_RETURN_IF_ERROR(DeleteDir(e, step));
+  }
+  return Status::OK();
+}
+
+}  // namespace dtrain::runtime

@@ -1,0 +1,32 @@
+#pragma once
+// safetensors (https://github.com/huggingface/safetensors) files of f32 tensors: what PyTorch and
+// Hugging Face load with `safetensors.torch.load_file`. Layout: an 8-byte little-endian header
+// length N, N bytes of JSON {"name": {"dtype": "F32", "shape": [...], "data_offsets": [b, e]}, ...,
+// "__metadata__": {string: string}}, then the raw little-endian data. Offsets are relative to the
+// end of the header. Written to `path.tmp`, fsync'ed, then renamed, so a reader never sees half a file.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace dtrain::runtime {
+
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;  // row-major, numel = product of shape
+};
+
+// InvalidArgument (nothing written) when a name repeats or is "__metadata__", a dim is negative, or a
+// tensor's data does not match its shape.
+Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                        const std::map<std::string, std::string>& metadata = {});
+
+// Reads every tensor (F32 only; other dtypes are an error naming the tensor). Sizes and offsets from
+// the file are bounds-checked before use: a truncated or corrupt file, or one naming a tensor twice, is
+// DataLoss naming the path.
+Status ReadSafetensors(const std::string& path, std::vector<NamedTensor>* tensors);
+
+}  // namespace dtrain::runtime

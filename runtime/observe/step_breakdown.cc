@@ -1,0 +1,91 @@
+#include "runtime/observe/step_breakdown.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace dtrain::runtime {
+namespace {
+
+int Percent(double ms, double step_ms) { return static_cast<int>(std::lround(100.0 * ms / step_ms)); }
+
+struct Rule {
+  const char* verdict;  // "input-bound"
+  const char* what;     // "data wait"
+  const char* advice;   // "raise data.workers or data.prefetch"
+  double ms;
+  double threshold;
+};
+
+}  // namespace
+
+double StepPhases::other_ms() const {
+  const double other = step_ms - (data_ms + fwd_bwd_ms + comm_exposed_ms + optim_ms + ckpt_stall_ms);
+  return other > 0 ? other : 0;
+}
+
+std::string FormatStepBreakdown(const StepPhases& p) {
+  if (p.step_ms <= 0) return "";
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "data %d%% | fwd+bwd %d%% | comm %d%% | optim %d%% | ckpt %d%% | other %d%%",
+                Percent(p.data_ms, p.step_ms), Percent(p.fwd_bwd_ms, p.step_ms), Percent(p.comm_exposed_ms, p.step_ms),
+                Percent(p.optim_ms, p.step_ms), Percent(p.ckpt_stall_ms, p.step_ms), Percent(p.other_ms(), p.step_ms));
+  return buf;
+}
+
+std::string StepVerdict(const StepPhases& p) {
+  if (p.step_ms <= 0) return "";
+  const Rule rules[] = {
+      {"input-bound", "data wait", "raise data.workers or data.prefetch", p.data_ms, kInputBoundShare},
+      {"communication-bound", "exposed all-reduce",
+       "raise dist.bucket_mb, set dist.bf16_compress, or do more work per step (data.batch_size, "
+       "train.grad_accum_steps)",
+       p.comm_exposed_ms, kCommBoundShare},
+      {"checkpoint-bound", "checkpoint stall", "set checkpoint.async or raise checkpoint.every_steps", p.ckpt_stall_ms,
+       kCheckpointBoundShare},
+      {"optimizer-bound", "optimizer", "set dist.zero1 to shard the update, or raise train.grad_accum_steps",
+       p.optim_ms, kOptimizerBoundShare},
+      {"host-bound", "time outside the measured phases",
+       "record a trace (run.trace_steps) to see where the host spends it", p.other_ms(), kHostBoundShare},
+  };
+  const Rule* worst = nullptr;
+  for (const Rule& r : rules) {
+    if (r.ms >= r.threshold * p.step_ms && (worst == nullptr || r.ms > worst->ms)) worst = &r;
+  }
+  char buf[320];
+  if (worst != nullptr) {
+    std::snprintf(buf, sizeof(buf), "%s: %s %d%% of the step; %s", worst->verdict, worst->what,
+                  Percent(worst->ms, p.step_ms), worst->advice);
+    return buf;
+  }
+  if (p.fwd_bwd_ms >= kComputeBoundShare * p.step_ms) {
+    std::snprintf(buf, sizeof(buf), "compute-bound: forward+backward %d%% of the step (the healthy case)",
+                  Percent(p.fwd_bwd_ms, p.step_ms));
+    return buf;
+  }
+  return "";
+}
+
+void StepTimeWindow::Add(const StepPhases& p) {
+  sum_.data_ms += p.data_ms;
+  sum_.fwd_bwd_ms += p.fwd_bwd_ms;
+  sum_.comm_exposed_ms += p.comm_exposed_ms;
+  sum_.optim_ms += p.optim_ms;
+  sum_.ckpt_stall_ms += p.ckpt_stall_ms;
+  sum_.step_ms += p.step_ms;
+  ++count_;
+}
+
+StepPhases StepTimeWindow::Mean() const {
+  if (count_ == 0) return StepPhases();
+  const double n = static_cast<double>(count_);
+  StepPhases m;
+  m.data_ms = sum_.data_ms / n;
+  m.fwd_bwd_ms = sum_.fwd_bwd_ms / n;
+  m.comm_exposed_ms = sum_.comm_exposed_ms / n;
+  m.optim_ms = sum_.optim_ms / n;
+  m.ckpt_stall_ms = sum_.ckpt_stall_ms / n;
+  m.step_ms = sum_.step_ms / n;
+  return m;
+}
+
+}  // namespace dtrain::runtime

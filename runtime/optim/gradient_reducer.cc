@@ -1,0 +1,263 @@
+#include "runtime/optim/gradient_reducer.h"
+
+#include <chrono>
+#include <string>
+
+#include "comm/bf16.h"
+#include "core/check.h"
+#include "core/nvtx.h"
+#if DT_HAVE_CUDA
+#include "comm/bf16_cast.h"
+#include "core/cuda_check.h"
+#include "core/cuda_handles.h"
+#endif
+
+namespace dtrain::runtime {
+
+#if DT_HAVE_CUDA
+struct GradientReducer::GpuState {
+  CudaStream comm_stream;
+  std::vector<CudaEvent> ready;  // recorded on the compute stream when a batch of buckets launches
+  std::vector<CudaEvent> done;   // recorded on the comm stream after each bucket's collective
+  // Timing events on the compute stream around Finalize's waits: their gap is the time the compute
+  // stream stalled on communication in the last synced step (the exposed communication).
+  CudaEvent backward_done, comm_joined;
+  bool timed = false;  // both recorded at least once
+};
+#else
+struct GradientReducer::GpuState {};
+#endif
+
+Status GradientReducer::Create(DeviceContext& ctx, comm::Communicator* comm,
+                               const std::vector<models::ParamInfo>& params, Tensor* grads, const Options& opts,
+                               std::unique_ptr<GradientReducer>* out) {
+  DT_CHECK_ARG(comm != nullptr, "GradientReducer needs a communicator");
+  DT_CHECK_ARG(grads != nullptr && (grads->defined() || grads->numel() == 0), "GradientReducer needs grads");
+  DT_CHECK_ARG(grads->dtype() == DType::kF32, "grads must be f32, got " << grads->ToString());
+  DT_CHECK_ARG(grads->device() == ctx.type(), "grads " << grads->ToString() << " are not on the context's device");
+  DT_CHECK_ARG(comm->device_type() == grads->device(), "the " << comm::BackendName(comm->backend())
+                                                              << " communicator cannot reduce " << grads->ToString()
+                                                              << " (CUDA grads need nccl, CPU grads need mpi)");
+  int64_t prev_end = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& p = params[i];
+    DT_CHECK_ARG(p.numel >= 0 && p.offset >= prev_end && p.offset + p.numel <= grads->numel(),
+                 "param " << i << " '" << p.name << "' [" << p.offset << ", " << p.offset + p.numel
+                          << ") overlaps its predecessor or leaves grads " << grads->ToString());
+    prev_end = p.offset + p.numel;
+  }
+
+  std::unique_ptr<GradientReducer> r(new GradientReducer());  // private constructor
+  r->ctx_ = &ctx;
+  r->comm_ = comm;
+  r->opts_ = opts;
+  r->op_ = opts.average ? comm::ReduceOp::kAvg : comm::ReduceOp::kSum;
+  if (opts.bf16_compress) DT_RETURN_IF_ERROR(Tensor::Empty({grads->numel()}, DType::kBF16, ctx.allocator(), &r->wire_));
+
+  // Buckets from the end of the buffer: backward finishes the last parameters first.
+  const int n = static_cast<int>(params.size());
+  r->param_bucket_.assign(n, 0);
+  std::vector<std::vector<int>> param_buckets(n);
+  size_t bytes = 0;
+  int hi = n - 1;
+  for (int i = n - 1; i >= 0; --i) {
+    bytes += static_cast<size_t>(params[i].numel) * sizeof(float);
+    if (bytes < opts.bucket_bytes && i > 0) continue;
+    Bucket b;
+    const int64_t offset = params[i].offset;
+    const int64_t numel = params[hi].offset + params[hi].numel - offset;
+    DT_RETURN_IF_ERROR(grads->View(offset, {numel}, &b.grads));
+    if (opts.bf16_compress) DT_RETURN_IF_ERROR(r->wire_.View(offset, {numel}, &b.wire));
+    for (int j = i; j <= hi; ++j) {
+      r->param_bucket_[j] = static_cast<int>(r->buckets_.size());
+      param_buckets[j] = {r->param_bucket_[j]};
+    }
+    r->buckets_.push_back(std::move(b));
+    r->ranges_.emplace_back(offset, numel);
+    hi = i - 1;
+    bytes = 0;
+  }
+  std::vector<std::string> names;
+  for (const auto& p : params) names.push_back(p.name);
+  r->readiness_ = BucketReadiness("GradientReducer", std::move(param_buckets), static_cast<int>(r->buckets_.size()),
+                                  std::move(names));
+
+  if (ctx.is_cuda()) {
+#if DT_HAVE_CUDA
+    r->gpu_ = std::make_unique<GpuState>();
+    DT_RETURN_IF_ERROR(CudaStream::CreateHighestPriority(&r->gpu_->comm_stream));
+    r->gpu_->ready.resize(r->buckets_.size());
+    r->gpu_->done.resize(r->buckets_.size());
+    for (size_t k = 0; k < r->buckets_.size(); ++k) {
+      DT_RETURN_IF_ERROR(CudaEvent::Create(&r->gpu_->ready[k]));
+      DT_RETURN_IF_ERROR(CudaEvent::Create(&r->gpu_->done[k]));
+    }
+    DT_RETURN_IF_ERROR(CudaEvent::Create(&r->gpu_->backward_done, /*timing=*/true));
+    DT_RETURN_IF_ERROR(CudaEvent::Create(&r->gpu_->comm_joined, /*timing=*/true));
+#endif
+  }
+  if (comm->rank() == 0) {
+    DT_LOG_INFO(kRuntime, "GradientReducer: {} params, {} elements in {} buckets (target {:.1f} KiB), {}{}, {} ranks",
+                n, grads->numel(), r->buckets_.size(), opts.bucket_bytes / 1024.0, comm::BackendName(comm->backend()),
+                opts.bf16_compress ? " bf16" : "", comm->world_size());
+  }
+  *out = std::move(r);
+  return Status::OK();
+}
+
+GradientReducer::~GradientReducer() {
+#if DT_HAVE_CUDA
+  // The comm stream may still read grads and the bf16 buffer; both must outlive its work.
+  if (gpu_) gpu_->comm_stream.SynchronizeForTeardown("GradientReducer");
+#endif
+}
+
+cudaStream_t GradientReducer::comm_stream() const {
+#if DT_HAVE_CUDA
+  if (gpu_) return gpu_->comm_stream.get();
+#endif
+  return nullptr;
+}
+
+Status GradientReducer::MarkReady(int param_index) {
+  DT_RETURN_IF_ERROR(readiness_.Mark(param_index));
+  if (!readiness_.step_sync()) return Status::OK();  // accumulation micro-step: nothing is exchanged
+  const auto [from, to] = readiness_.TakeReady();
+  return from == to ? Status::OK() : LaunchBuckets(from, to);
+}
+
+Status GradientReducer::LaunchBuckets(int from, int to) {
+  DT_NVTX_RANGE("GradientReducer::LaunchBuckets");
+  DT_LOG_TRACE(kRuntime, "launching buckets [{}, {})", from, to);
+  if (gpu_) return LaunchGpu(from, to);
+  // CPU: MPI_Allreduce blocks the only thread, so all of its time is exposed.
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status st = LaunchCpu(from, to);
+  cpu_exposed_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+Status GradientReducer::LaunchCpu(int from, int to) {
+  for (int k = from; k < to; ++k) {
+    Bucket& b = buckets_[k];
+    DeviceTrace::Mark begin, end;
+    if (trace_) DT_RETURN_IF_ERROR(trace_->Record(nullptr, &begin));
+    if (!opts_.bf16_compress) {
+      DT_RETURN_IF_ERROR(comm_->AllReduce(&b.grads, op_, nullptr));
+      if (trace_) DT_RETURN_IF_ERROR(trace_->Record(nullptr, &end));
+      if (trace_) TraceBuckets(k, k + 1, begin, end);
+      continue;
+    }
+    const float* g = b.grads.data<float>();
+    auto* w = static_cast<uint16_t*>(b.wire.data());
+    const int64_t n = b.grads.numel();
+    for (int64_t i = 0; i < n; ++i) w[i] = comm::F32ToBf16(g[i]);
+    DT_RETURN_IF_ERROR(comm_->AllReduce(&b.wire, op_, nullptr));
+    float* out = b.grads.data<float>();
+    for (int64_t i = 0; i < n; ++i) out[i] = comm::Bf16ToF32(w[i]);
+    if (trace_) DT_RETURN_IF_ERROR(trace_->Record(nullptr, &end));
+    if (trace_) TraceBuckets(k, k + 1, begin, end);
+  }
+  return Status::OK();
+}
+
+void GradientReducer::TraceBuckets(int from, int to, const DeviceTrace::Mark& begin, const DeviceTrace::Mark& end) {
+  int64_t numel = 0;
+  for (int k = from; k < to; ++k) numel += ranges_[k].second;
+  const double mib = numel * (opts_.bf16_compress ? 2.0 : 4.0) / 1048576.0;
+  const std::string name = to - from == 1 ? "all-reduce bucket " + std::to_string(from)
+                                          : "all-reduce buckets " + std::to_string(from) + "-" + std::to_string(to - 1);
+  trace_->Span(TraceTrack::kComm, name, "comm", begin, end,
+               JsonLine().Add("buckets", static_cast<int64_t>(to - from)).Add("MiB", mib).Add("elements", numel));
+}
+
+Status GradientReducer::LaunchGpu(int from, int to) {
+#if DT_HAVE_CUDA
+  cudaStream_t compute = ctx_->stream();
+  cudaStream_t comm_stream = gpu_->comm_stream.get();
+  // Sync point 1: the comm stream waits (on the device) for the backward kernels that produced these
+  // gradients; one event covers the whole batch because it marks the compute stream's current tail.
+  DT_RETURN_IF_ERROR(gpu_->ready[from].Record(compute));
+  DT_RETURN_IF_ERROR(gpu_->ready[from].Block(comm_stream));
+  DeviceTrace::Mark begin;
+  if (trace_) DT_RETURN_IF_ERROR(trace_->Record(comm_stream, &begin));
+  if (opts_.bf16_compress) {
+    for (int k = from; k < to; ++k) {
+      Bucket& b = buckets_[k];
+      DT_RETURN_IF_ERROR(comm::LaunchF32ToBf16(b.grads.data<float>(), static_cast<uint16_t*>(b.wire.data()),
+                                               b.grads.numel(), comm_stream));
+    }
+  }
+  // One fused NCCL launch for the batch. Casts stay outside the group: NCCL enqueues grouped
+  // collectives only at GroupEnd, so a kernel enqueued inside the group would run before them.
+  DT_RETURN_IF_ERROR(comm_->GroupStart());
+  Status st;
+  for (int k = from; k < to && st.ok(); ++k) {
+    Bucket& b = buckets_[k];
+    st = comm_->AllReduce(opts_.bf16_compress ? &b.wire : &b.grads, op_, comm_stream);
+  }
+  Status end = comm_->GroupEnd();  // always close the group, even after an error
+  DT_RETURN_IF_ERROR(st);
+  DT_RETURN_IF_ERROR(end);
+  for (int k = from; k < to; ++k) {
+    Bucket& b = buckets_[k];
+    if (opts_.bf16_compress) {
+      DT_RETURN_IF_ERROR(comm::LaunchBf16ToF32(static_cast<const uint16_t*>(b.wire.data()), b.grads.data<float>(),
+                                               b.grads.numel(), comm_stream));
+    }
+    DT_RETURN_IF_ERROR(gpu_->done[k].Record(comm_stream));
+  }
+  if (trace_) {
+    DeviceTrace::Mark end;
+    DT_RETURN_IF_ERROR(trace_->Record(comm_stream, &end));
+    TraceBuckets(from, to, begin, end);
+  }
+  return Status::OK();
+#else
+  (void)from;
+  (void)to;
+  return Status::Unavailable("GradientReducer: GPU path in a build without CUDA");
+#endif
+}
+
+Status GradientReducer::Finalize() {
+  DT_NVTX_FN();
+  const auto [from, nb] = readiness_.Finish();
+  const bool synced = readiness_.step_sync();
+  if (synced) {
+    if (from < nb) DT_RETURN_IF_ERROR(LaunchBuckets(from, nb));
+#if DT_HAVE_CUDA
+    if (gpu_) {
+      // Sync point 2: the optimizer runs on the compute stream; it must see every reduced bucket.
+      // Device-side waits only — the host never blocks here.
+      DT_RETURN_IF_ERROR(gpu_->backward_done.Record(ctx_->stream()));
+      for (int k = 0; k < nb; ++k) DT_RETURN_IF_ERROR(gpu_->done[k].Block(ctx_->stream()));
+      DT_RETURN_IF_ERROR(gpu_->comm_joined.Record(ctx_->stream()));
+      gpu_->timed = true;
+    }
+#endif
+  }
+  if (synced) ++synced_steps_;
+  return Status::OK();
+}
+
+Status GradientReducer::TakeExposedCommMs(double* ms) {
+  *ms = 0;
+#if DT_HAVE_CUDA
+  if (gpu_) {
+    if (!gpu_->timed) return Status::OK();
+    // Sync point: only at log time — waits for the last step's join event.
+    DT_RETURN_IF_ERROR(gpu_->comm_joined.Synchronize());
+    float gap = 0;
+    DT_CUDA_CHECK(cudaEventElapsedTime(&gap, gpu_->backward_done.get(), gpu_->comm_joined.get()));
+    *ms = gap;
+    return Status::OK();
+  }
+#endif
+  if (synced_steps_ > 0) *ms = 1e3 * cpu_exposed_s_ / static_cast<double>(synced_steps_);
+  cpu_exposed_s_ = 0;
+  synced_steps_ = 0;
+  return Status::OK();
+}
+
+}  // namespace dtrain::runtime

@@ -1,0 +1,102 @@
+#pragma once
+// Optimizer: SGD (momentum, optional Nesterov) and AdamW over the model's flat parameter buffer,
+// with optional global-norm gradient clipping. PyTorch semantics: torch.optim.SGD (dampening 0,
+// coupled weight decay), torch.optim.AdamW (decoupled weight decay, amsgrad off) and
+// torch.nn.utils.clip_grad_norm_ (coef = min(1, clip / (norm + 1e-6))).
+//
+// Ownership: owns its state tensors (SGD: momentum_buffer; AdamW: exp_avg, exp_avg_sq), allocated
+// once in Create from ctx.allocator(), zero-initialised, on ctx's device. Params and grads belong to
+// the caller (the model) and must be flat f32 tensors of num_params elements on the same device.
+//
+// Streams: Step() queues all its work on ctx.stream() and never synchronizes the host. The global
+// gradient norm is reduced on the device into a device scalar every step (one extra read of the
+// grads), and the clip coefficient is read by the update kernel from device memory; only
+// LastGradNorm() copies it back, for logging.
+// With a LossScaler (fp16: runtime/optim/loss_scaler.h) the grads hold loss-scaled values: Step unscales them inside
+// the update, clips on the unscaled norm, and skips the update on the device when the gradient is not finite. Not
+// thread-safe; one optimizer per worker, used with the DeviceContext it was created with.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/device_context.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "models/ops/optim_update.h"
+
+namespace dtrain::runtime {
+
+class LossScaler;
+
+struct OptimizerOptions {
+  std::string name = "adamw";  // "adamw" | "sgd"
+  double lr = 1e-3;            // the base LR; Step() takes the scheduled LR of each step
+  double momentum = 0.9;       // sgd, in [0, 1]
+  double beta1 = 0.9;          // adamw, in [0, 1)
+  double beta2 = 0.999;        // adamw, in [0, 1)
+  double eps = 1e-8;           // adamw, >= 0
+  double weight_decay = 0.0;   // sgd: added to the gradient (coupled); adamw: p *= 1 - lr * wd
+  bool nesterov = false;       // sgd; needs momentum > 0
+  double grad_clip = 0.0;      // max global L2 norm of the gradient; 0 = off
+};
+
+// The update kernels' hyper-parameters for one step with the scheduled `lr` (AdamW: bias-correction step
+// `step`, counting from 1). Shared by Optimizer and Zero1Optimizer.
+ops::SgdHyper SgdHyperFor(const OptimizerOptions& opts, double lr);
+ops::AdamWHyper AdamWHyperFor(const OptimizerOptions& opts, double lr, int64_t step);
+
+class Optimizer {
+ public:
+  // InvalidArgument for an unknown name, out-of-range hyper-parameters or num_params <= 0.
+  static Status Create(DeviceContext& ctx, const OptimizerOptions& opts, int64_t num_params,
+                       std::unique_ptr<Optimizer>* out);
+
+  // One update of the flat `params` from the flat `grads` (already averaged across ranks and
+  // micro-steps by the caller; GradientReducer::Finalize() must have run). grads are not modified.
+  // Computes the global L2 norm of grads; if grad_clip > 0 and the norm exceeds it, the gradient is
+  // scaled by clip / (norm + 1e-6) inside the update. `lr` is the scheduled LR for this step
+  // (LrSchedule::LrAt(step())). AdamW uses bias-correction step step() + 1. Increments step().
+  // With `scaler` (nullable): grads are scaled by scaler's current scale; the update uses grads / scale, the norm
+  // and the clip see the unscaled gradient, a non-finite gradient makes the update a no-op (decided on the device,
+  // no host sync), and AdamW's bias-correction step is step() + 1 - skipped steps (applied updates only). step()
+  // still counts every call.
+  Status Step(DeviceContext& ctx, Tensor& params, Tensor& grads, double lr, LossScaler* scaler = nullptr);
+
+  // Number of Step() calls so far (plus set_step()).
+  int64_t step() const { return step_; }
+  // For checkpoint restore: the next Step() is update number s + 1. Negative values become 0.
+  void set_step(int64_t s) { step_ = s < 0 ? 0 : s; }
+
+  // The state to checkpoint, as named flat f32 tensors of num_params elements (PyTorch names):
+  // sgd {"momentum_buffer"}, adamw {"exp_avg", "exp_avg_sq"}. Restore by copying into them. The
+  // pointers stay valid for the optimizer's lifetime.
+  std::vector<std::pair<std::string, Tensor*>> state();
+
+  // The global gradient norm (before clipping; unscaled with a LossScaler, then inf/NaN on a skipped step) of the
+  // most recent Step(). Synchronizes ctx's stream
+  // on CUDA: call only when logging. FailedPrecondition before the first Step().
+  Status LastGradNorm(DeviceContext& ctx, float* norm);
+
+  const OptimizerOptions& options() const { return opts_; }
+  int64_t num_params() const { return num_params_; }
+
+ private:
+  enum class Kind { kSgd, kAdamW };
+  Optimizer() = default;
+  Status CheckTensor(const DeviceContext& ctx, const Tensor& t, const char* what) const;
+
+  OptimizerOptions opts_;
+  Kind kind_ = Kind::kAdamW;
+  int64_t num_params_ = 0;
+  DeviceType device_ = DeviceType::kCPU;
+  int64_t step_ = 0;
+  bool has_norm_ = false;
+  Tensor state0_;                          // sgd: momentum_buffer; adamw: exp_avg
+  Tensor state1_;                          // adamw: exp_avg_sq
+  Tensor sum_squares_, norm_, clip_coef_;  // device scalars, written every Step()
+};
+
+}  // namespace dtrain::runtime

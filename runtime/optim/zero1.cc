@@ -1,0 +1,527 @@
+#include "runtime/optim/zero1.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "core/check.h"
+#include "core/logging.h"
+#include "core/nvtx.h"
+#include "models/ops/optim_update.h"
+#include "models/ops/reduce.h"
+#if DT_HAVE_CUDA
+#include "core/cuda_check.h"
+#include "core/cuda_handles.h"
+#endif
+
+namespace dtrain::runtime {
+namespace {
+
+// The compute-stream waits timed for TakeExposedCommMs (GPU); kUntimed for GatherState's.
+enum Gap { kFinalizeGap, kNormGap, kGatherGap, kNumGaps, kUntimed = -1 };
+
+// Runs `fn` (which issues collectives) between GroupStart and GroupEnd; the group is always closed.
+template <typename Fn>
+Status Grouped(comm::Communicator* comm, Fn&& fn) {
+  DT_RETURN_IF_ERROR(comm->GroupStart());
+  const Status st = fn();
+  const Status end = comm->GroupEnd();
+  DT_RETURN_IF_ERROR(st);
+  return end;
+}
+
+bool Padded(const Zero1Bucket& b, int world) { return b.numel != b.shard_numel * world; }
+
+}  // namespace
+
+#if DT_HAVE_CUDA
+struct Zero1Optimizer::GpuState {
+  CudaStream comm_stream;
+  CudaEvent to_comm;     // recorded on the compute stream, waited on by the comm stream
+  CudaEvent to_compute;  // recorded on the comm stream, waited on by the compute stream
+  // Timing events on the compute stream around each wait (Gap): their gaps are the exposed comm.
+  CudaEvent begin[kNumGaps], end[kNumGaps];
+  bool timed[kNumGaps] = {};
+};
+#else
+struct Zero1Optimizer::GpuState {};
+#endif
+
+Status PlanZero1Buckets(const std::vector<models::ParamInfo>& params, int64_t total, int world, size_t bucket_bytes,
+                        std::vector<Zero1Bucket>* out) {
+  DT_CHECK_ARG(out != nullptr, "out is null");
+  DT_CHECK_ARG(world >= 1, "world must be >= 1, got " << world);
+  DT_CHECK_ARG(total >= 0, "negative buffer size " << total);
+  int64_t prev_end = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& p = params[i];
+    DT_CHECK_ARG(p.numel >= 0 && p.offset >= prev_end && p.offset + p.numel <= total,
+                 "param " << i << " '" << p.name << "' [" << p.offset << ", " << p.offset + p.numel
+                          << ") overlaps its predecessor or leaves the buffer of " << total << " elements");
+    prev_end = p.offset + p.numel;
+  }
+  // Ranges from the end: grow by whole parameters up to bucket_bytes, then round the size up to a
+  // multiple of world. (hi - rem) stays a multiple of world, so rounding never passes `rem`.
+  const int64_t rem = total % world;
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // [lo, hi)
+  int64_t hi = total;
+  int j = static_cast<int>(params.size()) - 1;
+  while (hi > rem) {
+    int64_t lo = hi;
+    do {
+      while (j >= 0 && params[j].offset >= lo) --j;  // parameters wholly inside [lo, hi) already
+      lo = std::max(j >= 0 ? params[j].offset : int64_t{0}, rem);
+    } while (static_cast<size_t>(hi - lo) * sizeof(float) < bucket_bytes && lo > rem);
+    const int64_t n = (hi - lo + world - 1) / world * world;
+    lo = std::max(hi - n, rem);
+    ranges.emplace_back(lo, hi);
+    hi = lo;
+  }
+  if (rem > 0) ranges.emplace_back(0, rem);  // the tiny bucket, padded to `world`
+
+  out->clear();
+  int64_t shard_offset = 0;
+  for (const auto& [lo, end] : ranges) {
+    Zero1Bucket b;
+    b.offset = lo;
+    b.numel = end - lo;
+    b.shard_numel = (b.numel + world - 1) / world;
+    b.shard_offset = shard_offset;
+    shard_offset += b.shard_numel;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto& p = params[i];
+      if (p.numel > 0 && p.offset < end && p.offset + p.numel > lo) b.params.push_back(static_cast<int>(i));
+    }
+    out->push_back(std::move(b));
+  }
+  return Status::OK();
+}
+
+Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, models::Model& model,
+                              comm::Communicator* grad_comm, int rank, int world, double bucket_mb,
+                              std::unique_ptr<Zero1Optimizer>* out) {
+  DT_CHECK_ARG(out != nullptr, "out is null");
+  DT_CHECK_ARG(grad_comm != nullptr, "Zero1Optimizer needs a communicator");
+  DT_CHECK_ARG(grad_comm->rank() == rank && grad_comm->world_size() == world,
+               "rank " << rank << " of " << world << " but the communicator says " << grad_comm->rank() << " of "
+                       << grad_comm->world_size());
+  DT_CHECK_ARG(std::isfinite(bucket_mb) && bucket_mb >= 0.0, "bucket_mb must be finite and >= 0, got " << bucket_mb);
+  const Tensor& params = model.params();
+  const Tensor& grads = model.grads();
+  DT_CHECK_ARG(params.dtype() == DType::kF32 && grads.dtype() == DType::kF32 && params.numel() == grads.numel(),
+               "params " << params.ToString() << " and grads " << grads.ToString() << " must be f32 of one size");
+  DT_CHECK_ARG(params.device() == ctx.type() && grads.device() == ctx.type(),
+               "params " << params.ToString() << " are not on the context's device");
+  DT_CHECK_ARG(grad_comm->device_type() == ctx.type(), "the " << comm::BackendName(grad_comm->backend())
+                                                              << " communicator cannot reduce " << grads.ToString()
+                                                              << " (CUDA grads need nccl, CPU grads need mpi)");
+  {
+    // The hyper-parameters obey Optimizer's rules: validate them with its factory (a 1-element probe).
+    std::unique_ptr<Optimizer> probe;
+    DT_RETURN_IF_ERROR(Optimizer::Create(ctx, opts, 1, &probe));
+  }
+
+  std::unique_ptr<Zero1Optimizer> z(new Zero1Optimizer());  // private constructor
+  z->ctx_ = &ctx;
+  z->model_ = &model;
+  z->comm_ = grad_comm;
+  z->opts_ = opts;
+  z->adamw_ = opts.name == "adamw";
+  z->rank_ = rank;
+  z->world_ = world;
+  const auto& infos = model.param_infos();
+  const size_t bucket_bytes = static_cast<size_t>(bucket_mb * (1 << 20));
+  DT_RETURN_IF_ERROR(PlanZero1Buckets(infos, params.numel(), world, bucket_bytes, &z->buckets_));
+  std::vector<std::vector<int>> param_buckets(infos.size());
+  for (size_t k = 0; k < z->buckets_.size(); ++k) {
+    for (int i : z->buckets_[k].params) param_buckets[i].push_back(static_cast<int>(k));
+    z->shard_numel_ += z->buckets_[k].shard_numel;
+  }
+  std::vector<std::string> names;
+  for (const auto& p : infos) names.push_back(p.name);
+  z->readiness_ = BucketReadiness("Zero1Optimizer", std::move(param_buckets), static_cast<int>(z->buckets_.size()),
+                                  std::move(names));
+
+  // The state starts at zero (torch's lazy init). Its padding slot (the tiny bucket's, on ranks that own
+  // no element of it) is never read or written by the update.
+  const int64_t s = z->shard_numel_;
+  for (Tensor* t : {&z->state0_, &z->state1_}) {
+    if (t == &z->state1_ && !z->adamw_) continue;
+    DT_RETURN_IF_ERROR(Tensor::Empty({s}, DType::kF32, ctx.allocator(), t));
+    DT_RETURN_IF_ERROR(t->SetZero(ctx.stream()));
+  }
+  if (params.numel() % world != 0) {
+    for (Tensor* t : {&z->grad_pad_, &z->param_pad_}) {
+      DT_RETURN_IF_ERROR(Tensor::Empty({world}, DType::kF32, ctx.allocator(), t));
+      DT_RETURN_IF_ERROR(t->SetZero(ctx.stream()));
+    }
+  }
+  for (Tensor* t : {&z->sum_squares_, &z->norm_, &z->clip_coef_}) {
+    DT_RETURN_IF_ERROR(Tensor::Empty({1}, DType::kF32, ctx.allocator(), t));
+  }
+
+  if (ctx.is_cuda()) {
+#if DT_HAVE_CUDA
+    z->gpu_ = std::make_unique<GpuState>();
+    DT_RETURN_IF_ERROR(CudaStream::CreateHighestPriority(&z->gpu_->comm_stream));
+    DT_RETURN_IF_ERROR(CudaEvent::Create(&z->gpu_->to_comm));
+    DT_RETURN_IF_ERROR(CudaEvent::Create(&z->gpu_->to_compute));
+    for (int g = 0; g < kNumGaps; ++g) {
+      DT_RETURN_IF_ERROR(CudaEvent::Create(&z->gpu_->begin[g], /*timing=*/true));
+      DT_RETURN_IF_ERROR(CudaEvent::Create(&z->gpu_->end[g], /*timing=*/true));
+    }
+#endif
+  }
+  if (rank == 0) {
+    DT_LOG_INFO(kRuntime,
+                "Zero1Optimizer ({}): {} elements in {} buckets (target {:.1f} KiB), {} per rank shard, {}, {} ranks, "
+                "in place ({} B besides the state)",
+                opts.name, params.numel(), z->buckets_.size(), bucket_bytes / 1024.0, s,
+                comm::BackendName(grad_comm->backend()), world, z->shard_buffer_bytes());
+  }
+  *out = std::move(z);
+  return Status::OK();
+}
+
+Zero1Optimizer::~Zero1Optimizer() {
+#if DT_HAVE_CUDA
+  // The comm stream may still read or write the model's grads and params and the padded buffers.
+  if (gpu_) gpu_->comm_stream.SynchronizeForTeardown("Zero1Optimizer");
+#endif
+}
+
+cudaStream_t Zero1Optimizer::comm_stream() const {
+#if DT_HAVE_CUDA
+  if (gpu_) return gpu_->comm_stream.get();
+#endif
+  return nullptr;
+}
+
+template <typename Fn>
+Status Zero1Optimizer::TimedCpu(Fn&& fn) {
+  // CPU: the collectives block the only thread, so all of their time is exposed.
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status st = fn();
+  cpu_exposed_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+template <typename Fn>
+Status Zero1Optimizer::Traced(const char* op, bool per_bucket, int from, int to, cudaStream_t stream, Fn&& fn) {
+  if (trace_ == nullptr) return fn();
+  std::string name = op;
+  if (per_bucket) {
+    name += to - from == 1 ? " bucket " + std::to_string(from)
+                           : " buckets " + std::to_string(from) + "-" + std::to_string(to - 1);
+  }
+  DeviceTrace::Mark begin, end;
+  DT_RETURN_IF_ERROR(trace_->Record(stream, &begin));
+  DT_RETURN_IF_ERROR(fn());
+  DT_RETURN_IF_ERROR(trace_->Record(stream, &end));
+  int64_t numel = 0;
+  for (int k = from; k < to; ++k) numel += buckets_[k].numel;
+  trace_->Span(TraceTrack::kComm, name, "comm", begin, end,
+               JsonLine()
+                   .Add("buckets", static_cast<int64_t>(to - from))
+                   .Add("MiB", numel * 4.0 / 1048576.0)
+                   .Add("elements", numel));
+  return Status::OK();
+}
+
+Status Zero1Optimizer::ShardView(const Tensor& shard, const Zero1Bucket& b, Tensor* out) const {
+  return shard.View(b.shard_offset, {b.shard_numel}, out);
+}
+
+void Zero1Optimizer::OwnedRange(const Zero1Bucket& b, int64_t* first, int64_t* count) const {
+  *first = b.offset + rank_ * b.shard_numel;
+  *count = std::clamp<int64_t>(b.numel - rank_ * b.shard_numel, 0, b.shard_numel);
+}
+
+Status Zero1Optimizer::RecordComputeTail() {
+#if DT_HAVE_CUDA
+  // Sync point: the comm stream waits (on the device) for everything queued on the compute stream so
+  // far — the backward kernels that produced a bucket's grads, or the update that produced the params.
+  DT_RETURN_IF_ERROR(gpu_->to_comm.Record(ctx_->stream()));
+  return gpu_->to_comm.Block(comm_stream());
+#else
+  return Status::OK();
+#endif
+}
+
+Status Zero1Optimizer::JoinComputeTo(int gap) {
+#if DT_HAVE_CUDA
+  // Sync point: the compute stream waits (on the device, no host sync) for the comm stream's work so
+  // far, the collectives whose results it reads next. The comm stream is in order, so one event covers all.
+  cudaStream_t compute = ctx_->stream();
+  if (gap != kUntimed) DT_RETURN_IF_ERROR(gpu_->begin[gap].Record(compute));
+  DT_RETURN_IF_ERROR(gpu_->to_compute.Record(comm_stream()));
+  DT_RETURN_IF_ERROR(gpu_->to_compute.Block(compute));
+  if (gap != kUntimed) {
+    DT_RETURN_IF_ERROR(gpu_->end[gap].Record(compute));
+    gpu_->timed[gap] = true;
+  }
+#else
+  (void)gap;
+#endif
+  return Status::OK();
+}
+
+Status Zero1Optimizer::OnGradReady(int param_index) {
+  DT_RETURN_IF_ERROR(readiness_.Mark(param_index));
+  if (!readiness_.step_sync()) return Status::OK();  // accumulation micro-step: nothing is exchanged
+  const auto [from, to] = readiness_.TakeReady();
+  return from == to ? Status::OK() : ReduceScatter(from, to);
+}
+
+Status Zero1Optimizer::ReduceScatter(int from, int to) {
+  DT_NVTX_RANGE("Zero1Optimizer::ReduceScatter");
+  DT_LOG_TRACE(kRuntime, "reduce-scatter buckets [{}, {})", from, to);
+  cudaStream_t stream = comm_stream();
+  if (gpu_) DT_RETURN_IF_ERROR(RecordComputeTail());
+  Tensor& grads = model_->grads();
+  // In place: bucket b's view of grads is the input, its slice `rank` (this rank's owned range) the output.
+  std::vector<Tensor> in(to - from), out(to - from);
+  const Zero1Bucket* padded = nullptr;
+  for (int k = from; k < to; ++k) {
+    const Zero1Bucket& b = buckets_[k];
+    Tensor src;
+    DT_RETURN_IF_ERROR(grads.View(b.offset, {b.numel}, &src));
+    if (!Padded(b, world_)) {
+      in[k - from] = src;
+      DT_RETURN_IF_ERROR(grads.View(b.offset + rank_ * b.shard_numel, {b.shard_numel}, &out[k - from]));
+      continue;
+    }
+    // The tiny bucket: its elements into the padded buffer (outside the group: NCCL enqueues grouped
+    // collectives only at GroupEnd, after this copy on the same stream), reduced in place there. The
+    // padding's values do not matter: only elements < numel are copied back.
+    padded = &b;
+    Tensor dst;
+    DT_RETURN_IF_ERROR(grad_pad_.View(0, {b.numel}, &dst));
+    DT_RETURN_IF_ERROR(dst.CopyFrom(src, stream));
+    in[k - from] = grad_pad_;
+    DT_RETURN_IF_ERROR(grad_pad_.View(rank_, {1}, &out[k - from]));
+  }
+  auto run = [&]() -> Status {
+    DT_RETURN_IF_ERROR(Grouped(comm_, [&]() -> Status {
+      for (size_t i = 0; i < in.size(); ++i) {
+        DT_RETURN_IF_ERROR(comm_->ReduceScatter(in[i], &out[i], comm::ReduceOp::kAvg, stream));
+      }
+      return Status::OK();
+    }));
+    int64_t first = 0, count = 0;
+    if (padded != nullptr) OwnedRange(*padded, &first, &count);
+    if (count == 0) return Status::OK();
+    // After the group: this rank's averaged element of the tiny bucket into its owned range of grads.
+    Tensor src, dst;
+    DT_RETURN_IF_ERROR(grad_pad_.View(rank_, {1}, &src));
+    DT_RETURN_IF_ERROR(grads.View(first, {1}, &dst));
+    return dst.CopyFrom(src, stream);
+  };
+  return Traced("reduce-scatter", /*per_bucket=*/true, from, to, stream, [&] { return gpu_ ? run() : TimedCpu(run); });
+}
+
+Status Zero1Optimizer::Finalize() {
+  DT_NVTX_FN();
+  const auto [from, nb] = readiness_.Finish();
+  const bool synced = readiness_.step_sync();
+  if (synced) {
+    if (from < nb) DT_RETURN_IF_ERROR(ReduceScatter(from, nb));
+    // The update reads the reduced grads on the compute stream, and the next step's SetZero/backward
+    // (also on it) must not overwrite grads before the in-place reduce-scatters have read them.
+    if (gpu_) DT_RETURN_IF_ERROR(JoinComputeTo(kFinalizeGap));
+    grads_reduced_ = true;
+    ++synced_steps_;
+  }
+  return Status::OK();
+}
+
+Status Zero1Optimizer::AllGatherGroup(const Tensor* shard, Tensor* full, cudaStream_t stream) {
+  return Grouped(comm_, [&]() -> Status {
+    for (const Zero1Bucket& b : buckets_) {
+      Tensor in, out;
+      if (Padded(b, world_)) {
+        out = param_pad_;
+      } else {
+        DT_RETURN_IF_ERROR(full->View(b.offset, {b.numel}, &out));
+      }
+      if (shard != nullptr) {
+        DT_RETURN_IF_ERROR(ShardView(*shard, b, &in));
+      } else {
+        // In place: the input is this rank's slice of the output.
+        DT_RETURN_IF_ERROR(out.View(rank_ * b.shard_numel, {b.shard_numel}, &in));
+      }
+      DT_RETURN_IF_ERROR(comm_->AllGather(in, &out, stream));
+    }
+    return Status::OK();
+  });
+}
+
+Status Zero1Optimizer::AllGather(const Tensor* shard, Tensor* full, int gap) {
+  DT_NVTX_RANGE("Zero1Optimizer::AllGather");
+  cudaStream_t stream = comm_stream();
+  if (gpu_) DT_RETURN_IF_ERROR(RecordComputeTail());
+  auto run = [&]() -> Status {
+    for (const Zero1Bucket& b : buckets_) {
+      int64_t first = 0, count = 0;
+      if (shard == nullptr && Padded(b, world_)) OwnedRange(b, &first, &count);
+      if (count == 0) continue;
+      // In place, the tiny bucket's owned element into its slot of the padded buffer (before the
+      // group, on the same stream).
+      Tensor src, dst;
+      DT_RETURN_IF_ERROR(full->View(first, {1}, &src));
+      DT_RETURN_IF_ERROR(param_pad_.View(rank_, {1}, &dst));
+      DT_RETURN_IF_ERROR(dst.CopyFrom(src, stream));
+    }
+    DT_RETURN_IF_ERROR(AllGatherGroup(shard, full, stream));
+    for (const Zero1Bucket& b : buckets_) {
+      if (!Padded(b, world_)) continue;
+      // After the group: the gathered tiny bucket minus its padding into place.
+      Tensor src, dst;
+      DT_RETURN_IF_ERROR(param_pad_.View(0, {b.numel}, &src));
+      DT_RETURN_IF_ERROR(full->View(b.offset, {b.numel}, &dst));
+      DT_RETURN_IF_ERROR(dst.CopyFrom(src, stream));
+    }
+    return Status::OK();
+  };
+  // Step's gather is traced (GatherState's, for checkpoints, is not).
+  auto traced = [&]() -> Status {
+    return gap == kGatherGap
+               ? Traced("all-gather", /*per_bucket=*/false, 0, static_cast<int>(buckets_.size()), stream, run)
+               : run();
+  };
+  if (!gpu_) return gap == kUntimed ? run() : TimedCpu(traced);
+  DT_RETURN_IF_ERROR(traced());
+  return JoinComputeTo(gap);
+}
+
+Status Zero1Optimizer::Step(DeviceContext& ctx, double lr) {
+  DT_NVTX_RANGE("zero1_step");
+  DT_CHECK_ARG(&ctx == ctx_, "Zero1Optimizer::Step must use the DeviceContext it was created with");
+  DT_CHECK_ARG(std::isfinite(lr) && lr >= 0.0, "lr must be finite and >= 0, got " << lr);
+  if (!grads_reduced_) {
+    return Status::FailedPrecondition("Zero1Optimizer::Step without a synced Finalize since the previous step");
+  }
+  grads_reduced_ = false;
+  Tensor& params = model_->params();
+  const Tensor& grads = model_->grads();
+
+  // 1. Global norm: the sum of squares over this rank's owned ranges (accumulated bucket by bucket),
+  // summed over the ranks.
+  const Tensor* scale = nullptr;
+  if (opts_.grad_clip > 0.0) {
+    DT_RETURN_IF_ERROR(sum_squares_.SetZero(ctx.stream()));
+    for (const Zero1Bucket& b : buckets_) {
+      int64_t first = 0, count = 0;
+      OwnedRange(b, &first, &count);
+      if (count == 0) continue;
+      Tensor g;
+      DT_RETURN_IF_ERROR(grads.View(first, {count}, &g));
+      DT_RETURN_IF_ERROR(ops::SumSquares(ctx, g, &sum_squares_, /*accumulate=*/true));
+    }
+    if (gpu_) {
+      DT_RETURN_IF_ERROR(RecordComputeTail());
+      DT_RETURN_IF_ERROR(comm_->AllReduce(&sum_squares_, comm::ReduceOp::kSum, comm_stream()));
+      DT_RETURN_IF_ERROR(JoinComputeTo(kNormGap));
+    } else {
+      DT_RETURN_IF_ERROR(TimedCpu([&] { return comm_->AllReduce(&sum_squares_, comm::ReduceOp::kSum, nullptr); }));
+    }
+    DT_RETURN_IF_ERROR(ops::GradClipCoef(ctx, sum_squares_, opts_.grad_clip, &norm_, &clip_coef_));
+    scale = &clip_coef_;
+  }
+
+  // 2. The fused update in place over each bucket's owned range of params and grads, with the state
+  // shards' matching slices.
+  const ops::AdamWHyper ah = AdamWHyperFor(opts_, lr, step_ + 1);
+  const ops::SgdHyper sh = SgdHyperFor(opts_, lr);
+  for (const Zero1Bucket& b : buckets_) {
+    int64_t first = 0, count = 0;
+    OwnedRange(b, &first, &count);
+    if (count == 0) continue;
+    Tensor p, g, s0, s1;
+    DT_RETURN_IF_ERROR(params.View(first, {count}, &p));
+    DT_RETURN_IF_ERROR(grads.View(first, {count}, &g));
+    DT_RETURN_IF_ERROR(state0_.View(b.shard_offset, {count}, &s0));
+    if (adamw_) {
+      DT_RETURN_IF_ERROR(state1_.View(b.shard_offset, {count}, &s1));
+      DT_RETURN_IF_ERROR(ops::AdamWUpdate(ctx, ah, &p, g, &s0, &s1, scale));
+    } else {
+      DT_RETURN_IF_ERROR(ops::SgdUpdate(ctx, sh, &p, g, &s0, scale));
+    }
+  }
+  ++step_;
+
+  // 3. Every bucket all-gathered in place into the model's params; the compute stream waits for them.
+  return AllGather(nullptr, &params, kGatherGap);
+}
+
+Status Zero1Optimizer::GatherState(std::vector<std::pair<std::string, Tensor>>* full) {
+  DT_CHECK_ARG(full != nullptr, "full is null");
+  full->clear();
+  std::vector<std::pair<std::string, const Tensor*>> states = {{adamw_ ? "exp_avg" : "momentum_buffer", &state0_}};
+  if (adamw_) states.emplace_back("exp_avg_sq", &state1_);
+  for (const auto& [name, shard] : states) {
+    Tensor t;
+    DT_RETURN_IF_ERROR(Tensor::Empty({model_->params().numel()}, DType::kF32, ctx_->allocator(), &t));
+    DT_RETURN_IF_ERROR(AllGather(shard, &t, kUntimed));
+    full->emplace_back(name, t);
+  }
+  return Status::OK();
+}
+
+Status Zero1Optimizer::LoadState(const std::map<std::string, Tensor>& full) {
+  std::vector<std::pair<std::string, Tensor*>> states = {{adamw_ ? "exp_avg" : "momentum_buffer", &state0_}};
+  if (adamw_) states.emplace_back("exp_avg_sq", &state1_);
+  const int64_t total = model_->params().numel();
+  for (const auto& [name, shard] : states) {
+    const auto it = full.find(name);
+    if (it == full.end()) return Status::InvalidArgument("LoadState: no '" + name + "' for optimizer " + opts_.name);
+    const Tensor& src = it->second;
+    DT_CHECK_ARG(src.dtype() == DType::kF32 && src.numel() == total,
+                 "LoadState: '" << name << "' " << src.ToString() << " must be f32[" << total << "]");
+    for (const Zero1Bucket& b : buckets_) {
+      int64_t first = 0, count = 0;
+      OwnedRange(b, &first, &count);
+      if (count == 0) continue;
+      Tensor from, to;
+      DT_RETURN_IF_ERROR(src.View(first, {count}, &from));
+      DT_RETURN_IF_ERROR(shard->View(b.shard_offset, {count}, &to));
+      DT_RETURN_IF_ERROR(to.CopyFrom(from, ctx_->stream()));
+    }
+  }
+  // Sync point (restore only): the caller may free `full` once this returns.
+  return ctx_->Synchronize();
+}
+
+size_t Zero1Optimizer::state_bytes() const {
+  return static_cast<size_t>(shard_numel_) * sizeof(float) * (adamw_ ? 2 : 1);
+}
+
+size_t Zero1Optimizer::shard_buffer_bytes() const {
+  size_t bytes = 0;
+  for (const Tensor* t : {&grad_pad_, &param_pad_, &sum_squares_, &norm_, &clip_coef_}) bytes += t->nbytes();
+  return bytes;
+}
+
+Status Zero1Optimizer::TakeExposedCommMs(double* ms) {
+  DT_CHECK_ARG(ms != nullptr, "ms is null");
+  *ms = 0;
+#if DT_HAVE_CUDA
+  if (gpu_) {
+    for (int g = 0; g < kNumGaps; ++g) {
+      if (!gpu_->timed[g]) continue;
+      // Sync point: only at log time — waits for the last step's join.
+      DT_RETURN_IF_ERROR(gpu_->end[g].Synchronize());
+      float gap = 0;
+      DT_CUDA_CHECK(cudaEventElapsedTime(&gap, gpu_->begin[g].get(), gpu_->end[g].get()));
+      *ms += gap;
+    }
+    return Status::OK();
+  }
+#endif
+  if (synced_steps_ > 0) *ms = 1e3 * cpu_exposed_s_ / static_cast<double>(synced_steps_);
+  cpu_exposed_s_ = 0;
+  synced_steps_ = 0;
+  return Status::OK();
+}
+
+}  // namespace dtrain::runtime

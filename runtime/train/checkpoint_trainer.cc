@@ -1,0 +1,305 @@
+// The trainer's checkpoint glue (runtime/train/trainer.h): resume in Setup(), async save, preemption.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "core/check.h"
+#include "core/logging.h"
+#include "core/nvtx.h"
+#include "runtime/checkpoint/preemption.h"
+#include "runtime/config/config.h"
+#include "runtime/train/trainer.h"
+#if DT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "core/cuda_check.h"
+#include "core/cuda_handles.h"
+#endif
+
+namespace dtrain::runtime {
+namespace {
+
+double NowS() {
+  using Clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// Which run of the job this is, by the counters that apply: DTRAIN_RESTART_COUNT when `dtrain
+// launch` started the workers (its restarts), SLURM_RESTART_COUNT inside a Slurm job (its requeues;
+// Slurm sets it only from the first requeue on, so unset means 0). "" when neither applies.
+std::string RestartCounts() {
+  std::string out;
+  const char* launch = std::getenv("DTRAIN_RESTART_COUNT");
+  if (launch != nullptr && *launch != '\0') out = std::string("DTRAIN_RESTART_COUNT=") + launch;
+  const char* job = std::getenv("SLURM_JOB_ID");
+  if (job != nullptr && *job != '\0') {
+    const char* requeue = std::getenv("SLURM_RESTART_COUNT");
+    out += std::string(out.empty() ? "" : ", ") +
+           "SLURM_RESTART_COUNT=" + (requeue != nullptr && *requeue != '\0' ? requeue : "0");
+  }
+  return out;
+}
+
+double WallSeconds() {
+  using Clock = std::chrono::system_clock;
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+bool IsStepNumber(const std::string& s) {
+  return !s.empty() && s.size() <= 18 && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+}  // namespace
+
+Status Trainer::SetupCheckpoint() {
+  const auto& ck = cfg_.checkpoint();
+  if (!ck.enabled()) return Status::OK();
+  const std::string& resume = ck.resume();
+  if (resume != "auto" && resume != "never" && !IsStepNumber(resume)) {
+    return Status::InvalidArgument("checkpoint.resume: expected auto, never or a step number, got '" + resume + "'");
+  }
+  const std::string url = ck.url().empty() ? cfg_.run().dir() + "/checkpoints" : ck.url();
+  CheckpointOptions o;
+  o.keep_last = ck.keep_last();
+  o.keep_every = ck.keep_every();
+  o.at_phase = [this](CheckpointPhase phase, int64_t step) { return fault_.AtCheckpointWrite(rank_, step, phase); };
+  storage::StorageOptions so;
+  so.endpoint = ck.s3_endpoint();
+  so.region = ck.s3_region();
+  so.path_style = ck.s3_path_style();
+  so.multipart_threshold = static_cast<uint64_t>(ck.s3_multipart_threshold_mb()) << 20;
+  so.part_size = static_cast<uint64_t>(ck.s3_part_size_mb()) << 20;
+  DT_RETURN_IF_ERROR(CheckpointManager::Open(url, so, o, &ckpt_));
+  Preemption::InstallHandlers();
+  if (rank_ == 0) writer_ = std::make_unique<CheckpointWriter>();
+
+  if (resume == "never") return Status::OK();
+  // Every rank reads the store itself (a shared file system or object storage); they must agree.
+  LoadedCheckpoint loaded;
+  Status st = resume == "auto" ? ckpt_->LoadLatest(&loaded) : ckpt_->Load(std::stoll(resume), &loaded);
+  if (!st.ok() && !(st.code() == Status::Code::kNotFound && resume == "auto")) {
+    return st.WithContext("checkpoint.resume=" + resume + " in " + url);
+  }
+  const double found = st.ok() ? static_cast<double>(loaded.manifest.step()) : -1.0;
+  std::vector<double> v = {found, -found};
+  DT_RETURN_IF_ERROR(AllReduceHost(&v, comm::ReduceOp::kMax));
+  if (v[0] != -v[1]) {
+    return Status::FailedPrecondition("ranks found different checkpoints in " + url + " (newest step " +
+                                      std::to_string(static_cast<int64_t>(v[0])) + " vs " +
+                                      std::to_string(static_cast<int64_t>(-v[1])) +
+                                      "): every rank must see the same storage (use a shared directory or s3://)");
+  }
+  if (!st.ok()) {
+    if (rank_ == 0) DT_LOG_INFO(kRuntime, "no checkpoint in {}: starting from step 0", url);
+    return Status::OK();
+  }
+  DT_RETURN_IF_ERROR(Restore(loaded));
+  if (rank_ == 0) {
+    const std::string counts = RestartCounts();
+    DT_LOG_INFO(kRuntime,
+                "resumed from {}/{}: step {}, epoch {}, {} samples into the epoch (saved by {} rank(s), now {}){}", url,
+                loaded.dir, start_step_, loaded.manifest.data().epoch() + 1, loaded.manifest.data().samples_in_epoch(),
+                loaded.manifest.world_size(), world_, counts.empty() ? "" : "; " + counts);
+  }
+  return Status::OK();
+}
+
+Status Trainer::Restore(const LoadedCheckpoint& ck) {
+  const proto::CheckpointManifest& m = ck.manifest;
+  auto copy_in = [&](const std::string& name, Tensor* dst) -> Status {
+    const auto it = ck.files.find(name);
+    if (it == ck.files.end()) return Status::DataLoss(ck.dir + ": no " + name + " in the checkpoint");
+    const int64_t numel = static_cast<int64_t>(it->second.size() / sizeof(float));
+    if (numel != dst->numel() || it->second.size() % sizeof(float) != 0) {
+      return Status::InvalidArgument(ck.dir + "/" + name + " holds " + std::to_string(numel) +
+                                     " values but this model has " + std::to_string(dst->numel()) +
+                                     ": the checkpoint belongs to another model (its config is in the manifest)");
+    }
+    Tensor host = Tensor::Wrap(const_cast<char*>(it->second.data()), {numel}, DType::kF32, DeviceType::kCPU);
+    return dst->CopyFrom(host, ctx_.stream());
+  };
+  DT_RETURN_IF_ERROR(copy_in("params.bin", &model_->params()));
+  if (m.optimizer() != optim_options().name) {
+    return Status::InvalidArgument(ck.dir + " was saved with optimizer '" + m.optimizer() + "', the config says '" +
+                                   optim_options().name + "'");
+  }
+  if (zero1_) {
+    // The files hold the full state (whoever saved it); this rank keeps its slices.
+    std::map<std::string, Tensor> full;
+    for (const char* name : {"exp_avg", "exp_avg_sq", "momentum_buffer"}) {
+      const auto it = ck.files.find(std::string(name) + ".bin");
+      if (it == ck.files.end()) continue;
+      full[name] =
+          Tensor::Wrap(const_cast<char*>(it->second.data()), {static_cast<int64_t>(it->second.size() / sizeof(float))},
+                       DType::kF32, DeviceType::kCPU);
+    }
+    DT_RETURN_IF_ERROR(zero1_->LoadState(full).WithContext(ck.dir));
+    zero1_->set_step(m.optimizer_step());
+  } else {
+    for (auto& [name, tensor] : optimizer_->state()) DT_RETURN_IF_ERROR(copy_in(name + ".bin", tensor));
+    optimizer_->set_step(m.optimizer_step());
+  }
+  if (scaler_ && m.has_loss_scaler()) DT_RETURN_IF_ERROR(scaler_->Restore(ctx_, m.loss_scaler()));
+  for (auto& [name, tensor] : model_->buffers()) DT_RETURN_IF_ERROR(copy_in("buffer." + name + ".bin", tensor));
+  DT_RETURN_IF_ERROR(ctx_.Synchronize());  // the host bytes in `ck` go away after this
+
+  // The data position is global (seed, epoch, samples consumed in the epoch): the sampler continues
+  // with exactly the samples not yet consumed, also at another world size or batch size.
+  const auto& d = m.data();
+  const int64_t global_batch = cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_;
+  if (rank_ == 0 && d.global_batch() != global_batch) {
+    DT_LOG_WARN(kRuntime, "{}: global batch was {}, now {}: steps group samples differently than the saved run", ck.dir,
+                d.global_batch(), global_batch);
+  }
+  if (rank_ == 0 && (d.seed() != cfg_.train().seed() || d.shuffle() != cfg_.data().shuffle())) {
+    DT_LOG_WARN(kRuntime, "{}: saved with train.seed={} data.shuffle={}, now {} {}: the sample order differs", ck.dir,
+                d.seed(), d.shuffle(), cfg_.train().seed(), cfg_.data().shuffle());
+  }
+  if (train_loader_) {
+    if (d.samples_in_epoch() > train_samples_) {
+      return Status::InvalidArgument(ck.dir + " stopped " + std::to_string(d.samples_in_epoch()) +
+                                     " samples into an epoch, but the training data has only " +
+                                     std::to_string(train_samples_) + " samples: another dataset?");
+    }
+    DT_RETURN_IF_ERROR(train_loader_->Restore({cfg_.train().seed(), d.epoch(), d.samples_in_epoch()}));
+  }
+  start_step_ = last_step_ = m.step();
+  return Status::OK();
+}
+
+proto::CheckpointManifest Trainer::BuildManifest(int64_t step, const data::SamplerState& pos) const {
+  proto::CheckpointManifest m;
+  m.set_format_version(1);
+  m.set_step(step);
+  m.set_world_size(world_);
+  m.set_optimizer(optim_options().name);
+  m.set_optimizer_step(optim_step());
+  proto::ShardingState* sh = m.mutable_sharding();
+  sh->set_zero1(zero1_ != nullptr);
+  sh->set_world_size(zero1_ ? world_ : 1);
+  sh->set_num_buckets(zero1_ ? static_cast<int32_t>(zero1_->buckets().size()) : 0);
+  sh->set_shard_numel(zero1_ ? zero1_->shard_numel() : 0);
+  proto::LrScheduleState* lr = m.mutable_lr_schedule();
+  lr->set_kind(cfg_.schedule().kind());
+  lr->set_base_lr(schedule_->base_lr());
+  lr->set_warmup_steps(schedule_->warmup_steps());
+  lr->set_total_steps(schedule_->total_steps());
+  lr->set_min_lr(schedule_->min_lr());
+  lr->set_next_lr(schedule_->LrAt(step));
+  proto::DataLoaderState* d = m.mutable_data();
+  d->set_seed(pos.seed);
+  d->set_shuffle(cfg_.data().shuffle());
+  d->set_epoch(pos.epoch);
+  d->set_samples_in_epoch(pos.consumed);
+  d->set_global_batch(cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_);
+  d->set_samples_consumed(step * d->global_batch());
+  for (const models::ParamInfo& p : model_->param_infos()) {
+    proto::ParamSlice* s = m.add_params();
+    s->set_name(p.name);
+    for (int64_t dim : p.shape) s->add_shape(dim);
+    s->set_offset(p.offset);
+    s->set_numel(p.numel);
+  }
+  m.set_config_yaml(ConfigToYaml(cfg_));
+  m.set_dtrain_version(DTRAIN_VERSION);
+  m.set_created_unix_ms(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  return m;
+}
+
+Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool sync) {
+  // ZeRO-1: every rank takes part in gathering the full optimizer state (a collective), rank 0 saves it.
+  // (Kept in a member until the next save: the snapshot's D2H copies read it asynchronously.)
+  if (zero1_) DT_RETURN_IF_ERROR(zero1_->GatherState(&gathered_state_));
+  if (rank_ != 0) return Status::OK();  // params and optimizer state are replicated: rank 0 writes
+  DT_NVTX_RANGE("checkpoint_snapshot");
+  const double t0 = NowS();
+  double waited = 0;
+  // At most one save in flight: its snapshot buffers are reused, so wait for it (measured).
+  Status prev = writer_->Wait(&waited);
+  if (!prev.ok()) return prev.WithContext("the previous checkpoint save failed");
+  std::vector<std::pair<std::string, Tensor*>> sources = {{"params.bin", &model_->params()}};
+  if (zero1_) {
+    for (auto& [name, tensor] : gathered_state_) sources.push_back({name + ".bin", &tensor});
+  } else {
+    for (auto& [name, tensor] : optimizer_->state()) sources.push_back({name + ".bin", tensor});
+  }
+  for (auto& [name, tensor] : model_->buffers()) sources.push_back({"buffer." + name + ".bin", tensor});
+  if (snapshot_.empty()) {
+    for (const auto& [name, src] : sources) {
+      Tensor t;
+      DT_RETURN_IF_ERROR(Tensor::Empty({src->numel()}, DType::kF32, ctx_.pinned_allocator(), &t));
+      snapshot_.emplace_back(name, t);
+    }
+  }
+  // D2H on the compute stream: ordered after this step's update, before the next step's.
+  for (size_t i = 0; i < sources.size(); ++i)
+    DT_RETURN_IF_ERROR(snapshot_[i].second.CopyFrom(*sources[i].second, ctx_.stream()));
+#if DT_HAVE_CUDA
+  if (ctx_.is_cuda()) {
+    if (!snapshot_done_) {
+      snapshot_done_ = std::make_unique<CudaEvent>();
+      DT_RETURN_IF_ERROR(CudaEvent::Create(snapshot_done_.get()));
+    }
+    DT_RETURN_IF_ERROR(snapshot_done_->Record(ctx_.stream()));
+  }
+#endif
+  proto::CheckpointManifest built = BuildManifest(step, pos);
+  if (scaler_) DT_RETURN_IF_ERROR(scaler_->Save(built.mutable_loss_scaler()));
+  auto job = [this, manifest = std::move(built)]() -> Status {
+#if DT_HAVE_CUDA
+    if (ctx_.is_cuda()) {
+      DT_CUDA_CHECK(cudaSetDevice(ctx_.device_index()));  // the writer thread's device
+      DT_RETURN_IF_ERROR(snapshot_done_->Synchronize());  // sync point: the snapshot copies are done
+    }
+#endif
+    const double w0 = NowS();
+    std::vector<CheckpointBlob> blobs;
+    uint64_t bytes = 0;
+    for (const auto& [name, t] : snapshot_) {
+      blobs.push_back({name, t.data<float>(), static_cast<size_t>(t.numel()) * sizeof(float), t.numel()});
+      bytes += blobs.back().size;
+    }
+    const std::string what = "checkpoint step " + std::to_string(manifest.step()) + " to " + ckpt_->url();
+    DT_RETURN_IF_ERROR(ckpt_->Save(manifest, blobs).WithContext(what));
+    const double s = NowS() - w0;
+    DT_LOG_INFO(kRuntime, "{}/{}: {:.1f} MiB written in {:.3f} s ({:.0f} MiB/s)", ckpt_->url(),
+                CheckpointManager::StepDir(manifest.step()), bytes / 1048576.0, s,
+                bytes / 1048576.0 / std::max(s, 1e-9));
+    return Status::OK();
+  };
+  if (sync) {
+    DT_RETURN_IF_ERROR(job());
+  } else {
+    DT_RETURN_IF_ERROR(writer_->Submit(std::move(job)));
+  }
+  const double stall_ms = 1e3 * (NowS() - t0), wait_ms = 1e3 * waited;
+  ckpt_stall_s_ += stall_ms / 1e3;
+  DT_LOG_INFO(kRuntime, "checkpoint step {}: training stalled {:.2f} ms ({}; {:.2f} ms waiting for the previous save)",
+              step, stall_ms, sync ? "synchronous save" : "snapshot, write in the background", wait_ms);
+  return metrics_.Write(JsonLine()
+                            .Add("kind", std::string("checkpoint"))
+                            .Add("step", step)
+                            .Add("time", WallSeconds())
+                            .Add("stall_ms", stall_ms)
+                            .Add("wait_ms", wait_ms)
+                            .Add("async", static_cast<int64_t>(sync ? 0 : 1)));
+}
+
+Status Trainer::AgreePreempted(int64_t step, bool* preempted) {
+  comm::WatchdogScope armed(watchdog_, "step " + std::to_string(step) + " preemption check (flag all-reduce)");
+  std::vector<double> v = {static_cast<double>(Preemption::Requested())};
+  DT_RETURN_IF_ERROR(AllReduceHost(&v, comm::ReduceOp::kMax));
+  *preempted = v[0] > 0;
+  if (*preempted && rank_ == 0) {
+    DT_LOG_WARN(kRuntime, "preemption signal {} ({}): saving a checkpoint and exiting with code 75",
+                static_cast<int>(v[0]), strsignal(static_cast<int>(v[0])));
+  }
+  return Status::OK();
+}
+
+}  // namespace dtrain::runtime

@@ -1,0 +1,506 @@
+#include "runtime/train/trainer.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+
+#include "core/allocator.h"
+#include "core/check.h"
+#include "core/nvtx.h"
+#include "models/ops/matmul.h"
+#include "models/ops/softmax_xent.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/config/config.h"
+#include "runtime/observe/run_report.h"
+#include "runtime/observe/step_breakdown.h"
+#include "runtime/train/model_factory.h"
+#if DT_HAVE_CUDA
+#include "core/cuda_handles.h"
+#endif
+
+namespace dtrain::runtime {
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+double Now() {
+  using Clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// Unix time in seconds, for metrics records.
+double WallTime() {
+  using Clock = std::chrono::system_clock;
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// Data wait above this share of the step time gets a warning (the GPU should never wait for input).
+constexpr double kDataWaitWarnShare = 0.05;
+
+// The PhaseTimer's phases of a step.
+enum { kPhaseData, kPhaseCompute, kPhaseComm, kPhaseOptim, kNumPhases };
+
+Status MakeDirs(const std::string& path) {
+  std::string partial;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      if (!partial.empty() && mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+        return Status::IoError("cannot create run directory '" + partial + "': " + std::strerror(errno));
+      }
+    }
+    if (i < path.size()) partial += path[i];
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Trainer::Trainer(const proto::Config& cfg, DeviceContext& ctx) : cfg_(cfg), ctx_(ctx) {}
+Trainer::~Trainer() = default;
+
+Status Trainer::Create(const proto::Config& cfg, DeviceContext& ctx, comm::Communicator* grad_comm,
+                       comm::Communicator* host_comm, int rank, int world, std::unique_ptr<Trainer>* out) {
+  std::unique_ptr<Trainer> t(new Trainer(cfg, ctx));  // private constructor
+  t->grad_comm_ = grad_comm;
+  t->host_comm_ = host_comm;
+  t->rank_ = rank;
+  t->world_ = world;
+  DT_RETURN_IF_ERROR(t->Setup());
+  *out = std::move(t);
+  return Status::OK();
+}
+
+Status Trainer::Setup() {
+  const auto& d = cfg_.data();
+  DT_RETURN_IF_ERROR(FaultInjector::FromEnv(&fault_));
+  DT_RETURN_IF_ERROR(SetupData());
+  const int64_t accum = cfg_.train().grad_accum_steps();
+
+  DT_RETURN_IF_ERROR(BuildModel(cfg_, ctx_, &model_));
+  DT_RETURN_IF_ERROR(model_->InitParams(cfg_.train().seed()));
+  if (!cfg_.model().init_from().empty()) DT_RETURN_IF_ERROR(ImportParams(cfg_.model().init_from()));
+  phases_ = std::make_unique<PhaseTimer>(ctx_, kNumPhases);
+
+  const auto& o = cfg_.optim();
+  OptimizerOptions oo;
+  oo.name = o.name();
+  oo.lr = o.lr();
+  oo.momentum = o.momentum();
+  oo.nesterov = o.nesterov();
+  oo.beta1 = o.beta1();
+  oo.beta2 = o.beta2();
+  oo.eps = o.eps();
+  oo.weight_decay = o.weight_decay();
+  oo.grad_clip = o.grad_clip();
+  const bool zero1 = cfg_.dist().zero1() && grad_comm_ != nullptr && world_ > 1;
+  if (zero1) {
+    DT_RETURN_IF_ERROR(
+        Zero1Optimizer::Create(ctx_, oo, *model_, grad_comm_, rank_, world_, cfg_.dist().bucket_mb(), &zero1_));
+    if (cfg_.dist().bf16_compress() && rank_ == 0) {
+      DT_LOG_WARN(kRuntime, "dist.bf16_compress is ignored with dist.zero1 (reduce-scatter runs in fp32)");
+    }
+  } else {
+    DT_RETURN_IF_ERROR(Optimizer::Create(ctx_, oo, model_->params().numel(), &optimizer_));
+  }
+  if (cfg_.train().precision() == "fp16") {
+    if (zero1_) {
+      return Status::Unimplemented(
+          "train.precision fp16 with dist.zero1: the overflow check needs the full gradient norm every step; use "
+          "bf16 with ZeRO-1, or fp16 without it");
+    }
+    DT_RETURN_IF_ERROR(LossScaler::Create(ctx_, &scaler_));
+  }
+  const int64_t state_bytes = zero1_ ? static_cast<int64_t>(zero1_->state_bytes())
+                                     : static_cast<int64_t>(optimizer_->state().size()) * model_->params().numel() * 4;
+  DT_LOG_INFO(kRuntime, "optimizer state: {:.1f} MiB on this rank ({})", state_bytes / 1048576.0,
+              zero1_ ? "ZeRO-1: sharded over " + std::to_string(world_) + " ranks" : std::string("replicated"));
+  const auto& s = cfg_.schedule();
+  DT_RETURN_IF_ERROR(
+      LrSchedule::Create(s.kind(), o.lr(), s.warmup_steps(), total_steps_, s.min_lr_ratio(), &schedule_));
+
+  if (grad_comm_ != nullptr && world_ > 1 && !zero1) {
+    GradientReducer::Options ro;
+    ro.bucket_bytes = static_cast<size_t>(cfg_.dist().bucket_mb() * (1 << 20));
+    ro.bf16_compress = cfg_.dist().bf16_compress();
+    DT_RETURN_IF_ERROR(
+        GradientReducer::Create(ctx_, grad_comm_, model_->param_infos(), &model_->grads(), ro, &reducer_));
+  }
+
+  // Rows of per-example losses of the largest batch (GPT-2: one per token), for the device-side loss sums.
+  const int64_t per_sample = cfg_.model().kind() == "gpt2" ? cfg_.model().gpt2().max_seq_len() : 1;
+  const int64_t rows = std::max(d.batch_size(), d.eval_batch_size()) * per_sample;
+  Tensor host_ones;
+  DT_RETURN_IF_ERROR(Tensor::Empty({rows, 1}, DType::kF32, ctx_.host_allocator(), &host_ones));
+  for (int64_t i = 0; i < rows; ++i) host_ones.data<float>()[i] = 1.0f;
+  DT_RETURN_IF_ERROR(Tensor::Empty({rows, 1}, DType::kF32, ctx_.allocator(), &ones_));
+  DT_RETURN_IF_ERROR(ones_.CopyFrom(host_ones, ctx_.stream()));
+  DT_RETURN_IF_ERROR(Tensor::Empty({1, 1}, DType::kF32, ctx_.allocator(), &loss_acc_));
+  DT_RETURN_IF_ERROR(loss_acc_.SetZero(ctx_.stream()));
+  DT_RETURN_IF_ERROR(ctx_.Synchronize());  // host_ones is pageable and goes away here
+
+  if (rank_ == 0) {
+    DT_RETURN_IF_ERROR(MakeDirs(cfg_.run().dir()));
+    std::ofstream(cfg_.run().dir() + "/config.yaml") << ConfigToYaml(cfg_);
+    DT_RETURN_IF_ERROR(metrics_.Open(cfg_.run().dir() + "/metrics.jsonl"));
+    if (cfg_.run().tensorboard())
+      DT_RETURN_IF_ERROR(EventWriter::Create(cfg_.run().dir() + "/tensorboard", &tensorboard_));
+  }
+  if (cfg_.run().trace_steps() > 0) {
+    DT_RETURN_IF_ERROR(MakeDirs(cfg_.run().dir() + "/trace"));
+    DT_RETURN_IF_ERROR(TraceWriter::Create(TraceFilePath(cfg_.run().dir(), rank_), rank_, &trace_));
+    device_trace_ = std::make_unique<DeviceTrace>(trace_.get(), ctx_);
+  }
+  DT_LOG_INFO(kRuntime, "model {}: {} parameters in {} tensors; {} steps, global batch {}", cfg_.model().kind(),
+              model_->params().numel(), model_->param_infos().size(), total_steps_, d.batch_size() * accum * world_);
+  return SetupCheckpoint();
+}
+
+Status Trainer::TrainStep(int64_t step, double* data_seconds) {
+  DT_NVTX_RANGE("train_step");
+  // Blocks on peers: MPI all-reduces in backward (CPU), batch-slot syncs behind NCCL work (GPU).
+  comm::WatchdogScope armed(watchdog_, "step " + std::to_string(step + 1) + " (gradient all-reduce)");
+  const int64_t accum = cfg_.train().grad_accum_steps();
+  DT_RETURN_IF_ERROR(model_->grads().SetZero(ctx_.stream()));
+  const auto& run = cfg_.run();
+  trace_now_ = trace_ && InTraceWindow(step, run.trace_start(), run.trace_steps()) ? trace_.get() : nullptr;
+  DeviceTrace* dev = trace_now_ ? device_trace_.get() : nullptr;
+  if (dev && (step == start_step_ || !InTraceWindow(step - 1, run.trace_start(), run.trace_steps()))) {
+    DT_RETURN_IF_ERROR(dev->Begin());  // the window's first step: one device sync anchors the stream clocks
+    if (reducer_) reducer_->set_trace(dev);
+    if (zero1_) zero1_->set_trace(dev);
+  }
+  TraceSpan step_span(trace_now_, TraceTrack::kHost, "step " + std::to_string(step + 1), "step");
+  DeviceTrace::Mark compute_begin, compute_end, optim_end;
+  float loss_scale = 1.0f;
+  for (int64_t m = 0; m < accum; ++m) {
+    data::Batch batch;
+    {
+      TraceSpan span(trace_now_, TraceTrack::kHost, "data wait", "data");
+      DT_RETURN_IF_ERROR(phases_->Switch(kPhaseData));
+      DT_RETURN_IF_ERROR(NextBatch(&batch));
+      DT_RETURN_IF_ERROR(phases_->Switch(kPhaseCompute));
+    }
+    TraceSpan span(trace_now_, TraceTrack::kHost, "forward+backward (queue)", "compute");
+    if (dev && m == 0) DT_RETURN_IF_ERROR(dev->Record(ctx_.stream(), &compute_begin));
+    *data_seconds += batch.wait_seconds;
+    Tensor x;
+    DT_RETURN_IF_ERROR(ModelInputs(batch, &x));
+    DT_RETURN_IF_ERROR(model_->Forward(x, batch.targets));
+    // fp16: the scale of this step (waits for the previous step's device-side update, which this
+    // forward overlaps).
+    if (scaler_ && m == 0) DT_RETURN_IF_ERROR(scaler_->Scale(&loss_scale));
+    // loss_acc += mean(losses) / accum, as a [1,n] x [n,1] product: stays on the device, no sync.
+    const int64_t n = model_->losses().numel();
+    Tensor losses_row, ones_col;
+    DT_RETURN_IF_ERROR(model_->losses().Reshape({1, n}, &losses_row));
+    DT_RETURN_IF_ERROR(ones_.View(0, {n, 1}, &ones_col));
+    DT_RETURN_IF_ERROR(
+        ops::Matmul(ctx_, losses_row, false, ones_col, false, &loss_acc_, 1.0f / static_cast<float>(n * accum), 1.0f));
+    // Gradients are exchanged only on the last micro-batch; earlier ones just accumulate locally.
+    const bool last = m + 1 == accum;
+    models::GradReadyFn on_ready;
+    if (reducer_ && last) on_ready = [this](int i) { return reducer_->MarkReady(i); };
+    if (zero1_ && last) on_ready = [this](int i) { return zero1_->OnGradReady(i); };
+    DT_RETURN_IF_ERROR(model_->Backward(loss_scale / static_cast<float>(accum), on_ready));
+  }
+  if (dev) {
+    DT_RETURN_IF_ERROR(dev->Record(ctx_.stream(), &compute_end));
+    dev->Span(TraceTrack::kCompute, "forward+backward", "compute", compute_begin, compute_end,
+              JsonLine().Add("micro_batches", accum));
+  }
+  DT_RETURN_IF_ERROR(phases_->Switch(kPhaseComm));
+  {
+    TraceSpan span(trace_now_, TraceTrack::kHost, "gradient finalize", "comm");
+    if (reducer_) DT_RETURN_IF_ERROR(reducer_->Finalize());
+    if (zero1_) DT_RETURN_IF_ERROR(zero1_->Finalize());
+  }
+  DT_RETURN_IF_ERROR(phases_->Switch(kPhaseOptim));
+  TraceSpan optim_span(trace_now_, TraceTrack::kHost, "optimizer (queue)", "optim");
+  if (zero1_) {
+    DT_RETURN_IF_ERROR(zero1_->Step(ctx_, schedule_->LrAt(step)));
+  } else {
+    DT_RETURN_IF_ERROR(optimizer_->Step(ctx_, model_->params(), model_->grads(), schedule_->LrAt(step), scaler_.get()));
+  }
+  if (dev) {
+    // The optimizer starts once the compute stream has joined the collectives (compute_end is earlier).
+    DT_RETURN_IF_ERROR(dev->Record(ctx_.stream(), &optim_end));
+    dev->Span(TraceTrack::kCompute, "wait for gradients + optimizer", "optim", compute_end, optim_end);
+    if (step + 1 == total_steps_ || !InTraceWindow(step + 1, run.trace_start(), run.trace_steps())) {
+      if (reducer_) reducer_->set_trace(nullptr);
+      if (zero1_) zero1_->set_trace(nullptr);
+      DT_RETURN_IF_ERROR(dev->Flush());  // the window's last step: one sync resolves the stream spans
+    }
+  }
+  return phases_->EndStep();
+}
+
+Status Trainer::AllReduceHost(std::vector<double>* values, comm::ReduceOp op) {
+  if (host_comm_ == nullptr || world_ == 1) return Status::OK();
+  Tensor t = Tensor::Wrap(values->data(), {static_cast<int64_t>(values->size())}, DType::kF64, DeviceType::kCPU);
+  return host_comm_->AllReduce(&t, op, nullptr);
+}
+
+Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, int64_t interval_steps, double data_s,
+                            double* mean_loss) {
+  comm::WatchdogScope armed(watchdog_, "step " + std::to_string(step) + " progress (device sync, loss all-reduce)");
+  float acc = 0;
+  Tensor host = Tensor::Wrap(&acc, {1, 1}, DType::kF32, DeviceType::kCPU);
+  DT_RETURN_IF_ERROR(host.CopyFrom(loss_acc_, ctx_.stream()));
+  DT_RETURN_IF_ERROR(ctx_.Synchronize());
+  // Measured after the sync: the host queues steps ahead of the device, so only now is the interval's work done.
+  const double interval_s = Now() - interval_start;
+  DT_RETURN_IF_ERROR(loss_acc_.SetZero(ctx_.stream()));
+  // Loss and data wait are averaged over the ranks (one slow loader stalls every rank's collectives).
+  std::vector<double> v = {acc / static_cast<double>(interval_steps), data_s};
+  DT_RETURN_IF_ERROR(AllReduceHost(&v));
+  *mean_loss = v[0] / world_;
+  if (!std::isfinite(*mean_loss)) {
+    return Status::FailedPrecondition("training diverged: loss is " + std::to_string(*mean_loss) + " at step " +
+                                      std::to_string(step) + " (lower optim.lr or set optim.grad_clip)");
+  }
+  std::vector<double> phase_ms;
+  int64_t timed_steps = 0;
+  DT_RETURN_IF_ERROR(phases_->Take(&phase_ms, &timed_steps));
+  double comm_ms = 0;  // exposed (non-overlapped) gradient communication per step
+  if (reducer_) DT_RETURN_IF_ERROR(reducer_->TakeExposedCommMs(&comm_ms));
+  if (zero1_) DT_RETURN_IF_ERROR(zero1_->TakeExposedCommMs(&comm_ms));
+  const double ckpt_s = ckpt_stall_s_;
+  ckpt_stall_s_ = 0;
+  // Peak device memory of the interval's steps (the caching allocator's high-water mark; 0 on the CPU).
+  double peak_mib = 0;
+  if (CudaCachingAllocator* a = ctx_.device_allocator()) {
+    peak_mib = a->stats().peak_bytes_in_use / 1048576.0;
+    a->ResetPeak();
+  }
+  if (rank_ != 0) return Status::OK();
+  StepPhases p;
+  const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(timed_steps, 1));
+  p.step_ms = 1e3 * interval_s / interval_steps;
+  // Data wait: on the GPU the device time the compute stream stalled for input (its wait on the
+  // loader's copy event, and any gap while the host was blocked in the loader); on the CPU the time
+  // blocked in the loader. Averaged over the ranks (v[1]: host seconds blocked, summed).
+  p.data_ms = ctx_.is_cuda() ? phase_ms[kPhaseData] * per_step : 1e3 * v[1] / world_ / interval_steps;
+  p.comm_exposed_ms = reducer_ || zero1_ ? comm_ms : phase_ms[kPhaseComm] * per_step;
+  // On the CPU the blocking all-reduces run inside backward: reported as communication only.
+  p.fwd_bwd_ms = std::max(0.0, phase_ms[kPhaseCompute] * per_step - (ctx_.is_cuda() ? 0.0 : p.comm_exposed_ms));
+  p.optim_ms = phase_ms[kPhaseOptim] * per_step;
+  p.ckpt_stall_ms = 1e3 * ckpt_s / interval_steps;
+  const double lr = schedule_->LrAt(step - 1);
+  const int64_t global_batch = cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_;
+  const double samples_per_s = interval_steps * global_batch / interval_s;
+  DT_LOG_INFO(kRuntime, "epoch {}/{} step {}/{} | loss {:.4f} | lr {:.3e} | {:.0f} samples/s | step {:.2f} ms ({}){}",
+              epoch + 1, cfg_.train().epochs(), step, total_steps_, *mean_loss, lr, samples_per_s, p.step_ms,
+              FormatStepBreakdown(p),
+              peak_mib > 0 ? " | peak " + std::to_string(static_cast<int64_t>(peak_mib)) + " MiB" : std::string());
+  if (p.data_ms > kDataWaitWarnShare * p.step_ms) {
+    DT_LOG_WARN(kRuntime,
+                "input pipeline behind: waited {:.2f} ms per step for data ({:.0f}% of the step) with data.workers={} "
+                "and data.prefetch={}: raise them, or check the storage the shards are read from",
+                p.data_ms, 100.0 * p.data_ms / p.step_ms, cfg_.data().workers(), cfg_.data().prefetch());
+  }
+  const std::string verdict = StepVerdict(p);
+  if (!verdict.empty() && verdict.rfind("compute-bound", 0) != 0 && verdict != last_verdict_) {
+    DT_LOG_WARN(kRuntime, "step time: {}", verdict);
+  }
+  last_verdict_ = verdict;
+  if (tensorboard_) {
+    DT_RETURN_IF_ERROR(tensorboard_->AddScalars(step, WallTime(),
+                                                {{"train/loss", *mean_loss},
+                                                 {"train/lr", lr},
+                                                 {"train/samples_per_s", samples_per_s},
+                                                 {"time/step_ms", p.step_ms},
+                                                 {"time/data_ms", p.data_ms},
+                                                 {"time/fwd_bwd_ms", p.fwd_bwd_ms},
+                                                 {"time/comm_exposed_ms", p.comm_exposed_ms},
+                                                 {"time/optim_ms", p.optim_ms},
+                                                 {"time/ckpt_stall_ms", p.ckpt_stall_ms}}));
+  }
+  return metrics_.Write(JsonLine()
+                            .Add("kind", std::string("train"))
+                            .Add("epoch", epoch + 1)
+                            .Add("step", step)
+                            .Add("time", WallTime())
+                            .Add("loss", *mean_loss)
+                            .Add("lr", lr)
+                            .Add("samples_per_s", samples_per_s)
+                            .Add("step_ms", p.step_ms)
+                            .Add("data_ms", p.data_ms)
+                            .Add("fwd_bwd_ms", p.fwd_bwd_ms)
+                            .Add("comm_exposed_ms", p.comm_exposed_ms)
+                            .Add("optim_ms", p.optim_ms)
+                            .Add("ckpt_stall_ms", p.ckpt_stall_ms)
+                            .Add("peak_mem_mib", peak_mib)
+                            .Add("verdict", verdict));
+}
+
+Status Trainer::Run(TrainSummary* summary) {
+  if (rank_ == 0) {
+    const char* restart = std::getenv("DTRAIN_RESTART_COUNT");
+    DT_RETURN_IF_ERROR(metrics_.Write(JsonLine()
+                                          .Add("kind", std::string("start"))
+                                          .Add("time", WallTime())
+                                          .Add("restart", static_cast<int64_t>(restart ? std::atoll(restart) : 0))
+                                          .Add("resume_step", start_step_)
+                                          .Add("world", static_cast<int64_t>(world_))
+                                          .Add("device", std::string(ctx_.is_cuda() ? "cuda" : "cpu"))
+                                          .Add("total_steps", total_steps_)));
+  }
+  Status st = RunLoop(summary);
+  if (rank_ == 0) {
+    const char* how = st.ok() ? "done" : st.code() == Status::Code::kPreempted ? "preempted" : "failed";
+    Status w = metrics_.Write(JsonLine()
+                                  .Add("kind", std::string("end"))
+                                  .Add("time", WallTime())
+                                  .Add("step", last_step_)
+                                  .Add("status", std::string(how)));
+    if (st.ok()) st = w;
+    RunSummary run;  // every attempt of this run directory so far
+    if (LoadRunSummary(metrics_.path(), &run).ok()) {
+      DT_LOG_INFO(kRuntime, "run summary ({}):\n{}", metrics_.path(),
+                  FormatRunSummary(run, cfg_.run().price_per_gpu_hour()));
+    }
+  }
+  if (trace_) {
+    Status t = trace_->Close();
+    if (st.ok()) st = t;
+  }
+  return st;
+}
+
+Status Trainer::RunLoop(TrainSummary* summary) {
+  const int64_t accum = cfg_.train().grad_accum_steps();
+  const int64_t log_every = cfg_.train().log_every();
+  const int64_t global_batch = cfg_.data().batch_size() * accum * world_;
+  *summary = TrainSummary();
+  summary->eval_loss = summary->eval_accuracy = std::numeric_limits<double>::quiet_NaN();
+  const auto& ck = cfg_.checkpoint();
+  int64_t step = start_step_, last_eval_step = -1;
+  int64_t epoch = DataPosition().epoch;
+  double train_seconds = 0, t_interval = Now(), data_s = 0;
+  int64_t interval_steps = 0;
+  auto evaluate = [&](int64_t ep) -> Status {
+    if (!cfg_.train().eval() || !eval_loader_) return Status::OK();
+    DT_RETURN_IF_ERROR(Evaluate(&summary->eval_loss, &summary->eval_accuracy));
+    last_eval_step = step;
+    if (rank_ != 0) return Status::OK();
+    DT_LOG_INFO(kRuntime, "epoch {}/{} eval | loss {:.4f} | accuracy {:.2f}%", ep + 1, cfg_.train().epochs(),
+                summary->eval_loss, 100.0 * summary->eval_accuracy);
+    if (tensorboard_) {
+      DT_RETURN_IF_ERROR(tensorboard_->AddScalars(
+          step, WallTime(), {{"eval/loss", summary->eval_loss}, {"eval/accuracy", summary->eval_accuracy}}));
+    }
+    return metrics_.Write(JsonLine()
+                              .Add("kind", std::string("eval"))
+                              .Add("epoch", ep + 1)
+                              .Add("step", step)
+                              .Add("time", WallTime())
+                              .Add("eval_loss", summary->eval_loss)
+                              .Add("eval_accuracy", summary->eval_accuracy));
+  };
+  while (step < total_steps_) {
+    data::SamplerState pos = DataPosition();
+    if (pos.epoch == epoch && !StepFits(pos)) {
+      // The rest of the epoch cannot fill a step (kDrop with grad_accum_steps > 1): skip to the next.
+      pos = {pos.seed, epoch + 1, 0};
+      DT_RETURN_IF_ERROR(train_loader_->Restore(pos));
+    }
+    if (pos.epoch != epoch) {  // the previous epoch is complete
+      DT_RETURN_IF_ERROR(evaluate(epoch));
+      epoch = pos.epoch;
+      if (epoch >= cfg_.train().epochs()) break;
+    }
+    DT_RETURN_IF_ERROR(fault_.AtStep(rank_, step));
+    DT_RETURN_IF_ERROR(TrainStep(step, &data_s));
+    last_step_ = ++step;
+    ++interval_steps;
+    const data::SamplerState next = DataPosition();
+    const bool epoch_end = next.epoch != epoch || !StepFits(next);
+    if (step % log_every == 0 || step == total_steps_ || epoch_end) {
+      // LogProgress synchronizes, then takes the interval's wall time: it covers all of its device work.
+      DT_RETURN_IF_ERROR(LogProgress(epoch, step, t_interval, interval_steps, data_s, &summary->last_train_loss));
+      train_seconds += Now() - t_interval;
+      t_interval = Now();
+      data_s = 0;
+      interval_steps = 0;
+    }
+    if (ckpt_ == nullptr) continue;
+    // A signal during the last step changes nothing: the end-of-training save and exit 0 follow.
+    bool preempted = false;
+    if (step < total_steps_) DT_RETURN_IF_ERROR(AgreePreempted(step, &preempted));
+    if (preempted) {
+      DT_RETURN_IF_ERROR(SaveCheckpoint(step, next, /*sync=*/true));
+      // Peers wait until rank 0's checkpoint is durable: a rank exiting early makes mpirun end the job.
+      if (host_comm_ != nullptr && world_ > 1) DT_RETURN_IF_ERROR(host_comm_->Barrier());
+      return Status::Preempted("preemption signal received: checkpoint of step " + std::to_string(step) + " saved in " +
+                               ckpt_->url() + "; run the same command again to resume");
+    }
+    if ((ck.every_steps() > 0 && step % ck.every_steps() == 0) || (ck.at_end() && step == total_steps_)) {
+      DT_RETURN_IF_ERROR(SaveCheckpoint(step, next, /*sync=*/!ck.async()));
+    }
+  }
+  if (last_eval_step != step) DT_RETURN_IF_ERROR(evaluate(std::min(epoch, cfg_.train().epochs() - 1)));
+  if (writer_) DT_RETURN_IF_ERROR(writer_->Wait());  // the last asynchronous save is durable (or its error)
+  summary->steps = step;
+  summary->samples = step * global_batch;
+  summary->seconds = train_seconds;
+  summary->samples_per_s = train_seconds > 0 ? summary->samples / train_seconds : 0;
+  if (rank_ == 0) DT_RETURN_IF_ERROR(ExportParams(cfg_.run().dir() + "/final.safetensors"));
+  return Status::OK();
+}
+
+Status Trainer::ExportParams(const std::string& path) {
+  std::vector<float> flat(model_->params().numel());
+  Tensor host = Tensor::Wrap(flat.data(), {model_->params().numel()}, DType::kF32, DeviceType::kCPU);
+  DT_RETURN_IF_ERROR(host.CopyFrom(model_->params(), ctx_.stream()));
+  DT_RETURN_IF_ERROR(ctx_.Synchronize());
+  std::vector<NamedTensor> tensors;
+  for (const models::ParamInfo& p : model_->param_infos()) {
+    tensors.push_back(
+        {p.name, p.shape, std::vector<float>(flat.begin() + p.offset, flat.begin() + p.offset + p.numel)});
+  }
+  return WriteSafetensors(path, tensors, {{"format", "pt"}, {"producer", "dtrain"}});
+}
+
+Status Trainer::ImportParams(const std::string& path) {
+  std::vector<NamedTensor> tensors;
+  DT_RETURN_IF_ERROR(ReadSafetensors(path, &tensors));
+  std::map<std::string, const NamedTensor*> by_name;
+  for (const NamedTensor& t : tensors) by_name[t.name] = &t;
+  std::vector<float> flat(model_->params().numel());
+  for (const models::ParamInfo& p : model_->param_infos()) {
+    auto it = by_name.find(p.name);
+    if (it == by_name.end()) {
+      return Status::InvalidArgument("model.init_from " + path + ": no tensor '" + p.name + "' (the model's " +
+                                     std::to_string(model_->param_infos().size()) + " parameters must all be there)");
+    }
+    if (it->second->shape != p.shape) {
+      return Status::InvalidArgument("model.init_from " + path + ": tensor '" + p.name + "' has shape " +
+                                     ShapeString(it->second->shape) + ", the model expects " + ShapeString(p.shape));
+    }
+    std::copy(it->second->data.begin(), it->second->data.end(), flat.begin() + p.offset);
+    by_name.erase(it);
+  }
+  if (!by_name.empty()) {
+    return Status::InvalidArgument("model.init_from " + path + ": tensor '" + by_name.begin()->first +
+                                   "' is not a parameter of this model (" + std::to_string(by_name.size()) +
+                                   " unknown in all)");
+  }
+  Tensor host = Tensor::Wrap(flat.data(), {model_->params().numel()}, DType::kF32, DeviceType::kCPU);
+  DT_RETURN_IF_ERROR(model_->params().CopyFrom(host, ctx_.stream()));
+  DT_RETURN_IF_ERROR(ctx_.Synchronize());
+  if (rank_ == 0) DT_LOG_INFO(kRuntime, "parameters initialised from {} ({} tensors)", path, tensors.size());
+  return Status::OK();
+}
+
+}  // namespace dtrain::runtime

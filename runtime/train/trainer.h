@@ -1,0 +1,166 @@
+#pragma once
+// Trainer: the training loop of one worker (`dtrain train`).
+//
+// Input (runtime/trainer_data.cc): a data::Loader over a sharded dataset — Fashion-MNIST's IDX files
+// converted once into shards under data.cache_dir, a local `dtrain data` dataset, or an s3:// one
+// fetched into that cache (data/remote_cache.h) — or, for throughput runs, SyntheticTokens. The
+// training order is the data::Sampler's (seed, epoch, samples consumed globally), which is also the
+// checkpointed data position. An epoch ends when the rest of it cannot fill a whole optimizer step.
+//
+// Per optimizer step: zero grads -> for each of grad_accum_steps micro-batches {take the loader's
+// next batch (already on the device; the compute stream waits on its copy event), Forward, Backward
+// (announcing gradients to the GradientReducer on the last micro-batch)} -> reducer Finalize
+// (compute stream waits for the collectives) -> optimizer Step with the scheduled LR. The host
+// synchronizes with the device only at log points and evaluation. Time blocked on input is logged
+// per step, and a warning names the cause when it exceeds 5% of the step.
+//
+// Rank 0 prints the progress line, writes <run.dir>/metrics.jsonl and <run.dir>/config.yaml, and at
+// the end the trained parameters to <run.dir>/final.safetensors.
+//
+// Checkpoints (runtime/checkpoint/checkpoint.h, config `checkpoint`): every rank restores the newest valid
+// checkpoint in Create() (resume "auto") and continues at its step, optimizer state and data position
+// (epoch, global samples consumed), so the sample sequence and the updates are those of an
+// uninterrupted run, also at another world size with the same global batch. Every `every_steps` steps
+// and at the end, rank 0 snapshots params and optimizer state into pinned host memory (D2H on the
+// compute stream + an event) and a CheckpointWriter thread writes them while training continues; the
+// trainer's stall (waiting for the previous save + the snapshot) is logged and written to metrics.
+// Preemption (runtime/checkpoint/preemption.h): the ranks agree on the signal flag after every step, save
+// synchronously and Run() returns Status::Preempted (exit 75).
+// Distributed: `grad_comm` (NCCL on GPU, MPI on CPU) reduces gradients; `host_comm` (MPI) reduces
+// the few host scalars (loss, accuracy). Both null for a single process. Not thread-safe.
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/watchdog.h"
+#include "core/device_context.h"
+#include "data/loader.h"
+#include "data/synthetic_tokens.h"
+#include "models/model.h"
+#include "proto/config.pb.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/checkpoint_writer.h"
+#include "runtime/checkpoint/fault_injection.h"
+#include "runtime/observe/device_trace.h"
+#include "runtime/observe/metrics.h"
+#include "runtime/observe/phase_timer.h"
+#include "runtime/observe/tensorboard.h"
+#include "runtime/observe/trace.h"
+#include "runtime/optim/gradient_reducer.h"
+#include "runtime/optim/loss_scaler.h"
+#include "runtime/optim/lr_schedule.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/optim/zero1.h"
+
+namespace dtrain {
+class CudaEvent;
+}  // namespace dtrain
+
+namespace dtrain::runtime {
+
+struct TrainSummary {
+  int64_t steps = 0;
+  int64_t samples = 0;  // training samples processed, all ranks
+  double seconds = 0;   // training wall time, evaluation excluded
+  double samples_per_s = 0;
+  double last_train_loss = 0;  // mean over the last log interval
+  double eval_loss = 0;        // after the last epoch (NaN when eval is off)
+  double eval_accuracy = 0;
+};
+
+class Trainer {
+ public:
+  static Status Create(const proto::Config& cfg, DeviceContext& ctx, comm::Communicator* grad_comm,
+                       comm::Communicator* host_comm, int rank, int world, std::unique_ptr<Trainer>* out);
+  ~Trainer();
+  // Optional: arms `wd` around every section that may block on peers (each step, each progress sync,
+  // each evaluation), so a hung collective is reported instead of waited on. Borrowed; outlives the trainer.
+  void set_watchdog(comm::Watchdog* wd) { watchdog_ = wd; }
+  Status Run(TrainSummary* summary);
+
+ private:
+  Trainer(const proto::Config& cfg, DeviceContext& ctx);  // out of line: CudaEvent is incomplete here
+  Status Setup();
+  Status RunLoop(TrainSummary* summary);  // Run() without the start/end metrics records
+  Status TrainStep(int64_t step, double* data_seconds);
+  Status Evaluate(double* loss, double* accuracy);
+
+  // Input (runtime/trainer_data.cc).
+  Status SetupData();
+  Status NextBatch(data::Batch* b);
+  // The position of the next training batch; (seed, 0, 0) for synthetic data.
+  data::SamplerState DataPosition() const;
+  // True when a whole optimizer step (grad_accum_steps global batches) fits in the rest of `s.epoch`.
+  bool StepFits(const data::SamplerState& s) const;
+  // The batch's inputs in the shape the model takes (MLP: [B, features]; CNN: [B, C, H, W]).
+  Status ModelInputs(const data::Batch& b, Tensor* x) const;
+  // Sets every parameter from a safetensors file (model.init_from): all names present, shapes equal, no extras.
+  Status ImportParams(const std::string& path);
+  // Writes the parameters as <name>: tensor to a safetensors file (loadable by PyTorch).
+  Status ExportParams(const std::string& path);
+  // Waits for the device, then logs the interval that began at `interval_start` (Now() seconds) with
+  // `interval_steps` steps: its wall time covers all of their device work.
+  Status LogProgress(int64_t epoch, int64_t step, double interval_start, int64_t interval_steps, double data_s,
+                     double* mean_loss);
+  // Sums `values` across ranks (no-op for one process).
+  Status AllReduceHost(std::vector<double>* values, comm::ReduceOp op = comm::ReduceOp::kSum);
+
+  // Checkpointing (runtime/checkpoint_trainer.cc).
+  Status SetupCheckpoint();
+  Status Restore(const LoadedCheckpoint& ck);
+  // Saves the state after `step` steps, the data position being (epoch, cursor). Rank 0 writes; other
+  // ranks return at once. `sync` waits until the checkpoint is durable.
+  Status SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool sync);
+  // True on every rank when any rank received a preemption signal (a MAX all-reduce after `step`).
+  Status AgreePreempted(int64_t step, bool* preempted);
+  proto::CheckpointManifest BuildManifest(int64_t step, const data::SamplerState& pos) const;
+
+  proto::Config cfg_;
+  DeviceContext& ctx_;
+  comm::Communicator* grad_comm_ = nullptr;
+  comm::Communicator* host_comm_ = nullptr;
+  comm::Watchdog* watchdog_ = nullptr;
+  int rank_ = 0, world_ = 1;
+
+  std::unique_ptr<data::Loader> train_loader_, eval_loader_;  // eval_loader_ null without eval
+  std::unique_ptr<data::SyntheticTokens> synthetic_;          // instead of train_loader_
+  int64_t train_samples_ = 0;                                 // samples per epoch (n)
+  std::unique_ptr<models::Model> model_;
+  std::unique_ptr<Optimizer> optimizer_;   // null with ZeRO-1
+  std::unique_ptr<Zero1Optimizer> zero1_;  // dist.zero1 with world > 1: replaces optimizer_ and reducer_
+  std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<GradientReducer> reducer_;
+  // The optimizer's name / update count, whichever of optimizer_ and zero1_ exists.
+  const OptimizerOptions& optim_options() const { return zero1_ ? zero1_->options() : optimizer_->options(); }
+  int64_t optim_step() const { return zero1_ ? zero1_->step() : optimizer_->step(); }
+  MetricsWriter metrics_;
+  std::unique_ptr<EventWriter> tensorboard_;  // rank 0 with run.tensorboard
+  std::unique_ptr<TraceWriter> trace_;        // every rank with run.trace_steps > 0
+  TraceWriter* trace_now_ = nullptr;          // trace_ while the current step is in the trace window
+  std::unique_ptr<DeviceTrace> device_trace_;
+  std::unique_ptr<LossScaler> scaler_;  // train.precision fp16 only (dynamic loss scaling)  // stream spans (compute,
+                                        // per-bucket collectives) into trace_
+  FaultInjector fault_;
+  int64_t total_steps_ = 0;
+  std::unique_ptr<PhaseTimer> phases_;
+  double ckpt_stall_s_ = 0;   // checkpoint stall since the last progress line
+  std::string last_verdict_;  // the step-time verdict last printed (printed again only when it changes)
+
+  Tensor ones_, loss_acc_;  // loss_acc_ [1,1] += mean loss of each micro-batch (on the device)
+
+  // Where Run() starts (after a resume): optimizer steps done; the loaders are restored already.
+  int64_t start_step_ = 0;
+  int64_t last_step_ = 0;                                       // optimizer steps done so far
+  std::unique_ptr<CheckpointManager> ckpt_;                     // null when checkpointing is off
+  std::vector<std::pair<std::string, Tensor>> snapshot_;        // rank 0: pinned host copies, file name -> data
+  std::vector<std::pair<std::string, Tensor>> gathered_state_;  // ZeRO-1: the full state of the last save
+#if DT_HAVE_CUDA
+  std::unique_ptr<CudaEvent> snapshot_done_;
+#endif
+  std::unique_ptr<CheckpointWriter> writer_;  // last: destroyed (joined) before the snapshot it reads
+};
+
+}  // namespace dtrain::runtime

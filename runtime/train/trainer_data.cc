@@ -1,0 +1,244 @@
+// The trainer's input (runtime/train/trainer.h): dataset resolution, loaders, epochs, evaluation.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+
+#include "core/check.h"
+#include "core/logging.h"
+#include "core/nvtx.h"
+#include "data/convert.h"
+#include "data/manifest.h"
+#include "data/remote_cache.h"
+#include "models/ops/matmul.h"
+#include "models/ops/softmax_xent.h"
+#include "runtime/train/trainer.h"
+
+namespace dtrain::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string CacheDir(const proto::DataConfig& d) {
+  return d.cache_dir().empty() ? data::DefaultCacheDir() : d.cache_dir();
+}
+
+// Fashion-MNIST's IDX split converted into shards under the cache, once per (source dir, split, limit).
+// Ranks race safely: each converts into its own temporary directory and renames it into place; a
+// rank that finds the directory taken by another's rename uses that one.
+Status FashionMnistShards(const proto::DataConfig& d, bool train, std::string* dir) {
+  const int64_t limit = train ? d.limit_train() : d.limit_test();
+  const std::string split = train ? "train" : "t10k";
+  std::error_code ec;
+  const fs::path src = fs::absolute(d.dir(), ec);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a of the source directory
+  for (unsigned char c : src.string()) h = (h ^ c) * 1099511628211ull;
+  char name[96];
+  std::snprintf(name, sizeof(name), "fashion-mnist-%016llx-%s-%lld", static_cast<unsigned long long>(h), split.c_str(),
+                static_cast<long long>(limit));
+  const fs::path out = fs::path(CacheDir(d)) / name;
+  *dir = out.string();
+  proto::DatasetManifest m;
+  if (data::ReadManifest(*dir, &m).ok()) return Status::OK();
+  fs::create_directories(out.parent_path(), ec);
+  if (ec) return Status::IoError("cannot create data.cache_dir " + out.parent_path().string() + ": " + ec.message());
+  const std::string tmp = *dir + ".tmp." + std::to_string(getpid());
+  fs::remove_all(tmp, ec);
+  DT_RETURN_IF_ERROR(data::ConvertFashionMnist(d.dir(), split, tmp, /*samples_per_shard=*/10000, limit)
+                         .WithContext("converting Fashion-MNIST (data.dir) into shards"));
+  if (std::rename(tmp.c_str(), dir->c_str()) != 0) {
+    const int err = errno;
+    fs::remove_all(tmp, ec);
+    if (err != ENOTEMPTY && err != EEXIST) {
+      return Status::IoError("cannot move converted shards to " + *dir + ": " + std::strerror(err));
+    }
+  }
+  DT_LOG_INFO(kData, "Fashion-MNIST {} split converted into shards in {}", split, *dir);
+  return Status::OK();
+}
+
+// The local dataset directory for the training (train) or evaluation split; "" = no such split.
+Status ResolveDataset(const proto::DataConfig& d, bool train, std::string* dir) {
+  if (d.dataset() == "fashion_mnist") return FashionMnistShards(d, train, dir);
+  const std::string& url = train ? d.train_shards() : d.test_shards();
+  if (url.empty()) {
+    *dir = "";
+    if (train) return Status::InvalidArgument("data.train_shards is empty: dataset 'shards' needs a dataset URL");
+    return Status::OK();
+  }
+  if (!data::IsRemoteUrl(url)) {
+    *dir = url.rfind("file://", 0) == 0 ? url.substr(7) : url;
+    return Status::OK();
+  }
+  data::RemoteCacheOptions o;
+  o.cache_dir = CacheDir(d);
+  o.limit_bytes = static_cast<uint64_t>(d.cache_limit_mb()) << 20;
+  o.storage.endpoint = d.s3_endpoint();
+  o.storage.region = d.s3_region();
+  o.storage.path_style = d.s3_path_style();
+  return data::FetchDataset(url, o, dir).WithContext(train ? "data.train_shards" : "data.test_shards");
+}
+
+}  // namespace
+
+Status Trainer::SetupData() {
+  const auto& d = cfg_.data();
+  const int64_t accum = cfg_.train().grad_accum_steps();
+  if (d.dataset() == "synthetic_tokens") {
+    if (cfg_.model().kind() != "gpt2") {
+      return Status::InvalidArgument("data.dataset synthetic_tokens feeds token models: model.kind must be gpt2");
+    }
+    if (cfg_.train().max_steps() == 0) {
+      return Status::InvalidArgument("data.dataset synthetic_tokens has no epochs: set train.max_steps");
+    }
+    const auto& g = cfg_.model().gpt2();
+    synthetic_ = std::make_unique<data::SyntheticTokens>();
+    DT_RETURN_IF_ERROR(data::SyntheticTokens::Create(ctx_, d.batch_size(), g.max_seq_len(), g.vocab_size(),
+                                                     cfg_.train().seed() + rank_, /*distinct=*/8, synthetic_.get()));
+    total_steps_ = cfg_.train().max_steps();
+    return Status::OK();
+  }
+  data::LoaderOptions lo;
+  lo.batch_size = d.batch_size();
+  lo.rank = rank_;
+  lo.world = world_;
+  lo.seed = cfg_.train().seed();
+  lo.shuffle = d.shuffle();
+  lo.remainder = d.remainder() == "pad" ? data::RemainderPolicy::kPad : data::RemainderPolicy::kDrop;
+  lo.num_threads = static_cast<int>(d.workers());
+  lo.prefetch_depth = static_cast<int>(d.prefetch());
+  if (d.augment()) lo.augment = data::RandomCropFlip(/*pad=*/4, /*hflip=*/true, /*fill=*/0.f);
+  DT_RETURN_IF_ERROR(ResolveDataset(d, /*train=*/true, &lo.dataset_dir));
+  DT_RETURN_IF_ERROR(data::Loader::Create(lo, &ctx_, &train_loader_).WithContext("training data"));
+  train_samples_ = train_loader_->dataset().size();
+
+  std::string eval_dir;
+  if (cfg_.train().eval()) DT_RETURN_IF_ERROR(ResolveDataset(d, /*train=*/false, &eval_dir));
+  if (!eval_dir.empty()) {
+    data::LoaderOptions eo = lo;
+    eo.dataset_dir = eval_dir;
+    eo.batch_size = d.eval_batch_size();
+    eo.shuffle = false;
+    eo.remainder = data::RemainderPolicy::kPad;  // every test sample once; padding rows are not counted
+    eo.augment = nullptr;
+    eo.num_threads = std::max<int>(1, lo.num_threads / 2);
+    DT_RETURN_IF_ERROR(data::Loader::Create(eo, &ctx_, &eval_loader_).WithContext("evaluation data"));
+  }
+
+  int64_t steps_per_epoch = 0;
+  for (data::SamplerState s{lo.seed, 0, 0}; StepFits(s); s.consumed += accum * d.batch_size() * world_) {
+    ++steps_per_epoch;
+  }
+  if (steps_per_epoch == 0) {
+    return Status::InvalidArgument("data.batch_size x train.grad_accum_steps x world size (" +
+                                   std::to_string(d.batch_size() * accum * world_) + ") exceeds the " +
+                                   std::to_string(train_samples_) + " training samples: no full step fits in an epoch");
+  }
+  total_steps_ = cfg_.train().epochs() * steps_per_epoch;
+  if (cfg_.train().max_steps() > 0) total_steps_ = std::min(total_steps_, cfg_.train().max_steps());
+  DT_LOG_INFO(kRuntime, "data: {} training samples, {} steps per epoch, {} reader threads, prefetch {}", train_samples_,
+              steps_per_epoch, lo.num_threads, lo.prefetch_depth);
+  return Status::OK();
+}
+
+Status Trainer::NextBatch(data::Batch* b) {
+  if (synthetic_) return synthetic_->Next(b);
+  return train_loader_->Next(b);
+}
+
+data::SamplerState Trainer::DataPosition() const {
+  if (synthetic_) return {cfg_.train().seed(), 0, 0};
+  return train_loader_->state();
+}
+
+bool Trainer::StepFits(const data::SamplerState& s) const {
+  if (synthetic_) return true;
+  const int64_t g = cfg_.data().batch_size() * world_, accum = cfg_.train().grad_accum_steps();
+  if (cfg_.data().remainder() == "pad") return s.consumed + (accum - 1) * g < train_samples_;
+  return train_samples_ - s.consumed >= accum * g;
+}
+
+Status Trainer::ModelInputs(const data::Batch& b, Tensor* x) const {
+  const Tensor& in = b.inputs;
+  const int64_t rows = in.dim(0), per_row = rows > 0 ? in.numel() / rows : 0;
+  const auto& m = cfg_.model();
+  if (m.kind() == "mlp") {
+    if (per_row != m.mlp().input_dim()) {
+      return Status::InvalidArgument("model.mlp.input_dim is " + std::to_string(m.mlp().input_dim()) +
+                                     " but the dataset's samples have " + std::to_string(per_row) + " values");
+    }
+    return in.Reshape({rows, per_row}, x);
+  }
+  if (m.kind() == "cnn") {
+    const int64_t c = m.cnn().in_channels(), hw = m.cnn().image_size();
+    if (per_row != c * hw * hw) {
+      return Status::InvalidArgument("model.cnn expects " + std::to_string(c) + "x" + std::to_string(hw) + "x" +
+                                     std::to_string(hw) + " images but the dataset's samples have " +
+                                     std::to_string(per_row) + " values");
+    }
+    return in.Reshape({rows, c, hw, hw}, x);
+  }
+  *x = in;
+  return Status::OK();
+}
+
+Status Trainer::Evaluate(double* loss, double* accuracy) {
+  DT_NVTX_RANGE("evaluate");
+  *loss = *accuracy = std::numeric_limits<double>::quiet_NaN();
+  if (!eval_loader_) return Status::OK();
+  comm::WatchdogScope armed(watchdog_, "evaluation (device syncs, metric all-reduce)");
+  model_->set_training(false);
+  DT_RETURN_IF_ERROR(eval_loader_->Restore({cfg_.train().seed(), 0, 0}));
+  Tensor eval_acc, pred_dev;
+  DT_RETURN_IF_ERROR(Tensor::Empty({1, 1}, DType::kF32, ctx_.allocator(), &eval_acc));
+  DT_RETURN_IF_ERROR(eval_acc.SetZero(ctx_.stream()));
+  double correct = 0, count = 0;
+  std::vector<int32_t> pred, label;
+  for (int64_t k = 0; k < eval_loader_->batches_per_epoch(); ++k) {
+    data::Batch b;
+    DT_RETURN_IF_ERROR(eval_loader_->Next(&b));
+    Tensor x;
+    DT_RETURN_IF_ERROR(ModelInputs(b, &x));
+    DT_RETURN_IF_ERROR(model_->Forward(x, b.targets));
+    // Rows of losses/logits per sample (GPT-2: one per token); padding rows come last and are skipped.
+    const int64_t rows = model_->losses().numel(), per_sample = rows / b.inputs.dim(0);
+    const int64_t real = b.num_real * per_sample;
+    Tensor losses_row, ones_col, logits, pd;
+    DT_RETURN_IF_ERROR(model_->losses().View(0, {1, real}, &losses_row));
+    DT_RETURN_IF_ERROR(ones_.View(0, {real, 1}, &ones_col));
+    DT_RETURN_IF_ERROR(ops::Matmul(ctx_, losses_row, false, ones_col, false, &eval_acc, 1.0f, 1.0f));
+    if (pred_dev.numel() < rows) DT_RETURN_IF_ERROR(Tensor::Empty({rows}, DType::kI32, ctx_.allocator(), &pred_dev));
+    DT_RETURN_IF_ERROR(pred_dev.View(0, {rows}, &pd));
+    // GPT-2's padded vocabulary columns are not classes.
+    const int64_t valid = cfg_.model().kind() == "gpt2" ? cfg_.model().gpt2().vocab_size() : -1;
+    DT_RETURN_IF_ERROR(ops::Argmax(ctx_, model_->logits(), &pd, valid));
+    pred.resize(rows);
+    label.resize(rows);
+    DT_RETURN_IF_ERROR(Tensor::Wrap(pred.data(), {rows}, DType::kI32, DeviceType::kCPU).CopyFrom(pd, ctx_.stream()));
+    Tensor flat_targets;
+    DT_RETURN_IF_ERROR(b.targets.Reshape({rows}, &flat_targets));
+    DT_RETURN_IF_ERROR(
+        Tensor::Wrap(label.data(), {rows}, DType::kI32, DeviceType::kCPU).CopyFrom(flat_targets, ctx_.stream()));
+    DT_RETURN_IF_ERROR(ctx_.Synchronize());
+    for (int64_t i = 0; i < real; ++i) correct += pred[i] == label[i];
+    count += real;
+  }
+  model_->set_training(true);
+  float loss_sum = 0;
+  Tensor host = Tensor::Wrap(&loss_sum, {1, 1}, DType::kF32, DeviceType::kCPU);
+  DT_RETURN_IF_ERROR(host.CopyFrom(eval_acc, ctx_.stream()));
+  DT_RETURN_IF_ERROR(ctx_.Synchronize());
+  std::vector<double> v = {loss_sum, correct, count};
+  DT_RETURN_IF_ERROR(AllReduceHost(&v));
+  if (v[2] > 0) {
+    *loss = v[0] / v[2];
+    *accuracy = v[1] / v[2];
+  }
+  return Status::OK();
+}
+
+}  // namespace dtrain::runtime

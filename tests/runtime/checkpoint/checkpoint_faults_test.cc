@@ -1,0 +1,50 @@
+// The preemption flag (signal handler -> atomic) and the fault-injection keys used by the checkpoint
+// tests (kill_in_ckpt, attempt=).
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include "runtime/checkpoint/fault_injection.h"
+#include "runtime/checkpoint/preemption.h"
+
+namespace dtrain::runtime {
+namespace {
+
+TEST(Preemption, SignalsSetTheFlagAndDoNotEndTheProcess) {
+  Preemption::Clear();
+  Preemption::InstallHandlers();
+  EXPECT_EQ(Preemption::Requested(), 0);
+  ASSERT_EQ(raise(SIGUSR1), 0);  // delivered synchronously to this thread
+  EXPECT_EQ(Preemption::Requested(), SIGUSR1);
+  ASSERT_EQ(raise(SIGTERM), 0);
+  EXPECT_EQ(Preemption::Requested(), SIGTERM);
+  Preemption::Clear();
+  EXPECT_EQ(Preemption::Requested(), 0);
+}
+
+TEST(FaultInjection, KillInCheckpointIsParsedAndInertAtStepBoundaries) {
+  FaultInjector f;
+  ASSERT_TRUE(FaultInjector::Parse("step=20,action=kill_in_ckpt", &f).ok());
+  EXPECT_TRUE(f.enabled());
+  EXPECT_TRUE(f.AtStep(0, 20).ok());             // not a step fault
+  EXPECT_TRUE(f.AtCheckpointWrite(0, 10).ok());  // another checkpoint: no effect
+  EXPECT_EQ(FaultInjector::Parse("step=2,action=explode", &f).code(), Status::Code::kInvalidArgument);
+}
+
+TEST(FaultInjection, AttemptKeySelectsTheLaunchAttempt) {
+  FaultInjector f;
+  setenv("DTRAIN_FAULT", "step=3,attempt=0,action=error", 1);
+  unsetenv("DTRAIN_RESTART_COUNT");
+  ASSERT_TRUE(FaultInjector::FromEnv(&f).ok());
+  EXPECT_EQ(f.AtStep(0, 3).code(), Status::Code::kInternal);  // first attempt (count unset = 0)
+  setenv("DTRAIN_RESTART_COUNT", "1", 1);
+  ASSERT_TRUE(FaultInjector::FromEnv(&f).ok());
+  EXPECT_FALSE(f.enabled());
+  EXPECT_TRUE(f.AtStep(0, 3).ok());  // the restarted attempt runs clean
+  unsetenv("DTRAIN_FAULT");
+  unsetenv("DTRAIN_RESTART_COUNT");
+}
+
+}  // namespace
+}  // namespace dtrain::runtime

@@ -1,0 +1,311 @@
+#include "runtime/config/config.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace dtrain::runtime {
+namespace {
+
+using dtrain::proto::Config;
+using google::protobuf::util::MessageDifferencer;
+
+const std::string kTestData = std::string(DT_SOURCE_DIR) + "/tests/runtime/config/testdata/";
+
+Config MustParse(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  Config c;
+  const Status st = ParseConfig(yaml, "x.yaml", overrides, &c);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return c;
+}
+
+// The error message of a config that must fail with InvalidArgument.
+std::string ErrorOf(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  Config c;
+  const Status st = ParseConfig(yaml, "x.yaml", overrides, &c);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+  return st.message();
+}
+
+TEST(ConfigTest, EmptyDocumentGivesSchemaDefaults) {
+  const Config c = MustParse("");
+  EXPECT_EQ(c.model().kind(), "mlp");
+  EXPECT_EQ(c.model().mlp().input_dim(), 784);
+  ASSERT_EQ(c.model().mlp().hidden_size(), 2);
+  EXPECT_EQ(c.model().mlp().hidden(0), 256);
+  EXPECT_EQ(c.model().mlp().hidden(1), 128);
+  EXPECT_EQ(c.model().mlp().num_classes(), 10);
+  EXPECT_EQ(c.model().mlp().activation(), "relu");
+  EXPECT_EQ(c.data().dataset(), "fashion_mnist");
+  EXPECT_EQ(c.data().dir(), "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(c.data().batch_size(), 64);
+  EXPECT_EQ(c.data().eval_batch_size(), 1000);
+  EXPECT_TRUE(c.data().shuffle());
+  EXPECT_EQ(c.optim().name(), "adamw");
+  EXPECT_DOUBLE_EQ(c.optim().lr(), 0.001);
+  EXPECT_DOUBLE_EQ(c.optim().momentum(), 0.9);
+  EXPECT_DOUBLE_EQ(c.optim().beta2(), 0.999);
+  EXPECT_DOUBLE_EQ(c.optim().eps(), 1e-8);
+  EXPECT_FALSE(c.optim().nesterov());
+  EXPECT_EQ(c.schedule().kind(), "cosine");
+  EXPECT_EQ(c.train().epochs(), 3);
+  EXPECT_EQ(c.train().grad_accum_steps(), 1);
+  EXPECT_EQ(c.train().seed(), 1234u);
+  EXPECT_EQ(c.train().log_every(), 50);
+  EXPECT_EQ(c.train().device(), "auto");
+  EXPECT_TRUE(c.train().eval());
+  EXPECT_EQ(c.run().dir(), "runs/default");
+}
+
+TEST(ConfigTest, FileValuesReplaceDefaultsKeyByKey) {
+  const Config c = MustParse(
+      "optim:\n"
+      "  name: sgd\n"
+      "  lr: 0.1\n"
+      "  nesterov: true\n"
+      "model:\n"
+      "  mlp:\n"
+      "    hidden: [512]\n"
+      "train:\n"
+      "  seed: 18446744073709551615\n"
+      "run:   # an empty section keeps its defaults\n");
+  EXPECT_EQ(c.optim().name(), "sgd");
+  EXPECT_DOUBLE_EQ(c.optim().lr(), 0.1);
+  EXPECT_TRUE(c.optim().nesterov());
+  EXPECT_DOUBLE_EQ(c.optim().momentum(), 0.9);  // not in the file: default
+  ASSERT_EQ(c.model().mlp().hidden_size(), 1);  // a sequence replaces the default, never appends
+  EXPECT_EQ(c.model().mlp().hidden(0), 512);
+  EXPECT_EQ(c.model().mlp().input_dim(), 784);
+  EXPECT_EQ(c.train().seed(), 18446744073709551615ull);
+  EXPECT_EQ(c.run().dir(), "runs/default");
+}
+
+TEST(ConfigTest, OverridesApplyAfterTheFileInOrder) {
+  const Config c = MustParse("optim:\n  lr: 0.1\n", {"optim.lr=0.5", "model.mlp.hidden=[64, 32, 16]",
+                                                     "run.dir='runs/a b'", "train.eval=false", "optim.lr=2e-3"});
+  EXPECT_DOUBLE_EQ(c.optim().lr(), 2e-3);
+  ASSERT_EQ(c.model().mlp().hidden_size(), 3);
+  EXPECT_EQ(c.model().mlp().hidden(2), 16);
+  EXPECT_EQ(c.run().dir(), "runs/a b");
+  EXPECT_FALSE(c.train().eval());
+}
+
+TEST(ConfigTest, OverrideErrorsNameTheFlag) {
+  EXPECT_EQ(ErrorOf("", {"optim.lr=fast"}),
+            "--set optim.lr=fast: key 'optim.lr': expected a number in [0, 10], got 'fast'");
+  EXPECT_EQ(ErrorOf("", {"optim.lrr=1"}),
+            "--set optim.lrr=1: unknown key 'optim.lrr' (known keys of 'optim': name, lr, momentum, nesterov, beta1, "
+            "beta2, eps, weight_decay, grad_clip)");
+  EXPECT_EQ(ErrorOf("", {"optim.lr"}), "--set optim.lr: expected key=value, e.g. --set optim.lr=0.01");
+  EXPECT_EQ(ErrorOf("", {"optim.lr.x=1"}), "--set optim.lr.x=1: key 'optim.lr' has no sub-keys");
+  EXPECT_EQ(ErrorOf("", {"run=x"}),
+            "--set run=x: key 'run' is a mapping; set one of its keys (known keys of 'run': dir, tensorboard, "
+            "trace_steps, trace_start, price_per_gpu_hour)");
+  EXPECT_EQ(ErrorOf("", {"model.mlp.hidden=[1, 2"}),
+            "--set model.mlp.hidden=[1, 2: col 1: unterminated flow sequence: expected ']' on the same line");
+  EXPECT_EQ(ErrorOf("", {"model.mlp.hidden=[8, 0]"}),
+            "--set model.mlp.hidden=[8, 0]: key 'model.mlp.hidden[1]': expected an integer >= 1, got '0'");
+}
+
+TEST(ConfigTest, UnknownKeysListTheKnownOnes) {
+  EXPECT_EQ(ErrorOf("optim:\n  name: sgd\n\n  lrr: 0.1\n"),
+            "x.yaml:4: unknown key 'optim.lrr' (known keys of 'optim': name, lr, momentum, nesterov, beta1, beta2, "
+            "eps, weight_decay, grad_clip)");
+  EXPECT_EQ(ErrorOf("modle:\n  kind: mlp\n"),
+            "x.yaml:1: unknown key 'modle' (known top-level keys: model, data, optim, schedule, train, run, dist, "
+            "checkpoint)");
+}
+
+TEST(ConfigTest, WrongTypesAreRejectedWithTheKey) {
+  EXPECT_EQ(ErrorOf("data:\n  batch_size: 1.5\n"),
+            "x.yaml:2: key 'data.batch_size': expected an integer in [1, 1048576], got '1.5'");
+  EXPECT_EQ(ErrorOf("data:\n  batch_size: abc\n"),
+            "x.yaml:2: key 'data.batch_size': expected an integer in [1, 1048576], got 'abc'");
+  EXPECT_EQ(ErrorOf("data:\n  batch_size: 64x\n"),
+            "x.yaml:2: key 'data.batch_size': expected an integer in [1, 1048576], got '64x'");
+  EXPECT_EQ(ErrorOf("data:\n  batch_size: \"64\"\n"),
+            "x.yaml:2: key 'data.batch_size': expected an integer in [1, 1048576], got the quoted string '64'");
+  EXPECT_EQ(ErrorOf("data:\n  shuffle: yes\n"), "x.yaml:2: key 'data.shuffle': expected true or false, got 'yes'");
+  EXPECT_EQ(ErrorOf("data:\n  shuffle: 1\n"), "x.yaml:2: key 'data.shuffle': expected true or false, got '1'");
+  EXPECT_EQ(ErrorOf("optim:\n  lr: 0.1.2\n"), "x.yaml:2: key 'optim.lr': expected a number in [0, 10], got '0.1.2'");
+  EXPECT_EQ(ErrorOf("optim:\n  lr: nan\n"), "x.yaml:2: key 'optim.lr': expected a number in [0, 10], got 'nan'");
+  EXPECT_EQ(ErrorOf("optim:\n  lr:\n"), "x.yaml:2: key 'optim.lr': expected a number in [0, 10], got an empty value");
+  EXPECT_EQ(ErrorOf("optim: sgd\n"), "x.yaml:1: key 'optim': expected a mapping, got 'sgd'");
+  EXPECT_EQ(ErrorOf("run:\n  dir: [a]\n"), "x.yaml:2: key 'run.dir': expected a string, got a sequence");
+  EXPECT_EQ(ErrorOf("model:\n  mlp:\n    hidden: 256\n"),
+            "x.yaml:3: key 'model.mlp.hidden': expected a sequence such as [1, 2], got '256'");
+  EXPECT_EQ(ErrorOf("model:\n  mlp:\n    hidden:\n      - 256\n      - x\n"),
+            "x.yaml:5: key 'model.mlp.hidden[1]': expected an integer >= 1, got 'x'");
+  EXPECT_EQ(ErrorOf("- 1\n"),
+            "x.yaml:1: expected a mapping of sections (model, data, ...) at the top level, got a sequence");
+}
+
+TEST(ConfigTest, OutOfRangeValuesAreRejected) {
+  EXPECT_EQ(ErrorOf("optim:\n  lr: 11\n"), "x.yaml:2: key 'optim.lr': expected a number in [0, 10], got '11'");
+  EXPECT_EQ(ErrorOf("optim:\n  lr: -1e-3\n"), "x.yaml:2: key 'optim.lr': expected a number in [0, 10], got '-1e-3'");
+  EXPECT_EQ(ErrorOf("optim:\n  grad_clip: 1e999\n"),
+            "x.yaml:2: key 'optim.grad_clip': expected a number >= 0, got '1e999' (out of the double range)");
+  EXPECT_EQ(ErrorOf("data:\n  batch_size: 0\n"),
+            "x.yaml:2: key 'data.batch_size': expected an integer in [1, 1048576], got '0'");
+  EXPECT_EQ(ErrorOf("train:\n  epochs: 9223372036854775808\n"),
+            "x.yaml:2: key 'train.epochs': expected an integer >= 0, got '9223372036854775808' (out of the int64 "
+            "range)");
+  EXPECT_EQ(ErrorOf("train:\n  seed: -1\n"), "x.yaml:2: key 'train.seed': expected a non-negative integer, got '-1'");
+  EXPECT_EQ(ErrorOf("train:\n  seed: 18446744073709551616\n"),
+            "x.yaml:2: key 'train.seed': expected a non-negative integer, got '18446744073709551616' (out of the "
+            "uint64 range)");
+  EXPECT_EQ(ErrorOf("model:\n  mlp:\n    hidden: []\n"),
+            "x.yaml:3: key 'model.mlp.hidden': expected at least 1 item(s), got 0");
+}
+
+TEST(ConfigTest, StringChoicesAreEnforced) {
+  EXPECT_EQ(ErrorOf("optim:\n  name: adam\n"), "x.yaml:2: key 'optim.name': expected one of sgd|adamw, got 'adam'");
+  EXPECT_EQ(ErrorOf("train:\n  device: 'gpu'\n"),
+            "x.yaml:2: key 'train.device': expected one of auto|cpu|cuda, got the quoted string 'gpu'");
+  EXPECT_EQ(MustParse("train:\n  device: \"cuda\"\n").train().device(), "cuda");  // quoting a string is fine
+}
+
+TEST(ConfigTest, MalformedYamlNamesLineAndColumn) {
+  EXPECT_EQ(ErrorOf("optim:\n  name: sgd\n   lr: 1\n"),
+            "x.yaml:3:4: unexpected indentation: expected a key at column 3");
+}
+
+TEST(ConfigTest, LoadConfigNamesTheFile) {
+  Config c;
+  const std::string missing = kTestData + "does_not_exist.yaml";
+  Status st = LoadConfig(missing, {}, &c);
+  EXPECT_EQ(st.code(), Status::Code::kNotFound);
+  EXPECT_EQ(st.message(), "config file not found: " + missing);
+
+  st = LoadConfig(kTestData + "wrong_type.yaml", {}, &c);
+  EXPECT_EQ(st.message(),
+            kTestData + "wrong_type.yaml:5: key 'data.batch_size': expected an integer in [1, 1048576], got '1.5'");
+  st = LoadConfig(kTestData + "malformed.yaml", {}, &c);
+  EXPECT_EQ(st.message(), kTestData + "malformed.yaml:4:7: unexpected '{': flow mappings are not supported");
+  st = LoadConfig(kTestData + "unknown_key.yaml", {}, &c);
+  EXPECT_EQ(st.message().rfind(kTestData + "unknown_key.yaml:3: unknown key 'optim.lrr' (", 0), 0u) << st.message();
+  // A directory opens but cannot be read.
+  EXPECT_EQ(LoadConfig(kTestData, {}, &c).code(), Status::Code::kIoError);
+}
+
+TEST(ConfigTest, ToYamlRendersEveryFieldInSchemaOrder) {
+  const std::string yaml = ConfigToYaml(MustParse(""));
+  EXPECT_EQ(yaml.rfind("model:\n  kind: mlp\n  mlp:\n    input_dim: 784\n    hidden: [256, 128]\n", 0), 0u) << yaml;
+  EXPECT_NE(yaml.find("optim:\n  name: adamw\n  lr: 0.001\n  momentum: 0.9\n  nesterov: false\n"), std::string::npos)
+      << yaml;
+  EXPECT_NE(yaml.find("  eps: 1e-08\n  weight_decay: 0.0\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("  seed: 1234\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("run:\n  dir: runs/default\n"), std::string::npos) << yaml;
+}
+
+TEST(ConfigTest, ToYamlRoundTrips) {
+  Config c = MustParse("");
+  c.mutable_optim()->set_lr(0.1 + 0.2);  // 0.30000000000000004: needs all 17 digits
+  c.mutable_optim()->set_eps(3e-300);
+  c.mutable_optim()->set_momentum(1.0);
+  c.mutable_model()->mutable_mlp()->clear_hidden();
+  c.mutable_model()->mutable_mlp()->add_hidden(4096);
+  c.mutable_train()->set_seed(18446744073709551615ull);
+  c.mutable_train()->set_max_steps(9223372036854775807ll);
+  std::string odd = "runs/odd: #name 'q' \"dq\" \\ \t\n\x01 \xC3\xA9 -x";
+  odd += '\0';
+  c.mutable_run()->set_dir(odd);
+  c.mutable_data()->set_dir("-leading-dash");
+  const std::string yaml = ConfigToYaml(c);
+  Config back;
+  const Status st = ParseConfig(yaml, "roundtrip.yaml", {}, &back);
+  ASSERT_TRUE(st.ok()) << st.ToString() << "\n" << yaml;
+  EXPECT_TRUE(MessageDifferencer::Equals(c, back)) << yaml << "\nvs\n" << back.DebugString();
+  EXPECT_EQ(ConfigToYaml(back), yaml);
+}
+
+TEST(ConfigTest, SchemaUsesOnlySupportedFieldTypes) {
+  using FD = google::protobuf::FieldDescriptor;
+  std::vector<const google::protobuf::Descriptor*> todo{Config::descriptor()};
+  while (!todo.empty()) {
+    const google::protobuf::Descriptor* d = todo.back();
+    todo.pop_back();
+    for (int i = 0; i < d->field_count(); ++i) {
+      const FD* f = d->field(i);
+      if (f->cpp_type() == FD::CPPTYPE_MESSAGE) {
+        EXPECT_FALSE(f->is_repeated()) << f->full_name() << ": repeated messages are not supported";
+        todo.push_back(f->message_type());
+        continue;
+      }
+      const FD::CppType t = f->cpp_type();
+      EXPECT_TRUE(t == FD::CPPTYPE_INT64 || t == FD::CPPTYPE_UINT64 || t == FD::CPPTYPE_DOUBLE ||
+                  t == FD::CPPTYPE_BOOL || t == FD::CPPTYPE_STRING)
+          << f->full_name() << " has type " << f->type_name();
+    }
+  }
+}
+
+TEST(ConfigTest, ShippedConfigsParse) {
+  Config c;
+  Status st = LoadConfig(std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml", {}, &c);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(c.model().mlp().input_dim(), 784);
+  ASSERT_EQ(c.model().mlp().hidden_size(), 2);
+  EXPECT_EQ(c.model().mlp().hidden(0), 256);
+  EXPECT_EQ(c.model().mlp().hidden(1), 128);
+  EXPECT_EQ(c.model().mlp().num_classes(), 10);
+  EXPECT_EQ(c.model().mlp().activation(), "relu");
+  EXPECT_EQ(c.optim().name(), "adamw");
+  EXPECT_DOUBLE_EQ(c.optim().lr(), 1e-3);
+  EXPECT_EQ(c.schedule().kind(), "cosine");
+  EXPECT_EQ(c.schedule().warmup_steps(), 100);
+  EXPECT_EQ(c.data().batch_size(), 64);
+  EXPECT_EQ(c.train().epochs(), 3);
+  EXPECT_EQ(c.train().log_every(), 100);
+  EXPECT_EQ(c.train().device(), "auto");
+  EXPECT_EQ(c.run().dir(), "runs/fashion_mnist_mlp");
+
+  Config ci;
+  st = LoadConfig(std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml", {}, &ci);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(ci.train().epochs(), 1);
+  EXPECT_EQ(ci.data().batch_size(), 128);
+  EXPECT_EQ(ci.model().mlp().hidden_size(), 2);
+  EXPECT_EQ(ci.run().dir(), "runs/fashion_mnist_mlp_ci");
+}
+
+// Mutations of the shipped config: each one either fails with an InvalidArgument that names the
+// source, or loads a config that survives the ConfigToYaml round trip.
+TEST(ConfigTest, MutatedConfigsFailCleanlyOrRoundTrip) {
+  std::ifstream in(std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string seed = buf.str();
+  ASSERT_FALSE(seed.empty());
+  const std::string alphabet = " \n-:#[],'\"09.eEx_";
+  std::mt19937 rng(42);
+  int ok = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::string text = seed;
+    for (int e = 0; e < 3; ++e) {
+      const std::size_t pos = rng() % text.size();
+      text[pos] = alphabet[rng() % alphabet.size()];
+    }
+    Config c;
+    const Status st = ParseConfig(text, "m.yaml", {}, &c);
+    if (!st.ok()) {
+      ASSERT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+      ASSERT_EQ(st.message().rfind("m.yaml:", 0), 0u) << st.message();
+      continue;
+    }
+    ++ok;
+    Config back;
+    ASSERT_TRUE(ParseConfig(ConfigToYaml(c), "back.yaml", {}, &back).ok()) << ConfigToYaml(c);
+    ASSERT_TRUE(MessageDifferencer::Equals(c, back)) << text;
+  }
+  EXPECT_GT(ok, 100);  // many mutations land in comments or keep values valid
+}
+
+}  // namespace
+}  // namespace dtrain::runtime

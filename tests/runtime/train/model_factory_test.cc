@@ -1,0 +1,141 @@
+// BuildModel and the custom-model registry (runtime/train/model_factory.h). The registry is process-wide, so
+// every kind registered here has a name no other test of this binary uses.
+
+#include "runtime/train/model_factory.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "models/mlp.h"
+#include "tests/testing/grad_check.h"
+
+namespace dtrain::runtime {
+namespace {
+
+proto::Config ConfigOfKind(const std::string& kind) {
+  proto::Config cfg;
+  cfg.mutable_model()->set_kind(kind);
+  cfg.mutable_model()->mutable_mlp()->set_input_dim(6);
+  cfg.mutable_model()->mutable_mlp()->add_hidden(5);
+  cfg.mutable_model()->mutable_mlp()->set_num_classes(3);
+  cfg.mutable_train()->set_precision("auto");
+  return cfg;
+}
+
+std::unique_ptr<DeviceContext> Cpu() {
+  std::unique_ptr<DeviceContext> ctx;
+  EXPECT_TRUE(DeviceContext::CreateCpu(&ctx).ok());
+  return ctx;
+}
+
+// A factory that builds a built-in Mlp of width model.mlp.hidden[0] + 1, so the test sees that the
+// factory ran on the config it was given.
+Status WiderMlp(const proto::Config& cfg, DeviceContext& ctx, std::unique_ptr<models::Model>* out) {
+  models::MlpOptions o;
+  o.input_dim = cfg.model().mlp().input_dim();
+  o.hidden = {cfg.model().mlp().hidden(0) + 1};
+  o.num_classes = cfg.model().mlp().num_classes();
+  std::unique_ptr<models::Mlp> mlp;
+  DT_RETURN_IF_ERROR(models::Mlp::Create(ctx, o, &mlp));
+  *out = std::move(mlp);
+  return Status::OK();
+}
+
+TEST(ModelFactoryTest, RegisteredKindIsBuiltByItsFactoryFromTheConfig) {
+  ASSERT_TRUE(RegisterModel("test_wider_mlp", &WiderMlp).ok());
+  auto ctx = Cpu();
+  std::unique_ptr<models::Model> m;
+  DT_ASSERT_OK(BuildModel(ConfigOfKind("test_wider_mlp"), *ctx, &m));
+  ASSERT_NE(m, nullptr);
+  // 6 -> 6 -> 3: (6*6 + 6) + (3*6 + 3) parameters, on the CPU.
+  EXPECT_EQ(m->params().numel(), 6 * 6 + 6 + 3 * 6 + 3);
+  EXPECT_FALSE(m->params().is_cuda());
+  const auto kinds = ModelKinds();
+  EXPECT_EQ(std::vector<std::string>(kinds.begin(), kinds.begin() + 3),
+            (std::vector<std::string>{"mlp", "cnn", "gpt2"}));
+  EXPECT_NE(std::find(kinds.begin(), kinds.end(), "test_wider_mlp"), kinds.end());
+}
+
+TEST(ModelFactoryTest, BuiltinKindsStillBuildAndTakePrecedence) {
+  auto ctx = Cpu();
+  std::unique_ptr<models::Model> m;
+  DT_ASSERT_OK(BuildModel(ConfigOfKind("mlp"), *ctx, &m));
+  EXPECT_EQ(m->params().numel(), 5 * 6 + 5 + 3 * 5 + 3);  // 6 -> 5 -> 3
+  proto::Config bf16 = ConfigOfKind("mlp");
+  bf16.mutable_train()->set_precision("bf16");
+  const Status st = BuildModel(bf16, *ctx, &m);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("model.kind gpt2 only"), std::string::npos) << st.ToString();
+}
+
+TEST(ModelFactoryTest, RegistrationRejectsBadNamesBuiltinsDuplicatesAndEmptyFactories) {
+  ASSERT_TRUE(RegisterModel("test_dup", &WiderMlp).ok());
+  const struct {
+    std::string kind;
+    bool empty_factory;
+    std::string says;
+  } cases[] = {
+      {"test_dup", false, "'test_dup' is already registered"},
+      {"mlp", false, "'mlp' is a built-in model kind"},
+      {"gpt2", false, "'gpt2' is a built-in model kind"},
+      {"", false, "bad model kind ''"},
+      {"my model", false, "bad model kind 'my model'"},
+      {"test_no_factory", true, "empty factory for 'test_no_factory'"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.kind);
+    const Status st = RegisterModel(c.kind, c.empty_factory ? ModelFactory() : ModelFactory(&WiderMlp));
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(st.message().find(c.says), std::string::npos) << st.ToString();
+  }
+  const auto kinds = ModelKinds();
+  EXPECT_EQ(std::find(kinds.begin(), kinds.end(), "test_no_factory"), kinds.end());
+}
+
+TEST(ModelFactoryTest, UnknownKindNamesEveryKnownKindAndTheRegistry) {
+  ASSERT_TRUE(RegisterModel("test_listed", &WiderMlp).ok());
+  auto ctx = Cpu();
+  std::unique_ptr<models::Model> m;
+  const Status st = BuildModel(ConfigOfKind("mlpp"), *ctx, &m);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("model.kind: unknown model 'mlpp' (known: mlp, cnn, gpt2, "), std::string::npos)
+      << st.ToString();
+  EXPECT_NE(st.message().find("test_listed"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("RegisterModel"), std::string::npos) << st.ToString();
+}
+
+TEST(ModelFactoryTest, CheckModelKindAcceptsWhatBuildModelKnowsWithoutBuilding) {
+  ASSERT_TRUE(RegisterModel("test_checked", &WiderMlp).ok());
+  for (const char* kind : {"mlp", "cnn", "gpt2", "test_checked"}) {
+    EXPECT_TRUE(CheckModelKind(ConfigOfKind(kind)).ok()) << kind;
+  }
+  const Status st = CheckModelKind(ConfigOfKind("gtp2"));
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("model.kind: unknown model 'gtp2' (known: mlp, cnn, gpt2, "), std::string::npos)
+      << st.ToString();
+}
+
+TEST(ModelFactoryTest, FactoryErrorsKeepTheirCodeAndNameTheKind) {
+  ASSERT_TRUE(RegisterModel("test_failing", [](const proto::Config&, DeviceContext&, std::unique_ptr<models::Model>*) {
+                return Status::InvalidArgument("hidden must be even");
+              }).ok());
+  ASSERT_TRUE(RegisterModel("test_null", [](const proto::Config&, DeviceContext&, std::unique_ptr<models::Model>*) {
+                return Status::OK();
+              }).ok());
+  auto ctx = Cpu();
+  std::unique_ptr<models::Model> m;
+  Status st = BuildModel(ConfigOfKind("test_failing"), *ctx, &m);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(st.message(), "model.kind test_failing: hidden must be even");
+  st = BuildModel(ConfigOfKind("test_null"), *ctx, &m);
+  EXPECT_EQ(st.code(), Status::Code::kInternal);
+  EXPECT_NE(st.message().find("returned no model"), std::string::npos) << st.ToString();
+}
+
+}  // namespace
+}  // namespace dtrain::runtime
