@@ -25,7 +25,7 @@ ARGS=(--min-bytes 8 --max-bytes "${MAX_BYTES:-1G}" --factor 2 --iters "${ITERS:-
       --dtype "${DTYPE:-f32}")
 
 echo "== dtrain bench allreduce ($NGPU GPUs) =="
-"${MPIRUN[@]}" "$BUILD/launcher/dtrain" bench allreduce --backend nccl "${ARGS[@]}" | tee "$OUT/dtrain.txt"
+"${MPIRUN[@]}" "$BUILD/dtrain" bench allreduce --backend nccl "${ARGS[@]}" | tee "$OUT/dtrain.txt"
 echo "== raw NCCL ($NGPU GPUs) =="
 "${MPIRUN[@]}" "$BUILD/bench/raw_nccl_allreduce" "${ARGS[@]}" | tee "$OUT/raw_nccl.txt"
 

@@ -7,7 +7,7 @@
 #   parameters, i.e. ~1.7 GB of checkpoint with AdamW state; DEVICE=cuda|cpu, default cuda; OUT dir)
 set -euo pipefail
 BUILD=${1:-build}
-BIN=$BUILD/launcher/dtrain
+BIN=$BUILD/dtrain
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 rm -rf "$OUT/async" "$OUT/sync"  # metrics.jsonl appends: start clean

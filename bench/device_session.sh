@@ -29,7 +29,7 @@ t0=$(date +%s)
 cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > $OUT/build.log 2>&1 &&
   ninja -C build-dev -j$(nproc) >> $OUT/build.log 2>&1 || { grep -B2 -A12 'error' $OUT/build.log | head -80; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
-BIN=build-dev/launcher/dtrain
+BIN=build-dev/dtrain
 step_line() { grep -E "step [0-9]+/" "$1" | tail -1 | sed 's/.*\] //'; }
 
 if has tests; then

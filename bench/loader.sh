@@ -21,9 +21,9 @@ OUT=${OUT:-$(mktemp -d)}
 SRC=${SRC:-/usr/share/datasets/fashion-mnist}
 ARGS=(--threads "$THREADS" --batch "$BATCH" --batches "$BATCHES" --device "$DEVICE")
 
-"$BUILD/launcher/dtrain" data convert-fashion-mnist --src "$SRC" --out "$OUT" --split train
+"$BUILD/dtrain" data convert-fashion-mnist --src "$SRC" --out "$OUT" --split train
 echo "== dtrain loader =="
-d=$("$BUILD/launcher/dtrain" data bench "$OUT/train" "${ARGS[@]}" | tee /dev/stderr | awk '{for(i=1;i<NF;i++) if($(i+1)=="samples/s") print $i}')
+d=$("$BUILD/dtrain" data bench "$OUT/train" "${ARGS[@]}" | tee /dev/stderr | awk '{for(i=1;i<NF;i++) if($(i+1)=="samples/s") print $i}')
 echo "== torch DataLoader =="
 t=$(python3 "$(dirname "$0")/loader_torch.py" "$OUT/train" "${ARGS[@]}" | tee /dev/stderr | awk '{for(i=1;i<NF;i++) if($(i+1)=="samples/s") print $i}')
 awk -v d="$d" -v t="$t" 'BEGIN { printf "dtrain / torch samples/s: %.2f\n", d / t }'

@@ -6,7 +6,7 @@
 # Usage: bench/s3.sh [BUILD_DIR]  (env: HIDDEN, default [2048,2048] ≈ 71 MB per checkpoint; OUT dir)
 set -euo pipefail
 BUILD=${1:-build}
-BIN=$BUILD/launcher/dtrain
+BIN=$BUILD/dtrain
 OUT=${OUT:-$(mktemp -d)}
 HIDDEN=${HIDDEN:-[2048,2048]}
 rm -rf "$OUT/s3" "$OUT/local" "$OUT/rgw"

@@ -10,6 +10,7 @@
 #include <memory>
 #include <sstream>
 
+#include "core/check.h"
 #include "core/logging.h"
 #include "launcher/exit_codes.h"
 #include "launcher/host_probe.h"
@@ -17,6 +18,8 @@
 #include "launcher/launch_options.h"
 #include "launcher/output_router.h"
 #include "launcher/supervisor.h"
+#include "runtime/config/config.h"
+#include "runtime/train/run_check.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -64,6 +67,17 @@ Status CheckInPath(const std::string& program) {
   return Status::FailedPrecondition(program +
                                     " not found in PATH (install Open MPI's mpirun, e.g. Debian's "
                                     "openmpi-bin, or run inside a Slurm allocation for srun)");
+}
+
+// Loads CONFIG with its --set overrides and checks it and its data at the job's world size; prints the
+// check's warnings once.
+Status CheckRunBeforeStart(const LaunchOptions& opts, int world_size) {
+  proto::Config cfg;
+  DT_RETURN_IF_ERROR(runtime::LoadConfig(opts.config, opts.sets, &cfg));
+  runtime::RunCheck check;
+  DT_RETURN_IF_ERROR(runtime::CheckRun(cfg, world_size, &check));
+  for (const std::string& w : check.warnings) DT_LOG_WARN(kLauncher, "{}", w);
+  return Status::OK();
 }
 
 // The root cause of a failed attempt, completed from what the launcher knows itself.
@@ -170,6 +184,12 @@ int RunLaunch(const std::vector<std::string>& args) {
   LaunchCommand cmd;
   st = BuildLaunchCommand(opts, env, 0, &cmd);
   if (!st.ok()) return ExitCodeFor(st);
+  // The whole run is checked here, once, before any rank starts (runtime/train/run_check.h).
+  st = CheckRunBeforeStart(opts, cmd.placement.world_size());
+  if (!st.ok()) {
+    std::fprintf(stderr, "dtrain launch: error: %s\n", st.ToString().c_str());
+    return kExitUsage;
+  }
   if (opts.dry_run) {
     std::printf("%s\n", FormatCommandLine(cmd).c_str());
     std::fflush(stdout);

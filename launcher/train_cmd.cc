@@ -15,6 +15,7 @@
 #include "runtime/checkpoint/spot_watcher.h"
 #include "runtime/config/config.h"
 #include "runtime/train/model_factory.h"
+#include "runtime/train/run_check.h"
 #include "runtime/train/trainer.h"
 
 namespace dtrain::launcher {
@@ -76,7 +77,12 @@ Status PickDevice(const std::string& want, int local_rank, std::unique_ptr<Devic
 Status RunWorker(const std::string& config_path, const std::vector<std::string>& overrides, const comm::DistEnv& env) {
   proto::Config cfg;
   DT_RETURN_IF_ERROR(runtime::LoadConfig(config_path, overrides, &cfg));
-  DT_RETURN_IF_ERROR(runtime::CheckModelKind(cfg));
+  runtime::RunCheck check;
+  DT_RETURN_IF_ERROR(runtime::CheckRun(cfg, env.world_size, &check));
+  // `dtrain launch` (which sets DTRAIN_RESTART_COUNT for its workers) printed these once already.
+  if (env.rank == 0 && std::getenv("DTRAIN_RESTART_COUNT") == nullptr) {
+    for (const std::string& w : check.warnings) DT_LOG_WARN(kRuntime, "{}", w);
+  }
   if (env.rank == 0) DT_LOG_INFO(kRuntime, "resolved config ({}):\n{}", config_path, runtime::ConfigToYaml(cfg));
 
   std::unique_ptr<DeviceContext> ctx;

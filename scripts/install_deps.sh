@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Installs dtrain's system dependencies from Debian/Ubuntu packages (Debian 12, Ubuntu 24.04).
+# Installs dtrain's system dependencies from Debian/Ubuntu packages (Debian 12, Ubuntu 24.04): what the
+# build and the main job need, and with --test also the test suite's fixtures (Ceph, Slurm, clang).
 # Idempotent: installs only what is missing, and runs `apt-get update` only when it must.
 # CUDA (nvcc, cuBLAS, cuDNN, NCCL) comes from NVIDIA's CUDA toolkit, not from here: when
 # /usr/local/cuda/bin/nvcc exists the GPU path is built, otherwise a CPU-only build is made.
 set -euo pipefail
 
-PKGS=(cmake ninja-build g++ pkg-config zlib1g-dev iproute2
+# What building dtrain and running its main job need (scripts/run.sh).
+PKGS=(cmake ninja-build g++ pkg-config zlib1g-dev
       libopenmpi-dev openmpi-bin
       libprotobuf-dev protobuf-compiler
-      libspdlog-dev libgtest-dev libcurl4-openssl-dev nlohmann-json3-dev
-      dataset-fashion-mnist
+      libspdlog-dev libcurl4-openssl-dev nlohmann-json3-dev
+      dataset-fashion-mnist)
+# --test: what the test suite adds (scripts/test.sh): its fixtures and tools.
+TEST_PKGS=(libgtest-dev iproute2 python3
       ceph-mon ceph-osd radosgw ceph-common  # the S3 test server (scripts/s3_test_server.sh)
       # The Slurm test cluster (scripts/slurm_test_cluster.sh). Slurm's mpi_pmix plugin dlopens the
       # unversioned libpmix.so, which only libpmix-dev ships: without it `srun --mpi=pmix` cannot start
@@ -18,6 +22,11 @@ PKGS=(cmake ninja-build g++ pkg-config zlib1g-dev iproute2
       # Sanitizer builds and libFuzzer targets (scripts/sanitize.sh, scripts/fuzz.sh): clang-14 only
       # recommends the package holding libclang_rt.fuzzer, and recommends are not installed here.
       clang-14 libclang-rt-14-dev)
+case "${1:-}" in
+  "") ;;
+  --test) PKGS+=("${TEST_PKGS[@]}") ;;
+  *) echo "usage: scripts/install_deps.sh [--test]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # The test suite, from a fresh machine (CI runs exactly this: .ci/run). Stages, in this order:
-#   plain  install dependencies, build (scripts/build.sh), run every test with ctest; GPU tests skip
+#   main   the README's first command as a newcomer runs it: scripts/run.sh --set train.epochs=1 (installs
+#          only the main job's packages, builds without tests, trains the MLP with `dtrain launch`)
+#   plain  install the test packages too, build with the tests, check the layering
+#          (scripts/check_layers.py), run every test with ctest; GPU tests skip
 #          with a reason when no GPU is visible. Extra arguments go to this ctest.
 #   asan   scripts/sanitize.sh asan: the unit tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   fuzz   scripts/fuzz.sh 60: every libFuzzer target for 60 s, two at a time (on the ASan build)
 #   tsan   scripts/sanitize.sh tsan: data loader, checkpoint writer, launcher supervision under TSan
-# STAGES="plain" (or any space-separated subset) runs only those; default: all four, about 25 minutes
+# STAGES="plain" (or any space-separated subset) runs only those; default: all five, about 27 minutes
 # on 2 cores. Every stage runs even when an earlier one failed; the exit code is non-zero when any
 # failed, and a table of each stage's result and wall time ends the output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STAGES=${STAGES:-plain asan fuzz tsan}
+STAGES=${STAGES:-main plain asan fuzz tsan}
 if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 
 # (Inside `if`, bash ignores set -e: each stage chains its steps with &&.)
+main() { scripts/run.sh --set train.epochs=1; }
 plain() {
-  scripts/install_deps.sh && scripts/build.sh &&
+  scripts/install_deps.sh --test && python3 scripts/check_layers.py && scripts/build.sh -DDT_BUILD_TESTS=ON &&
     ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "${JOBS:-$(nproc)}" "$@"
 }
 asan() { scripts/sanitize.sh asan; }
@@ -26,8 +30,8 @@ summary=()
 failed=0
 for stage in $STAGES; do
   case "$stage" in
-    plain | asan | fuzz | tsan) ;;
-    *) echo "test.sh: unknown stage '$stage' (plain asan fuzz tsan)" >&2; exit 2 ;;
+    main | plain | asan | fuzz | tsan) ;;
+    *) echo "test.sh: unknown stage '$stage' (main plain asan fuzz tsan)" >&2; exit 2 ;;
   esac
   echo "=== test.sh: stage $stage"
   start=$(date +%s)

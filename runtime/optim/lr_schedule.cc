@@ -1,5 +1,6 @@
 #include "runtime/optim/lr_schedule.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -26,10 +27,9 @@ Status LrSchedule::Create(const std::string& kind, double base_lr, int64_t warmu
   DT_CHECK_ARG(total_steps >= 0, "total_steps must be >= 0, got " << total_steps);
   DT_CHECK_ARG(min_lr_ratio >= 0.0 && min_lr_ratio <= 1.0, "min_lr_ratio must be in [0, 1], got " << min_lr_ratio);
   DT_CHECK_ARG(s->kind_ != Kind::kCosine || total_steps > 0, "a cosine schedule needs total_steps > 0");
-  DT_CHECK_ARG(total_steps == 0 || warmup_steps <= total_steps,
-               "warmup_steps (" << warmup_steps << ") exceeds total_steps (" << total_steps << ")");
   s->base_lr_ = base_lr;
-  s->warmup_steps_ = warmup_steps;
+  // A warmup longer than the run is clipped to it (CheckRun warns about it before the run starts).
+  s->warmup_steps_ = total_steps > 0 ? std::min(warmup_steps, total_steps) : warmup_steps;
   s->total_steps_ = total_steps;
   s->min_lr_ratio_ = min_lr_ratio;
   *out = std::move(s);

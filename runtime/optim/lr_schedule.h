@@ -25,8 +25,9 @@ class LrSchedule {
 
   // Validates and builds a schedule. InvalidArgument for an unknown kind, a negative or non-finite
   // base_lr, negative step counts, min_lr_ratio outside [0, 1], a cosine schedule without
-  // total_steps > 0, or warmup_steps > total_steps when total_steps > 0 (the constant kind accepts
-  // total_steps = 0, meaning "unknown").
+  // total_steps > 0 (the constant kind accepts total_steps = 0, meaning "unknown"). A warmup longer than
+  // total_steps > 0 is clipped to total_steps: the LR rises over the whole run (runtime/train/run_check.h
+  // warns about it before the run starts).
   static Status Create(const std::string& kind, double base_lr, int64_t warmup_steps, int64_t total_steps,
                        double min_lr_ratio, std::unique_ptr<LrSchedule>* out);
 

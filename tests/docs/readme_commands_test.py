@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Runs the command lines that the docs show, literally, against a built tree ("documented means tested").
+
+Every line of every ```sh block in README.md, docs/*.md and examples/*/README.md (continuation lines joined,
+comments dropped) must match one rule of RULES below, which says what to do with it:
+  run    run it with bash in the sandbox; it must exit 0 within its timeout
+  start  run it until its first progress line ("epoch N step M"), then send SIGTERM (the preemption path:
+         the job checkpoints and exits 75) — it must show that line and exit 0 or 75; for long trainings
+  skip   not run here, for the reason given (a GPU, a second host, Slurm, or a test that covers it)
+A documented command that no rule matches fails the test: a new command gets a rule (and so a decision).
+Rules are tried in order; the first match wins.
+
+Commands run in document order in one sandbox directory: the repository's configs/, examples/, scripts/ and
+bench/ linked in, `build` linked to the build under test (so `build/dtrain` works), that build directory first
+on PATH (so `dtrain` works, as after `export PATH=$PWD/build:$PATH`), HOME set to a fresh directory and an
+input.txt of plain text for the data examples. Nothing is written to the repository.
+
+usage: tests/docs/readme_commands_test.py SOURCE_DIR BUILD_DIR [--only REGEX] [--list]
+Exit status 0 when every command behaved as its rule says.
+"""
+import glob
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+GPU = "needs a GPU"
+HOSTS = "needs other hosts (tests/launcher/multinode_netns_test.cc runs a two-host launch on netns hosts)"
+SLURM = "needs a Slurm cluster (tests/launcher/slurm_e2e_test.cc runs these against real Slurm daemons)"
+INSTALL = "installs dtrain and builds a project against it (tests/launcher/custom_model_e2e_test.cc does both)"
+
+# (regex over the joined command, action, timeout seconds or skip reason)
+RULES = [
+    (r"^scripts/run\.sh", "skip", "CI runs it as its own stage (scripts/test.sh main)"),
+    (r"^scripts/test\.sh", "skip", "this test is part of it"),
+    (r"^scripts/install_deps\.sh", "skip", "installs packages (every CI stage starts with it)"),
+    (r"^scripts/build\.sh", "skip", "the build under test was made by it"),
+    (r"^scripts/netns_cluster\.sh|--hosts 10\.77\.", "skip", HOSTS),
+    (r"--dry-run", "run", 60),
+    (r"--hosts|--hostfile", "skip", HOSTS),
+    (r"--nproc-per-node gpu", "skip", GPU),
+    (r"^OUT=\S+ bench/device_session\.sh|^bench/allreduce\.sh", "skip", GPU + " (the benchmark machine)"),
+    (r"^mpirun -np 2 build/dtrain bench allreduce --max-bytes 1G", "skip",
+     "sized for GPUs: up to 1 GiB on 2 CPU ranks takes ~3 minutes here (tests/launcher/bench_allreduce_test.cc "
+     "runs `mpirun -np 2 dtrain bench allreduce` with small sizes)"),
+    (r"examples/spot/fashion_mnist_spot\.yaml --grace-seconds", "skip",
+     "needs an S3 bucket and credentials (tests/launcher/s3_checkpoint_e2e_test.cc trains to a real Ceph RGW)"),
+    (r"srun|sbatch|squeue|slurm_test_cluster|SLURM_CONF", "skip", SLURM),
+    (r"^cmake |build-custom/custom_trainer", "skip", INSTALL),
+    (r"^(build/)?dtrain doctor", "run", 120),
+    (r"^(build/)?dtrain (train|launch) ", "start", 300),
+    (r"^examples/spot/simulate_preemptions\.sh", "run", 300),
+    (r"^(build/)?dtrain (data|ckpt|report|config|completion|version)\b", "run", 180),
+]
+
+PROGRESS = re.compile(r"epoch \d+/\d+ step \d+")
+
+
+def documented_commands(source):
+    files = [os.path.join(source, "README.md")] + sorted(glob.glob(os.path.join(source, "docs", "*.md"))) + \
+        sorted(glob.glob(os.path.join(source, "examples", "*", "README.md")))
+    out = []
+    for path in files:
+        in_block, pending = False, ""
+        for lineno, line in enumerate(open(path), 1):
+            if line.startswith("```"):
+                in_block = line.strip() in ("```sh", "```bash")
+                continue
+            if not in_block:
+                continue
+            text = line.rstrip("\n")
+            # A trailing "# comment" after two spaces (the docs' style); a leading # is a comment line.
+            text = re.sub(r"\s{2,}#.*$", "", text).strip()
+            if not text or text.startswith("#"):
+                continue
+            if text.endswith("\\"):
+                pending += text[:-1] + " "
+                continue
+            out.append((os.path.relpath(path, source), lineno, pending + text))
+            pending = ""
+    return out
+
+
+def make_sandbox(source, build):
+    box = tempfile.mkdtemp(prefix="dtrain_docs_")
+    for name in ("configs", "examples", "scripts", "bench"):
+        os.symlink(os.path.join(source, name), os.path.join(box, name))
+    os.symlink(os.path.abspath(build), os.path.join(box, "build"))
+    os.makedirs(os.path.join(box, "home"))
+    # Plain text for `dtrain data convert-text ... input.txt`: the licenses every Debian system ships.
+    with open(os.path.join(box, "input.txt"), "w") as f:
+        for p in sorted(glob.glob("/usr/share/common-licenses/*")):
+            if os.path.isfile(p):
+                f.write(open(p, errors="replace").read())
+    env = dict(os.environ)
+    env.update(PATH=os.path.abspath(build) + ":" + env.get("PATH", ""), HOME=os.path.join(box, "home"),
+               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    return box, env
+
+
+def run(cmd, box, env, action, timeout):
+    """Returns (ok, detail)."""
+    start = time.time()
+    proc = subprocess.Popen(["bash", "-c", cmd], cwd=box, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+    lines, saw_progress, stopped = [], False, False
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if action == "start" and not stopped and PROGRESS.search(line):
+                saw_progress, stopped = True, True
+                os.killpg(proc.pid, signal.SIGTERM)
+            if time.time() - start > timeout:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return False, f"still running after {timeout} s", lines
+        rc = proc.wait(timeout=max(1, timeout - (time.time() - start)))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return False, f"still running after {timeout} s", lines
+    took = f"{time.time() - start:.1f} s"
+    if action == "start":
+        if rc == 0:
+            return True, f"finished (exit 0) in {took}", lines
+        if saw_progress and rc == 75:
+            return True, f"trained, then checkpointed on SIGTERM (exit 75) in {took}", lines
+        return False, f"exit {rc} after {took}" + ("" if saw_progress else ", no progress line"), lines
+    return rc == 0, f"exit {rc} in {took}", lines
+
+
+def main(argv):
+    args = [a for a in argv[1:] if not a.startswith("--")]
+    only = None
+    if "--only" in argv:
+        only = re.compile(argv[argv.index("--only") + 1])
+        args = [a for a in args if a != argv[argv.index("--only") + 1]]
+    if len(args) != 2:
+        print(__doc__.strip().splitlines()[-2], file=sys.stderr)
+        return 2
+    source, build = (os.path.abspath(a) for a in args)
+    if not os.access(os.path.join(build, "dtrain"), os.X_OK):
+        print(f"readme_commands: no dtrain binary at {build}/dtrain", file=sys.stderr)
+        return 1
+    commands = documented_commands(source)
+    box, env = make_sandbox(source, build)
+    failures, counts = [], {"run": 0, "start": 0, "skip": 0}
+    try:
+        for doc, lineno, cmd in commands:
+            where = f"{doc}:{lineno}"
+            rule = next((r for r in RULES if re.search(r[0], cmd)), None)
+            if rule is None:
+                failures.append(f"{where}: no rule for documented command `{cmd}` (add one to RULES)")
+                print(f"UNCLASSIFIED {where}: {cmd}")
+                continue
+            _, action, arg = rule
+            if "--list" in argv or (only and not only.search(cmd)) or action == "skip":
+                counts["skip"] += 1
+                print(f"skip  {where}: {cmd}\n      ({arg if action == 'skip' else 'not selected'})")
+                continue
+            ok, detail, output = run(cmd, box, env, action, arg)
+            counts[action] += 1
+            print(f"{'ok   ' if ok else 'FAIL '} {where}: {cmd}\n      {action}: {detail}")
+            if not ok:
+                failures.append(f"{where}: `{cmd}`: {detail}")
+                print("      last output:\n" + "".join("        " + l for l in output[-15:]))
+    finally:
+        shutil.rmtree(box, ignore_errors=True)
+    print(f"readme_commands: {len(commands)} documented commands: {counts['run']} run, {counts['start']} started, "
+          f"{counts['skip']} skipped, {len(failures)} failed")
+    for f in failures:
+        print("  " + f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,88 @@
+// `dtrain launch` checks the whole run before any rank starts (runtime/train/run_check.h): a bad config,
+// data that does not fit the model, or a schedule longer than the run is one message from the launcher
+// (exit 2), printed once, with no mpirun started — also with --dry-run.
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "tests/testing/subprocess.h"
+
+namespace dtrain::testing {
+namespace {
+
+const std::string kMlp = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml";
+const std::string kGpt2Tiny = std::string(DT_SOURCE_DIR) + "/configs/gpt2_tiny.yaml";
+
+bool HaveData() { return std::ifstream("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").good(); }
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+// Runs `dtrain launch --nproc-per-node 2 CONFIG ARGS` and expects exit 2 with `why` in one launcher line.
+void ExpectRejected(const std::string& config, const std::string& args, const std::string& why) {
+  TempDir dir;
+  const ProcessResult r = RunCommand(DtrainBin() + " launch --nproc-per-node 2 " + config + " " + args +
+                                     " --set train.device=cpu --set run.dir=" + dir.path() + "/run");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(Count(r.output, why), 1) << "want '" << why << "' once:\n" << r.output;
+  EXPECT_EQ(Count(r.output, "dtrain launch: error:"), 1) << r.output;
+  // Rejected before any rank started: no mpirun banner, no rank line, no run directory.
+  EXPECT_EQ(r.output.find("mpirun"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("rank 0"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::ifstream(dir.path() + "/run/metrics.jsonl").good());
+}
+
+TEST(LaunchCheckE2E, ConfigErrorsAreOneMessageBeforeAnyRank) {
+  ExpectRejected(kMlp, "--set optim.lr=fast", "expected a number in [0, 10], got 'fast'");
+  ExpectRejected(kMlp, "--set model.kind=transformer", "transformer");
+  ExpectRejected(kMlp, "--set data.dir=/nonexistent/fmnist",
+                 "/nonexistent/fmnist/train-images-idx3-ubyte.gz not found");
+}
+
+TEST(LaunchCheckE2E, DataThatDoesNotFitTheModelIsRejected) {
+  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  ExpectRejected(kMlp, "--set model.mlp.input_dim=100", "model.mlp.input_dim 100");
+  ExpectRejected(kMlp, "--set model.mlp.num_classes=5", "num_classes is 5");
+  ExpectRejected(kMlp, "--set data.batch_size=40000", "no full step fits in an epoch");
+  // Byte tokens (ids 0..255) against gpt2_tiny's 61-token vocabulary: was a bounds check at step 1.
+  TempDir data;
+  WriteFile(data.path() + "/input.txt", std::string(20000, 'a') + "\xff\xfe" + std::string(20000, 'b'));
+  const ProcessResult conv = RunCommand(DtrainBin() + " data convert-text --out " + data.path() + "/tok --seq-len 64 " +
+                                        data.path() + "/input.txt");
+  ASSERT_EQ(conv.exit_code, 0) << conv.output;
+  ExpectRejected(kGpt2Tiny, "--set data.dataset=shards --set data.train_shards=" + data.path() + "/tok",
+                 "model.gpt2.vocab_size is 61: raise it to at least 256");
+  ExpectRejected(kMlp, "--set data.dataset=shards --set data.train_shards=" + data.path() + "/tok",
+                 "holds tokens, but model.kind mlp takes images");
+  ExpectRejected(kMlp, "--set data.dataset=shards --set data.train_shards=" + data.path() + "/missing",
+                 "data.train_shards");
+}
+
+TEST(LaunchCheckE2E, DryRunChecksTooAndWarmupLongerThanTheRunIsClippedWithOneWarning) {
+  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  const ProcessResult bad =
+      RunCommand(DtrainBin() + " launch --dry-run --nproc-per-node 2 " + kMlp + " --set model.mlp.input_dim=100");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_EQ(bad.output.find("mpirun"), std::string::npos) << bad.output;
+
+  // The shipped config warms up for 100 steps; a 30-step run used to fail inside every rank.
+  TempDir dir;
+  const ProcessResult r = RunCommand(DtrainBin() + " launch --nproc-per-node 2 " + kMlp +
+                                     " --set train.device=cpu --set train.max_steps=30 --set train.log_every=10" +
+                                     " --set train.eval=false --set run.dir=" + dir.path() + "/run");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(Count(r.output, "warmup_steps 100 exceeds the run's 30 optimizer steps"), 1) << r.output;
+  // Clipped to the run: the LR rises linearly to the base LR (1e-3) at the last step.
+  const auto trains = Lines(ReadFile(dir.path() + "/run/metrics.jsonl"), "\"kind\":\"train\"");
+  ASSERT_EQ(trains.size(), 3u);
+  EXPECT_NEAR(Field(trains[0], "lr"), 1e-3 * 10 / 30, 1e-9);
+  EXPECT_NEAR(Field(trains[2], "lr"), 1e-3, 1e-9);
+}
+
+}  // namespace
+}  // namespace dtrain::testing
