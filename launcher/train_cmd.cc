@@ -83,7 +83,12 @@ Status RunWorker(const std::string& config_path, const std::vector<std::string>&
   if (env.rank == 0 && std::getenv("DTRAIN_RESTART_COUNT") == nullptr) {
     for (const std::string& w : check.warnings) DT_LOG_WARN(kRuntime, "{}", w);
   }
-  if (env.rank == 0) DT_LOG_INFO(kRuntime, "resolved config ({}):\n{}", config_path, runtime::ConfigToYaml(cfg));
+  if (env.rank == 0) {  // the whole resolved config is <run.dir>/config.yaml; the log shows what differs
+    std::string diff;
+    DT_RETURN_IF_ERROR(runtime::ConfigDiffYaml(cfg, &diff));
+    DT_LOG_INFO(kRuntime, "config {} (what differs from the defaults; all of it: dtrain config show {}):\n{}",
+                config_path, config_path, diff);
+  }
 
   std::unique_ptr<DeviceContext> ctx;
   DT_RETURN_IF_ERROR(PickDevice(cfg.train().device(), env.local_rank, &ctx));

@@ -404,17 +404,29 @@ std::string ScalarText(const pb::Message& m, const FD* f, int index) {
   }
 }
 
-void Render(const pb::Message& m, int indent, std::string* out) {
+// Renders `m`; with `base` (the same message type), only the fields whose value differs from base's.
+void Render(const pb::Message& m, const pb::Message* base, int indent, std::string* out) {
   const pb::Descriptor* d = m.GetDescriptor();
   const pb::Reflection* r = m.GetReflection();
   const std::string pad(indent, ' ');
   for (int i = 0; i < d->field_count(); ++i) {
     const FD* f = d->field(i);
-    *out += pad + f->name() + ":";
     if (f->cpp_type() == FD::CPPTYPE_MESSAGE && !f->is_repeated()) {
-      *out += "\n";
-      Render(r->GetMessage(m, f), indent + 2, out);
-    } else if (f->is_repeated()) {
+      std::string sub;
+      Render(r->GetMessage(m, f), base ? &base->GetReflection()->GetMessage(*base, f) : nullptr, indent + 2, &sub);
+      if (base == nullptr || !sub.empty()) *out += pad + f->name() + ":\n" + sub;
+      continue;
+    }
+    if (base != nullptr) {
+      bool same = !f->is_repeated() || r->FieldSize(m, f) == base->GetReflection()->FieldSize(*base, f);
+      const int n = f->is_repeated() ? r->FieldSize(m, f) : 1;
+      for (int j = 0; same && j < n; ++j) {
+        same = ScalarText(m, f, f->is_repeated() ? j : -1) == ScalarText(*base, f, f->is_repeated() ? j : -1);
+      }
+      if (same) continue;
+    }
+    *out += pad + f->name() + ":";
+    if (f->is_repeated()) {
       *out += " [";
       for (int j = 0; j < r->FieldSize(m, f); ++j) *out += (j == 0 ? "" : ", ") + ScalarText(m, f, j);
       *out += "]\n";
@@ -464,8 +476,16 @@ Status LoadConfig(const std::string& path, const std::vector<std::string>& overr
 
 std::string ConfigToYaml(const dtrain::proto::Config& c) {
   std::string out;
-  Render(c, 0, &out);
+  Render(c, nullptr, 0, &out);
   return out;
+}
+
+Status ConfigDiffYaml(const dtrain::proto::Config& c, std::string* out) {
+  dtrain::proto::Config defaults;
+  DT_RETURN_IF_ERROR(ApplyDefaults(&defaults, ""));
+  out->clear();
+  Render(c, &defaults, 0, out);
+  return Status::OK();
 }
 
 }  // namespace dtrain::runtime

@@ -42,4 +42,9 @@ Status ParseConfig(const std::string& yaml_text, const std::string& source_name,
 // stored in the run dir; ParseConfig(ConfigToYaml(c), ...) gives back c for any valid c.
 std::string ConfigToYaml(const dtrain::proto::Config& c);
 
+// Only what differs from the schema's defaults, as ConfigToYaml renders it (a section appears when one of
+// its keys differs; empty when c is all defaults). ParseConfig of it gives back c. Internal only when a
+// schema default does not parse.
+Status ConfigDiffYaml(const dtrain::proto::Config& c, std::string* out);
+
 }  // namespace dtrain::runtime

@@ -225,6 +225,22 @@ TEST(ConfigTest, ToYamlRoundTrips) {
   EXPECT_EQ(ConfigToYaml(back), yaml);
 }
 
+TEST(ConfigTest, DiffYamlHoldsOnlyWhatDiffersAndRoundTrips) {
+  std::string diff;
+  ASSERT_TRUE(ConfigDiffYaml(MustParse(""), &diff).ok());
+  EXPECT_EQ(diff, "");  // all defaults: nothing differs
+  const Config c = MustParse("optim:\n  lr: 0.25\nmodel:\n  mlp:\n    hidden: [64]\nrun:\n  dir: runs/x\n");
+  ASSERT_TRUE(ConfigDiffYaml(c, &diff).ok());
+  EXPECT_EQ(diff, "model:\n  mlp:\n    hidden: [64]\noptim:\n  lr: 0.25\nrun:\n  dir: runs/x\n");
+  // A key set to its default value is not a difference.
+  ASSERT_TRUE(ConfigDiffYaml(MustParse("train:\n  seed: 1234\n"), &diff).ok());
+  EXPECT_EQ(diff, "");
+  Config back;
+  ASSERT_TRUE(ConfigDiffYaml(c, &diff).ok());
+  ASSERT_TRUE(ParseConfig(diff, "diff.yaml", {}, &back).ok()) << diff;
+  EXPECT_TRUE(MessageDifferencer::Equals(c, back)) << diff;
+}
+
 TEST(ConfigTest, SchemaUsesOnlySupportedFieldTypes) {
   using FD = google::protobuf::FieldDescriptor;
   std::vector<const google::protobuf::Descriptor*> todo{Config::descriptor()};
