@@ -3,11 +3,15 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <memory>
 
 #include "core/check.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/hf_export.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "runtime/config/config.h"
+#include "runtime/train/weights_metadata.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -17,8 +21,9 @@ constexpr const char* kCkptUsage =
     "  list URL                        step directories: valid (manifest present) or partial, size\n"
     "  verify URL [--step N]           check every file's size and CRC32C (all checkpoints, or step N)\n"
     "  inspect URL [--step N]          print the manifest of the newest valid checkpoint (or step N)\n"
-    "  export URL --out FILE [--step N] [--format safetensors]\n"
-    "                                  write the parameters as safetensors (loads in PyTorch / HF)\n"
+    "  export URL --out FILE [--step N] [--format safetensors|hf]\n"
+    "                                  write the parameters as safetensors (loads in PyTorch); --format hf\n"
+    "                                  (GPT-2): FILE is a directory for transformers' from_pretrained\n"
     "  URL: file:///dir, a directory (e.g. runs/x/checkpoints), or s3://bucket/prefix\n";
 
 struct CkptArgs {
@@ -46,8 +51,8 @@ Status Parse(const std::vector<std::string>& args, CkptArgs* a) {
       DT_RETURN_IF_ERROR(value(&a->out));
     } else if (s == "--format") {
       DT_RETURN_IF_ERROR(value(&a->format));
-      if (a->format != "safetensors") {
-        return Status::InvalidArgument("ckpt: --format '" + a->format + "' (only safetensors)");
+      if (a->format != "safetensors" && a->format != "hf") {
+        return Status::InvalidArgument("ckpt: --format '" + a->format + "' (expected safetensors or hf)");
       }
     } else if (s.rfind("-", 0) == 0) {
       return Status::InvalidArgument("ckpt: unknown flag '" + s + "'\n" + kCkptUsage);
@@ -153,7 +158,7 @@ void Inspect(const runtime::LoadedCheckpoint& ck) {
   std::printf("config:\n%s", m.config_yaml().c_str());
 }
 
-Status Export(const runtime::LoadedCheckpoint& ck, const std::string& out) {
+Status Export(const runtime::LoadedCheckpoint& ck, const std::string& out, const std::string& format) {
   const std::string& bytes = ck.files.at("params.bin");  // Load() verified every listed file
   const int64_t total = static_cast<int64_t>(bytes.size() / sizeof(float));
   std::vector<runtime::NamedTensor> tensors;
@@ -165,8 +170,18 @@ Status Export(const runtime::LoadedCheckpoint& ck, const std::string& out) {
     std::memcpy(t.data.data(), bytes.data() + p.offset() * sizeof(float), p.numel() * sizeof(float));
     tensors.push_back(std::move(t));
   }
-  DT_RETURN_IF_ERROR(runtime::WriteSafetensors(
-      out, tensors, {{"format", "pt"}, {"producer", "dtrain"}, {"step", std::to_string(ck.manifest.step())}}));
+  proto::Config cfg;
+  DT_RETURN_IF_ERROR(runtime::ParseConfig(ck.manifest.config_yaml(), ck.dir + "/manifest.pb (config)", {}, &cfg));
+  std::map<std::string, std::string> metadata;
+  DT_RETURN_IF_ERROR(runtime::WeightsMetadata(cfg, &metadata));
+  metadata["step"] = std::to_string(ck.manifest.step());
+  if (format == "hf") {
+    DT_RETURN_IF_ERROR(runtime::ExportHuggingFaceGpt2(cfg, tensors, metadata, out));
+    std::printf("%s: config.json and model.safetensors (Hugging Face GPT-2) of %s (step %lld)\n", out.c_str(),
+                ck.dir.c_str(), static_cast<long long>(ck.manifest.step()));
+    return Status::OK();
+  }
+  DT_RETURN_IF_ERROR(runtime::WriteSafetensors(out, tensors, metadata));
   std::printf("%s: %zu tensors of %s (step %lld)\n", out.c_str(), tensors.size(), ck.dir.c_str(),
               static_cast<long long>(ck.manifest.step()));
   return Status::OK();
@@ -191,7 +206,7 @@ Status RunCkpt(const std::vector<std::string>& args) {
     Inspect(ck);
     return Status::OK();
   }
-  return Export(ck, a.out);
+  return Export(ck, a.out, a.format);
 }
 
 }  // namespace dtrain::launcher

@@ -1,0 +1,71 @@
+#include "runtime/train/weights_metadata.h"
+
+#include <cstdio>
+#include <string>
+
+#include "data/fashion_mnist.h"
+#include "data/manifest.h"
+#include "runtime/config/config.h"
+
+namespace dtrain::runtime {
+namespace {
+
+// The config's model section alone, as YAML: "model:" and its indented lines.
+std::string ModelYaml(const proto::Config& cfg) {
+  const std::string all = ConfigToYaml(cfg);
+  size_t begin = all.rfind("model:\n", 0) == 0 ? 0 : all.find("\nmodel:\n");
+  if (begin == std::string::npos) return "";
+  if (begin != 0) ++begin;
+  size_t end = all.find('\n', begin);
+  while (end != std::string::npos && end + 1 < all.size() && all[end + 1] == ' ') end = all.find('\n', end + 1);
+  return all.substr(begin, end == std::string::npos ? std::string::npos : end + 1 - begin);
+}
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", v);
+  return buf;
+}
+
+}  // namespace
+
+Status WeightsMetadata(const proto::Config& cfg, std::map<std::string, std::string>* out) {
+  auto& m = *out;
+  m.clear();
+  m["format"] = "pt";
+  m["producer"] = "dtrain";
+  m["dtrain_version"] = DTRAIN_VERSION;
+  const auto& model = cfg.model();
+  m["model_kind"] = model.kind();
+  m["model_config"] = ModelYaml(cfg);
+  const bool image = model.kind() == "mlp" || model.kind() == "cnn";
+  if (model.kind() == "gpt2") {
+    m["vocab_size"] = std::to_string(model.gpt2().vocab_size());
+    m["max_seq_len"] = std::to_string(model.gpt2().max_seq_len());
+  }
+  if (!image) return Status::OK();
+  m["num_classes"] = std::to_string(model.kind() == "mlp" ? model.mlp().num_classes() : model.cnn().num_classes());
+  m["input_shape"] = model.kind() == "mlp"
+                         ? std::to_string(model.mlp().input_dim())
+                         : std::to_string(model.cnn().in_channels()) + "x" + std::to_string(model.cnn().image_size()) +
+                               "x" + std::to_string(model.cnn().image_size());
+  double mean = 0, std = 0;
+  if (cfg.data().dataset() == "fashion_mnist") {
+    mean = data::kFashionMnistMean;
+    std = data::kFashionMnistStd;
+  } else if (cfg.data().dataset() == "shards" && cfg.data().train_shards().rfind("s3://", 0) != 0) {
+    proto::DatasetManifest dm;
+    if (data::ReadManifest(cfg.data().train_shards(), &dm).ok()) {
+      mean = dm.schema().pixel_mean();
+      std = dm.schema().pixel_std();
+    }
+  }
+  if (std > 0) {
+    m["input_normalization"] = "(pixel / 255 - input_mean) / input_std";
+    m["input_mean"] = Num(mean);
+    m["input_std"] = Num(std);
+  }
+  return Status::OK();
+}
+
+}  // namespace dtrain::runtime
