@@ -9,6 +9,7 @@
 #   gpt2loss   GPT-2 loss curves, dtrain vs PyTorch, same init and tokens: 200 steps, PNG to $OUT
 #   gpt2comm   GPT-2 124M on 1 GPU, then 2 GPUs under NCCL CTA limits, bucket sizes and bf16 gradient compression
 #   zero1   GPT-2 124M on 2 GPUs with and without dist.zero1: optimizer memory and tokens/s
+#   hf      `dtrain ckpt export --format hf` loaded by transformers, logits vs dtrain's (bench/hf_export_check.sh)
 #   tb      TensorBoard's own reader over a run's event file (tests/tools/read_tensorboard.py)
 # Usage (on the GPU machine, from the repo root): OUT=/some/dir STAGES="tests gpt2" bench/device_session.sh
 # Logs go to $OUT/logs.tgz (the device returns few files); a summary is printed.
@@ -36,13 +37,13 @@ if has tests; then
   ctest --test-dir build-dev -j8 --output-on-failure --timeout 300 -E "${CTEST_EXCLUDE:-slurm|fuzz}" > $OUT/ctest.log 2>&1
   echo "ctest rc=$?"; grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|\*\*\*" $OUT/ctest.log | tail -20
   # GPU test cases that ran (not skipped): the proof that the CUDA code executed.
-  for b in build-dev/tests/models_*_test build-dev/tests/runtime_*_test; do
+  for b in build-dev/tests/{core,comm,models,data,optim,checkpoint,train,observe}_*_test; do
     [[ $b == *_mpi_test ]] && continue
     $b --gtest_filter='*Cuda*:*Gpu*:*GPU*:*CUDA*' > $OUT/$(basename $b).gpu.log 2>&1
     ok=$(grep -c '\[       OK' $OUT/$(basename $b).gpu.log); sk=$(grep -c '\[  SKIPPED \]' $OUT/$(basename $b).gpu.log)
     [[ $ok -gt 0 || $sk -gt 0 ]] && echo "$(basename $b): gpu cases ok=$ok skipped=$sk"
   done
-  for t in comm_nccl_communicator_mpi_test runtime_gradient_reducer_mpi_test runtime_zero1_mpi_test; do
+  for t in comm_nccl_communicator_mpi_test optim_gradient_reducer_mpi_test optim_zero1_mpi_test; do
     [[ -x build-dev/tests/$t ]] || continue
     mpirun -np 2 --oversubscribe -x NCCL_NVLS_ENABLE build-dev/tests/$t > $OUT/$t.log 2>&1
     echo "$t rc=$? ok=$(grep -c '\[       OK' $OUT/$t.log) skipped=$(grep -c '\[  SKIPPED \]' $OUT/$t.log)"
@@ -145,6 +146,13 @@ if has zero1 && [[ $NGPU -ge 2 ]]; then
     echo "gpt2 2 GPU zero1=$z rc=$?: $(step_line $OUT/gpt2_zero1_$z.log)"
     grep -hE "optimizer state|peak" $OUT/gpt2_zero1_$z.log | tail -2 | sed 's/.*\] //'
   done
+fi
+
+if has hf; then
+  # `dtrain ckpt export --format hf` loaded by transformers: logits against dtrain's forward of the same weights.
+  DTRAIN_ARGS="--set train.device=cuda --set train.precision=bf16" bash bench/hf_export_check.sh build-dev $OUT/hf \
+    > $OUT/hf.log 2>&1
+  echo "hf export check rc=$?: $(tail -1 $OUT/hf.log)"
 fi
 
 if has tb; then
