@@ -184,8 +184,9 @@ int RunLaunch(const std::vector<std::string>& args) {
   LaunchCommand cmd;
   st = BuildLaunchCommand(opts, env, 0, &cmd);
   if (!st.ok()) return ExitCodeFor(st);
-  // The whole run is checked here, once, before any rank starts (runtime/train/run_check.h).
-  st = CheckRunBeforeStart(opts, cmd.placement.world_size());
+  // The whole run is checked here, once, before any rank starts (runtime/train/run_check.h) — when the workers
+  // are this binary: another worker program (DTRAIN_WORKER_BIN) reads its config its own way and checks it.
+  st = env.worker_bin == env.self_bin ? CheckRunBeforeStart(opts, cmd.placement.world_size()) : Status::OK();
   if (!st.ok()) {
     std::fprintf(stderr, "dtrain launch: error: %s\n", st.ToString().c_str());
     return kExitUsage;
