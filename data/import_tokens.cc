@@ -1,0 +1,131 @@
+#include "data/import_tokens.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+#include "core/check.h"
+#include "data/shard_writer.h"
+
+namespace dtrain::data {
+namespace {
+
+constexpr int32_t kLlmcMagic = 20240520;
+constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
+
+// One input file opened at its first token: the width of its tokens and how many there are.
+struct TokenFile {
+  std::ifstream in;
+  size_t width = 2;
+  int64_t count = 0;
+};
+
+Status Open(const std::string& path, const std::string& format, TokenFile* f) {
+  f->in.open(path, std::ios::binary);
+  if (!f->in) {
+    const int err = errno;
+    if (err == ENOENT) return Status::NotFound(path + ": token file does not exist");
+    return Status::IoError(path + ": cannot open: " + std::strerror(err));
+  }
+  f->in.seekg(0, std::ios::end);
+  const int64_t size = static_cast<int64_t>(f->in.tellg());
+  f->in.seekg(0);
+  int32_t header[256] = {};
+  const bool has_header = size >= static_cast<int64_t>(kLlmcHeaderBytes) &&
+                          f->in.read(reinterpret_cast<char*>(header), kLlmcHeaderBytes) && header[0] == kLlmcMagic;
+  const bool llmc = format == "llmc" || (format == "auto" && has_header);
+  if (llmc) {
+    if (!has_header) return Status::DataLoss(path + ": not an llm.c token shard (no magic 20240520 in its header)");
+    if (header[1] != 1 && header[1] != 2) {
+      return Status::DataLoss(path + ": llm.c shard version " + std::to_string(header[1]) + " (known: 1, 2)");
+    }
+    f->width = header[1] == 1 ? 2 : 4;
+    f->count = header[2];
+    const int64_t want = static_cast<int64_t>(kLlmcHeaderBytes) + f->count * static_cast<int64_t>(f->width);
+    if (f->count < 0 || want != size) {
+      return Status::DataLoss(path + ": llm.c header says " + std::to_string(header[2]) + " tokens (" +
+                              std::to_string(want) + " bytes) but the file has " + std::to_string(size) + " bytes");
+    }
+    f->in.seekg(kLlmcHeaderBytes);
+    return Status::OK();
+  }
+  if (size % 2 != 0)
+    return Status::DataLoss(path + ": " + std::to_string(size) + " bytes is not a whole number of uint16 tokens");
+  f->width = 2;
+  f->count = size / 2;
+  f->in.clear();
+  f->in.seekg(0);
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ImportTokens(const std::vector<std::string>& files, const std::string& out_dir, const ImportTokensOptions& opts,
+                    int64_t* dropped_tokens, proto::DatasetManifest* manifest) {
+  DT_CHECK_ARG(!files.empty(), "import-tokens: no input files");
+  DT_CHECK_ARG(opts.format == "auto" || opts.format == "raw" || opts.format == "llmc",
+               "import-tokens: --format " << opts.format << " (expected auto, raw or llmc)");
+  DT_CHECK_ARG(opts.seq_len >= 1, "seq_len must be >= 1, got " << opts.seq_len);
+  DT_CHECK_ARG(opts.vocab_size >= 2 && opts.vocab_size <= (int64_t{1} << 32),
+               "vocab_size must be in [2, 2^32], got " << opts.vocab_size);
+  // Count first, so that a stream shorter than one record writes nothing.
+  std::vector<std::unique_ptr<TokenFile>> inputs;
+  int64_t total = 0;
+  for (const auto& path : files) {
+    inputs.push_back(std::make_unique<TokenFile>());
+    DT_RETURN_IF_ERROR(Open(path, opts.format, inputs.back().get()));
+    total += inputs.back()->count;
+  }
+  const int64_t len = opts.seq_len + 1;
+  if (total < len) {
+    return Status::InvalidArgument("import-tokens: " + std::to_string(total) + " tokens, fewer than one record of " +
+                                   std::to_string(len) + " (lower --seq-len)");
+  }
+  proto::DatasetSchema schema;
+  schema.set_kind(proto::DatasetSchema::TOKENS);
+  schema.add_dims(len);
+  const bool wide = opts.vocab_size > 65536;
+  schema.set_token_dtype(wide ? proto::DatasetSchema::UINT32 : proto::DatasetSchema::UINT16);
+  schema.set_vocab_size(opts.vocab_size);
+  std::unique_ptr<DatasetWriter> w;
+  DT_RETURN_IF_ERROR(DatasetWriter::Create(out_dir, schema, opts.samples_per_shard, &w));
+
+  // Records overlap by one token: record r is tokens [r * seq_len, r * seq_len + len) of the stream.
+  const size_t out_width = wide ? 4 : 2;
+  std::vector<uint32_t> window;  // the current record's tokens read so far
+  window.reserve(len);
+  std::vector<uint8_t> rec(static_cast<size_t>(len) * out_width);
+  std::vector<char> buf(1 << 20);
+  int64_t records = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TokenFile& f = *inputs[i];
+    int64_t left = f.count, index = 0;
+    while (left > 0) {
+      const int64_t n = std::min<int64_t>(left, static_cast<int64_t>(buf.size() / f.width));
+      if (!f.in.read(buf.data(), n * static_cast<int64_t>(f.width))) return Status::IoError(files[i] + ": read failed");
+      for (int64_t k = 0; k < n; ++k, ++index) {
+        uint32_t tok = 0;
+        std::memcpy(&tok, buf.data() + k * f.width, f.width);  // little-endian
+        if (tok >= opts.vocab_size) {
+          return Status::InvalidArgument(files[i] + ": token " + std::to_string(index) + " is " + std::to_string(tok) +
+                                         ", not below --vocab-size " + std::to_string(opts.vocab_size));
+        }
+        window.push_back(tok);
+        if (static_cast<int64_t>(window.size()) == len) {
+          for (int64_t j = 0; j < len; ++j) std::memcpy(rec.data() + j * out_width, &window[j], out_width);
+          DT_RETURN_IF_ERROR(w->Add(rec.data(), rec.size()));
+          ++records;
+          window.erase(window.begin(), window.begin() + opts.seq_len);  // keep the shared last token
+        }
+      }
+      left -= n;
+    }
+  }
+  if (dropped_tokens != nullptr) *dropped_tokens = total - (records * opts.seq_len + 1);
+  std::string source = "tokens of";
+  for (const auto& f : files) source += " " + f;
+  return w->Finish(source, manifest);
+}
+
+}  // namespace dtrain::data

@@ -1,0 +1,35 @@
+#pragma once
+// Token files from the ecosystem -> a dtrain TOKENS dataset, so a GPT-2 run can train on data already tokenized
+// with GPT-2's BPE (`dtrain data import-tokens`). Two inputs are understood:
+//   raw     nanoGPT's prepare.py output: little-endian uint16 token ids, nothing else (train.bin, val.bin);
+//   llmc    llm.c's .bin shards: a header of 256 little-endian int32 — [0] magic 20240520, [1] version (1: uint16
+//           tokens, 2: uint32 tokens), [2] token count — then the tokens;
+//   auto    llmc when the file starts with llm.c's magic, else raw.
+// Files are read in order as one stream (streamed: a shard of any size takes bounded memory), cut into records of
+// seq_len + 1 tokens with a stride of seq_len, like ConvertText; the tail shorter than a record is dropped.
+// Every token must be below `vocab_size` (50257: GPT-2's BPE); the first one that is not is InvalidArgument naming
+// the file and its token index. Thread-safe: no shared state.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "proto/shard.pb.h"
+
+namespace dtrain::data {
+
+struct ImportTokensOptions {
+  std::string format = "auto";  // auto | raw | llmc
+  int64_t seq_len = 1024;
+  int64_t vocab_size = 50257;
+  int64_t samples_per_shard = 4096;
+};
+
+// Errors: NotFound / IoError naming the file; DataLoss for an llm.c header whose token count disagrees with the
+// file's size, a raw file of an odd byte count; InvalidArgument for an unknown format, a token >= vocab_size, or
+// fewer tokens than one record. `*dropped_tokens` (optional) gets the tail's size.
+Status ImportTokens(const std::vector<std::string>& files, const std::string& out_dir, const ImportTokensOptions& opts,
+                    int64_t* dropped_tokens = nullptr, proto::DatasetManifest* manifest = nullptr);
+
+}  // namespace dtrain::data
