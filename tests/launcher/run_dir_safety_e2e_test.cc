@@ -178,7 +178,8 @@ TEST(CheckpointSafetyE2E, EveryCheckpointCorruptIsRefusedListingEachAndNothingIs
 TEST(CkptCmdE2E, ReadOnlyCommandsOnAMissingPathCreateNothingAndExit2) {
   TempDir dir;
   const std::string missing = dir.path() + "/no/such/checkpoints";
-  for (const std::string verb : {"list", "verify", "inspect", "export --out " + dir.path() + "/x.safetensors"}) {
+  for (const std::string& verb :
+       std::vector<std::string>{"list", "verify", "inspect", "export --out " + dir.path() + "/x.safetensors"}) {
     ProcessResult r = RunCommand(DtrainBin() + " ckpt " + verb + " " + missing);
     EXPECT_EQ(r.exit_code, 2) << verb << ": " << r.output;
     EXPECT_NE(r.output.find("no such checkpoint directory '" + missing + "'"), std::string::npos) << r.output;
