@@ -76,7 +76,7 @@ TEST(RunDirLockE2E, SecondConcurrentLaunchExits2NamingTheHolderAndADeadHolderIsT
   } guard{static_cast<pid_t>(std::stoi(pid))};
 
   // Job B on the same run.dir: refused at start, exit 2, naming A's rank-0 pid.
-  ProcessResult b = RunCommand(job + " --set train.max_steps=5");
+  ProcessResult b = RunCommand(job + " --set train.max_steps=25");
   EXPECT_EQ(b.exit_code, 2) << b.output;
   EXPECT_NE(b.output.find("is in use by another dtrain job"), std::string::npos) << b.output;
   EXPECT_NE(b.output.find("pid=" + pid + " "), std::string::npos) << b.output;
@@ -89,7 +89,7 @@ TEST(RunDirLockE2E, SecondConcurrentLaunchExits2NamingTheHolderAndADeadHolderIsT
   EXPECT_EQ(HolderField(ReadFile(run + "/.dtrain.lock"), "pid"), pid);
 
   // Job C takes the lock over and says whose it was.
-  ProcessResult c = RunCommand(job + " --set train.max_steps=5");
+  ProcessResult c = RunCommand(job + " --set train.max_steps=25");
   ASSERT_EQ(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find("took over the lock " + run + "/.dtrain.lock"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("pid=" + pid + " "), std::string::npos) << c.output;
