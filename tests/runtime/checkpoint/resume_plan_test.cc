@@ -10,9 +10,11 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/sealed_bytes.h"
 #include "tests/testing/subprocess.h"
 
@@ -46,6 +48,49 @@ std::vector<int64_t> Steps(CheckpointManager* m) {
   for (const auto& e : entries) steps.push_back(e.step);
   return steps;
 }
+
+// An object store that is not a local directory (as s3:// is not): overwrite must delete, not rename.
+class MemStorage : public storage::Storage {
+ public:
+  Status Put(const std::string& key, const void* data, size_t size) override {
+    objects_[key].assign(static_cast<const char*>(data), size);
+    return Status::OK();
+  }
+  Status Get(const std::string& key, std::string* out) override {
+    const auto it = objects_.find(key);
+    if (it == objects_.end()) return Status::NotFound(url_ + "/" + key);
+    *out = it->second;
+    return Status::OK();
+  }
+  Status GetRange(const std::string& key, uint64_t offset, uint64_t size, std::string* out) override {
+    DT_RETURN_IF_ERROR(Get(key, out));
+    *out = offset < out->size() ? out->substr(offset, size) : std::string();
+    return Status::OK();
+  }
+  Status Head(const std::string& key, storage::ObjectInfo* out) override {
+    std::string data;
+    DT_RETURN_IF_ERROR(Get(key, &data));
+    *out = {key, data.size()};
+    return Status::OK();
+  }
+  Status List(const std::string& prefix, std::vector<storage::ObjectInfo>* out) override {
+    out->clear();
+    for (const auto& [key, data] : objects_) {
+      if (key.compare(0, prefix.size(), prefix) == 0) out->push_back({key, data.size()});
+    }
+    return Status::OK();
+  }
+  Status Delete(const std::string& key) override {
+    objects_.erase(key);
+    return Status::OK();
+  }
+  const std::string& url() const override { return url_; }
+  size_t size() const { return objects_.size(); }
+
+ private:
+  std::string url_ = "mem://bucket/ckpt";
+  std::map<std::string, std::string> objects_;
+};
 
 std::vector<std::string> Siblings(const std::string& parent, const std::string& prefix) {
   std::vector<std::string> out;
@@ -91,6 +136,22 @@ TEST(ResumePlan, NeverRefusesExistingCheckpointsUnlessOverwriteMovesThemAside) {
   m->set_run_id(plan.run_id);
   SaveStep(m.get(), 10);
   EXPECT_EQ(ReadFile(ck + "/latest"), "step-00000010\n");
+}
+
+TEST(ResumePlan, OverwriteOnAnObjectStoreDeletesTheOldCheckpointsFirstAndOnlyOnTheWriter) {
+  auto owned = std::make_unique<MemStorage>();
+  MemStorage* store = owned.get();
+  CheckpointManager m(std::move(owned), CheckpointOptions());
+  SaveStep(&m, 100);
+  SaveStep(&m, 200);
+  ASSERT_EQ(store->size(), 5u);  // 2 x (params.bin, manifest.pb) + latest
+  ResumePlan plan;
+  ASSERT_TRUE(PlanResume(&m, {"never", true, /*writer=*/false}, &plan).ok());
+  EXPECT_EQ(plan.note, "");
+  EXPECT_EQ(store->size(), 5u);  // another rank: decides the same, touches nothing
+  ASSERT_TRUE(PlanResume(&m, {"never", true, /*writer=*/true}, &plan).ok());
+  EXPECT_EQ(plan.note, "checkpoint.overwrite: deleted the 2 old step directories of mem://bucket/ckpt");
+  EXPECT_EQ(store->size(), 0u);
 }
 
 TEST(ResumePlan, AutoRefusesWhenEveryCheckpointFailsAndDeletesNothing) {
