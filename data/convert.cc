@@ -1,6 +1,11 @@
 #include "data/convert.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +14,7 @@
 #include "core/check.h"
 #include "data/fashion_mnist.h"
 #include "data/idx_reader.h"
+#include "data/manifest.h"
 #include "data/shard_writer.h"
 
 namespace dtrain::data {
@@ -21,7 +27,60 @@ std::string IdxPath(const std::string& dir, const std::string& base) {
   return (!std::filesystem::exists(gz, ec) && std::filesystem::exists(plain, ec)) ? plain : gz;
 }
 
+// Appends the whole of input file `f` to *text; errors name the file and the errno reason.
+Status ReadInput(const std::string& f, std::string* text) {
+  const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return Status::NotFound(f + ": input text file does not exist");
+    return Status::InvalidArgument(f + ": cannot open the input text file: " + std::strerror(err));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return Status::InvalidArgument(f + ": is a directory (convert-text expects text FILES)");
+  }
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return Status::InvalidArgument(f + ": cannot read the input text file: " + std::strerror(err));
+    }
+    text->append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return Status::OK();
+}
+
 }  // namespace
+
+Status PrepareDatasetDir(const std::string& out_dir, bool overwrite) {
+  std::error_code ec;
+  if (!std::filesystem::exists(out_dir, ec)) return Status::OK();
+  if (!std::filesystem::is_directory(out_dir, ec)) {
+    return Status::InvalidArgument(out_dir + ": exists and is not a directory (--out names the dataset directory)");
+  }
+  if (std::filesystem::is_empty(out_dir, ec)) return Status::OK();
+  if (!overwrite) {
+    return Status::InvalidArgument(out_dir + ": is not empty" +
+                                   (std::filesystem::exists(ManifestPath(out_dir), ec) ? " (it holds a dataset)" : "") +
+                                   ": give a new --out directory, or --overwrite to replace it");
+  }
+  // The manifest first: from then on the directory is not a dataset, and no stale shard outlives it.
+  std::filesystem::remove(ManifestPath(out_dir), ec);
+  if (ec) return Status::IoError(ManifestPath(out_dir) + ": cannot remove: " + ec.message());
+  for (const auto& e : std::filesystem::directory_iterator(out_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("shard-", 0) == 0 && e.path().extension() == ".dts") std::filesystem::remove(e.path(), ec);
+    if (ec) return Status::IoError(e.path().string() + ": cannot remove: " + ec.message());
+  }
+  if (ec) return Status::IoError(out_dir + ": cannot list: " + ec.message());
+  return Status::OK();
+}
 
 Status ConvertFashionMnist(const std::string& src_dir, const std::string& split, const std::string& out_dir,
                            int64_t samples_per_shard, int64_t limit, proto::DatasetManifest* manifest) {
@@ -68,16 +127,7 @@ Status ConvertText(const std::vector<std::string>& files, const std::string& out
   DT_CHECK_ARG(!files.empty(), "convert-text: no input files");
   DT_CHECK_ARG(opts.seq_len >= 1, "seq_len must be >= 1, got " << opts.seq_len);
   std::string text;
-  for (const auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    if (!in) {
-      std::error_code ec;
-      if (!std::filesystem::exists(f, ec)) return Status::NotFound(f + ": input text file does not exist");
-      return Status::IoError(f + ": cannot open");
-    }
-    text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    if (in.bad()) return Status::IoError(f + ": read failed");
-  }
+  for (const auto& f : files) DT_RETURN_IF_ERROR(ReadInput(f, &text));
   const int64_t len = opts.seq_len + 1, total = static_cast<int64_t>(text.size());
   if (total < len) {
     return Status::InvalidArgument("convert-text: " + std::to_string(total) +
@@ -89,6 +139,7 @@ Status ConvertText(const std::vector<std::string>& files, const std::string& out
   schema.add_dims(len);
   schema.set_token_dtype(opts.dtype);
   schema.set_vocab_size(256);
+  DT_RETURN_IF_ERROR(PrepareDatasetDir(out_dir, opts.overwrite));
   std::unique_ptr<DatasetWriter> w;
   DT_RETURN_IF_ERROR(DatasetWriter::Create(out_dir, schema, opts.samples_per_shard, &w));
   const int64_t records = (total - 1) / opts.seq_len;  // record r covers [r*seq_len, r*seq_len + len)

@@ -22,13 +22,20 @@ struct TextConvertOptions {
   proto::DatasetSchema::TokenDType dtype = proto::DatasetSchema::UINT16;
   int64_t seq_len = 1024;  // tokens per record = seq_len + 1 (inputs and next-token targets)
   int64_t samples_per_shard = 4096;
+  bool overwrite = false;  // replace a dataset already in out_dir (see PrepareDatasetDir)
 };
+
+// Makes `out_dir` ready for a new dataset: OK when it does not exist or is empty; otherwise
+// InvalidArgument ("... is not empty ... --overwrite") unless `overwrite`, which removes the old
+// manifest.pb first and then its shard-*.dts files (so no stale shard survives), leaving other files.
+Status PrepareDatasetDir(const std::string& out_dir, bool overwrite);
 
 // Byte-level tokens (each byte one token, vocab 256) of `files`, concatenated in order, cut into
 // records of seq_len + 1 tokens with a stride of seq_len (consecutive records share one token, so
 // every next-token pair of the stream is in some record). The tail shorter than a record is
-// dropped; `*dropped_tokens` (optional) says how many. NotFound / IoError name the file;
-// InvalidArgument when the text is shorter than one record.
+// dropped; `*dropped_tokens` (optional) says how many. NotFound / IoError name the file (with the
+// errno reason); InvalidArgument for a directory or an unreadable file given as input, when the text
+// is shorter than one record, or for a non-empty out_dir without opts.overwrite.
 Status ConvertText(const std::vector<std::string>& files, const std::string& out_dir, const TextConvertOptions& opts,
                    int64_t* dropped_tokens = nullptr, proto::DatasetManifest* manifest = nullptr);
 

@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/logging.h"
+#include "core/sealed_bytes.h"
 #include "data/shard_format.h"
 
 namespace dtrain::data {
@@ -113,16 +115,26 @@ Status ReadManifest(const std::string& dir, proto::DatasetManifest* out) {
   }
   std::stringstream ss;
   ss << in.rdbuf();
+  return ParseManifest(path, ss.str(), out);
+}
+
+Status ParseManifest(const std::string& name, const std::string& bytes, proto::DatasetManifest* out) {
+  std::string payload;
+  bool legacy = false;
+  DT_RETURN_IF_ERROR(Unseal(name, bytes, &payload, &legacy));
+  if (legacy)
+    DT_LOG_WARN(kData, "{}: written without a checksum of its own bytes (an older dtrain): read unverified", name);
   proto::DatasetManifest m;
-  if (!m.ParseFromString(ss.str())) return Status::DataLoss(path + ": not a dtrain dataset manifest (does not parse)");
-  DT_RETURN_IF_ERROR(ValidateManifest(path, m));
+  if (!m.ParseFromString(payload)) return Status::DataLoss(name + ": not a dtrain dataset manifest (does not parse)");
+  DT_RETURN_IF_ERROR(ValidateManifest(name, m));
   *out = std::move(m);
   return Status::OK();
 }
 
 Status WriteManifest(const std::string& dir, const proto::DatasetManifest& m) {
-  std::string bytes;
-  if (!m.SerializeToString(&bytes)) return Status::Internal(ManifestPath(dir) + ": cannot serialize the manifest");
+  std::string payload;
+  if (!m.SerializeToString(&payload)) return Status::Internal(ManifestPath(dir) + ": cannot serialize the manifest");
+  const std::string bytes = Seal(payload);
   return WriteFileAtomic(ManifestPath(dir), bytes.data(), bytes.size());
 }
 

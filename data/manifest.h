@@ -1,6 +1,7 @@
 #pragma once
 // The dataset manifest (proto/shard.proto, docs/data_format.md): `<dir>/manifest.pb`, a binary
-// DatasetManifest written last by DatasetWriter. Thread-safe: no shared state.
+// DatasetManifest written last by DatasetWriter, sealed with the CRC32C of its own bytes (core/sealed_bytes.h).
+// Thread-safe: no shared state.
 
 #include <cstddef>
 #include <cstdint>
@@ -28,10 +29,14 @@ uint64_t RecordBytes(const proto::DatasetSchema& schema);
 Status ValidateManifest(const std::string& path, const proto::DatasetManifest& m);
 
 // Reads and validates `<dir>/manifest.pb`. NotFound when missing (the message says what a dataset
-// directory holds); DataLoss when it does not parse or fails ValidateManifest.
+// directory holds); DataLoss naming the file when its checksum differs, it does not parse or fails
+// ValidateManifest. A manifest written before sealing (no checksum) reads with a warning.
 Status ReadManifest(const std::string& dir, proto::DatasetManifest* out);
 
-// Writes `<dir>/manifest.pb` atomically (temporary file, fsync, rename, fsync of the directory).
+// The manifest in `bytes` (read from `name`, named in every message): checksum, parse, ValidateManifest, as above.
+Status ParseManifest(const std::string& name, const std::string& bytes, proto::DatasetManifest* out);
+
+// Writes `<dir>/manifest.pb` sealed, atomically (temporary file, fsync, rename, fsync of the directory).
 Status WriteManifest(const std::string& dir, const proto::DatasetManifest& m);
 
 // Writes `path` atomically as above: readers see the old file, no file, or all of `data`.

@@ -165,8 +165,7 @@ Status FetchDataset(const std::string& url, const RemoteCacheOptions& opts, std:
   }
   DT_RETURN_IF_ERROR(st.WithContext("reading the dataset manifest of " + url));
   proto::DatasetManifest m;
-  if (!m.ParseFromString(bytes)) return Status::DataLoss(url + "/" + kManifestName + " is not a dataset manifest");
-  DT_RETURN_IF_ERROR(ValidateManifest(url + "/" + kManifestName, m));
+  DT_RETURN_IF_ERROR(ParseManifest(url + "/" + kManifestName, bytes, &m));
   uint64_t dataset_bytes = bytes.size();
   for (const auto& s : m.shards()) dataset_bytes += s.bytes();
   if (dataset_bytes > opts.limit_bytes) {

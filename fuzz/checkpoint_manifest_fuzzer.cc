@@ -1,9 +1,11 @@
 // Fuzzes the checkpoint manifest reader (CheckpointManager::Load, runtime/checkpoint/checkpoint.h) over an
 // in-memory store that enforces the Storage key contract (storage/key_util.h).
-// The input is step-00000007/manifest.pb; beside it lie params.bin (16 bytes) and opt.bin (empty), so
-// mutations of a real manifest reach the size and CRC32C checks. Properties: Load returns a Status
-// (no crash, leak or hang); what it accepts has step 7 and exactly the listed files, each matching
-// its size and CRC32C.
+// The input is step-00000007/manifest.pb as stored (sealed or bare, core/sealed_bytes.h), or 'S' + a bare
+// manifest that is sealed here first (so mutations reach the parser behind a valid checksum); beside it lie
+// params.bin (16 bytes) and opt.bin (empty), so mutations of a real manifest reach the size and CRC32C checks.
+// Properties: Load returns a Status (no crash, leak or hang); what it accepts has step 7 and exactly the
+// listed files, each matching its size and CRC32C; and a sealed manifest that loads no longer loads after any
+// one of its bits is flipped (DataLoss).
 
 #include <google/protobuf/stubs/logging.h>
 
@@ -14,6 +16,7 @@
 
 #include "core/check.h"
 #include "core/crc32c.h"
+#include "core/sealed_bytes.h"
 #include "fuzz/fuzz_util.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "storage/key_util.h"
@@ -84,7 +87,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   const std::string params = "0123456789abcdef";
   DT_FUZZ_ASSERT(store->Put(dir + "/params.bin", params.data(), params.size()).ok(), "put params.bin");
   DT_FUZZ_ASSERT(store->Put(dir + "/opt.bin", "", 0).ok(), "put opt.bin");
-  DT_FUZZ_ASSERT(store->Put(dir + "/manifest.pb", bytes, size).ok(), "put manifest.pb");
+  std::string manifest(reinterpret_cast<const char*>(bytes), size);
+  if (!manifest.empty() && manifest[0] == 'S') manifest = dtrain::Seal(manifest.substr(1));
+  DT_FUZZ_ASSERT(store->Put(dir + "/manifest.pb", manifest.data(), manifest.size()).ok(), "put manifest.pb");
+  dtrain::storage::Storage* raw = store.get();
   dtrain::runtime::CheckpointManager manager(std::move(store), dtrain::runtime::CheckpointOptions());
 
   dtrain::runtime::LoadedCheckpoint loaded;
@@ -97,6 +103,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     DT_FUZZ_ASSERT(
         it->second.size() == f.size() && ::dtrain::Crc32c(it->second.data(), it->second.size()) == f.crc32c(),
         "file '" + f.name() + "' does not match the manifest");
+  }
+  if (manifest.size() >= dtrain::kSealHeaderBytes && manifest.compare(0, 8, dtrain::kSealMagic, 8) == 0) {
+    const size_t bit = dtrain::Crc32c(manifest.data(), manifest.size()) % (manifest.size() * 8);
+    manifest[bit / 8] = static_cast<char>(manifest[bit / 8] ^ (1 << (bit % 8)));
+    DT_FUZZ_ASSERT(raw->Put(dir + "/manifest.pb", manifest.data(), manifest.size()).ok(), "put manifest.pb");
+    DT_FUZZ_ASSERT(manager.Load(kStep, &loaded).code() == Status::Code::kDataLoss,
+                   "a sealed manifest with bit " + std::to_string(bit) + " flipped still loads");
   }
   return 0;
 }

@@ -1,6 +1,8 @@
 // Fuzzes the dataset readers (data/manifest.h, data/shard_reader.h). The first byte picks the mode:
-//   'M' + bytes   the bytes are <dir>/manifest.pb: ReadManifest must return a Status; an accepted
-//                 manifest has a usable schema and plain shard names, and survives serialize -> parse.
+//   'M' + bytes   the bytes are <dir>/manifest.pb (sealed or bare, core/sealed_bytes.h): ReadManifest must
+//                 return a Status; an accepted manifest has a usable schema and plain shard names, and
+//                 survives serialize -> parse; an accepted sealed one is DataLoss after any one bit flip.
+//   'S' + bytes   as 'M', with the bytes sealed here first (mutations reach the parser behind a valid checksum).
 //   'W' + bytes   a write -> read round trip: records (a length byte, then up to that many bytes) go
 //                 through ShardWriter, and ShardReader must give every record back unchanged.
 //   otherwise     the whole input is a shard file: Open and every Read must return a Status, and
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "core/crc32c.h"
+#include "core/sealed_bytes.h"
 #include "data/manifest.h"
 #include "data/shard_reader.h"
 #include "data/shard_writer.h"
@@ -41,6 +44,14 @@ void FuzzManifest(const uint8_t* bytes, size_t size) {
   dtrain::proto::DatasetManifest back;
   DT_FUZZ_ASSERT(back.ParseFromString(again) && google::protobuf::util::MessageDifferencer::Equals(m, back),
                  "manifest serialize -> parse changed it");
+  std::string file(reinterpret_cast<const char*>(bytes), size);
+  if (size >= dtrain::kSealHeaderBytes && file.compare(0, 8, dtrain::kSealMagic, 8) == 0) {
+    const size_t bit = dtrain::Crc32c(bytes, size) % (size * 8);
+    file[bit / 8] = static_cast<char>(file[bit / 8] ^ (1 << (bit % 8)));
+    dtrain::fuzz::ScratchDir().Write(data::kManifestName, reinterpret_cast<const uint8_t*>(file.data()), size);
+    DT_FUZZ_ASSERT(data::ReadManifest(dtrain::fuzz::ScratchDir().dir(), &m).code() == Status::Code::kDataLoss,
+                   "a sealed manifest with bit " + std::to_string(bit) + " flipped still reads");
+  }
 }
 
 void FuzzWriteRead(const uint8_t* bytes, size_t size) {
@@ -100,6 +111,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   if (size > 0 && bytes[0] == 'M') {
     FuzzManifest(bytes + 1, size - 1);
+  } else if (size > 0 && bytes[0] == 'S') {
+    const std::string sealed = dtrain::Seal(std::string(reinterpret_cast<const char*>(bytes + 1), size - 1));
+    FuzzManifest(reinterpret_cast<const uint8_t*>(sealed.data()), sealed.size());
   } else if (size > 0 && bytes[0] == 'W') {
     FuzzWriteRead(bytes + 1, size - 1);
   } else {

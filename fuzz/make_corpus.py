@@ -28,6 +28,11 @@ def encode(message, text, proto):
                           input=text.encode(), capture_output=True, check=True).stdout
 
 
+def seal(payload):
+    """A file as core/sealed_bytes.h writes it: magic, CRC32C of the payload (LE), payload."""
+    return b"\0dtSEAL1" + struct.pack("<I", crc32c(payload)) + payload
+
+
 def put(target, name, data):
     d = CORPUS / target
     d.mkdir(parents=True, exist_ok=True)
@@ -83,7 +88,7 @@ def main():
     put("hostfile_fuzzer", "bad_attr.hostfile", "a slots=8\nb cpus=4\n")
     put("hostfile_fuzzer", "number", "1000000")
 
-    # dataset_fuzzer: 'M' + manifest.pb (a shard of N records of R bytes has 32 + N * (16 + R) bytes), 'W' + records for the writer round trip, or a shard file.
+    # dataset_fuzzer: 'M' + manifest.pb, 'S' + a manifest to seal, (a shard of N records of R bytes has 32 + N * (16 + R) bytes), 'W' + records for the writer round trip, or a shard file.
     image = ('magic: "dtrain.dataset" format_version: 1 schema { kind: IMAGE dims: 28 dims: 28 has_label: true '
              'num_classes: 10 pixel_mean: 0.286 pixel_std: 0.353 } shards { file: "shard-00000.dts" num_samples: 3 '
              'bytes: 2444 crc32c: 12345 } shards { file: "shard-00001.dts" num_samples: 2 bytes: 1640 } '
@@ -93,6 +98,9 @@ def main():
               'total_samples: 7')
     put("dataset_fuzzer", "image_manifest", b"M" + encode("DatasetManifest", image, "shard.proto"))
     put("dataset_fuzzer", "tokens_manifest", b"M" + encode("DatasetManifest", tokens, "shard.proto"))
+    # Sealed manifests as written on disk ('M'), and 'S' + a bare manifest that the fuzzer seals itself.
+    put("dataset_fuzzer", "image_manifest_sealed", b"M" + seal(encode("DatasetManifest", image, "shard.proto")))
+    put("dataset_fuzzer", "tokens_manifest_to_seal", b"S" + encode("DatasetManifest", tokens, "shard.proto"))
     put("dataset_fuzzer", "shard_image", shard([struct.pack("<I", 3) + bytes(range(16)), struct.pack("<I", 9) + b"\xff" * 16]))
     put("dataset_fuzzer", "shard_tokens", shard([struct.pack("<4H", 1, 2, 3, 50256)] * 3))
     put("dataset_fuzzer", "shard_empty", shard([]))
@@ -107,6 +115,9 @@ def main():
             'shuffle: true } params { name: "fc1.w" shape: 2 shape: 2 offset: 0 numel: 4 } '
             'config_yaml: "model:\\n  kind: mlp\\n" dtrain_version: "0.1.0" created_unix_ms: 1764500000000')
     put("checkpoint_manifest_fuzzer", "step7", encode("CheckpointManifest", ckpt, "checkpoint.proto"))
+    # As written on disk (sealed: core/sealed_bytes.h), and 'S' + a bare manifest that the fuzzer seals itself.
+    put("checkpoint_manifest_fuzzer", "step7_sealed", seal(encode("CheckpointManifest", ckpt, "checkpoint.proto")))
+    put("checkpoint_manifest_fuzzer", "step7_to_seal", b"S" + encode("CheckpointManifest", ckpt, "checkpoint.proto"))
     put("checkpoint_manifest_fuzzer", "bad_crc",
         encode("CheckpointManifest", 'step: 7 files { name: "params.bin" size: 16 crc32c: 1 }', "checkpoint.proto"))
     put("checkpoint_manifest_fuzzer", "other_step", encode("CheckpointManifest", "step: 8", "checkpoint.proto"))

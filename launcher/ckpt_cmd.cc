@@ -197,7 +197,7 @@ Status RunCkpt(const std::vector<std::string>& args) {
   CkptArgs a;
   DT_RETURN_IF_ERROR(Parse(args, &a));
   std::unique_ptr<runtime::CheckpointManager> m;
-  DT_RETURN_IF_ERROR(runtime::CheckpointManager::Open(a.url, {}, {}, &m));
+  DT_RETURN_IF_ERROR(runtime::CheckpointManager::OpenExisting(a.url, {}, &m));  // read-only: creates nothing
   if (a.verb == "list") return List(m.get());
   if (a.verb == "verify") return Verify(m.get(), a.step);
   runtime::LoadedCheckpoint ck;

@@ -19,8 +19,9 @@ constexpr const char* kDataUsage =
     "  convert-fashion-mnist --src DIR --out DIR [--samples-per-shard N] [--split train|t10k|all]\n"
     "                        Fashion-MNIST IDX (.gz) -> OUT/train, OUT/t10k (default --src "
     "/usr/share/datasets/fashion-mnist)\n"
-    "  convert-text --out DIR [--dtype uint16|uint32] [--seq-len L] [--samples-per-shard N] FILES...\n"
-    "                        byte-level tokens, records of L+1 tokens (default L 1024, uint16)\n"
+    "  convert-text --out DIR [--dtype uint16|uint32] [--seq-len L] [--samples-per-shard N] [--overwrite] FILES...\n"
+    "                        byte-level tokens, records of L+1 tokens (default L 1024, uint16); a non-empty\n"
+    "                        --out is refused unless --overwrite (which replaces the dataset there)\n"
     "  inspect DIR           print the manifest\n"
     "  verify DIR            check every shard's size and CRC32C\n"
     "  bench DIR [--threads N] [--batch B] [--batches K] [--prefetch P] [--device cpu|cuda]\n"
@@ -29,6 +30,7 @@ constexpr const char* kDataUsage =
 struct DataArgs {
   std::string verb, src = data::kFashionMnistDir, out, split = "all", dtype = "uint16", device = "cpu";
   int64_t samples_per_shard = -1, seq_len = 1024, threads = 4, batch = 256, batches = 200, prefetch = 4;
+  bool overwrite = false;
   std::vector<std::string> pos;
 };
 
@@ -47,6 +49,10 @@ Status Parse(const std::vector<std::string>& args, DataArgs* a) {
     const std::string& s = args[i];
     if (s.rfind("--", 0) != 0) {
       a->pos.push_back(s);
+      continue;
+    }
+    if (s == "--overwrite") {  // the one flag without a value
+      a->overwrite = true;
       continue;
     }
     if (i + 1 == args.size()) return Status::InvalidArgument("data: " + s + " needs a value");
@@ -104,6 +110,7 @@ Status ConvertText(const DataArgs& a) {
   data::TextConvertOptions o;
   o.dtype = a.dtype == "uint32" ? proto::DatasetSchema::UINT32 : proto::DatasetSchema::UINT16;
   o.seq_len = a.seq_len;
+  o.overwrite = a.overwrite;
   if (a.samples_per_shard > 0) o.samples_per_shard = a.samples_per_shard;
   int64_t dropped = 0;
   proto::DatasetManifest m;

@@ -1,16 +1,21 @@
 #include "runtime/checkpoint/checkpoint.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <iterator>
 #include <set>
 
 #include "core/check.h"
 #include "core/crc32c.h"
 #include "core/logging.h"
+#include "core/sealed_bytes.h"
 
 namespace dtrain::runtime {
 namespace {
@@ -71,6 +76,30 @@ Status CheckpointManager::Open(const std::string& url, const storage::StorageOpt
   return Status::OK();
 }
 
+bool CheckpointManager::LocalDir(const std::string& url, std::string* dir) {
+  static const std::string kFile = "file://";
+  if (url.compare(0, kFile.size(), kFile) == 0) {
+    *dir = url.substr(kFile.size());
+    return true;
+  }
+  if (url.find("://") != std::string::npos) return false;
+  *dir = url;
+  return true;
+}
+
+Status CheckpointManager::OpenExisting(const std::string& url, const storage::StorageOptions& storage_opts,
+                                       std::unique_ptr<CheckpointManager>* out) {
+  std::string dir;
+  if (LocalDir(url, &dir) && !dir.empty()) {
+    struct stat st;
+    if (::stat(dir.c_str(), &st) != 0) {
+      return Status::InvalidArgument("no such checkpoint directory '" + dir + "' (" + std::strerror(errno) + ")");
+    }
+    if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument("'" + dir + "' is not a checkpoint directory");
+  }
+  return Open(url, storage_opts, CheckpointOptions(), out);
+}
+
 CheckpointManager::CheckpointManager(std::unique_ptr<storage::Storage> store, CheckpointOptions opts)
     : store_(std::move(store)), opts_(std::move(opts)) {}
 
@@ -113,8 +142,10 @@ Status CheckpointManager::Save(proto::CheckpointManifest manifest, const std::ve
     if (manifest.files_size() == 1) DT_RETURN_IF_ERROR(AtPhase(CheckpointPhase::kData, step));
   }
   DT_RETURN_IF_ERROR(AtPhase(CheckpointPhase::kBeforeManifest, step));
-  std::string bytes;
-  if (!manifest.SerializeToString(&bytes)) return Status::Internal("cannot serialize the checkpoint manifest");
+  if (manifest.run_id().empty()) manifest.set_run_id(run_id_);
+  std::string payload;
+  if (!manifest.SerializeToString(&payload)) return Status::Internal("cannot serialize the checkpoint manifest");
+  const std::string bytes = Seal(payload);
   // The manifest makes the checkpoint exist; `latest` moves only once it is durable (Put is atomic+fsynced).
   DT_RETURN_IF_ERROR(store_->Put(dir + "/" + kManifest, bytes.data(), bytes.size()));
   DT_RETURN_IF_ERROR(AtPhase(CheckpointPhase::kManifest, step));
@@ -149,24 +180,39 @@ Status CheckpointManager::List(std::vector<CheckpointEntry>* out) {
   return Status::OK();
 }
 
-Status CheckpointManager::Load(int64_t step, LoadedCheckpoint* out) {
-  *out = LoadedCheckpoint();
+Status CheckpointManager::ReadManifest(int64_t step, bool warn_legacy, proto::CheckpointManifest* out) {
   const std::string dir = StepDir(step);
+  const std::string name = url() + "/" + dir + "/" + kManifest;
   std::string bytes;
   Status st = store_->Get(dir + "/" + kManifest, &bytes);
   if (st.code() == Status::Code::kNotFound) {
     return Status::NotFound(dir + ": no " + kManifest + " (an incomplete save)");
   }
   DT_RETURN_IF_ERROR(st);
-  proto::CheckpointManifest m;
-  if (!m.ParseFromString(bytes)) {
-    return Status::DataLoss(dir + "/" + kManifest + ": does not parse (" + std::to_string(bytes.size()) +
+  std::string payload;
+  bool legacy = false;
+  DT_RETURN_IF_ERROR(Unseal(name, bytes, &payload, &legacy));
+  if (legacy && warn_legacy) {
+    DT_LOG_WARN(kRuntime, "{}: written without a checksum of its own bytes (an older dtrain): read unverified", name);
+  }
+  proto::CheckpointManifest& m = *out;
+  if (!m.ParseFromString(payload)) {
+    return Status::DataLoss(name + ": does not parse (" + std::to_string(bytes.size()) +
                             " bytes: truncated or corrupt)");
   }
   if (m.created_unix_ms() <= 0) {  // the last field: a cut at a field boundary parses, but without it
-    return Status::DataLoss(dir + "/" + kManifest + ": incomplete (" + std::to_string(bytes.size()) +
+    return Status::DataLoss(name + ": incomplete (" + std::to_string(bytes.size()) +
                             " bytes, no created_unix_ms, the last field): truncated");
   }
+  return Status::OK();
+}
+
+Status CheckpointManager::Load(int64_t step, LoadedCheckpoint* out) {
+  *out = LoadedCheckpoint();
+  const std::string dir = StepDir(step);
+  proto::CheckpointManifest m;
+  DT_RETURN_IF_ERROR(ReadManifest(step, /*warn_legacy=*/true, &m));
+  Status st;
   if (m.step() != step) {
     return Status::DataLoss(dir + "/" + kManifest + ": says step " + std::to_string(m.step()));
   }
@@ -230,9 +276,13 @@ Status CheckpointManager::ApplyRetention() { return Retain(-1); }
 Status CheckpointManager::Retain(int64_t step) {
   std::vector<CheckpointEntry> entries;
   DT_RETURN_IF_ERROR(List(&entries));
+  // Only this run's lineage is ours to delete: another run's checkpoints (or ones whose manifest does not
+  // read, so whose lineage is unknown) are kept whatever their step.
   std::vector<int64_t> valid;
   for (const CheckpointEntry& e : entries) {
-    if (e.has_manifest) valid.push_back(e.step);
+    if (!e.has_manifest) continue;
+    proto::CheckpointManifest m;
+    if (ReadManifest(e.step, /*warn_legacy=*/false, &m).ok() && m.run_id() == run_id_) valid.push_back(e.step);
   }
   if (valid.empty()) return Status::OK();
   const int64_t newest = valid.back();
@@ -240,8 +290,11 @@ Status CheckpointManager::Retain(int64_t step) {
   for (int64_t s : valid) {
     if (opts_.keep_every > 0 && s % opts_.keep_every == 0) keep.insert(s);
   }
+  if (step >= 0) keep.insert(step);  // never the save that just completed
+  const std::set<int64_t> ours(valid.begin(), valid.end());
   for (const CheckpointEntry& e : entries) {
-    if (keep.count(e.step) != 0 || (!e.has_manifest && e.step > newest)) continue;
+    if (keep.count(e.step) != 0 || e.step > newest) continue;
+    if (e.has_manifest && ours.count(e.step) == 0) continue;
     DT_LOG_DEBUG(kRuntime, "retention: deleting {}/{}{}", url(), e.dir, e.has_manifest ? "" : " (partial)");
     DT_RETURN_IF_ERROR(DeleteDir(e, step));
   }

@@ -6,7 +6,9 @@
 //   step-00000123/params.bin        flat f32 parameters (little-endian)
 //   step-00000123/<state>.bin       optimizer state, one file per Optimizer::state() entry
 //   step-00000123/manifest.pb       proto/checkpoint.proto: step, world size, files with sizes and
-//                                   CRC32C, optimizer step, LR schedule, data-loader position, config
+//                                   CRC32C, optimizer step, LR schedule, data-loader position, config,
+//                                   run_id (lineage); sealed with the CRC32C of its own bytes
+//                                   (core/sealed_bytes.h; a manifest without the seal reads with a warning)
 //   latest                          "step-00000123\n", the newest saved checkpoint
 // Save order: every data file, then manifest.pb, then `latest`, each a Storage::Put (atomic). A
 // directory without a manifest that parses, is complete (its last field, created_unix_ms, is set:
@@ -15,10 +17,12 @@
 // retention deletes it once a newer valid checkpoint exists. `latest` is informational (tools, humans); loads never
 // trust it blindly.
 //
-// Retention (after each Save): keep the newest keep_last checkpoints plus every one whose step is a
-// multiple of keep_every (> 0); delete the other checkpoints and every partial directory older than
-// the newest valid checkpoint. Deleting removes manifest.pb first, so a half-deleted directory is a
-// partial one.
+// Retention (after each Save): among the checkpoints of this run's lineage (manifest run_id ==
+// run_id(), see set_run_id), keep the newest keep_last plus every one whose step is a multiple of
+// keep_every (> 0) and always the save that just completed; delete the other checkpoints of the lineage
+// and every partial directory older than the lineage's newest checkpoint. Checkpoints of another
+// lineage, or whose manifest does not read, are never deleted. Deleting removes manifest.pb first, so a half-deleted
+// directory is a partial one.
 //
 // Thread-safety: Save and ApplyRetention must not run concurrently with each other (one writer: the
 // trainer's rank 0, through CheckpointWriter); List/Load may run from any thread at any time.
@@ -83,6 +87,12 @@ class CheckpointManager {
   // Opens the store at `url` (storage/storage.h).
   static Status Open(const std::string& url, const storage::StorageOptions& storage_opts, const CheckpointOptions& opts,
                      std::unique_ptr<CheckpointManager>* out);
+  // As Open, for read-only tools: a local URL whose directory does not exist is InvalidArgument
+  // ("no such checkpoint directory ...") and nothing is created.
+  static Status OpenExisting(const std::string& url, const storage::StorageOptions& storage_opts,
+                             std::unique_ptr<CheckpointManager>* out);
+  // The local directory of a file:// URL or a plain path (true), or false for s3:// and other schemes.
+  static bool LocalDir(const std::string& url, std::string* dir);
   CheckpointManager(std::unique_ptr<storage::Storage> store, CheckpointOptions opts);
 
   static std::string StepDir(int64_t step);                         // "step-00000123"
@@ -102,6 +112,10 @@ class CheckpointManager {
   Status LoadLatest(LoadedCheckpoint* out, std::vector<std::string>* skipped = nullptr);
   Status ApplyRetention();
 
+  // The lineage that Save writes into manifests that carry none, and that retention deletes from.
+  void set_run_id(std::string run_id) { run_id_ = std::move(run_id); }
+  const std::string& run_id() const { return run_id_; }
+
   storage::Storage& store() { return *store_; }
   const std::string& url() const { return store_->url(); }
 
@@ -110,9 +124,12 @@ class CheckpointManager {
   Status Retain(int64_t step);
   Status DeleteDir(const CheckpointEntry& e, int64_t step);
   Status AtPhase(CheckpointPhase phase, int64_t step) const;
+  // Reads, unseals and parses the manifest of `step` (NotFound when absent, DataLoss naming it when bad).
+  Status ReadManifest(int64_t step, bool warn_legacy, proto::CheckpointManifest* out);
 
   std::unique_ptr<storage::Storage> store_;
   CheckpointOptions opts_;
+  std::string run_id_;
 };
 
 }  // namespace dtrain::runtime

@@ -2,6 +2,7 @@
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cmath>
@@ -17,6 +18,23 @@
 
 namespace dtrain::runtime {
 namespace {
+
+// Whether a YAML text holds anything besides blank lines, comments and document markers.
+bool HasContent(const std::string& text) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const size_t first = text.find_first_not_of(" \t\r", pos);
+    if (first < end && text[first] != '#') {
+      const size_t last = text.find_last_not_of(" \t\r", end - 1);
+      const std::string line = text.substr(first, last + 1 - first);
+      if (line != "---" && line != "...") return true;  // document markers alone hold no keys
+    }
+    pos = end + 1;
+  }
+  return false;
+}
 
 namespace pb = google::protobuf;
 using FD = pb::FieldDescriptor;
@@ -461,6 +479,10 @@ Status LoadConfig(const std::string& path, const std::vector<std::string>& overr
     if (err == ENOENT) return Status::NotFound("config file not found: " + path);
     return Status::IoError("cannot open config file " + path + ": " + std::generic_category().message(err));
   }
+  struct stat st;
+  if (::fstat(::fileno(file.get()), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument("config " + path + " is a directory (expected a YAML file, e.g. configs/mlp.yaml)");
+  }
   std::string text;
   char buf[1 << 16];
   std::size_t n = 0;
@@ -470,7 +492,13 @@ Status LoadConfig(const std::string& path, const std::vector<std::string>& overr
       return Status::InvalidArgument(path + ": larger than " + std::to_string(kYamlMaxInputBytes) + " bytes");
     }
   }
-  if (std::ferror(file.get())) return Status::IoError("cannot read config file " + path);
+  if (std::ferror(file.get())) {
+    return Status::IoError("cannot read config file " + path + ": " + std::generic_category().message(errno));
+  }
+  if (!HasContent(text)) {
+    return Status::InvalidArgument("config " + path +
+                                   " is empty (no keys, only blanks or comments): refusing to train on defaults");
+  }
   return ParseConfig(text, path, overrides, out);
 }
 

@@ -10,6 +10,7 @@
 #include "core/logging.h"
 #include "core/nvtx.h"
 #include "runtime/checkpoint/preemption.h"
+#include "runtime/checkpoint/resume_plan.h"
 #include "runtime/config/config.h"
 #include "runtime/train/trainer.h"
 #if DT_HAVE_CUDA
@@ -76,14 +77,13 @@ Status Trainer::SetupCheckpoint() {
   Preemption::InstallHandlers();
   if (rank_ == 0) writer_ = std::make_unique<CheckpointWriter>();
 
-  if (resume == "never") return Status::OK();
   // Every rank reads the store itself (a shared file system or object storage); they must agree.
-  LoadedCheckpoint loaded;
-  Status st = resume == "auto" ? ckpt_->LoadLatest(&loaded) : ckpt_->Load(std::stoll(resume), &loaded);
-  if (!st.ok() && !(st.code() == Status::Code::kNotFound && resume == "auto")) {
-    return st.WithContext("checkpoint.resume=" + resume + " in " + url);
-  }
-  const double found = st.ok() ? static_cast<double>(loaded.manifest.step()) : -1.0;
+  ResumePlan plan;
+  DT_RETURN_IF_ERROR(PlanResume(ckpt_.get(), {resume, ck.overwrite(), rank_ == 0}, &plan));
+  if (rank_ == 0 && !plan.note.empty()) DT_LOG_WARN(kRuntime, "{}", plan.note);
+  ckpt_->set_run_id(plan.run_id);
+  const LoadedCheckpoint& loaded = plan.loaded;
+  const double found = plan.resume ? static_cast<double>(loaded.manifest.step()) : -1.0;
   std::vector<double> v = {found, -found};
   DT_RETURN_IF_ERROR(AllReduceHost(&v, comm::ReduceOp::kMax));
   if (v[0] != -v[1]) {
@@ -92,8 +92,8 @@ Status Trainer::SetupCheckpoint() {
                                       std::to_string(static_cast<int64_t>(-v[1])) +
                                       "): every rank must see the same storage (use a shared directory or s3://)");
   }
-  if (!st.ok()) {
-    if (rank_ == 0) DT_LOG_INFO(kRuntime, "no checkpoint in {}: starting from step 0", url);
+  if (!plan.resume) {
+    if (rank_ == 0) DT_LOG_INFO(kRuntime, "no checkpoint in {}: starting from step 0 (run {})", url, plan.run_id);
     return Status::OK();
   }
   DT_RETURN_IF_ERROR(Restore(loaded));

@@ -84,6 +84,11 @@ Status Trainer::Create(const proto::Config& cfg, DeviceContext& ctx, comm::Commu
 Status Trainer::Setup() {
   const auto& d = cfg_.data();
   DT_RETURN_IF_ERROR(FaultInjector::FromEnv(&fault_));
+  if (rank_ == 0) {  // one job per run.dir, held until the trainer goes (runtime/checkpoint/run_lock.h)
+    std::string took_over;
+    DT_RETURN_IF_ERROR(RunLock::Acquire(cfg_.run().dir(), &run_lock_, &took_over));
+    if (!took_over.empty()) DT_LOG_WARN(kRuntime, "{}", took_over);
+  }
   DT_RETURN_IF_ERROR(SetupData());
   const int64_t accum = cfg_.train().grad_accum_steps();
 

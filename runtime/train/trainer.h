@@ -44,6 +44,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_writer.h"
 #include "runtime/checkpoint/fault_injection.h"
+#include "runtime/checkpoint/run_lock.h"
 #include "runtime/observe/device_trace.h"
 #include "runtime/observe/metrics.h"
 #include "runtime/observe/phase_timer.h"
@@ -154,6 +155,7 @@ class Trainer {
   // Where Run() starts (after a resume): optimizer steps done; the loaders are restored already.
   int64_t start_step_ = 0;
   int64_t last_step_ = 0;                                       // optimizer steps done so far
+  std::unique_ptr<RunLock> run_lock_;                           // rank 0: run.dir is this job's
   std::unique_ptr<CheckpointManager> ckpt_;                     // null when checkpointing is off
   std::vector<std::pair<std::string, Tensor>> snapshot_;        // rank 0: pinned host copies, file name -> data
   std::vector<std::pair<std::string, Tensor>> gathered_state_;  // ZeRO-1: the full state of the last save

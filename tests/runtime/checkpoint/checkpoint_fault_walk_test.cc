@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/sealed_bytes.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/fault_injection.h"
 #include "storage/fault_storage.h"
@@ -138,14 +139,27 @@ TEST(CheckpointPhases, ASaveStoppedAtEachPhaseLoadsTheNewestCompleteCheckpoint) 
   }
 }
 
-// A manifest cut short is never loaded: mid-field it does not parse; cut exactly before its last field
-// it does parse (protobuf cannot tell), and the missing created_unix_ms gives it away.
+// A manifest cut short is never loaded. As Save writes it (sealed, core/sealed_bytes.h) every cut is
+// DataLoss: a checksum mismatch, or inside the header a cut-short or unparsable file. A bare manifest (an
+// older dtrain's): mid-field it does not parse; cut exactly before its last field it does parse (protobuf
+// cannot tell), and the missing created_unix_ms gives it away.
 TEST(CheckpointPhases, TruncatedManifestIsRejectedAtAnyLength) {
   TempDir dir;
   auto m = OpenManager(dir.path(), CheckpointOptions{});
   ASSERT_TRUE(m->Save(Manifest(10), Blobs()).ok());
-  std::string bytes;
-  ASSERT_TRUE(m->store().Get("step-00000010/manifest.pb", &bytes).ok());
+  std::string sealed;
+  ASSERT_TRUE(m->store().Get("step-00000010/manifest.pb", &sealed).ok());
+  ASSERT_GT(sealed.size(), kSealHeaderBytes);
+  size_t mismatch = 0;
+  for (size_t cut = 0; cut < sealed.size(); ++cut) {
+    ASSERT_TRUE(m->store().Put("step-00000010/manifest.pb", sealed.data(), cut).ok());
+    LoadedCheckpoint ck;
+    const Status st = m->Load(10, &ck);
+    ASSERT_EQ(st.code(), Status::Code::kDataLoss) << "cut at " << cut << ": " << st.ToString();
+    mismatch += st.message().find("checksum mismatch") != std::string::npos;
+  }
+  EXPECT_EQ(mismatch, sealed.size() - kSealHeaderBytes);
+  const std::string bytes = sealed.substr(kSealHeaderBytes);
   proto::CheckpointManifest parsed;
   ASSERT_TRUE(parsed.ParseFromString(bytes));
   ASSERT_GT(parsed.created_unix_ms(), 0);  // Save filled it in
@@ -275,7 +289,7 @@ std::vector<WalkCase> Cases() {
       {"error/manifest", fault + "op=put,key=*/manifest.pb,nth=2,action=error", "", false,
        "put {}/step-00000020/manifest.pb" + injected, 10, no_manifest},
       {"partial/manifest", fault + "op=put,key=step-00000020/manifest.pb,action=partial,bytes=40" + stop, "", false,
-       "injected fault", 10, "step-00000020 skipped: step-00000020/manifest.pb: does not parse"},
+       "injected fault", 10, "/step-00000020/manifest.pb: checksum mismatch"},
       {"error/latest", fault + "op=put,key=latest,nth=2,action=error", "", false, "put {}/latest" + injected, 20, ""},
       {"partial/latest", fault + "op=put,key=latest,nth=2,action=partial,bytes=4" + stop, "", false, "injected fault",
        20, ""},

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/crc32c.h"
+#include "core/sealed_bytes.h"
 #include "data/manifest.h"
 #include "data/shard_format.h"
 #include "data/shard_reader.h"
@@ -171,12 +172,12 @@ TEST(ReaderBounds, CheckpointManifestNamesAndParamSlicesStayInsideTheCheckpoint)
   std::string bytes;
   ASSERT_TRUE(m->store().Get("step-00000010/manifest.pb", &bytes).ok());
   proto::CheckpointManifest saved;
-  ASSERT_TRUE(saved.ParseFromString(bytes));
+  ASSERT_TRUE(saved.ParseFromString(bytes.substr(kSealHeaderBytes)));  // sealed: core/sealed_bytes.h
   LoadedCheckpoint ck;
   const Status loaded = m->Load(10, &ck);
   ASSERT_TRUE(loaded.ok()) << loaded.ToString();
   auto load = [&](const proto::CheckpointManifest& crafted) {
-    const std::string b = crafted.SerializeAsString();
+    const std::string b = Seal(crafted.SerializeAsString());
     EXPECT_TRUE(m->store().Put("step-00000010/manifest.pb", b.data(), b.size()).ok());
     return m->Load(10, &ck);
   };

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/subprocess.h"
+
 namespace dtrain::runtime {
 namespace {
 
@@ -190,8 +192,22 @@ TEST(ConfigTest, LoadConfigNamesTheFile) {
   EXPECT_EQ(st.message(), kTestData + "malformed.yaml:4:7: unexpected '{': flow mappings are not supported");
   st = LoadConfig(kTestData + "unknown_key.yaml", {}, &c);
   EXPECT_EQ(st.message().rfind(kTestData + "unknown_key.yaml:3: unknown key 'optim.lrr' (", 0), 0u) << st.message();
-  // A directory opens but cannot be read.
-  EXPECT_EQ(LoadConfig(kTestData, {}, &c).code(), Status::Code::kIoError);
+  // A directory is bad input (exit 2), named as such.
+  st = LoadConfig(kTestData, {}, &c);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("is a directory"), std::string::npos) << st.message();
+}
+
+// An empty config (or one of blanks and comments only) is refused rather than trained on defaults.
+TEST(Config, EmptyFileIsRefused) {
+  dtrain::testing::TempDir dir;
+  dtrain::proto::Config c;
+  for (const std::string text : {"", "\n  \n", "# only a comment\n---\n"}) {
+    dtrain::testing::WriteFile(dir.path() + "/empty.yaml", text);
+    const Status st = LoadConfig(dir.path() + "/empty.yaml", {}, &c);
+    ASSERT_EQ(st.code(), Status::Code::kInvalidArgument) << text;
+    EXPECT_EQ(st.message().find("config " + dir.path() + "/empty.yaml is empty"), 0u) << st.message();
+  }
 }
 
 TEST(ConfigTest, ToYamlRendersEveryFieldInSchemaOrder) {

@@ -1,0 +1,194 @@
+// Nothing lost, through the real binary (CPU, Fashion-MNIST CI config): one job per run.dir (two
+// concurrent `dtrain launch` jobs; the holder killed -9, then taken over), `resume: never` over
+// existing checkpoints refused and --overwrite (checkpoint.overwrite) moving them aside, every
+// checkpoint corrupt refused with each reason and nothing deleted, a flipped bit in a manifest is
+// DataLoss naming the file, and the read-only `dtrain ckpt` commands on a missing path.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/testing/subprocess.h"
+
+namespace dtrain::testing {
+namespace {
+
+const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
+const std::string kCommon = " --set train.device=cpu --set train.eval=false --set train.log_every=10";
+
+bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+// The value of key=VALUE in the lock file's holder line.
+std::string HolderField(const std::string& line, const std::string& key) {
+  const auto p = line.find(key + "=");
+  if (p == std::string::npos) return "";
+  const auto e = line.find_first_of(" \n", p);
+  return line.substr(p + key.size() + 1, e == std::string::npos ? std::string::npos : e - p - key.size() - 1);
+}
+
+// Polls `pred` every 100 ms for up to `seconds`.
+template <typename Pred>
+bool WaitFor(double seconds, Pred pred) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return pred();
+}
+
+TEST(RunDirLockE2E, SecondConcurrentLaunchExits2NamingTheHolderAndADeadHolderIsTakenOver) {
+  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  TempDir dir;
+  const std::string d = dir.path(), run = d + "/run";
+  const std::string job = DtrainBin() + " launch --nproc-per-node 2 " + kCiConfig + kCommon +
+                          " --set checkpoint.enabled=false --set run.dir=" + run;
+  // Job A in the background: its rank 0 hangs at step 3 holding the lock (its watchdog ends the job after
+  // 120 s should this test fail before killing it); its exit code lands in a.rc.
+  ProcessResult bg =
+      RunCommand("(DTRAIN_FAULT=rank=0,step=3,action=hang " + job + " --set dist.collective_timeout_s=120 > " + d +
+                 "/a.log 2>&1; echo $? > " + d + "/a.rc) > /dev/null 2>&1 &");
+  ASSERT_EQ(bg.exit_code, 0) << bg.output;
+  std::string holder;
+  ASSERT_TRUE(WaitFor(120, [&] {
+    holder = ReadFile(run + "/.dtrain.lock");
+    return !holder.empty() || Exists(d + "/a.rc");
+  })) << ReadFile(d + "/a.log");
+  ASSERT_FALSE(holder.empty()) << ReadFile(d + "/a.log");
+  const std::string pid = HolderField(holder, "pid");
+  ASSERT_FALSE(pid.empty()) << holder;
+  struct KillOnExit {  // never leave job A behind, whatever fails below
+    pid_t pid;
+    ~KillOnExit() { kill(pid, SIGKILL); }
+  } guard{static_cast<pid_t>(std::stoi(pid))};
+
+  // Job B on the same run.dir: refused at start, exit 2, naming A's rank-0 pid.
+  ProcessResult b = RunCommand(job + " --set train.max_steps=25");
+  EXPECT_EQ(b.exit_code, 2) << b.output;
+  EXPECT_NE(b.output.find("is in use by another dtrain job"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("pid=" + pid + " "), std::string::npos) << b.output;
+  EXPECT_FALSE(Exists(d + "/a.rc")) << "job A ended: " << ReadFile(d + "/a.log");
+
+  // kill -9 the holder: job A ends (its launcher reports the dead rank), the file still names it.
+  ASSERT_EQ(kill(std::stoi(pid), SIGKILL), 0);
+  ASSERT_TRUE(WaitFor(60, [&] { return !ReadFile(d + "/a.rc").empty(); })) << ReadFile(d + "/a.log");
+  EXPECT_NE(ReadFile(d + "/a.rc"), "0\n");
+  EXPECT_EQ(HolderField(ReadFile(run + "/.dtrain.lock"), "pid"), pid);
+
+  // Job C takes the lock over and says whose it was.
+  ProcessResult c = RunCommand(job + " --set train.max_steps=25");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("took over the lock " + run + "/.dtrain.lock"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("pid=" + pid + " "), std::string::npos) << c.output;
+  EXPECT_EQ(ReadFile(run + "/.dtrain.lock"), "");  // released cleanly at the end
+}
+
+TEST(CheckpointSafetyE2E, ResumeNeverRefusesExistingCheckpointsAndOverwriteMovesThemAside) {
+  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  TempDir dir;
+  const std::string run = dir.path() + "/run", ck = run + "/checkpoints";
+  const std::string train = DtrainBin() + " train " + kCiConfig + kCommon + " --set checkpoint.every_steps=10" +
+                            " --set checkpoint.keep_last=1 --set run.dir=" + run;
+  ProcessResult first = RunCommand(train + " --set train.max_steps=30");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_EQ(ReadFile(ck + "/latest"), "step-00000030\n");
+  const std::string params30 = ReadFile(ck + "/step-00000030/params.bin");
+
+  // A fresh run on top of them: refused, nothing touched.
+  ProcessResult never = RunCommand(train + " --resume never --set train.max_steps=20");
+  EXPECT_EQ(never.exit_code, 2) << never.output;
+  EXPECT_NE(never.output.find("checkpoint.resume=never, but " + ck + " holds checkpoints (newest step-00000030)"),
+            std::string::npos)
+      << never.output;
+  EXPECT_NE(never.output.find("checkpoint.resume: auto"), std::string::npos) << never.output;
+  EXPECT_NE(never.output.find("--overwrite"), std::string::npos) << never.output;
+  EXPECT_EQ(ReadFile(ck + "/latest"), "step-00000030\n");
+  EXPECT_EQ(ReadFile(ck + "/step-00000030/params.bin"), params30);
+
+  // With overwrite: moved aside first (said so), the new run's saves survive retention and `latest` names them.
+  ProcessResult over = RunCommand(train + " --resume never --set checkpoint.overwrite=true --set train.max_steps=20");
+  ASSERT_EQ(over.exit_code, 0) << over.output;
+  EXPECT_NE(over.output.find("moved the 1 old step directory of " + ck + " aside to " + ck + ".overwritten-"),
+            std::string::npos)
+      << over.output;
+  EXPECT_EQ(ReadFile(ck + "/latest"), "step-00000020\n");
+  ProcessResult list = RunCommand(DtrainBin() + " ckpt list " + ck);
+  EXPECT_EQ(Lines(list.output, "step-000000").size(), 1u) << list.output;
+  const auto pos = over.output.find(ck + ".overwritten-");
+  const std::string aside = over.output.substr(pos, over.output.find_first_of(" \n", pos) - pos);
+  EXPECT_EQ(ReadFile(aside + "/step-00000030/params.bin"), params30);
+  ProcessResult verify = RunCommand(DtrainBin() + " ckpt verify " + aside);
+  EXPECT_EQ(verify.exit_code, 0) << verify.output;
+}
+
+TEST(CheckpointSafetyE2E, EveryCheckpointCorruptIsRefusedListingEachAndNothingIsDeleted) {
+  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  TempDir dir;
+  const std::string run = dir.path() + "/run", ck = run + "/checkpoints";
+  const std::string train =
+      DtrainBin() + " train " + kCiConfig + kCommon + " --set checkpoint.every_steps=10 --set run.dir=" + run;
+  ProcessResult first = RunCommand(train + " --set train.max_steps=20");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  // One flipped bit in each manifest.
+  std::vector<std::string> before;
+  for (const std::string step : {"step-00000010", "step-00000020"}) {
+    std::string m = ReadFile(ck + "/" + step + "/manifest.pb");
+    ASSERT_GT(m.size(), 40u);
+    m[40] ^= 0x04;
+    WriteFile(ck + "/" + step + "/manifest.pb", m);
+    before.push_back(m);
+  }
+  ProcessResult verify = RunCommand(DtrainBin() + " ckpt verify " + ck);
+  EXPECT_EQ(verify.exit_code, 2) << verify.output;
+  EXPECT_NE(verify.output.find("step-00000010  BAD: " + ck + "/step-00000010/manifest.pb: checksum mismatch"),
+            std::string::npos)
+      << verify.output;
+  ProcessResult inspect = RunCommand(DtrainBin() + " ckpt inspect " + ck + " --step 20");
+  EXPECT_EQ(inspect.exit_code, 2) << inspect.output;
+  EXPECT_NE(inspect.output.find(ck + "/step-00000020/manifest.pb: checksum mismatch"), std::string::npos)
+      << inspect.output;
+
+  ProcessResult resumed = RunCommand(train + " --set train.max_steps=40");
+  EXPECT_EQ(resumed.exit_code, 2) << resumed.output;
+  EXPECT_NE(resumed.output.find("none of the checkpoints in " + ck + " verifies"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("step-00000020: " + ck + "/step-00000020/manifest.pb: checksum mismatch"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("step-00000010: " + ck + "/step-00000010/manifest.pb: checksum mismatch"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(ReadFile(ck + "/step-00000010/manifest.pb"), before[0]);
+  EXPECT_EQ(ReadFile(ck + "/step-00000020/manifest.pb"), before[1]);
+  EXPECT_EQ(ReadFile(ck + "/latest"), "step-00000020\n");
+}
+
+TEST(CkptCmdE2E, ReadOnlyCommandsOnAMissingPathCreateNothingAndExit2) {
+  TempDir dir;
+  const std::string missing = dir.path() + "/no/such/checkpoints";
+  for (const std::string& verb :
+       std::vector<std::string>{"list", "verify", "inspect", "export --out " + dir.path() + "/x.safetensors"}) {
+    ProcessResult r = RunCommand(DtrainBin() + " ckpt " + verb + " " + missing);
+    EXPECT_EQ(r.exit_code, 2) << verb << ": " << r.output;
+    EXPECT_NE(r.output.find("no such checkpoint directory '" + missing + "'"), std::string::npos) << r.output;
+    ProcessResult url = RunCommand(DtrainBin() + " ckpt " + verb + " file://" + missing);
+    EXPECT_EQ(url.exit_code, 2) << verb << ": " << url.output;
+  }
+  EXPECT_FALSE(Exists(dir.path() + "/no"));
+  EXPECT_FALSE(Exists(dir.path() + "/x.safetensors"));
+}
+
+}  // namespace
+}  // namespace dtrain::testing
