@@ -22,8 +22,10 @@ void Sha256::Update(const void* data, size_t size) {
 Sha256Digest Sha256::Final() {
   Sha256Digest out{};
   unsigned int len = 0;
-  if (ctx_) EVP_DigestFinal_ex(ctx_.get(), out.data(), &len);
-  ctx_.reset();
+  if (ctx_ && (EVP_DigestFinal_ex(ctx_.get(), out.data(), &len) != 1 ||
+               EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1)) {
+    ctx_.reset();
+  }
   return out;
 }
 

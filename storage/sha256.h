@@ -15,8 +15,8 @@ namespace dtrain::storage {
 
 using Sha256Digest = std::array<uint8_t, 32>;
 
-// Incremental hasher: Update any number of times, then Final once (a second Final, or an Update
-// after Final, starts no new hash: make a new object). Move-only; owns its OpenSSL context.
+// Incremental hasher: Update any number of times, then Final, which also starts the next hash (of
+// the empty input). Move-only; owns its OpenSSL context.
 class Sha256 {
  public:
   Sha256();
