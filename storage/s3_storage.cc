@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <random>
@@ -13,6 +14,7 @@
 #include "storage/http_client.h"
 #include "storage/key_util.h"
 #include "storage/s3_list.h"
+#include "storage/s3_retry.h"
 #include "storage/s3_xml.h"
 #include "storage/sha256.h"
 #include "storage/sigv4.h"
@@ -21,12 +23,11 @@ namespace dtrain::storage {
 namespace {
 
 using detail::HttpResponse;
+using detail::S3ErrorCode;
 
 constexpr char kEmptySha[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 constexpr uint64_t kMinPartSize = 5ull << 20;
 constexpr int kMaxParts = 10000;
-constexpr int kBackoffBaseMs = 100;
-constexpr int kBackoffCapMs = 5000;
 constexpr int kMaxListPages = 100000;  // bounds a server that keeps answering "truncated"
 
 std::string FirstNonEmpty(const std::string& a, const char* env1, const char* env2 = nullptr) {
@@ -36,26 +37,6 @@ std::string FirstNonEmpty(const std::string& a, const char* env1, const char* en
     if (v != nullptr && *v != '\0') return v;
   }
   return "";
-}
-
-std::string ErrorCode(const HttpResponse& r) {
-  std::string code;
-  if (!detail::XmlFirst(r.body, "Code", &code)) code.clear();
-  return code.substr(0, 64);
-}
-
-bool IsRetryable(const HttpResponse& r) {
-  if (r.status == 0) return detail::IsRetryableCurlCode(r.curl_code);
-  if (r.status >= 500 || r.status == 429) return true;
-  const std::string code = ErrorCode(r);
-  return code == "SlowDown" || code == "RequestTimeout" || code == "InternalError";
-}
-
-// Full-jitter exponential backoff: uniform in [0, min(cap, base * 2^attempt)].
-int BackoffMs(int attempt) {
-  thread_local std::mt19937 rng(std::random_device{}());
-  const int ceiling = std::min(kBackoffCapMs, kBackoffBaseMs << std::min(attempt, 10));
-  return std::uniform_int_distribution<int>(0, ceiling)(rng);
 }
 
 }  // namespace
@@ -100,9 +81,9 @@ Status S3Storage::Open(const std::string& url, const StorageOptions& opts, std::
                                    "(or the storage options' access_key/secret_key)");
   }
   if (opts.part_size < kMinPartSize || opts.multipart_threshold < kMinPartSize || opts.parallel_parts < 1 ||
-      opts.max_retries < 0) {
-    return Status::InvalidArgument(url + ": multipart options: part_size and multipart_threshold must be >= 5 MiB, " +
-                                   "parallel_parts >= 1, max_retries >= 0");
+      opts.max_retries < 0 || !(opts.retry_budget_s >= 0 && opts.retry_budget_s <= 86400)) {
+    return Status::InvalidArgument(url + ": storage options: part_size and multipart_threshold must be >= 5 MiB, " +
+                                   "parallel_parts >= 1, max_retries >= 0, retry_budget_s in [0, 86400]");
   }
   s->http_ = std::make_unique<detail::HttpClient>(/*connect_timeout_ms=*/5000, /*stall_timeout_s=*/60);
   *out = std::move(s);
@@ -127,7 +108,17 @@ Status S3Storage::Send(const Call& call, HttpResponse* resp, const std::string& 
   req.max_response = call.max_response;
   const std::string payload_hash = call.body_size ? Sha256Hex(call.body, call.body_size) : kEmptySha;
   const SigV4Key key{access_key_, secret_key_, region_, "s3"};
-  for (int attempt = 0;; ++attempt) {
+  // The retry policy of storage/s3_retry.h: full-jitter backoff, bounded by max_retries and by the
+  // retry budget, measured from the first attempt.
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.retry_budget_s));
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  int attempts = 0;
+  std::string reason;
+  const char* stopped_by = "";
+  for (int retry = 0;; ++retry) {
     const std::string amz_date = AmzDateNow();  // fresh per attempt: S3 allows 15 min of clock skew
     SigV4Request sig{call.method,
                      path,
@@ -139,25 +130,39 @@ Status S3Storage::Send(const Call& call, HttpResponse* resp, const std::string& 
     req.headers.emplace_back("Authorization", AuthorizationHeader(sig, key, amz_date));
     req.headers.insert(req.headers.end(), call.headers.begin(), call.headers.end());
     http_->Perform(req, resp);
+    ++attempts;
     if (resp->status >= 200 && resp->status < 300) return Status::OK();
-    if (attempt >= opts_.max_retries || !IsRetryable(*resp)) break;
-    const int wait_ms = BackoffMs(attempt);
-    DT_LOG_WARN(kRuntime, "s3: {} {}: {}; retry {}/{} in {} ms", call.method, what,
-                resp->status ? "HTTP " + std::to_string(resp->status) + " " + ErrorCode(*resp) : resp->curl_error,
-                attempt + 1, opts_.max_retries, wait_ms);
+    reason = detail::RetryReason(*resp);
+    if (reason.empty()) break;
+    if (retry >= opts_.max_retries) {
+      stopped_by = "max_retries";
+      break;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      stopped_by = "retry budget";
+      break;
+    }
+    const int64_t wait_ms = std::min<int64_t>(detail::BackoffMs(retry, &rng), left);
+    // `what` is the object's s3:// URL and `reason` a status, an S3 error code or curl's message (which
+    // names the host only): no credentials.
+    DT_LOG_WARN(kRuntime, "s3: {} {}: {}; retry {} of at most {} in {} ms ({:.1f} s of the {:g} s budget left)",
+                call.method, what, reason, retry + 1, opts_.max_retries, wait_ms, left / 1000.0, opts_.retry_budget_s);
     std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
   }
   const Status st = HttpError(*resp, what);
-  if (IsRetryable(*resp) && opts_.max_retries > 0) {
-    return Status::IoError(st.message() + " (after " + std::to_string(opts_.max_retries + 1) + " attempts)");
-  }
-  return st;
+  if (reason.empty() || attempts == 1) return st;
+  const double spent_s = std::chrono::duration<double>(Clock::now() - start).count();
+  char tail[160];
+  std::snprintf(tail, sizeof(tail), " (after %d attempts in %.1f s; stopped by %s: max_retries %d, retry budget %g s)",
+                attempts, spent_s, stopped_by, opts_.max_retries, opts_.retry_budget_s);
+  return Status::IoError(st.message() + tail);
 }
 
 Status S3Storage::HttpError(const HttpResponse& r, const std::string& what) const {
   if (r.too_large) return Status::IoError(what + ": S3 answer too large: " + r.curl_error);
   if (r.status == 0) return Status::IoError(what + ": cannot reach S3 endpoint " + endpoint_ + ": " + r.curl_error);
-  const std::string code = ErrorCode(r);
+  const std::string code = S3ErrorCode(r);
   std::string message;
   if (!detail::XmlFirst(r.body, "Message", &message)) message.clear();
   message = message.substr(0, 200);
@@ -165,6 +170,10 @@ Status S3Storage::HttpError(const HttpResponse& r, const std::string& what) cons
     const char* hint = code == "SignatureDoesNotMatch" ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID";
     return Status::FailedPrecondition("S3 rejected the credentials for " + url_ + ": " + code + " — check " + hint +
                                       " (endpoint " + endpoint_ + ", region " + region_ + ")");
+  }
+  if (code == "RequestTimeTooSkewed") {  // not retried: waiting does not set the clock
+    return Status::FailedPrecondition(what + ": S3 refused the request time (RequestTimeTooSkewed): this machine's " +
+                                      "clock differs from the server's by more than 15 minutes; sync it (NTP)");
   }
   if (r.status == 403) {
     return Status::FailedPrecondition(what + ": access denied (HTTP 403 " + (code.empty() ? "" : code + ": ") +
@@ -266,14 +275,15 @@ Status S3Storage::Delete(const std::string& key) {
   DT_RETURN_IF_ERROR(detail::ValidateKey(url_, key));
   HttpResponse resp;
   const Status st = Send(Call{"DELETE", ObjectName(key)}, &resp, What(key));
-  return st.code() == Status::Code::kNotFound && resp.status == 404 && ErrorCode(resp) != "NoSuchBucket" ? Status::OK()
-                                                                                                         : st;
+  return st.code() == Status::Code::kNotFound && resp.status == 404 && S3ErrorCode(resp) != "NoSuchBucket"
+             ? Status::OK()
+             : st;
 }
 
 Status S3Storage::CreateBucket() {
   HttpResponse resp;
   const Status st = Send(Call{"PUT", ""}, &resp, "s3://" + bucket_);
-  return resp.status == 409 && ErrorCode(resp) == "BucketAlreadyOwnedByYou" ? Status::OK() : st;
+  return resp.status == 409 && S3ErrorCode(resp) == "BucketAlreadyOwnedByYou" ? Status::OK() : st;
 }
 
 Status S3Storage::ListMultipartUploads(const std::string& key_prefix, std::vector<std::string>* upload_ids) {

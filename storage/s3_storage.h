@@ -11,9 +11,12 @@
 // Addressing: path-style (endpoint/bucket/key) or virtual-host (bucket.endpoint-host/key).
 // Objects of at least multipart_threshold bytes go up as a multipart upload (parallel_parts parts in
 // flight); it is completed last, so readers never see a torn object, and aborted on any failure.
-// Retries: 5xx, SlowDown/RequestTimeout/InternalError codes, and curl connect/timeout/send/recv errors
-// are retried up to max_retries times with full-jitter exponential backoff (100 ms base, 5 s cap);
-// 4xx are not retried. Credentials never appear in a Status message or a log line.
+// Retries (storage/s3_retry.h, the AWS SDKs' "standard" mode): 5xx, 408, 429, throttling and transient
+// error codes (SlowDown, Throttling, RequestTimeout, InternalError, ...) and curl connect/timeout/send/
+// recv errors are retried with full-jitter exponential backoff (100 ms base, 20 s cap) until
+// max_retries retries or retry_budget_s seconds (default 60) are spent; other 4xx are not retried.
+// Each retry is one warning naming the object, the reason and the attempt. Credentials never appear
+// in a Status message or a log line.
 // Listings are checked key by key (storage/s3_list.h): a key outside the requested prefix, with a
 // "..", "." or empty segment, a control byte, or over 1024 bytes, or listed twice, is an IoError
 // naming it, not an object.

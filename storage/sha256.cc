@@ -1,131 +1,60 @@
 #include "storage/sha256.h"
 
-#include <algorithm>
-#include <cstring>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 namespace dtrain::storage {
-namespace {
 
-constexpr uint32_t kK[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+// EVP_sha256 and HMAC fail only when OpenSSL cannot allocate or its provider is missing; the functions
+// here have no error path to report that on (their callers sign requests), so such a failure leaves a
+// zero digest, which the server then rejects as a bad signature or checksum rather than crashing here.
 
-inline uint32_t Rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+void Sha256::CtxDeleter::operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
 
-}  // namespace
-
-Sha256::Sha256() : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
-
-void Sha256::Block(const uint8_t* p) {
-  uint32_t w[64];
-  for (int i = 0; i < 16; ++i) {
-    w[i] = (uint32_t(p[4 * i]) << 24) | (uint32_t(p[4 * i + 1]) << 16) | (uint32_t(p[4 * i + 2]) << 8) | p[4 * i + 3];
-  }
-  for (int i = 16; i < 64; ++i) {
-    const uint32_t s0 = Rotr(w[i - 15], 7) ^ Rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-    const uint32_t s1 = Rotr(w[i - 2], 17) ^ Rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-  }
-  uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
-  for (int i = 0; i < 64; ++i) {
-    const uint32_t t1 = h + (Rotr(e, 6) ^ Rotr(e, 11) ^ Rotr(e, 25)) + ((e & f) ^ (~e & g)) + kK[i] + w[i];
-    const uint32_t t2 = (Rotr(a, 2) ^ Rotr(a, 13) ^ Rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-    h = g;
-    g = f;
-    f = e;
-    e = d + t1;
-    d = c;
-    c = b;
-    b = a;
-    a = t1 + t2;
-  }
-  h_[0] += a;
-  h_[1] += b;
-  h_[2] += c;
-  h_[3] += d;
-  h_[4] += e;
-  h_[5] += f;
-  h_[6] += g;
-  h_[7] += h;
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  if (ctx_ && EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1) ctx_.reset();
 }
 
 void Sha256::Update(const void* data, size_t size) {
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  total_ += size;
-  if (buf_len_ > 0) {
-    const size_t take = std::min(size, 64 - buf_len_);
-    std::memcpy(buf_ + buf_len_, p, take);
-    buf_len_ += take;
-    p += take;
-    size -= take;
-    if (buf_len_ < 64) return;
-    Block(buf_);
-    buf_len_ = 0;
-  }
-  for (; size >= 64; p += 64, size -= 64) Block(p);
-  std::memcpy(buf_, p, size);
-  buf_len_ = size;
+  if (ctx_ && size > 0 && EVP_DigestUpdate(ctx_.get(), data, size) != 1) ctx_.reset();
 }
 
 Sha256Digest Sha256::Final() {
-  const uint64_t bits = total_ * 8;
-  const uint8_t pad = 0x80;
-  Update(&pad, 1);
-  const uint8_t zero = 0;
-  while (buf_len_ != 56) Update(&zero, 1);
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
-  Update(len, 8);
-  Sha256Digest out;
-  for (int i = 0; i < 8; ++i) {
-    for (int j = 0; j < 4; ++j) out[4 * i + j] = static_cast<uint8_t>(h_[i] >> (24 - 8 * j));
+  Sha256Digest out{};
+  unsigned int len = 0;
+  if (ctx_ && (EVP_DigestFinal_ex(ctx_.get(), out.data(), &len) != 1 ||
+               EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1)) {
+    ctx_.reset();
   }
   return out;
 }
 
 Sha256Digest Sha256Of(const void* data, size_t size) {
-  Sha256 h;
-  h.Update(data, size);
-  return h.Final();
+  Sha256Digest out{};
+  unsigned int len = 0;
+  EVP_Digest(data, size, out.data(), &len, EVP_sha256(), nullptr);
+  return out;
 }
 
 Sha256Digest HmacSha256(const void* key, size_t key_size, const void* msg, size_t msg_size) {
-  uint8_t k[64] = {0};
-  if (key_size > 64) {
-    const Sha256Digest d = Sha256Of(key, key_size);
-    std::memcpy(k, d.data(), d.size());
-  } else {
-    std::memcpy(k, key, key_size);
-  }
-  uint8_t ipad[64], opad[64];
-  for (int i = 0; i < 64; ++i) {
-    ipad[i] = k[i] ^ 0x36;
-    opad[i] = k[i] ^ 0x5c;
-  }
-  Sha256 inner;
-  inner.Update(ipad, 64);
-  inner.Update(msg, msg_size);
-  const Sha256Digest ih = inner.Final();
-  Sha256 outer;
-  outer.Update(opad, 64);
-  outer.Update(ih.data(), ih.size());
-  return outer.Final();
+  Sha256Digest out{};
+  unsigned int len = 0;
+  // HMAC() with a null key pointer would mean "no key"; an empty key is a valid (zero-length) key.
+  // Likewise a null message pointer with size 0 is passed as an empty buffer.
+  static const unsigned char kEmpty = 0;
+  HMAC(EVP_sha256(), key_size ? key : &kEmpty, static_cast<int>(key_size),
+       msg_size ? static_cast<const unsigned char*>(msg) : &kEmpty, msg_size, out.data(), &len);
+  return out;
 }
 
 std::string Hex(const uint8_t* data, size_t size) {
   static const char kDigits[] = "0123456789abcdef";
-  std::string s(2 * size, '0');
+  std::string out(2 * size, '0');
   for (size_t i = 0; i < size; ++i) {
-    s[2 * i] = kDigits[data[i] >> 4];
-    s[2 * i + 1] = kDigits[data[i] & 15];
+    out[2 * i] = kDigits[data[i] >> 4];
+    out[2 * i + 1] = kDigits[data[i] & 15];
   }
-  return s;
+  return out;
 }
 
 }  // namespace dtrain::storage

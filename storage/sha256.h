@@ -1,18 +1,22 @@
 #pragma once
 // SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104), for SigV4 request signing and payload hashes.
-// Our own small implementation so that the storage layer needs no crypto library. Not constant-time
-// beyond what HMAC needs; do not use for anything but signing and checksums.
+// A thin layer over OpenSSL's libcrypto (EVP_sha256, HMAC); this header keeps the storage layer's
+// callers free of OpenSSL types. All functions are thread-safe; a Sha256 object is not.
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+
+typedef struct evp_md_ctx_st EVP_MD_CTX;
 
 namespace dtrain::storage {
 
 using Sha256Digest = std::array<uint8_t, 32>;
 
-// Incremental hasher: Update any number of times, then Final once.
+// Incremental hasher: Update any number of times, then Final, which also starts the next hash (of
+// the empty input). Move-only; owns its OpenSSL context.
 class Sha256 {
  public:
   Sha256();
@@ -20,11 +24,10 @@ class Sha256 {
   Sha256Digest Final();
 
  private:
-  void Block(const uint8_t* p);
-  uint32_t h_[8];
-  uint8_t buf_[64];
-  size_t buf_len_ = 0;
-  uint64_t total_ = 0;
+  struct CtxDeleter {
+    void operator()(EVP_MD_CTX* ctx) const;
+  };
+  std::unique_ptr<EVP_MD_CTX, CtxDeleter> ctx_;
 };
 
 Sha256Digest Sha256Of(const void* data, size_t size);

@@ -42,7 +42,11 @@ struct StorageOptions {
   uint64_t multipart_threshold = 64ull << 20;  // objects at least this big use multipart upload
   uint64_t part_size = 16ull << 20;            // >= 5 MiB (S3's minimum part size)
   int parallel_parts = 4;                      // parts in flight
-  int max_retries = 5;                         // on 5xx, SlowDown, timeouts (jittered backoff)
+  // S3 retries (storage/s3_retry.h): on 5xx, 408, 429, throttling codes, timeouts; full-jitter backoff
+  // (100 ms base, 20 s cap). Retrying stops after max_retries retries or once retry_budget_s seconds
+  // have passed since the call's first attempt, whichever comes first.
+  int max_retries = 20;
+  double retry_budget_s = 60;  // in [0, 86400]
 };
 
 class Storage {

@@ -2,66 +2,44 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 namespace dtrain::runtime {
 
-std::string JsonQuote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
+namespace {
+
+// No exceptions leave dump(): invalid UTF-8 is replaced rather than thrown as type_error 316.
+std::string Dump(const nlohmann::ordered_json& j) {
+  return j.dump(/*indent=*/-1, /*indent_char=*/' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
 }
 
-void JsonLine::Key(const std::string& key) {
-  if (!body_.empty()) body_ += ",";
-  body_ += JsonQuote(key) + ":";
-}
+}  // namespace
+
+std::string JsonQuote(const std::string& s) { return Dump(nlohmann::ordered_json(s)); }
+
+std::string JsonLine::str() const { return Dump(obj_); }
 
 JsonLine& JsonLine::Add(const std::string& key, double value) {
-  Key(key);
   if (!std::isfinite(value)) {
-    body_ += "null";  // JSON has no NaN/Inf
-  } else {
-    // 9 significant digits keep a float exactly; Unix times (1.8e9 s) need 13 for millisecond resolution.
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), std::fabs(value) >= 1e6 ? "%.13g" : "%.9g", value);
-    body_ += buf;
+    obj_[key] = nullptr;  // JSON has no NaN/Inf
+    return *this;
   }
+  // 9 significant digits keep a float exactly; Unix times (1.8e9 s) need 13 for millisecond resolution.
+  // Rounding here makes nlohmann's shortest round-trip output that many digits, not a double's 17.
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), std::fabs(value) >= 1e6 ? "%.13g" : "%.9g", value);
+  obj_[key] = std::strtod(buf, nullptr);
   return *this;
 }
 
 JsonLine& JsonLine::Add(const std::string& key, int64_t value) {
-  Key(key);
-  body_ += std::to_string(value);
+  obj_[key] = value;
   return *this;
 }
 
 JsonLine& JsonLine::Add(const std::string& key, const std::string& value) {
-  Key(key);
-  body_ += JsonQuote(value);
+  obj_[key] = value;
   return *this;
 }
 

@@ -4,29 +4,33 @@
 // Each Write() is one complete line, flushed immediately, so a killed run leaves a readable file
 // (at worst without its last line). Keys keep insertion order. Not thread-safe: one writer thread.
 
+#include <cstdint>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "core/status.h"
 
 namespace dtrain::runtime {
 
-// A flat JSON object of numbers and strings, built in order.
+// A flat JSON object of numbers and strings, built in order (serialized by nlohmann-json).
+//   - Keys keep insertion order; adding a key again replaces its value in place.
+//   - Doubles are rounded to 9 significant digits (13 from 1e6 up, so Unix times keep milliseconds);
+//     NaN and +-Inf become null (JSON has neither), so a diverged loss reads back as a missing number.
+//   - Strings that are not valid UTF-8 have each bad byte replaced by U+FFFD, so the line stays JSON.
 class JsonLine {
  public:
   JsonLine& Add(const std::string& key, double value);
   JsonLine& Add(const std::string& key, int64_t value);
   JsonLine& Add(const std::string& key, const std::string& value);
-  std::string str() const { return "{" + body_ + "}"; }
+  // The object on one line without spaces, e.g. {"kind":"train","step":3,"loss":2.5}; "{}" when empty.
+  std::string str() const;
 
  private:
-  void Key(const std::string& key);
-  std::string body_;
+  nlohmann::ordered_json obj_ = nlohmann::ordered_json::object();
 };
 
-// Escapes a string for a JSON string literal (quotes included).
+// A JSON string literal of s (quotes included), with the same UTF-8 repair as JsonLine.
 std::string JsonQuote(const std::string& s);
 
 class MetricsWriter {

@@ -1,38 +1,37 @@
 #include "runtime/observe/run_report.h"
 
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace dtrain::runtime {
 namespace {
 
-using google::protobuf::Struct;
-using google::protobuf::Value;
+using Json = nlohmann::json;
 
-bool ParseObject(const std::string& line, Struct* out) {
-  out->Clear();
-  return google::protobuf::util::JsonStringToMessage(line, out).ok();
+// One metrics record: a JSON object (anything else, or text that is not JSON, is false). No exceptions:
+// the parser reports bad text as a discarded value.
+bool ParseObject(const std::string& line, Json* out) {
+  *out = Json::parse(line, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  return out->is_object();
 }
 
-bool Has(const Struct& s, const char* key) {
-  const auto it = s.fields().find(key);
-  return it != s.fields().end() && it->second.kind_case() == Value::kNumberValue;
+bool Has(const Json& r, const char* key) {
+  const auto it = r.find(key);
+  return it != r.end() && it->is_number();
 }
 
-double Num(const Struct& s, const char* key, double dflt = 0) {
-  const auto it = s.fields().find(key);
-  return it != s.fields().end() && it->second.kind_case() == Value::kNumberValue ? it->second.number_value() : dflt;
+double Num(const Json& r, const char* key, double dflt = 0) {
+  const auto it = r.find(key);
+  return it != r.end() && it->is_number() ? it->get<double>() : dflt;
 }
 
-std::string Str(const Struct& s, const char* key) {
-  const auto it = s.fields().find(key);
-  return it != s.fields().end() && it->second.kind_case() == Value::kStringValue ? it->second.string_value() : "";
+std::string Str(const Json& r, const char* key) {
+  const auto it = r.find(key);
+  return it != r.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 bool Blank(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
@@ -44,7 +43,7 @@ std::string Fmt(const char* fmt, double v) {
 }
 
 // Folds one record (not a start) into the current attempt and the run totals.
-void Apply(const std::string& kind, const Struct& r, AttemptSummary* a, RunSummary* s, double* step_ms_sum,
+void Apply(const std::string& kind, const Json& r, AttemptSummary* a, RunSummary* s, double* step_ms_sum,
            int64_t* step_ms_count) {
   if (Has(r, "time")) a->last_time = std::max(a->last_time, Num(r, "time"));
   if (Has(r, "step")) a->last_step = std::max<int64_t>(a->last_step, static_cast<int64_t>(Num(r, "step")));
@@ -90,7 +89,7 @@ Status SummarizeMetrics(const std::string& text, const std::string& source, RunS
 
   double step_ms_sum = 0;
   int64_t step_ms_count = 0;
-  Struct r;
+  Json r;
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string& line = lines[i];
     if (Blank(line)) continue;

@@ -2,15 +2,20 @@
 // checks here: tests/storage/s3_storage_test.cc covers signing against real RGW). Also checks what
 // goes on the wire: the signed headers and the payload hash.
 
+#include "storage/s3_retry.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "storage/s3_storage.h"
 #include "storage/sha256.h"
 #include "tests/testing/fake_http_server.h"
+#include "tests/testing/log_capture.h"
 
 namespace dtrain::storage {
 namespace {
@@ -28,12 +33,13 @@ std::string Answer(int status, const std::string& code = "", const std::string& 
   return testing::HttpAnswer(status, body, extra_headers);
 }
 
-std::unique_ptr<Storage> OpenAt(const FakeServer& server, int max_retries) {
+std::unique_ptr<Storage> OpenAt(const FakeServer& server, int max_retries, double retry_budget_s = 60) {
   StorageOptions opts;
   opts.endpoint = server.endpoint();
   opts.access_key = "AKIDTEST";
   opts.secret_key = "never-in-a-message-0123456789";
   opts.max_retries = max_retries;
+  opts.retry_budget_s = retry_budget_s;
   std::unique_ptr<Storage> s;
   EXPECT_TRUE(Storage::Open("s3://bkt/pre", opts, &s).ok());
   return s;
@@ -63,9 +69,143 @@ TEST(S3RetryTest, PersistentServerErrorGivesIoErrorAfterAllAttempts) {
   std::string got;
   const Status st = s->Get("k", &got);
   EXPECT_EQ(st.code(), Status::Code::kIoError);
-  EXPECT_NE(st.message().find("s3://bkt/pre/k: HTTP 500 InternalError: m (after 3 attempts)"), std::string::npos)
+  EXPECT_NE(st.message().find("s3://bkt/pre/k: HTTP 500 InternalError: m (after 3 attempts in "), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find(" s; stopped by max_retries: max_retries 2, retry budget 60 s)"), std::string::npos)
       << st.message();
   EXPECT_EQ(server.requests().size(), 3u);
+}
+
+// The AWS SDK standard policy: a 503 SlowDown is throttling; twice, then the PUT goes through. Each
+// retry is one warning naming the object, the reason and the attempt, and never the secret.
+TEST(S3RetryTest, SlowDownTwiceThenSuccessLogsEachRetryOnce) {
+  FakeServer server({Answer(503, "SlowDown"), Answer(503, "SlowDown"), Answer(200)});
+  auto s = OpenAt(server, 5);
+  testing::LogCapture logs;
+  const Status st = s->Put("k", "v", 1);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(server.requests().size(), 3u);
+  const std::string text = logs.text();
+  EXPECT_NE(text.find("s3: PUT s3://bkt/pre/k: HTTP 503 SlowDown; retry 1 of at most 5 in "), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("s3: PUT s3://bkt/pre/k: HTTP 503 SlowDown; retry 2 of at most 5 in "), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("retry 3 "), std::string::npos) << text;
+  EXPECT_EQ(text.find("never-in-a-message"), std::string::npos) << text;
+}
+
+// Throttling and transient answers beyond 5xx: 408, 429, and error codes in the body of a 400.
+TEST(S3RetryTest, ThrottlingCodesAnd408And429AreRetried) {
+  FakeServer server({Answer(408), Answer(429), Answer(400, "RequestTimeout"), Answer(400, "ThrottlingException"),
+                     Answer(400, "Throttling"), Answer(200)});
+  auto s = OpenAt(server, 5);
+  const Status st = s->Delete("k");
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(server.requests().size(), 6u);
+}
+
+TEST(S3RetryTest, AccessDeniedAndClockSkewAreNotRetried) {
+  {
+    FakeServer server({Answer(403, "AccessDenied"), Answer(200)});
+    const Status st = OpenAt(server, 5)->Put("k", "v", 1);
+    EXPECT_EQ(st.code(), Status::Code::kFailedPrecondition) << st.ToString();
+    EXPECT_NE(st.message().find("s3://bkt/pre/k: access denied (HTTP 403 AccessDenied: m)"), std::string::npos)
+        << st.message();
+    EXPECT_EQ(server.requests().size(), 1u);
+  }
+  {
+    FakeServer server({Answer(403, "RequestTimeTooSkewed"), Answer(200)});
+    const Status st = OpenAt(server, 5)->Put("k", "v", 1);
+    EXPECT_EQ(st.code(), Status::Code::kFailedPrecondition) << st.ToString();
+    EXPECT_NE(st.message().find("RequestTimeTooSkewed): this machine's clock differs"), std::string::npos)
+        << st.message();
+    EXPECT_EQ(server.requests().size(), 1u);
+  }
+}
+
+// The budget, not the retry count, ends a long outage: with 0.5 s of budget and 1000 retries allowed,
+// the call gives up after about 0.5 s (the last wait is cut to what is left), having retried.
+TEST(S3RetryTest, RetryBudgetEndsRetries) {
+  FakeServer server({Answer(503, "SlowDown")});
+  auto s = OpenAt(server, 1000, /*retry_budget_s=*/0.5);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status st = s->Put("k", "v", 1);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(st.code(), Status::Code::kIoError) << st.ToString();
+  EXPECT_NE(st.message().find("HTTP 503 SlowDown: m (after "), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("stopped by retry budget: max_retries 1000, retry budget 0.5 s)"), std::string::npos)
+      << st.message();
+  EXPECT_GE(secs, 0.5);
+  EXPECT_LT(secs, 2.0);
+  // Ceilings 100, 200, 400 ms... fit at least two attempts in 0.5 s, and far fewer than 1001.
+  EXPECT_GE(server.requests().size(), 2u);
+  EXPECT_LT(server.requests().size(), 100u);
+}
+
+TEST(S3RetryTest, OpenRejectsARetryBudgetOutOfRange) {
+  StorageOptions opts;
+  opts.endpoint = "http://127.0.0.1:1";
+  opts.access_key = "a";
+  opts.secret_key = "b";
+  opts.retry_budget_s = 1e300;  // would overflow the clock
+  std::unique_ptr<Storage> s;
+  EXPECT_EQ(Storage::Open("s3://b", opts, &s).code(), Status::Code::kInvalidArgument);
+  opts.retry_budget_s = -1;
+  const Status st = Storage::Open("s3://b", opts, &s);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("retry_budget_s in [0, 86400]"), std::string::npos) << st.message();
+}
+
+// Full jitter: retry n waits uniformly in [0, min(20 s, 100 ms * 2^n)].
+TEST(S3RetryPolicyTest, BackoffCeilingsDoubleFrom100MsUpTo20s) {
+  const int64_t want[] = {100, 200, 400, 800, 1600, 3200, 6400, 12800, 20000, 20000};
+  for (int n = 0; n < 10; ++n) EXPECT_EQ(detail::BackoffCeilingMs(n), want[n]) << n;
+  EXPECT_EQ(detail::BackoffCeilingMs(1000), 20000);  // no overflow for large n
+  EXPECT_EQ(detail::BackoffCeilingMs(3, /*base_ms=*/10, /*cap_ms=*/50), 50);
+}
+
+TEST(S3RetryPolicyTest, JitterStaysWithinBoundsAndSpreadsOverThem) {
+  std::mt19937_64 rng(42);
+  for (int n : {0, 3, 8, 30}) {
+    const int64_t ceiling = detail::BackoffCeilingMs(n);
+    int64_t lo = ceiling, hi = 0;
+    double sum = 0;
+    const int kSamples = 20000;
+    for (int i = 0; i < kSamples; ++i) {
+      const int64_t w = detail::BackoffMs(n, &rng);
+      ASSERT_GE(w, 0);
+      ASSERT_LE(w, ceiling);
+      lo = std::min(lo, w);
+      hi = std::max(hi, w);
+      sum += static_cast<double>(w);
+    }
+    // Uniform on [0, c]: the extremes come within 1% of both ends, the mean within 2% of c/2.
+    EXPECT_LE(lo, ceiling / 100) << n;
+    EXPECT_GE(hi, ceiling - ceiling / 100) << n;
+    EXPECT_NEAR(sum / kSamples, ceiling / 2.0, ceiling * 0.02) << n;
+  }
+}
+
+TEST(S3RetryPolicyTest, RetryReasonNamesStatusCodeOrCurlError) {
+  detail::HttpResponse r;
+  r.status = 503;
+  r.body = "<Error><Code>SlowDown</Code></Error>";
+  EXPECT_EQ(detail::RetryReason(r), "HTTP 503 SlowDown");
+  r.status = 501;
+  r.body = "<Error><Code>NotImplemented</Code></Error>";
+  EXPECT_EQ(detail::RetryReason(r), "");
+  r.status = 404;
+  r.body = "<Error><Code>NoSuchKey</Code></Error>";
+  EXPECT_EQ(detail::RetryReason(r), "");
+  r.status = 200;
+  EXPECT_EQ(detail::RetryReason(r), "");
+  r.status = 0;
+  r.body.clear();
+  r.curl_code = 7;  // CURLE_COULDNT_CONNECT
+  r.curl_error = "Failed to connect to 127.0.0.1 port 1";
+  EXPECT_EQ(detail::RetryReason(r), "curl error 7: Failed to connect to 127.0.0.1 port 1");
+  r.curl_code = 6;  // CURLE_COULDNT_RESOLVE_HOST: a wrong endpoint, not an outage
+  EXPECT_EQ(detail::RetryReason(r), "");
 }
 
 TEST(S3RetryTest, ClientErrorsAreNotRetried) {

@@ -6,7 +6,6 @@
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,18 +13,18 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "core/logging.h"
+#include "tests/testing/log_capture.h"
 #include "tests/testing/s3_server.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::storage {
 namespace {
 
+using testing::LogCapture;
 using testing::S3Server;
 
 const ::testing::Environment* const g_env =
@@ -44,28 +43,6 @@ std::string Pattern(size_t n, uint32_t seed) {
   }
   return s;
 }
-
-// Captures everything the runtime logger (where the S3 client logs) writes while alive.
-class LogCapture {
- public:
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(os_)) {
-    logger_ = log::Get(log::Subsys::kRuntime);
-    old_level_ = logger_->level();
-    logger_->sinks().push_back(sink_);
-    logger_->set_level(spdlog::level::trace);
-  }
-  ~LogCapture() {
-    logger_->sinks().pop_back();
-    logger_->set_level(old_level_);
-  }
-  std::string text() const { return os_.str(); }
-
- private:
-  std::ostringstream os_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-  spdlog::logger* logger_;
-  spdlog::level::level_enum old_level_;
-};
 
 class S3StorageTest : public ::testing::Test {
  protected:
