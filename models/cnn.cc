@@ -331,4 +331,15 @@ Status Cnn::Backward(float loss_scale, const GradReadyFn& on_ready) {
   return ConvBnBackward(stem_, x_, stem_db_, on_ready);
 }
 
+Status Cnn::InputsFromBatch(const Tensor& batch_inputs, Tensor* x) const {
+  const int64_t rows = batch_inputs.dim(0), per_row = rows > 0 ? batch_inputs.numel() / rows : 0;
+  const int64_t c = opts_.in_channels, hw = opts_.image_size;
+  if (per_row != c * hw * hw) {
+    return Status::InvalidArgument("model.cnn expects " + std::to_string(c) + "x" + std::to_string(hw) + "x" +
+                                   std::to_string(hw) + " images but the dataset's samples have " +
+                                   std::to_string(per_row) + " values");
+  }
+  return batch_inputs.Reshape({rows, c, hw, hw}, x);
+}
+
 }  // namespace dtrain::models

@@ -61,6 +61,7 @@ class Cnn final : public Model {
   const Tensor& losses() const override { return losses_; }
   const Tensor& logits() const override { return logits_; }
   Status Backward(float loss_scale, const GradReadyFn& on_ready) override;
+  Status InputsFromBatch(const Tensor& batch_inputs, Tensor* x) const override;
   void set_training(bool training) override { training_ = training; }
   std::vector<std::pair<std::string, Tensor*>> buffers() override;
 

@@ -73,6 +73,9 @@ class Gpt2 final : public Model {
 
   const Gpt2Options& options() const { return opts_; }
 
+ protected:
+  int64_t num_eval_classes() const override { return opts_.vocab_size; }  // padded columns are not classes
+
  private:
   // Per block, forward order of the 12 parameters.
   enum BlockParam {

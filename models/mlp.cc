@@ -137,4 +137,13 @@ Status Mlp::Backward(float loss_scale, const GradReadyFn& on_ready) {
   return Status::OK();
 }
 
+Status Mlp::InputsFromBatch(const Tensor& batch_inputs, Tensor* x) const {
+  const int64_t rows = batch_inputs.dim(0), per_row = rows > 0 ? batch_inputs.numel() / rows : 0;
+  if (per_row != opts_.input_dim) {
+    return Status::InvalidArgument("model.mlp.input_dim is " + std::to_string(opts_.input_dim) +
+                                   " but the dataset's samples have " + std::to_string(per_row) + " values");
+  }
+  return batch_inputs.Reshape({rows, per_row}, x);
+}
+
 }  // namespace dtrain::models

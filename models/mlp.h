@@ -35,6 +35,7 @@ class Mlp final : public Model {
   const Tensor& losses() const override { return losses_; }
   const Tensor& logits() const override { return z_.back(); }
   Status Backward(float loss_scale, const GradReadyFn& on_ready) override;
+  Status InputsFromBatch(const Tensor& batch_inputs, Tensor* x) const override;
 
  private:
   explicit Mlp(DeviceContext& ctx, const MlpOptions& opts) : ctx_(ctx), opts_(opts) {}

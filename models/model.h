@@ -14,9 +14,12 @@
 //      order their gradients become final — all work producing grad i has been QUEUED on the
 //      context's stream (not necessarily finished) when on_ready(i) runs. A non-OK return from
 //      on_ready aborts the backward and is returned.
-// All device work is queued on ctx.stream(); nothing here synchronizes with the host.
+// All device work is queued on ctx.stream(); nothing here synchronizes with the host, except EvalBatch.
+// The model owns its inputs: InputsFromBatch shapes a loader batch for Forward, and EvalBatch scores one
+// evaluation batch, so a trainer calls no op kernel itself.
 // Not thread-safe; one model per worker.
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <utility>
@@ -61,12 +64,38 @@ class Model {
 
   virtual Status Backward(float loss_scale, const GradReadyFn& on_ready) = 0;
 
+  // The loader's batch inputs (dim 0 = samples, each sample's values flat) in the shape Forward takes
+  // (MLP: [B, input_dim]; CNN: [B, C, H, W]); a view, no copy. InvalidArgument naming the model's config key
+  // when a sample does not have the size the model expects. Default: the inputs as they are.
+  virtual Status InputsFromBatch(const Tensor& batch_inputs, Tensor* x) const {
+    *x = batch_inputs;
+    return Status::OK();
+  }
+  // acc (f32 [1, 1] on ctx's device) += weight * the mean of the last Forward's losses(), as a [1,n] x [n,1]
+  // product on ctx's stream: the running training loss stays on the device, no host sync. (models/model.cc)
+  Status AddMeanLoss(DeviceContext& ctx, float weight, Tensor* acc);
+  // Evaluation of one batch (the caller sets eval mode): Forward(inputs, targets), then over the rows of
+  // the first `num_real` samples (padding samples come last and are skipped; GPT-2 has one row per token):
+  // *loss_sum += the sum of their losses, *correct += the rows whose prediction (argmax over the class
+  // columns of logits()) equals the target, *count += the rows scored. Synchronizes the host with ctx's stream
+  // to read the results. (models/model.cc)
+  virtual Status EvalBatch(DeviceContext& ctx, const Tensor& inputs, const Tensor& targets, int64_t num_real,
+                           double* loss_sum, int64_t* correct, int64_t* count);
+
   // Training (the default) or evaluation mode. Only models with mode-dependent layers (batch norm:
   // batch statistics vs running statistics) care; the trainer sets false around evaluation.
   virtual void set_training(bool training) {}
   // Named state that is not a parameter but belongs in checkpoints (batch-norm running mean/var),
   // on the model's device, updated by Forward in training mode. Empty for models without any.
   virtual std::vector<std::pair<std::string, Tensor*>> buffers() { return {}; }
+
+ protected:
+  // How many leading columns of logits() are classes for EvalBatch's argmax (GPT-2: the unpadded
+  // vocabulary); -1: all of them.
+  virtual int64_t num_eval_classes() const { return -1; }
+
+ private:
+  Tensor loss_ones_;  // [n, 1] ones for AddMeanLoss, grown to the largest losses() seen
 };
 
 }  // namespace dtrain::models

@@ -1,6 +1,5 @@
 #include "runtime/optim/gradient_reducer.h"
 
-#include <chrono>
 #include <string>
 
 #include "comm/bf16.h"
@@ -8,25 +7,9 @@
 #include "core/nvtx.h"
 #if DT_HAVE_CUDA
 #include "comm/bf16_cast.h"
-#include "core/cuda_check.h"
-#include "core/cuda_handles.h"
 #endif
 
 namespace dtrain::runtime {
-
-#if DT_HAVE_CUDA
-struct GradientReducer::GpuState {
-  CudaStream comm_stream;
-  std::vector<CudaEvent> ready;  // recorded on the compute stream when a batch of buckets launches
-  std::vector<CudaEvent> done;   // recorded on the comm stream after each bucket's collective
-  // Timing events on the compute stream around Finalize's waits: their gap is the time the compute
-  // stream stalled on communication in the last synced step (the exposed communication).
-  CudaEvent backward_done, comm_joined;
-  bool timed = false;  // both recorded at least once
-};
-#else
-struct GradientReducer::GpuState {};
-#endif
 
 Status GradientReducer::Create(DeviceContext& ctx, comm::Communicator* comm,
                                const std::vector<models::ParamInfo>& params, Tensor* grads, const Options& opts,
@@ -82,20 +65,7 @@ Status GradientReducer::Create(DeviceContext& ctx, comm::Communicator* comm,
   r->readiness_ = BucketReadiness("GradientReducer", std::move(param_buckets), static_cast<int>(r->buckets_.size()),
                                   std::move(names));
 
-  if (ctx.is_cuda()) {
-#if DT_HAVE_CUDA
-    r->gpu_ = std::make_unique<GpuState>();
-    DT_RETURN_IF_ERROR(CudaStream::CreateHighestPriority(&r->gpu_->comm_stream));
-    r->gpu_->ready.resize(r->buckets_.size());
-    r->gpu_->done.resize(r->buckets_.size());
-    for (size_t k = 0; k < r->buckets_.size(); ++k) {
-      DT_RETURN_IF_ERROR(CudaEvent::Create(&r->gpu_->ready[k]));
-      DT_RETURN_IF_ERROR(CudaEvent::Create(&r->gpu_->done[k]));
-    }
-    DT_RETURN_IF_ERROR(CudaEvent::Create(&r->gpu_->backward_done, /*timing=*/true));
-    DT_RETURN_IF_ERROR(CudaEvent::Create(&r->gpu_->comm_joined, /*timing=*/true));
-#endif
-  }
+  DT_RETURN_IF_ERROR(CommStream::Create(ctx, "GradientReducer", /*num_gaps=*/1, &r->stream_));
   if (comm->rank() == 0) {
     DT_LOG_INFO(kRuntime, "GradientReducer: {} params, {} elements in {} buckets (target {:.1f} KiB), {}{}, {} ranks",
                 n, grads->numel(), r->buckets_.size(), opts.bucket_bytes / 1024.0, comm::BackendName(comm->backend()),
@@ -105,19 +75,11 @@ Status GradientReducer::Create(DeviceContext& ctx, comm::Communicator* comm,
   return Status::OK();
 }
 
-GradientReducer::~GradientReducer() {
-#if DT_HAVE_CUDA
-  // The comm stream may still read grads and the bf16 buffer; both must outlive its work.
-  if (gpu_) gpu_->comm_stream.SynchronizeForTeardown("GradientReducer");
-#endif
-}
+// The comm stream may still read grads and the bf16 buffer: stream_, the last member, is destroyed first and
+// waits for it.
+GradientReducer::~GradientReducer() = default;
 
-cudaStream_t GradientReducer::comm_stream() const {
-#if DT_HAVE_CUDA
-  if (gpu_) return gpu_->comm_stream.get();
-#endif
-  return nullptr;
-}
+cudaStream_t GradientReducer::comm_stream() const { return stream_->stream(); }
 
 Status GradientReducer::MarkReady(int param_index) {
   DT_RETURN_IF_ERROR(readiness_.Mark(param_index));
@@ -129,12 +91,9 @@ Status GradientReducer::MarkReady(int param_index) {
 Status GradientReducer::LaunchBuckets(int from, int to) {
   DT_NVTX_RANGE("GradientReducer::LaunchBuckets");
   DT_LOG_TRACE(kRuntime, "launching buckets [{}, {})", from, to);
-  if (gpu_) return LaunchGpu(from, to);
+  if (stream_->on_device()) return LaunchGpu(from, to);
   // CPU: MPI_Allreduce blocks the only thread, so all of its time is exposed.
-  const auto t0 = std::chrono::steady_clock::now();
-  const Status st = LaunchCpu(from, to);
-  cpu_exposed_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return st;
+  return stream_->Exposed([&] { return LaunchCpu(from, to); });
 }
 
 Status GradientReducer::LaunchCpu(int from, int to) {
@@ -173,12 +132,10 @@ void GradientReducer::TraceBuckets(int from, int to, const DeviceTrace::Mark& be
 
 Status GradientReducer::LaunchGpu(int from, int to) {
 #if DT_HAVE_CUDA
-  cudaStream_t compute = ctx_->stream();
-  cudaStream_t comm_stream = gpu_->comm_stream.get();
+  cudaStream_t comm_stream = stream_->stream();
   // Sync point 1: the comm stream waits (on the device) for the backward kernels that produced these
   // gradients; one event covers the whole batch because it marks the compute stream's current tail.
-  DT_RETURN_IF_ERROR(gpu_->ready[from].Record(compute));
-  DT_RETURN_IF_ERROR(gpu_->ready[from].Block(comm_stream));
+  DT_RETURN_IF_ERROR(stream_->WaitForCompute());
   DeviceTrace::Mark begin;
   if (trace_) DT_RETURN_IF_ERROR(trace_->Record(comm_stream, &begin));
   if (opts_.bf16_compress) {
@@ -199,13 +156,10 @@ Status GradientReducer::LaunchGpu(int from, int to) {
   Status end = comm_->GroupEnd();  // always close the group, even after an error
   DT_RETURN_IF_ERROR(st);
   DT_RETURN_IF_ERROR(end);
-  for (int k = from; k < to; ++k) {
+  for (int k = from; k < to && opts_.bf16_compress; ++k) {
     Bucket& b = buckets_[k];
-    if (opts_.bf16_compress) {
-      DT_RETURN_IF_ERROR(comm::LaunchBf16ToF32(static_cast<const uint16_t*>(b.wire.data()), b.grads.data<float>(),
-                                               b.grads.numel(), comm_stream));
-    }
-    DT_RETURN_IF_ERROR(gpu_->done[k].Record(comm_stream));
+    DT_RETURN_IF_ERROR(comm::LaunchBf16ToF32(static_cast<const uint16_t*>(b.wire.data()), b.grads.data<float>(),
+                                             b.grads.numel(), comm_stream));
   }
   if (trace_) {
     DeviceTrace::Mark end;
@@ -223,41 +177,15 @@ Status GradientReducer::LaunchGpu(int from, int to) {
 Status GradientReducer::Finalize() {
   DT_NVTX_FN();
   const auto [from, nb] = readiness_.Finish();
-  const bool synced = readiness_.step_sync();
-  if (synced) {
-    if (from < nb) DT_RETURN_IF_ERROR(LaunchBuckets(from, nb));
-#if DT_HAVE_CUDA
-    if (gpu_) {
-      // Sync point 2: the optimizer runs on the compute stream; it must see every reduced bucket.
-      // Device-side waits only — the host never blocks here.
-      DT_RETURN_IF_ERROR(gpu_->backward_done.Record(ctx_->stream()));
-      for (int k = 0; k < nb; ++k) DT_RETURN_IF_ERROR(gpu_->done[k].Block(ctx_->stream()));
-      DT_RETURN_IF_ERROR(gpu_->comm_joined.Record(ctx_->stream()));
-      gpu_->timed = true;
-    }
-#endif
-  }
-  if (synced) ++synced_steps_;
+  if (!readiness_.step_sync()) return Status::OK();
+  if (from < nb) DT_RETURN_IF_ERROR(LaunchBuckets(from, nb));
+  // Sync point 2 (GPU): the optimizer runs on the compute stream; it must see every reduced bucket.
+  // Device-side wait only — the host never blocks here. Timed: the exposed communication.
+  DT_RETURN_IF_ERROR(stream_->JoinCompute(0));
+  stream_->CountSyncedStep();
   return Status::OK();
 }
 
-Status GradientReducer::TakeExposedCommMs(double* ms) {
-  *ms = 0;
-#if DT_HAVE_CUDA
-  if (gpu_) {
-    if (!gpu_->timed) return Status::OK();
-    // Sync point: only at log time — waits for the last step's join event.
-    DT_RETURN_IF_ERROR(gpu_->comm_joined.Synchronize());
-    float gap = 0;
-    DT_CUDA_CHECK(cudaEventElapsedTime(&gap, gpu_->backward_done.get(), gpu_->comm_joined.get()));
-    *ms = gap;
-    return Status::OK();
-  }
-#endif
-  if (synced_steps_ > 0) *ms = 1e3 * cpu_exposed_s_ / static_cast<double>(synced_steps_);
-  cpu_exposed_s_ = 0;
-  synced_steps_ = 0;
-  return Status::OK();
-}
+Status GradientReducer::TakeExposedCommMs(double* ms) { return stream_->TakeExposedMs(ms); }
 
 }  // namespace dtrain::runtime

@@ -24,10 +24,10 @@
 //     communicator are unusable (the communicator was aborted).
 //
 // Paths:
-//   GPU (NCCL): a dedicated non-blocking comm stream of the highest priority. Launching a bucket
-//     records an event on the compute stream and makes the comm stream wait on it (no host sync),
-//     then enqueues ncclAllReduce (ncclAvg when averaging) on the comm stream inside
-//     ncclGroupStart/End; Finalize makes the compute stream wait on each bucket's done event.
+//   GPU (NCCL): a dedicated non-blocking comm stream of the highest priority (runtime/optim/comm_stream.h).
+//     Launching a bucket makes the comm stream wait for the compute stream's tail (an event, no host
+//     sync), then enqueues ncclAllReduce (ncclAvg when averaging) on the comm stream inside
+//     ncclGroupStart/End; Finalize makes the compute stream wait for the comm stream's work (timed).
 //   CPU (MPI): a complete bucket is reduced at once by a blocking MPI_Allreduce inside MarkReady.
 //     Open MPI progresses non-blocking collectives only inside MPI calls (no progress thread by
 //     default), so MPI_Iallreduce would not overlap with single-threaded CPU backward anyway.
@@ -35,8 +35,8 @@
 //     bytes), all-reduced in bf16, and widened back into grads. Relative error ~2^-8 per element.
 //
 // Ownership: borrows `ctx`, `comm` and the grads storage (keeps a view alive); all must outlive the
-// reducer. Owns the comm stream, events and the bf16 buffer; the destructor waits for the comm
-// stream. Not thread-safe.
+// reducer. Owns the CommStream and the bf16 buffer; the destructor waits for the comm stream.
+// Not thread-safe.
 
 #include <cstddef>
 #include <cstdint>
@@ -52,6 +52,7 @@
 #include "models/model.h"
 #include "runtime/observe/device_trace.h"
 #include "runtime/optim/bucket_readiness.h"
+#include "runtime/optim/comm_stream.h"
 
 namespace dtrain::runtime {
 
@@ -99,7 +100,6 @@ class GradientReducer {
   cudaStream_t comm_stream() const;
 
  private:
-  struct GpuState;  // comm stream + per-bucket events; defined in the .cc (CUDA builds only)
   struct Bucket {
     Tensor grads;  // f32 view of the bucket's range
     Tensor wire;   // bf16 view of the same range in the comm buffer (bf16_compress only)
@@ -121,12 +121,11 @@ class GradientReducer {
   std::vector<Bucket> buckets_;
   std::vector<std::pair<int64_t, int64_t>> ranges_;
   std::vector<int> param_bucket_;
-  std::unique_ptr<GpuState> gpu_;
   BucketReadiness readiness_;  // per-step: announced params, launchable buckets, the sync latch
   DeviceTrace* trace_ = nullptr;
-  // Exposed-communication accounting (TakeExposedCommMs).
-  double cpu_exposed_s_ = 0;
-  int64_t synced_steps_ = 0;
+  // The comm stream, its events and the exposed-communication account. Last: destroyed first, it waits
+  // for the comm stream's work on grads and wire_.
+  std::unique_ptr<CommStream> stream_;
 };
 
 }  // namespace dtrain::runtime

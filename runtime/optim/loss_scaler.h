@@ -14,6 +14,9 @@
 //      (params and optimizer state unchanged); the scale and counters are updated on the device.
 // Ranks agree without an extra collective: the check reads the all-reduced gradient, identical on every rank, so
 // every rank skips the same steps and keeps the same scale (bitwise: the reduction is deterministic).
+// Under ZeRO-1 (Zero1Optimizer::Step(..., scaler)) step 3 runs on this rank's reduce-scattered shard: the sum of
+// squares over the shard is all-reduced (the global norm) before LossScaleStep, so an inf/NaN on any rank's shard
+// is found on every rank, and the update kernels skip every shard alike.
 //
 // Host syncs: none in the step itself. The host needs the new scale before the next Backward, so each Update
 // queues a 16-byte device-to-host copy of the state into pinned memory and records an event; Scale() (and state())

@@ -1,7 +1,6 @@
 #include "runtime/optim/zero1.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 #include "core/check.h"
@@ -9,16 +8,13 @@
 #include "core/nvtx.h"
 #include "models/ops/optim_update.h"
 #include "models/ops/reduce.h"
-#if DT_HAVE_CUDA
-#include "core/cuda_check.h"
-#include "core/cuda_handles.h"
-#endif
+#include "runtime/optim/loss_scaler.h"
 
 namespace dtrain::runtime {
 namespace {
 
 // The compute-stream waits timed for TakeExposedCommMs (GPU); kUntimed for GatherState's.
-enum Gap { kFinalizeGap, kNormGap, kGatherGap, kNumGaps, kUntimed = -1 };
+enum Gap { kFinalizeGap, kNormGap, kGatherGap, kNumGaps, kUntimed = CommStream::kUntimed };
 
 // Runs `fn` (which issues collectives) between GroupStart and GroupEnd; the group is always closed.
 template <typename Fn>
@@ -33,19 +29,6 @@ Status Grouped(comm::Communicator* comm, Fn&& fn) {
 bool Padded(const Zero1Bucket& b, int world) { return b.numel != b.shard_numel * world; }
 
 }  // namespace
-
-#if DT_HAVE_CUDA
-struct Zero1Optimizer::GpuState {
-  CudaStream comm_stream;
-  CudaEvent to_comm;     // recorded on the compute stream, waited on by the comm stream
-  CudaEvent to_compute;  // recorded on the comm stream, waited on by the compute stream
-  // Timing events on the compute stream around each wait (Gap): their gaps are the exposed comm.
-  CudaEvent begin[kNumGaps], end[kNumGaps];
-  bool timed[kNumGaps] = {};
-};
-#else
-struct Zero1Optimizer::GpuState {};
-#endif
 
 Status PlanZero1Buckets(const std::vector<models::ParamInfo>& params, int64_t total, int world, size_t bucket_bytes,
                         std::vector<Zero1Bucket>* out) {
@@ -160,18 +143,7 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
     DT_RETURN_IF_ERROR(Tensor::Empty({1}, DType::kF32, ctx.allocator(), t));
   }
 
-  if (ctx.is_cuda()) {
-#if DT_HAVE_CUDA
-    z->gpu_ = std::make_unique<GpuState>();
-    DT_RETURN_IF_ERROR(CudaStream::CreateHighestPriority(&z->gpu_->comm_stream));
-    DT_RETURN_IF_ERROR(CudaEvent::Create(&z->gpu_->to_comm));
-    DT_RETURN_IF_ERROR(CudaEvent::Create(&z->gpu_->to_compute));
-    for (int g = 0; g < kNumGaps; ++g) {
-      DT_RETURN_IF_ERROR(CudaEvent::Create(&z->gpu_->begin[g], /*timing=*/true));
-      DT_RETURN_IF_ERROR(CudaEvent::Create(&z->gpu_->end[g], /*timing=*/true));
-    }
-#endif
-  }
+  DT_RETURN_IF_ERROR(CommStream::Create(ctx, "Zero1Optimizer", kNumGaps, &z->stream_));
   if (rank == 0) {
     DT_LOG_INFO(kRuntime,
                 "Zero1Optimizer ({}): {} elements in {} buckets (target {:.1f} KiB), {} per rank shard, {}, {} ranks, "
@@ -183,28 +155,11 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
   return Status::OK();
 }
 
-Zero1Optimizer::~Zero1Optimizer() {
-#if DT_HAVE_CUDA
-  // The comm stream may still read or write the model's grads and params and the padded buffers.
-  if (gpu_) gpu_->comm_stream.SynchronizeForTeardown("Zero1Optimizer");
-#endif
-}
+// The comm stream may still read or write the model's grads and params and the padded buffers: stream_,
+// the last member, is destroyed first and waits for it.
+Zero1Optimizer::~Zero1Optimizer() = default;
 
-cudaStream_t Zero1Optimizer::comm_stream() const {
-#if DT_HAVE_CUDA
-  if (gpu_) return gpu_->comm_stream.get();
-#endif
-  return nullptr;
-}
-
-template <typename Fn>
-Status Zero1Optimizer::TimedCpu(Fn&& fn) {
-  // CPU: the collectives block the only thread, so all of their time is exposed.
-  const auto t0 = std::chrono::steady_clock::now();
-  const Status st = fn();
-  cpu_exposed_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return st;
-}
+cudaStream_t Zero1Optimizer::comm_stream() const { return stream_->stream(); }
 
 template <typename Fn>
 Status Zero1Optimizer::Traced(const char* op, bool per_bucket, int from, int to, cudaStream_t stream, Fn&& fn) {
@@ -237,35 +192,6 @@ void Zero1Optimizer::OwnedRange(const Zero1Bucket& b, int64_t* first, int64_t* c
   *count = std::clamp<int64_t>(b.numel - rank_ * b.shard_numel, 0, b.shard_numel);
 }
 
-Status Zero1Optimizer::RecordComputeTail() {
-#if DT_HAVE_CUDA
-  // Sync point: the comm stream waits (on the device) for everything queued on the compute stream so
-  // far — the backward kernels that produced a bucket's grads, or the update that produced the params.
-  DT_RETURN_IF_ERROR(gpu_->to_comm.Record(ctx_->stream()));
-  return gpu_->to_comm.Block(comm_stream());
-#else
-  return Status::OK();
-#endif
-}
-
-Status Zero1Optimizer::JoinComputeTo(int gap) {
-#if DT_HAVE_CUDA
-  // Sync point: the compute stream waits (on the device, no host sync) for the comm stream's work so
-  // far, the collectives whose results it reads next. The comm stream is in order, so one event covers all.
-  cudaStream_t compute = ctx_->stream();
-  if (gap != kUntimed) DT_RETURN_IF_ERROR(gpu_->begin[gap].Record(compute));
-  DT_RETURN_IF_ERROR(gpu_->to_compute.Record(comm_stream()));
-  DT_RETURN_IF_ERROR(gpu_->to_compute.Block(compute));
-  if (gap != kUntimed) {
-    DT_RETURN_IF_ERROR(gpu_->end[gap].Record(compute));
-    gpu_->timed[gap] = true;
-  }
-#else
-  (void)gap;
-#endif
-  return Status::OK();
-}
-
 Status Zero1Optimizer::OnGradReady(int param_index) {
   DT_RETURN_IF_ERROR(readiness_.Mark(param_index));
   if (!readiness_.step_sync()) return Status::OK();  // accumulation micro-step: nothing is exchanged
@@ -277,7 +203,7 @@ Status Zero1Optimizer::ReduceScatter(int from, int to) {
   DT_NVTX_RANGE("Zero1Optimizer::ReduceScatter");
   DT_LOG_TRACE(kRuntime, "reduce-scatter buckets [{}, {})", from, to);
   cudaStream_t stream = comm_stream();
-  if (gpu_) DT_RETURN_IF_ERROR(RecordComputeTail());
+  DT_RETURN_IF_ERROR(stream_->WaitForCompute());
   Tensor& grads = model_->grads();
   // In place: bucket b's view of grads is the input, its slice `rank` (this rank's owned range) the output.
   std::vector<Tensor> in(to - from), out(to - from);
@@ -317,7 +243,7 @@ Status Zero1Optimizer::ReduceScatter(int from, int to) {
     DT_RETURN_IF_ERROR(grads.View(first, {1}, &dst));
     return dst.CopyFrom(src, stream);
   };
-  return Traced("reduce-scatter", /*per_bucket=*/true, from, to, stream, [&] { return gpu_ ? run() : TimedCpu(run); });
+  return Traced("reduce-scatter", /*per_bucket=*/true, from, to, stream, [&] { return stream_->Exposed(run); });
 }
 
 Status Zero1Optimizer::Finalize() {
@@ -328,9 +254,9 @@ Status Zero1Optimizer::Finalize() {
     if (from < nb) DT_RETURN_IF_ERROR(ReduceScatter(from, nb));
     // The update reads the reduced grads on the compute stream, and the next step's SetZero/backward
     // (also on it) must not overwrite grads before the in-place reduce-scatters have read them.
-    if (gpu_) DT_RETURN_IF_ERROR(JoinComputeTo(kFinalizeGap));
+    DT_RETURN_IF_ERROR(stream_->JoinCompute(kFinalizeGap));
     grads_reduced_ = true;
-    ++synced_steps_;
+    stream_->CountSyncedStep();
   }
   return Status::OK();
 }
@@ -359,7 +285,7 @@ Status Zero1Optimizer::AllGatherGroup(const Tensor* shard, Tensor* full, cudaStr
 Status Zero1Optimizer::AllGather(const Tensor* shard, Tensor* full, int gap) {
   DT_NVTX_RANGE("Zero1Optimizer::AllGather");
   cudaStream_t stream = comm_stream();
-  if (gpu_) DT_RETURN_IF_ERROR(RecordComputeTail());
+  DT_RETURN_IF_ERROR(stream_->WaitForCompute());
   auto run = [&]() -> Status {
     for (const Zero1Bucket& b : buckets_) {
       int64_t first = 0, count = 0;
@@ -389,12 +315,15 @@ Status Zero1Optimizer::AllGather(const Tensor* shard, Tensor* full, int gap) {
                ? Traced("all-gather", /*per_bucket=*/false, 0, static_cast<int>(buckets_.size()), stream, run)
                : run();
   };
-  if (!gpu_) return gap == kUntimed ? run() : TimedCpu(traced);
-  DT_RETURN_IF_ERROR(traced());
-  return JoinComputeTo(gap);
+  if (gap == kUntimed) {
+    DT_RETURN_IF_ERROR(run());
+  } else {
+    DT_RETURN_IF_ERROR(stream_->Exposed(traced));
+  }
+  return stream_->JoinCompute(gap);
 }
 
-Status Zero1Optimizer::Step(DeviceContext& ctx, double lr) {
+Status Zero1Optimizer::Step(DeviceContext& ctx, double lr, LossScaler* scaler) {
   DT_NVTX_RANGE("zero1_step");
   DT_CHECK_ARG(&ctx == ctx_, "Zero1Optimizer::Step must use the DeviceContext it was created with");
   DT_CHECK_ARG(std::isfinite(lr) && lr >= 0.0, "lr must be finite and >= 0, got " << lr);
@@ -405,10 +334,14 @@ Status Zero1Optimizer::Step(DeviceContext& ctx, double lr) {
   Tensor& params = model_->params();
   const Tensor& grads = model_->grads();
 
-  // 1. Global norm: the sum of squares over this rank's owned ranges (accumulated bucket by bucket),
-  // summed over the ranks.
+  // 1. Global norm (for clipping, and for the loss scaler's found-inf check): the sum of squares over this
+  // rank's owned ranges (accumulated bucket by bucket), summed over the ranks. A non-finite element on any
+  // rank makes the all-reduced sum non-finite on every rank: that sum is the all-reduced found-inf flag,
+  // so every rank skips the same steps and keeps the same scale.
   const Tensor* scale = nullptr;
-  if (opts_.grad_clip > 0.0) {
+  const Tensor* skip = nullptr;
+  int64_t skipped = 0;
+  if (opts_.grad_clip > 0.0 || scaler != nullptr) {
     DT_RETURN_IF_ERROR(sum_squares_.SetZero(ctx.stream()));
     for (const Zero1Bucket& b : buckets_) {
       int64_t first = 0, count = 0;
@@ -418,20 +351,27 @@ Status Zero1Optimizer::Step(DeviceContext& ctx, double lr) {
       DT_RETURN_IF_ERROR(grads.View(first, {count}, &g));
       DT_RETURN_IF_ERROR(ops::SumSquares(ctx, g, &sum_squares_, /*accumulate=*/true));
     }
-    if (gpu_) {
-      DT_RETURN_IF_ERROR(RecordComputeTail());
-      DT_RETURN_IF_ERROR(comm_->AllReduce(&sum_squares_, comm::ReduceOp::kSum, comm_stream()));
-      DT_RETURN_IF_ERROR(JoinComputeTo(kNormGap));
+    DT_RETURN_IF_ERROR(stream_->WaitForCompute());
+    DT_RETURN_IF_ERROR(
+        stream_->Exposed([&] { return comm_->AllReduce(&sum_squares_, comm::ReduceOp::kSum, comm_stream()); }));
+    DT_RETURN_IF_ERROR(stream_->JoinCompute(kNormGap));
+    if (scaler != nullptr) {
+      // As Optimizer::Step: the multiplier (1 / loss scale, times the clip coefficient of the unscaled norm)
+      // and the skip flag; AdamW's bias correction counts applied updates only.
+      LossScalerState before;
+      DT_RETURN_IF_ERROR(scaler->state(&before));
+      skipped = before.skipped_steps;
+      DT_RETURN_IF_ERROR(scaler->Update(ctx, sum_squares_, opts_.grad_clip, &norm_, &clip_coef_));
+      skip = &scaler->found_inf();
     } else {
-      DT_RETURN_IF_ERROR(TimedCpu([&] { return comm_->AllReduce(&sum_squares_, comm::ReduceOp::kSum, nullptr); }));
+      DT_RETURN_IF_ERROR(ops::GradClipCoef(ctx, sum_squares_, opts_.grad_clip, &norm_, &clip_coef_));
     }
-    DT_RETURN_IF_ERROR(ops::GradClipCoef(ctx, sum_squares_, opts_.grad_clip, &norm_, &clip_coef_));
     scale = &clip_coef_;
   }
 
   // 2. The fused update in place over each bucket's owned range of params and grads, with the state
   // shards' matching slices.
-  const ops::AdamWHyper ah = AdamWHyperFor(opts_, lr, step_ + 1);
+  const ops::AdamWHyper ah = AdamWHyperFor(opts_, lr, step_ + 1 - skipped);
   const ops::SgdHyper sh = SgdHyperFor(opts_, lr);
   for (const Zero1Bucket& b : buckets_) {
     int64_t first = 0, count = 0;
@@ -443,9 +383,9 @@ Status Zero1Optimizer::Step(DeviceContext& ctx, double lr) {
     DT_RETURN_IF_ERROR(state0_.View(b.shard_offset, {count}, &s0));
     if (adamw_) {
       DT_RETURN_IF_ERROR(state1_.View(b.shard_offset, {count}, &s1));
-      DT_RETURN_IF_ERROR(ops::AdamWUpdate(ctx, ah, &p, g, &s0, &s1, scale));
+      DT_RETURN_IF_ERROR(ops::AdamWUpdate(ctx, ah, &p, g, &s0, &s1, scale, skip));
     } else {
-      DT_RETURN_IF_ERROR(ops::SgdUpdate(ctx, sh, &p, g, &s0, scale));
+      DT_RETURN_IF_ERROR(ops::SgdUpdate(ctx, sh, &p, g, &s0, scale, skip));
     }
   }
   ++step_;
@@ -502,26 +442,6 @@ size_t Zero1Optimizer::shard_buffer_bytes() const {
   return bytes;
 }
 
-Status Zero1Optimizer::TakeExposedCommMs(double* ms) {
-  DT_CHECK_ARG(ms != nullptr, "ms is null");
-  *ms = 0;
-#if DT_HAVE_CUDA
-  if (gpu_) {
-    for (int g = 0; g < kNumGaps; ++g) {
-      if (!gpu_->timed[g]) continue;
-      // Sync point: only at log time — waits for the last step's join.
-      DT_RETURN_IF_ERROR(gpu_->end[g].Synchronize());
-      float gap = 0;
-      DT_CUDA_CHECK(cudaEventElapsedTime(&gap, gpu_->begin[g].get(), gpu_->end[g].get()));
-      *ms += gap;
-    }
-    return Status::OK();
-  }
-#endif
-  if (synced_steps_ > 0) *ms = 1e3 * cpu_exposed_s_ / static_cast<double>(synced_steps_);
-  cpu_exposed_s_ = 0;
-  synced_steps_ = 0;
-  return Status::OK();
-}
+Status Zero1Optimizer::TakeExposedCommMs(double* ms) { return stream_->TakeExposedMs(ms); }
 
 }  // namespace dtrain::runtime

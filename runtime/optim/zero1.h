@@ -38,9 +38,9 @@
 //      between steps is honoured. FailedPrecondition when no synced Finalize ran since the previous Step.
 //
 // Streams (CUDA, NCCL): collectives run on a dedicated non-blocking comm stream of the highest
-// priority. Every hand-over is an event, never a host sync: the comm stream waits for the compute
-// stream's backward before a reduce-scatter, the compute stream waits for the reduce-scatters in
-// Finalize, for the norm all-reduce before the clip coefficient, and for the all-gathers at the end
+// priority (runtime/optim/comm_stream.h, shared with GradientReducer). Every hand-over is an event, never a host sync:
+// the comm stream waits for the compute stream's backward before a reduce-scatter, the compute stream waits for the
+// reduce-scatters in Finalize, for the norm all-reduce before the clip coefficient, and for the all-gathers at the end
 // of Step — so anything queued after Step (the next forward, a checkpoint copy) sees the new params.
 // In place, the comm stream reads and writes grads() during the reduce-scatters: the next step's
 // SetZero and backward on the compute stream come after Finalize's join, so they are ordered after
@@ -59,7 +59,7 @@
 // measures the difference.
 //
 // Ownership: borrows ctx, the model (its params/grads storage, written in place) and the communicator;
-// all must outlive this object. Owns the state shards, the padded buffers, the comm stream and events;
+// all must outlive this object. Owns the state shards, the padded buffers and the CommStream;
 // the destructor waits for the comm stream. Not thread-safe: call everything from the thread driving
 // ctx's compute stream.
 
@@ -78,9 +78,12 @@
 #include "models/model.h"
 #include "runtime/observe/device_trace.h"
 #include "runtime/optim/bucket_readiness.h"
+#include "runtime/optim/comm_stream.h"
 #include "runtime/optim/optimizer.h"
 
 namespace dtrain::runtime {
+
+class LossScaler;
 
 // One bucket of the layout above, in flat elements.
 struct Zero1Bucket {
@@ -118,8 +121,11 @@ class Zero1Optimizer {
   // all-gather are traced as spans on the comm track (GPU: comm-stream marks; CPU: the blocking calls).
   void set_trace(DeviceTrace* trace) { trace_ = trace; }
 
-  // The sharded update with the scheduled `lr`, then the parameter all-gather (see the contract).
-  Status Step(DeviceContext& ctx, double lr);
+  // The sharded update with the scheduled `lr`, then the parameter all-gather (see the contract). With
+  // `scaler` (fp16, nullable) as Optimizer::Step: the grads are loss-scaled, the update unscales them, clips on
+  // the unscaled global norm and is skipped on every rank when any rank's shard holds an inf/NaN (the
+  // all-reduced sum of squares is the shared found-inf flag); AdamW's bias correction counts applied updates.
+  Status Step(DeviceContext& ctx, double lr, LossScaler* scaler = nullptr);
 
   // Optimizer::step() semantics: updates so far; set_step for a restore.
   int64_t step() const { return step_; }
@@ -154,7 +160,6 @@ class Zero1Optimizer {
   cudaStream_t comm_stream() const;  // nullptr on the CPU
 
  private:
-  struct GpuState;  // comm stream and events (CUDA builds only)
   Zero1Optimizer() = default;
   Status ReduceScatter(int from, int to);
   // All-gathers every bucket into `full` (the flat layout) on the comm stream after the compute
@@ -169,10 +174,6 @@ class Zero1Optimizer {
   Status Traced(const char* op, bool per_bucket, int from, int to, cudaStream_t stream, Fn&& fn);
   // This rank's real (unpadded) part of bucket b: [first, first + count) in flat elements.
   void OwnedRange(const Zero1Bucket& b, int64_t* first, int64_t* count) const;
-  Status RecordComputeTail();     // the comm stream waits for the compute stream's work so far
-  Status JoinComputeTo(int gap);  // the compute stream waits for the comm stream's work so far
-  template <typename Fn>
-  Status TimedCpu(Fn&& fn);
 
   DeviceContext* ctx_ = nullptr;
   models::Model* model_ = nullptr;
@@ -185,15 +186,15 @@ class Zero1Optimizer {
   Tensor state0_, state1_;                 // shard layout; state0 = exp_avg | momentum
   Tensor grad_pad_, param_pad_;            // the tiny bucket's padded buffers (world elements)
   Tensor sum_squares_, norm_, clip_coef_;  // device scalars
-  std::unique_ptr<GpuState> gpu_;
   DeviceTrace* trace_ = nullptr;
   int64_t step_ = 0;
 
   // Per-step state.
   BucketReadiness readiness_;   // announced params, launchable buckets, the sync latch
   bool grads_reduced_ = false;  // a synced Finalize ran since the last Step
-  double cpu_exposed_s_ = 0;
-  int64_t synced_steps_ = 0;
+  // The comm stream, its events and the exposed-communication account. Last: destroyed first, it waits for
+  // the comm stream's work on the model's grads/params and the padded buffers.
+  std::unique_ptr<CommStream> stream_;
 };
 
 }  // namespace dtrain::runtime

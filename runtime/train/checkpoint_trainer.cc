@@ -13,6 +13,7 @@
 #include "runtime/checkpoint/resume_plan.h"
 #include "runtime/config/config.h"
 #include "runtime/train/trainer.h"
+#include "storage/probe.h"
 #if DT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -73,7 +74,16 @@ Status Trainer::SetupCheckpoint() {
   so.path_style = ck.s3_path_style();
   so.multipart_threshold = static_cast<uint64_t>(ck.s3_multipart_threshold_mb()) << 20;
   so.part_size = static_cast<uint64_t>(ck.s3_part_size_mb()) << 20;
+  so.retry_budget_s = ck.s3_retry_budget_s();
   DT_RETURN_IF_ERROR(CheckpointManager::Open(url, so, o, &ckpt_));
+  // Storage preflight before the first step, not at the first save: rank 0 writes, reads back and deletes a probe
+  // object (bucket, credentials, write access), and every rank learns the verdict.
+  const Status probe = rank_ == 0 ? storage::ProbeStorage(&ckpt_->store(), "") : Status::OK();
+  std::vector<double> probe_failed = {probe.ok() ? 0.0 : 1.0};
+  DT_RETURN_IF_ERROR(AllReduceHost(&probe_failed, comm::ReduceOp::kMax));
+  if (!probe.ok()) return probe;
+  if (probe_failed[0] != 0)
+    return Status::FailedPrecondition("the checkpoint storage preflight failed on rank 0: " + url);
   Preemption::InstallHandlers();
   if (rank_ == 0) writer_ = std::make_unique<CheckpointWriter>();
 
@@ -122,27 +132,8 @@ Status Trainer::Restore(const LoadedCheckpoint& ck) {
     return dst->CopyFrom(host, ctx_.stream());
   };
   DT_RETURN_IF_ERROR(copy_in("params.bin", &model_->params()));
-  if (m.optimizer() != optim_options().name) {
-    return Status::InvalidArgument(ck.dir + " was saved with optimizer '" + m.optimizer() + "', the config says '" +
-                                   optim_options().name + "'");
-  }
-  if (zero1_) {
-    // The files hold the full state (whoever saved it); this rank keeps its slices.
-    std::map<std::string, Tensor> full;
-    for (const char* name : {"exp_avg", "exp_avg_sq", "momentum_buffer"}) {
-      const auto it = ck.files.find(std::string(name) + ".bin");
-      if (it == ck.files.end()) continue;
-      full[name] =
-          Tensor::Wrap(const_cast<char*>(it->second.data()), {static_cast<int64_t>(it->second.size() / sizeof(float))},
-                       DType::kF32, DeviceType::kCPU);
-    }
-    DT_RETURN_IF_ERROR(zero1_->LoadState(full).WithContext(ck.dir));
-    zero1_->set_step(m.optimizer_step());
-  } else {
-    for (auto& [name, tensor] : optimizer_->state()) DT_RETURN_IF_ERROR(copy_in(name + ".bin", tensor));
-    optimizer_->set_step(m.optimizer_step());
-  }
-  if (scaler_ && m.has_loss_scaler()) DT_RETURN_IF_ERROR(scaler_->Restore(ctx_, m.loss_scaler()));
+  // The optimizer state (saved full, by any strategy at any world size), its update count and the loss scaler.
+  DT_RETURN_IF_ERROR(updater_->RestoreState(m, ck.files, ck.dir));
   for (auto& [name, tensor] : model_->buffers()) DT_RETURN_IF_ERROR(copy_in("buffer." + name + ".bin", tensor));
   DT_RETURN_IF_ERROR(ctx_.Synchronize());  // the host bytes in `ck` go away after this
 
@@ -175,13 +166,6 @@ proto::CheckpointManifest Trainer::BuildManifest(int64_t step, const data::Sampl
   m.set_format_version(1);
   m.set_step(step);
   m.set_world_size(world_);
-  m.set_optimizer(optim_options().name);
-  m.set_optimizer_step(optim_step());
-  proto::ShardingState* sh = m.mutable_sharding();
-  sh->set_zero1(zero1_ != nullptr);
-  sh->set_world_size(zero1_ ? world_ : 1);
-  sh->set_num_buckets(zero1_ ? static_cast<int32_t>(zero1_->buckets().size()) : 0);
-  sh->set_shard_numel(zero1_ ? zero1_->shard_numel() : 0);
   proto::LrScheduleState* lr = m.mutable_lr_schedule();
   lr->set_kind(cfg_.schedule().kind());
   lr->set_base_lr(schedule_->base_lr());
@@ -212,22 +196,20 @@ proto::CheckpointManifest Trainer::BuildManifest(int64_t step, const data::Sampl
 }
 
 Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool sync) {
-  // ZeRO-1: every rank takes part in gathering the full optimizer state (a collective), rank 0 saves it.
-  // (Kept in a member until the next save: the snapshot's D2H copies read it asynchronously.)
-  if (zero1_) DT_RETURN_IF_ERROR(zero1_->GatherState(&gathered_state_));
-  if (rank_ != 0) return Status::OK();  // params and optimizer state are replicated: rank 0 writes
+  // Every rank takes part in SaveState (ZeRO-1 gathers the full optimizer state: a collective); rank 0 saves.
+  // (The state stays valid until the next save: the snapshot's D2H copies read it asynchronously.)
+  std::vector<std::pair<std::string, const Tensor*>> state;
+  proto::CheckpointManifest built = BuildManifest(step, pos);
+  DT_RETURN_IF_ERROR(updater_->SaveState(&state, &built));
+  if (rank_ != 0) return Status::OK();  // params and the full optimizer state are on every rank: rank 0 writes
   DT_NVTX_RANGE("checkpoint_snapshot");
   const double t0 = NowS();
   double waited = 0;
   // At most one save in flight: its snapshot buffers are reused, so wait for it (measured).
   Status prev = writer_->Wait(&waited);
   if (!prev.ok()) return prev.WithContext("the previous checkpoint save failed");
-  std::vector<std::pair<std::string, Tensor*>> sources = {{"params.bin", &model_->params()}};
-  if (zero1_) {
-    for (auto& [name, tensor] : gathered_state_) sources.push_back({name + ".bin", &tensor});
-  } else {
-    for (auto& [name, tensor] : optimizer_->state()) sources.push_back({name + ".bin", tensor});
-  }
+  std::vector<std::pair<std::string, const Tensor*>> sources = {{"params.bin", &model_->params()}};
+  for (const auto& [name, tensor] : state) sources.push_back({name + ".bin", tensor});
   for (auto& [name, tensor] : model_->buffers()) sources.push_back({"buffer." + name + ".bin", tensor});
   if (snapshot_.empty()) {
     for (const auto& [name, src] : sources) {
@@ -248,8 +230,6 @@ Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool
     DT_RETURN_IF_ERROR(snapshot_done_->Record(ctx_.stream()));
   }
 #endif
-  proto::CheckpointManifest built = BuildManifest(step, pos);
-  if (scaler_) DT_RETURN_IF_ERROR(scaler_->Save(built.mutable_loss_scaler()));
   auto job = [this, manifest = std::move(built)]() -> Status {
 #if DT_HAVE_CUDA
     if (ctx_.is_cuda()) {

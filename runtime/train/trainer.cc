@@ -14,13 +14,12 @@
 #include "core/allocator.h"
 #include "core/check.h"
 #include "core/nvtx.h"
-#include "models/ops/matmul.h"
-#include "models/ops/softmax_xent.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/config/config.h"
 #include "runtime/observe/run_report.h"
 #include "runtime/observe/step_breakdown.h"
 #include "runtime/train/model_factory.h"
+#include "runtime/train/progress_metrics.h"
 #if DT_HAVE_CUDA
 #include "core/cuda_handles.h"
 #endif
@@ -97,62 +96,15 @@ Status Trainer::Setup() {
   if (!cfg_.model().init_from().empty()) DT_RETURN_IF_ERROR(ImportParams(cfg_.model().init_from()));
   phases_ = std::make_unique<PhaseTimer>(ctx_, kNumPhases);
 
-  const auto& o = cfg_.optim();
-  OptimizerOptions oo;
-  oo.name = o.name();
-  oo.lr = o.lr();
-  oo.momentum = o.momentum();
-  oo.nesterov = o.nesterov();
-  oo.beta1 = o.beta1();
-  oo.beta2 = o.beta2();
-  oo.eps = o.eps();
-  oo.weight_decay = o.weight_decay();
-  oo.grad_clip = o.grad_clip();
-  const bool zero1 = cfg_.dist().zero1() && grad_comm_ != nullptr && world_ > 1;
-  if (zero1) {
-    DT_RETURN_IF_ERROR(
-        Zero1Optimizer::Create(ctx_, oo, *model_, grad_comm_, rank_, world_, cfg_.dist().bucket_mb(), &zero1_));
-    if (cfg_.dist().bf16_compress() && rank_ == 0) {
-      DT_LOG_WARN(kRuntime, "dist.bf16_compress is ignored with dist.zero1 (reduce-scatter runs in fp32)");
-    }
-  } else {
-    DT_RETURN_IF_ERROR(Optimizer::Create(ctx_, oo, model_->params().numel(), &optimizer_));
-  }
-  if (cfg_.train().precision() == "fp16") {
-    if (zero1_) {
-      return Status::Unimplemented(
-          "train.precision fp16 with dist.zero1: the overflow check needs the full gradient norm every step; use "
-          "bf16 with ZeRO-1, or fp16 without it");
-    }
-    DT_RETURN_IF_ERROR(LossScaler::Create(ctx_, &scaler_));
-  }
-  const int64_t state_bytes = zero1_ ? static_cast<int64_t>(zero1_->state_bytes())
-                                     : static_cast<int64_t>(optimizer_->state().size()) * model_->params().numel() * 4;
-  DT_LOG_INFO(kRuntime, "optimizer state: {:.1f} MiB on this rank ({})", state_bytes / 1048576.0,
-              zero1_ ? "ZeRO-1: sharded over " + std::to_string(world_) + " ranks" : std::string("replicated"));
+  DT_RETURN_IF_ERROR(MakeParameterUpdater(cfg_, ctx_, *model_, grad_comm_, rank_, world_, &updater_));
+  DT_LOG_INFO(kRuntime, "optimizer state: {:.1f} MiB on this rank ({})", updater_->state_bytes() / 1048576.0,
+              updater_->placement());
   const auto& s = cfg_.schedule();
   DT_RETURN_IF_ERROR(
-      LrSchedule::Create(s.kind(), o.lr(), s.warmup_steps(), total_steps_, s.min_lr_ratio(), &schedule_));
+      LrSchedule::Create(s.kind(), cfg_.optim().lr(), s.warmup_steps(), total_steps_, s.min_lr_ratio(), &schedule_));
 
-  if (grad_comm_ != nullptr && world_ > 1 && !zero1) {
-    GradientReducer::Options ro;
-    ro.bucket_bytes = static_cast<size_t>(cfg_.dist().bucket_mb() * (1 << 20));
-    ro.bf16_compress = cfg_.dist().bf16_compress();
-    DT_RETURN_IF_ERROR(
-        GradientReducer::Create(ctx_, grad_comm_, model_->param_infos(), &model_->grads(), ro, &reducer_));
-  }
-
-  // Rows of per-example losses of the largest batch (GPT-2: one per token), for the device-side loss sums.
-  const int64_t per_sample = cfg_.model().kind() == "gpt2" ? cfg_.model().gpt2().max_seq_len() : 1;
-  const int64_t rows = std::max(d.batch_size(), d.eval_batch_size()) * per_sample;
-  Tensor host_ones;
-  DT_RETURN_IF_ERROR(Tensor::Empty({rows, 1}, DType::kF32, ctx_.host_allocator(), &host_ones));
-  for (int64_t i = 0; i < rows; ++i) host_ones.data<float>()[i] = 1.0f;
-  DT_RETURN_IF_ERROR(Tensor::Empty({rows, 1}, DType::kF32, ctx_.allocator(), &ones_));
-  DT_RETURN_IF_ERROR(ones_.CopyFrom(host_ones, ctx_.stream()));
   DT_RETURN_IF_ERROR(Tensor::Empty({1, 1}, DType::kF32, ctx_.allocator(), &loss_acc_));
   DT_RETURN_IF_ERROR(loss_acc_.SetZero(ctx_.stream()));
-  DT_RETURN_IF_ERROR(ctx_.Synchronize());  // host_ones is pageable and goes away here
 
   if (rank_ == 0) {
     DT_RETURN_IF_ERROR(MakeDirs(cfg_.run().dir()));
@@ -182,8 +134,7 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
   DeviceTrace* dev = trace_now_ ? device_trace_.get() : nullptr;
   if (dev && (step == start_step_ || !InTraceWindow(step - 1, run.trace_start(), run.trace_steps()))) {
     DT_RETURN_IF_ERROR(dev->Begin());  // the window's first step: one device sync anchors the stream clocks
-    if (reducer_) reducer_->set_trace(dev);
-    if (zero1_) zero1_->set_trace(dev);
+    updater_->set_trace(dev);
   }
   TraceSpan step_span(trace_now_, TraceTrack::kHost, "step " + std::to_string(step + 1), "step");
   DeviceTrace::Mark compute_begin, compute_end, optim_end;
@@ -200,23 +151,17 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
     if (dev && m == 0) DT_RETURN_IF_ERROR(dev->Record(ctx_.stream(), &compute_begin));
     *data_seconds += batch.wait_seconds;
     Tensor x;
-    DT_RETURN_IF_ERROR(ModelInputs(batch, &x));
+    DT_RETURN_IF_ERROR(model_->InputsFromBatch(batch.inputs, &x));
     DT_RETURN_IF_ERROR(model_->Forward(x, batch.targets));
-    // fp16: the scale of this step (waits for the previous step's device-side update, which this
-    // forward overlaps).
-    if (scaler_ && m == 0) DT_RETURN_IF_ERROR(scaler_->Scale(&loss_scale));
-    // loss_acc += mean(losses) / accum, as a [1,n] x [n,1] product: stays on the device, no sync.
-    const int64_t n = model_->losses().numel();
-    Tensor losses_row, ones_col;
-    DT_RETURN_IF_ERROR(model_->losses().Reshape({1, n}, &losses_row));
-    DT_RETURN_IF_ERROR(ones_.View(0, {n, 1}, &ones_col));
-    DT_RETURN_IF_ERROR(
-        ops::Matmul(ctx_, losses_row, false, ones_col, false, &loss_acc_, 1.0f / static_cast<float>(n * accum), 1.0f));
+    // The loss scale of this step (fp16: waits for the previous step's device-side update, which this
+    // forward overlaps; 1 otherwise).
+    if (m == 0) DT_RETURN_IF_ERROR(updater_->LossScale(&loss_scale));
+    // loss_acc += mean(losses) / accum, on the device: no sync.
+    DT_RETURN_IF_ERROR(model_->AddMeanLoss(ctx_, 1.0f / static_cast<float>(accum), &loss_acc_));
     // Gradients are exchanged only on the last micro-batch; earlier ones just accumulate locally.
     const bool last = m + 1 == accum;
     models::GradReadyFn on_ready;
-    if (reducer_ && last) on_ready = [this](int i) { return reducer_->MarkReady(i); };
-    if (zero1_ && last) on_ready = [this](int i) { return zero1_->OnGradReady(i); };
+    if (last) on_ready = [this](int i) { return updater_->OnGradReady(i); };
     DT_RETURN_IF_ERROR(model_->Backward(loss_scale / static_cast<float>(accum), on_ready));
   }
   if (dev) {
@@ -227,23 +172,17 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
   DT_RETURN_IF_ERROR(phases_->Switch(kPhaseComm));
   {
     TraceSpan span(trace_now_, TraceTrack::kHost, "gradient finalize", "comm");
-    if (reducer_) DT_RETURN_IF_ERROR(reducer_->Finalize());
-    if (zero1_) DT_RETURN_IF_ERROR(zero1_->Finalize());
+    DT_RETURN_IF_ERROR(updater_->Finalize());
   }
   DT_RETURN_IF_ERROR(phases_->Switch(kPhaseOptim));
   TraceSpan optim_span(trace_now_, TraceTrack::kHost, "optimizer (queue)", "optim");
-  if (zero1_) {
-    DT_RETURN_IF_ERROR(zero1_->Step(ctx_, schedule_->LrAt(step)));
-  } else {
-    DT_RETURN_IF_ERROR(optimizer_->Step(ctx_, model_->params(), model_->grads(), schedule_->LrAt(step), scaler_.get()));
-  }
+  DT_RETURN_IF_ERROR(updater_->Step(schedule_->LrAt(step)));
   if (dev) {
     // The optimizer starts once the compute stream has joined the collectives (compute_end is earlier).
     DT_RETURN_IF_ERROR(dev->Record(ctx_.stream(), &optim_end));
     dev->Span(TraceTrack::kCompute, "wait for gradients + optimizer", "optim", compute_end, optim_end);
     if (step + 1 == total_steps_ || !InTraceWindow(step + 1, run.trace_start(), run.trace_steps())) {
-      if (reducer_) reducer_->set_trace(nullptr);
-      if (zero1_) zero1_->set_trace(nullptr);
+      updater_->set_trace(nullptr);
       DT_RETURN_IF_ERROR(dev->Flush());  // the window's last step: one sync resolves the stream spans
     }
   }
@@ -278,8 +217,7 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
   int64_t timed_steps = 0;
   DT_RETURN_IF_ERROR(phases_->Take(&phase_ms, &timed_steps));
   double comm_ms = 0;  // exposed (non-overlapped) gradient communication per step
-  if (reducer_) DT_RETURN_IF_ERROR(reducer_->TakeExposedCommMs(&comm_ms));
-  if (zero1_) DT_RETURN_IF_ERROR(zero1_->TakeExposedCommMs(&comm_ms));
+  DT_RETURN_IF_ERROR(updater_->TakeExposedCommMs(&comm_ms));
   const double ckpt_s = ckpt_stall_s_;
   ckpt_stall_s_ = 0;
   // Peak device memory of the interval's steps (the caching allocator's high-water mark; 0 on the CPU).
@@ -296,7 +234,7 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
   // loader's copy event, and any gap while the host was blocked in the loader); on the CPU the time
   // blocked in the loader. Averaged over the ranks (v[1]: host seconds blocked, summed).
   p.data_ms = ctx_.is_cuda() ? phase_ms[kPhaseData] * per_step : 1e3 * v[1] / world_ / interval_steps;
-  p.comm_exposed_ms = reducer_ || zero1_ ? comm_ms : phase_ms[kPhaseComm] * per_step;
+  p.comm_exposed_ms = updater_->exchanges() ? comm_ms : phase_ms[kPhaseComm] * per_step;
   // On the CPU the blocking all-reduces run inside backward: reported as communication only.
   p.fwd_bwd_ms = std::max(0.0, phase_ms[kPhaseCompute] * per_step - (ctx_.is_cuda() ? 0.0 : p.comm_exposed_ms));
   p.optim_ms = phase_ms[kPhaseOptim] * per_step;
@@ -304,10 +242,9 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
   const double lr = schedule_->LrAt(step - 1);
   const int64_t global_batch = cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_;
   const double samples_per_s = interval_steps * global_batch / interval_s;
-  DT_LOG_INFO(kRuntime, "epoch {}/{} step {}/{} | loss {:.4f} | lr {:.3e} | {:.0f} samples/s | step {:.2f} ms ({}){}",
-              epoch + 1, cfg_.train().epochs(), step, total_steps_, *mean_loss, lr, samples_per_s, p.step_ms,
-              FormatStepBreakdown(p),
-              peak_mib > 0 ? " | peak " + std::to_string(static_cast<int64_t>(peak_mib)) + " MiB" : std::string());
+  // Every metric of the interval, once, for the three sinks (progress line, TensorBoard, metrics.jsonl).
+  const std::vector<ProgressMetric> metrics = IntervalMetrics(*mean_loss, lr, samples_per_s, p, peak_mib);
+  DT_LOG_INFO(kRuntime, "{}", ProgressLine(epoch + 1, cfg_.train().epochs(), step, total_steps_, metrics, p));
   if (p.data_ms > kDataWaitWarnShare * p.step_ms) {
     DT_LOG_WARN(kRuntime,
                 "input pipeline behind: waited {:.2f} ms per step for data ({:.0f}% of the step) with data.workers={} "
@@ -319,34 +256,11 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
     DT_LOG_WARN(kRuntime, "step time: {}", verdict);
   }
   last_verdict_ = verdict;
-  if (tensorboard_) {
-    DT_RETURN_IF_ERROR(tensorboard_->AddScalars(step, WallTime(),
-                                                {{"train/loss", *mean_loss},
-                                                 {"train/lr", lr},
-                                                 {"train/samples_per_s", samples_per_s},
-                                                 {"time/step_ms", p.step_ms},
-                                                 {"time/data_ms", p.data_ms},
-                                                 {"time/fwd_bwd_ms", p.fwd_bwd_ms},
-                                                 {"time/comm_exposed_ms", p.comm_exposed_ms},
-                                                 {"time/optim_ms", p.optim_ms},
-                                                 {"time/ckpt_stall_ms", p.ckpt_stall_ms}}));
-  }
-  return metrics_.Write(JsonLine()
-                            .Add("kind", std::string("train"))
-                            .Add("epoch", epoch + 1)
-                            .Add("step", step)
-                            .Add("time", WallTime())
-                            .Add("loss", *mean_loss)
-                            .Add("lr", lr)
-                            .Add("samples_per_s", samples_per_s)
-                            .Add("step_ms", p.step_ms)
-                            .Add("data_ms", p.data_ms)
-                            .Add("fwd_bwd_ms", p.fwd_bwd_ms)
-                            .Add("comm_exposed_ms", p.comm_exposed_ms)
-                            .Add("optim_ms", p.optim_ms)
-                            .Add("ckpt_stall_ms", p.ckpt_stall_ms)
-                            .Add("peak_mem_mib", peak_mib)
-                            .Add("verdict", verdict));
+  if (tensorboard_) DT_RETURN_IF_ERROR(tensorboard_->AddScalars(step, WallTime(), TensorBoardScalars(metrics)));
+  JsonLine record;
+  record.Add("kind", std::string("train")).Add("epoch", epoch + 1).Add("step", step).Add("time", WallTime());
+  AddMetrics(metrics, &record);
+  return metrics_.Write(record.Add("verdict", verdict));
 }
 
 Status Trainer::Run(TrainSummary* summary) {

@@ -8,9 +8,10 @@
 // checkpointed data position. An epoch ends when the rest of it cannot fill a whole optimizer step.
 //
 // Per optimizer step: zero grads -> for each of grad_accum_steps micro-batches {take the loader's
-// next batch (already on the device; the compute stream waits on its copy event), Forward, Backward
-// (announcing gradients to the GradientReducer on the last micro-batch)} -> reducer Finalize
-// (compute stream waits for the collectives) -> optimizer Step with the scheduled LR. The host
+// next batch (already on the device; the compute stream waits on its copy event), the model's
+// InputsFromBatch, Forward, Backward (announcing gradients to the ParameterUpdater on the last
+// micro-batch)} -> updater Finalize (compute stream waits for the collectives) -> updater Step with the
+// scheduled LR (runtime/optim/parameter_updater.h: replicated or ZeRO-1, chosen once from the config). The host
 // synchronizes with the device only at log points and evaluation. Time blocked on input is logged
 // per step, and a warning names the cause when it exceeds 5% of the step.
 //
@@ -50,11 +51,8 @@
 #include "runtime/observe/phase_timer.h"
 #include "runtime/observe/tensorboard.h"
 #include "runtime/observe/trace.h"
-#include "runtime/optim/gradient_reducer.h"
-#include "runtime/optim/loss_scaler.h"
 #include "runtime/optim/lr_schedule.h"
-#include "runtime/optim/optimizer.h"
-#include "runtime/optim/zero1.h"
+#include "runtime/optim/parameter_updater.h"
 
 namespace dtrain {
 class CudaEvent;
@@ -96,8 +94,6 @@ class Trainer {
   data::SamplerState DataPosition() const;
   // True when a whole optimizer step (grad_accum_steps global batches) fits in the rest of `s.epoch`.
   bool StepFits(const data::SamplerState& s) const;
-  // The batch's inputs in the shape the model takes (MLP: [B, features]; CNN: [B, C, H, W]).
-  Status ModelInputs(const data::Batch& b, Tensor* x) const;
   // Sets every parameter from a safetensors file (model.init_from): all names present, shapes equal, no extras.
   Status ImportParams(const std::string& path);
   // Writes the parameters as <name>: tensor to a safetensors file (loadable by PyTorch).
@@ -130,35 +126,28 @@ class Trainer {
   std::unique_ptr<data::SyntheticTokens> synthetic_;          // instead of train_loader_
   int64_t train_samples_ = 0;                                 // samples per epoch (n)
   std::unique_ptr<models::Model> model_;
-  std::unique_ptr<Optimizer> optimizer_;   // null with ZeRO-1
-  std::unique_ptr<Zero1Optimizer> zero1_;  // dist.zero1 with world > 1: replaces optimizer_ and reducer_
+  // Gradients in, new parameters out: the exchange, the optimizer and its state, loss scaling (fp16).
+  std::unique_ptr<ParameterUpdater> updater_;
   std::unique_ptr<LrSchedule> schedule_;
-  std::unique_ptr<GradientReducer> reducer_;
-  // The optimizer's name / update count, whichever of optimizer_ and zero1_ exists.
-  const OptimizerOptions& optim_options() const { return zero1_ ? zero1_->options() : optimizer_->options(); }
-  int64_t optim_step() const { return zero1_ ? zero1_->step() : optimizer_->step(); }
   MetricsWriter metrics_;
-  std::unique_ptr<EventWriter> tensorboard_;  // rank 0 with run.tensorboard
-  std::unique_ptr<TraceWriter> trace_;        // every rank with run.trace_steps > 0
-  TraceWriter* trace_now_ = nullptr;          // trace_ while the current step is in the trace window
-  std::unique_ptr<DeviceTrace> device_trace_;
-  std::unique_ptr<LossScaler> scaler_;  // train.precision fp16 only (dynamic loss scaling)  // stream spans (compute,
-                                        // per-bucket collectives) into trace_
+  std::unique_ptr<EventWriter> tensorboard_;   // rank 0 with run.tensorboard
+  std::unique_ptr<TraceWriter> trace_;         // every rank with run.trace_steps > 0
+  TraceWriter* trace_now_ = nullptr;           // trace_ while the current step is in the trace window
+  std::unique_ptr<DeviceTrace> device_trace_;  // stream spans (compute, per-bucket collectives) into trace_
   FaultInjector fault_;
   int64_t total_steps_ = 0;
   std::unique_ptr<PhaseTimer> phases_;
   double ckpt_stall_s_ = 0;   // checkpoint stall since the last progress line
   std::string last_verdict_;  // the step-time verdict last printed (printed again only when it changes)
 
-  Tensor ones_, loss_acc_;  // loss_acc_ [1,1] += mean loss of each micro-batch (on the device)
+  Tensor loss_acc_;  // [1,1] += mean loss of each micro-batch / accum (Model::AddMeanLoss, on the device)
 
   // Where Run() starts (after a resume): optimizer steps done; the loaders are restored already.
   int64_t start_step_ = 0;
-  int64_t last_step_ = 0;                                       // optimizer steps done so far
-  std::unique_ptr<RunLock> run_lock_;                           // rank 0: run.dir is this job's
-  std::unique_ptr<CheckpointManager> ckpt_;                     // null when checkpointing is off
-  std::vector<std::pair<std::string, Tensor>> snapshot_;        // rank 0: pinned host copies, file name -> data
-  std::vector<std::pair<std::string, Tensor>> gathered_state_;  // ZeRO-1: the full state of the last save
+  int64_t last_step_ = 0;                                 // optimizer steps done so far
+  std::unique_ptr<RunLock> run_lock_;                     // rank 0: run.dir is this job's
+  std::unique_ptr<CheckpointManager> ckpt_;               // null when checkpointing is off
+  std::vector<std::pair<std::string, Tensor>> snapshot_;  // rank 0: pinned host copies, file name -> data
 #if DT_HAVE_CUDA
   std::unique_ptr<CudaEvent> snapshot_done_;
 #endif

@@ -14,8 +14,6 @@
 #include "data/convert.h"
 #include "data/manifest.h"
 #include "data/remote_cache.h"
-#include "models/ops/matmul.h"
-#include "models/ops/softmax_xent.h"
 #include "runtime/train/trainer.h"
 
 namespace dtrain::runtime {
@@ -162,30 +160,6 @@ bool Trainer::StepFits(const data::SamplerState& s) const {
   return train_samples_ - s.consumed >= accum * g;
 }
 
-Status Trainer::ModelInputs(const data::Batch& b, Tensor* x) const {
-  const Tensor& in = b.inputs;
-  const int64_t rows = in.dim(0), per_row = rows > 0 ? in.numel() / rows : 0;
-  const auto& m = cfg_.model();
-  if (m.kind() == "mlp") {
-    if (per_row != m.mlp().input_dim()) {
-      return Status::InvalidArgument("model.mlp.input_dim is " + std::to_string(m.mlp().input_dim()) +
-                                     " but the dataset's samples have " + std::to_string(per_row) + " values");
-    }
-    return in.Reshape({rows, per_row}, x);
-  }
-  if (m.kind() == "cnn") {
-    const int64_t c = m.cnn().in_channels(), hw = m.cnn().image_size();
-    if (per_row != c * hw * hw) {
-      return Status::InvalidArgument("model.cnn expects " + std::to_string(c) + "x" + std::to_string(hw) + "x" +
-                                     std::to_string(hw) + " images but the dataset's samples have " +
-                                     std::to_string(per_row) + " values");
-    }
-    return in.Reshape({rows, c, hw, hw}, x);
-  }
-  *x = in;
-  return Status::OK();
-}
-
 Status Trainer::Evaluate(double* loss, double* accuracy) {
   DT_NVTX_RANGE("evaluate");
   *loss = *accuracy = std::numeric_limits<double>::quiet_NaN();
@@ -193,46 +167,17 @@ Status Trainer::Evaluate(double* loss, double* accuracy) {
   comm::WatchdogScope armed(watchdog_, "evaluation (device syncs, metric all-reduce)");
   model_->set_training(false);
   DT_RETURN_IF_ERROR(eval_loader_->Restore({cfg_.train().seed(), 0, 0}));
-  Tensor eval_acc, pred_dev;
-  DT_RETURN_IF_ERROR(Tensor::Empty({1, 1}, DType::kF32, ctx_.allocator(), &eval_acc));
-  DT_RETURN_IF_ERROR(eval_acc.SetZero(ctx_.stream()));
-  double correct = 0, count = 0;
-  std::vector<int32_t> pred, label;
+  double loss_sum = 0;
+  int64_t correct = 0, count = 0;
   for (int64_t k = 0; k < eval_loader_->batches_per_epoch(); ++k) {
     data::Batch b;
     DT_RETURN_IF_ERROR(eval_loader_->Next(&b));
     Tensor x;
-    DT_RETURN_IF_ERROR(ModelInputs(b, &x));
-    DT_RETURN_IF_ERROR(model_->Forward(x, b.targets));
-    // Rows of losses/logits per sample (GPT-2: one per token); padding rows come last and are skipped.
-    const int64_t rows = model_->losses().numel(), per_sample = rows / b.inputs.dim(0);
-    const int64_t real = b.num_real * per_sample;
-    Tensor losses_row, ones_col, logits, pd;
-    DT_RETURN_IF_ERROR(model_->losses().View(0, {1, real}, &losses_row));
-    DT_RETURN_IF_ERROR(ones_.View(0, {real, 1}, &ones_col));
-    DT_RETURN_IF_ERROR(ops::Matmul(ctx_, losses_row, false, ones_col, false, &eval_acc, 1.0f, 1.0f));
-    if (pred_dev.numel() < rows) DT_RETURN_IF_ERROR(Tensor::Empty({rows}, DType::kI32, ctx_.allocator(), &pred_dev));
-    DT_RETURN_IF_ERROR(pred_dev.View(0, {rows}, &pd));
-    // GPT-2's padded vocabulary columns are not classes.
-    const int64_t valid = cfg_.model().kind() == "gpt2" ? cfg_.model().gpt2().vocab_size() : -1;
-    DT_RETURN_IF_ERROR(ops::Argmax(ctx_, model_->logits(), &pd, valid));
-    pred.resize(rows);
-    label.resize(rows);
-    DT_RETURN_IF_ERROR(Tensor::Wrap(pred.data(), {rows}, DType::kI32, DeviceType::kCPU).CopyFrom(pd, ctx_.stream()));
-    Tensor flat_targets;
-    DT_RETURN_IF_ERROR(b.targets.Reshape({rows}, &flat_targets));
-    DT_RETURN_IF_ERROR(
-        Tensor::Wrap(label.data(), {rows}, DType::kI32, DeviceType::kCPU).CopyFrom(flat_targets, ctx_.stream()));
-    DT_RETURN_IF_ERROR(ctx_.Synchronize());
-    for (int64_t i = 0; i < real; ++i) correct += pred[i] == label[i];
-    count += real;
+    DT_RETURN_IF_ERROR(model_->InputsFromBatch(b.inputs, &x));
+    DT_RETURN_IF_ERROR(model_->EvalBatch(ctx_, x, b.targets, b.num_real, &loss_sum, &correct, &count));
   }
   model_->set_training(true);
-  float loss_sum = 0;
-  Tensor host = Tensor::Wrap(&loss_sum, {1, 1}, DType::kF32, DeviceType::kCPU);
-  DT_RETURN_IF_ERROR(host.CopyFrom(eval_acc, ctx_.stream()));
-  DT_RETURN_IF_ERROR(ctx_.Synchronize());
-  std::vector<double> v = {loss_sum, correct, count};
+  std::vector<double> v = {loss_sum, static_cast<double>(correct), static_cast<double>(count)};
   DT_RETURN_IF_ERROR(AllReduceHost(&v));
   if (v[2] > 0) {
     *loss = v[0] / v[2];

@@ -1,0 +1,107 @@
+#include "runtime/optim/parameter_updater.h"
+
+#include "core/check.h"
+#include "core/logging.h"
+#include "runtime/optim/replicated_updater.h"
+#include "runtime/optim/sharded_updater.h"
+
+namespace dtrain::runtime {
+
+ParameterUpdater::ParameterUpdater(DeviceContext& ctx, int64_t numel, std::unique_ptr<LossScaler> scaler)
+    : ctx_(ctx), numel_(numel), scaler_(std::move(scaler)) {}
+
+ParameterUpdater::~ParameterUpdater() = default;
+
+Status ParameterUpdater::LossScale(float* scale) {
+  DT_CHECK_ARG(scale != nullptr, "scale is null");
+  *scale = 1.0f;
+  return scaler_ ? scaler_->Scale(scale) : Status::OK();
+}
+
+std::vector<std::string> ParameterUpdater::state_names() const {
+  if (options().name == "sgd") return {"momentum_buffer"};
+  return {"exp_avg", "exp_avg_sq"};
+}
+
+Status ParameterUpdater::SaveState(std::vector<std::pair<std::string, const Tensor*>>* state,
+                                   proto::CheckpointManifest* m) {
+  DT_CHECK_ARG(state != nullptr && m != nullptr, "state and manifest must not be null");
+  DT_RETURN_IF_ERROR(GatherState(state));
+  m->set_optimizer(options().name);
+  m->set_optimizer_step(step());
+  DescribeSharding(m->mutable_sharding());
+  if (scaler_) DT_RETURN_IF_ERROR(scaler_->Save(m->mutable_loss_scaler()));
+  return Status::OK();
+}
+
+Status ParameterUpdater::RestoreState(const proto::CheckpointManifest& m,
+                                      const std::map<std::string, std::string>& files, const std::string& where) {
+  if (m.optimizer() != options().name) {
+    return Status::InvalidArgument(where + " was saved with optimizer '" + m.optimizer() + "', the config says '" +
+                                   options().name + "'");
+  }
+  // The files hold the full state (whichever strategy saved it); the strategy keeps what this rank needs.
+  std::map<std::string, Tensor> full;
+  for (const std::string& name : state_names()) {
+    const std::string file = name + ".bin";
+    const auto it = files.find(file);
+    if (it == files.end()) return Status::DataLoss(where + ": no " + file + " in the checkpoint");
+    const int64_t numel = static_cast<int64_t>(it->second.size() / sizeof(float));
+    if (numel != numel_ || it->second.size() % sizeof(float) != 0) {
+      return Status::InvalidArgument(where + "/" + file + " holds " + std::to_string(numel) +
+                                     " values but this model has " + std::to_string(numel_) +
+                                     ": the checkpoint belongs to another model (its config is in the manifest)");
+    }
+    full[name] = Tensor::Wrap(const_cast<char*>(it->second.data()), {numel}, DType::kF32, DeviceType::kCPU);
+  }
+  DT_RETURN_IF_ERROR(LoadState(full).WithContext(where));
+  set_step(m.optimizer_step());
+  if (scaler_ && m.has_loss_scaler()) DT_RETURN_IF_ERROR(scaler_->Restore(ctx_, m.loss_scaler()));
+  return Status::OK();
+}
+
+OptimizerOptions OptimizerOptionsFromConfig(const proto::OptimConfig& o) {
+  OptimizerOptions oo;
+  oo.name = o.name();
+  oo.lr = o.lr();
+  oo.momentum = o.momentum();
+  oo.nesterov = o.nesterov();
+  oo.beta1 = o.beta1();
+  oo.beta2 = o.beta2();
+  oo.eps = o.eps();
+  oo.weight_decay = o.weight_decay();
+  oo.grad_clip = o.grad_clip();
+  return oo;
+}
+
+Status MakeParameterUpdater(const proto::Config& cfg, DeviceContext& ctx, models::Model& model,
+                            comm::Communicator* grad_comm, int rank, int world,
+                            std::unique_ptr<ParameterUpdater>* out) {
+  DT_CHECK_ARG(out != nullptr, "out is null");
+  const OptimizerOptions oo = OptimizerOptionsFromConfig(cfg.optim());
+  std::unique_ptr<LossScaler> scaler;
+  if (cfg.train().precision() == "fp16") DT_RETURN_IF_ERROR(LossScaler::Create(ctx, &scaler));
+  const bool exchange = grad_comm != nullptr && world > 1;
+  if (exchange && cfg.dist().zero1()) {
+    if (cfg.dist().bf16_compress() && rank == 0) {
+      DT_LOG_WARN(kRuntime, "dist.bf16_compress is ignored with dist.zero1 (reduce-scatter runs in fp32)");
+    }
+    std::unique_ptr<Zero1Optimizer> zero1;
+    DT_RETURN_IF_ERROR(Zero1Optimizer::Create(ctx, oo, model, grad_comm, rank, world, cfg.dist().bucket_mb(), &zero1));
+    *out = std::make_unique<ShardedUpdater>(ctx, model, std::move(zero1), world, std::move(scaler));
+    return Status::OK();
+  }
+  std::unique_ptr<Optimizer> optimizer;
+  DT_RETURN_IF_ERROR(Optimizer::Create(ctx, oo, model.params().numel(), &optimizer));
+  std::unique_ptr<GradientReducer> reducer;
+  if (exchange) {
+    GradientReducer::Options ro;
+    ro.bucket_bytes = static_cast<size_t>(cfg.dist().bucket_mb() * (1 << 20));
+    ro.bf16_compress = cfg.dist().bf16_compress();
+    DT_RETURN_IF_ERROR(GradientReducer::Create(ctx, grad_comm, model.param_infos(), &model.grads(), ro, &reducer));
+  }
+  *out = std::make_unique<ReplicatedUpdater>(ctx, model, std::move(optimizer), std::move(reducer), std::move(scaler));
+  return Status::OK();
+}
+
+}  // namespace dtrain::runtime

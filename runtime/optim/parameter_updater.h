@@ -1,0 +1,116 @@
+#pragma once
+// ParameterUpdater: the one seam between backward and new parameters — gradients in, new parameters out.
+// The trainer holds one and never asks which strategy it is; MakeParameterUpdater picks it from the config:
+//   replicated (runtime/optim/replicated_updater.h): GradientReducer all-reduce (none for one process) + Optimizer
+//     on the full buffer, the optimizer state replicated on every rank;
+//   sharded (runtime/optim/sharded_updater.h, dist.zero1 with world > 1): Zero1Optimizer — reduce-scatter, the
+//     update over this rank's shard of the optimizer state, all-gather of the params.
+// A new strategy is one more subclass here and one more branch in MakeParameterUpdater.
+//
+// Per optimizer step (contract):
+//   1. LossScale(&s) once, before the first Backward of the step (fp16: waits for the previous step's scale
+//      update — call it after the first Forward is queued so the wait overlaps it; 1 without loss scaling).
+//   2. Backward(s / accum, on_ready) for each micro-batch; on the LAST one, on_ready = OnGradReady (earlier ones
+//      pass no callback: their gradients only accumulate locally).
+//   3. Finalize(): the step's gradient exchange is launched completely and the compute stream is ordered after
+//      it (no host sync). Must run before Step.
+//   4. Step(lr): the optimizer update with the scheduled LR (and the loss scaler: unscale, found-inf skip,
+//      scale update). Afterwards the model's params() hold the new parameters on every rank, as far as any
+//      work queued later on the compute stream can tell; grads() are unspecified until the next zeroing.
+//
+// Checkpoints hold the FULL optimizer state whatever the strategy, so any strategy restores any checkpoint
+// at any world size: SaveState (a collective: every rank calls it) gives the state tensors to write and fills
+// the manifest's optimizer fields; RestoreState takes the saved files and keeps what this rank needs.
+//
+// Ownership: borrows the DeviceContext, the model and the communicator given to the factory (all outlive the
+// updater); owns the reducer/optimizer state, the comm stream and the loss scaler. Not thread-safe: call
+// everything from the thread driving the compute stream.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/device_context.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "models/model.h"
+#include "proto/checkpoint.pb.h"
+#include "proto/config.pb.h"
+#include "runtime/observe/device_trace.h"
+#include "runtime/optim/loss_scaler.h"
+#include "runtime/optim/optimizer.h"
+
+namespace dtrain::runtime {
+
+class ParameterUpdater {
+ public:
+  virtual ~ParameterUpdater();
+
+  // --- The step (see the contract) ---
+  // The loss scale of this step's Backward: the LossScaler's (fp16) or 1.
+  Status LossScale(float* scale);
+  // Model::Backward's on_ready on the step's last micro-batch.
+  virtual Status OnGradReady(int param_index) = 0;
+  virtual Status Finalize() = 0;
+  virtual Status Step(double lr) = 0;
+
+  // --- Observability ---
+  // While set (not owned; nullptr to stop) the launched collectives are traced as spans on the comm track.
+  virtual void set_trace(DeviceTrace* trace) = 0;
+  // False when no gradient is exchanged (one process): TakeExposedCommMs then measures nothing.
+  virtual bool exchanges() const = 0;
+  // Exposed (non-overlapped) communication per synced step, in ms (CommStream::TakeExposedMs; log points only).
+  virtual Status TakeExposedCommMs(double* ms) = 0;
+  // Bytes of optimizer state on this rank, and how it is held ("replicated", "ZeRO-1: sharded over 4 ranks").
+  virtual size_t state_bytes() const = 0;
+  virtual std::string placement() const = 0;
+
+  // --- Checkpoints ---
+  virtual const OptimizerOptions& options() const = 0;
+  virtual int64_t step() const = 0;  // optimizer updates so far
+  // The full state's names (PyTorch's: sgd {"momentum_buffer"}, adamw {"exp_avg", "exp_avg_sq"}).
+  std::vector<std::string> state_names() const;
+  // A collective (every rank calls it): *state = the full flat f32 state tensors by name, on the device, valid
+  // until the next Step or SaveState (copies queued on the compute stream read them correctly); and the
+  // manifest's optimizer, optimizer_step, sharding and loss_scaler fields.
+  Status SaveState(std::vector<std::pair<std::string, const Tensor*>>* state, proto::CheckpointManifest* m);
+  // From a checkpoint saved by any strategy at any world size: `files` maps file names ("exp_avg.bin") to
+  // their bytes; `where` names the checkpoint in errors. Checks the optimizer name and each state file's
+  // size (numel of the params), loads this rank's part, the update count and the loss scaler state. The work
+  // is queued on the compute stream: the caller synchronizes it before `files` go away.
+  Status RestoreState(const proto::CheckpointManifest& m, const std::map<std::string, std::string>& files,
+                      const std::string& where);
+
+ protected:
+  ParameterUpdater(DeviceContext& ctx, int64_t numel, std::unique_ptr<LossScaler> scaler);
+  LossScaler* scaler() const { return scaler_.get(); }
+
+  // Strategy hooks of SaveState / RestoreState.
+  virtual Status GatherState(std::vector<std::pair<std::string, const Tensor*>>* state) = 0;
+  virtual void DescribeSharding(proto::ShardingState* out) const = 0;
+  // `full`: every state name -> f32[numel] host tensor.
+  virtual Status LoadState(const std::map<std::string, Tensor>& full) = 0;
+  virtual void set_step(int64_t step) = 0;
+
+  DeviceContext& ctx_;
+
+ private:
+  int64_t numel_ = 0;
+  std::unique_ptr<LossScaler> scaler_;  // train.precision fp16 only
+};
+
+// The updater for `cfg` (optim.*, dist.zero1, dist.bucket_mb, dist.bf16_compress, train.precision): sharded
+// when dist.zero1 and world > 1 (grad_comm non-null), replicated otherwise (without exchange when grad_comm is
+// null or world == 1). InvalidArgument for bad optimizer hyper-parameters.
+Status MakeParameterUpdater(const proto::Config& cfg, DeviceContext& ctx, models::Model& model,
+                            comm::Communicator* grad_comm, int rank, int world, std::unique_ptr<ParameterUpdater>* out);
+
+// The Optimizer options of the config's `optim` section.
+OptimizerOptions OptimizerOptionsFromConfig(const proto::OptimConfig& o);
+
+}  // namespace dtrain::runtime

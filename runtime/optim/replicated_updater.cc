@@ -1,0 +1,60 @@
+#include "runtime/optim/replicated_updater.h"
+
+#include "core/check.h"
+
+namespace dtrain::runtime {
+
+ReplicatedUpdater::ReplicatedUpdater(DeviceContext& ctx, models::Model& model, std::unique_ptr<Optimizer> optimizer,
+                                     std::unique_ptr<GradientReducer> reducer, std::unique_ptr<LossScaler> scaler)
+    : ParameterUpdater(ctx, model.params().numel(), std::move(scaler)),
+      model_(model),
+      optimizer_(std::move(optimizer)),
+      reducer_(std::move(reducer)) {}
+
+Status ReplicatedUpdater::OnGradReady(int param_index) {
+  return reducer_ ? reducer_->MarkReady(param_index) : Status::OK();
+}
+
+Status ReplicatedUpdater::Finalize() { return reducer_ ? reducer_->Finalize() : Status::OK(); }
+
+Status ReplicatedUpdater::Step(double lr) {
+  return optimizer_->Step(ctx_, model_.params(), model_.grads(), lr, scaler());
+}
+
+void ReplicatedUpdater::set_trace(DeviceTrace* trace) {
+  if (reducer_) reducer_->set_trace(trace);
+}
+
+Status ReplicatedUpdater::TakeExposedCommMs(double* ms) {
+  DT_CHECK_ARG(ms != nullptr, "ms is null");
+  *ms = 0;
+  return reducer_ ? reducer_->TakeExposedCommMs(ms) : Status::OK();
+}
+
+size_t ReplicatedUpdater::state_bytes() const {
+  return state_names().size() * static_cast<size_t>(optimizer_->num_params()) * sizeof(float);
+}
+
+Status ReplicatedUpdater::GatherState(std::vector<std::pair<std::string, const Tensor*>>* state) {
+  state->clear();
+  for (const auto& [name, tensor] : optimizer_->state()) state->emplace_back(name, tensor);
+  return Status::OK();
+}
+
+void ReplicatedUpdater::DescribeSharding(proto::ShardingState* out) const {
+  out->set_zero1(false);
+  out->set_world_size(1);
+  out->set_num_buckets(0);
+  out->set_shard_numel(0);
+}
+
+Status ReplicatedUpdater::LoadState(const std::map<std::string, Tensor>& full) {
+  for (const auto& [name, tensor] : optimizer_->state()) {
+    const auto it = full.find(name);
+    if (it == full.end()) return Status::InvalidArgument("no '" + name + "' for optimizer " + options().name);
+    DT_RETURN_IF_ERROR(tensor->CopyFrom(it->second, ctx_.stream()));
+  }
+  return Status::OK();
+}
+
+}  // namespace dtrain::runtime

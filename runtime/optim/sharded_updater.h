@@ -1,0 +1,54 @@
+#pragma once
+// ShardedUpdater: the ParameterUpdater (runtime/optim/parameter_updater.h) of ZeRO-1 (dist.zero1 with
+// world > 1) — Zero1Optimizer reduce-scatters the gradients in buckets overlapped with backward, updates this
+// rank's shard of the parameters with its shard of the optimizer state, and all-gathers the parameters.
+// With fp16 the loss scaler's found-inf check and unscale run on the reduce-scattered shard, the found-inf
+// flag being the all-reduced sum of squares (every rank skips the same steps). Checkpoints: the shards are
+// gathered into the full state to save (a collective), and any full state is re-sharded on load, whatever
+// world size saved it; the manifest records the sharding.
+//
+// Ownership: owns the Zero1Optimizer and the loss scaler (nullable); borrows ctx and the model. Not thread-safe.
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/optim/parameter_updater.h"
+#include "runtime/optim/zero1.h"
+
+namespace dtrain::runtime {
+
+class ShardedUpdater : public ParameterUpdater {
+ public:
+  ShardedUpdater(DeviceContext& ctx, models::Model& model, std::unique_ptr<Zero1Optimizer> zero1, int world,
+                 std::unique_ptr<LossScaler> scaler);
+
+  Status OnGradReady(int param_index) override { return zero1_->OnGradReady(param_index); }
+  Status Finalize() override { return zero1_->Finalize(); }
+  Status Step(double lr) override { return zero1_->Step(ctx_, lr, scaler()); }
+
+  void set_trace(DeviceTrace* trace) override { zero1_->set_trace(trace); }
+  bool exchanges() const override { return true; }
+  Status TakeExposedCommMs(double* ms) override { return zero1_->TakeExposedCommMs(ms); }
+  size_t state_bytes() const override { return zero1_->state_bytes(); }
+  std::string placement() const override { return "ZeRO-1: sharded over " + std::to_string(world_) + " ranks"; }
+
+  const OptimizerOptions& options() const override { return zero1_->options(); }
+  int64_t step() const override { return zero1_->step(); }
+
+ protected:
+  Status GatherState(std::vector<std::pair<std::string, const Tensor*>>* state) override;
+  void DescribeSharding(proto::ShardingState* out) const override;
+  Status LoadState(const std::map<std::string, Tensor>& full) override { return zero1_->LoadState(full); }
+  void set_step(int64_t step) override { zero1_->set_step(step); }
+
+ private:
+  std::unique_ptr<Zero1Optimizer> zero1_;
+  int world_ = 1;
+  // The full state of the last SaveState, kept until the next: the checkpoint snapshot's copies read it
+  // asynchronously on the compute stream.
+  std::vector<std::pair<std::string, Tensor>> gathered_;
+};
+
+}  // namespace dtrain::runtime

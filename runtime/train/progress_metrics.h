@@ -1,0 +1,40 @@
+#pragma once
+// The metrics of one progress interval, named once for the trainer's three sinks: the progress line
+// (rank 0's log), TensorBoard scalars and metrics.jsonl's "train" records (docs/architecture.md, Formats).
+// A metric added to IntervalMetrics appears in every sink its entry names; the keys and the line's text are
+// what tests and bench scripts parse, so they do not change.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/observe/metrics.h"
+#include "runtime/observe/step_breakdown.h"
+
+namespace dtrain::runtime {
+
+struct ProgressMetric {
+  const char* key;    // metrics.jsonl key; also the TensorBoard tag's name
+  const char* group;  // TensorBoard tag group ("train" -> "train/<key>"); nullptr: not a TensorBoard scalar
+  double value;
+  // printf format of its progress-line segment ("loss %.4f"); nullptr: not on the line.
+  const char* line;
+  bool line_if_positive = false;  // the segment only when value > 0
+  bool line_whole = false;        // the line shows the value truncated to an integer
+};
+
+// The interval's metrics, in metrics.jsonl order.
+std::vector<ProgressMetric> IntervalMetrics(double loss, double lr, double samples_per_s, const StepPhases& p,
+                                            double peak_mem_mib);
+
+// "epoch E/N step S/T | loss ... | lr ... | ... samples/s | step ... ms (<breakdown>) | peak ... MiB": the
+// segments of the metrics with a line format, in order, the step breakdown right after the step time.
+std::string ProgressLine(int64_t epoch, int64_t epochs, int64_t step, int64_t total_steps,
+                         const std::vector<ProgressMetric>& metrics, const StepPhases& p);
+// The TensorBoard scalars ("group/key", value).
+std::vector<std::pair<std::string, double>> TensorBoardScalars(const std::vector<ProgressMetric>& metrics);
+// Adds every metric as "key": value.
+void AddMetrics(const std::vector<ProgressMetric>& metrics, JsonLine* line);
+
+}  // namespace dtrain::runtime

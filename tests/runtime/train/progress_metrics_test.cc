@@ -1,0 +1,56 @@
+// The interval metrics feed three sinks from one list: the progress line's text, the TensorBoard tags and the
+// metrics.jsonl keys are pinned here (tests/launcher and bench/ parse them).
+#include "runtime/train/progress_metrics.h"
+
+#include <gtest/gtest.h>
+
+namespace dtrain::runtime {
+namespace {
+
+StepPhases Phases() {
+  StepPhases p;
+  p.step_ms = 10.0;
+  p.data_ms = 1.0;
+  p.fwd_bwd_ms = 6.0;
+  p.comm_exposed_ms = 2.0;
+  p.optim_ms = 0.5;
+  p.ckpt_stall_ms = 0.25;
+  return p;
+}
+
+TEST(ProgressMetricsTest, ProgressLineTextIsUnchanged) {
+  const StepPhases p = Phases();
+  const auto m = IntervalMetrics(0.123456, 1e-3, 1234.4, p, 0.0);
+  EXPECT_EQ(ProgressLine(2, 3, 40, 100, m, p),
+            "epoch 2/3 step 40/100 | loss 0.1235 | lr 1.000e-03 | 1234 samples/s | step 10.00 ms (" +
+                FormatStepBreakdown(p) + ")");
+  // The peak memory appears only when measured (GPU), truncated to whole MiB.
+  const auto g = IntervalMetrics(0.5, 2.5e-4, 99.6, p, 1023.9);
+  EXPECT_EQ(ProgressLine(1, 1, 5, 5, g, p),
+            "epoch 1/1 step 5/5 | loss 0.5000 | lr 2.500e-04 | 100 samples/s | step 10.00 ms (" +
+                FormatStepBreakdown(p) + ") | peak 1023 MiB");
+}
+
+TEST(ProgressMetricsTest, TensorBoardAndJsonlNames) {
+  const StepPhases p = Phases();
+  const auto m = IntervalMetrics(0.25, 1e-3, 500.0, p, 12.0);
+  const std::vector<std::pair<std::string, double>> want = {
+      {"train/loss", 0.25},          {"train/lr", 1e-3},     {"train/samples_per_s", 500.0},
+      {"time/step_ms", 10.0},        {"time/data_ms", 1.0},  {"time/fwd_bwd_ms", 6.0},
+      {"time/comm_exposed_ms", 2.0}, {"time/optim_ms", 0.5}, {"time/ckpt_stall_ms", 0.25}};
+  EXPECT_EQ(TensorBoardScalars(m), want);
+  JsonLine line;
+  AddMetrics(m, &line);
+  const std::string json = line.str();
+  size_t pos = 0;
+  for (const char* key : {"loss", "lr", "samples_per_s", "step_ms", "data_ms", "fwd_bwd_ms", "comm_exposed_ms",
+                          "optim_ms", "ckpt_stall_ms", "peak_mem_mib"}) {
+    const size_t at = json.find("\"" + std::string(key) + "\":", pos);
+    ASSERT_NE(at, std::string::npos) << key << " in order in " << json;
+    pos = at;
+  }
+  EXPECT_NE(json.find("\"peak_mem_mib\":12"), std::string::npos) << json;
+}
+
+}  // namespace
+}  // namespace dtrain::runtime
