@@ -8,7 +8,7 @@ set -euo pipefail
 PKGS=(cmake ninja-build g++ pkg-config zlib1g-dev iproute2
       libopenmpi-dev openmpi-bin
       libprotobuf-dev protobuf-compiler
-      libspdlog-dev libgtest-dev libcurl4-openssl-dev nlohmann-json3-dev
+      libspdlog-dev libgtest-dev libcurl4-openssl-dev nlohmann-json3-dev libcli11-dev
       dataset-fashion-mnist
       ceph-mon ceph-osd radosgw ceph-common  # the S3 test server (scripts/s3_test_server.sh)
       # The Slurm test cluster (scripts/slurm_test_cluster.sh). Slurm's mpi_pmix plugin dlopens the
