@@ -107,12 +107,12 @@ int Main(int argc, char** argv) {
   if (parsed.help) return PrintText(parsed.help_text);
   if (a.version || version->parsed()) return PrintText(std::string("dtrain ") + DTRAIN_VERSION + "\n");
   if (help->parsed()) return PrintText(usage);
-  if (launch->parsed()) return RunLaunch(a.launch);
+  if (launch->parsed()) return LaunchWith(a.launch);
   if (train->parsed()) return Report(RunTrain(&argc, &argv, a.train));
   if (doctor->parsed()) return Report(RunDoctor());
   if (bench->parsed()) return Report(RunAllreduceBench(&argc, &argv, a.bench));
   if (ckpt->parsed()) return Report(RunCkpt(a.ckpt));
-  if (data->parsed()) return Report(RunData(a.data));
+  if (data->parsed()) return Report(RunDataCommand(a.data));
   if (report->parsed()) return Report(RunReport(a.report));
   if (rank_exec->parsed()) return RunRankExec(rank_exec->remaining());
   if (config->parsed()) {

@@ -72,10 +72,22 @@ Status CheckLeftovers(const std::vector<CLI::App*>& chain) {
   return Status::OK();
 }
 
+// One command per level. Without a maximum, CLI11 takes any word that names a command of a level
+// above as that command, even where a positional is due (`dtrain data inspect data` would start a
+// second command, `data`, instead of inspecting the directory "data"); with it, a level whose
+// command is chosen no longer matches names.
+void AtMostOneCommandPerLevel(CLI::App* app) {
+  const std::vector<CLI::App*> children = app->get_subcommands([](CLI::App*) { return true; });
+  if (children.empty()) return;
+  app->require_subcommand(0, 1);
+  for (CLI::App* child : children) AtMostOneCommandPerLevel(child);
+}
+
 }  // namespace
 
 Status ParseWithCli(CLI::App* root, const std::vector<std::string>& words, ParseResult* out) {
   *out = ParseResult();
+  AtMostOneCommandPerLevel(root);
   std::vector<std::string> reversed(words.rbegin(), words.rend());  // CLI11 takes them last first
   Status st;
   try {

@@ -146,10 +146,10 @@ Status RunData(const std::vector<std::string>& args) {
     std::fputs(r.help_text.c_str(), stdout);
     return Status::OK();
   }
-  return RunData(a);
+  return RunDataCommand(a);
 }
 
-Status RunData(const DataArgs& a) {
+Status RunDataCommand(const DataArgs& a) {
   if (a.verb == "convert-fashion-mnist") return ConvertFashion(a);
   if (a.verb == "convert-text") return ConvertText(a);
   if (a.verb == "bench") return Bench(a);

@@ -35,7 +35,7 @@ struct DataArgs {
 CLI::App* AddDataCommand(CLI::App* parent, DataArgs* out);
 
 // Runs the parsed command.
-Status RunData(const DataArgs& args);
+Status RunDataCommand(const DataArgs& args);
 
 // Parses the words after `data` as AddDataCommand does, then runs them; --help prints the help.
 Status RunData(const std::vector<std::string>& args);

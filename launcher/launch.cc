@@ -165,10 +165,10 @@ int RunLaunch(const std::vector<std::string>& args) {
     std::fputs(help.c_str(), stdout);
     return kExitOk;
   }
-  return RunLaunch(opts);
+  return LaunchWith(opts);
 }
 
-int RunLaunch(const LaunchOptions& opts) {
+int LaunchWith(const LaunchOptions& opts) {
   LaunchEnv env;
   Status st = ProbeLaunchEnv(&env);
   if (!st.ok()) return ExitCodeFor(st);

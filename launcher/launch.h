@@ -36,7 +36,7 @@ namespace dtrain::launcher {
 
 // Runs `dtrain launch` with parsed options; returns the process exit code. The one place besides
 // main() that turns Status into an exit code (usage errors: one line on stderr, 2).
-int RunLaunch(const LaunchOptions& opts);
+int LaunchWith(const LaunchOptions& opts);
 
 // Parses the arguments after "launch" (launcher/launch_options.h), then as above; --help prints the
 // help to stdout (exit 0), a parse error one `dtrain launch: error: ...` line to stderr (exit 2).

@@ -67,10 +67,10 @@ Status BuildReport(const std::vector<std::string>& args, std::string* text) {
     *text = r.help_text;
     return Status::OK();
   }
-  return BuildReport(a, text);
+  return BuildReportText(a, text);
 }
 
-Status BuildReport(const ReportArgs& args, std::string* text) {
+Status BuildReportText(const ReportArgs& args, std::string* text) {
   const std::string& run_dir = args.run_dir;
   double price = args.price;
   const bool is_dir = IsDirectory(run_dir);
@@ -98,7 +98,7 @@ Status BuildReport(const ReportArgs& args, std::string* text) {
 
 Status RunReport(const ReportArgs& args) {
   std::string text;
-  DT_RETURN_IF_ERROR(BuildReport(args, &text));
+  DT_RETURN_IF_ERROR(BuildReportText(args, &text));
   std::fputs(text.c_str(), stdout);
   return Status::OK();
 }

@@ -27,11 +27,11 @@ struct ReportArgs {
 // Registers `report RUN_DIR [--price P]` on `parent` (launcher/cli_parse.h); *out must outlive `parent`.
 CLI::App* AddReportCommand(CLI::App* parent, ReportArgs* out);
 
-// Prints BuildReport's text to stdout.
+// Prints BuildReportText's text to stdout.
 Status RunReport(const ReportArgs& args);
 
 // The report for parsed arguments.
-Status BuildReport(const ReportArgs& args, std::string* text);
+Status BuildReportText(const ReportArgs& args, std::string* text);
 
 // The report for `args` (the words after `report`, parsed as AddReportCommand does); --help gives the help.
 Status BuildReport(const std::vector<std::string>& args, std::string* text);

@@ -111,6 +111,12 @@ TEST(CliE2E, TorchrunSpellingsReachTheLaunchCommand) {
   EXPECT_NE(r.output.find("-np 3"), std::string::npos) << r.output;
 }
 
+TEST(CliE2E, AnOperandThatNamesACommandIsAnOperand) {
+  const ProcessResult r = RunCommand(DtrainBin() + " report launch");
+  EXPECT_EQ(r.exit_code, kExitUsage) << r.output;
+  EXPECT_EQ(r.output, "dtrain: error: NotFound: no metrics file 'launch' (is this a dtrain run directory?)\n");
+}
+
 TEST(CliE2E, VersionAndNoCommand) {
   ProcessResult r = RunCommand(DtrainBin() + " version");
   EXPECT_EQ(r.exit_code, kExitOk);

@@ -51,6 +51,18 @@ TEST(CliParseTest, ValuesAndTheSelectedCommand) {
   EXPECT_EQ(r.command, "grp beta");
 }
 
+TEST(CliParseTest, APositionalThatNamesACommandIsAPositional) {
+  Tree t;
+  ParseResult r;
+  ASSERT_TRUE(t.Parse({"run", "grp", "--count", "2"}, &r).ok());
+  EXPECT_EQ(r.command, "run");
+  EXPECT_EQ(t.config, "grp");
+  EXPECT_EQ(t.count, 2);
+  Tree u;
+  const Status st = u.Parse({"run", "a", "run"}, &r);
+  EXPECT_EQ(st.message(), "unexpected argument 'run'");
+}
+
 TEST(CliParseTest, EachErrorClassIsOneLineNamingTheFlagOrWord) {
   struct Case {
     std::vector<std::string> words;
