@@ -169,8 +169,8 @@ CLI::App* AddCkptCommand(CLI::App* parent, CkptArgs* a) {
           ->check(OneOf({"safetensors"}));
     }
     app->callback([a, verb] {
-      if (a->url.empty()) FailParse("ckpt " + verb + ": expected a URL");
-      if (verb == "export" && a->out.empty()) FailParse("ckpt export: --out FILE is required");
+      if (a->url.empty()) FailParse("missing URL (usage: dtrain ckpt " + verb + " URL)");
+      if (verb == "export" && a->out.empty()) FailParse("--out FILE is required");
     });
   }
   return ckpt;

@@ -84,7 +84,8 @@ TEST(CliE2E, EachParseErrorIsOneLineExitTwo) {
       // bad choice, missing operand, unknown command, a flag given a value
       {"data convert-text --out o --dtype int8 a.txt",
        "dtrain data convert-text: error: --dtype: expected uint16|uint32, got 'int8'"},
-      {"ckpt export /tmp/x", "dtrain ckpt export: error: ckpt export: --out FILE is required"},
+      {"ckpt export /tmp/x", "dtrain ckpt export: error: --out FILE is required"},
+      {"ckpt verify", "dtrain ckpt verify: error: missing URL (usage: dtrain ckpt verify URL)"},
       {"train", "dtrain train: error: missing CONFIG (usage: dtrain train CONFIG [--set key=value ...])"},
       {"trian c.yaml",
        "dtrain: error: unknown command 'trian' (expected one of: launch, train, doctor, bench, ckpt, "
