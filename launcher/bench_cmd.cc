@@ -78,6 +78,7 @@ Status ParseByteSize(const std::string& text, int64_t* bytes) {
 CLI::App* AddBenchCommand(CLI::App* parent, AllReduceBenchArgs* out) {
   *out = AllReduceBenchArgs();
   CLI::App* bench = parent->add_subcommand("bench", "benchmarks (run under mpirun -np N)");
+  bench->footer("example: mpirun -np 8 dtrain bench allreduce\n");
   CLI::App* app = bench->add_subcommand("allreduce", "all-reduce bandwidth, nccl-tests style");
   app->footer(kBenchFooter);
   app->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

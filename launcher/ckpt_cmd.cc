@@ -135,7 +135,7 @@ Status Export(const runtime::LoadedCheckpoint& ck, const std::string& out) {
 CLI::App* AddCkptCommand(CLI::App* parent, CkptArgs* a) {
   *a = CkptArgs();
   CLI::App* ckpt = parent->add_subcommand("ckpt", "look into checkpoints; export the weights as safetensors");
-  ckpt->footer(kCkptFooter);
+  ckpt->footer(std::string(kCkptFooter) + "\nexample: dtrain ckpt verify runs/x/checkpoints\n");
   struct Verb {
     const char* name;
     const char* help;

@@ -87,10 +87,13 @@ int Main(int argc, char** argv) {
   rank_exec->prefix_command();  // PROGRAM and everything after it pass through untouched
   rank_exec->footer("usage: dtrain rank-exec PROGRAM [ARGS...]\n\nexample: dtrain rank-exec dtrain train c.yaml\n");
   CLI::App* completion = root.add_subcommand("completion", "print a shell completion script");
+  completion->footer("example: source <(dtrain completion bash)\n");
   CLI::App* completion_bash = completion->add_subcommand("bash", "the bash completion script");
   completion_bash->footer("example: source <(dtrain completion bash)\n");
   CLI::App* version = root.add_subcommand("version", "print the version");
+  version->footer("example: dtrain version\n");
   CLI::App* help = root.add_subcommand("help", "print this text");
+  help->footer("example: dtrain help\n");
   const std::string usage = root.help();
 
   if (argc < 2) {

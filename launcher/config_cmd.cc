@@ -74,6 +74,7 @@ std::string DiffConfigYaml(const std::string& yaml, const std::string& base) {
 CLI::App* AddConfigCommand(CLI::App* parent, ConfigShowArgs* out) {
   *out = ConfigShowArgs();
   CLI::App* config = parent->add_subcommand("config", "look at configs as the trainer resolves them");
+  config->footer("example: dtrain config show configs/fashion_mnist_mlp.yaml --diff\n");
   CLI::App* show =
       config->add_subcommand("show", "print the resolved config as YAML (what <run.dir>/config.yaml holds)");
   show->footer(

@@ -86,6 +86,7 @@ Status Bench(const DataArgs& a) {
 CLI::App* AddDataCommand(CLI::App* parent, DataArgs* a) {
   *a = DataArgs();
   CLI::App* data = parent->add_subcommand("data", "make and check sharded datasets (docs/data_format.md)");
+  data->footer("example: dtrain data verify data/fmnist/train\n");
   auto verb = [data, a](const char* name, const char* help, const char* example) {
     CLI::App* app = data->add_subcommand(name, help);
     app->footer(std::string("example: ") + example + "\n");
