@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "core/check.h"
+#include "data/convert.h"
 #include "data/shard_writer.h"
 
 namespace dtrain::data {
@@ -82,6 +83,7 @@ Status ImportTokens(const std::vector<std::string>& files, const std::string& ou
     return Status::InvalidArgument("import-tokens: " + std::to_string(total) + " tokens, fewer than one record of " +
                                    std::to_string(len) + " (lower --seq-len)");
   }
+  DT_RETURN_IF_ERROR(PrepareDatasetDir(out_dir, opts.overwrite));
   proto::DatasetSchema schema;
   schema.set_kind(proto::DatasetSchema::TOKENS);
   schema.add_dims(len);

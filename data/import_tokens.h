@@ -24,11 +24,13 @@ struct ImportTokensOptions {
   int64_t seq_len = 1024;
   int64_t vocab_size = 50257;
   int64_t samples_per_shard = 4096;
+  bool overwrite = false;  // replace a dataset already in out_dir (data/convert.h PrepareDatasetDir)
 };
 
 // Errors: NotFound / IoError naming the file; DataLoss for an llm.c header whose token count disagrees with the
 // file's size, a raw file of an odd byte count; InvalidArgument for an unknown format, a token >= vocab_size, or
-// fewer tokens than one record. `*dropped_tokens` (optional) gets the tail's size.
+// fewer tokens than one record, or a non-empty out_dir without `overwrite`. `*dropped_tokens` (optional) gets the
+// tail's size.
 Status ImportTokens(const std::vector<std::string>& files, const std::string& out_dir, const ImportTokensOptions& opts,
                     int64_t* dropped_tokens = nullptr, proto::DatasetManifest* manifest = nullptr);
 

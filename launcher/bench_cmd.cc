@@ -1,5 +1,6 @@
 #include "launcher/bench_cmd.h"
 
+#include <CLI/CLI.hpp>
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
@@ -11,39 +12,35 @@
 #include "core/check.h"
 #include "core/device_context.h"
 #include "core/logging.h"
+#include "launcher/cli_parse.h"
 
 namespace dtrain::launcher {
 namespace {
 
-constexpr const char* kBenchUsage =
-    "usage: dtrain bench allreduce [options]\n"
-    "  In-place sum all-reduce from --min-bytes to --max-bytes, nccl-tests style: time per call, algbw =\n"
-    "  bytes/time, busbw = algbw * 2(n-1)/n, and a check of every result. One process per GPU, started\n"
-    "  by the process manager (not by `dtrain launch`):\n"
-    "    mpirun -np 8 dtrain bench allreduce\n"
-    "    srun --mpi=pmix -n 16 dtrain bench allreduce --dtype bf16\n"
-    "  --min-bytes N       smallest size (default 8); K/M/G suffixes are powers of 1024\n"
-    "  --max-bytes N       largest size (default 1G)\n"
-    "  --factor F          size multiplier between rows (default 2)\n"
-    "  --iters N           timed all-reduces per size (default 20)\n"
-    "  --warmup N          untimed all-reduces per size first (default 5)\n"
-    "  --dtype f32|bf16    element type (default f32)\n"
-    "  --backend nccl|mpi  nccl: each rank's GPU (by local rank); mpi: Open MPI on the CPU\n"
-    "                      (default nccl when a GPU is visible, else mpi)\n";
+constexpr const char* kBenchFooter =
+    "In-place sum all-reduce from --min-bytes to --max-bytes, nccl-tests style: time per call, algbw =\n"
+    "bytes/time, busbw = algbw * 2(n-1)/n, and a check of every result. One process per GPU, started\n"
+    "by the process manager (not by `dtrain launch`).\n"
+    "\n"
+    "example: mpirun -np 8 dtrain bench allreduce --dtype bf16 --max-bytes 256M\n";
 
-Status ParseInt(const std::string& flag, const std::string& value, int64_t* out) {
+std::string CheckByteSize(const std::string& v) {
+  int64_t n = 0;
+  const Status st = ParseByteSize(v, &n);
+  return st.ok() ? "" : st.message();
+}
+
+std::string CheckInt(const std::string& v, int64_t lo, int64_t hi) {
   size_t used = 0;
-  long long v = 0;
+  long long n = 0;
   try {
-    v = std::stoll(value, &used);
+    n = std::stoll(v, &used);
   } catch (...) {
     used = 0;
   }
-  if (used == 0 || used != value.size()) {
-    return Status::InvalidArgument("bench allreduce: " + flag + " expects an integer, got '" + value + "'");
-  }
-  *out = v;
-  return Status::OK();
+  if (used == 0 || used != v.size()) return "expects an integer, got '" + v + "'";
+  if (n < lo || n > hi) return v + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return "";
 }
 
 Status PickContext(const std::string& backend, int local_rank, std::unique_ptr<DeviceContext>* ctx) {
@@ -78,74 +75,59 @@ Status ParseByteSize(const std::string& text, int64_t* bytes) {
   return Status::OK();
 }
 
-Status ParseAllreduceBenchArgs(const std::vector<std::string>& args, AllReduceBenchArgs* out) {
+CLI::App* AddBenchCommand(CLI::App* parent, AllReduceBenchArgs* out) {
   *out = AllReduceBenchArgs();
+  CLI::App* bench = parent->add_subcommand("bench", "benchmarks (run under mpirun -np N)");
+  bench->footer("example: mpirun -np 8 dtrain bench allreduce\n");
+  CLI::App* app = bench->add_subcommand("allreduce", "all-reduce bandwidth, nccl-tests style");
+  app->footer(kBenchFooter);
+  app->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   auto& b = out->bench;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i], value;
-    if (flag == "--help" || flag == "-h") {
-      out->help = true;
-      continue;
-    }
-    const auto eq = flag.find('=');
-    if (flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (flag.rfind("--", 0) == 0) {
-      if (i + 1 == args.size()) return Status::InvalidArgument("bench allreduce: " + flag + " needs a value");
-      value = args[++i];
-    } else {
-      return Status::InvalidArgument("bench allreduce: unexpected argument '" + flag + "'");
-    }
-    int64_t n = 0;
-    if (flag == "--min-bytes" || flag == "--max-bytes") {
-      Status st = ParseByteSize(value, &n);
-      if (!st.ok()) return st.WithContext("bench allreduce: " + flag);
-      (flag == "--min-bytes" ? b.min_bytes : b.max_bytes) = n;
-    } else if (flag == "--factor") {
-      DT_RETURN_IF_ERROR(ParseInt(flag, value, &b.factor));
-    } else if (flag == "--iters" || flag == "--warmup") {
-      DT_RETURN_IF_ERROR(ParseInt(flag, value, &n));
-      if (n < 0 || n > 1000000) {
-        return Status::InvalidArgument("bench allreduce: " + flag + " " + value + " is outside [0, 1000000]");
-      }
-      (flag == "--iters" ? b.iters : b.warmup) = static_cast<int>(n);
-    } else if (flag == "--dtype") {
-      if (value != "f32" && value != "bf16") {
-        return Status::InvalidArgument("bench allreduce: --dtype '" + value + "' (expected f32 or bf16)");
-      }
-      b.dtype = value == "f32" ? DType::kF32 : DType::kBF16;
-    } else if (flag == "--backend") {
-      if (value != "nccl" && value != "mpi") {
-        return Status::InvalidArgument("bench allreduce: --backend '" + value + "' (expected nccl or mpi)");
-      }
-      out->backend = value;
-    } else {
-      return Status::InvalidArgument("bench allreduce: unknown flag '" + flag + "'\n" + kBenchUsage);
-    }
-  }
-  std::vector<int64_t> sizes;
-  Status st = comm::AllReduceBenchSizes(b, &sizes);
-  if (!st.ok()) return st.WithContext("bench allreduce");
-  return Status::OK();
+  auto bytes = [app](const char* name, int64_t* target, const char* help) {
+    app->add_option_function<std::string>(
+           name, [target](const std::string& v) { (void)ParseByteSize(v, target); }, help)
+        ->type_name("N")
+        ->check(CheckByteSize);
+  };
+  bytes("--min-bytes", &b.min_bytes, "smallest size (default 8); K/M/G suffixes are powers of 1024");
+  bytes("--max-bytes", &b.max_bytes, "largest size (default 1G)");
+  app->add_option("--factor", b.factor, "size multiplier between rows (default 2)")
+      ->type_name("F")
+      ->check([](const std::string& v) { return CheckInt(v, INT64_MIN, INT64_MAX); });
+  app->add_option("--iters", b.iters, "timed all-reduces per size (default 20)")
+      ->type_name("N")
+      ->check([](const std::string& v) { return CheckInt(v, 0, 1000000); });
+  app->add_option("--warmup", b.warmup, "untimed all-reduces per size first (default 5)")
+      ->type_name("N")
+      ->check([](const std::string& v) { return CheckInt(v, 0, 1000000); });
+  app->add_option_function<std::string>(
+         "--dtype", [out](const std::string& v) { out->bench.dtype = v == "bf16" ? DType::kBF16 : DType::kF32; },
+         "element type (default f32)")
+      ->type_name("f32|bf16")
+      ->check(OneOf({"f32", "bf16"}));
+  app->add_option("--backend", out->backend,
+                  "nccl: each rank's GPU (by local rank); mpi: Open MPI on the CPU (default nccl when a GPU is "
+                  "visible, else mpi)")
+      ->type_name("nccl|mpi")
+      ->check(OneOf({"nccl", "mpi"}));
+  app->callback([out] {
+    std::vector<int64_t> sizes;
+    const Status st = comm::AllReduceBenchSizes(out->bench, &sizes);
+    if (!st.ok()) FailParse(st.message());
+  });
+  return app;
 }
 
-Status RunBench(int* argc, char*** argv, const std::vector<std::string>& args) {
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::fputs(kBenchUsage, args.empty() ? stderr : stdout);
-    return args.empty() ? Status::InvalidArgument("bench: name a benchmark (allreduce)") : Status::OK();
-  }
-  if (args[0] == "allreduce") return RunAllreduceBench(argc, argv, {args.begin() + 1, args.end()});
-  return Status::InvalidArgument("bench: unknown benchmark '" + args[0] + "' (expected allreduce)");
+Status ParseAllreduceBenchArgs(const std::vector<std::string>& args, AllReduceBenchArgs* out) {
+  std::vector<std::string> words = {"bench", "allreduce"};
+  words.insert(words.end(), args.begin(), args.end());
+  ParseResult r;
+  const Status st = ParseWithCli([out](CLI::App* root) { AddBenchCommand(root, out); }, words, &r);
+  out->help = r.help;
+  return st;
 }
 
-Status RunAllreduceBench(int* argc, char*** argv, const std::vector<std::string>& args) {
-  AllReduceBenchArgs a;
-  DT_RETURN_IF_ERROR(ParseAllreduceBenchArgs(args, &a));
-  if (a.help) {
-    std::fputs(kBenchUsage, stdout);
-    return Status::OK();
-  }
+Status RunAllreduceBench(int* argc, char*** argv, AllReduceBenchArgs a) {
   comm::DistEnv env;
   DT_RETURN_IF_ERROR(comm::DetectDistEnv(&env));
   // Both backends need MPI: the CPU path reduces over it, NCCL shares its ncclUniqueId over it (a

@@ -15,6 +15,10 @@
 #include "comm/allreduce_bench.h"
 #include "core/status.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace dtrain::launcher {
 
 struct AllReduceBenchArgs {
@@ -23,13 +27,14 @@ struct AllReduceBenchArgs {
   bool help = false;
 };
 
-// `dtrain bench NAME [options]`: dispatches on NAME (only "allreduce" for now).
-Status RunBench(int* argc, char*** argv, const std::vector<std::string>& args);
+// Registers `bench` and below it `bench allreduce` with its flags on `parent` (launcher/cli_parse.h);
+// *out must outlive `parent`. Returns the `allreduce` subcommand.
+CLI::App* AddBenchCommand(CLI::App* parent, AllReduceBenchArgs* out);
 
-// `dtrain bench allreduce [options]`; `args` are the options after "allreduce". argc/argv go to MPI_Init.
-Status RunAllreduceBench(int* argc, char*** argv, const std::vector<std::string>& args);
+// `dtrain bench allreduce [options]` with parsed options. argc/argv go to MPI_Init.
+Status RunAllreduceBench(int* argc, char*** argv, AllReduceBenchArgs args);
 
-// Pure parsing of the options (`--flag value` or `--flag=value`); every error names the flag.
+// Pure parsing of the options after `allreduce` (`--flag value` or `--flag=value`); every error names the flag.
 Status ParseAllreduceBenchArgs(const std::vector<std::string>& args, AllReduceBenchArgs* out);
 
 // "8", "512K", "256M", "1G" (K/M/G are powers of 1024; also KB/MB/GB/KiB/MiB/GiB) -> bytes.

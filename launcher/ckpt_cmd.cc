@@ -1,5 +1,6 @@
 #include "launcher/ckpt_cmd.h"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -7,6 +8,7 @@
 #include <memory>
 
 #include "core/check.h"
+#include "launcher/cli_parse.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/hf_export.h"
 #include "runtime/checkpoint/safetensors.h"
@@ -16,58 +18,13 @@
 namespace dtrain::launcher {
 namespace {
 
-constexpr const char* kCkptUsage =
-    "usage: dtrain ckpt <list|verify|inspect|export> URL [options]\n"
-    "  list URL                        step directories: valid (manifest present) or partial, size\n"
-    "  verify URL [--step N]           check every file's size and CRC32C (all checkpoints, or step N)\n"
-    "  inspect URL [--step N]          print the manifest of the newest valid checkpoint (or step N)\n"
-    "  export URL --out FILE [--step N] [--format safetensors|hf]\n"
-    "                                  write the parameters as safetensors (loads in PyTorch); --format hf\n"
-    "                                  (GPT-2): FILE is a directory for transformers' from_pretrained\n"
-    "  URL: file:///dir, a directory (e.g. runs/x/checkpoints), or s3://bucket/prefix\n";
+constexpr const char* kCkptFooter = "URL: file:///dir, a directory (e.g. runs/x/checkpoints), or s3://bucket/prefix\n";
 
-struct CkptArgs {
-  std::string verb, url, out, format = "safetensors";
-  int64_t step = -1;  // -1: newest valid
-};
-
-Status Parse(const std::vector<std::string>& args, CkptArgs* a) {
-  std::vector<std::string> pos;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& s = args[i];
-    auto value = [&](std::string* v) -> Status {
-      if (i + 1 == args.size()) return Status::InvalidArgument("ckpt: " + s + " needs a value");
-      *v = args[++i];
-      return Status::OK();
-    };
-    std::string v;
-    if (s == "--step") {
-      DT_RETURN_IF_ERROR(value(&v));
-      if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 18) {
-        return Status::InvalidArgument("ckpt: --step expects a step number, got '" + v + "'");
-      }
-      a->step = std::stoll(v);
-    } else if (s == "--out") {
-      DT_RETURN_IF_ERROR(value(&a->out));
-    } else if (s == "--format") {
-      DT_RETURN_IF_ERROR(value(&a->format));
-      if (a->format != "safetensors" && a->format != "hf") {
-        return Status::InvalidArgument("ckpt: --format '" + a->format + "' (expected safetensors or hf)");
-      }
-    } else if (s.rfind("-", 0) == 0) {
-      return Status::InvalidArgument("ckpt: unknown flag '" + s + "'\n" + kCkptUsage);
-    } else {
-      pos.push_back(s);
-    }
+std::string CheckStep(const std::string& v) {
+  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 18) {
+    return "expects a step number, got '" + v + "'";
   }
-  if (pos.size() != 2) return Status::InvalidArgument(std::string("ckpt: expected a command and a URL\n") + kCkptUsage);
-  a->verb = pos[0];
-  a->url = pos[1];
-  if (a->verb != "list" && a->verb != "verify" && a->verb != "inspect" && a->verb != "export") {
-    return Status::InvalidArgument("ckpt: unknown command '" + a->verb + "'\n" + kCkptUsage);
-  }
-  if (a->verb == "export" && a->out.empty()) return Status::InvalidArgument("ckpt export: --out FILE is required");
-  return Status::OK();
+  return "";
 }
 
 std::string Created(int64_t unix_ms) {
@@ -189,13 +146,54 @@ Status Export(const runtime::LoadedCheckpoint& ck, const std::string& out, const
 
 }  // namespace
 
-Status RunCkpt(const std::vector<std::string>& args) {
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::fputs(kCkptUsage, stdout);
-    return Status::OK();
+CLI::App* AddCkptCommand(CLI::App* parent, CkptArgs* a) {
+  *a = CkptArgs();
+  CLI::App* ckpt = parent->add_subcommand("ckpt", "look into checkpoints; export the weights as safetensors");
+  ckpt->footer(std::string(kCkptFooter) + "\nexample: dtrain ckpt verify runs/x/checkpoints\n");
+  struct Verb {
+    const char* name;
+    const char* help;
+    const char* example;
+  };
+  const Verb verbs[] = {
+      {"list", "step directories: valid (manifest present) or partial, size", "dtrain ckpt list runs/x/checkpoints"},
+      {"verify", "check every file's size and CRC32C (all checkpoints, or step N)",
+       "dtrain ckpt verify s3://bucket/run1 --step 200"},
+      {"inspect", "print the manifest of the newest valid checkpoint (or step N)",
+       "dtrain ckpt inspect runs/x/checkpoints"},
+      {"export", "write the parameters as safetensors (loads in PyTorch / Hugging Face)",
+       "dtrain ckpt export runs/x/checkpoints --out model.safetensors"},
+  };
+  for (const Verb& v : verbs) {
+    CLI::App* app = ckpt->add_subcommand(v.name, v.help);
+    app->footer(std::string(kCkptFooter) + "\nexample: " + v.example + "\n");
+    app->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    const std::string verb = v.name;
+    app->preparse_callback([a, verb](size_t) { a->verb = verb; });
+    app->add_option("URL", a->url, "file:///dir, a directory, or s3://bucket/prefix");
+    if (verb != "list") {
+      app->add_option("--step", a->step, "that step instead of the newest valid checkpoint")
+          ->type_name("N")
+          ->check(CheckStep);
+    }
+    if (verb == "export") {
+      app->add_option("--out", a->out, "the safetensors file to write, or with --format hf a directory (required)")
+          ->type_name("PATH");
+      app->add_option("--format", a->format,
+                      "safetensors (default; dtrain's names), or hf: a Hugging Face GPT-2 directory (config.json + "
+                      "model.safetensors) that transformers' from_pretrained loads")
+          ->type_name("safetensors|hf")
+          ->check(OneOf({"safetensors", "hf"}));
+    }
+    app->callback([a, verb] {
+      if (a->url.empty()) FailParse("missing URL (usage: dtrain ckpt " + verb + " URL)");
+      if (verb == "export" && a->out.empty()) FailParse("--out FILE is required");
+    });
   }
-  CkptArgs a;
-  DT_RETURN_IF_ERROR(Parse(args, &a));
+  return ckpt;
+}
+
+Status RunCkpt(const CkptArgs& a) {
   std::unique_ptr<runtime::CheckpointManager> m;
   DT_RETURN_IF_ERROR(runtime::CheckpointManager::OpenExisting(a.url, {}, &m));  // read-only: creates nothing
   if (a.verb == "list") return List(m.get());

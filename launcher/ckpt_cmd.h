@@ -5,18 +5,34 @@
 //   dtrain ckpt verify URL [--step N]         reads every file and checks sizes and CRC32C; DataLoss
 //                                             (exit 2) naming each bad checkpoint
 //   dtrain ckpt inspect URL [--step N]        the manifest of the newest valid checkpoint (or step N)
-//   dtrain ckpt export URL --out FILE [--step N] [--format safetensors]
-//                                             the parameters as safetensors (PyTorch / Hugging Face)
+//   dtrain ckpt export URL --out PATH [--step N] [--format safetensors|hf]
+//                                             the parameters as safetensors (PyTorch), or (hf, GPT-2) a
+//                                             Hugging Face model directory (runtime/checkpoint/hf_export.h)
 // URL: file:///dir, a directory, or s3://bucket/prefix (credentials from AWS_* variables).
 // Output goes to stdout.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace dtrain::launcher {
 
-Status RunCkpt(const std::vector<std::string>& args);
+struct CkptArgs {
+  std::string verb;  // list | verify | inspect | export
+  std::string url, out, format = "safetensors";
+  int64_t step = -1;  // -1: newest valid
+};
+
+// Registers `ckpt` and its verbs (each with its own flags) on `parent` (launcher/cli_parse.h);
+// *out must outlive `parent`. Returns the `ckpt` group.
+CLI::App* AddCkptCommand(CLI::App* parent, CkptArgs* out);
+
+Status RunCkpt(const CkptArgs& args);
 
 }  // namespace dtrain::launcher

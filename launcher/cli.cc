@@ -1,5 +1,6 @@
 #include "launcher/cli.h"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -7,6 +8,9 @@
 #include "core/status.h"
 #include "launcher/bench_cmd.h"
 #include "launcher/ckpt_cmd.h"
+#include "launcher/cli_parse.h"
+#include "launcher/completion.h"
+#include "launcher/config_cmd.h"
 #include "launcher/data_cmd.h"
 #include "launcher/doctor_cmd.h"
 #include "launcher/exit_codes.h"
@@ -15,78 +19,113 @@
 #include "launcher/report_cmd.h"
 #include "launcher/train_cmd.h"
 
+namespace dtrain::launcher {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: dtrain <command> [args]\n"
+constexpr const char* kFooter =
+    "`dtrain <command> --help` shows a command's flags; `dtrain completion bash` prints a bash completion\n"
+    "script. Exit codes: 0 done, 1 failure, 2 usage/config/data error, 75 preempted (requeue), 128+N signal N.\n"
+    "Docs: README.md, docs/architecture.md\n"
     "\n"
-    "commands:\n"
-    "  launch [options] CONFIG [--set k=v ...]  start one worker per GPU (or CPU rank) across nodes and supervise "
-    "them\n"
-    "  train CONFIG [--set k=v ...]            run one worker (what `launch` starts; also under mpirun/srun)\n"
-    "  doctor                                  check driver, CUDA, cuBLAS, cuDNN, NCCL, MPI and the GPUs\n"
-    "  bench allreduce [options]               all-reduce bandwidth, nccl-tests style (under mpirun -np N)\n"
-    "  ckpt list|verify|inspect|export URL     look into checkpoints; export the weights as safetensors\n"
-    "  data convert-*|inspect|verify           make and check sharded datasets (docs/data_format.md)\n"
-    "  report RUN_DIR [--price P]              run summary: wall time, GPU-hours, cost, restarts, recompute\n"
-    "  rank-exec PROGRAM [ARGS...]             (what `launch` runs under mpirun) run one rank, report its end\n"
-    "  version                                 print the version\n"
-    "\n"
-    "`dtrain <command> --help` shows a command's options. Docs: README.md, docs/architecture.md\n";
+    "example: dtrain launch --nproc-per-node 2 configs/fashion_mnist_mlp.yaml\n";
 
-int ExitCodeFor(const dtrain::Status& st) {
-  using Code = dtrain::Status::Code;
+int ExitCodeFor(const Status& st) {
   switch (st.code()) {
-    case Code::kOk:
-      return 0;
-    case Code::kInvalidArgument:
-    case Code::kNotFound:
-    case Code::kDataLoss:
-      return dtrain::launcher::kExitUsage;  // bad input: a restart would not fix it
-    case Code::kPreempted:
-      return dtrain::launcher::kExitPreempted;
+    case Status::Code::kOk:
+      return kExitOk;
+    case Status::Code::kInvalidArgument:
+    case Status::Code::kNotFound:
+    case Status::Code::kDataLoss:
+      return kExitUsage;  // bad input: a restart would not fix it
+    case Status::Code::kPreempted:
+      return kExitPreempted;
     default:
-      return dtrain::launcher::kExitFailure;
+      return kExitFailure;
   }
 }
 
-int Report(const dtrain::Status& st) {
+int Report(const Status& st) {
   if (!st.ok()) std::fprintf(stderr, "dtrain: error: %s\n", st.ToString().c_str());
   return ExitCodeFor(st);
 }
 
+int PrintText(const std::string& text) {
+  std::fputs(text.c_str(), stdout);
+  return kExitOk;
+}
+
+// Every command's parsed arguments; the CLI11 tree below writes into them.
+struct CommandArgs {
+  LaunchOptions launch;
+  TrainArgs train;
+  AllReduceBenchArgs bench;
+  CkptArgs ckpt;
+  DataArgs data;
+  ReportArgs report;
+  ConfigShowArgs config;
+  bool version = false;
+};
+
 }  // namespace
 
-namespace dtrain::launcher {
-
 int Main(int argc, char** argv) {
+  CommandArgs a;
+  CLI::App root("data-parallel training across GPUs and nodes", "dtrain");
+  root.allow_extras();  // inherited by every subcommand: ParseWithCli names unknown words itself
+  root.footer(kFooter);
+  root.add_flag("--version", a.version, "print the version");
+  CLI::App* launch = AddLaunchCommand(&root, &a.launch);
+  CLI::App* train = AddTrainCommand(&root, &a.train);
+  CLI::App* doctor = AddDoctorCommand(&root);
+  CLI::App* bench = AddBenchCommand(&root, &a.bench);
+  CLI::App* ckpt = AddCkptCommand(&root, &a.ckpt);
+  CLI::App* data = AddDataCommand(&root, &a.data);
+  CLI::App* report = AddReportCommand(&root, &a.report);
+  CLI::App* config = AddConfigCommand(&root, &a.config);
+  CLI::App* rank_exec =
+      root.add_subcommand("rank-exec", "(what `launch` runs under mpirun) run one rank, report how it ended");
+  rank_exec->prefix_command();  // PROGRAM and everything after it pass through untouched
+  rank_exec->footer("usage: dtrain rank-exec PROGRAM [ARGS...]\n\nexample: dtrain rank-exec dtrain train c.yaml\n");
+  CLI::App* completion = root.add_subcommand("completion", "print a shell completion script");
+  completion->footer("example: source <(dtrain completion bash)\n");
+  CLI::App* completion_bash = completion->add_subcommand("bash", "the bash completion script");
+  completion_bash->footer("example: source <(dtrain completion bash)\n");
+  CLI::App* version = root.add_subcommand("version", "print the version");
+  version->footer("example: dtrain version\n");
+  CLI::App* help = root.add_subcommand("help", "print this text");
+  help->footer("example: dtrain help\n");
+  const std::string usage = root.help();
+
   if (argc < 2) {
-    std::fputs(kUsage, stderr);
-    return dtrain::launcher::kExitUsage;
+    std::fputs(usage.c_str(), stderr);
+    return kExitUsage;
   }
-  const std::string cmd = argv[1];
-  std::vector<std::string> args(argv + 2, argv + argc);
-  if (cmd == "launch") return dtrain::launcher::RunLaunch(args);
-  if (cmd == "train") return Report(dtrain::launcher::RunTrain(&argc, &argv, args));
-  if (cmd == "doctor") return Report(dtrain::launcher::RunDoctor(args));
-  if (cmd == "bench") return Report(dtrain::launcher::RunBench(&argc, &argv, args));
-  if (cmd == "ckpt") return Report(dtrain::launcher::RunCkpt(args));
-  if (cmd == "data") return Report(dtrain::launcher::RunData(args));
-  if (cmd == "report") return Report(dtrain::launcher::RunReport(args));
-  if (cmd == "rank-exec") return dtrain::launcher::RunRankExec(args);
-  if (cmd == "version" || cmd == "--version") {
-    std::printf("dtrain %s\n", DTRAIN_VERSION);
-    return 0;
+  ParseResult parsed;
+  const Status st = ParseWithCli(&root, std::vector<std::string>(argv + 1, argv + argc), &parsed);
+  if (!st.ok()) {
+    std::fprintf(stderr, "dtrain%s%s: error: %s\n", parsed.command.empty() ? "" : " ", parsed.command.c_str(),
+                 st.message().c_str());
+    return kExitUsage;
   }
-  if (cmd == "help" || cmd == "--help" || cmd == "-h") {
-    std::fputs(kUsage, stdout);
-    return 0;
+  if (parsed.help) return PrintText(parsed.help_text);
+  if (a.version || version->parsed()) return PrintText(std::string("dtrain ") + DTRAIN_VERSION + "\n");
+  if (help->parsed()) return PrintText(usage);
+  if (launch->parsed()) return LaunchWith(a.launch);
+  if (train->parsed()) return Report(RunTrain(&argc, &argv, a.train));
+  if (doctor->parsed()) return Report(RunDoctor());
+  if (bench->parsed()) return Report(RunAllreduceBench(&argc, &argv, a.bench));
+  if (ckpt->parsed()) return Report(RunCkpt(a.ckpt));
+  if (data->parsed()) return Report(RunDataCommand(a.data));
+  if (report->parsed()) return Report(RunReport(a.report));
+  if (rank_exec->parsed()) return RunRankExec(rank_exec->remaining());
+  if (config->parsed()) {
+    std::string yaml;
+    const Status show = ShowConfig(a.config, &yaml);
+    return show.ok() ? PrintText(yaml) : Report(show);
   }
-  std::fprintf(stderr,
-               "dtrain: error: unknown command '%s' (expected launch, train, doctor, bench, ckpt, data, report, "
-               "rank-exec, version)\n%s",
-               cmd.c_str(), kUsage);
-  return dtrain::launcher::kExitUsage;
+  if (completion_bash->parsed()) return PrintText(BashCompletionScript(&root));
+  std::fputs(usage.c_str(), stderr);  // not reached: ParseWithCli requires a command
+  return kExitUsage;
 }
 
 }  // namespace dtrain::launcher

@@ -1,5 +1,8 @@
 #pragma once
-// The dtrain command line as a function: `dtrain launch|train|doctor|bench|ckpt|data|report|version`.
+// The dtrain command line as a function: `dtrain launch|train|doctor|bench|ckpt|data|report|config|
+// rank-exec|completion|version`. One CLI11 tree holds every subcommand's flags (each *_cmd.h adds its
+// own; launcher/cli_parse.h), so `--help`/`-h` works on every (sub)command (exit 0) and every parse
+// error is one "dtrain <command>: error: ..." line naming the flag (exit 2).
 // launcher/main.cc is `return dtrain::launcher::Main(argc, argv);`, and so is a program of your own
 // that registers custom models first (runtime/train/model_factory.h, examples/custom_model/):
 //
@@ -14,8 +17,8 @@
 //
 // Main is the only place a Status becomes a process exit code (launcher/exit_codes.h): 0 done,
 // 1 failure, 2 usage/config/data error, 75 preempted (checkpoint saved), 128+N killed by signal N.
-// Errors are printed to stderr as one "dtrain: error: ..." line. argc/argv are handed to MPI_Init
-// by `train` and `bench`. Call it once per process, from the main thread.
+// Errors of a command that ran are printed to stderr as one "dtrain: error: ..." line. argc/argv are
+// handed to MPI_Init by `train` and `bench`, as the process got them. Call it once per process, from the main thread.
 
 namespace dtrain::launcher {
 

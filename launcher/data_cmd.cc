@@ -1,5 +1,6 @@
 #include "launcher/data_cmd.h"
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -9,82 +10,12 @@
 #include "data/convert.h"
 #include "data/dataset.h"
 #include "data/fashion_mnist.h"
+#include "data/import_tokens.h"
 #include "data/loader.h"
+#include "launcher/cli_parse.h"
 
 namespace dtrain::launcher {
 namespace {
-
-constexpr const char* kDataUsage =
-    "usage: dtrain data <command> [options]\n"
-    "  convert-fashion-mnist --src DIR --out DIR [--samples-per-shard N] [--split train|t10k|all]\n"
-    "                        Fashion-MNIST IDX (.gz) -> OUT/train, OUT/t10k (default --src "
-    "/usr/share/datasets/fashion-mnist)\n"
-    "  convert-text --out DIR [--dtype uint16|uint32] [--seq-len L] [--samples-per-shard N] [--overwrite] FILES...\n"
-    "                        byte-level tokens, records of L+1 tokens (default L 1024, uint16); a non-empty\n"
-    "                        --out is refused unless --overwrite (which replaces the dataset there)\n"
-    "  inspect DIR           print the manifest\n"
-    "  verify DIR            check every shard's size and CRC32C\n"
-    "  bench DIR [--threads N] [--batch B] [--batches K] [--prefetch P] [--device cpu|cuda]\n"
-    "                        loader throughput (samples/s) on this dataset (bench/loader.sh)\n";
-
-struct DataArgs {
-  std::string verb, src = data::kFashionMnistDir, out, split = "all", dtype = "uint16", device = "cpu";
-  int64_t samples_per_shard = -1, seq_len = 1024, threads = 4, batch = 256, batches = 200, prefetch = 4;
-  bool overwrite = false;
-  std::vector<std::string> pos;
-};
-
-Status ParseInt(const std::string& flag, const std::string& v, int64_t* out) {
-  if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos || std::stoll(v) < 1) {
-    return Status::InvalidArgument("data: " + flag + " expects a positive integer, got '" + v + "'");
-  }
-  *out = std::stoll(v);
-  return Status::OK();
-}
-
-Status Parse(const std::vector<std::string>& args, DataArgs* a) {
-  if (args.empty()) return Status::InvalidArgument(std::string("data: expected a command\n") + kDataUsage);
-  a->verb = args[0];
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& s = args[i];
-    if (s.rfind("--", 0) != 0) {
-      a->pos.push_back(s);
-      continue;
-    }
-    if (s == "--overwrite") {  // the one flag without a value
-      a->overwrite = true;
-      continue;
-    }
-    if (i + 1 == args.size()) return Status::InvalidArgument("data: " + s + " needs a value");
-    const std::string& v = args[++i];
-    if (s == "--src") {
-      a->src = v;
-    } else if (s == "--out") {
-      a->out = v;
-    } else if (s == "--split") {
-      a->split = v;
-    } else if (s == "--dtype") {
-      a->dtype = v;
-    } else if (s == "--samples-per-shard") {
-      DT_RETURN_IF_ERROR(ParseInt(s, v, &a->samples_per_shard));
-    } else if (s == "--seq-len") {
-      DT_RETURN_IF_ERROR(ParseInt(s, v, &a->seq_len));
-    } else if (s == "--threads") {
-      DT_RETURN_IF_ERROR(ParseInt(s, v, &a->threads));
-    } else if (s == "--batch") {
-      DT_RETURN_IF_ERROR(ParseInt(s, v, &a->batch));
-    } else if (s == "--batches") {
-      DT_RETURN_IF_ERROR(ParseInt(s, v, &a->batches));
-    } else if (s == "--prefetch") {
-      DT_RETURN_IF_ERROR(ParseInt(s, v, &a->prefetch));
-    } else if (s == "--device") {
-      a->device = v;
-    } else {
-      return Status::InvalidArgument("data: unknown flag '" + s + "'\n" + kDataUsage);
-    }
-  }
-  return Status::OK();
-}
 
 Status ConvertFashion(const DataArgs& a) {
   DT_CHECK_ARG(!a.out.empty(), "data convert-fashion-mnist: --out DIR is required");
@@ -121,6 +52,24 @@ Status ConvertText(const DataArgs& a) {
   return Status::OK();
 }
 
+Status ImportTokens(const DataArgs& a) {
+  DT_CHECK_ARG(!a.out.empty(), "data import-tokens: --out DIR is required");
+  DT_CHECK_ARG(!a.pos.empty(), "data import-tokens: no input FILES");
+  data::ImportTokensOptions o;
+  o.format = a.format;
+  o.seq_len = a.seq_len;
+  o.vocab_size = a.vocab_size;
+  o.overwrite = a.overwrite;
+  if (a.samples_per_shard > 0) o.samples_per_shard = a.samples_per_shard;
+  int64_t dropped = 0;
+  proto::DatasetManifest m;
+  DT_RETURN_IF_ERROR(data::ImportTokens(a.pos, a.out, o, &dropped, &m));
+  std::printf("%s: %llu records of %lld tokens (vocab %lld) in %d shards (%lld tail tokens dropped)\n", a.out.c_str(),
+              static_cast<unsigned long long>(m.total_samples()), static_cast<long long>(a.seq_len + 1),
+              static_cast<long long>(a.vocab_size), m.shards_size(), static_cast<long long>(dropped));
+  return Status::OK();
+}
+
 // Loader alone: `batches` batches after 10 warm-up ones; on CUDA each batch ends in device memory
 // and the compute stream is synchronized at the end (the copies are part of the time).
 Status Bench(const DataArgs& a) {
@@ -154,18 +103,96 @@ Status Bench(const DataArgs& a) {
 
 }  // namespace
 
+CLI::App* AddDataCommand(CLI::App* parent, DataArgs* a) {
+  *a = DataArgs();
+  CLI::App* data = parent->add_subcommand("data", "make and check sharded datasets (docs/data_format.md)");
+  data->footer("example: dtrain data verify data/fmnist/train\n");
+  auto verb = [data, a](const char* name, const char* help, const char* example) {
+    CLI::App* app = data->add_subcommand(name, help);
+    app->footer(std::string("example: ") + example + "\n");
+    app->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    const std::string v = name;
+    app->preparse_callback([a, v](size_t) { a->verb = v; });
+    return app;
+  };
+  auto count = [](CLI::App* app, const char* flag, int64_t* target, const char* help) {
+    app->add_option(flag, *target, help)->type_name("N")->check(PositiveInt());
+  };
+
+  CLI::App* fm = verb("convert-fashion-mnist", "Fashion-MNIST IDX (.gz) -> OUT/train, OUT/t10k",
+                      "dtrain data convert-fashion-mnist --out data/fmnist --samples-per-shard 5000");
+  fm->add_option("--src", a->src, "directory of the IDX files (default /usr/share/datasets/fashion-mnist)")
+      ->type_name("DIR");
+  fm->add_option("--out", a->out, "output directory (required)")->type_name("DIR");
+  count(fm, "--samples-per-shard", &a->samples_per_shard, "samples per shard (default 10000)");
+  fm->add_option("--split", a->split, "which split (default all)")
+      ->type_name("train|t10k|all")
+      ->check(OneOf({"train", "t10k", "all"}));
+
+  CLI::App* text = verb("convert-text", "byte-level tokens of FILES, records of L+1 tokens",
+                        "dtrain data convert-text --out data/tokens --seq-len 256 corpus/*.txt");
+  text->add_option("--out", a->out, "output directory (required)")->type_name("DIR");
+  text->add_option("--dtype", a->dtype, "token type (default uint16)")
+      ->type_name("uint16|uint32")
+      ->check(OneOf({"uint16", "uint32"}));
+  count(text, "--seq-len", &a->seq_len, "tokens per record minus one (default 1024)");
+  count(text, "--samples-per-shard", &a->samples_per_shard, "records per shard");
+  text->add_flag("--overwrite", a->overwrite,
+                 "replace the dataset already in --out (else a non-empty --out is refused)");
+  text->add_option("FILES", a->pos, "input text files");
+
+  CLI::App* imp = verb("import-tokens",
+                       "token files of nanoGPT (raw uint16) or llm.c (.bin shards) -> a token dataset, records of L+1",
+                       "dtrain data import-tokens --out data/owt --seq-len 1024 owt/train.bin");
+  imp->add_option("--out", a->out, "output directory (required)")->type_name("DIR");
+  imp->add_option("--format", a->format, "input format (default auto: llm.c when its header is there, else raw)")
+      ->type_name("auto|raw|llmc")
+      ->check(OneOf({"auto", "raw", "llmc"}));
+  count(imp, "--seq-len", &a->seq_len, "tokens per record minus one (default 1024)");
+  count(imp, "--vocab-size", &a->vocab_size, "every token must be below it (default 50257, GPT-2's BPE)");
+  count(imp, "--samples-per-shard", &a->samples_per_shard, "records per shard");
+  imp->add_flag("--overwrite", a->overwrite,
+                "replace the dataset already in --out (else a non-empty --out is refused)");
+  imp->add_option("FILES", a->pos, "token files, read in order as one stream");
+
+  verb("inspect", "print the manifest", "dtrain data inspect data/fmnist/train")
+      ->add_option("DIR", a->pos, "a dataset directory");
+  verb("verify", "check every shard's size and CRC32C", "dtrain data verify data/fmnist/train")
+      ->add_option("DIR", a->pos, "a dataset directory");
+
+  CLI::App* bench = verb("bench", "loader throughput (samples/s) on this dataset (bench/loader.sh)",
+                         "dtrain data bench data/fmnist/train --threads 8 --batch 512");
+  bench->add_option("DIR", a->pos, "a dataset directory");
+  count(bench, "--threads", &a->threads, "reader threads (default 4)");
+  count(bench, "--batch", &a->batch, "batch size (default 256)");
+  count(bench, "--batches", &a->batches, "timed batches (default 200)");
+  count(bench, "--prefetch", &a->prefetch, "batches in flight (default 4)");
+  bench->add_option("--device", a->device, "where batches end (default cpu)")
+      ->type_name("cpu|cuda")
+      ->check(OneOf({"cpu", "cuda"}));
+  return data;
+}
+
 Status RunData(const std::vector<std::string>& args) {
-  if (!args.empty() && (args[0] == "--help" || args[0] == "-h" || args[0] == "help")) {
-    std::fputs(kDataUsage, stdout);
+  DataArgs a;
+  std::vector<std::string> words = {"data"};
+  words.insert(words.end(), args.begin(), args.end());
+  ParseResult r;
+  DT_RETURN_IF_ERROR(ParseWithCli([&a](CLI::App* root) { AddDataCommand(root, &a); }, words, &r));
+  if (r.help) {
+    std::fputs(r.help_text.c_str(), stdout);
     return Status::OK();
   }
-  DataArgs a;
-  DT_RETURN_IF_ERROR(Parse(args, &a));
+  return RunDataCommand(a);
+}
+
+Status RunDataCommand(const DataArgs& a) {
   if (a.verb == "convert-fashion-mnist") return ConvertFashion(a);
   if (a.verb == "convert-text") return ConvertText(a);
+  if (a.verb == "import-tokens") return ImportTokens(a);
   if (a.verb == "bench") return Bench(a);
   if (a.verb != "inspect" && a.verb != "verify") {
-    return Status::InvalidArgument("data: unknown command '" + a.verb + "'\n" + kDataUsage);
+    return Status::InvalidArgument("data: unknown command '" + a.verb + "'");
   }
   DT_CHECK_ARG(a.pos.size() == 1, "data " << a.verb << ": expected one dataset DIR");
   std::unique_ptr<data::Dataset> ds;

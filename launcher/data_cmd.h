@@ -11,13 +11,36 @@
 //       the loader's samples/s alone (bench/loader.sh compares it with PyTorch's DataLoader)
 // Output goes to stdout.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "data/fashion_mnist.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace dtrain::launcher {
 
+struct DataArgs {
+  std::string verb, src = data::kFashionMnistDir, out, split = "all", dtype = "uint16", device = "cpu";
+  std::string format = "auto";  // import-tokens
+  int64_t samples_per_shard = -1, seq_len = 1024, threads = 4, batch = 256, batches = 200, prefetch = 4;
+  int64_t vocab_size = 50257;    // import-tokens
+  bool overwrite = false;        // convert-text, import-tokens: replace a dataset already in --out
+  std::vector<std::string> pos;  // FILES of convert-text/import-tokens, DIR of inspect/verify/bench
+};
+
+// Registers `data` and its verbs (each with its own flags) on `parent` (launcher/cli_parse.h);
+// *out must outlive `parent`. Returns the `data` group.
+CLI::App* AddDataCommand(CLI::App* parent, DataArgs* out);
+
+// Runs the parsed command.
+Status RunDataCommand(const DataArgs& args);
+
+// Parses the words after `data` as AddDataCommand does, then runs them; --help prints the help.
 Status RunData(const std::vector<std::string>& args);
 
 }  // namespace dtrain::launcher

@@ -1,5 +1,6 @@
 #include "launcher/doctor_cmd.h"
 
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -76,9 +77,13 @@ void Line(const char* what, const std::string& value) { std::printf("  %-22s %s\
 
 }  // namespace
 
-Status RunDoctor(const std::vector<std::string>& args) {
-  if (!args.empty())
-    return Status::InvalidArgument("doctor: unexpected argument '" + args[0] + "' (usage: dtrain doctor)");
+CLI::App* AddDoctorCommand(CLI::App* parent) {
+  CLI::App* app = parent->add_subcommand("doctor", "check driver, CUDA, cuBLAS, cuDNN, NCCL, MPI and the GPUs");
+  app->footer("example: dtrain doctor\n");
+  return app;
+}
+
+Status RunDoctor() {
   std::printf("dtrain doctor\n");
   bool broken = false;
 #if DT_HAVE_MPI

@@ -5,13 +5,17 @@
 // Returns non-OK only when something present is broken (a GPU that computes wrong results, a
 // driver older than the runtime).
 
-#include <string>
-#include <vector>
-
 #include "core/status.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace dtrain::launcher {
 
-Status RunDoctor(const std::vector<std::string>& args);
+// Registers `doctor` (no flags) on `parent` (launcher/cli_parse.h).
+CLI::App* AddDoctorCommand(CLI::App* parent);
+
+Status RunDoctor();
 
 }  // namespace dtrain::launcher

@@ -25,7 +25,7 @@ namespace dtrain::launcher {
 namespace {
 
 int UsageError(const Status& st) {
-  std::fprintf(stderr, "dtrain launch: %s\n", st.message().c_str());
+  std::fprintf(stderr, "dtrain launch: error: %s\n", st.message().c_str());
   return kExitUsage;
 }
 
@@ -172,14 +172,19 @@ int Supervise(const LaunchOptions& opts, const LaunchEnv& env) {
 
 int RunLaunch(const std::vector<std::string>& args) {
   LaunchOptions opts;
-  Status st = ParseLaunchArgs(args, &opts);
+  std::string help;
+  const Status st = ParseLaunchArgs(args, &opts, &help);
   if (!st.ok()) return UsageError(st);
   if (opts.help) {
-    std::fputs(LaunchUsage(), stdout);
+    std::fputs(help.c_str(), stdout);
     return kExitOk;
   }
+  return LaunchWith(opts);
+}
+
+int LaunchWith(const LaunchOptions& opts) {
   LaunchEnv env;
-  st = ProbeLaunchEnv(&env);
+  Status st = ProbeLaunchEnv(&env);
   if (!st.ok()) return ExitCodeFor(st);
   LaunchCommand cmd;
   st = BuildLaunchCommand(opts, env, 0, &cmd);

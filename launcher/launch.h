@@ -30,10 +30,16 @@
 #include <string>
 #include <vector>
 
+#include "launcher/launch_options.h"
+
 namespace dtrain::launcher {
 
-// Runs `dtrain launch` with the arguments after "launch"; returns the process exit code. The one
-// place besides main() that turns Status into an exit code (usage errors: one line on stderr, 2).
+// Runs `dtrain launch` with parsed options; returns the process exit code. The one place besides
+// main() that turns Status into an exit code (usage errors: one line on stderr, 2).
+int LaunchWith(const LaunchOptions& opts);
+
+// Parses the arguments after "launch" (launcher/launch_options.h), then as above; --help prints the
+// help to stdout (exit 0), a parse error one `dtrain launch: error: ...` line to stderr (exit 2).
 int RunLaunch(const std::vector<std::string>& args);
 
 }  // namespace dtrain::launcher

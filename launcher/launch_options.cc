@@ -1,56 +1,36 @@
 #include "launcher/launch_options.h"
 
-#include "core/check.h"
+#include <CLI/CLI.hpp>
+
+#include "launcher/cli_parse.h"
 #include "launcher/hostfile.h"
 
 namespace dtrain::launcher {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: dtrain launch [options] CONFIG [--set key=value ...]\n"
-    "\n"
+constexpr const char* kFooter =
     "Starts one `dtrain train CONFIG` worker per GPU (or CPU rank) on every node through mpirun\n"
     "(or srun inside a Slurm allocation), supervises them, names the rank that failed first and\n"
     "exits with its code (0 done, 2 usage error, 75 preempted: requeue, 128+S killed by signal S).\n"
-    "\n"
-    "options:\n"
-    "  --nproc-per-node N|gpu|cpu|auto  workers per node: gpu = visible GPUs, cpu = 2,\n"
-    "                                   auto = visible GPUs if any, else 2 (default auto;\n"
-    "                                   with hosts and no explicit N/gpu: each host's slots)\n"
-    "  --nnodes N                       nodes to use (the first N hosts; under Slurm: srun --nodes)\n"
-    "  --hosts a:8,b:8                  hosts and their process counts\n"
-    "  --hostfile F                     Open MPI / DeepSpeed hostfile: `host slots=N` per line\n"
-    "  --max-restarts K                 restart the whole job up to K times after a failure,\n"
-    "                                   with DTRAIN_RESTART_COUNT=1..K (default 0; never on 2 or 75)\n"
-    "  --log-dir D                      write each rank's complete output to D/rank-N.log\n"
-    "  --grace-seconds S                after a failure or a signal, wait S seconds before\n"
-    "                                   SIGTERM, then S more before SIGKILL (default 10)\n"
-    "  --backend auto|mpirun|srun       process manager (auto: srun when SLURM_JOB_ID is set and no\n"
-    "                                   hosts are given, else mpirun)\n"
-    "  --mpirun-arg X                   pass X to mpirun (or srun); repeatable\n"
-    "  --resume auto|never|STEP         where workers resume from (= --set checkpoint.resume=...;\n"
-    "                                   default auto: the newest valid checkpoint)\n"
-    "  --dry-run                        print the command that would run and exit\n"
-    "  --help                           this text\n"
-    "\n"
     "Console: rank 0's output plus WARN/ERROR lines of every rank. SIGUSR1 and SIGTERM reach every\n"
-    "rank (checkpoint and exit 75; SIGTERM stops the job after the grace period); SIGINT stops it.\n";
+    "rank (checkpoint and exit 75; SIGTERM stops the job after the grace period); SIGINT stops it.\n"
+    "\n"
+    "example: dtrain launch --nproc-per-node 2 --max-restarts 3 configs/fashion_mnist_mlp.yaml --set optim.lr=0.05\n";
 
-bool ParseNonNegativeInt(const std::string& text, int* out) {
-  if (text == "0") {
-    *out = 0;
-    return true;
-  }
-  return ParsePositiveInt(text, out);
+std::string CheckNproc(const std::string& v) {
+  if (v == "gpu" || v == "cpu" || v == "auto" || PositiveInt()(v).empty()) return "";
+  return "expected a positive integer or gpu|cpu|auto, got '" + v + "'";
 }
 
-Status BadValue(const std::string& flag, const std::string& value, const std::string& expected) {
-  return Status::InvalidArgument(flag + ": expected " + expected + ", got '" + value + "'");
+std::string CheckHosts(const std::string& v) {
+  std::vector<HostSlots> hosts;
+  const Status st = ParseHostList(v, &hosts);
+  return st.ok() ? "" : st.message();
 }
+
+std::string CheckNotEmpty(const std::string& v) { return v.empty() ? "empty path" : ""; }
 
 }  // namespace
-
-const char* LaunchUsage() { return kUsage; }
 
 const char* BackendName(Backend backend) {
   switch (backend) {
@@ -64,92 +44,88 @@ const char* BackendName(Backend backend) {
   return "?";
 }
 
-Status ParseLaunchArgs(const std::vector<std::string>& args, LaunchOptions* out) {
-  *out = LaunchOptions();
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i];
-    std::string value;
-    bool has_inline_value = false;
-    if (flag.rfind("--", 0) == 0) {
-      const auto eq = flag.find('=');
-      if (eq != std::string::npos) {
-        value = flag.substr(eq + 1);
-        flag = flag.substr(0, eq);
-        has_inline_value = true;
-      }
-    } else {
-      if (!out->config.empty()) {
-        return Status::InvalidArgument("unexpected argument '" + flag + "' (CONFIG is already '" + out->config +
-                                       "'; overrides go as --set key=value)");
-      }
-      out->config = flag;
-      continue;
-    }
-    // Flags without a value.
-    if (flag == "--help" || flag == "--dry-run") {
-      if (has_inline_value) return Status::InvalidArgument(flag + ": takes no value");
-      (flag == "--help" ? out->help : out->dry_run) = true;
-      continue;
-    }
-    static const char* const kValued[] = {"--nproc-per-node", "--nnodes",  "--hosts",         "--hostfile",
-                                          "--max-restarts",   "--log-dir", "--grace-seconds", "--backend",
-                                          "--mpirun-arg",     "--set",     "--resume"};
-    bool known = false;
-    for (const char* k : kValued) known = known || flag == k;
-    if (!known) return Status::InvalidArgument("unknown flag '" + flag + "' (see `dtrain launch --help`)");
-    if (!has_inline_value) {
-      if (i + 1 >= args.size()) return Status::InvalidArgument(flag + ": missing value");
-      value = args[++i];
-    }
-    if (flag == "--nproc-per-node") {
-      int n = 0;
-      if (value != "gpu" && value != "cpu" && value != "auto" && !ParsePositiveInt(value, &n)) {
-        return BadValue(flag, value, "a positive integer or gpu|cpu|auto");
-      }
-      out->nproc_per_node = value;
-      out->nproc_given = true;
-    } else if (flag == "--nnodes") {
-      if (!ParsePositiveInt(value, &out->nnodes)) return BadValue(flag, value, "a positive integer");
-    } else if (flag == "--hosts") {
-      std::vector<HostSlots> hosts;
-      DT_RETURN_IF_ERROR(ParseHostList(value, &hosts));
-      out->hosts = value;
-    } else if (flag == "--hostfile") {
-      if (value.empty()) return Status::InvalidArgument("--hostfile: empty path");
-      out->hostfile = value;
-    } else if (flag == "--max-restarts") {
-      if (!ParseNonNegativeInt(value, &out->max_restarts)) return BadValue(flag, value, "a non-negative integer");
-    } else if (flag == "--log-dir") {
-      if (value.empty()) return Status::InvalidArgument("--log-dir: empty path");
-      out->log_dir = value;
-    } else if (flag == "--grace-seconds") {
-      if (!ParseNonNegativeInt(value, &out->grace_seconds)) return BadValue(flag, value, "a non-negative integer");
-    } else if (flag == "--backend") {
-      if (value == "auto")
-        out->backend = Backend::kAuto;
-      else if (value == "mpirun")
-        out->backend = Backend::kMpirun;
-      else if (value == "srun")
-        out->backend = Backend::kSrun;
-      else
-        return BadValue(flag, value, "auto|mpirun|srun");
-    } else if (flag == "--mpirun-arg") {
-      out->backend_args.push_back(value);
-    } else if (flag == "--resume") {  // shorthand for --set checkpoint.resume=VALUE (auto|never|STEP)
-      if (value.empty()) return BadValue(flag, value, "auto|never|a step number");
-      out->sets.push_back("checkpoint.resume=" + value);
-    } else {  // --set
-      const auto eq = value.find('=');
-      if (eq == std::string::npos || eq == 0) return BadValue(flag, value, "key=value");
-      out->sets.push_back(value);
-    }
-  }
-  if (out->help) return Status::OK();
-  if (out->config.empty()) return Status::InvalidArgument("missing CONFIG (usage: dtrain launch [options] CONFIG)");
-  if (!out->hosts.empty() && !out->hostfile.empty()) {
-    return Status::InvalidArgument("--hosts and --hostfile: give one of them, not both");
-  }
-  return Status::OK();
+CLI::App* AddLaunchCommand(CLI::App* parent, LaunchOptions* o) {
+  *o = LaunchOptions();
+  CLI::App* app = parent->add_subcommand(
+      "launch", "start one worker per GPU (or CPU rank) across nodes and supervise them (torchrun-like)");
+  app->footer(kFooter);
+  app->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app->add_option("--nproc-per-node,--nproc_per_node", o->nproc_per_node,
+                  "workers per node: N, gpu (visible GPUs), cpu (2), auto (GPUs if any, else 2; with hosts and "
+                  "no explicit N/gpu: each host's slots) (default auto)")
+      ->type_name("N|gpu|cpu|auto")
+      ->check(CheckNproc);
+  app->add_option("--nnodes", o->nnodes, "nodes to use (the first N hosts; under Slurm: srun --nodes)")
+      ->type_name("N")
+      ->check(PositiveInt());
+  app->add_option("--hosts", o->hosts, "hosts and their process counts")->type_name("a:8,b:8")->check(CheckHosts);
+  app->add_option("--hostfile", o->hostfile, "Open MPI / DeepSpeed hostfile: `host slots=N` per line")
+      ->type_name("F")
+      ->check(CheckNotEmpty);
+  app->add_option("--max-restarts,--max_restarts", o->max_restarts,
+                  "restart the whole job up to K times after a failure, with DTRAIN_RESTART_COUNT=1..K "
+                  "(default 0; never on exit 2 or 75)")
+      ->type_name("K")
+      ->check(NonNegativeInt());
+  app->add_option("--log-dir", o->log_dir, "write each rank's complete output to D/rank-N.log")
+      ->type_name("D")
+      ->check(CheckNotEmpty);
+  app->add_option("--grace-seconds", o->grace_seconds,
+                  "after a failure or a signal, wait S seconds before SIGTERM, then S more before SIGKILL "
+                  "(default 10)")
+      ->type_name("S")
+      ->check(NonNegativeInt());
+  app->add_option_function<std::string>(
+         "--backend",
+         [o](const std::string& v) {
+           o->backend = v == "mpirun" ? Backend::kMpirun : v == "srun" ? Backend::kSrun : Backend::kAuto;
+         },
+         "process manager (auto: srun when SLURM_JOB_ID is set and no hosts are given, else mpirun)")
+      ->type_name("auto|mpirun|srun")
+      ->check(OneOf({"auto", "mpirun", "srun"}));
+  // Repeatable flags append as they are met, so that --set and --resume keep their relative order.
+  app->add_option_function<std::string>(
+         "--mpirun-arg", [o](const std::string& v) { o->backend_args.push_back(v); },
+         "pass X to mpirun (or srun); repeatable")
+      ->type_name("X")
+      ->trigger_on_parse();
+  app->add_option_function<std::string>(
+         "--resume", [o](const std::string& v) { o->sets.push_back("checkpoint.resume=" + v); },
+         "where workers resume from (= --set checkpoint.resume=...; default auto: the newest valid checkpoint)")
+      ->type_name("auto|never|STEP")
+      ->check([](const std::string& v) { return v.empty() ? "expected auto|never|a step number, got ''" : ""; })
+      ->trigger_on_parse();
+  app->add_flag_callback(
+         "--overwrite", [o] { o->sets.push_back("checkpoint.overwrite=true"); },
+         "start over in a run directory that holds checkpoints: move them aside first (= --set "
+         "checkpoint.overwrite=true; without it such a start is refused)")
+      ->trigger_on_parse();
+  app->add_option_function<std::string>(
+         "--set", [o](const std::string& v) { o->sets.push_back(v); }, "override a config key; repeatable")
+      ->type_name("key=value")
+      ->check([](const std::string& v) {
+        const auto eq = v.find('=');
+        return eq == std::string::npos || eq == 0 ? "expected key=value, got '" + v + "'" : std::string();
+      })
+      ->trigger_on_parse();
+  app->add_flag("--dry-run", o->dry_run, "print the command that would run and exit")->disable_flag_override();
+  app->add_option("CONFIG", o->config, "a YAML config (configs/*.yaml)");
+  app->callback([o, app] {
+    o->nproc_given = app->count("--nproc-per-node") > 0;
+    if (o->config.empty()) FailParse("missing CONFIG (usage: dtrain launch [options] CONFIG)");
+    if (!o->hosts.empty() && !o->hostfile.empty()) FailParse("--hosts and --hostfile: give one of them, not both");
+  });
+  return app;
+}
+
+Status ParseLaunchArgs(const std::vector<std::string>& args, LaunchOptions* out, std::string* help_text) {
+  std::vector<std::string> words = {"launch"};
+  words.insert(words.end(), args.begin(), args.end());
+  ParseResult r;
+  const Status st = ParseWithCli([out](CLI::App* root) { AddLaunchCommand(root, out); }, words, &r);
+  out->help = r.help;
+  if (help_text != nullptr) *help_text = r.help_text;
+  return st;
 }
 
 }  // namespace dtrain::launcher

@@ -11,6 +11,10 @@
 
 #include "core/status.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace dtrain::launcher {
 
 enum class Backend { kAuto, kMpirun, kSrun };
@@ -32,12 +36,15 @@ struct LaunchOptions {
   std::vector<std::string> sets;          // --set values, each "key=value", in order
 };
 
-// Parses the arguments after `launch`. Accepts `--flag value` and `--flag=value`; options and
-// `--set` may come before or after CONFIG. Exactly one CONFIG is required unless --help.
-Status ParseLaunchArgs(const std::vector<std::string>& args, LaunchOptions* out);
+// Registers `launch` and its flags on `parent` (launcher/cli_parse.h); parsing fills *out, which must
+// outlive `parent`. Accepts `--flag value` and `--flag=value`; options and `--set`/`--resume` may come
+// before or after CONFIG and keep their order. torchrun's spellings --nproc_per_node and
+// --max_restarts are aliases. Exactly one CONFIG is required unless --help.
+CLI::App* AddLaunchCommand(CLI::App* parent, LaunchOptions* out);
 
-// The --help text.
-const char* LaunchUsage();
+// Parses the arguments after `launch` (AddLaunchCommand on a root of its own). On --help, out->help
+// is set and *help_text (if not null) holds the help.
+Status ParseLaunchArgs(const std::vector<std::string>& args, LaunchOptions* out, std::string* help_text = nullptr);
 
 const char* BackendName(Backend backend);
 

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -9,61 +10,69 @@
 #include <filesystem>
 
 #include "core/check.h"
+#include "launcher/cli_parse.h"
 #include "runtime/config/config.h"
 #include "runtime/observe/run_report.h"
 
 namespace dtrain::launcher {
 namespace {
 
-constexpr const char* kReportUsage =
-    "usage: dtrain report RUN_DIR [--price P]\n"
-    "  The run summary of RUN_DIR/metrics.jsonl (RUN_DIR may also be the metrics.jsonl file):\n"
-    "  wall time, GPU-hours, cost, preemptions, restarts, steps recomputed, time checkpointing and\n"
-    "  restarting, one line per attempt.\n"
-    "  --price P   price of one GPU-hour (default: run.price_per_gpu_hour of RUN_DIR/config.yaml)\n"
-    "  Steps recomputed after a restart = the previous attempt's last logged step - the resume step;\n"
-    "  a lower bound (by < train.log_every per restart) when the attempt was killed without an end record.\n";
+constexpr const char* kReportFooter =
+    "Steps recomputed after a restart = the previous attempt's last logged step - the resume step;\n"
+    "a lower bound (by < train.log_every per restart) when the attempt was killed without an end record.\n"
+    "\n"
+    "example: dtrain report runs/gpt2_tiny --price 2.50\n";
 
 bool IsDirectory(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-Status ParsePrice(const std::string& v, double* price) {
+std::string CheckPrice(const std::string& v) {
   errno = 0;
   char* end = nullptr;
   const double p = std::strtod(v.c_str(), &end);
   if (v.empty() || *end != '\0' || errno != 0 || !std::isfinite(p) || p < 0) {
-    return Status::InvalidArgument("report: --price expects a number >= 0, got '" + v + "'");
+    return "expects a number >= 0, got '" + v + "'";
   }
-  *price = p;
-  return Status::OK();
+  return "";
 }
 
 }  // namespace
 
-Status BuildReport(const std::vector<std::string>& args, std::string* text) {
-  std::string run_dir;
-  double price = -1;  // -1: from config.yaml
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--help" || a == "-h") {
-      *text = kReportUsage;
-      return Status::OK();
-    }
-    if (a == "--price") {
-      if (i + 1 == args.size()) return Status::InvalidArgument("report: --price needs a value");
-      DT_RETURN_IF_ERROR(ParsePrice(args[++i], &price));
-    } else if (a.rfind("-", 0) == 0) {
-      return Status::InvalidArgument("report: unknown flag '" + a + "'\n" + kReportUsage);
-    } else if (run_dir.empty()) {
-      run_dir = a;
-    } else {
-      return Status::InvalidArgument("report: expected one RUN_DIR, got '" + run_dir + "' and '" + a + "'");
-    }
-  }
-  if (run_dir.empty()) return Status::InvalidArgument(std::string("report: expected a RUN_DIR\n") + kReportUsage);
+CLI::App* AddReportCommand(CLI::App* parent, ReportArgs* out) {
+  *out = ReportArgs();
+  CLI::App* app = parent->add_subcommand(
+      "report", "run summary: wall time, GPU-hours, cost, preemptions, restarts, steps recomputed");
+  app->footer(kReportFooter);
+  app->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app->add_option("RUN_DIR", out->run_dir, "a run directory, or its metrics.jsonl");
+  app->add_option("--price", out->price,
+                  "price of one GPU-hour (default: run.price_per_gpu_hour of RUN_DIR/config.yaml)")
+      ->type_name("P")
+      ->check(CheckPrice);
+  app->callback([out] {
+    if (out->run_dir.empty()) FailParse("expected a RUN_DIR (usage: dtrain report RUN_DIR [--price P])");
+  });
+  return app;
+}
 
+Status BuildReport(const std::vector<std::string>& args, std::string* text) {
+  ReportArgs a;
+  std::vector<std::string> words = {"report"};
+  words.insert(words.end(), args.begin(), args.end());
+  ParseResult r;
+  DT_RETURN_IF_ERROR(ParseWithCli([&a](CLI::App* root) { AddReportCommand(root, &a); }, words, &r));
+  if (r.help) {
+    *text = r.help_text;
+    return Status::OK();
+  }
+  return BuildReportText(a, text);
+}
+
+Status BuildReportText(const ReportArgs& args, std::string* text) {
+  const std::string& run_dir = args.run_dir;
+  double price = args.price;
   const bool is_dir = IsDirectory(run_dir);
   const std::string metrics = is_dir ? run_dir + "/metrics.jsonl" : run_dir;
   runtime::RunSummary summary;
@@ -87,9 +96,9 @@ Status BuildReport(const std::vector<std::string>& args, std::string* text) {
   return Status::OK();
 }
 
-Status RunReport(const std::vector<std::string>& args) {
+Status RunReport(const ReportArgs& args) {
   std::string text;
-  DT_RETURN_IF_ERROR(BuildReport(args, &text));
+  DT_RETURN_IF_ERROR(BuildReportText(args, &text));
   std::fputs(text.c_str(), stdout);
   return Status::OK();
 }

@@ -13,12 +13,27 @@
 
 #include "core/status.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace dtrain::launcher {
 
-// Prints BuildReport's text to stdout.
-Status RunReport(const std::vector<std::string>& args);
+struct ReportArgs {
+  std::string run_dir;  // RUN_DIR
+  double price = -1;    // --price; -1: from RUN_DIR/config.yaml
+};
 
-// The report for `args` (the words after `report`); --help gives the usage text.
+// Registers `report RUN_DIR [--price P]` on `parent` (launcher/cli_parse.h); *out must outlive `parent`.
+CLI::App* AddReportCommand(CLI::App* parent, ReportArgs* out);
+
+// Prints BuildReportText's text to stdout.
+Status RunReport(const ReportArgs& args);
+
+// The report for parsed arguments.
+Status BuildReportText(const ReportArgs& args, std::string* text);
+
+// The report for `args` (the words after `report`, parsed as AddReportCommand does); --help gives the help.
 Status BuildReport(const std::vector<std::string>& args, std::string* text);
 
 }  // namespace dtrain::launcher

@@ -1,5 +1,6 @@
 #include "launcher/train_cmd.h"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "core/check.h"
 #include "core/device_context.h"
 #include "core/logging.h"
+#include "launcher/cli_parse.h"
 #include "launcher/exit_codes.h"
 #include "runtime/checkpoint/spot_watcher.h"
 #include "runtime/config/config.h"
@@ -20,38 +22,6 @@
 
 namespace dtrain::launcher {
 namespace {
-
-constexpr const char* kTrainUsage =
-    "usage: dtrain train CONFIG [--set key=value ...]\n"
-    "  CONFIG             a YAML config (configs/*.yaml)\n"
-    "  --set key=value    override a config key, e.g. --set optim.lr=0.01 --set model.mlp.hidden=[512,256]\n"
-    "  --resume auto|never|STEP   where to resume from (= --set checkpoint.resume=...; default auto)\n";
-
-Status ParseArgs(const std::vector<std::string>& args, std::string* config, std::vector<std::string>* overrides) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(kTrainUsage, stdout);
-      return Status::OK();
-    } else if (a == "--set") {
-      if (i + 1 == args.size()) return Status::InvalidArgument("--set needs a value: --set key=value");
-      overrides->push_back(args[++i]);
-    } else if (a.rfind("--set=", 0) == 0) {
-      overrides->push_back(a.substr(6));
-    } else if (a == "--resume") {  // shorthand for --set checkpoint.resume=VALUE
-      if (i + 1 == args.size()) return Status::InvalidArgument("--resume needs a value: auto|never|STEP");
-      overrides->push_back("checkpoint.resume=" + args[++i]);
-    } else if (a.rfind("-", 0) == 0) {
-      return Status::InvalidArgument("train: unknown flag '" + a + "'\n" + kTrainUsage);
-    } else if (config->empty()) {
-      *config = a;
-    } else {
-      return Status::InvalidArgument("train: unexpected argument '" + a + "' (one CONFIG expected)");
-    }
-  }
-  if (config->empty()) return Status::InvalidArgument(std::string("train: missing CONFIG\n") + kTrainUsage);
-  return Status::OK();
-}
 
 Status PickDevice(const std::string& want, int local_rank, std::unique_ptr<DeviceContext>* ctx) {
   const int gpus = CudaDeviceCount();
@@ -151,11 +121,38 @@ Status RunWorker(const std::string& config_path, const std::vector<std::string>&
 
 }  // namespace
 
-Status RunTrain(int* argc, char*** argv, const std::vector<std::string>& args) {
-  std::string config_path;
-  std::vector<std::string> overrides;
-  DT_RETURN_IF_ERROR(ParseArgs(args, &config_path, &overrides));
-  if (config_path.empty()) return Status::OK();  // --help
+CLI::App* AddTrainCommand(CLI::App* parent, TrainArgs* out) {
+  *out = TrainArgs();
+  CLI::App* app =
+      parent->add_subcommand("train", "run one worker (what `launch` starts; also under mpirun/srun --mpi=pmix)");
+  app->footer(
+      "example: mpirun -np 2 dtrain train configs/fashion_mnist_mlp.yaml --set optim.lr=0.01 "
+      "--set model.mlp.hidden=[512,256]\n");
+  app->add_option_function<std::string>(
+         "--set", [out](const std::string& v) { out->overrides.push_back(v); },
+         "override a config key, e.g. --set optim.lr=0.01; repeatable")
+      ->type_name("key=value")
+      ->trigger_on_parse();
+  app->add_option_function<std::string>(
+         "--resume", [out](const std::string& v) { out->overrides.push_back("checkpoint.resume=" + v); },
+         "where to resume from (= --set checkpoint.resume=...; default auto)")
+      ->type_name("auto|never|STEP")
+      ->trigger_on_parse();
+  app->add_flag_callback(
+         "--overwrite", [out] { out->overrides.push_back("checkpoint.overwrite=true"); },
+         "start over in a run directory that holds checkpoints: move them aside first (= --set "
+         "checkpoint.overwrite=true)")
+      ->trigger_on_parse();
+  app->add_option("CONFIG", out->config, "a YAML config (configs/*.yaml)");
+  app->callback([out] {
+    if (out->config.empty()) FailParse("missing CONFIG (usage: dtrain train CONFIG [--set key=value ...])");
+  });
+  return app;
+}
+
+Status RunTrain(int* argc, char*** argv, const TrainArgs& args) {
+  const std::string& config_path = args.config;
+  const std::vector<std::string>& overrides = args.overrides;
 
   comm::DistEnv env;
   DT_RETURN_IF_ERROR(comm::DetectDistEnv(&env));

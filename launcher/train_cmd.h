@@ -11,8 +11,22 @@
 
 #include "core/status.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace dtrain::launcher {
 
-Status RunTrain(int* argc, char*** argv, const std::vector<std::string>& args);
+struct TrainArgs {
+  std::string config;                  // CONFIG
+  std::vector<std::string> overrides;  // --set values ("key=value") and --resume as checkpoint.resume=V, in order
+};
+
+// Registers `train CONFIG [--set k=v ...] [--resume auto|never|STEP]` on `parent` (launcher/cli_parse.h);
+// *out must outlive `parent`.
+CLI::App* AddTrainCommand(CLI::App* parent, TrainArgs* out);
+
+// Runs the worker. argc/argv are the process's own (handed to MPI_Init); `args` were parsed from them.
+Status RunTrain(int* argc, char*** argv, const TrainArgs& args);
 
 }  // namespace dtrain::launcher

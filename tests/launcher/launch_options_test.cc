@@ -56,6 +56,33 @@ TEST(LaunchOptionsTest, ResumeIsShorthandForTheCheckpointResumeKey) {
   EXPECT_FALSE(ParseLaunchArgs({"cfg.yaml", "--resume"}, &o).ok());
 }
 
+TEST(LaunchOptionsTest, TorchrunUnderscoreSpellingsAreAliases) {
+  LaunchOptions o;
+  ASSERT_TRUE(ParseLaunchArgs({"--nproc_per_node", "3", "--max_restarts=2", "--nnodes", "1", "c.yaml"}, &o).ok());
+  EXPECT_EQ(o.nproc_per_node, "3");
+  EXPECT_TRUE(o.nproc_given);
+  EXPECT_EQ(o.max_restarts, 2);
+  EXPECT_EQ(o.nnodes, 1);
+  // The alias is checked like the flag and named as the flag; flags dtrain does not have get no alias.
+  Status st = ParseLaunchArgs({"--nproc_per_node", "0", "c.yaml"}, &o);
+  EXPECT_NE(st.message().find("--nproc-per-node: expected a positive integer or gpu|cpu|auto, got '0'"),
+            std::string::npos)
+      << st.message();
+  st = ParseLaunchArgs({"--master_port", "29500", "c.yaml"}, &o);
+  EXPECT_NE(st.message().find("unknown flag '--master_port'"), std::string::npos) << st.message();
+  st = ParseLaunchArgs({"--node_rank=0", "c.yaml"}, &o);
+  EXPECT_NE(st.message().find("unknown flag '--node_rank'"), std::string::npos) << st.message();
+}
+
+TEST(LaunchOptionsTest, ARepeatedSingleValuedFlagTakesTheLastValue) {
+  LaunchOptions o;
+  ASSERT_TRUE(ParseLaunchArgs({"--nnodes", "2", "c.yaml", "--nnodes=3", "-h"}, &o).ok());
+  EXPECT_TRUE(o.help);
+  ASSERT_TRUE(ParseLaunchArgs({"--nnodes", "2", "c.yaml", "--nnodes=3"}, &o).ok());
+  EXPECT_EQ(o.nnodes, 3);
+  EXPECT_FALSE(o.help);
+}
+
 TEST(LaunchOptionsTest, DefaultsMatchTheDocumentation) {
   LaunchOptions o;
   ASSERT_TRUE(ParseLaunchArgs({"c.yaml"}, &o).ok());
@@ -102,7 +129,7 @@ TEST(RunLaunchTest, UsageErrorsExitTwoWithOneLine) {
   const int rc = RunLaunch({"--nnodes", "x", "c.yaml"});
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(rc, kExitUsage);
-  EXPECT_EQ(err, "dtrain launch: --nnodes: expected a positive integer, got 'x'\n");
+  EXPECT_EQ(err, "dtrain launch: error: --nnodes: expected a positive integer, got 'x'\n");
 }
 
 TEST(RunLaunchTest, HelpExitsZero) {
@@ -110,8 +137,9 @@ TEST(RunLaunchTest, HelpExitsZero) {
   const int rc = RunLaunch({"--help"});
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_EQ(rc, kExitOk);
-  EXPECT_NE(out.find("usage: dtrain launch"), std::string::npos);
-  EXPECT_NE(out.find("--max-restarts"), std::string::npos);
+  EXPECT_NE(out.find("Usage: dtrain launch [OPTIONS] [CONFIG]"), std::string::npos) << out;
+  EXPECT_NE(out.find("--max-restarts"), std::string::npos) << out;
+  EXPECT_NE(out.find("example: dtrain launch"), std::string::npos) << out;
 }
 
 TEST(RunLaunchTest, MissingHostfileIsAUsageError) {

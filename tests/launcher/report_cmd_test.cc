@@ -62,7 +62,7 @@ TEST(ReportCmdTest, ArgumentErrors) {
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
   st = BuildReport({"runs/x", "--price", "-1"}, &text);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
-  EXPECT_TRUE(Contains(st.message(), "--price expects a number >= 0, got '-1'")) << st.ToString();
+  EXPECT_TRUE(Contains(st.message(), "--price: expects a number >= 0, got '-1'")) << st.ToString();
   st = BuildReport({"runs/x", "--price"}, &text);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
   st = BuildReport({"runs/x", "--bogus"}, &text);
@@ -76,7 +76,8 @@ TEST(ReportCmdTest, ArgumentErrors) {
   EXPECT_TRUE(Contains(st.message(), empty.path() + "/metrics.jsonl")) << st.ToString();
 
   ASSERT_TRUE(BuildReport({"--help"}, &text).ok());
-  EXPECT_TRUE(Contains(text, "usage: dtrain report RUN_DIR [--price P]")) << text;
+  EXPECT_TRUE(Contains(text, "Usage: dtrain report [OPTIONS] [RUN_DIR]")) << text;
+  EXPECT_TRUE(Contains(text, "--price P")) << text;
 }
 
 TEST(ReportCmdTest, BinaryPrintsSummaryAndExitCodes) {

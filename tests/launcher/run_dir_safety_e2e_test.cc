@@ -119,7 +119,7 @@ TEST(CheckpointSafetyE2E, ResumeNeverRefusesExistingCheckpointsAndOverwriteMoves
   EXPECT_EQ(ReadFile(ck + "/step-00000030/params.bin"), params30);
 
   // With overwrite: moved aside first (said so), the new run's saves survive retention and `latest` names them.
-  ProcessResult over = RunCommand(train + " --resume never --set checkpoint.overwrite=true --set train.max_steps=20");
+  ProcessResult over = RunCommand(train + " --resume never --overwrite --set train.max_steps=20");
   ASSERT_EQ(over.exit_code, 0) << over.output;
   EXPECT_NE(over.output.find("moved the 1 old step directory of " + ck + " aside to " + ck + ".overwritten-"),
             std::string::npos)

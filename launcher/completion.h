@@ -1,0 +1,23 @@
+#pragma once
+// `dtrain completion bash`: a bash completion script generated from the CLI11 tree (launcher/cli.cc),
+// so it offers exactly the subcommands and flags the parser accepts.
+//
+// The script defines `_dtrain` and registers it with `complete -o default -F _dtrain dtrain`: the
+// words before the cursor select the (sub)command; a word starting with '-' completes to that
+// command's flags (each flag's first long name and its short names; aliases such as --nproc_per_node
+// are accepted but not offered), any other word to its subcommands, and where a command has none,
+// bash's default (file names) takes over. Install: `dtrain completion bash > /etc/bash_completion.d/dtrain`
+// or `source <(dtrain completion bash)` in ~/.bashrc.
+
+#include <string>
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace dtrain::launcher {
+
+// The script for the tree below `root` (its name is the program name).
+std::string BashCompletionScript(CLI::App* root);
+
+}  // namespace dtrain::launcher
