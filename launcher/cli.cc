@@ -45,7 +45,12 @@ int ExitCodeFor(const Status& st) {
 }
 
 int Report(const Status& st) {
-  if (!st.ok()) std::fprintf(stderr, "dtrain: error: %s\n", st.ToString().c_str());
+  // A handled preemption is the expected end of a spot/Slurm attempt (exit 75: requeue), not an error.
+  if (st.code() == Status::Code::kPreempted) {
+    std::fprintf(stderr, "dtrain: warning: %s\n", st.message().c_str());
+  } else if (!st.ok()) {
+    std::fprintf(stderr, "dtrain: error: %s\n", st.ToString().c_str());
+  }
   return ExitCodeFor(st);
 }
 

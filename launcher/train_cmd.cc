@@ -1,6 +1,7 @@
 #include "launcher/train_cmd.h"
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -110,11 +111,13 @@ Status RunWorker(const std::string& config_path, const std::vector<std::string>&
     if (nccl_comm) (void)nccl_comm->Abort();
     return st.WithContext("rank " + std::to_string(env.rank));
   }
-  if (env.rank == 0) {
-    DT_LOG_INFO(kRuntime,
-                "done: {} steps, {} samples in {:.1f} s ({:.0f} samples/s); last train loss {:.4f}; eval loss {:.4f}, "
-                "accuracy {:.2f}%",
-                s.steps, s.samples, s.seconds, s.samples_per_s, s.last_train_loss, s.eval_loss, 100 * s.eval_accuracy);
+  if (env.rank == 0 && !s.already_done) {
+    // Evaluation off: no eval figures (they would read "nan").
+    const std::string eval = std::isnan(s.eval_loss) ? std::string()
+                                                     : fmt::format("; eval loss {:.4f}, accuracy {:.2f}%", s.eval_loss,
+                                                                   100 * s.eval_accuracy);
+    DT_LOG_INFO(kRuntime, "done: {} steps, {} samples in {:.1f} s ({:.0f} samples/s); last train loss {:.4f}{}",
+                s.steps, s.samples, s.seconds, s.samples_per_s, s.last_train_loss, eval);
   }
   return Status::OK();
 }

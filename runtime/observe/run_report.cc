@@ -116,12 +116,21 @@ Status SummarizeMetrics(const std::string& text, const std::string& source, RunS
       a.world = static_cast<int64_t>(Num(r, "world"));
       a.device = Str(r, "device");
       s.total_steps = static_cast<int64_t>(Num(r, "total_steps"));
-      if (!s.attempts.empty()) {
+      // A fresh start (step 0, not a launcher restart) in a directory that already had attempts begins a new run
+      // (resume never --overwrite): the summary is of that run.
+      if (!s.attempts.empty() && a.resume_step == 0 && a.restart == 0) {
+        s.attempts.clear();
+        s.restarts = 0;
+      }
+      // A restart recovers an attempt that did not finish (a launcher restart, or a start after a preempted, failed
+      // or killed attempt); a start after a finished one (a longer schedule, say) is a continuation, not a restart.
+      const bool recovers = a.restart > 0 || (!s.attempts.empty() && s.attempts.back().end_status != "done");
+      if (recovers && !s.attempts.empty()) {
         const AttemptSummary& prev = s.attempts.back();
         a.steps_recomputed = std::max<int64_t>(0, prev.last_step - a.resume_step);
         a.restart_gap_s = std::max(0.0, a.start_time - prev.last_time);
       }
-      if (!s.attempts.empty() || a.restart > 0) ++s.restarts;
+      if (recovers) ++s.restarts;
       s.attempts.push_back(a);
       continue;
     }

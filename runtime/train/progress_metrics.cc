@@ -4,11 +4,13 @@
 #include <cstdio>
 #include <cstring>
 
+#include "runtime/observe/run_report.h"
+
 namespace dtrain::runtime {
 
-std::vector<ProgressMetric> IntervalMetrics(double loss, double lr, double samples_per_s, const StepPhases& p,
-                                            double peak_mem_mib) {
-  return {
+std::vector<ProgressMetric> IntervalMetrics(double loss, double lr, double samples_per_s, int64_t tokens_per_sample,
+                                            const StepPhases& p, double peak_mem_mib) {
+  std::vector<ProgressMetric> out = {
       {"loss", "train", loss, "loss %.4f"},
       {"lr", "train", lr, "lr %.3e"},
       {"samples_per_s", "train", samples_per_s, "%.0f samples/s"},
@@ -20,10 +22,16 @@ std::vector<ProgressMetric> IntervalMetrics(double loss, double lr, double sampl
       {"ckpt_stall_ms", "time", p.ckpt_stall_ms, nullptr},
       {"peak_mem_mib", nullptr, peak_mem_mib, "peak %.0f MiB", /*line_if_positive=*/true, /*line_whole=*/true},
   };
+  if (tokens_per_sample > 0) {
+    out.insert(out.begin() + 3,
+               {"tokens_per_s", "train", samples_per_s * static_cast<double>(tokens_per_sample), "%.0f tokens/s"});
+  }
+  return out;
 }
 
 std::string ProgressLine(int64_t epoch, int64_t epochs, int64_t step, int64_t total_steps,
-                         const std::vector<ProgressMetric>& metrics, const StepPhases& p) {
+                         const std::vector<ProgressMetric>& metrics, const StepPhases& p, double elapsed_s,
+                         double eta_s) {
   std::string out = "epoch " + std::to_string(epoch) + "/" + std::to_string(epochs) + " step " + std::to_string(step) +
                     "/" + std::to_string(total_steps);
   for (const ProgressMetric& m : metrics) {
@@ -33,7 +41,20 @@ std::string ProgressLine(int64_t epoch, int64_t epochs, int64_t step, int64_t to
     out += std::string(" | ") + buf;
     if (std::strcmp(m.key, "step_ms") == 0) out += " (" + FormatStepBreakdown(p) + ")";
   }
-  return out;
+  const int percent = total_steps > 0 ? static_cast<int>(100 * step / total_steps) : 0;
+  return out + " | " + std::to_string(percent) + "% " + FormatDuration(elapsed_s) + " elapsed, eta " +
+         FormatDuration(eta_s);
+}
+
+std::string ProgressBar(int64_t step, int64_t total_steps, double elapsed_s, double eta_s) {
+  constexpr int kWidth = 30;
+  const double done = total_steps > 0 ? static_cast<double>(step) / static_cast<double>(total_steps) : 0;
+  const int filled = static_cast<int>(done * kWidth);
+  char pct[8];
+  std::snprintf(pct, sizeof(pct), "%3d%%", static_cast<int>(100 * done));
+  return "[" + std::string(filled, '#') + std::string(kWidth - filled, '-') + "] " + pct + " step " +
+         std::to_string(step) + "/" + std::to_string(total_steps) + " | " + FormatDuration(elapsed_s) +
+         " elapsed, eta " + FormatDuration(eta_s);
 }
 
 std::vector<std::pair<std::string, double>> TensorBoardScalars(const std::vector<ProgressMetric>& metrics) {

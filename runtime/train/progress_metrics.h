@@ -24,14 +24,18 @@ struct ProgressMetric {
   bool line_whole = false;        // the line shows the value truncated to an integer
 };
 
-// The interval's metrics, in metrics.jsonl order.
-std::vector<ProgressMetric> IntervalMetrics(double loss, double lr, double samples_per_s, const StepPhases& p,
-                                            double peak_mem_mib);
+// The interval's metrics, in metrics.jsonl order. tokens_per_sample > 0 (token models) adds tokens_per_s.
+std::vector<ProgressMetric> IntervalMetrics(double loss, double lr, double samples_per_s, int64_t tokens_per_sample,
+                                            const StepPhases& p, double peak_mem_mib);
 
-// "epoch E/N step S/T | loss ... | lr ... | ... samples/s | step ... ms (<breakdown>) | peak ... MiB": the
-// segments of the metrics with a line format, in order, the step breakdown right after the step time.
+// "epoch E/N step S/T | loss ... | lr ... | ... samples/s | step ... ms (<breakdown>) | peak ... MiB | P% 1m 05s
+// elapsed, eta 3m 10s": the segments of the metrics with a line format, in order, the step breakdown right after the
+// step time, then the run's progress (percent of total_steps, elapsed time of this attempt, estimated time left).
 std::string ProgressLine(int64_t epoch, int64_t epochs, int64_t step, int64_t total_steps,
-                         const std::vector<ProgressMetric>& metrics, const StepPhases& p);
+                         const std::vector<ProgressMetric>& metrics, const StepPhases& p, double elapsed_s,
+                         double eta_s);
+// The live one-line bar of a terminal: "[#####-----]  37% step 520/1404 | 21.0 s elapsed, eta 35.0 s".
+std::string ProgressBar(int64_t step, int64_t total_steps, double elapsed_s, double eta_s);
 // The TensorBoard scalars ("group/key", value).
 std::vector<std::pair<std::string, double>> TensorBoardScalars(const std::vector<ProgressMetric>& metrics);
 // Adds every metric as "key": value.

@@ -1,6 +1,7 @@
 #include "runtime/train/trainer.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -20,6 +21,7 @@
 #include "runtime/observe/step_breakdown.h"
 #include "runtime/train/model_factory.h"
 #include "runtime/train/progress_metrics.h"
+#include "runtime/train/weights_metadata.h"
 #if DT_HAVE_CUDA
 #include "core/cuda_handles.h"
 #endif
@@ -243,19 +245,29 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
   const int64_t global_batch = cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_;
   const double samples_per_s = interval_steps * global_batch / interval_s;
   // Every metric of the interval, once, for the three sinks (progress line, TensorBoard, metrics.jsonl).
-  const std::vector<ProgressMetric> metrics = IntervalMetrics(*mean_loss, lr, samples_per_s, p, peak_mib);
-  DT_LOG_INFO(kRuntime, "{}", ProgressLine(epoch + 1, cfg_.train().epochs(), step, total_steps_, metrics, p));
-  if (p.data_ms > kDataWaitWarnShare * p.step_ms) {
+  const int64_t tokens_per_sample = cfg_.model().kind() == "gpt2" ? cfg_.model().gpt2().max_seq_len() : 0;
+  const std::vector<ProgressMetric> metrics =
+      IntervalMetrics(*mean_loss, lr, samples_per_s, tokens_per_sample, p, peak_mib);
+  double elapsed_s = 0, eta_s = 0;
+  Progress(step, &elapsed_s, &eta_s);
+  ClearProgressBar();
+  DT_LOG_INFO(kRuntime, "{}",
+              ProgressLine(epoch + 1, cfg_.train().epochs(), step, total_steps_, metrics, p, elapsed_s, eta_s));
+  // Each bottleneck is warned about once, when it appears (and again only after it went away and came back).
+  const bool data_behind = p.data_ms > kDataWaitWarnShare * p.step_ms;
+  if (data_behind && !data_warned_) {
     DT_LOG_WARN(kRuntime,
                 "input pipeline behind: waited {:.2f} ms per step for data ({:.0f}% of the step) with data.workers={} "
                 "and data.prefetch={}: raise them, or check the storage the shards are read from",
                 p.data_ms, 100.0 * p.data_ms / p.step_ms, cfg_.data().workers(), cfg_.data().prefetch());
   }
+  data_warned_ = data_behind;
   const std::string verdict = StepVerdict(p);
-  if (!verdict.empty() && verdict.rfind("compute-bound", 0) != 0 && verdict != last_verdict_) {
+  const std::string verdict_kind = verdict.substr(0, verdict.find(':'));  // "communication-bound", ...
+  if (!verdict.empty() && verdict.rfind("compute-bound", 0) != 0 && verdict_kind != last_verdict_) {
     DT_LOG_WARN(kRuntime, "step time: {}", verdict);
   }
-  last_verdict_ = verdict;
+  last_verdict_ = verdict_kind;
   if (tensorboard_) DT_RETURN_IF_ERROR(tensorboard_->AddScalars(step, WallTime(), TensorBoardScalars(metrics)));
   JsonLine record;
   record.Add("kind", std::string("train")).Add("epoch", epoch + 1).Add("step", step).Add("time", WallTime());
@@ -263,7 +275,44 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
   return metrics_.Write(record.Add("verdict", verdict));
 }
 
+void Trainer::Progress(int64_t step, double* elapsed_s, double* eta_s) const {
+  *elapsed_s = Now() - loop_start_s_;
+  const int64_t done = step - start_step_;
+  *eta_s = done > 0 ? *elapsed_s / static_cast<double>(done) * static_cast<double>(total_steps_ - step) : 0;
+}
+
+void Trainer::DrawProgressBar(int64_t step) {
+  if (!live_bar_ || Now() - last_bar_s_ < 0.25) return;
+  last_bar_s_ = Now();
+  double elapsed_s = 0, eta_s = 0;
+  Progress(step, &elapsed_s, &eta_s);  // host-side: the device may be a few queued steps behind
+  std::fprintf(stderr, "\r\033[K%s", ProgressBar(step, total_steps_, elapsed_s, eta_s).c_str());
+  std::fflush(stderr);
+  bar_shown_ = true;
+}
+
+void Trainer::ClearProgressBar() {
+  if (!bar_shown_) return;
+  std::fputs("\r\033[K", stderr);
+  bar_shown_ = false;
+}
+
 Status Trainer::Run(TrainSummary* summary) {
+  if (start_step_ >= total_steps_ && start_step_ > 0) {
+    // A finished run started again: nothing to train, nothing to re-evaluate or re-export, no new attempt on record.
+    *summary = TrainSummary();
+    summary->steps = start_step_;
+    summary->already_done = true;
+    summary->eval_loss = summary->eval_accuracy = std::numeric_limits<double>::quiet_NaN();
+    if (rank_ == 0) {
+      DT_LOG_INFO(kRuntime,
+                  "{}: already done at step {} of {} (its checkpoint is the last one): nothing to train. To train "
+                  "longer raise train.epochs or train.max_steps; to start over use --resume never --overwrite, or "
+                  "another run.dir",
+                  cfg_.run().dir(), start_step_, total_steps_);
+    }
+    return Status::OK();
+  }
   if (rank_ == 0) {
     const char* restart = std::getenv("DTRAIN_RESTART_COUNT");
     DT_RETURN_IF_ERROR(metrics_.Write(JsonLine()
@@ -313,6 +362,7 @@ Status Trainer::RunLoop(TrainSummary* summary) {
     DT_RETURN_IF_ERROR(Evaluate(&summary->eval_loss, &summary->eval_accuracy));
     last_eval_step = step;
     if (rank_ != 0) return Status::OK();
+    ClearProgressBar();
     DT_LOG_INFO(kRuntime, "epoch {}/{} eval | loss {:.4f} | accuracy {:.2f}%", ep + 1, cfg_.train().epochs(),
                 summary->eval_loss, 100.0 * summary->eval_accuracy);
     if (tensorboard_) {
@@ -327,6 +377,9 @@ Status Trainer::RunLoop(TrainSummary* summary) {
                               .Add("eval_loss", summary->eval_loss)
                               .Add("eval_accuracy", summary->eval_accuracy));
   };
+  loop_start_s_ = Now();
+  // The live bar: a terminal only (under mpirun or in a log file the progress lines are the record).
+  live_bar_ = rank_ == 0 && isatty(STDERR_FILENO) && std::getenv("DTRAIN_NO_PROGRESS_BAR") == nullptr;
   while (step < total_steps_) {
     data::SamplerState pos = DataPosition();
     if (pos.epoch == epoch && !StepFits(pos)) {
@@ -343,6 +396,7 @@ Status Trainer::RunLoop(TrainSummary* summary) {
     DT_RETURN_IF_ERROR(TrainStep(step, &data_s));
     last_step_ = ++step;
     ++interval_steps;
+    DrawProgressBar(step);
     const data::SamplerState next = DataPosition();
     const bool epoch_end = next.epoch != epoch || !StepFits(next);
     if (step % log_every == 0 || step == total_steps_ || epoch_end) {
@@ -354,6 +408,7 @@ Status Trainer::RunLoop(TrainSummary* summary) {
       interval_steps = 0;
     }
     if (ckpt_ == nullptr) continue;
+    if (ck.every_steps() > 0 && step % ck.every_steps() == 0) ClearProgressBar();  // the save logs a line
     // A signal during the last step changes nothing: the end-of-training save and exit 0 follow.
     bool preempted = false;
     if (step < total_steps_) DT_RETURN_IF_ERROR(AgreePreempted(step, &preempted));
@@ -368,6 +423,7 @@ Status Trainer::RunLoop(TrainSummary* summary) {
       DT_RETURN_IF_ERROR(SaveCheckpoint(step, next, /*sync=*/!ck.async()));
     }
   }
+  ClearProgressBar();
   if (last_eval_step != step) DT_RETURN_IF_ERROR(evaluate(std::min(epoch, cfg_.train().epochs() - 1)));
   if (writer_) DT_RETURN_IF_ERROR(writer_->Wait());  // the last asynchronous save is durable (or its error)
   summary->steps = step;
@@ -388,7 +444,10 @@ Status Trainer::ExportParams(const std::string& path) {
     tensors.push_back(
         {p.name, p.shape, std::vector<float>(flat.begin() + p.offset, flat.begin() + p.offset + p.numel)});
   }
-  return WriteSafetensors(path, tensors, {{"format", "pt"}, {"producer", "dtrain"}});
+  std::map<std::string, std::string> metadata;  // model kind and config, input layout and normalization
+  DT_RETURN_IF_ERROR(WeightsMetadata(cfg_, &metadata));
+  metadata["step"] = std::to_string(last_step_);
+  return WriteSafetensors(path, tensors, metadata);
 }
 
 Status Trainer::ImportParams(const std::string& path) {

@@ -68,6 +68,7 @@ struct TrainSummary {
   double last_train_loss = 0;  // mean over the last log interval
   double eval_loss = 0;        // after the last epoch (NaN when eval is off)
   double eval_accuracy = 0;
+  bool already_done = false;  // the run had finished before: nothing was trained
 };
 
 class Trainer {
@@ -138,7 +139,16 @@ class Trainer {
   int64_t total_steps_ = 0;
   std::unique_ptr<PhaseTimer> phases_;
   double ckpt_stall_s_ = 0;   // checkpoint stall since the last progress line
-  std::string last_verdict_;  // the step-time verdict last printed (printed again only when it changes)
+  std::string last_verdict_;  // the kind of the last step-time verdict ("communication-bound"): warned when it changes
+  bool data_warned_ = false;  // the last interval waited too long for data (warned once until it recovers)
+  // Progress of this attempt: its start (Now()) and the live terminal bar (rank 0 with stderr a terminal).
+  double loop_start_s_ = 0, last_bar_s_ = 0;
+  bool live_bar_ = false, bar_shown_ = false;
+  // Elapsed seconds of this attempt and the estimated seconds left after `step`.
+  void Progress(int64_t step, double* elapsed_s, double* eta_s) const;
+  // Redraws the live bar at most every 0.25 s; ClearProgressBar erases it before a log line.
+  void DrawProgressBar(int64_t step);
+  void ClearProgressBar();
 
   Tensor loss_acc_;  // [1,1] += mean loss of each micro-batch / accum (Model::AddMeanLoss, on the device)
 

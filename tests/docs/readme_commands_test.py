@@ -52,6 +52,8 @@ RULES = [
     (r"srun|sbatch|squeue|slurm_test_cluster|SLURM_CONF", "skip", SLURM),
     (r"^cmake |build-custom/custom_trainer", "skip", INSTALL),
     (r"^(build/)?dtrain doctor", "run", 120),
+    (r"^source <\(dtrain completion bash\)$", "run", 30),
+    (r"^dtrain completion bash > /etc/", "skip", "writes a system file (the line above runs the same generator)"),
     (r"^(build/)?dtrain (train|launch) ", "start", 300),
     (r"^examples/spot/simulate_preemptions\.sh", "run", 300),
     (r"^(build/)?dtrain (data|ckpt|report|config|completion|version)\b", "run", 180),

@@ -96,8 +96,8 @@ TEST(CliE2E, EachParseErrorIsOneLineExitTwo) {
        "dtrain: error: unknown command 'trian' (expected one of: launch, train, doctor, bench, ckpt, "
        "data, report, config, rank-exec, completion, version, help)"},
       {"data",
-       "dtrain data: error: expected a command (one of: convert-fashion-mnist, convert-text, inspect, "
-       "verify, bench)"},
+       "dtrain data: error: expected a command (one of: convert-fashion-mnist, convert-text, import-tokens, "
+       "inspect, verify, bench)"},
       {"launch --dry-run=yes c.yaml", "dtrain launch: error: --dry-run: takes no value"},
       {"config show c.yaml --defaults --diff", "dtrain config show: error: --defaults excludes --diff"},
   };
@@ -112,7 +112,7 @@ TEST(CliE2E, EachParseErrorIsOneLineExitTwo) {
 TEST(CliE2E, TorchrunSpellingsReachTheLaunchCommand) {
   const ProcessResult r = RunCommand(DtrainBin() +
                                      " launch --backend mpirun --nproc_per_node 3 --max_restarts=1 --dry-run "
-                                     "configs/fashion_mnist_mlp_ci.yaml");
+                                     DT_SOURCE_DIR "/configs/gpt2_tiny.yaml");
   EXPECT_EQ(r.exit_code, kExitOk) << r.output;
   EXPECT_NE(r.output.find("-np 3"), std::string::npos) << r.output;
 }

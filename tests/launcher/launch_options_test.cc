@@ -154,7 +154,8 @@ TEST(RunLaunchTest, MissingMpirunFailsBeforeStarting) {
   const std::string old_path = getenv("PATH");
   setenv("PATH", "/nonexistent-dir", 1);
   testing::internal::CaptureStderr();
-  const int rc = RunLaunch({"--backend", "mpirun", "c.yaml"});
+  // (A config that passes the pre-start check without data files: gpt2_tiny trains on synthetic tokens.)
+  const int rc = RunLaunch({"--backend", "mpirun", DT_SOURCE_DIR "/configs/gpt2_tiny.yaml"});
   const std::string err = testing::internal::GetCapturedStderr();
   setenv("PATH", old_path.c_str(), 1);
   EXPECT_EQ(rc, kExitFailure);

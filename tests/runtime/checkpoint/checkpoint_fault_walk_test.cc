@@ -293,7 +293,8 @@ std::vector<WalkCase> Cases() {
       {"error/latest", fault + "op=put,key=latest,nth=2,action=error", "", false, "put {}/latest" + injected, 20, ""},
       {"partial/latest", fault + "op=put,key=latest,nth=2,action=partial,bytes=4" + stop, "", false, "injected fault",
        20, ""},
-      {"error/retention", fault + "op=delete,action=error", keep1, false,
+      // (key=step-*: the start's storage preflight deletes its probe object too, and must succeed.)
+      {"error/retention", fault + "op=delete,key=step-*,action=error", keep1, false,
        "step-00000020 is complete, but retention failed: delete {}/step-00000010/manifest.pb" + injected, 20, ""},
   };
 }

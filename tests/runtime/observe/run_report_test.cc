@@ -128,6 +128,38 @@ TEST(RunReportTest, FirstStartOfAContinuedRunCountsAsRestart) {
   EXPECT_NE(FormatRunSummary(s, 0).find("  status         failed at step 90\n"), std::string::npos);
 }
 
+// Only real restarts count: a manual re-run of a finished run (a longer schedule) is a continuation, and a fresh
+// start in the same directory (resume never --overwrite) begins a new run whose summary is its own.
+TEST(RunReportTest, ReRunsOfAFinishedRunAndFreshStartsAreNotRestarts) {
+  RunSummary s;
+  ASSERT_TRUE(SummarizeMetrics(
+                  R"({"kind":"start","time":0,"restart":0,"resume_step":0,"world":2,"device":"cpu","total_steps":50}
+{"kind":"end","time":100,"step":50,"status":"done"}
+{"kind":"start","time":500,"restart":0,"resume_step":50,"world":2,"device":"cpu","total_steps":80}
+{"kind":"end","time":560,"step":80,"status":"done"}
+)",
+                  "a.jsonl", &s)
+                  .ok());
+  EXPECT_EQ(s.attempts.size(), 2u);
+  EXPECT_EQ(s.restarts, 0);
+  EXPECT_DOUBLE_EQ(s.restart_s, 0);  // the 400 s between the runs are not time spent restarting
+
+  ASSERT_TRUE(SummarizeMetrics(
+                  R"({"kind":"start","time":0,"restart":0,"resume_step":0,"world":2,"device":"cpu","total_steps":50}
+{"kind":"end","time":100,"step":30,"status":"failed"}
+{"kind":"start","time":130,"restart":0,"resume_step":20,"world":2,"device":"cpu","total_steps":50}
+{"kind":"end","time":200,"step":50,"status":"done"}
+{"kind":"start","time":900,"restart":0,"resume_step":0,"world":4,"device":"cpu","total_steps":50}
+{"kind":"end","time":950,"step":50,"status":"done"}
+)",
+                  "b.jsonl", &s)
+                  .ok());
+  ASSERT_EQ(s.attempts.size(), 1u);  // the fresh start at 900: a new run
+  EXPECT_EQ(s.attempts[0].world, 4);
+  EXPECT_EQ(s.restarts, 0);
+  EXPECT_DOUBLE_EQ(s.wall_s, 50);
+}
+
 TEST(RunReportTest, Errors) {
   RunSummary s;
   Status st = LoadRunSummary("/nonexistent/run/metrics.jsonl", &s);

@@ -18,22 +18,28 @@ StepPhases Phases() {
   return p;
 }
 
-TEST(ProgressMetricsTest, ProgressLineTextIsUnchanged) {
+TEST(ProgressMetricsTest, ProgressLineText) {
   const StepPhases p = Phases();
-  const auto m = IntervalMetrics(0.123456, 1e-3, 1234.4, p, 0.0);
-  EXPECT_EQ(ProgressLine(2, 3, 40, 100, m, p),
+  const auto m = IntervalMetrics(0.123456, 1e-3, 1234.4, 0, p, 0.0);
+  EXPECT_EQ(ProgressLine(2, 3, 40, 100, m, p, 65, 190),
             "epoch 2/3 step 40/100 | loss 0.1235 | lr 1.000e-03 | 1234 samples/s | step 10.00 ms (" +
-                FormatStepBreakdown(p) + ")");
-  // The peak memory appears only when measured (GPU), truncated to whole MiB.
-  const auto g = IntervalMetrics(0.5, 2.5e-4, 99.6, p, 1023.9);
-  EXPECT_EQ(ProgressLine(1, 1, 5, 5, g, p),
-            "epoch 1/1 step 5/5 | loss 0.5000 | lr 2.500e-04 | 100 samples/s | step 10.00 ms (" +
-                FormatStepBreakdown(p) + ") | peak 1023 MiB");
+                FormatStepBreakdown(p) + ") | 40% 1m 05s elapsed, eta 3m 10s");
+  // The peak memory appears only when measured (GPU), truncated to whole MiB; token models add tokens/s.
+  const auto g = IntervalMetrics(0.5, 2.5e-4, 99.6, 1024, p, 1023.9);
+  EXPECT_EQ(ProgressLine(1, 1, 5, 5, g, p, 3, 0),
+            "epoch 1/1 step 5/5 | loss 0.5000 | lr 2.500e-04 | 100 samples/s | 101990 tokens/s | step 10.00 ms (" +
+                FormatStepBreakdown(p) + ") | peak 1023 MiB | 100% 3.0 s elapsed, eta 0.0 s");
+}
+
+TEST(ProgressMetricsTest, ProgressBar) {
+  EXPECT_EQ(ProgressBar(37, 100, 21, 35),
+            "[###########-------------------]  37% step 37/100 | 21.0 s elapsed, eta 35.0 s");
+  EXPECT_EQ(ProgressBar(0, 0, 0, 0), "[------------------------------]   0% step 0/0 | 0.0 s elapsed, eta 0.0 s");
 }
 
 TEST(ProgressMetricsTest, TensorBoardAndJsonlNames) {
   const StepPhases p = Phases();
-  const auto m = IntervalMetrics(0.25, 1e-3, 500.0, p, 12.0);
+  const auto m = IntervalMetrics(0.25, 1e-3, 500.0, 0, p, 12.0);
   const std::vector<std::pair<std::string, double>> want = {
       {"train/loss", 0.25},          {"train/lr", 1e-3},     {"train/samples_per_s", 500.0},
       {"time/step_ms", 10.0},        {"time/data_ms", 1.0},  {"time/fwd_bwd_ms", 6.0},
