@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <chrono>
 
+#if DT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 namespace dtrain::runtime {
 
 // NVML's ABI for the calls used here (nvml.h, driver 450 and later).
@@ -90,6 +94,18 @@ Status GpuTelemetry::Start(const std::string& pci_bus_id, double period_s, std::
   t->thread_ = std::thread([p = t.get()] { p->Loop(); });
   *out = std::move(t);
   return Status::OK();
+}
+
+Status GpuTelemetry::StartForCudaDevice(int device, double period_s, std::unique_ptr<GpuTelemetry>* out) {
+#if DT_HAVE_CUDA
+  char bus[32];
+  if (cudaDeviceGetPCIBusId(bus, sizeof(bus), device) != cudaSuccess) {
+    return Status::Unavailable("GPU telemetry off: no PCI bus id for CUDA device " + std::to_string(device));
+  }
+  return Start(bus, period_s, out);
+#else
+  return Status::Unavailable("GPU telemetry off: built without CUDA");
+#endif
 }
 
 GpuTelemetry::~GpuTelemetry() {

@@ -41,6 +41,9 @@ class GpuTelemetry {
   // CUDA number GPUs differently) every `period_s` seconds. Unavailable when NVML cannot be loaded or does not know
   // that GPU (the message says which).
   static Status Start(const std::string& pci_bus_id, double period_s, std::unique_ptr<GpuTelemetry>* out);
+  // The same for CUDA device `device` of this process (its PCI bus id from the CUDA runtime). Unavailable in a
+  // build without CUDA.
+  static Status StartForCudaDevice(int device, double period_s, std::unique_ptr<GpuTelemetry>* out);
   ~GpuTelemetry();
   GpuTelemetry(const GpuTelemetry&) = delete;
   GpuTelemetry& operator=(const GpuTelemetry&) = delete;

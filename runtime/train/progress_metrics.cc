@@ -29,6 +29,15 @@ std::vector<ProgressMetric> IntervalMetrics(double loss, double lr, double sampl
   return out;
 }
 
+void AddGpuMetrics(double util_pct, double mem_used_mib, double power_w, const GpuWindow& own,
+                   std::vector<ProgressMetric>* metrics) {
+  metrics->push_back({"gpu_util_pct", "gpu", util_pct, "gpu %.0f%%"});
+  metrics->push_back({"gpu_mem_used_mib", "gpu", mem_used_mib, "gpu mem %.0f MiB", false, true});
+  metrics->push_back({"gpu_power_w", "gpu", power_w, nullptr});
+  metrics->push_back({"gpu_temp_c", "gpu", own.temp_c, nullptr});
+  metrics->push_back({"gpu_sm_clock_mhz", "gpu", own.sm_clock_mhz, nullptr});
+}
+
 std::string ProgressLine(int64_t epoch, int64_t epochs, int64_t step, int64_t total_steps,
                          const std::vector<ProgressMetric>& metrics, const StepPhases& p, double elapsed_s,
                          double eta_s) {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/observe/gpu_telemetry.h"
 #include "runtime/observe/metrics.h"
 #include "runtime/observe/step_breakdown.h"
 
@@ -27,6 +28,11 @@ struct ProgressMetric {
 // The interval's metrics, in metrics.jsonl order. tokens_per_sample > 0 (token models) adds tokens_per_s.
 std::vector<ProgressMetric> IntervalMetrics(double loss, double lr, double samples_per_s, int64_t tokens_per_sample,
                                             const StepPhases& p, double peak_mem_mib);
+
+// Appends the GPU telemetry of the interval: utilization, memory used and power averaged over the ranks (their
+// means), and this rank's temperature and SM clock (`own`); the line shows "gpu N%" and "gpu mem N MiB".
+void AddGpuMetrics(double util_pct, double mem_used_mib, double power_w, const GpuWindow& own,
+                   std::vector<ProgressMetric>* metrics);
 
 // "epoch E/N step S/T | loss ... | lr ... | ... samples/s | step ... ms (<breakdown>) | peak ... MiB | P% 1m 05s
 // elapsed, eta 3m 10s": the segments of the metrics with a line format, in order, the step breakdown right after the

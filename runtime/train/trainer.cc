@@ -108,6 +108,11 @@ Status Trainer::Setup() {
   DT_RETURN_IF_ERROR(Tensor::Empty({1, 1}, DType::kF32, ctx_.allocator(), &loss_acc_));
   DT_RETURN_IF_ERROR(loss_acc_.SetZero(ctx_.stream()));
 
+  if (ctx_.is_cuda() && cfg_.run().gpu_sample_s() > 0) {  // each rank watches its own GPU
+    const Status st = GpuTelemetry::StartForCudaDevice(ctx_.device_index(), cfg_.run().gpu_sample_s(), &gpu_);
+    if (!st.ok() && rank_ == 0) DT_LOG_INFO(kRuntime, "{}", st.message());
+  }
+
   if (rank_ == 0) {
     DT_RETURN_IF_ERROR(MakeDirs(cfg_.run().dir()));
     std::ofstream(cfg_.run().dir() + "/config.yaml") << ConfigToYaml(cfg_);
@@ -207,8 +212,17 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
   // Measured after the sync: the host queues steps ahead of the device, so only now is the interval's work done.
   const double interval_s = Now() - interval_start;
   DT_RETURN_IF_ERROR(loss_acc_.SetZero(ctx_.stream()));
-  // Loss and data wait are averaged over the ranks (one slow loader stalls every rank's collectives).
-  std::vector<double> v = {acc / static_cast<double>(interval_steps), data_s};
+  // Loss and data wait are averaged over the ranks (one slow loader stalls every rank's collectives), and so is
+  // what the GPUs said (v[2..5]: summed over the ranks whose telemetry read anything).
+  const GpuWindow gpu = gpu_ ? gpu_->TakeWindow() : GpuWindow();
+  if (gpu.samples > 0) WarnAboutGpu(gpu, interval_s);
+  const double read = gpu.samples > 0 ? 1.0 : 0.0;
+  std::vector<double> v = {acc / static_cast<double>(interval_steps),
+                           data_s,
+                           read * gpu.util_pct,
+                           read * gpu.mem_used_mib,
+                           read * gpu.power_w,
+                           read};
   DT_RETURN_IF_ERROR(AllReduceHost(&v));
   *mean_loss = v[0] / world_;
   if (!std::isfinite(*mean_loss)) {
@@ -246,8 +260,8 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
   const double samples_per_s = interval_steps * global_batch / interval_s;
   // Every metric of the interval, once, for the three sinks (progress line, TensorBoard, metrics.jsonl).
   const int64_t tokens_per_sample = cfg_.model().kind() == "gpt2" ? cfg_.model().gpt2().max_seq_len() : 0;
-  const std::vector<ProgressMetric> metrics =
-      IntervalMetrics(*mean_loss, lr, samples_per_s, tokens_per_sample, p, peak_mib);
+  std::vector<ProgressMetric> metrics = IntervalMetrics(*mean_loss, lr, samples_per_s, tokens_per_sample, p, peak_mib);
+  if (v[5] > 0) AddGpuMetrics(v[2] / v[5], v[3] / v[5], v[4] / v[5], gpu, &metrics);
   double elapsed_s = 0, eta_s = 0;
   Progress(step, &elapsed_s, &eta_s);
   ClearProgressBar();
@@ -273,6 +287,24 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
   record.Add("kind", std::string("train")).Add("epoch", epoch + 1).Add("step", step).Add("time", WallTime());
   AddMetrics(metrics, &record);
   return metrics_.Write(record.Add("verdict", verdict));
+}
+
+void Trainer::WarnAboutGpu(const GpuWindow& w, double window_s) {
+  const std::string name = "GPU " + std::to_string(ctx_.device_index()) + " (rank " + std::to_string(rank_) + ")";
+  gpu_idle_s_ = w.util_pct < cfg_.run().gpu_idle_util_pct() ? gpu_idle_s_ + window_s : 0;
+  if (gpu_idle_s_ >= cfg_.run().gpu_idle_s() && !gpu_idle_warned_) {
+    DT_LOG_WARN(kRuntime,
+                "{} has been under {:.0f}% busy for {:.0f} s ({:.0f}% now): you are paying for an idle GPU; the "
+                "progress line's step breakdown says where the time goes (data wait: raise data.workers)",
+                name, cfg_.run().gpu_idle_util_pct(), gpu_idle_s_, w.util_pct);
+  }
+  gpu_idle_warned_ = gpu_idle_s_ >= cfg_.run().gpu_idle_s();
+  const std::string throttle = w.ThrottleText();
+  if (!throttle.empty() && throttle != gpu_throttle_warned_) {
+    DT_LOG_WARN(kRuntime, "{} is slowed down by the driver: {} (SM clock {:.0f} MHz, {:.0f} W, {:.0f} C)", name,
+                throttle, w.sm_clock_mhz, w.power_w, w.temp_c);
+  }
+  gpu_throttle_warned_ = throttle;
 }
 
 void Trainer::Progress(int64_t step, double* elapsed_s, double* eta_s) const {

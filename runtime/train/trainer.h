@@ -47,6 +47,7 @@
 #include "runtime/checkpoint/fault_injection.h"
 #include "runtime/checkpoint/run_lock.h"
 #include "runtime/observe/device_trace.h"
+#include "runtime/observe/gpu_telemetry.h"
 #include "runtime/observe/metrics.h"
 #include "runtime/observe/phase_timer.h"
 #include "runtime/observe/tensorboard.h"
@@ -141,6 +142,13 @@ class Trainer {
   double ckpt_stall_s_ = 0;   // checkpoint stall since the last progress line
   std::string last_verdict_;  // the kind of the last step-time verdict ("communication-bound"): warned when it changes
   bool data_warned_ = false;  // the last interval waited too long for data (warned once until it recovers)
+  // GPU telemetry of this rank's GPU (null: off or no NVML); idle time so far and what was warned about.
+  std::unique_ptr<GpuTelemetry> gpu_;
+  double gpu_idle_s_ = 0;
+  bool gpu_idle_warned_ = false;
+  std::string gpu_throttle_warned_;
+  // Warns once when the GPU sits idle for run.gpu_idle_s, and when the driver starts throttling it.
+  void WarnAboutGpu(const GpuWindow& w, double window_s);
   // Progress of this attempt: its start (Now()) and the live terminal bar (rank 0 with stderr a terminal).
   double loop_start_s_ = 0, last_bar_s_ = 0;
   bool live_bar_ = false, bar_shown_ = false;
