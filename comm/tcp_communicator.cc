@@ -92,7 +92,7 @@ Status TcpCommunicator::Create(StarLinks links, const TcpCommOptions& opts, std:
   DT_CHECK_ARG(links.world_size >= 1 && links.rank >= 0 && links.rank < links.world_size,
                "TcpCommunicator: rank " << links.rank << " of world " << links.world_size);
   const size_t expected = links.world_size == 1 ? 0 : (links.rank == 0 ? links.world_size : 1);
-  DT_CHECK_ARG(links.links.size() == expected || (links.world_size == 1 && links.links.size() <= 1),
+  DT_CHECK_ARG(links.links.size() == expected,
                "TcpCommunicator: " << links.links.size() << " links for rank " << links.rank << " of "
                                    << links.world_size << " (expected " << expected << ": use RendezvousTcp)");
   DT_CHECK_ARG(opts.collective_timeout_s > 0, "TcpCommunicator: collective timeout " << opts.collective_timeout_s);
@@ -125,12 +125,7 @@ Status TcpCommunicator::Run(const Call& call, void* data, ReduceOp op) {
     std::lock_guard<std::mutex> lock(failed_mu_);
     if (!failed_.ok()) return failed_;
   }
-  if (links_.world_size == 1) {
-    if (call.kind == kAllReduce && op == ReduceOp::kAvg) {
-      DivideBytes(static_cast<DType>(call.dtype), data, call.bytes, 1);
-    }
-    return Status::OK();
-  }
+  if (links_.world_size == 1) return Status::OK();  // every collective of one rank is the identity
   Status st = links_.rank == 0 ? RunRankZero(call, data, op) : RunPeer(call, data);
   if (!st.ok()) return Fail(st);
   return Status::OK();

@@ -1,8 +1,10 @@
 #include "comm/tcp_rendezvous.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "comm/tcp_wire.h"
@@ -104,6 +106,15 @@ std::string CheckHello(const unsigned char* h, const std::string& from, const st
 Status RunRankZero(const RendezvousOptions& o, const std::string& where, Deadline deadline, StarLinks* out) {
   TcpSocket listener;
   Status st = TcpSocket::Listen(o.master_addr, o.master_port, &listener);
+  if (!st.ok() && st.message().find(std::strerror(EADDRNOTAVAIL)) != std::string::npos) {
+    // MASTER_ADDR is not an address of this host (a service's virtual IP, say, that forwards here):
+    // listen on every interface, as torchrun's store does.
+    DT_LOG_WARN(kComm,
+                "rendezvous: MASTER_ADDR {} is not an address of this host ({}); rank 0 listens on every "
+                "interface, port {}",
+                o.master_addr, st.message(), o.master_port);
+    st = TcpSocket::Listen(o.master_addr.find(':') == std::string::npos ? "0.0.0.0" : "::", o.master_port, &listener);
+  }
   if (!st.ok()) {
     return Status::Unavailable("rank 0: " + st.message() +
                                " (is another job or an earlier attempt using MASTER_PORT? choose another MASTER_PORT)");

@@ -5,7 +5,8 @@
 // TcpCommunicator (comm/tcp_communicator.h) runs its host collectives over.
 //
 // Protocol (version 1; all integers big-endian):
-//   1. Rank 0 listens on MASTER_ADDR:MASTER_PORT (SO_REUSEADDR; 0.0.0.0 binds every interface).
+//   1. Rank 0 listens on MASTER_ADDR:MASTER_PORT (SO_REUSEADDR; 0.0.0.0 binds every interface; an
+//      address that is not this host's, e.g. a service's virtual IP, makes it listen on every interface).
 //   2. Every other rank connects, retrying (refused, unreachable, not resolvable yet) until the timeout,
 //      and sends a hello: magic "DTRZ", protocol version, its rank, the world size.
 //   3. Rank 0 checks each hello and answers it at once with a notice {magic, code, message}: accepted,

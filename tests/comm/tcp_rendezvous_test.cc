@@ -150,6 +150,18 @@ TEST(TcpRendezvousTest, ConnectionWithoutHelloIsDroppedAndTheJobStillForms) {
   EXPECT_EQ(r[1].report, "OK 1");
 }
 
+TEST(TcpRendezvousTest, RankZeroListensEverywhereWhenMasterAddrIsNotLocal) {
+  const int port = FreeLoopbackPort();
+  // Rank 0 is told a forwarded address that no interface here has (TEST-NET-1); the peer reaches it on loopback.
+  const auto r = RunForkedRanks(2, [&](int rank) {
+    RendezvousOptions o = Opts(port, rank, 2, 20);
+    if (rank == 0) o.master_addr = "192.0.2.1";
+    return Join(o);
+  });
+  EXPECT_EQ(r[0].report, "OK 2");
+  EXPECT_EQ(r[1].report, "OK 1");
+}
+
 TEST(TcpRendezvousTest, OneRankMakesNoConnection) {
   const std::string report = Join(Opts(1, 0, 1, 1));
   EXPECT_EQ(report, "OK 0");
