@@ -126,7 +126,11 @@ Status TcpCommunicator::Run(const Call& call, void* data, ReduceOp op) {
     if (!failed_.ok()) return failed_;
   }
   if (links_.world_size == 1) return Status::OK();  // every collective of one rank is the identity
+  in_call_ = call.kind;
+  in_seq_ = call.seq;
+  waiting_for_ = 0;  // a peer waits for rank 0; rank 0 sets the rank it reads from
   Status st = links_.rank == 0 ? RunRankZero(call, data, op) : RunPeer(call, data);
+  waiting_for_ = -1;
   if (!st.ok()) return Fail(st);
   return Status::OK();
 }
@@ -141,6 +145,7 @@ Status TcpCommunicator::RunRankZero(const Call& call, void* data, ReduceOp op) {
   for (; r < links_.world_size && err.ok(); ++r) {
     const std::string peer = "rank " + std::to_string(r);
     unsigned char req[kRequestBytes];
+    waiting_for_ = r;
     Status st = links_.links[r].RecvAll(req, sizeof(req), deadline, peer);
     if (!st.ok()) {
       const bool closed = st.message().find("closed by the peer") != std::string::npos;
@@ -288,7 +293,14 @@ Status TcpCommunicator::Abort() {
   // shutdown (not close): a thread blocked in poll/recv on these sockets wakes and fails; the
   // descriptors stay ours until the destructor, so none is reused under it.
   for (const TcpSocket& s : links_.links) s.Shutdown();
-  DT_LOG_WARN(kComm, "tcp communicator aborted (rank {} of {})", rank(), world_size());
+  const int waiting = waiting_for_.load();
+  if (waiting < 0) {
+    DT_LOG_WARN(kComm, "tcp communicator aborted (rank {} of {}) between collectives", rank(), world_size());
+  } else {
+    // Rank 0 reads the ranks in order: the first it still waits for is one that did not arrive.
+    DT_LOG_WARN(kComm, "tcp communicator aborted (rank {} of {}) while waiting for rank {} in {} #{}", rank(),
+                world_size(), waiting, KindName(in_call_.load()), in_seq_.load());
+  }
   return Status::OK();
 }
 

@@ -19,10 +19,12 @@
 // connection or does not arrive in time fails the call on rank 0 naming that rank, and rank 0 passes
 // the error to the ranks still connected. After any failure the group is out of step: every later
 // call returns the same error. Abort() (from any thread, e.g. the watchdog) shuts the connections
-// down, which wakes a blocked call; it and every later call return Aborted.
+// down, which wakes a blocked call; it and every later call return Aborted. Its log line names the
+// rank the blocked call was waiting for (on rank 0: the first rank that did not arrive).
 // Ownership: owns the StarLinks it was created from. Thread-safety: as Communicator.
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -81,6 +83,10 @@ class TcpCommunicator final : public Communicator {
   uint64_t seq_ = 0;
   std::vector<unsigned char> scratch_;  // rank 0: one peer's contribution
   std::atomic<bool> aborted_{false};
+  // What the collective thread is blocked on, for Abort()'s log line: the rank it waits for (-1: none).
+  std::atomic<int> waiting_for_{-1};
+  std::atomic<uint32_t> in_call_{0};
+  std::atomic<uint64_t> in_seq_{0};
   std::mutex failed_mu_;
   Status failed_;
 };

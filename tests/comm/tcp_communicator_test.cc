@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/watchdog.h"
 #include "core/check.h"
 #include "tests/comm/forked_ranks.h"
 
@@ -139,7 +140,9 @@ TEST(TcpCommunicatorTest, PeerThatNeverArrivesTimesOut) {
     }
     return c->Barrier().ToString();
   });
-  EXPECT_TRUE(Has(r[0].report, "rank 0: Barrier #0: rank 1 did not arrive within 1 s (receiving from rank 1 timed out)")) << r[0].report;
+  EXPECT_TRUE(
+      Has(r[0].report, "rank 0: Barrier #0: rank 1 did not arrive within 1 s (receiving from rank 1 timed out)"))
+      << r[0].report;
   EXPECT_LT(r[0].seconds, 2.9);
 }
 
@@ -168,6 +171,39 @@ TEST(TcpCommunicatorTest, AbortFromAnotherThreadUnblocksAWaitingCollective) {
   });
   EXPECT_TRUE(Has(r[0].report, "Aborted: tcp communicator was aborted | after: Aborted")) << r[0].report;
   EXPECT_LT(r[0].seconds, 2.5) << r[0].report;
+}
+
+// The trainer's arrangement: the collective watchdog watches the tcp communicator and, when a
+// collective hangs, aborts it, which releases the blocked call.
+TEST(TcpCommunicatorTest, WatchdogAbortsAHungCollective) {
+  const int port = FreeLoopbackPort();
+  const auto r = RunForkedRanks(2, [&](int rank) -> std::string {
+    std::unique_ptr<TcpCommunicator> c;
+    Status st = Connect(port, rank, 2, 60, &c);
+    if (!st.ok()) return st.ToString();
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      return "slept";
+    }
+    WatchdogOptions wo;
+    wo.timeout_s = 0.5;
+    wo.poll_interval_s = 0.05;
+    std::string fatal;
+    std::unique_ptr<Watchdog> w;
+    st = Watchdog::Create(
+        {c.get()}, wo, [&](const Status& s) { fatal = s.ToString(); }, &w);
+    if (!st.ok()) return st.ToString();
+    w->Arm("step 7 loss all-reduce");
+    double x = 1;
+    Tensor t = Tensor::Wrap(&x, {1}, DType::kF64, DeviceType::kCPU);
+    st = c->AllReduce(&t, ReduceOp::kSum, nullptr);
+    w->Disarm();
+    w.reset();  // joins the thread: `fatal` is written
+    return st.ToString() + " | " + fatal;
+  });
+  EXPECT_TRUE(Has(r[0].report, "Aborted: tcp communicator was aborted")) << r[0].report;
+  EXPECT_TRUE(Has(r[0].report, "'step 7 loss all-reduce' did not complete within 0.5 s on rank 0 of 2")) << r[0].report;
+  EXPECT_LT(r[0].seconds, 2.5);
 }
 
 TEST(TcpCommunicatorTest, OneRankIsTheIdentityWithoutSockets) {
