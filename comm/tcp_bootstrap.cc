@@ -44,10 +44,23 @@ Status ShareNcclIdOverTcp(Communicator* host, ncclUniqueId* id) {
 
 bool NeedsTcpBootstrap(const DistEnv& env) {
   if (env.source != "torchrun" || env.world_size <= 1) return false;
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"}) {
-    if (std::getenv(var) != nullptr) return false;
+  // The size of the world a process manager made, if one started this process: Open MPI's, PMI's, or
+  // (PMIx under srun) the Slurm step's. 0: no process manager; -1: one whose size is not known.
+  auto size_of = [](const char* var) {
+    const char* v = std::getenv(var);
+    return v == nullptr ? -1 : std::atoi(v);
+  };
+  int pm_size = 0;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) {
+    pm_size = size_of("OMPI_COMM_WORLD_SIZE");
+  } else if (std::getenv("PMI_SIZE") != nullptr) {
+    pm_size = size_of("PMI_SIZE");
+  } else if (std::getenv("PMIX_RANK") != nullptr || std::getenv("PMI_RANK") != nullptr) {
+    pm_size = size_of("SLURM_NTASKS");
   }
-  return true;
+  // An MPI world of exactly WORLD_SIZE processes (mpirun -np N with RANK exported) is joined over MPI;
+  // one of another size (`srun torchrun`: one task per node, torchrun's workers below it) is not ours.
+  return pm_size == 0 || (pm_size > 0 && pm_size != env.world_size);
 }
 
 Status CreateCommunicatorsOverTcp(const DistEnv& env, const TcpBootstrapOptions& opts,

@@ -28,9 +28,11 @@ struct TcpBootstrapOptions {
   double collective_timeout_s = 1800;  // per host collective (TcpCommOptions)
 };
 
-// True when `env` came from torchrun's variables with more than one rank and no MPI process manager
-// (mpirun's OMPI_COMM_WORLD_SIZE, PMIx's PMIX_RANK, PMI's PMI_RANK) is present in this process's
-// environment: such a worker must bootstrap over TCP, not MPI.
+// True when `env` came from torchrun's variables with more than one rank and this process is not one
+// of an MPI world of that size: no process manager variables at all (OMPI_COMM_WORLD_SIZE, PMI_SIZE,
+// PMIX_RANK, PMI_RANK), or a process manager world of another size (`srun torchrun ...`: one task per
+// node, SLURM_NTASKS of them). Such a worker bootstraps over TCP, not MPI. Reads this process's
+// environment.
 bool NeedsTcpBootstrap(const DistEnv& env);
 
 // Steps 1-5 above for rank env.rank of env.world_size (> 1) at env.master_addr:env.master_port.

@@ -31,15 +31,30 @@ DistEnv TorchrunEnv(int rank, int world, int port) {
 }
 
 TEST(TcpBootstrapTest, TorchrunVariablesWithoutAProcessManagerNeedTcp) {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"}) ::unsetenv(v);
+  const char* pm_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "SLURM_NTASKS"};
+  for (const char* v : pm_vars) ::unsetenv(v);
   EXPECT_TRUE(NeedsTcpBootstrap(TorchrunEnv(1, 2, 29500)));
   EXPECT_FALSE(NeedsTcpBootstrap(TorchrunEnv(0, 1, 29500))) << "one rank needs no rendezvous";
   DistEnv ompi = TorchrunEnv(1, 2, 29500);
   ompi.source = "ompi";
   EXPECT_FALSE(NeedsTcpBootstrap(ompi));
-  ::setenv("PMIX_RANK", "1", 1);  // RANK exported, but mpirun/srun started us: MPI it is
+  // RANK exported, but mpirun -np 2 started us: MPI it is.
+  ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
   EXPECT_FALSE(NeedsTcpBootstrap(TorchrunEnv(1, 2, 29500)));
-  ::unsetenv("PMIX_RANK");
+  // `mpirun -np 1 torchrun --nproc-per-node 2`: the MPI world is not the job's.
+  ::setenv("OMPI_COMM_WORLD_SIZE", "1", 1);
+  EXPECT_TRUE(NeedsTcpBootstrap(TorchrunEnv(1, 2, 29500)));
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  // srun --mpi=pmix with 4 tasks, WORLD_SIZE 4: MPI. `srun -N2 torchrun --nproc-per-node 2`: TCP.
+  ::setenv("PMIX_RANK", "1", 1);
+  ::setenv("SLURM_NTASKS", "4", 1);
+  EXPECT_FALSE(NeedsTcpBootstrap(TorchrunEnv(1, 4, 29500)));
+  ::setenv("SLURM_NTASKS", "2", 1);
+  EXPECT_TRUE(NeedsTcpBootstrap(TorchrunEnv(1, 4, 29500)));
+  // PMIx without a known size: assume the process manager's MPI world is the job's.
+  ::unsetenv("SLURM_NTASKS");
+  EXPECT_FALSE(NeedsTcpBootstrap(TorchrunEnv(1, 4, 29500)));
+  for (const char* v : pm_vars) ::unsetenv(v);
 }
 
 TEST(TcpBootstrapTest, CpuPathIsRefusedAtOnceWithoutMpi) {
