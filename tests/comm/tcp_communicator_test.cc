@@ -47,7 +47,7 @@ std::string FourRankRound(int port, int rank) {
   if (!st.ok()) return st.ToString();
   auto fail = [](const Status& s) { return "FAIL " + s.ToString(); };
   // Sum and max of the rank (f64, as Trainer::AllReduceHost sends them), and a mean.
-  std::vector<double> v = {static_cast<double>(rank), static_cast<double>(rank), 0.1 * (rank + 1)};
+  std::vector<double> v = {static_cast<double>(rank), static_cast<double>(rank), 1.0 / (rank + 3)};
   Tensor t = Tensor::Wrap(v.data(), {3}, DType::kF64, DeviceType::kCPU);
   if (!(st = c->AllReduce(&t, ReduceOp::kSum, nullptr)).ok()) return fail(st);
   std::vector<double> m = {static_cast<double>(rank), -static_cast<double>(rank)};
@@ -72,7 +72,7 @@ std::string FourRankRound(int port, int rank) {
   Tensor tb = Tensor::Wrap(b.data(), {2}, DType::kF64, DeviceType::kCPU);
   if (!(st = c->Broadcast(&tb, 2, nullptr)).ok()) return fail(st);
   if (!(st = c->Barrier()).ok()) return fail(st);
-  return "sum=" + std::to_string(v[0]) + "," + std::to_string(v[1]) + " tenths=" + Hex(v[2]) +
+  return "sum=" + std::to_string(v[0]) + "," + std::to_string(v[1]) + " fractions=" + Hex(v[2]) +
          " max=" + std::to_string(m[0]) + "," + std::to_string(m[1]) + " avg=" + std::to_string(a) +
          " isum=" + std::to_string(i) + " id=" + std::to_string(id_ok) + " from2=" + std::to_string(b[0]) + "," +
          std::to_string(b[1]);
@@ -81,9 +81,11 @@ std::string FourRankRound(int port, int rank) {
 TEST(TcpCommunicatorTest, FourRanksAllReduceAndBroadcastClosedForms) {
   const int port = FreeLoopbackPort();
   const auto r = RunForkedRanks(4, [&](int rank) { return FourRankRound(port, rank); });
-  // Rank order on rank 0: ((0.1 + 0.2) + 0.3) + 0.4, which is not 1.0 in binary; every rank has those bits.
-  const double tenths = ((0.1 * 1 + 0.1 * 2) + 0.1 * 3) + 0.1 * 4;
-  const std::string expected = "sum=6.000000,6.000000 tenths=" + Hex(tenths) +
+  // Rank order on rank 0: ((1/3 + 1/4) + 1/5) + 1/6 is 0.9499999999999998, while the reverse order or a
+  // tree gives 0.95: the result is rank 0's rank-order sum, the same bits on every rank.
+  const double ordered = ((1.0 / 3 + 1.0 / 4) + 1.0 / 5) + 1.0 / 6;
+  ASSERT_NE(Hex(ordered), Hex(((1.0 / 6 + 1.0 / 5) + 1.0 / 4) + 1.0 / 3));
+  const std::string expected = "sum=6.000000,6.000000 fractions=" + Hex(ordered) +
                                " max=3.000000,-0.000000 avg=1.500000 isum=10 id=1 from2=42.500000,7.000000";
   for (int k = 0; k < 4; ++k) {
     EXPECT_EQ(r[k].report, expected) << "rank " << k;
