@@ -22,7 +22,17 @@ const char* ReduceOpName(ReduceOp op) {
   return "?";
 }
 
-const char* BackendName(Backend b) { return b == Backend::kNccl ? "nccl" : "mpi"; }
+const char* BackendName(Backend b) {
+  switch (b) {
+    case Backend::kMpi:
+      return "mpi";
+    case Backend::kNccl:
+      return "nccl";
+    case Backend::kTcp:
+      return "tcp";
+  }
+  return "?";
+}
 
 Status ParseBackend(const std::string& name, Backend* out) {
   if (name == "mpi") {
@@ -36,6 +46,11 @@ Status ParseBackend(const std::string& name, Backend* out) {
 }
 
 Status CreateCommunicator(Backend backend, const CommOptions& opts, std::unique_ptr<Communicator>* out) {
+  if (backend == Backend::kTcp) {
+    return Status::InvalidArgument(
+        "CreateCommunicator: a tcp communicator comes from CreateCommunicatorsOverTcp "
+        "(comm/tcp_bootstrap.h), after the rendezvous");
+  }
   if (backend == Backend::kMpi) {
 #if DT_HAVE_MPI
     std::unique_ptr<MpiCommunicator> c;

@@ -4,6 +4,8 @@
 // Implementations (one factory, CreateCommunicator):
 //   MpiCommunicator  (comm/mpi_communicator.h)  CPU tensors, Open MPI between real processes.
 //   NcclCommunicator (comm/nccl_communicator.h) CUDA tensors, NCCL; bootstrapped over MPI.
+// Without MPI (workers started torchrun-style), comm/tcp_bootstrap.h makes a TcpCommunicator (host
+// scalars, CPU) and an NcclCommunicator bootstrapped over the TCP rendezvous instead.
 //
 // Stream semantics. Every collective takes a `stream`:
 //   - NCCL: the collective is ENQUEUED on `stream` and the call returns at once (asynchronous with
@@ -36,7 +38,7 @@
 namespace dtrain::comm {
 
 enum class ReduceOp { kSum, kAvg, kMax };
-enum class Backend { kMpi, kNccl };
+enum class Backend { kMpi, kNccl, kTcp };  // kTcp: host scalars only (comm/tcp_communicator.h)
 
 const char* ReduceOpName(ReduceOp op);
 const char* BackendName(Backend b);
@@ -81,7 +83,8 @@ struct CommOptions {
 };
 
 // Creates a communicator over MPI_COMM_WORLD. Needs MPI initialised (comm::MpiSession) for both
-// backends: NCCL shares its ncclUniqueId over MPI_Bcast. Unavailable when the backend was not built.
+// backends: NCCL shares its ncclUniqueId over MPI_Bcast. Unavailable when the backend was not built;
+// InvalidArgument for kTcp (made by comm/tcp_bootstrap.h, which needs the rendezvous address).
 Status CreateCommunicator(Backend backend, const CommOptions& opts, std::unique_ptr<Communicator>* out);
 
 }  // namespace dtrain::comm

@@ -1,0 +1,54 @@
+#pragma once
+// TCP rendezvous: how workers that no process manager (mpirun, srun) started find each other — a
+// Kubernetes PyTorchJob or a per-node launcher that sets only torchrun's RANK/WORLD_SIZE/MASTER_ADDR/
+// MASTER_PORT. The result is a star of TCP connections through rank 0 (StarLinks), which
+// TcpCommunicator (comm/tcp_communicator.h) runs its host collectives over.
+//
+// Protocol (version 1; all integers big-endian):
+//   1. Rank 0 listens on MASTER_ADDR:MASTER_PORT (SO_REUSEADDR; 0.0.0.0 binds every interface; an
+//      address that is not this host's, e.g. a service's virtual IP, makes it listen on every interface).
+//   2. Every other rank connects, retrying (refused, unreachable, not resolvable yet) until the timeout,
+//      and sends a hello: magic "DTRZ", protocol version, its rank, the world size.
+//   3. Rank 0 checks each hello and answers it at once with a notice {magic, code, message}: accepted,
+//      or rejected with the reason. A duplicate rank, a rank out of range, a world size or protocol
+//      version that differs ends the rendezvous with an error on rank 0 and on every peer (each names
+//      the rank and both sides' values). A connection that sends no valid hello (not dtrain) is
+//      dropped with a warning.
+//   4. Once all world-1 peers are in, rank 0 sends each one a "go" notice; every rank returns its links.
+//      If the timeout ends first, rank 0 fails naming the ranks still missing and sends the peers
+//      that did arrive an abort notice with the same text.
+// Errors name MASTER_ADDR:MASTER_PORT: rank 0 "rank 0: 1 of 2 peers arrived at H:P after 30 s;
+// missing: rank 1"; a peer that never reached rank 0 "rank 1: no rendezvous at H:P after 30 s (is rank
+// 0 running, and MASTER_ADDR/MASTER_PORT the same everywhere?)". World size 1 makes no connection.
+// Blocking: every wait is bounded by the timeout (poll); EINTR is retried.
+// Thread-safety: a plain function; call it once per process and job attempt.
+
+#include <string>
+#include <vector>
+
+#include "comm/tcp_socket.h"
+#include "core/status.h"
+
+namespace dtrain::comm {
+
+struct RendezvousOptions {
+  std::string master_addr = "127.0.0.1";  // rank 0 binds it, the others connect to it
+  int master_port = 29500;
+  int rank = 0;
+  int world_size = 1;
+  double timeout_s = 300;  // for the whole rendezvous, on every rank
+};
+
+// The connections a finished rendezvous leaves. Rank 0: links[r] is the connection to rank r
+// (links[0] unused). Other ranks: links[0] is the connection to rank 0. Owns the sockets.
+struct StarLinks {
+  int rank = 0;
+  int world_size = 1;
+  std::string where;  // "MASTER_ADDR:MASTER_PORT", for messages
+  std::vector<TcpSocket> links;
+};
+
+// Runs the protocol above. `out` is filled only on success.
+Status RendezvousTcp(const RendezvousOptions& opts, StarLinks* out);
+
+}  // namespace dtrain::comm
