@@ -9,6 +9,7 @@
 #   gpt2loss   GPT-2 loss curves, dtrain vs PyTorch, same init and tokens: 200 steps, PNG to $OUT
 #   gpt2comm   GPT-2 124M on 1 GPU, then 2 GPUs under NCCL CTA limits, bucket sizes and bf16 gradient compression
 #   zero1   GPT-2 124M on 2 GPUs with and without dist.zero1: optimizer memory and tokens/s
+#   telemetry  NVML telemetry in metrics.jsonl vs nvidia-smi in the same run; the idle-GPU warning
 #   hf      `dtrain ckpt export --format hf` loaded by transformers, logits vs dtrain's (bench/hf_export_check.sh)
 #   tb      TensorBoard's own reader over a run's event file (tests/tools/read_tensorboard.py)
 # Usage (on the GPU machine, from the repo root): OUT=/some/dir STAGES="tests gpt2" bench/device_session.sh
@@ -153,6 +154,32 @@ if has hf; then
   DTRAIN_ARGS="--set train.device=cuda --set train.precision=bf16" bash bench/hf_export_check.sh build-dev $OUT/hf \
     > $OUT/hf.log 2>&1
   echo "hf export check rc=$?: $(tail -1 $OUT/hf.log)"
+fi
+
+if has telemetry; then
+  # GPU telemetry (NVML) in metrics.jsonl next to nvidia-smi sampled during the same run, then an idle GPU: the MLP's
+  # tiny steps with one reader thread leave the H200 mostly idle, which must be warned about once.
+  nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,power.draw --format=csv,noheader,nounits -lms 500 \
+    > $OUT/smi.csv 2>&1 & smi=$!
+  $BIN train $GPT2 --set train.max_steps=200 --set run.dir=$OUT/gpt2_tel > $OUT/gpt2_tel.log 2>&1
+  echo "telemetry gpt2 rc=$?: $(step_line $OUT/gpt2_tel.log)"
+  kill $smi 2>/dev/null
+  python3 - $OUT/gpt2_tel/metrics.jsonl $OUT/smi.csv <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if '"train"' in l]
+smi = [l.split(", ") for l in open(sys.argv[2]) if l.count(",") == 3]
+util = [float(r[1]) for r in smi]; mem = [float(r[2]) for r in smi]
+busy = [u for u in util if u > 0]
+print("dtrain metrics.jsonl: gpu_util_pct per interval", [round(r.get("gpu_util_pct", -1)) for r in recs],
+      "gpu_mem_used_mib", [round(r.get("gpu_mem_used_mib", -1)) for r in recs])
+print("nvidia-smi (500 ms): %d samples, util while busy mean %.1f%% (max %.0f), memory used max %.0f MiB"
+      % (len(util), sum(busy) / max(1, len(busy)), max(util or [0]), max(mem or [0])))
+PY
+  $BIN train configs/fashion_mnist_mlp.yaml --set train.device=cuda --set data.workers=1 --set train.epochs=1 \
+    --set run.gpu_idle_s=5 --set run.dir=$OUT/mlp_idle > $OUT/mlp_idle.log 2>&1
+  echo "idle GPU run rc=$?: $(grep -c 'paying for an idle GPU' $OUT/mlp_idle.log) idle warning(s):"
+  grep -m1 'paying for an idle GPU' $OUT/mlp_idle.log | sed 's/.*\] //'
+  grep -m2 'gpu [0-9]*%' $OUT/mlp_idle.log | sed 's/.*\] //'
 fi
 
 if has tb; then

@@ -9,6 +9,7 @@
 #include "comm/bootstrap.h"
 #include "comm/communicator.h"
 #include "comm/dist_env.h"
+#include "comm/tcp_bootstrap.h"
 #include "comm/watchdog.h"
 #include "core/check.h"
 #include "core/device_context.h"
@@ -68,7 +69,16 @@ Status RunWorker(const std::string& config_path, const std::vector<std::string>&
 
   std::unique_ptr<comm::Communicator> host_comm, nccl_comm;
   comm::Communicator* grad_comm = nullptr;
-  if (env.world_size > 1) {
+  if (env.world_size > 1 && comm::NeedsTcpBootstrap(env)) {
+    // Started by torchrun-style variables alone (a per-node launcher, a Kubernetes job): no MPI world. The ranks
+    // meet over TCP on MASTER_ADDR:MASTER_PORT; host scalars go over those links, gradients over NCCL (GPU only).
+    comm::TcpBootstrapOptions tcp;
+    tcp.cuda = ctx->is_cuda();
+    tcp.device = ctx->is_cuda() ? ctx->device_index() : 0;
+    tcp.collective_timeout_s = cfg.dist().collective_timeout_s();
+    DT_RETURN_IF_ERROR(comm::CreateCommunicatorsOverTcp(env, tcp, &host_comm, &nccl_comm));
+    grad_comm = nccl_comm.get();
+  } else if (env.world_size > 1) {
     DT_RETURN_IF_ERROR(comm::CreateCommunicator(comm::Backend::kMpi, {}, &host_comm));
     grad_comm = host_comm.get();
     if (ctx->is_cuda()) {
@@ -162,7 +172,7 @@ Status RunTrain(int* argc, char*** argv, const TrainArgs& args) {
   // A process manager (mpirun, srun) started us: join its MPI world. The MPI session outlives the
   // communicators and the trainer (declared first, destroyed last).
   std::unique_ptr<comm::MpiSession> mpi;
-  if (env.source == "ompi" || env.source == "slurm" || env.world_size > 1) {
+  if (!comm::NeedsTcpBootstrap(env) && (env.source == "ompi" || env.source == "slurm" || env.world_size > 1)) {
     DT_RETURN_IF_ERROR(comm::MpiSession::Init(argc, argv, &mpi));
     if (mpi->world_size() != env.world_size) {
       return Status::InvalidArgument("the environment says world size " + std::to_string(env.world_size) + " (" +

@@ -171,5 +171,18 @@ TEST_P(LaunchEquivalence, NRanksEndWithTheParametersOfOneRankWithNTimesTheBatch)
 INSTANTIATE_TEST_SUITE_P(Ranks, LaunchEquivalence, ::testing::Values(2, 4),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
 
+// Workers started by torchrun's variables alone (no mpirun, no srun) on the CPU: the CPU path needs MPI, and the
+// worker says so in one error, exit 2, before it waits for any peer (the GPU path rendezvouses over TCP instead).
+TEST(TrainE2E, TorchrunStyleStartOnTheCpuNamesWhatItNeeds) {
+  TempDir dir;
+  const ProcessResult r = RunCommand("RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 " +
+                                     DtrainBin() + " train " + kCiConfig + " --set train.device=cpu --set run.dir=" +
+                                     dir.path() + "/run");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("started without a process manager (only torchrun's RANK/WORLD_SIZE are set)"),
+            std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace dtrain::testing
