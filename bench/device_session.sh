@@ -175,8 +175,8 @@ print("dtrain metrics.jsonl: gpu_util_pct per interval", [round(r.get("gpu_util_
 print("nvidia-smi (500 ms): %d samples, util while busy mean %.1f%% (max %.0f), memory used max %.0f MiB"
       % (len(util), sum(busy) / max(1, len(busy)), max(util or [0]), max(mem or [0])))
 PY
-  $BIN train configs/fashion_mnist_mlp.yaml --set train.device=cuda --set data.workers=1 --set train.epochs=1 \
-    --set run.gpu_idle_s=5 --set run.dir=$OUT/mlp_idle > $OUT/mlp_idle.log 2>&1
+  $BIN train configs/fashion_mnist_mlp.yaml --set train.device=cuda --set data.workers=1 --set train.epochs=10 \
+    --set train.eval=false --set run.gpu_idle_s=5 --set run.dir=$OUT/mlp_idle > $OUT/mlp_idle.log 2>&1
   echo "idle GPU run rc=$?: $(grep -c 'paying for an idle GPU' $OUT/mlp_idle.log) idle warning(s):"
   grep -m1 'paying for an idle GPU' $OUT/mlp_idle.log | sed 's/.*\] //'
   grep -m2 'gpu [0-9]*%' $OUT/mlp_idle.log | sed 's/.*\] //'

@@ -22,6 +22,12 @@ struct NvmlUtilization {
 struct NvmlMemory {
   unsigned long long total, free, used;
 };
+// nvmlMemory_v2_t: "used" without the driver's reserved memory, as nvidia-smi reports it.
+struct NvmlMemoryV2 {
+  unsigned int version;
+  unsigned long long total, reserved, free, used;
+};
+constexpr unsigned int kNvmlMemoryV2Version = sizeof(NvmlMemoryV2) | (2u << 24);
 constexpr int kNvmlTemperatureGpu = 0;
 constexpr int kNvmlClockSm = 1;
 // Clocks-event (throttle) reason bits that mean "slowed down", and their names.
@@ -40,6 +46,7 @@ struct GpuTelemetry::Nvml {
   nvmlReturn_t (*by_pci)(const char*, nvmlDevice_t*) = nullptr;
   nvmlReturn_t (*utilization)(nvmlDevice_t, NvmlUtilization*) = nullptr;
   nvmlReturn_t (*memory)(nvmlDevice_t, NvmlMemory*) = nullptr;
+  nvmlReturn_t (*memory_v2)(nvmlDevice_t, NvmlMemoryV2*) = nullptr;  // null on drivers before 510
   nvmlReturn_t (*power)(nvmlDevice_t, unsigned int*) = nullptr;
   nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned int*) = nullptr;
   nvmlReturn_t (*clock)(nvmlDevice_t, int, unsigned int*) = nullptr;
@@ -77,6 +84,7 @@ Status GpuTelemetry::Start(const std::string& pci_bus_id, double period_s, std::
   ok = ok && (sym("nvmlDeviceGetCurrentClocksEventReasons", &nvml->throttle) ||
               sym("nvmlDeviceGetCurrentClocksThrottleReasons", &nvml->throttle));
   if (!ok) return Status::Unavailable("GPU telemetry off: this NVML lacks a function dtrain reads");
+  sym("nvmlDeviceGetMemoryInfo_v2", &nvml->memory_v2);
   auto shutdown = nvml->shutdown;
   nvml->shutdown = nullptr;  // only once initialized
   if (nvmlReturn_t r = nvml->init(); r != kNvmlSuccess) {
@@ -131,7 +139,15 @@ void GpuTelemetry::SampleOnce() {
   NvmlMemory m{};
   unsigned int mw = 0, temp = 0, sm = 0;
   unsigned long long reasons = 0;
-  const bool ok = nvml_->utilization(device_, &u) == kNvmlSuccess && nvml_->memory(device_, &m) == kNvmlSuccess;
+  NvmlMemoryV2 m2{};
+  m2.version = kNvmlMemoryV2Version;
+  if (nvml_->memory_v2 != nullptr && nvml_->memory_v2(device_, &m2) == kNvmlSuccess) {
+    m.total = m2.total;
+    m.used = m2.used;
+  } else if (nvml_->memory(device_, &m) != kNvmlSuccess) {
+    return;
+  }
+  const bool ok = nvml_->utilization(device_, &u) == kNvmlSuccess;
   if (!ok) return;  // a sample the driver could not give is skipped, not zero
   const bool have_power = nvml_->power(device_, &mw) == kNvmlSuccess;
   nvml_->temperature(device_, kNvmlTemperatureGpu, &temp);
@@ -151,6 +167,12 @@ void GpuTelemetry::SampleOnce() {
 }
 
 GpuWindow GpuTelemetry::TakeWindow() {
+  bool empty;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    empty = window_.samples == 0;
+  }
+  if (empty) SampleOnce();  // a window shorter than the period still gets the GPU's current reading
   std::lock_guard<std::mutex> lock(mu_);
   GpuWindow w = window_;
   window_ = GpuWindow();

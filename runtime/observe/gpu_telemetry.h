@@ -48,7 +48,8 @@ class GpuTelemetry {
   GpuTelemetry(const GpuTelemetry&) = delete;
   GpuTelemetry& operator=(const GpuTelemetry&) = delete;
 
-  // The summary of the samples since the last call (or Start), and a new window begins.
+  // The summary of the samples since the last call (or Start), and a new window begins. A window without a sample
+  // (shorter than the period) takes one now.
   GpuWindow TakeWindow();
 
   struct Nvml;  // the loaded library (gpu_telemetry.cc)
