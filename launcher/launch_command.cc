@@ -210,6 +210,11 @@ Status BuildLaunchCommand(const LaunchOptions& opts, const LaunchEnv& env, int r
   if (out->backend == Backend::kMpirun) argv.insert(argv.end(), {env.self_bin, "rank-exec"});
   argv.insert(argv.end(), {env.worker_bin, "train", opts.config});
   for (const auto& kv : opts.sets) argv.insert(argv.end(), {"--set", kv});
+  // A restart continues this job's own run: from its newest checkpoint, and without starting over again (the first
+  // attempt's --resume never / --overwrite / a step number applied to the run's start, not to its restarts).
+  if (restart_count > 0) {
+    argv.insert(argv.end(), {"--set", "checkpoint.resume=auto", "--set", "checkpoint.overwrite=false"});
+  }
   return Status::OK();
 }
 

@@ -47,6 +47,22 @@ TEST(LaunchCommandTest, LocalCpuRunIsExactlyThisMpirunLine) {
             "/opt/dtrain/bin/dtrain rank-exec /opt/dtrain/bin/dtrain train cfg.yaml --set optim.lr=0.5");
 }
 
+// A restart resumes the job's own run: the first attempt's "start over" does not apply to it again.
+TEST(LaunchCommandTest, RestartsResumeTheirOwnRunInsteadOfStartingOver) {
+  const LaunchOptions o = Opts({"--resume", "never", "--overwrite"});
+  const std::string first = Build(o, FakeEnv(0), 0);
+  EXPECT_NE(first.find("train cfg.yaml --set checkpoint.resume=never --set checkpoint.overwrite=true"),
+            std::string::npos)
+      << first;
+  EXPECT_EQ(first.find("checkpoint.resume=auto"), std::string::npos) << first;
+  const std::string again = Build(o, FakeEnv(0), 1);
+  EXPECT_NE(again.find("DTRAIN_RESTART_COUNT=1 "), std::string::npos) << again;
+  const std::string tail =
+      "--set checkpoint.resume=never --set checkpoint.overwrite=true --set checkpoint.resume=auto --set "
+      "checkpoint.overwrite=false";
+  EXPECT_EQ(again.substr(again.size() - tail.size()), tail) << again;
+}
+
 TEST(LaunchCommandTest, NprocPerNodeResolvesGpuCpuAuto) {
   LaunchCommand cmd;
   ASSERT_TRUE(BuildLaunchCommand(Opts({}), FakeEnv(8), 0, &cmd).ok());
