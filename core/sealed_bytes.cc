@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
+#include <set>
 
 #include "core/crc32c.h"
 
@@ -63,6 +65,13 @@ Status Unseal(const std::string& name, const std::string& bytes, std::string* pa
   }
   payload->assign(bytes, kSealHeaderBytes, std::string::npos);
   return Status::OK();
+}
+
+bool FirstLegacyWarning(const std::string& name) {
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mu);
+  return warned.insert(name).second;
 }
 
 }  // namespace dtrain

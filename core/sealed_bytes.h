@@ -26,4 +26,9 @@ std::string Seal(const std::string& payload);
 // short, or the payload's CRC32C differs from the header's.
 Status Unseal(const std::string& name, const std::string& bytes, std::string* payload, bool* legacy);
 
+// True the first time this process asks about `name`: readers warn once per legacy file, not once per read (a
+// dataset's manifest is read by every loader of every rank). The one piece of process-wide state here: a
+// mutex-guarded set of names. Thread-safe.
+bool FirstLegacyWarning(const std::string& name);
+
 }  // namespace dtrain

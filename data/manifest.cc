@@ -122,7 +122,7 @@ Status ParseManifest(const std::string& name, const std::string& bytes, proto::D
   std::string payload;
   bool legacy = false;
   DT_RETURN_IF_ERROR(Unseal(name, bytes, &payload, &legacy));
-  if (legacy)
+  if (legacy && FirstLegacyWarning(name))
     DT_LOG_WARN(kData, "{}: written without a checksum of its own bytes (an older dtrain): read unverified", name);
   proto::DatasetManifest m;
   if (!m.ParseFromString(payload)) return Status::DataLoss(name + ": not a dtrain dataset manifest (does not parse)");

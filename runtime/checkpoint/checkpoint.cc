@@ -192,7 +192,7 @@ Status CheckpointManager::ReadManifest(int64_t step, bool warn_legacy, proto::Ch
   std::string payload;
   bool legacy = false;
   DT_RETURN_IF_ERROR(Unseal(name, bytes, &payload, &legacy));
-  if (legacy && warn_legacy) {
+  if (legacy && warn_legacy && FirstLegacyWarning(name)) {
     DT_LOG_WARN(kRuntime, "{}: written without a checksum of its own bytes (an older dtrain): read unverified", name);
   }
   proto::CheckpointManifest& m = *out;
