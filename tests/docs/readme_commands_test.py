@@ -12,8 +12,9 @@ Rules are tried in order; the first match wins.
 
 Commands run in document order in one sandbox directory: the repository's configs/, examples/, scripts/ and
 bench/ linked in, `build` linked to the build under test (so `build/dtrain` works), that build directory first
-on PATH (so `dtrain` works, as after `export PATH=$PWD/build:$PATH`), HOME set to a fresh directory and an
-input.txt of plain text for the data examples. Nothing is written to the repository.
+on PATH (so `dtrain` works, as after `export PATH=$PWD/build:$PATH`), HOME set to a fresh directory, an
+input.txt of plain text and a train.bin of uint16 tokens for the data examples. Nothing is written to the
+repository.
 
 usage: tests/docs/readme_commands_test.py SOURCE_DIR BUILD_DIR [--only REGEX] [--list]
 Exit status 0 when every command behaved as its rule says.
@@ -23,6 +24,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -98,6 +100,10 @@ def make_sandbox(source, build):
         for p in sorted(glob.glob("/usr/share/common-licenses/*")):
             if os.path.isfile(p):
                 f.write(open(p, errors="replace").read())
+    # nanoGPT-style token file for `dtrain data import-tokens ... train.bin`: the text's bytes as uint16 ids.
+    text = open(os.path.join(box, "input.txt"), "rb").read()
+    with open(os.path.join(box, "train.bin"), "wb") as f:
+        f.write(struct.pack("<%dH" % len(text), *text))
     env = dict(os.environ)
     env.update(PATH=os.path.abspath(build) + ":" + env.get("PATH", ""), HOME=os.path.join(box, "home"),
                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
