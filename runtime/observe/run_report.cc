@@ -45,8 +45,13 @@ std::string Fmt(const char* fmt, double v) {
 // Folds one record (not a start) into the current attempt and the run totals.
 void Apply(const std::string& kind, const Json& r, AttemptSummary* a, RunSummary* s, double* step_ms_sum,
            int64_t* step_ms_count) {
+  const double since = Has(r, "time") ? std::max(0.0, Num(r, "time") - a->last_time) : 0.0;
   if (Has(r, "time")) a->last_time = std::max(a->last_time, Num(r, "time"));
   if (Has(r, "step")) a->last_step = std::max<int64_t>(a->last_step, static_cast<int64_t>(Num(r, "step")));
+  if (kind == "train" && Has(r, "gpu_util_pct")) {  // weighted by the interval the record closes
+    a->gpu_busy_s += since * Num(r, "gpu_util_pct") / 100.0;
+    a->gpu_timed_s += since;
+  }
   if (kind == "train") {
     if (Has(r, "loss")) {
       s->has_loss = true;
@@ -205,6 +210,15 @@ std::string FormatRunSummary(const RunSummary& s, double price_per_gpu_hour) {
   row("restarts", std::to_string(s.restarts) + ", " + FormatDuration(s.restart_s) + " restarting");
   row("recomputed", std::to_string(s.steps_recomputed) + " steps, ~" + FormatDuration(s.recompute_s) +
                         " (a lower bound: see dtrain report --help)");
+  double busy = 0, timed = 0;
+  for (const AttemptSummary& a : s.attempts) {
+    busy += a.gpu_busy_s;
+    timed += a.gpu_timed_s;
+  }
+  if (timed > 0) {
+    row("gpu busy", Fmt("%.0f%%", 100.0 * busy / timed) + " (NVML utilization, time-weighted over " +
+                        FormatDuration(timed) + " of logged training)");
+  }
   row("checkpointing", FormatDuration(s.checkpoint_stall_s) + " stalled in " + std::to_string(s.checkpoints) +
                            " checkpoints, " + FormatDuration(s.checkpoint_wait_s) + " waiting for async saves");
   if (s.has_loss || s.has_eval) {
@@ -221,6 +235,7 @@ std::string FormatRunSummary(const RunSummary& s, double price_per_gpu_hour) {
     }
     v += "steps " + std::to_string(a.resume_step) + " -> " + std::to_string(a.last_step) + " in " +
          FormatDuration(a.last_time - a.start_time) + ", " + (a.end_status.empty() ? "no end record" : a.end_status);
+    if (a.gpu_timed_s > 0) v += Fmt(", gpu %.0f%% busy", 100.0 * a.gpu_busy_s / a.gpu_timed_s);
     row("attempt " + std::to_string(i + 1), v);
   }
   if (s.truncated_last_line) o << "  note: ignored a truncated last line (a write cut short)\n";

@@ -53,6 +53,8 @@ struct AttemptSummary {
   std::string end_status;        // "done" | "preempted" | "failed" | "" (no end record: killed)
   int64_t steps_recomputed = 0;  // attempts after the first: see the file comment
   double restart_gap_s = 0;      // attempts after the first: start - previous attempt's last record
+  double gpu_busy_s = 0;         // sum over train records with gpu_util_pct of (util / 100) x the interval they close
+  double gpu_timed_s = 0;        // the intervals those records close: busy / timed = time-weighted GPU utilization
 };
 
 struct RunSummary {

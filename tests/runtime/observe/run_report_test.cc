@@ -160,6 +160,27 @@ TEST(RunReportTest, ReRunsOfAFinishedRunAndFreshStartsAreNotRestarts) {
   EXPECT_DOUBLE_EQ(s.wall_s, 50);
 }
 
+TEST(RunReportTest, GpuUtilizationIsWeightedByTheIntervals) {
+  RunSummary s;
+  ASSERT_TRUE(SummarizeMetrics(
+                  R"({"kind":"start","time":0,"restart":0,"resume_step":0,"world":1,"device":"cuda","total_steps":30}
+{"kind":"train","step":10,"time":10,"gpu_util_pct":20}
+{"kind":"train","step":20,"time":40,"gpu_util_pct":100}
+{"kind":"train","step":30,"time":50,"loss":1.0}
+{"kind":"end","time":50,"step":30,"status":"done"}
+)",
+                  "g.jsonl", &s)
+                  .ok());
+  // 10 s at 20% and 30 s at 100%: 32 of 40 s busy; the record without telemetry adds no time.
+  EXPECT_DOUBLE_EQ(s.attempts[0].gpu_busy_s, 32.0);
+  EXPECT_DOUBLE_EQ(s.attempts[0].gpu_timed_s, 40.0);
+  const std::string text = FormatRunSummary(s, 0);
+  EXPECT_NE(text.find("  gpu busy       80% (NVML utilization, time-weighted over 40.0 s of logged training)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(", done, gpu 80% busy\n"), std::string::npos) << text;
+}
+
 TEST(RunReportTest, Errors) {
   RunSummary s;
   Status st = LoadRunSummary("/nonexistent/run/metrics.jsonl", &s);
