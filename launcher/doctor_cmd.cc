@@ -135,7 +135,7 @@ Status RunDoctor() {
   for (int i = 0; i < n; ++i) {
     cudaDeviceProp p;
     cudaGetDeviceProperties(&p, i);
-    char buf[256];
+    char buf[sizeof(p.name) + 64];  // the name and the numbers after it
     std::snprintf(buf, sizeof(buf), "%s, sm_%d%d, %.1f GiB, %d SMs", p.name, p.major, p.minor,
                   p.totalGlobalMem / double(1ull << 30), p.multiProcessorCount);
     Line(("GPU " + std::to_string(i)).c_str(), buf);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -89,6 +90,32 @@ TEST(HostfileTest, ReadsARealFileAndReportsAMissingOne) {
   EXPECT_NE(missing.message().find("/nope"), std::string::npos);
   unlink(path.c_str());
   rmdir(dir);
+}
+
+// Was: accepted, and passed to mpirun/ssh where a leading '-' reads as an option.
+TEST(HostfileTest, HostNamesThatLookLikeOptionsAreRefused) {
+  std::vector<HostSlots> hosts;
+  Status st = ParseHostfileText("-oProxyCommand=touch slots=1\n", "h.txt", &hosts);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("h.txt:1: bad host name '-oProxyCommand=touch'"), std::string::npos) << st.ToString();
+  EXPECT_FALSE(ParseHostList("a:1,-b:2", &hosts).ok());
+  EXPECT_FALSE(ParseHostList(".hidden:2", &hosts).ok());
+  EXPECT_TRUE(ParseHostList("node-1:2,10.0.0.1:2,n_2", &hosts).ok());
+}
+
+// Was: quadratic (200k lines did not finish in a minute).
+TEST(HostfileTest, ALargeHostfileParsesInLinearTime) {
+  std::string text;
+  for (int i = 0; i < 200000; ++i) text += "node" + std::to_string(i) + " slots=8\n";
+  std::vector<HostSlots> hosts;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(ParseHostfileText(text, "big.txt", &hosts).ok());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(hosts.size(), 200000u);
+  EXPECT_LT(s, 5.0);  // 0.85 s on a loaded 2-core machine; the quadratic check took minutes
+  text += "node7 slots=1\n";
+  const Status dup = ParseHostfileText(text, "big.txt", &hosts);
+  EXPECT_NE(dup.message().find("big.txt:200001: host 'node7' is listed twice"), std::string::npos) << dup.ToString();
 }
 
 TEST(ParsePositiveIntTest, AcceptsOnlyPlainPositiveDecimals) {
