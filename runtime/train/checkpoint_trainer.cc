@@ -11,6 +11,7 @@
 #include "core/nvtx.h"
 #include "runtime/checkpoint/preemption.h"
 #include "runtime/checkpoint/resume_plan.h"
+#include "runtime/checkpoint/store_owner.h"
 #include "runtime/config/config.h"
 #include "runtime/train/trainer.h"
 #include "storage/probe.h"
@@ -78,7 +79,14 @@ Status Trainer::SetupCheckpoint() {
   DT_RETURN_IF_ERROR(CheckpointManager::Open(url, so, o, &ckpt_));
   // Storage preflight before the first step, not at the first save: rank 0 writes, reads back and deletes a probe
   // object (bucket, credentials, write access), and every rank learns the verdict.
-  const Status probe = rank_ == 0 ? storage::ProbeStorage(&ckpt_->store(), "") : Status::OK();
+  Status probe = rank_ == 0 ? storage::ProbeStorage(&ckpt_->store(), "") : Status::OK();
+  // An object-store root has no file lock (the run directory's RunLock does not reach it): rank 0 takes its owner
+  // object instead (runtime/checkpoint/store_owner.h), so two jobs never write one root.
+  if (probe.ok() && rank_ == 0 && url.rfind("s3://", 0) == 0) {
+    std::string took_over;
+    probe = StoreOwner::Acquire(&ckpt_->store(), {}, &store_owner_, &took_over);
+    if (probe.ok() && !took_over.empty()) DT_LOG_WARN(kRuntime, "{}", took_over);
+  }
   std::vector<double> probe_failed = {probe.ok() ? 0.0 : 1.0};
   DT_RETURN_IF_ERROR(AllReduceHost(&probe_failed, comm::ReduceOp::kMax));
   if (!probe.ok()) return probe;

@@ -429,6 +429,7 @@ Status Trainer::RunLoop(TrainSummary* summary) {
     last_step_ = ++step;
     ++interval_steps;
     DrawProgressBar(step);
+    if (store_owner_ && store_owner_->Due()) DT_RETURN_IF_ERROR(store_owner_->Refresh());  // the root's heartbeat
     const data::SamplerState next = DataPosition();
     const bool epoch_end = next.epoch != epoch || !StepFits(next);
     if (step % log_every == 0 || step == total_steps_ || epoch_end) {

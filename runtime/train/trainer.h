@@ -46,6 +46,7 @@
 #include "runtime/checkpoint/checkpoint_writer.h"
 #include "runtime/checkpoint/fault_injection.h"
 #include "runtime/checkpoint/run_lock.h"
+#include "runtime/checkpoint/store_owner.h"
 #include "runtime/observe/device_trace.h"
 #include "runtime/observe/gpu_telemetry.h"
 #include "runtime/observe/metrics.h"
@@ -165,6 +166,7 @@ class Trainer {
   int64_t last_step_ = 0;                                 // optimizer steps done so far
   std::unique_ptr<RunLock> run_lock_;                     // rank 0: run.dir is this job's
   std::unique_ptr<CheckpointManager> ckpt_;               // null when checkpointing is off
+  std::unique_ptr<StoreOwner> store_owner_;               // rank 0, s3:// checkpoint roots (borrows ckpt_'s store)
   std::vector<std::pair<std::string, Tensor>> snapshot_;  // rank 0: pinned host copies, file name -> data
 #if DT_HAVE_CUDA
   std::unique_ptr<CudaEvent> snapshot_done_;

@@ -1,0 +1,117 @@
+#include "runtime/checkpoint/store_owner.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "core/check.h"
+#include "core/logging.h"
+
+namespace dtrain::runtime {
+namespace {
+
+double WallNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+std::string HostName() {
+  char buf[256] = {};
+  return ::gethostname(buf, sizeof(buf) - 1) == 0 ? buf : "?";
+}
+
+// "key=value" lines.
+std::map<std::string, std::string> ParseOwner(const std::string& text) {
+  std::map<std::string, std::string> kv;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const size_t eq = line.find('=');
+    if (eq != std::string::npos) kv[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return kv;
+}
+
+std::string Describe(const std::map<std::string, std::string>& kv, double now) {
+  const auto get = [&](const char* k) {
+    auto it = kv.find(k);
+    return it == kv.end() ? std::string("?") : it->second;
+  };
+  char age[32];
+  std::snprintf(age, sizeof(age), "%.0f", now - std::atof(get("heartbeat").c_str()));
+  return "host " + get("host") + " pid " + get("pid") + " (started at unix time " + get("started") +
+         ", last heartbeat " + age + " s ago)";
+}
+
+}  // namespace
+
+Status StoreOwner::Acquire(storage::Storage* store, const Options& options, std::unique_ptr<StoreOwner>* out,
+                           std::string* note) {
+  DT_CHECK_ARG(store != nullptr && out != nullptr, "store and out must be set");
+  if (note != nullptr) note->clear();
+  const std::string where = store->url() + "/" + kKey;
+  std::string text;
+  Status st = store->Get(kKey, &text);
+  if (!st.ok() && st.code() != Status::Code::kNotFound) return st.WithContext("reading " + where);
+  const double now = WallNow();
+  if (st.ok()) {
+    const auto kv = ParseOwner(text);
+    const double beat = kv.count("heartbeat") ? std::atof(kv.at("heartbeat").c_str()) : 0;
+    if (now - beat < options.ttl_s) {
+      return Status::InvalidArgument("checkpoint.url " + store->url() +
+                                     " is in use by another job: " + Describe(kv, now) +
+                                     ". Two jobs writing one checkpoint root mix their "
+                                     "checkpoints: give this one another checkpoint.url, or stop the other");
+    }
+    if (note != nullptr) *note = "took over " + where + " from a job that stopped: " + Describe(kv, now);
+  }
+  std::random_device rd;
+  char token[33];
+  std::snprintf(token, sizeof(token), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  std::unique_ptr<StoreOwner> owner(new StoreOwner(store, options, token));  // private constructor
+  owner->started_ = now;
+  DT_RETURN_IF_ERROR(owner->Write());
+  std::this_thread::sleep_for(std::chrono::duration<double>(options.settle_s));
+  DT_RETURN_IF_ERROR(store->Get(kKey, &text).WithContext("reading back " + where));
+  const auto kv = ParseOwner(text);
+  if (kv.count("token") == 0 || kv.at("token") != owner->token_) {
+    owner->token_.clear();  // not ours: the destructor must not delete it
+    return Status::InvalidArgument("checkpoint.url " + store->url() + " was claimed at the same moment by " +
+                                   Describe(kv, WallNow()) + ": two jobs must not share a checkpoint root");
+  }
+  *out = std::move(owner);
+  return Status::OK();
+}
+
+Status StoreOwner::Write() {
+  last_write_ = WallNow();
+  std::string text = "token=" + token_ + "\nhost=" + HostName() + "\npid=" + std::to_string(::getpid()) +
+                     "\nstarted=" + std::to_string(static_cast<int64_t>(started_)) +
+                     "\nheartbeat=" + std::to_string(last_write_) + "\n";
+  return store_->Put(kKey, text.data(), text.size()).WithContext("writing " + store_->url() + "/" + kKey);
+}
+
+bool StoreOwner::Due() const { return WallNow() - last_write_ >= options_.ttl_s / 4; }
+
+Status StoreOwner::Refresh() {
+  std::string text;
+  DT_RETURN_IF_ERROR(store_->Get(kKey, &text).WithContext("reading " + store_->url() + "/" + kKey));
+  const auto kv = ParseOwner(text);
+  if (kv.count("token") == 0 || kv.at("token") != token_) {
+    token_.clear();
+    return Status::FailedPrecondition("another job took over checkpoint.url " + store_->url() + ": " +
+                                      Describe(kv, WallNow()) + "; stopping so the two do not mix checkpoints");
+  }
+  return Write();
+}
+
+StoreOwner::~StoreOwner() {
+  if (token_.empty()) return;
+  std::string text;
+  if (!store_->Get(kKey, &text).ok() || ParseOwner(text)["token"] != token_) return;  // no longer ours
+  const Status st = store_->Delete(kKey);
+  if (!st.ok()) DT_LOG_WARN(kRuntime, "releasing {}/{}: {}", store_->url(), kKey, st.ToString());
+}
+
+}  // namespace dtrain::runtime

@@ -1,0 +1,58 @@
+#pragma once
+// StoreOwner: one job per object-store checkpoint root. RunLock (run_lock.h) guards a local run directory with a
+// file lock; an `s3://` checkpoint.url has no locks, and the S3 API offers no compare-and-swap that Ceph RGW (the
+// server dtrain is tested against) honours on PUT. So rank 0 keeps an owner object, `<root>/.dtrain-owner`, with a
+// heartbeat, and checks it the way a lease is checked without consensus:
+//   1. read it: held by another job with a heartbeat younger than `ttl_s` -> refuse (InvalidArgument: exit 2),
+//      naming the holder (host, pid, start, heartbeat age); older -> take it over, saying whose it was;
+//   2. write ours (a random token, host, pid, start and heartbeat times), wait `settle_s`, read it back: another
+//      token there means a job started at the same moment won the last write -> refuse, naming it;
+//   3. Refresh() rewrites the heartbeat every ttl_s / 4 and stops the job (FailedPrecondition) if it finds another
+//      token: two jobs never keep writing to one root unnoticed for longer than a refresh period;
+//   4. the destructor deletes the object if it is still ours (a clean end leaves no owner).
+// What it cannot do: exclude two jobs that start within `settle_s` of each other and whose writes the store orders
+// after both read-backs (each then sees its own token); the first Refresh() of the loser stops it. Heartbeats
+// are the writers' wall clocks: keep hosts within a fraction of ttl_s of each other (NTP).
+// Thread-safety: one thread (rank 0's trainer).
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "storage/storage.h"
+
+namespace dtrain::runtime {
+
+class StoreOwner {
+ public:
+  static constexpr const char* kKey = ".dtrain-owner";
+  struct Options {
+    double ttl_s = 120;   // a heartbeat older than this is a dead holder's
+    double settle_s = 1;  // between writing the owner object and reading it back
+  };
+
+  // `store` is borrowed and outlives the owner. *note (optional): whose stale ownership was taken over ("" if none).
+  static Status Acquire(storage::Storage* store, const Options& options, std::unique_ptr<StoreOwner>* out,
+                        std::string* note = nullptr);
+  ~StoreOwner();
+  StoreOwner(const StoreOwner&) = delete;
+  StoreOwner& operator=(const StoreOwner&) = delete;
+
+  // True when the heartbeat is due (ttl_s / 4 since the last write).
+  bool Due() const;
+  // Checks the object is still ours and rewrites its heartbeat. FailedPrecondition naming the other job when it
+  // is not; the store's error when it cannot be read or written.
+  Status Refresh();
+
+ private:
+  StoreOwner(storage::Storage* store, Options options, std::string token)
+      : store_(store), options_(options), token_(std::move(token)) {}
+  Status Write();
+
+  storage::Storage* store_;
+  Options options_;
+  std::string token_;
+  double started_ = 0, last_write_ = 0;
+};
+
+}  // namespace dtrain::runtime
