@@ -10,7 +10,6 @@
 #include <string>
 
 #include "runtime/checkpoint/store_owner.h"
-#include "storage/s3_storage.h"
 #include "tests/testing/s3_server.h"
 #include "tests/testing/subprocess.h"
 
@@ -27,14 +26,8 @@ const ::testing::Environment* const g_env =
 TEST(S3OwnerE2E, ALiveOwnerRefusesTheJobAndAStaleOneIsTakenOver) {
   if (!std::ifstream(kData + "/train-images-idx3-ubyte.gz").good()) GTEST_SKIP() << "Fashion-MNIST not installed";
   DT_REQUIRE_S3_SERVER();
-  storage::StorageOptions o;
-  o.endpoint = S3Server().endpoint;
-  o.access_key = S3Server().access;
-  o.secret_key = S3Server().secret;
-  o.region = "us-east-1";
-  std::unique_ptr<storage::Storage> root;
-  ASSERT_TRUE(storage::Storage::Open("s3://" + kBucket, o, &root).ok());
-  ASSERT_TRUE(dynamic_cast<storage::S3Storage&>(*root).CreateBucket().ok());  // OK when it exists
+  const storage::StorageOptions o = S3TestOptions();
+  ASSERT_TRUE(CreateS3TestBucket(kBucket).ok());
 
   TempDir dir;
   const std::string url = "s3://" + kBucket + "/owner-" + dir.path().substr(dir.path().rfind('/') + 1);

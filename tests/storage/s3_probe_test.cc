@@ -16,7 +16,9 @@
 namespace dtrain::storage {
 namespace {
 
+using testing::CreateS3TestBucket;
 using testing::S3Server;
+using testing::S3TestOptions;
 
 const ::testing::Environment* const g_env =
     ::testing::AddGlobalTestEnvironment(new testing::S3ServerEnvironment);  // RGW, once for this binary
@@ -31,14 +33,8 @@ class ProbeS3Test : public ::testing::Test {
  protected:
   void SetUp() override {
     DT_REQUIRE_S3_SERVER();
-    opts_.endpoint = S3Server().endpoint;
-    opts_.access_key = S3Server().access;
-    opts_.secret_key = S3Server().secret;
-    opts_.region = "us-east-1";
-    opts_.max_retries = 2;
-    std::unique_ptr<Storage> root;
-    ASSERT_TRUE(Storage::Open("s3://dtrain-probe", opts_, &root).ok());
-    ASSERT_TRUE(static_cast<S3Storage*>(root.get())->CreateBucket().ok());
+    opts_ = S3TestOptions(/*max_retries=*/2);
+    ASSERT_TRUE(CreateS3TestBucket("dtrain-probe").ok());
   }
   Status Probe(const std::string& url, const std::string& prefix = "") {
     std::unique_ptr<Storage> s;

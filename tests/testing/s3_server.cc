@@ -2,6 +2,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
+
+#include "core/check.h"
+#include "storage/s3_storage.h"
 
 namespace dtrain::testing {
 namespace {
@@ -57,6 +61,22 @@ void S3ServerEnvironment::TearDown() {
   if (!g_started) return;
   const ProcessResult r = StopS3Server();
   EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+storage::StorageOptions S3TestOptions(int max_retries) {
+  storage::StorageOptions o;
+  o.endpoint = S3Server().endpoint;
+  o.access_key = S3Server().access;
+  o.secret_key = S3Server().secret;
+  o.region = "us-east-1";
+  o.max_retries = max_retries;
+  return o;
+}
+
+Status CreateS3TestBucket(const std::string& bucket) {
+  std::unique_ptr<storage::Storage> root;
+  DT_RETURN_IF_ERROR(storage::Storage::Open("s3://" + bucket, S3TestOptions(), &root));
+  return static_cast<storage::S3Storage*>(root.get())->CreateBucket();
 }
 
 }  // namespace dtrain::testing

@@ -9,6 +9,8 @@
 
 #include <string>
 
+#include "core/status.h"
+#include "storage/storage.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::testing {
@@ -25,6 +27,11 @@ const S3ServerInfo& S3Server();
 // Stops the server before the binary ends (for a test of a server that goes away); the environment's
 // TearDown then has nothing to stop. Returns the script's result.
 ProcessResult StopS3Server();
+
+// Options that reach the running server: its endpoint and keys, region us-east-1, `max_retries` retries.
+storage::StorageOptions S3TestOptions(int max_retries = 5);
+// Creates `bucket` on the running server (OK when it exists already).
+Status CreateS3TestBucket(const std::string& bucket);
 
 class S3ServerEnvironment : public ::testing::Environment {
  public:
