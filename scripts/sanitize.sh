@@ -45,6 +45,9 @@ source scripts/sanitizers/config.sh
 #                               1 GB); the S3 client's parsing and retries are covered here by
 #                               storage_s3_xml_test and storage_s3_retry_test (a fake server) and by
 #                               fuzz/s3_xml_fuzzer.cc
+#   docs_readme_commands        runs the documented commands (tests/docs/readme_commands_test.py): a test of the
+#                               docs, not of memory safety; the plain stage runs it, and under ASan its
+#                               trainings and the spot simulation take many minutes
 # Single cases of files that are otherwise run:
 #   TrainE2E.FashionMnistMlp*   3 epochs of real training: 37 s plain, several minutes under ASan
 #   Ranks/LaunchEquivalence     trains in 1, 2 and 4 ASan ranks
@@ -55,7 +58,7 @@ source scripts/sanitizers/config.sh
 ASAN_SKIP_BINARIES=(launcher_resume_e2e_test launcher_preempt_e2e_test launcher_spot_simulation_e2e_test
   launcher_multinode_netns_test launcher_secret_leak_e2e_test comm_watchdog_e2e_test storage_s3_storage_test
   launcher_s3_checkpoint_e2e_test data_s3_remote_cache_test launcher_zero1_resume_e2e_test
-  launcher_custom_model_e2e_test launcher_slurm_e2e_test)
+  launcher_custom_model_e2e_test launcher_slurm_e2e_test docs_readme_commands)
 ASAN_SKIP_CASES='TrainE2E\.FashionMnistMlp|Ranks/LaunchEquivalence\.|LaunchFailureE2E\.KillNine|CheckpointFaultWalkE2E\.'
 TSAN_TESTS='^(FashionLoaderTest|LoaderTest|RandomCropFlipTest|CheckpointManager|CheckpointWriter|SuperviseTest)\.'
 
