@@ -3,7 +3,8 @@ one residual block per stage of widths 32/64/128, stride-2 blocks with 1x1 proje
 linear head), trained the same way (AdamW 2e-3, wd 0.01, warmup 200 + cosine, batch 128 per GPU, 8 epochs),
 channels-last with bf16 autocast, for side-by-side images/s and accuracy with `dtrain train`.
 
-usage: python3 bench/cnn_torch.py [--epochs 8] [--batch 128] [--fp32] [--json OUT]
+usage: python3 bench/cnn_torch.py [--epochs 8] [--batch 128] [--fp32] [--compile none|default|reduce-overhead|...]
+                                  [--json OUT]
        torchrun --standalone --nproc-per-node 2 bench/cnn_torch.py ...     (DDP, NCCL: 128 per GPU, 256 per step)
        ... --device cpu --limit-train 2048 --epochs 1 --warmup-steps 2         (smoke test: gloo, CPU ranks)
 Prints one JSON line (rank 0): images/s over the timed training steps of all ranks (the first --warmup-steps
@@ -76,6 +77,7 @@ def main():
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: gloo, for smoke tests")
     ap.add_argument("--limit-train", type=int, default=0, help="first N training images only (0 = all)")
     ap.add_argument("--warmup-steps", type=int, default=50, help="untimed steps first (cuDNN autotuning)")
+    ap.add_argument("--compile", default="none", help="torch.compile mode of the model, or none (eager)")
     ap.add_argument("--json")
     a = ap.parse_args()
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
@@ -102,6 +104,8 @@ def main():
     # Every rank starts from the same weights (DDP broadcasts rank 0's), takes its slice of each global batch.
     net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if cuda else None) if world > 1 \
         else model
+    if a.compile != "none":
+        net = torch.compile(net, mode=None if a.compile == "default" else a.compile)
     step, t0, timed, train_s = 0, None, 0, 0.0
     for epoch in range(a.epochs):
         perm = torch.randperm(len(xtr), generator=torch.Generator().manual_seed(1234 + epoch)).to(dev)
@@ -137,7 +141,8 @@ def main():
     with torch.no_grad(), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=not a.fp32):
         for i in range(0, len(xte), 1000):
             correct += (model(xte[i:i + 1000].contiguous(memory_format=fmt)).argmax(1) == yte[i:i + 1000]).sum().item()
-    out = {"impl": "torch " + ("fp32 NCHW" if a.fp32 else "bf16 autocast channels-last") + (" DDP" if world > 1 else ""),
+    mode = "" if a.compile == "none" else f" torch.compile({a.compile})"
+    out = {"impl": "torch " + ("fp32 NCHW" if a.fp32 else "bf16 autocast channels-last") + mode + (" DDP" if world > 1 else ""),
            "world": world, "device": a.device, "batch_per_rank": a.batch, "timed_steps": timed,
            "images_per_s": timed * a.batch * world / train_s, "accuracy": correct / len(xte), "torch": torch.__version__}
     if rank == 0:

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # One device call: build with the project's CMake, then the stages named in $STAGES (default: all):
 #   tests   the whole ctest suite (GPU tests run here, not skipped) and the 2-rank NCCL tests
+#   gputests  only the GPU cases of the test binaries (no full ctest), and the CUDA-graph e2e tests
 #   mlp     Fashion-MNIST MLP on 1 GPU through the loader: accuracy, samples/s, data wait share
 #   loader  bench/loader.sh: dtrain's loader alone vs PyTorch DataLoader (pinned, to the GPU)
 #   cnn     Fashion-MNIST CNN on 1 and 2 GPUs vs PyTorch (bench/cnn_torch.py)
 #   gpt2    GPT-2 124M tokens/s, MFU, memory: dtrain 1 and 2 GPUs vs PyTorch eager / torch.compile / DDP
+#   gpt2big GPT-2 350M on 1 GPU: dtrain vs torch.compile
+#   graphs  the MLP with and without CUDA graphs (step time, data wait)
 #   gpt2probe  kernels of a GPT-2 step by total time (ncu) and PyTorch's (torch.profiler)
 #   gpt2loss   GPT-2 loss curves, dtrain vs PyTorch, same init and tokens: 200 steps, PNG to $OUT
 #   gpt2comm   GPT-2 124M on 1 GPU, then 2 GPUs under NCCL CTA limits, bucket sizes and bf16 gradient compression
@@ -51,6 +54,27 @@ if has tests; then
   done
 fi
 
+if has gputests; then
+  for b in build-dev/tests/{core,comm,models,data,optim,checkpoint,train,observe}_*_test; do
+    [[ $b == *_mpi_test || $b == *_e2e_test ]] && continue
+    $b --gtest_filter='*Cuda*:*Gpu*:*GPU*:*CUDA*' > $OUT/$(basename $b).gpu.log 2>&1
+    rc=$?; ok=$(grep -c '\[       OK' $OUT/$(basename $b).gpu.log); sk=$(grep -c '\[  SKIPPED \]' $OUT/$(basename $b).gpu.log)
+    [[ $ok -gt 0 || $sk -gt 0 || $rc -ne 0 ]] && echo "$(basename $b): rc=$rc gpu cases ok=$ok skipped=$sk"
+    grep -E "^\[  FAILED|Failure|Expected|Which is|actual" $OUT/$(basename $b).gpu.log | head -8
+  done
+  grep -h "^\[attention" $OUT/models_attention_op_test.gpu.log
+  build-dev/tests/train_step_graph_e2e_test > $OUT/step_graph_e2e.log 2>&1
+  echo "train_step_graph_e2e_test rc=$? ok=$(grep -c '\[       OK' $OUT/step_graph_e2e.log) skipped=$(grep -c '\[  SKIPPED \]' $OUT/step_graph_e2e.log)"
+  grep -E "^\[  FAILED|Failure|Expected|Which is|max \|" $OUT/step_graph_e2e.log | head -12
+fi
+
+if has graphs; then
+  for g in true false; do
+    $BIN train configs/fashion_mnist_mlp.yaml --set train.device=cuda --set train.cuda_graphs=$g --set run.dir=$OUT/mlp_g$g > $OUT/mlp_g$g.log 2>&1
+    echo "mlp 1 GPU cuda_graphs=$g rc=$?: $(step_line $OUT/mlp_g$g.log)"; grep -E "eval \|" $OUT/mlp_g$g.log | tail -1 | sed 's/.*\] //'
+  done
+fi
+
 if has mlp; then
   $BIN train configs/fashion_mnist_mlp.yaml --set train.device=cuda --set run.dir=$OUT/mlp_gpu > $OUT/mlp_gpu.log 2>&1
   echo "mlp 1 GPU rc=$?: $(step_line $OUT/mlp_gpu.log)"; grep -E "eval \|" $OUT/mlp_gpu.log | tail -1 | sed 's/.*\] //'
@@ -70,28 +94,51 @@ if has cnn; then
     $BIN launch --nproc-per-node gpu configs/fashion_mnist_cnn.yaml --set run.dir=$OUT/cnn_gpu2 > $OUT/cnn_gpu2.log 2>&1
     echo "cnn 2 GPU rc=$?: $(step_line $OUT/cnn_gpu2.log)"; grep -E "eval \|" $OUT/cnn_gpu2.log | tail -1 | sed 's/.*\] //'
   fi
-  python3 bench/cnn_torch.py --json $OUT/cnn_torch.json > $OUT/cnn_torch.log 2>&1
-  echo "cnn torch 1 GPU rc=$?: $(cat $OUT/cnn_torch.json 2>/dev/null || tail -3 $OUT/cnn_torch.log)"
+  for mode in ${CNN_TORCH_MODES:-none default reduce-overhead}; do
+    python3 bench/cnn_torch.py --compile $mode --json $OUT/cnn_torch_$mode.json > $OUT/cnn_torch_$mode.log 2>&1
+    echo "cnn torch 1 GPU $mode rc=$?: $(cat $OUT/cnn_torch_$mode.json 2>/dev/null || tail -3 $OUT/cnn_torch_$mode.log)"
+  done
   if [[ $NGPU -ge 2 ]]; then
     torchrun --standalone --nproc-per-node 2 bench/cnn_torch.py --json $OUT/cnn_torch_ddp.json > $OUT/cnn_torch_ddp.log 2>&1
     echo "cnn torch DDP 2 GPU rc=$?: $(cat $OUT/cnn_torch_ddp.json 2>/dev/null || tail -3 $OUT/cnn_torch_ddp.log)"
   fi
 fi
 
+mfu_of() {  # MODEL LOG: the dtrain run's last tokens/s through bench/mfu.py
+  local tps; tps=$(grep -oE "[0-9.]+ tokens/s" "$2" | tail -1 | cut -d" " -f1)
+  [[ -n $tps ]] && python3 bench/mfu.py "$1" "$tps"
+}
 GPT2="configs/gpt2_124m.yaml --set data.dataset=synthetic_tokens --set train.max_steps=${GPT2_STEPS:-60} --set train.log_every=20 --set train.grad_accum_steps=1 --set schedule.warmup_steps=10 --set checkpoint.enabled=false --set train.eval=false"
 if has gpt2; then
   $BIN train $GPT2 --set run.dir=$OUT/gpt2_1 > $OUT/gpt2_1.log 2>&1
-  echo "gpt2 dtrain 1 GPU rc=$?: $(step_line $OUT/gpt2_1.log)"
+  echo "gpt2 dtrain 1 GPU rc=$?: $(step_line $OUT/gpt2_1.log)"; mfu_of 124m $OUT/gpt2_1.log
+  grep -hE "CUDA graph|attention:" $OUT/gpt2_1.log | head -3 | sed 's/.*\] //'
+  $BIN train $GPT2 --set train.cuda_graphs=false --set run.dir=$OUT/gpt2_1e > $OUT/gpt2_1e.log 2>&1
+  echo "gpt2 dtrain 1 GPU eager rc=$?: $(step_line $OUT/gpt2_1e.log)"
+  DTRAIN_ATTENTION=flash $BIN train $GPT2 --set run.dir=$OUT/gpt2_1f > $OUT/gpt2_1f.log 2>&1
+  echo "gpt2 dtrain 1 GPU graphs + flash attention rc=$?: $(step_line $OUT/gpt2_1f.log)"
   python3 bench/gpt2_torch.py --steps 40 --json $OUT/gpt2_torch_eager.json > $OUT/gpt2_torch_eager.log 2>&1
   echo "gpt2 torch eager: $(tail -1 $OUT/gpt2_torch_eager.log)"
-  python3 bench/gpt2_torch.py --compile --steps 40 --json $OUT/gpt2_torch_compile.json > $OUT/gpt2_torch_compile.log 2>&1
-  echo "gpt2 torch.compile: $(tail -1 $OUT/gpt2_torch_compile.log)"
+  for mode in ${TORCH_MODES:-default}; do
+    python3 bench/gpt2_torch.py --compile --mode $mode --steps 40 --json $OUT/gpt2_torch_compile_$mode.json \
+      > $OUT/gpt2_torch_compile_$mode.log 2>&1
+    echo "gpt2 torch.compile $mode: $(tail -1 $OUT/gpt2_torch_compile_$mode.log)"
+  done
   if [[ $NGPU -ge 2 ]]; then
     $BIN launch --nproc-per-node gpu $GPT2 --set run.dir=$OUT/gpt2_2 > $OUT/gpt2_2.log 2>&1
     echo "gpt2 dtrain 2 GPU rc=$?: $(step_line $OUT/gpt2_2.log)"
     torchrun --standalone --nproc-per-node 2 bench/gpt2_torch.py --compile --steps 40 > $OUT/gpt2_torch_ddp.log 2>&1
     echo "gpt2 torch DDP compile: $(grep tokens_per_s $OUT/gpt2_torch_ddp.log | tail -1)"
   fi
+fi
+
+if has gpt2big; then
+  BIG="${GPT2/gpt2_124m/gpt2_350m} --set data.batch_size=${BIG_BATCH:-16}"
+  $BIN train $BIG --set run.dir=$OUT/gpt2big > $OUT/gpt2big.log 2>&1
+  echo "gpt2 350M dtrain 1 GPU rc=$?: $(step_line $OUT/gpt2big.log)"; mfu_of 350m $OUT/gpt2big.log
+  python3 bench/gpt2_torch.py --model 350m --batch ${BIG_BATCH:-16} --compile --steps 30 --json $OUT/gpt2big_torch.json \
+    > $OUT/gpt2big_torch.log 2>&1
+  echo "gpt2 350M torch.compile: $(tail -1 $OUT/gpt2big_torch.log)"
 fi
 
 if has gpt2probe; then

@@ -78,6 +78,7 @@ Status CudaCachingAllocator::Allocate(size_t bytes, void** ptr) {
     stats_.bytes_reserved += static_cast<int64_t>(size);
   }
   live_blocks_[*ptr] = size;
+  if (capturing_ && std::this_thread::get_id() == capture_thread_) captured_.insert(*ptr);
   stats_.bytes_in_use += static_cast<int64_t>(size);
   if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
   return Status::OK();
@@ -97,6 +98,7 @@ void CudaCachingAllocator::Free(void* ptr) {
     return;
   }
   stats_.bytes_in_use -= static_cast<int64_t>(it->second);
+  if (capturing_ && std::this_thread::get_id() == capture_thread_ && captured_.count(ptr) == 0) ++foreign_frees_;
   free_blocks_.emplace(it->second, ptr);
   live_blocks_.erase(it);
 }
@@ -126,6 +128,37 @@ CudaCachingAllocator::~CudaCachingAllocator() {
     live_blocks_.clear();
   }
   EmptyCacheLocked();
+}
+
+void CudaCachingAllocator::BeginCapture() {
+  std::lock_guard<std::mutex> lock(mu_);
+  capturing_ = true;
+  capture_thread_ = std::this_thread::get_id();
+  captured_.clear();
+  foreign_frees_ = 0;
+}
+
+Status CudaCachingAllocator::EndCapture(std::vector<std::pair<void*, size_t>>* held) {
+  std::lock_guard<std::mutex> lock(mu_);
+  held->clear();
+  for (auto it = free_blocks_.begin(); it != free_blocks_.end();) {
+    if (captured_.count(it->second) == 0) {
+      ++it;
+      continue;
+    }
+    held->emplace_back(it->second, it->first);
+    it = free_blocks_.erase(it);
+  }
+  capturing_ = false;
+  captured_.clear();
+  if (foreign_frees_ == 0) return Status::OK();
+  return Status::FailedPrecondition("the captured work freed " + std::to_string(foreign_frees_) +
+                                    " device block(s) allocated before the capture (a replay would write them)");
+}
+
+void CudaCachingAllocator::ReleaseHeld(const std::vector<std::pair<void*, size_t>>& held) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [block, size] : held) free_blocks_.emplace(size, block);
 }
 
 AllocatorStats CudaCachingAllocator::stats() const {

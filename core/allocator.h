@@ -18,7 +18,11 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
@@ -69,6 +73,18 @@ class CudaCachingAllocator final : public Allocator {
 
   static size_t RoundSize(size_t bytes);
 
+  // CUDA graph capture (core/cuda_graph.h). A graph replays the addresses its capture used, so the blocks a captured
+  // region allocates must stay out of everyone else's hands while the graph lives.
+  // BeginCapture: from now until EndCapture, the blocks the CALLING thread allocates are recorded (other threads'
+  // allocations, e.g. a loader's, are not).
+  // EndCapture: the recorded blocks that are free again are taken out of the cache into *held (still counted as
+  // reserved); give them back with ReleaseHeld once the graph is destroyed. FailedPrecondition (held filled
+  // anyway) when the thread freed, during the capture, a block allocated before it: a replay would write memory
+  // the cache may since have handed to someone else.
+  void BeginCapture();
+  Status EndCapture(std::vector<std::pair<void*, size_t>>* held);
+  void ReleaseHeld(const std::vector<std::pair<void*, size_t>>& held);
+
  private:
   void EmptyCacheLocked();
 
@@ -77,6 +93,11 @@ class CudaCachingAllocator final : public Allocator {
   std::multimap<size_t, void*> free_blocks_;       // rounded size -> block
   std::unordered_map<void*, size_t> live_blocks_;  // block -> rounded size
   AllocatorStats stats_;
+  // Capture state (BeginCapture .. EndCapture).
+  bool capturing_ = false;
+  std::thread::id capture_thread_;
+  std::unordered_set<void*> captured_;  // blocks the capturing thread allocated during the capture
+  int64_t foreign_frees_ = 0;           // blocks it freed during the capture that were allocated before it
 };
 
 }  // namespace dtrain

@@ -7,9 +7,12 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/check.h"
+#include "core/logging.h"
 
 namespace dtrain::ops {
 
@@ -155,14 +158,17 @@ Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& qkv, in
 
 #if DT_HAVE_CUDA
 // The CUDA 16-bit kernels a call takes (see attention.h: DTRAIN_ATTENTION).
-enum class Path { kFlash, kGemm };
+enum class Path { kCudnn, kFlash, kGemm };
 
-// DTRAIN_ATTENTION, read once per process (a debugging knob): unset or "flash" -> 0, "gemm" -> 1, else -1.
+// DTRAIN_ATTENTION, read once per process (a debugging knob): unset or "auto" -> 0, "cudnn" -> 1, "flash" -> 2,
+// "gemm" -> 3, else -1.
 int AttentionEnvChoice() {
   static const int choice = [] {
     const char* v = std::getenv("DTRAIN_ATTENTION");
-    if (v == nullptr || std::strcmp(v, "flash") == 0) return 0;
-    return std::strcmp(v, "gemm") == 0 ? 1 : -1;
+    if (v == nullptr || std::strcmp(v, "auto") == 0) return 0;
+    if (std::strcmp(v, "cudnn") == 0) return 1;
+    if (std::strcmp(v, "flash") == 0) return 2;
+    return std::strcmp(v, "gemm") == 0 ? 3 : -1;
   }();
   return choice;
 }
@@ -174,13 +180,31 @@ bool Aligned16(std::initializer_list<const Tensor*> ts) {
   return true;
 }
 
-// bf16: flash unless DTRAIN_ATTENTION=gemm, the head size has no flash kernel or a buffer is misaligned; f16:
-// always flash (CheckArgs vetted the head size; a misaligned buffer fails in the flash entry point).
-Status ChoosePath(DType dt, const Dims& d, std::initializer_list<const Tensor*> ts, Path* path) {
+// auto: cuDNN's fused SDPA when it supports the call (else, once logged, as for flash); cudnn: cuDNN or the
+// error why not; flash: flash for f16, and for bf16 when the head size has a flash kernel and the buffers are
+// aligned, else cuBLAS; gemm: cuBLAS for bf16 (f16 stays on flash, vetted by CheckArgs).
+Status ChoosePath(const DeviceContext& ctx, DType dt, const Dims& d, std::initializer_list<const Tensor*> ts,
+                  Path* path) {
   const int env = AttentionEnvChoice();
-  DT_CHECK_ARG(env >= 0, "attention: DTRAIN_ATTENTION=" << std::getenv("DTRAIN_ATTENTION") << " is not flash or gemm");
+  DT_CHECK_ARG(env >= 0, "attention: DTRAIN_ATTENTION=" << std::getenv("DTRAIN_ATTENTION")
+                                                        << " is not auto, cudnn, flash or gemm");
+  if (env <= 1) {
+    if (CudnnAttentionSupported(ctx, dt, d.b, d.t, d.nh, d.hs)) {
+      *path = Path::kCudnn;
+      return Status::OK();
+    }
+    if (env == 1) {
+      return Status::Unavailable("attention: DTRAIN_ATTENTION=cudnn but cuDNN cannot run " +
+                                 std::string(DTypeName(dt)) + " head size " + std::to_string(d.hs));
+    }
+    static std::once_flag logged;
+    std::call_once(logged, [&] {
+      DT_LOG_INFO(kModel, "attention: cuDNN's fused attention cannot run {} with head size {}; using dtrain's kernels",
+                  DTypeName(dt), d.hs);
+    });
+  }
   const bool flash_ok = FlashAttentionSupportsHeadSize(d.hs) && Aligned16(ts);
-  *path = dt == DType::kF16 || (env == 0 && flash_ok) ? Path::kFlash : Path::kGemm;
+  *path = dt == DType::kF16 || (env != 3 && flash_ok) ? Path::kFlash : Path::kGemm;
   return Status::OK();
 }
 
@@ -202,7 +226,11 @@ Status AttentionForward(DeviceContext& ctx, const Tensor& qkv, int64_t n_head, T
 #if DT_HAVE_CUDA
     if (qkv.dtype() == DType::kBF16 || qkv.dtype() == DType::kF16) {
       Path path;
-      DT_RETURN_IF_ERROR(ChoosePath(qkv.dtype(), d, {&qkv, out}, &path));
+      DT_RETURN_IF_ERROR(ChoosePath(ctx, qkv.dtype(), d, {&qkv, out}, &path));
+      if (path == Path::kCudnn) {
+        return CudnnAttentionForward(ctx, qkv.dtype(), out->data(), lse->data<float>(), qkv.data(), d.b, d.t, d.nh,
+                                     d.hs);
+      }
       if (path == Path::kFlash) {
         auto* fwd = qkv.dtype() == DType::kF16 ? FlashAttentionForwardFp16 : FlashAttentionForwardBf16;
         return fwd(out->data<uint16_t>(), lse->data<float>(), qkv.data<uint16_t>(), d.b, d.t, d.nh, d.hs, ctx.stream());
@@ -237,7 +265,11 @@ Status AttentionBackward(DeviceContext& ctx, const Tensor& qkv, const Tensor& ou
     // context's stream, so the work queued below finishes with them before any later reuse.
     if (qkv.dtype() == DType::kBF16 || qkv.dtype() == DType::kF16) {
       Path path;
-      DT_RETURN_IF_ERROR(ChoosePath(qkv.dtype(), d, {&qkv, &out, &dout, dqkv}, &path));
+      DT_RETURN_IF_ERROR(ChoosePath(ctx, qkv.dtype(), d, {&qkv, &out, &dout, dqkv}, &path));
+      if (path == Path::kCudnn) {
+        return CudnnAttentionBackward(ctx, qkv.dtype(), dqkv->data(), dout.data(), qkv.data(), out.data(),
+                                      lse.data<float>(), d.b, d.t, d.nh, d.hs);
+      }
       if (path == Path::kFlash) {
         Tensor delta;
         DT_RETURN_IF_ERROR(Tensor::Empty({d.b, d.nh, d.t}, DType::kF32, ctx.allocator(), &delta));

@@ -31,12 +31,19 @@
 // into `delta`), then dK/dV per 64-key tile (over query tiles from the diagonal on) and dQ per 64-query tile, both
 // recomputing P from lse; dS is rounded to 16 bits for its GEMMs. Deterministic: fixed order, no atomics.
 //
+// CUDA 16-bit also runs cuDNN's fused attention (CudnnAttention*: the graph API's SDPA node through NVIDIA's
+// cudnn-frontend, third_party/cudnn_frontend): bf16 and fp16, hs 64 or 128, causal, forward with stats (the same
+// lse, natural log, f32) and backward. Plans are built once per (cuDNN handle, direction, dtype, shape) and cached;
+// the workspace comes from ctx.allocator(). It is the fastest path on the H200 (bench/results), but its backward is
+// not guaranteed bitwise reproducible run to run; dtrain's flash kernels are (DTRAIN_ATTENTION=flash).
+//
 // Tensor entry points check shapes/dtypes/devices (InvalidArgument naming the shapes) and dispatch:
-// CPU f32/f64 -> *Cpu (lse of qkv's dtype), CUDA f32 -> *Cuda; CUDA bf16 -> FlashAttention*Bf16 when the head size
-// is supported and the buffers are 16-byte aligned, else *GemmBf16; CUDA fp16 -> FlashAttention*Fp16 (other head
-// sizes are InvalidArgument). lse is f32 on CUDA. Debug knob, read once per process: env DTRAIN_ATTENTION=gemm sends
-// CUDA bf16 to the cuBLAS path whatever the head size (=flash, or unset, is the default above; other values make
-// the CUDA 16-bit entry points return InvalidArgument).
+// CPU f32/f64 -> *Cpu (lse of qkv's dtype), CUDA f32 -> *Cuda; CUDA bf16/fp16 -> CudnnAttention* when cuDNN supports
+// the call (else, logged once, as follows); CUDA bf16 -> FlashAttention*Bf16 when the head size is supported and
+// the buffers are 16-byte aligned, else *GemmBf16; CUDA fp16 -> FlashAttention*Fp16 (other head sizes are
+// InvalidArgument). lse is f32 on CUDA. Knob, read once per process: env DTRAIN_ATTENTION = auto (or unset: the
+// order above) | cudnn (cuDNN or Unavailable) | flash (skip cuDNN: deterministic) | gemm (skip cuDNN, and CUDA bf16
+// to the cuBLAS path whatever the head size); other values make the CUDA 16-bit entry points return InvalidArgument.
 // 16-bit buffers are uint16_t (raw bits) in the raw-pointer API. Outputs must not alias inputs.
 
 #include <cstddef>
@@ -87,6 +94,15 @@ Status FlashAttentionForwardFp16(uint16_t* out, float* lse, const uint16_t* qkv,
 Status FlashAttentionBackwardFp16(uint16_t* dqkv, float* delta, const uint16_t* dout, const uint16_t* qkv,
                                   const uint16_t* out, const float* lse, int64_t b, int64_t t, int64_t nh, int64_t hs,
                                   cudaStream_t stream);
+
+// cuDNN fused attention (dt bf16 or f16; hs 64 or 128; raw device pointers in the layouts above). Supported: both
+// directions' plans build on ctx's GPU and cuDNN (cached, so later calls are cheap). The calls return Unavailable
+// when cuDNN cannot run the shape.
+bool CudnnAttentionSupported(const DeviceContext& ctx, DType dt, int64_t b, int64_t t, int64_t nh, int64_t hs);
+Status CudnnAttentionForward(DeviceContext& ctx, DType dt, void* out, float* lse, const void* qkv, int64_t b, int64_t t,
+                             int64_t nh, int64_t hs);
+Status CudnnAttentionBackward(DeviceContext& ctx, DType dt, void* dqkv, const void* dout, const void* qkv,
+                              const void* out, const float* lse, int64_t b, int64_t t, int64_t nh, int64_t hs);
 
 // Device workspace bytes AttentionForwardGemmBf16 (backward = false) / AttentionBackwardGemmBf16 need.
 size_t AttentionGemmWorkspaceBytes(int64_t b, int64_t t, int64_t nh, int64_t hs, bool backward);

@@ -20,6 +20,31 @@ AdamWCoefs MakeAdamWCoefs(const AdamWHyper& h) {
 }
 }  // namespace detail
 
+SgdKernelArgs StagedArgsFor(const SgdHyper& h) {
+  SgdKernelArgs a;
+  a.lr = static_cast<float>(h.lr);
+  a.momentum = static_cast<float>(h.momentum);
+  a.weight_decay = static_cast<float>(h.weight_decay);
+  a.grad_scale = static_cast<float>(h.grad_scale);
+  a.nesterov = h.nesterov ? 1 : 0;
+  return a;
+}
+
+AdamWKernelArgs StagedArgsFor(const AdamWHyper& h) {
+  const detail::AdamWCoefs c = detail::MakeAdamWCoefs(h);
+  AdamWKernelArgs a;
+  a.decay = static_cast<float>(c.decay);
+  a.beta1 = static_cast<float>(h.beta1);
+  a.one_minus_b1 = static_cast<float>(c.one_minus_b1);
+  a.beta2 = static_cast<float>(h.beta2);
+  a.one_minus_b2 = static_cast<float>(c.one_minus_b2);
+  a.step_size = static_cast<float>(c.step_size);
+  a.bc2_sqrt = static_cast<float>(c.bc2_sqrt);
+  a.eps = static_cast<float>(h.eps);
+  a.grad_scale = static_cast<float>(h.grad_scale);
+  return a;
+}
+
 // ---- CPU references: the same operations, in the same order, as the kernels in optim_update.cu.
 
 template <typename T>
@@ -119,6 +144,15 @@ const T* ScalePtr(const Tensor* scale) {
   return scale != nullptr ? scale->data<T>() : nullptr;
 }
 
+// A staged-args buffer for a CUDA update (optim_update.h): on the params' device, large enough.
+[[maybe_unused]] Status CheckStaged(const Tensor& params, const Tensor* staged) {
+  if (staged == nullptr) return Status::OK();
+  DT_CHECK_ARG(staged->device() == params.device() && staged->nbytes() >= kStagedArgsBytes,
+               "staged optimizer args " << staged->ToString() << " must hold " << kStagedArgsBytes << " bytes on "
+                                        << DeviceName(params.device()));
+  return Status::OK();
+}
+
 Status EnsureScalarLike(DeviceContext& ctx, const Tensor& like, Tensor* t, const char* what) {
   DT_CHECK_ARG(t != nullptr, what << " is null");
   if (!t->defined()) return Tensor::Empty({1}, like.dtype(), ctx.allocator(), t);
@@ -128,7 +162,7 @@ Status EnsureScalarLike(DeviceContext& ctx, const Tensor& like, Tensor* t, const
 }  // namespace
 
 Status SgdUpdate(DeviceContext& ctx, const SgdHyper& h, Tensor* params, const Tensor& grads, Tensor* momentum_buf,
-                 const Tensor* scale, const Tensor* skip) {
+                 const Tensor* scale, const Tensor* skip, const Tensor* staged) {
   DT_CHECK_ARG(params != nullptr && momentum_buf != nullptr, "null params or momentum_buf");
   const int64_t n = params->numel();
   DT_RETURN_IF_ERROR(CheckLike(ctx, *params, *params, n, "params"));
@@ -148,15 +182,17 @@ Status SgdUpdate(DeviceContext& ctx, const SgdHyper& h, Tensor* params, const Te
     return Status::OK();
   }
 #if DT_HAVE_CUDA
+  DT_RETURN_IF_ERROR(CheckStaged(*params, staged));
   return SgdUpdateCuda(params->data<float>(), grads.data<float>(), momentum_buf->data<float>(), n, h,
-                       ScalePtr<float>(scale), ctx.stream(), ScalePtr<float>(skip));
+                       ScalePtr<float>(scale), ctx.stream(), ScalePtr<float>(skip),
+                       staged != nullptr ? static_cast<const SgdKernelArgs*>(staged->data()) : nullptr);
 #else
   return Status::Unavailable("SgdUpdate on CUDA tensors, but dtrain was built without CUDA");
 #endif
 }
 
 Status AdamWUpdate(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, const Tensor& grads, Tensor* exp_avg,
-                   Tensor* exp_avg_sq, const Tensor* scale, const Tensor* skip) {
+                   Tensor* exp_avg_sq, const Tensor* scale, const Tensor* skip, const Tensor* staged) {
   DT_CHECK_ARG(params != nullptr && exp_avg != nullptr && exp_avg_sq != nullptr, "null params or state");
   DT_CHECK_ARG(h.step >= 1, "AdamW step counts from 1, got " << h.step);
   const int64_t n = params->numel();
@@ -178,8 +214,10 @@ Status AdamWUpdate(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, cons
     return Status::OK();
   }
 #if DT_HAVE_CUDA
+  DT_RETURN_IF_ERROR(CheckStaged(*params, staged));
   return AdamWUpdateCuda(params->data<float>(), grads.data<float>(), exp_avg->data<float>(), exp_avg_sq->data<float>(),
-                         n, h, ScalePtr<float>(scale), ctx.stream(), ScalePtr<float>(skip));
+                         n, h, ScalePtr<float>(scale), ctx.stream(), ScalePtr<float>(skip),
+                         staged != nullptr ? static_cast<const AdamWKernelArgs*>(staged->data()) : nullptr);
 #else
   return Status::Unavailable("AdamWUpdate on CUDA tensors, but dtrain was built without CUDA");
 #endif

@@ -24,29 +24,28 @@ __device__ __forceinline__ float GradMultiplier(float grad_scale, const float* s
 __device__ __forceinline__ bool Skip(const float* skip) { return skip != nullptr && *skip != 0.0f; }
 
 __global__ void SgdKernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ momentum_buf,
-                          int64_t n, float lr, float momentum, float weight_decay, bool nesterov, float grad_scale,
+                          int64_t n, SgdKernelArgs args, const SgdKernelArgs* __restrict__ staged,
                           const float* __restrict__ scale, const float* __restrict__ skip) {
   if (Skip(skip)) return;
-  const float s = GradMultiplier(grad_scale, scale);
+  const SgdKernelArgs a = staged != nullptr ? *staged : args;
+  const float s = GradMultiplier(a.grad_scale, scale);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float p = params[i];
     float g = grads[i] * s;
-    if (weight_decay != 0.0f) g += weight_decay * p;
-    const float buf = momentum * momentum_buf[i] + g;
+    if (a.weight_decay != 0.0f) g += a.weight_decay * p;
+    const float buf = a.momentum * momentum_buf[i] + g;
     momentum_buf[i] = buf;
-    params[i] = p - lr * (nesterov ? g + momentum * buf : buf);
+    params[i] = p - a.lr * (a.nesterov ? g + a.momentum * buf : buf);
   }
 }
 
-struct AdamWArgs {
-  float decay, beta1, one_minus_b1, beta2, one_minus_b2, step_size, bc2_sqrt, eps, grad_scale;
-};
-
 __global__ void AdamWKernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ exp_avg,
-                            float* __restrict__ exp_avg_sq, int64_t n, AdamWArgs a, const float* __restrict__ scale,
+                            float* __restrict__ exp_avg_sq, int64_t n, AdamWKernelArgs args,
+                            const AdamWKernelArgs* __restrict__ staged, const float* __restrict__ scale,
                             const float* __restrict__ skip) {
   if (Skip(skip)) return;
+  const AdamWKernelArgs a = staged != nullptr ? *staged : args;
   const float s = GradMultiplier(a.grad_scale, scale);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -76,35 +75,24 @@ __global__ void GradClipCoefKernel(const float* __restrict__ sum_squares, float 
 }  // namespace
 
 Status SgdUpdateCuda(float* params, const float* grads, float* momentum_buf, int64_t n, const SgdHyper& h,
-                     const float* scale, cudaStream_t stream, const float* skip) {
+                     const float* scale, cudaStream_t stream, const float* skip, const SgdKernelArgs* staged) {
   DT_NVTX_FN();
   DT_CHECK_ARG(n >= 0, "negative element count " << n);
   if (n == 0) return Status::OK();
-  SgdKernel<<<GridFor(n), kThreads, 0, stream>>>(params, grads, momentum_buf, n, static_cast<float>(h.lr),
-                                                 static_cast<float>(h.momentum), static_cast<float>(h.weight_decay),
-                                                 h.nesterov, static_cast<float>(h.grad_scale), scale, skip);
+  SgdKernel<<<GridFor(n), kThreads, 0, stream>>>(params, grads, momentum_buf, n, StagedArgsFor(h), staged, scale, skip);
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
 }
 
 Status AdamWUpdateCuda(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, int64_t n,
-                       const AdamWHyper& h, const float* scale, cudaStream_t stream, const float* skip) {
+                       const AdamWHyper& h, const float* scale, cudaStream_t stream, const float* skip,
+                       const AdamWKernelArgs* staged) {
   DT_NVTX_FN();
   DT_CHECK_ARG(n >= 0, "negative element count " << n);
   DT_CHECK_ARG(h.step >= 1, "AdamW step counts from 1, got " << h.step);
   if (n == 0) return Status::OK();
-  const detail::AdamWCoefs c = detail::MakeAdamWCoefs(h);
-  AdamWArgs a;
-  a.decay = static_cast<float>(c.decay);
-  a.beta1 = static_cast<float>(h.beta1);
-  a.one_minus_b1 = static_cast<float>(c.one_minus_b1);
-  a.beta2 = static_cast<float>(h.beta2);
-  a.one_minus_b2 = static_cast<float>(c.one_minus_b2);
-  a.step_size = static_cast<float>(c.step_size);
-  a.bc2_sqrt = static_cast<float>(c.bc2_sqrt);
-  a.eps = static_cast<float>(h.eps);
-  a.grad_scale = static_cast<float>(h.grad_scale);
-  AdamWKernel<<<GridFor(n), kThreads, 0, stream>>>(params, grads, exp_avg, exp_avg_sq, n, a, scale, skip);
+  AdamWKernel<<<GridFor(n), kThreads, 0, stream>>>(params, grads, exp_avg, exp_avg_sq, n, StagedArgsFor(h), staged,
+                                                   scale, skip);
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
 }

@@ -78,23 +78,47 @@ void AdamWUpdateCpu(T* params, const T* grads, T* exp_avg, T* exp_avg_sq, int64_
 template <typename T>
 void GradClipCoefCpu(const T* sum_squares, double max_norm, T* norm, T* coef);
 
+// ---- Staged hyper-parameters (CUDA graphs) --------------------------------------------------------
+// A CUDA graph replays kernels with the arguments they were captured with, but the LR and AdamW's bias
+// corrections change every step. The CUDA update kernels therefore can read their f32 constants from device
+// memory instead: the caller stages the kernel args below (StagedArgsFor, computed exactly as the argument
+// path computes them, so both paths give bitwise equal results) into a device buffer before the kernel runs
+// and passes that buffer as `staged`. On the CPU `staged` is ignored (the update takes `h` directly).
+struct SgdKernelArgs {
+  float lr, momentum, weight_decay, grad_scale;
+  int32_t nesterov;
+};
+struct AdamWKernelArgs {
+  float decay, beta1, one_minus_b1, beta2, one_minus_b2, step_size, bc2_sqrt, eps, grad_scale;
+};
+SgdKernelArgs StagedArgsFor(const SgdHyper& h);
+AdamWKernelArgs StagedArgsFor(const AdamWHyper& h);
+// Bytes a staging buffer needs for either struct.
+constexpr size_t kStagedArgsBytes = 64;
+static_assert(sizeof(SgdKernelArgs) <= kStagedArgsBytes && sizeof(AdamWKernelArgs) <= kStagedArgsBytes);
+
 // ---- CUDA launchers (f32, defined in optim_update.cu). `scale`, `skip`: device pointers or null. ---
+// `staged`: null (take the constants from `h`) or a device pointer to the StagedArgsFor(h) struct.
 #if DT_HAVE_CUDA
 Status SgdUpdateCuda(float* params, const float* grads, float* momentum_buf, int64_t n, const SgdHyper& h,
-                     const float* scale, cudaStream_t stream, const float* skip = nullptr);
+                     const float* scale, cudaStream_t stream, const float* skip = nullptr,
+                     const SgdKernelArgs* staged = nullptr);
 Status AdamWUpdateCuda(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, int64_t n,
-                       const AdamWHyper& h, const float* scale, cudaStream_t stream, const float* skip = nullptr);
+                       const AdamWHyper& h, const float* scale, cudaStream_t stream, const float* skip = nullptr,
+                       const AdamWKernelArgs* staged = nullptr);
 // All pointers are device scalars.
 Status GradClipCoefCuda(const float* sum_squares, double max_norm, float* norm, float* coef, cudaStream_t stream);
 #endif
 
 // ---- Tensor level: checks, then dispatch (CPU f32/f64, CUDA f32) ----------------------------
 // All tensors on ctx's device with one dtype; params, grads and state have the same numel; `scale`
-// and `skip` (nullable) are 1-element tensors.
+// and `skip` (nullable) are 1-element tensors. `staged` (nullable; used on CUDA only): a device tensor of at
+// least kStagedArgsBytes holding StagedArgsFor(h) by the time the kernel runs.
 Status SgdUpdate(DeviceContext& ctx, const SgdHyper& h, Tensor* params, const Tensor& grads, Tensor* momentum_buf,
-                 const Tensor* scale = nullptr, const Tensor* skip = nullptr);
+                 const Tensor* scale = nullptr, const Tensor* skip = nullptr, const Tensor* staged = nullptr);
 Status AdamWUpdate(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, const Tensor& grads, Tensor* exp_avg,
-                   Tensor* exp_avg_sq, const Tensor* scale = nullptr, const Tensor* skip = nullptr);
+                   Tensor* exp_avg_sq, const Tensor* scale = nullptr, const Tensor* skip = nullptr,
+                   const Tensor* staged = nullptr);
 // `sum_squares` as produced by SumSquares (reduce.h); `norm` and `coef` are 1-element tensors like
 // it (allocated from ctx.allocator() when undefined).
 Status GradClipCoef(DeviceContext& ctx, const Tensor& sum_squares, double max_norm, Tensor* norm, Tensor* coef);

@@ -7,6 +7,7 @@
 #include "models/ops/optim_update.h"
 #include "models/ops/reduce.h"
 #include "runtime/optim/loss_scaler.h"
+#include "runtime/optim/staged_args.h"
 
 namespace dtrain::runtime {
 
@@ -29,6 +30,8 @@ ops::AdamWHyper AdamWHyperFor(const OptimizerOptions& opts, double lr, int64_t s
   h.step = step;
   return h;
 }
+
+Optimizer::~Optimizer() = default;
 
 Status Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, int64_t num_params,
                          std::unique_ptr<Optimizer>* out) {
@@ -64,6 +67,7 @@ Status Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, int64
   DT_RETURN_IF_ERROR(Tensor::Empty({1}, DType::kF32, ctx.allocator(), &o->sum_squares_));
   DT_RETURN_IF_ERROR(Tensor::Empty({1}, DType::kF32, ctx.allocator(), &o->norm_));
   DT_RETURN_IF_ERROR(Tensor::Empty({1}, DType::kF32, ctx.allocator(), &o->clip_coef_));
+  DT_RETURN_IF_ERROR(StagedArgs::Create(ctx, ops::kStagedArgsBytes, &o->args_));
   *out = std::move(o);
   return Status::OK();
 }
@@ -77,22 +81,50 @@ Status Optimizer::CheckTensor(const DeviceContext& ctx, const Tensor& t, const c
 }
 
 Status Optimizer::Step(DeviceContext& ctx, Tensor& params, Tensor& grads, double lr, LossScaler* scaler) {
+  // Bad tensors fail the step before it counts.
+  DT_RETURN_IF_ERROR(CheckTensor(ctx, params, "params"));
+  DT_RETURN_IF_ERROR(CheckTensor(ctx, grads, "grads"));
+  DT_RETURN_IF_ERROR(Stage(ctx, lr, scaler));
+  return Apply(ctx, params, grads, scaler);
+}
+
+Status Optimizer::Stage(DeviceContext& ctx, double lr, LossScaler* scaler) {
+  DT_CHECK_ARG(std::isfinite(lr) && lr >= 0.0, "lr must be finite and >= 0, got " << lr);
+  DT_CHECK_ARG(ctx.type() == device_, "Stage on a " << DeviceName(ctx.type()) << " context, but the optimizer lives on "
+                                                    << DeviceName(device_));
+  int64_t skipped = 0;
+  if (scaler != nullptr) {
+    LossScalerState before;
+    DT_RETURN_IF_ERROR(scaler->state(&before));  // skips up to the previous step (see loss_scaler.h: no stall)
+    skipped = before.skipped_steps;
+  }
+  if (kind_ == Kind::kSgd) {
+    sgd_ = SgdHyperFor(opts_, lr);
+    const ops::SgdKernelArgs a = ops::StagedArgsFor(sgd_);
+    DT_RETURN_IF_ERROR(args_->Stage(ctx, &a, sizeof(a)));
+  } else {
+    adamw_ = AdamWHyperFor(opts_, lr, step_ + 1 - skipped);
+    const ops::AdamWKernelArgs a = ops::StagedArgsFor(adamw_);
+    DT_RETURN_IF_ERROR(args_->Stage(ctx, &a, sizeof(a)));
+  }
+  ++step_;
+  staged_ = true;
+  return Status::OK();
+}
+
+Status Optimizer::Apply(DeviceContext& ctx, Tensor& params, Tensor& grads, LossScaler* scaler) {
   DT_NVTX_RANGE("optimizer_step");
   DT_RETURN_IF_ERROR(CheckTensor(ctx, params, "params"));
   DT_RETURN_IF_ERROR(CheckTensor(ctx, grads, "grads"));
-  DT_CHECK_ARG(std::isfinite(lr) && lr >= 0.0, "lr must be finite and >= 0, got " << lr);
+  if (!staged_) return Status::FailedPrecondition("Optimizer::Apply before Stage");
 
   // Global norm into a device scalar; the update kernel reads the clip coefficient from device
   // memory, so nothing here waits for the reduction.
   DT_RETURN_IF_ERROR(ops::SumSquares(ctx, grads, &sum_squares_));
   const Tensor* scale = nullptr;
   const Tensor* skip = nullptr;
-  int64_t skipped = 0;
   if (scaler != nullptr) {
     // The multiplier (1 / loss scale, times the clip coefficient of the unscaled norm) and the skip flag.
-    LossScalerState before;
-    DT_RETURN_IF_ERROR(scaler->state(&before));  // skips up to the previous step (see loss_scaler.h: no stall)
-    skipped = before.skipped_steps;
     DT_RETURN_IF_ERROR(scaler->Update(ctx, sum_squares_, opts_.grad_clip, &norm_, &clip_coef_));
     scale = &clip_coef_;
     skip = &scaler->found_inf();
@@ -101,13 +133,13 @@ Status Optimizer::Step(DeviceContext& ctx, Tensor& params, Tensor& grads, double
     if (opts_.grad_clip > 0.0) scale = &clip_coef_;
   }
 
+  // The kernels read this update's constants from the staged buffer (the CPU path takes them from the host).
+  const Tensor* staged = &args_->device();
   if (kind_ == Kind::kSgd) {
-    DT_RETURN_IF_ERROR(ops::SgdUpdate(ctx, SgdHyperFor(opts_, lr), &params, grads, &state0_, scale, skip));
+    DT_RETURN_IF_ERROR(ops::SgdUpdate(ctx, sgd_, &params, grads, &state0_, scale, skip, staged));
   } else {
-    DT_RETURN_IF_ERROR(ops::AdamWUpdate(ctx, AdamWHyperFor(opts_, lr, step_ + 1 - skipped), &params, grads, &state0_,
-                                        &state1_, scale, skip));
+    DT_RETURN_IF_ERROR(ops::AdamWUpdate(ctx, adamw_, &params, grads, &state0_, &state1_, scale, skip, staged));
   }
-  ++step_;
   has_norm_ = true;
   return Status::OK();
 }

@@ -30,6 +30,7 @@
 namespace dtrain::runtime {
 
 class LossScaler;
+class StagedArgs;
 
 struct OptimizerOptions {
   std::string name = "adamw";  // "adamw" | "sgd"
@@ -53,6 +54,7 @@ class Optimizer {
   // InvalidArgument for an unknown name, out-of-range hyper-parameters or num_params <= 0.
   static Status Create(DeviceContext& ctx, const OptimizerOptions& opts, int64_t num_params,
                        std::unique_ptr<Optimizer>* out);
+  ~Optimizer();
 
   // One update of the flat `params` from the flat `grads` (already averaged across ranks and
   // micro-steps by the caller; GradientReducer::Finalize() must have run). grads are not modified.
@@ -64,6 +66,14 @@ class Optimizer {
   // no host sync), and AdamW's bias-correction step is step() + 1 - skipped steps (applied updates only). step()
   // still counts every call.
   Status Step(DeviceContext& ctx, Tensor& params, Tensor& grads, double lr, LossScaler* scaler = nullptr);
+
+  // Step in two halves, for CUDA graphs (core/cuda_graph.h): Stage does the host part (the update count; this
+  // update's hyper-parameters staged into device memory on ctx.stream(), runtime/optim/staged_args.h) and Apply
+  // queues the device part, whose kernels read them from there — so Apply can be captured once and replayed
+  // after each Stage. Step == Stage + Apply; the same `scaler` must be given to both. Apply with a LossScaler
+  // still does host bookkeeping (not capturable).
+  Status Stage(DeviceContext& ctx, double lr, LossScaler* scaler = nullptr);
+  Status Apply(DeviceContext& ctx, Tensor& params, Tensor& grads, LossScaler* scaler = nullptr);
 
   // Number of Step() calls so far (plus set_step()).
   int64_t step() const { return step_; }
@@ -97,6 +107,11 @@ class Optimizer {
   Tensor state0_;                          // sgd: momentum_buffer; adamw: exp_avg
   Tensor state1_;                          // adamw: exp_avg_sq
   Tensor sum_squares_, norm_, clip_coef_;  // device scalars, written every Step()
+  // The hyper-parameters of the staged update (Stage), on the host and in device memory.
+  ops::SgdHyper sgd_;
+  ops::AdamWHyper adamw_;
+  bool staged_ = false;
+  std::unique_ptr<StagedArgs> args_;
 };
 
 }  // namespace dtrain::runtime

@@ -18,6 +18,11 @@ Status ParameterUpdater::LossScale(float* scale) {
   return scaler_ ? scaler_->Scale(scale) : Status::OK();
 }
 
+Status ParameterUpdater::Step(double lr) {
+  DT_RETURN_IF_ERROR(StageStep(lr));
+  return ApplyStep();
+}
+
 std::vector<std::string> ParameterUpdater::state_names() const {
   if (options().name == "sgd") return {"momentum_buffer"};
   return {"exp_avg", "exp_avg_sq"};

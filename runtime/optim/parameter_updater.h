@@ -57,7 +57,17 @@ class ParameterUpdater {
   // Model::Backward's on_ready on the step's last micro-batch.
   virtual Status OnGradReady(int param_index) = 0;
   virtual Status Finalize() = 0;
-  virtual Status Step(double lr) = 0;
+  Status Step(double lr);
+
+  // --- CUDA graphs (runtime/train/step_graph.h) ---
+  // Step(lr) in two halves: StageStep(lr) does the host part (update count, this step's LR and bias corrections
+  // staged into device memory) and runs before each replay; ApplyStep() queues the device part and is what a
+  // graph captures. Step == StageStep + ApplyStep.
+  virtual Status StageStep(double lr) = 0;
+  virtual Status ApplyStep() = 0;
+  // "" when ApplyStep, OnGradReady and Finalize queue device work only (capturable once, replayable), else why
+  // not, as a phrase for a log line.
+  virtual std::string GraphBlocker() const = 0;
 
   // --- Observability ---
   // While set (not owned; nullptr to stop) the launched collectives are traced as spans on the comm track.

@@ -17,8 +17,14 @@ Status ReplicatedUpdater::OnGradReady(int param_index) {
 
 Status ReplicatedUpdater::Finalize() { return reducer_ ? reducer_->Finalize() : Status::OK(); }
 
-Status ReplicatedUpdater::Step(double lr) {
-  return optimizer_->Step(ctx_, model_.params(), model_.grads(), lr, scaler());
+Status ReplicatedUpdater::StageStep(double lr) { return optimizer_->Stage(ctx_, lr, scaler()); }
+
+Status ReplicatedUpdater::ApplyStep() { return optimizer_->Apply(ctx_, model_.params(), model_.grads(), scaler()); }
+
+std::string ReplicatedUpdater::GraphBlocker() const {
+  if (scaler() != nullptr) return "fp16 dynamic loss scaling reads the loss scale on the host every step";
+  if (reducer_ != nullptr) return "the gradient all-reduce across processes is not captured yet (one process only)";
+  return "";
 }
 
 void ReplicatedUpdater::set_trace(DeviceTrace* trace) {

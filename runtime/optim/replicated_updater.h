@@ -25,7 +25,9 @@ class ReplicatedUpdater : public ParameterUpdater {
 
   Status OnGradReady(int param_index) override;
   Status Finalize() override;
-  Status Step(double lr) override;
+  Status StageStep(double lr) override;
+  Status ApplyStep() override;
+  std::string GraphBlocker() const override;
 
   void set_trace(DeviceTrace* trace) override;
   bool exchanges() const override { return reducer_ != nullptr; }

@@ -26,7 +26,12 @@ class ShardedUpdater : public ParameterUpdater {
 
   Status OnGradReady(int param_index) override { return zero1_->OnGradReady(param_index); }
   Status Finalize() override { return zero1_->Finalize(); }
-  Status Step(double lr) override { return zero1_->Step(ctx_, lr, scaler()); }
+  Status StageStep(double lr) override {
+    lr_ = lr;
+    return Status::OK();
+  }
+  Status ApplyStep() override { return zero1_->Step(ctx_, lr_, scaler()); }
+  std::string GraphBlocker() const override { return "ZeRO-1 (dist.zero1) keeps host-side bucket state per step"; }
 
   void set_trace(DeviceTrace* trace) override { zero1_->set_trace(trace); }
   bool exchanges() const override { return true; }
@@ -46,6 +51,7 @@ class ShardedUpdater : public ParameterUpdater {
  private:
   std::unique_ptr<Zero1Optimizer> zero1_;
   int world_ = 1;
+  double lr_ = 0;  // staged by StageStep for ApplyStep
   // The full state of the last SaveState, kept until the next: the checkpoint snapshot's copies read it
   // asynchronously on the compute stream.
   std::vector<std::pair<std::string, Tensor>> gathered_;

@@ -21,6 +21,7 @@
 #include "runtime/observe/step_breakdown.h"
 #include "runtime/train/model_factory.h"
 #include "runtime/train/progress_metrics.h"
+#include "runtime/train/step_graph.h"
 #include "runtime/train/weights_metadata.h"
 #if DT_HAVE_CUDA
 #include "core/cuda_handles.h"
@@ -101,6 +102,12 @@ Status Trainer::Setup() {
   DT_RETURN_IF_ERROR(MakeParameterUpdater(cfg_, ctx_, *model_, grad_comm_, rank_, world_, &updater_));
   DT_LOG_INFO(kRuntime, "optimizer state: {:.1f} MiB on this rank ({})", updater_->state_bytes() / 1048576.0,
               updater_->placement());
+  const std::string graph_blocker = StepGraph::Blocker(cfg_, ctx_, *updater_);
+  if (graph_blocker.empty()) {
+    step_graph_ = std::make_unique<StepGraph>(ctx_, accum);
+  } else if (ctx_.is_cuda() && rank_ == 0) {
+    DT_LOG_INFO(kRuntime, "CUDA graphs off: {}", graph_blocker);
+  }
   const auto& s = cfg_.schedule();
   DT_RETURN_IF_ERROR(
       LrSchedule::Create(s.kind(), cfg_.optim().lr(), s.warmup_steps(), total_steps_, s.min_lr_ratio(), &schedule_));
@@ -134,10 +141,12 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
   DT_NVTX_RANGE("train_step");
   // Blocks on peers: MPI all-reduces in backward (CPU), batch-slot syncs behind NCCL work (GPU).
   comm::WatchdogScope armed(watchdog_, "step " + std::to_string(step + 1) + " (gradient all-reduce)");
-  const int64_t accum = cfg_.train().grad_accum_steps();
-  DT_RETURN_IF_ERROR(model_->grads().SetZero(ctx_.stream()));
   const auto& run = cfg_.run();
   trace_now_ = trace_ && InTraceWindow(step, run.trace_start(), run.trace_steps()) ? trace_.get() : nullptr;
+  // Traced steps run eagerly: their spans come from events between the kernels.
+  if (step_graph_ && trace_now_ == nullptr && step_graph_->WantStep()) return GraphedStep(step, data_seconds);
+  const int64_t accum = cfg_.train().grad_accum_steps();
+  DT_RETURN_IF_ERROR(model_->grads().SetZero(ctx_.stream()));
   DeviceTrace* dev = trace_now_ ? device_trace_.get() : nullptr;
   if (dev && (step == start_step_ || !InTraceWindow(step - 1, run.trace_start(), run.trace_steps()))) {
     DT_RETURN_IF_ERROR(dev->Begin());  // the window's first step: one device sync anchors the stream clocks
@@ -192,6 +201,46 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
       updater_->set_trace(nullptr);
       DT_RETURN_IF_ERROR(dev->Flush());  // the window's last step: one sync resolves the stream spans
     }
+  }
+  return phases_->EndStep();
+}
+
+Status Trainer::GraphedStep(int64_t step, double* data_seconds) {
+  const int64_t accum = cfg_.train().grad_accum_steps();
+  DT_RETURN_IF_ERROR(phases_->Switch(kPhaseData));
+  for (int64_t m = 0; m < accum; ++m) {
+    data::Batch batch;
+    DT_RETURN_IF_ERROR(NextBatch(&batch));
+    *data_seconds += batch.wait_seconds;
+    DT_RETURN_IF_ERROR(step_graph_->Stage(m, batch.inputs, batch.targets));
+  }
+  // One phase for the whole replay: forward, backward and the optimizer are inside the graph.
+  DT_RETURN_IF_ERROR(phases_->Switch(kPhaseCompute));
+  DT_RETURN_IF_ERROR(updater_->StageStep(schedule_->LrAt(step)));
+  // The step's device work, as TrainStep queues it eagerly (no loss scaler here: see StepGraph::Blocker).
+  auto body = [&]() -> Status {
+    DT_RETURN_IF_ERROR(model_->grads().SetZero(ctx_.stream()));
+    for (int64_t m = 0; m < accum; ++m) {
+      Tensor x;
+      DT_RETURN_IF_ERROR(model_->InputsFromBatch(step_graph_->inputs(m), &x));
+      DT_RETURN_IF_ERROR(model_->Forward(x, step_graph_->targets(m)));
+      DT_RETURN_IF_ERROR(model_->AddMeanLoss(ctx_, 1.0f / static_cast<float>(accum), &loss_acc_));
+      models::GradReadyFn on_ready;
+      if (m + 1 == accum) on_ready = [this](int i) { return updater_->OnGradReady(i); };
+      DT_RETURN_IF_ERROR(model_->Backward(1.0f / static_cast<float>(accum), on_ready));
+    }
+    DT_RETURN_IF_ERROR(updater_->Finalize());
+    return updater_->ApplyStep();
+  };
+  const bool first = !step_graph_->captured();
+  std::string off_reason;
+  DT_RETURN_IF_ERROR(step_graph_->Run(body, &off_reason));
+  if (!off_reason.empty()) {
+    DT_LOG_WARN(kRuntime, "CUDA graphs off for this run (rank {}): capturing step {} failed: {}; steps run eagerly",
+                rank_, step + 1, off_reason);
+  } else if (first && rank_ == 0) {
+    DT_LOG_INFO(kRuntime, "CUDA graph: step {} captured ({} nodes); later steps replay it", step + 1,
+                step_graph_->num_nodes());
   }
   return phases_->EndStep();
 }

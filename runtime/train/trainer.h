@@ -55,6 +55,7 @@
 #include "runtime/observe/trace.h"
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/optim/parameter_updater.h"
+#include "runtime/train/step_graph.h"
 
 namespace dtrain {
 class CudaEvent;
@@ -88,6 +89,8 @@ class Trainer {
   Status Setup();
   Status RunLoop(TrainSummary* summary);  // Run() without the start/end metrics records
   Status TrainStep(int64_t step, double* data_seconds);
+  // TrainStep through the step's CUDA graph (step_graph_): stage the micro-batches, replay (or capture).
+  Status GraphedStep(int64_t step, double* data_seconds);
   Status Evaluate(double* loss, double* accuracy);
 
   // Input (runtime/trainer_data.cc).
@@ -140,7 +143,8 @@ class Trainer {
   FaultInjector fault_;
   int64_t total_steps_ = 0;
   std::unique_ptr<PhaseTimer> phases_;
-  double ckpt_stall_s_ = 0;   // checkpoint stall since the last progress line
+  std::unique_ptr<StepGraph> step_graph_;  // null when steps cannot be graphed (StepGraph::Blocker)
+  double ckpt_stall_s_ = 0;                // checkpoint stall since the last progress line
   std::string last_verdict_;  // the kind of the last step-time verdict ("communication-bound"): warned when it changes
   bool data_warned_ = false;  // the last interval waited too long for data (warned once until it recovers)
   // GPU telemetry of this rank's GPU (null: off or no NVML); idle time so far and what was warned about.

@@ -177,6 +177,8 @@ Status Trainer::Evaluate(double* loss, double* accuracy) {
     DT_RETURN_IF_ERROR(model_->EvalBatch(ctx_, x, b.targets, b.num_real, &loss_sum, &correct, &count));
   }
   model_->set_training(true);
+  // Evaluation batches may have reallocated the model's activations: the step graph must be captured anew.
+  if (step_graph_) step_graph_->Reset();
   std::vector<double> v = {loss_sum, static_cast<double>(correct), static_cast<double>(count)};
   DT_RETURN_IF_ERROR(AllReduceHost(&v));
   if (v[2] > 0) {

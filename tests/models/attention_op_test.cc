@@ -314,7 +314,7 @@ TEST(AttentionCuda, Bf16GemmPathMatchesCpuReferenceT256) {
 #if DT_HAVE_CUDA
 // ---- tensor-core flash attention (16-bit) ---------------------------------------------------------------------
 
-enum class CudaPath { kFlash, kGemm };
+enum class CudaPath { kCudnn, kFlash, kGemm };
 
 std::string Where(DType dt, const Shape& s) {
   return std::string(DTypeName(dt)) + " " + std::to_string(s.b) + "x" + std::to_string(s.t) + " nh " +
@@ -332,7 +332,11 @@ void RunCudaPath(DeviceContext& gpu, DType dt, CudaPath path, const Shape& s, co
   DT_ASSERT_OK(Make(gpu, dt, {s.b, s.t, s.c()}, dout, &tdout));
   DT_ASSERT_OK(Make(gpu, dt, {s.b, s.t, 3 * s.c()}, std::vector<double>(s.qkv_numel(), NAN), &tdqkv));
   uint16_t *q = tqkv.data<uint16_t>(), *o = tout.data<uint16_t>(), *d = tdout.data<uint16_t>();
-  if (path == CudaPath::kFlash) {
+  if (path == CudaPath::kCudnn) {
+    DT_ASSERT_OK(CudnnAttentionForward(gpu, dt, o, tlse.data<float>(), q, s.b, s.t, s.nh, s.hs));
+    DT_ASSERT_OK(
+        CudnnAttentionBackward(gpu, dt, tdqkv.data<uint16_t>(), d, q, o, tlse.data<float>(), s.b, s.t, s.nh, s.hs));
+  } else if (path == CudaPath::kFlash) {
     const bool f16 = dt == DType::kF16;
     DT_ASSERT_OK((f16 ? FlashAttentionForwardFp16 : FlashAttentionForwardBf16)(o, tlse.data<float>(), q, s.b, s.t, s.nh,
                                                                                s.hs, gpu.stream()));
@@ -403,6 +407,33 @@ TEST(AttentionCuda, FlashMatchesCpuReference) {
   }
 }
 
+// cuDNN's fused attention (bf16 and fp16) vs the CPU f64 reference, gradients included, with the flash bounds (it
+// rounds the same intermediates to 16 bits), over the shapes of FlashMatchesCpuReference; its lse has the same
+// convention (natural log, f32).
+TEST(AttentionCuda, CudnnMatchesCpuReference) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto cpu = Cpu();
+  auto gpu = Gpu();
+  ASSERT_NE(gpu, nullptr);
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (int64_t t : {64, 100, 256}) {
+      for (int64_t hs : {64, 128}) {
+        const Shape s{2, t, 3, hs};
+        ASSERT_TRUE(CudnnAttentionSupported(*gpu, dt, s.b, s.t, s.nh, s.hs)) << "cuDNN cannot run " << Where(dt, s);
+        const auto qkv = Round16(dt, RandomVector(s.qkv_numel(), 300 + t + hs, -2, 2));
+        const auto dout = Round16(dt, RandomVector(s.out_numel(), 400 + t + hs));
+        Result want, got;
+        ASSERT_NO_FATAL_FAILURE(RunAttention(*cpu, DType::kF64, s, qkv, dout, &want));
+        ASSERT_NO_FATAL_FAILURE(RunCudaPath(*gpu, dt, CudaPath::kCudnn, s, qkv, dout, &got));
+        const Tolerance tol = FlashTolerance(dt);
+        EXPECT_LE(testing::MaxAbsDiff(got.out, want.out), tol.out * testing::Scale(want.out)) << Where(dt, s);
+        EXPECT_LE(testing::MaxAbsDiff(got.lse, want.lse), tol.lse * testing::Scale(want.lse)) << Where(dt, s);
+        EXPECT_LE(testing::MaxAbsDiff(got.dqkv, want.dqkv), tol.dqkv * testing::Scale(want.dqkv)) << Where(dt, s);
+      }
+    }
+  }
+}
+
 // No atomics and fixed summation orders: a second run gives the same bits (the resume tests rely on it).
 TEST(AttentionCuda, FlashIsDeterministic) {
   DT_SKIP_WITHOUT_CUDA();
@@ -445,25 +476,30 @@ TEST(AttentionCuda, FlashMatchesGemmPath) {
   }
 }
 
-// The tensor API sends bf16 (hs 64) to flash, or to cuBLAS under DTRAIN_ATTENTION=gemm, and f16 always to flash:
-// same bits as the chosen raw entry point. f16 with a head size that has no flash kernel is rejected.
+// The tensor API sends bf16 and f16 (hs 64) to cuDNN by default (DTRAIN_ATTENTION unset or auto), to flash under
+// DTRAIN_ATTENTION=flash, and bf16 to cuBLAS (f16 to flash) under =gemm: same bits as the chosen raw entry point.
+// f16 with a head size that has no kernel is rejected.
 TEST(AttentionCuda, DispatchPicksThePath) {
   DT_SKIP_WITHOUT_CUDA();
   auto gpu = Gpu();
   ASSERT_NE(gpu, nullptr);
   const char* env = std::getenv("DTRAIN_ATTENTION");
-  const bool gemm = env != nullptr && std::string(env) == "gemm";
+  const std::string knob = env != nullptr ? env : "auto";
   const Shape s{2, 100, 3, 64};
   for (DType dt : {DType::kBF16, DType::kF16}) {
     const auto qkv = Round16(dt, RandomVector(s.qkv_numel(), 41, -2, 2));
     const auto dout = Round16(dt, RandomVector(s.out_numel(), 42));
-    const CudaPath path = dt == DType::kBF16 && gemm ? CudaPath::kGemm : CudaPath::kFlash;
+    CudaPath path = CudaPath::kFlash;
+    if (knob == "auto" || knob == "cudnn") path = CudaPath::kCudnn;
+    if (knob == "gemm" && dt == DType::kBF16) path = CudaPath::kGemm;
     Result api, raw;
     ASSERT_NO_FATAL_FAILURE(RunAttention(*gpu, dt, s, qkv, dout, &api));
     ASSERT_NO_FATAL_FAILURE(RunCudaPath(*gpu, dt, path, s, qkv, dout, &raw));
     EXPECT_EQ(api.out, raw.out) << Where(dt, s);
     EXPECT_EQ(api.lse, raw.lse) << Where(dt, s);
-    EXPECT_EQ(api.dqkv, raw.dqkv) << Where(dt, s);
+    if (path != CudaPath::kCudnn) EXPECT_EQ(api.dqkv, raw.dqkv) << Where(dt, s);  // cuDNN's backward: see below
+    const Tolerance tol = FlashTolerance(dt);
+    EXPECT_LE(testing::MaxAbsDiff(api.dqkv, raw.dqkv), tol.dqkv * testing::Scale(raw.dqkv)) << Where(dt, s);
   }
   Tensor qkv, out, lse;
   DT_ASSERT_OK(Make(*gpu, DType::kF16, {1, 4, 3 * 64}, RandomVector(4 * 3 * 64, 43), &qkv));
@@ -489,10 +525,10 @@ TEST(AttentionCuda, FlashTimingGpt2Shape) {
     }
     return v;
   };
-  Tensor qkv, dout, out[2], lse[2], dqkv[2], delta, ws;
+  Tensor qkv, dout, out[3], lse[3], dqkv[3], delta, ws;
   DT_ASSERT_OK(Upload16(*gpu, dt, {s.b, s.t, 3 * s.c()}, fill(s.qkv_numel()), &qkv));
   DT_ASSERT_OK(Upload16(*gpu, dt, {s.b, s.t, s.c()}, fill(s.out_numel()), &dout));
-  for (int p = 0; p < 2; ++p) {
+  for (int p = 0; p < 3; ++p) {
     DT_ASSERT_OK(Tensor::Empty({s.b, s.t, s.c()}, dt, gpu->allocator(), &out[p]));
     DT_ASSERT_OK(Tensor::Empty({s.b, s.nh, s.t}, DType::kF32, gpu->allocator(), &lse[p]));
     DT_ASSERT_OK(Tensor::Empty({s.b, s.t, 3 * s.c()}, dt, gpu->allocator(), &dqkv[p]));
@@ -502,14 +538,19 @@ TEST(AttentionCuda, FlashTimingGpt2Shape) {
   DT_ASSERT_OK(Tensor::Empty({static_cast<int64_t>(ws_bytes)}, DType::kU8, gpu->allocator(), &ws));
   const uint16_t *q = qkv.data<uint16_t>(), *d = dout.data<uint16_t>();
   cudaStream_t st = gpu->stream();
-  // p = 0: flash, p = 1: cuBLAS.
+  // p = 0: flash, p = 1: cuBLAS, p = 2: cuDNN.
   auto forward = [&](int p) {
+    if (p == 2) return CudnnAttentionForward(*gpu, dt, out[2].data(), lse[2].data<float>(), q, s.b, s.t, s.nh, s.hs);
     return p == 0
                ? FlashAttentionForwardBf16(out[0].data<uint16_t>(), lse[0].data<float>(), q, s.b, s.t, s.nh, s.hs, st)
                : AttentionForwardGemmBf16(*gpu->blas(), out[1].data<uint16_t>(), lse[1].data<float>(), q, s.b, s.t,
                                           s.nh, s.hs, ws.data(), st);
   };
   auto backward = [&](int p) {
+    if (p == 2) {
+      return CudnnAttentionBackward(*gpu, dt, dqkv[2].data(), d, q, out[2].data(), lse[2].data<float>(), s.b, s.t, s.nh,
+                                    s.hs);
+    }
     return p == 0 ? FlashAttentionBackwardBf16(dqkv[0].data<uint16_t>(), delta.data<float>(), d, q,
                                                out[0].data<uint16_t>(), lse[0].data<float>(), s.b, s.t, s.nh, s.hs, st)
                   : AttentionBackwardGemmBf16(*gpu->blas(), dqkv[1].data<uint16_t>(), d, q, out[1].data<uint16_t>(),
@@ -519,8 +560,8 @@ TEST(AttentionCuda, FlashTimingGpt2Shape) {
   ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
   ASSERT_EQ(cudaEventCreate(&stop), cudaSuccess);
   constexpr int kReps = 10;
-  double ms[2][2] = {};  // [path][0: fwd + bwd, 1: fwd]
-  for (int p = 0; p < 2; ++p) {
+  double ms[3][2] = {};  // [path][0: fwd + bwd, 1: fwd]
+  for (int p = 0; p < 3; ++p) {
     DT_ASSERT_OK(forward(p));  // warm-up (and the results compared below)
     DT_ASSERT_OK(backward(p));
     for (int only_fwd = 0; only_fwd < 2; ++only_fwd) {
@@ -539,11 +580,11 @@ TEST(AttentionCuda, FlashTimingGpt2Shape) {
   EXPECT_EQ(cudaEventDestroy(start), cudaSuccess);
   EXPECT_EQ(cudaEventDestroy(stop), cudaSuccess);
   std::printf(
-      "[attention B=16 T=1024 NH=12 hs=64 bf16] fwd+bwd: flash %.3f ms, gemm %.3f ms (%.2fx); fwd: flash %.3f ms, "
-      "gemm %.3f ms\n",
-      ms[0][0], ms[1][0], ms[1][0] / ms[0][0], ms[0][1], ms[1][1]);
-  Result r[2];
-  for (int p = 0; p < 2; ++p) {
+      "[attention B=16 T=1024 NH=12 hs=64 bf16] fwd+bwd: flash %.3f ms, gemm %.3f ms, cudnn %.3f ms; fwd: flash %.3f "
+      "ms, gemm %.3f ms, cudnn %.3f ms\n",
+      ms[0][0], ms[1][0], ms[2][0], ms[0][1], ms[1][1], ms[2][1]);
+  Result r[3];
+  for (int p = 0; p < 3; ++p) {
     DT_ASSERT_OK(Get(*gpu, out[p], &r[p].out));
     DT_ASSERT_OK(Get(*gpu, lse[p], &r[p].lse));
     DT_ASSERT_OK(Get(*gpu, dqkv[p], &r[p].dqkv));
@@ -552,6 +593,9 @@ TEST(AttentionCuda, FlashTimingGpt2Shape) {
   EXPECT_LE(testing::MaxAbsDiff(r[0].out, r[1].out), 2 * tol.out * testing::Scale(r[1].out));
   EXPECT_LE(testing::MaxAbsDiff(r[0].lse, r[1].lse), 2 * tol.lse * testing::Scale(r[1].lse));
   EXPECT_LE(testing::MaxAbsDiff(r[0].dqkv, r[1].dqkv), 2 * tol.dqkv * testing::Scale(r[1].dqkv));
+  EXPECT_LE(testing::MaxAbsDiff(r[2].out, r[1].out), 2 * tol.out * testing::Scale(r[1].out));
+  EXPECT_LE(testing::MaxAbsDiff(r[2].lse, r[1].lse), 2 * tol.lse * testing::Scale(r[1].lse));
+  EXPECT_LE(testing::MaxAbsDiff(r[2].dqkv, r[1].dqkv), 2 * tol.dqkv * testing::Scale(r[1].dqkv));
 }
 #endif  // DT_HAVE_CUDA
 
