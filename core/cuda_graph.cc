@@ -11,7 +11,7 @@ Status CudaGraph::Capture(cudaStream_t stream, CudaCachingAllocator* alloc, cons
   std::unique_ptr<CudaGraph> g(new CudaGraph());  // private constructor
   g->alloc_ = alloc;
   if (alloc != nullptr) alloc->BeginCapture();
-  cudaError_t begin = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  cudaError_t begin = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed);
   Status st = begin == cudaSuccess
                   ? body()
                   : Status::Unavailable(std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(begin));

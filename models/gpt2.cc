@@ -163,12 +163,16 @@ Status Gpt2::EnsureActivations(int64_t batch, int64_t seq_len) {
   DT_RETURN_IF_ERROR(pos_ids_.CopyFrom(Tensor::Wrap(pos.data(), {n}, DType::kI32, DeviceType::kCPU), ctx_.stream()));
   DT_RETURN_IF_ERROR(ctx_.Synchronize());  // `pos` dies at return
 
+  // One buffer for dfc_ (backward, inside a block) and the embeddings in the master dtype (forward, before the
+  // first block): never live at once. [n, 4C] of act holds both [n, C] f32 embeddings (mixed: 2 bytes x 4C = 2 x 4
+  // bytes x C) or the [n, C] position embedding (fp32/f64).
   const DType emb = mixed() ? DType::kF32 : act;
-  DT_RETURN_IF_ERROR(Alloc({n, c}, emb, &pos_emb_));
-  if (mixed()) {
-    DT_RETURN_IF_ERROR(Alloc({n, c}, DType::kF32, &tok_emb_));
-    DT_RETURN_IF_ERROR(Alloc({n, c}, DType::kF32, &demb_));
-  }
+  const int64_t emb_bytes = n * c * static_cast<int64_t>(DTypeSize(emb));
+  DT_RETURN_IF_ERROR(Alloc({n * 4 * c * static_cast<int64_t>(DTypeSize(act))}, DType::kU8, &shared_));
+  auto* base = static_cast<char*>(shared_.data());
+  dfc_ = Tensor::Wrap(base, {n, 4 * c}, act, ctx_.type());
+  pos_emb_ = Tensor::Wrap(base, {n, c}, emb, ctx_.type());
+  if (mixed()) tok_emb_ = Tensor::Wrap(base + emb_bytes, {n, c}, DType::kF32, ctx_.type());
   x_.assign(L + 1, Tensor());
   for (Tensor& x : x_) DT_RETURN_IF_ERROR(Alloc({n, c}, act, &x));
   acts_.assign(opts_.recompute ? 1 : L, BlockActs());
@@ -195,7 +199,6 @@ Status Gpt2::EnsureActivations(int64_t batch, int64_t seq_len) {
   DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dln_));
   DT_RETURN_IF_ERROR(Alloc({batch, seq_len, 3 * c}, act, &dqkv_));
   DT_RETURN_IF_ERROR(Alloc({batch, seq_len, c}, act, &datt_));
-  DT_RETURN_IF_ERROR(Alloc({n, 4 * c}, act, &dfc_));
   batch_ = batch;
   seq_len_ = seq_len;
   return Status::OK();
@@ -222,9 +225,11 @@ Status Gpt2::Forward(const Tensor& inputs, const Tensor& targets) {
   DT_RETURN_IF_ERROR(
       ops::LayerNormForward(ctx_, x_.back(), w_[lnf], w_[lnf + 1], kLnEps, &lnf_, &lnf_mean_, &lnf_rstd_));
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, lnf_, false, gemm_weight(0), true, &logits_));  // tied LM head
-  // Losses only; Backward derives dlogits from them and the logits, over the logits (no second [N, Vp] buffer).
-  return ops::SoftmaxCrossEntropy(ctx_, logits_, targets_, &losses_, nullptr, 1.0f / static_cast<float>(n),
-                                  opts_.vocab_size);
+  // Fused classifier (training): losses and d(mean loss)/d(logits), in place over the logits. Otherwise losses only;
+  // Backward derives dlogits from them and the logits, over the logits (no second [N, Vp] buffer).
+  dlogits_in_place_ = opts_.fused_classifier && training_ && opts_.precision != Precision::kFp16;
+  return ops::SoftmaxCrossEntropy(ctx_, logits_, targets_, &losses_, dlogits_in_place_ ? &logits_ : nullptr,
+                                  1.0f / static_cast<float>(n), opts_.vocab_size);
 }
 
 Status Gpt2::EmbedForward(const Tensor& ids) {
@@ -276,13 +281,20 @@ Status Gpt2::Backward(float loss_scale, const GradReadyFn& on_ready) {
   DT_CHECK_ARG(ids_.defined(), "Backward called before Forward");
   const int64_t n = batch_ * seq_len_;
   auto ready = [&](int i) { return on_ready ? on_ready(i) : Status::OK(); };
-  // dlogits = d(loss_scale * mean loss)/d(logits), in place over the logits (0 in the padded columns), from the
-  // forward's losses (one pass over the logits).
-  DT_RETURN_IF_ERROR(ops::SoftmaxCrossEntropyBackward(ctx_, logits_, targets_, losses_, &logits_,
-                                                      loss_scale / static_cast<float>(n), opts_.vocab_size));
+  // dlogits = d(loss_scale * mean loss)/d(logits), in place over the logits (0 in the padded columns): from the
+  // forward's losses (one pass over the logits), or already there (fused classifier: d(mean loss)/d(logits), the
+  // loss scale then goes into the GEMMs' alpha).
+  float alpha = 1.f;
+  if (dlogits_in_place_) {
+    alpha = loss_scale;
+    dlogits_in_place_ = false;  // consumed: a second Backward needs a new Forward
+  } else {
+    DT_RETURN_IF_ERROR(ops::SoftmaxCrossEntropyBackward(ctx_, logits_, targets_, losses_, &logits_,
+                                                        loss_scale / static_cast<float>(n), opts_.vocab_size));
+  }
   // LM head: dwte += dlogits^T lnf (the first of wte's two contributions), dlnf = dlogits wte.
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, true, lnf_, false, &g_[0], 1.f, 1.f));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, false, gemm_weight(0), false, &dln_));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, true, lnf_, false, &g_[0], alpha, 1.f));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, false, gemm_weight(0), false, &dln_, alpha));
   const int lnf = ParamIndex(static_cast<int>(opts_.n_layer), 0);
   DT_RETURN_IF_ERROR(
       ops::LayerNormBackward(ctx_, x_.back(), w_[lnf], lnf_mean_, lnf_rstd_, dln_, &dres_, &g_[lnf], &g_[lnf + 1]));
@@ -344,16 +356,12 @@ Status Gpt2::BlockBackward(int layer, const GradReadyFn& on_ready) {
 }
 
 Status Gpt2::EmbedBackward(const GradReadyFn& on_ready) {
-  // dres_ = d x_[0]; both tables take it in the master dtype (embedding backward accumulates).
-  const Tensor* demb = &dres_;
-  if (mixed()) {
-    DT_RETURN_IF_ERROR(ops::Cast(ctx_, dres_, &demb_));
-    demb = &demb_;
-  }
-  DT_RETURN_IF_ERROR(ops::EmbeddingBackward(ctx_, pos_ids_, *demb, &g_[1]));
+  // dres_ = d x_[0]; both tables take it (the embedding backward accumulates in the master dtype, reading the
+  // 16-bit rows of a mixed run directly: exactly as from an f32 copy).
+  DT_RETURN_IF_ERROR(ops::EmbeddingBackward(ctx_, pos_ids_, dres_, &g_[1]));
   if (on_ready) DT_RETURN_IF_ERROR(on_ready(1));
   // wte last: its gradient is complete only now (LM head + token embedding).
-  DT_RETURN_IF_ERROR(ops::EmbeddingBackward(ctx_, ids_, *demb, &g_[0]));
+  DT_RETURN_IF_ERROR(ops::EmbeddingBackward(ctx_, ids_, dres_, &g_[0]));
   return on_ready ? on_ready(0) : Status::OK();
 }
 

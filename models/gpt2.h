@@ -53,6 +53,11 @@ struct Gpt2Options {
   int64_t n_embd = 768;  // a multiple of n_head
   Precision precision = Precision::kFp32;
   bool recompute = false;
+  // Training mode, bf16/fp32 only: the forward's cross-entropy also writes d(mean loss)/d(logits) over the logits
+  // in place (llm.c's fused classifier: one read and one write of the [B*T, V] logits instead of two passes), and
+  // Backward scales it by loss_scale inside the LM-head GEMMs. logits() then holds that gradient after a training
+  // Forward (eval mode keeps the logits). fp16 keeps the separate backward pass: its unscaled gradients underflow.
+  bool fused_classifier = false;
   DType dtype = DType::kF32;  // kFp32 only: kF64 on the CPU
 };
 
@@ -70,6 +75,7 @@ class Gpt2 final : public Model {
   const Tensor& losses() const override { return losses_; }
   const Tensor& logits() const override { return logits_; }
   Status Backward(float loss_scale, const GradReadyFn& on_ready) override;
+  void set_training(bool training) override { training_ = training; }
 
   const Gpt2Options& options() const { return opts_; }
 
@@ -126,8 +132,11 @@ class Gpt2 final : public Model {
   std::vector<Tensor> x_;           // x_[l]: residual stream entering block l; x_[n_layer]: after the last block
   std::vector<BlockActs> acts_;
   Tensor lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
+  bool training_ = true;
+  bool dlogits_in_place_ = false;  // the last Forward left d(mean loss)/d(logits) in logits_ (fused_classifier)
   // Backward scratch: dres_ is d(loss)/d(residual stream) at the current block boundary.
-  Tensor dres_, dln_, dqkv_, datt_, dfc_, demb_;
+  Tensor dres_, dln_, dqkv_, datt_, dfc_;
+  Tensor shared_;  // owns dfc_, tok_emb_ and pos_emb_ (views: see EnsureActivations)
 };
 
 }  // namespace dtrain::models

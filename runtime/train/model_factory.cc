@@ -81,6 +81,7 @@ Status BuildBuiltin(const proto::Config& config, DeviceContext& ctx, std::unique
     opts.n_head = g.n_head();
     opts.n_embd = g.n_embd();
     opts.recompute = config.train().recompute();
+    opts.fused_classifier = true;  // training runs (bf16, fp32); Gpt2 keeps fp16 and eval mode unfused
     if (precision == "bf16" || (precision == "auto" && ctx.is_cuda())) {
       opts.precision = models::Precision::kBf16;
     } else if (precision == "fp16") {

@@ -232,6 +232,36 @@ TEST(Gpt2Cpu, RecomputeGivesBitIdenticalGradsAndReverseReadyOrder) {
   EXPECT_EQ(oa, ob);
 }
 
+// The fused classifier (the forward writes d(mean loss)/d(logits) over the logits; the loss scale goes into the
+// LM-head GEMMs) computes the same gradient as the separate backward pass: f64, loss scale 4 (exact to divide out).
+TEST(Gpt2Cpu, FusedClassifierGivesTheTwoPassGradients) {
+  auto cpu = Cpu();
+  Gpt2Options o = Tiny();
+  o.dtype = DType::kF64;
+  std::unique_ptr<Gpt2> plain, fused;
+  DT_ASSERT_OK(Gpt2::Create(*cpu, o, 2, 8, &plain));
+  o.fused_classifier = true;
+  DT_ASSERT_OK(Gpt2::Create(*cpu, o, 2, 8, &fused));
+  DT_ASSERT_OK(plain->InitParams(5));
+  DT_ASSERT_OK(fused->InitParams(5));
+  Batch batch;
+  ASSERT_NO_FATAL_FAILURE(MakeBatch(*cpu, 2, 8, 61, 3, &batch));
+  double la = 0, lb = 0;
+  std::vector<double> ga, gb;
+  ASSERT_NO_FATAL_FAILURE(Step(*cpu, *plain, batch, &la, &ga, nullptr, 4.0f));
+  ASSERT_NO_FATAL_FAILURE(Step(*cpu, *fused, batch, &lb, &gb, nullptr, 4.0f));
+  EXPECT_EQ(la, lb);
+  EXPECT_LE(testing::MaxAbsDiff(gb, ga), 1e-12 * testing::Scale(ga));
+  // Eval mode keeps the logits: the same as the unfused model's.
+  fused->set_training(false);
+  DT_ASSERT_OK(fused->Forward(batch.inputs, batch.targets));
+  DT_ASSERT_OK(plain->Forward(batch.inputs, batch.targets));
+  std::vector<double> lf, lp;
+  DT_ASSERT_OK(Fetch(*cpu, fused->logits(), &lf));
+  DT_ASSERT_OK(Fetch(*cpu, plain->logits(), &lp));
+  EXPECT_EQ(lf, lp);
+}
+
 // 30 AdamW steps (lr 1e-2) on one fixed batch: the model memorizes it, so the loss falls well below ln(61) = 4.11.
 TEST(Gpt2Cpu, AdamWStepsReduceTheLossOnAFixedBatch) {
   auto cpu = Cpu();
@@ -308,15 +338,20 @@ TEST(Gpt2Cuda, Bf16MatchesCpuF32) {
   auto cpu = Cpu();
   std::unique_ptr<DeviceContext> gpu;
   DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
-  Gpt2Options bf16 = Small();
-  bf16.precision = Precision::kBf16;
-  double want_loss = 0, got_loss = 0;
-  std::vector<double> want_losses, got_losses, want_grads, got_grads;
+  double want_loss = 0;
+  std::vector<double> want_losses, want_grads;
   ASSERT_NO_FATAL_FAILURE(RunSmall(*cpu, Small(), &want_loss, &want_losses, &want_grads));
-  ASSERT_NO_FATAL_FAILURE(RunSmall(*gpu, bf16, &got_loss, &got_losses, &got_grads));
-  EXPECT_NEAR(got_loss, want_loss, 1e-2);
-  EXPECT_LE(testing::MaxAbsDiff(got_losses, want_losses), 5e-2 * testing::Scale(want_losses));
-  EXPECT_LE(testing::RelFrobenius(got_grads, want_grads), 5e-2);
+  for (bool fused : {false, true}) {  // the separate cross-entropy backward, and the fused classifier
+    Gpt2Options bf16 = Small();
+    bf16.precision = Precision::kBf16;
+    bf16.fused_classifier = fused;
+    double got_loss = 0;
+    std::vector<double> got_losses, got_grads;
+    ASSERT_NO_FATAL_FAILURE(RunSmall(*gpu, bf16, &got_loss, &got_losses, &got_grads));
+    EXPECT_NEAR(got_loss, want_loss, 1e-2) << "fused " << fused;
+    EXPECT_LE(testing::MaxAbsDiff(got_losses, want_losses), 5e-2 * testing::Scale(want_losses)) << "fused " << fused;
+    EXPECT_LE(testing::RelFrobenius(got_grads, want_grads), 5e-2) << "fused " << fused;
+  }
 }
 
 // CUDA fp16 (fp16 activations and GEMM inputs, f32 master params and grads) vs CPU f32 from the same init, with a
