@@ -55,7 +55,9 @@ if has tests; then
 fi
 
 if has gputests; then
-  for b in build-dev/tests/{core,comm,models,data,optim,checkpoint,train,observe}_*_test; do
+  bins=(build-dev/tests/{core,comm,models,data,optim,checkpoint,train,observe}_*_test)
+  [[ -n ${GPU_TEST_BINS:-} ]] && read -ra bins <<< "$GPU_TEST_BINS"
+  for b in "${bins[@]}"; do
     [[ $b == *_mpi_test || $b == *_e2e_test ]] && continue
     $b --gtest_filter='*Cuda*:*Gpu*:*GPU*:*CUDA*' > $OUT/$(basename $b).gpu.log 2>&1
     rc=$?; ok=$(grep -c '\[       OK' $OUT/$(basename $b).gpu.log); sk=$(grep -c '\[  SKIPPED \]' $OUT/$(basename $b).gpu.log)

@@ -21,6 +21,8 @@ namespace {
 
 namespace fe = cudnn_frontend;
 
+constexpr int64_t kCudnnAttentionMinSeq = 64;
+
 // One built cuDNN graph and the tensors its variant pack is keyed by.
 struct Plan {
   std::shared_ptr<fe::graph::Graph> graph;
@@ -108,6 +110,13 @@ Status GetPlan(const DeviceContext& ctx, bool backward, DType dt, int64_t b, int
   DT_CHECK_ARG(ctx.is_cuda() && ctx.cudnn() != nullptr, "cuDNN attention needs a CUDA context with a cuDNN handle");
   DT_CHECK_ARG(dt == DType::kBF16 || dt == DType::kF16, "cuDNN attention runs bf16 or f16, got " << DTypeName(dt));
   DT_CHECK_ARG(FlashAttentionSupportsHeadSize(hs), "cuDNN attention: head size " << hs << " (64 or 128)");
+  // Below 64 tokens cuDNN 9.14's plan read freed memory when replayed in a CUDA graph on the H200 (an illegal
+  // address in the step graph of a T = 32 GPT-2; T >= 64 replays correctly: AttentionCuda.CudnnReplaysInACudaGraph),
+  // so short sequences stay on dtrain's kernels.
+  if (t < kCudnnAttentionMinSeq) {
+    return Status::Unavailable("cuDNN attention: sequence length " + std::to_string(t) + " < " +
+                               std::to_string(kCudnnAttentionMinSeq));
+  }
   const Key key{ctx.cudnn()->get(), backward, static_cast<int>(dt), b, t, nh, hs};
   std::lock_guard<std::mutex> lock(CacheMutex());
   auto& slot = Cache()[key];

@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "core/device_context.h"
+#if DT_HAVE_CUDA
+#include "core/cuda_graph.h"
+#endif
 #include "models/ops/attention.h"
 #include "tests/testing/grad_check.h"
 
@@ -596,6 +599,48 @@ TEST(AttentionCuda, FlashTimingGpt2Shape) {
   EXPECT_LE(testing::MaxAbsDiff(r[2].out, r[1].out), 2 * tol.out * testing::Scale(r[1].out));
   EXPECT_LE(testing::MaxAbsDiff(r[2].lse, r[1].lse), 2 * tol.lse * testing::Scale(r[1].lse));
   EXPECT_LE(testing::MaxAbsDiff(r[2].dqkv, r[1].dqkv), 2 * tol.dqkv * testing::Scale(r[1].dqkv));
+}
+
+// cuDNN attention captured in a CUDA graph (core/cuda_graph.h, as the training step is) and replayed over poisoned
+// outputs gives what the eager calls gave: forward bit for bit, backward within the bf16 bound (its summation order
+// may vary). Sequence lengths cuDNN does not run graph-safely are refused by CudnnAttentionSupported (below 64).
+// Last in this file: a bad replay could leave the CUDA context unusable for later cases.
+TEST(AttentionCuda, CudnnReplaysInACudaGraph) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto gpu = Gpu();
+  ASSERT_NE(gpu, nullptr);
+  const DType dt = DType::kBF16;
+  EXPECT_FALSE(CudnnAttentionSupported(*gpu, dt, 4, 32, 2, 64)) << "T = 32 must go to dtrain's kernels";
+  for (const Shape& s : {Shape{4, 64, 2, 64}, Shape{2, 128, 3, 128}, Shape{4, 1024, 12, 64}}) {
+    ASSERT_TRUE(CudnnAttentionSupported(*gpu, dt, s.b, s.t, s.nh, s.hs)) << Where(dt, s);
+    const auto qkv = RoundBf16(RandomVector(s.qkv_numel(), 51 + s.t, -2, 2));
+    const auto dout = RoundBf16(RandomVector(s.out_numel(), 52 + s.t));
+    Result eager;
+    ASSERT_NO_FATAL_FAILURE(RunCudaPath(*gpu, dt, CudaPath::kCudnn, s, qkv, dout, &eager));
+    Tensor tqkv, tout, tlse, tdout, tdqkv;
+    DT_ASSERT_OK(Make(*gpu, dt, {s.b, s.t, 3 * s.c()}, qkv, &tqkv));
+    DT_ASSERT_OK(Make(*gpu, dt, {s.b, s.t, s.c()}, dout, &tdout));
+    DT_ASSERT_OK(Make(*gpu, dt, {s.b, s.t, s.c()}, std::vector<double>(s.out_numel(), NAN), &tout));
+    DT_ASSERT_OK(Make(*gpu, DType::kF32, {s.b, s.nh, s.t}, std::vector<double>(s.b * s.nh * s.t, NAN), &tlse));
+    DT_ASSERT_OK(Make(*gpu, dt, {s.b, s.t, 3 * s.c()}, std::vector<double>(s.qkv_numel(), NAN), &tdqkv));
+    DT_ASSERT_OK(gpu->Synchronize());
+    std::unique_ptr<CudaGraph> graph;
+    DT_ASSERT_OK(CudaGraph::Capture(gpu->stream(), gpu->device_allocator(), [&]() -> Status {
+      DT_RETURN_IF_ERROR(CudnnAttentionForward(*gpu, dt, tout.data(), tlse.data<float>(), tqkv.data(), s.b, s.t, s.nh,
+                                               s.hs));
+      return CudnnAttentionBackward(*gpu, dt, tdqkv.data(), tdout.data(), tqkv.data(), tout.data(), tlse.data<float>(),
+                                    s.b, s.t, s.nh, s.hs);
+    }, &graph));
+    DT_ASSERT_OK(graph->Launch(gpu->stream()));  // capture ran nothing: the outputs are still NaN before this
+    Result replay;
+    DT_ASSERT_OK(Get(*gpu, tout, &replay.out));
+    DT_ASSERT_OK(Get(*gpu, tlse, &replay.lse));
+    DT_ASSERT_OK(Get(*gpu, tdqkv, &replay.dqkv));
+    EXPECT_EQ(replay.out, eager.out) << Where(dt, s);
+    EXPECT_EQ(replay.lse, eager.lse) << Where(dt, s);
+    EXPECT_LE(testing::MaxAbsDiff(replay.dqkv, eager.dqkv), FlashTolerance(dt).dqkv * testing::Scale(eager.dqkv))
+        << Where(dt, s);
+  }
 }
 #endif  // DT_HAVE_CUDA
 

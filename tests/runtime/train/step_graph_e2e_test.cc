@@ -23,9 +23,9 @@ namespace {
 
 const std::string kConfigs = std::string(DT_SOURCE_DIR) + "/configs/";
 
-// GPT-2 small enough for a test but with head size 64 (flash and cuDNN attention run it).
-const std::string kGpt2 =
-    kConfigs + "gpt2_tiny.yaml --set model.gpt2.n_embd=128 --set model.gpt2.n_head=2" + " --set train.precision=bf16";
+// GPT-2 small enough for a test but with head size 64 and 128 tokens (flash and cuDNN attention run it).
+const std::string kGpt2 = kConfigs + "gpt2_tiny.yaml --set model.gpt2.n_embd=128 --set model.gpt2.n_head=2" +
+                          " --set model.gpt2.max_seq_len=128 --set train.precision=bf16";
 
 // `dtrain train` on the GPU; returns its output (the run must succeed).
 std::string Train(const std::string& env, const std::string& config_and_sets, bool graphs, const std::string& dir) {
@@ -77,11 +77,11 @@ void ExpectBitwiseEqual(const std::string& a, const std::string& b) {
 #define DT_SKIP_WITHOUT_GPU() \
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the CUDA graph step needs a GPU"
 
-// 600 MLP steps cross the end of epoch 1 (468 steps of 128): the evaluation drops the graph, a new one follows.
+// 1000 MLP steps cross the end of epoch 1 (937 steps of 64): the evaluation drops the graph, a new one follows.
 TEST(StepGraphE2E, MlpGraphedEqualsEagerBitwiseAcrossAnEpoch) {
   DT_SKIP_WITHOUT_GPU();
   TempDir dir;
-  const std::string run = kConfigs + "fashion_mnist_mlp.yaml --set train.max_steps=600 --set train.log_every=100";
+  const std::string run = kConfigs + "fashion_mnist_mlp.yaml --set train.max_steps=1000 --set train.log_every=100";
   const std::string out = Train("", run, true, dir.path() + "/graph");
   Train("", run, false, dir.path() + "/eager");
   EXPECT_EQ(Count(out, "CUDA graph: step 3 captured"), 1) << out;
