@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/check.h"
 #include "core/device_context.h"
 #if DT_HAVE_CUDA
 #include "core/cuda_graph.h"
