@@ -32,10 +32,11 @@
 // recomputing P from lse; dS is rounded to 16 bits for its GEMMs. Deterministic: fixed order, no atomics.
 //
 // CUDA 16-bit also runs cuDNN's fused attention (CudnnAttention*: the graph API's SDPA node through NVIDIA's
-// cudnn-frontend, third_party/cudnn_frontend): bf16 and fp16, hs 64 or 128, T >= 64, causal, forward with stats (the same
-// lse, natural log, f32) and backward. Plans are built once per (cuDNN handle, direction, dtype, shape) and cached;
-// the workspace comes from ctx.allocator(). It is the fastest path on the H200 (bench/results), but its backward is
-// not guaranteed bitwise reproducible run to run; dtrain's flash kernels are (DTRAIN_ATTENTION=flash).
+// cudnn-frontend, third_party/cudnn_frontend): bf16 and fp16, hs 64 or 128, T >= 128 (shorter ones did not replay
+// correctly in a CUDA graph), causal, forward with stats (the same lse, natural log, f32) and backward. Plans are built
+// once per (cuDNN handle, direction, dtype, shape) and cached; the workspace comes from ctx.allocator(). It is the
+// fastest path on the H200 (bench/results), but its backward is not guaranteed bitwise reproducible run to run;
+// dtrain's flash kernels are (DTRAIN_ATTENTION=flash).
 //
 // Tensor entry points check shapes/dtypes/devices (InvalidArgument naming the shapes) and dispatch:
 // CPU f32/f64 -> *Cpu (lse of qkv's dtype), CUDA f32 -> *Cuda; CUDA bf16/fp16 -> CudnnAttention* when cuDNN supports

@@ -21,7 +21,7 @@ namespace {
 
 namespace fe = cudnn_frontend;
 
-constexpr int64_t kCudnnAttentionMinSeq = 64;
+constexpr int64_t kCudnnAttentionMinSeq = 128;
 
 // One built cuDNN graph and the tensors its variant pack is keyed by.
 struct Plan {
@@ -110,9 +110,9 @@ Status GetPlan(const DeviceContext& ctx, bool backward, DType dt, int64_t b, int
   DT_CHECK_ARG(ctx.is_cuda() && ctx.cudnn() != nullptr, "cuDNN attention needs a CUDA context with a cuDNN handle");
   DT_CHECK_ARG(dt == DType::kBF16 || dt == DType::kF16, "cuDNN attention runs bf16 or f16, got " << DTypeName(dt));
   DT_CHECK_ARG(FlashAttentionSupportsHeadSize(hs), "cuDNN attention: head size " << hs << " (64 or 128)");
-  // Below 64 tokens cuDNN 9.14's plan read freed memory when replayed in a CUDA graph on the H200 (an illegal
-  // address in the step graph of a T = 32 GPT-2; T >= 64 replays correctly: AttentionCuda.CudnnReplaysInACudaGraph),
-  // so short sequences stay on dtrain's kernels.
+  // Short sequences stay on dtrain's kernels: replayed in a CUDA graph on the H200 (cuDNN 9.14), cuDNN's plans
+  // for T = 32 hit an illegal address and its backward for T = 64 left dqkv unwritten, while T = 128 and 1024
+  // replay correctly (AttentionCuda.CudnnReplaysInACudaGraph).
   if (t < kCudnnAttentionMinSeq) {
     return Status::Unavailable("cuDNN attention: sequence length " + std::to_string(t) + " < " +
                                std::to_string(kCudnnAttentionMinSeq));
