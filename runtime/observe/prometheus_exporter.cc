@@ -53,6 +53,7 @@ bool ReadHead(int fd, std::chrono::steady_clock::time_point deadline, std::strin
     const int ms = MsLeft(deadline);
     if (ms == 0 || poll(&p, 1, ms) <= 0) return false;
     const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
     if (n <= 0) return false;
     head->append(buf, static_cast<size_t>(n));
   }
@@ -66,6 +67,7 @@ void WriteAll(int fd, const std::string& data, std::chrono::steady_clock::time_p
     const int ms = MsLeft(deadline);
     if (ms == 0 || poll(&p, 1, ms) <= 0) return;
     const ssize_t n = send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
     if (n <= 0) return;
     off += static_cast<size_t>(n);
   }
@@ -109,7 +111,7 @@ Status PrometheusExporter::Start(const PrometheusOptions& options, std::unique_p
   }
   std::unique_ptr<PrometheusExporter> e(new PrometheusExporter());  // private constructor
   e->options_ = options;
-  e->listen_fd_ = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  e->listen_fd_ = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   int err = e->listen_fd_ < 0 ? errno : 0;
   if (err == 0) {
     const int one = 1;  // a restarted job may rebind while the old socket is in TIME_WAIT
@@ -158,7 +160,8 @@ void PrometheusExporter::Loop() {
     }
     if (p[1].revents != 0) return;  // the destructor
     if ((p[0].revents & POLLIN) == 0) continue;
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    // Non-blocking: a client that stops reading cannot hold a send() past the deadline.
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) continue;  // the client went away, or out of descriptors for a moment: the next scrape retries
     Serve(fd);
     close(fd);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 
 namespace dtrain::runtime {
@@ -81,16 +82,24 @@ std::string EscapePromLabelValue(const std::string& value) {
 }
 
 std::string FormatPrometheusText(const std::vector<PromSample>& samples, double now_unix) {
-  std::string out;
-  std::set<std::string> names_done, series_done;
+  // The valid samples' indices per name, names in order of first appearance.
+  std::vector<std::string> names;
+  std::map<std::string, std::vector<size_t>> by_name;
   for (size_t i = 0; i < samples.size(); ++i) {
-    const PromSample& first = samples[i];
-    if (!Valid(first) || !names_done.insert(first.name).second) continue;
-    out += "# HELP " + first.name + " " + EscapeHelp(first.help) + "\n";
-    out += "# TYPE " + first.name + (first.counter ? " counter\n" : " gauge\n");
-    for (size_t j = i; j < samples.size(); ++j) {  // this name's samples, wherever they are
-      const PromSample& s = samples[j];
-      if (s.name != first.name || !Valid(s)) continue;
+    if (!Valid(samples[i])) continue;
+    auto [it, added] = by_name.try_emplace(samples[i].name);
+    if (added) names.push_back(samples[i].name);
+    it->second.push_back(i);
+  }
+  std::string out;
+  std::set<std::string> series_done;
+  for (const std::string& name : names) {
+    const std::vector<size_t>& idx = by_name[name];
+    const PromSample& first = samples[idx.front()];
+    out += "# HELP " + name + " " + EscapeHelp(first.help) + "\n";
+    out += "# TYPE " + name + (first.counter ? " counter\n" : " gauge\n");
+    for (size_t i : idx) {
+      const PromSample& s = samples[i];
       const std::string series = SeriesText(s);
       if (!series_done.insert(series).second) continue;
       out += series + " " + FormatValue(s.age_of_unix_time ? now_unix - s.value : s.value) + "\n";

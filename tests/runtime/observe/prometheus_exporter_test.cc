@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -102,6 +103,32 @@ TEST(PrometheusExporter, AClientThatSendsNothingIsDroppedAfterTheTimeoutAndTheNe
   // A client that sends half a request line and disconnects does no harm either.
   HttpExchange("127.0.0.1", e->port(), "GET /met", 0.1);
   EXPECT_EQ(HttpGet("127.0.0.1", e->port(), "/metrics", &body), 200);
+}
+
+TEST(PrometheusExporter, AClientThatStopsReadingABigReplyIsDroppedAfterTheTimeout) {
+  auto e = StartOnFreePort(/*io_timeout_s=*/0.5);
+  std::vector<PromSample> many;
+  for (int i = 0; i < 200000; ++i) many.push_back({"dtrain_x", "h", false, {{"i", std::to_string(i)}}, 1.0 * i});
+  e->Publish(many);
+  const int stuck = socket(AF_INET, SOCK_STREAM, 0);
+  const int small = 4096;  // a small receive buffer: the ~6 MB reply cannot fit in the socket buffers
+  setsockopt(stuck, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(e->port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(stuck, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const std::string request = "GET /metrics HTTP/1.1\r\n\r\n";
+  ASSERT_EQ(send(stuck, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  pollfd p = {stuck, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10000), 1);  // the big reply is on its way (and stuck: this client never reads it)
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string body;
+  e->Publish({{"m", "h", false, {}, 2}});
+  EXPECT_EQ(HttpGet("127.0.0.1", e->port(), "/metrics", &body, /*timeout_s=*/10), 200);
+  EXPECT_LT(SecondsSince(t0), 5.0);  // the timeout (0.5 s) plus formatting the big reply on a loaded machine
+  EXPECT_EQ(body, "# HELP m h\n# TYPE m gauge\nm 2\n");
+  close(stuck);
 }
 
 TEST(PrometheusExporter, APortAlreadyTakenIsUnavailableNamingAddressAndPort) {
