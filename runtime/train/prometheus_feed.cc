@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "comm/dist_env.h"
 #include "runtime/checkpoint/preemption.h"
@@ -36,18 +38,53 @@ constexpr Mapping kMappings[] = {
      "Peak device memory in use during the last interval (0 on the CPU)"},
 };
 
-std::string HostName() {
+// Exact in a double.
+double HostHash(const std::string& host) { return static_cast<double>(std::hash<std::string>()(host) & 0xffffffffu); }
+
+}  // namespace
+
+std::string ThisHost() {
   char buf[256] = {};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
   return buf;
 }
 
-}  // namespace
+void PackGpuSlot(const std::string& host, int rank, int world, int gpu, const GpuWindow& w, std::vector<double>* v) {
+  v->assign(static_cast<size_t>(world) * kGpuSlotSize, 0.0);
+  if (w.samples <= 0) return;
+  double* slot = v->data() + static_cast<size_t>(rank) * kGpuSlotSize;
+  const double values[kGpuSlotSize] = {
+      HostHash(host),  1.0 + gpu, w.util_pct, w.mem_util_pct, w.mem_used_mib,
+      w.mem_total_mib, w.power_w, w.temp_c,   w.sm_clock_mhz, w.ThrottleText().empty() ? 0.0 : 1.0};
+  std::copy(values, values + kGpuSlotSize, slot);
+}
+
+std::vector<NodeGpu> NodeGpus(const std::vector<double>& v, const std::string& host) {
+  std::vector<NodeGpu> out;
+  const double mine = HostHash(host);
+  for (size_t r = 0; r + kGpuSlotSize <= v.size(); r += kGpuSlotSize) {
+    const double* s = v.data() + r;
+    if (s[1] < 1 || s[0] != mine) continue;  // no telemetry (gpu + 1 = 0), or another node's GPU
+    NodeGpu g;
+    g.rank = static_cast<int>(r / kGpuSlotSize);
+    g.gpu = static_cast<int>(s[1]) - 1;
+    g.window.samples = 1;
+    g.window.util_pct = s[2];
+    g.window.mem_util_pct = s[3];
+    g.window.mem_used_mib = s[4];
+    g.window.mem_total_mib = s[5];
+    g.window.power_w = s[6];
+    g.window.temp_c = s[7];
+    g.window.sm_clock_mhz = s[8];
+    g.window.throttle = s[9] > 0 ? 1 : 0;  // only "throttled or not" travels
+    out.push_back(g);
+  }
+  return out;
+}
 
 std::vector<PromSample> PrometheusSamples(const PrometheusRunInfo& info, int64_t epoch, int64_t step,
-                                          const std::vector<ProgressMetric>& metrics, const GpuWindow& gpu,
-                                          int gpu_index, bool preemption_requested, int64_t last_ckpt_step,
-                                          double last_ckpt_unix) {
+                                          const std::vector<ProgressMetric>& metrics, const std::vector<NodeGpu>& gpus,
+                                          bool preemption_requested, int64_t last_ckpt_step, double last_ckpt_unix) {
   const std::vector<std::pair<std::string, std::string>> labels = {{"host", info.host},
                                                                    {"rank", std::to_string(info.rank)}};
   std::vector<PromSample> out;
@@ -74,23 +111,26 @@ std::vector<PromSample> PrometheusSamples(const PrometheusRunInfo& info, int64_t
       add(std::string("dtrain_") + m.key, std::string("metrics.jsonl key ") + m.key, m.value);
     }
   }
-  if (gpu.samples > 0) {
+  for (const NodeGpu& g : gpus) {
     auto add_gpu = [&](const char* name, const char* help, double value) {
-      PromSample s{name, help, false, labels, value};
-      s.labels.insert(s.labels.begin(), {"gpu", std::to_string(gpu_index)});
-      out.push_back(std::move(s));
+      out.push_back({name,
+                     help,
+                     false,
+                     {{"gpu", std::to_string(g.gpu)}, {"host", info.host}, {"rank", std::to_string(g.rank)}},
+                     value});
     };
-    add_gpu("dtrain_gpu_utilization_percent", "GPU busy (a kernel running), mean over the last interval", gpu.util_pct);
+    const GpuWindow& w = g.window;
+    add_gpu("dtrain_gpu_utilization_percent", "GPU busy (a kernel running), mean over the last interval", w.util_pct);
     add_gpu("dtrain_gpu_memory_utilization_percent", "GPU memory controller busy, mean over the last interval",
-            gpu.mem_util_pct);
+            w.mem_util_pct);
     add_gpu("dtrain_gpu_memory_used_bytes", "GPU memory used (all processes), max over the last interval",
-            gpu.mem_used_mib * 1048576.0);
-    add_gpu("dtrain_gpu_memory_total_bytes", "GPU memory in total", gpu.mem_total_mib * 1048576.0);
-    add_gpu("dtrain_gpu_power_watts", "GPU power draw, mean over the last interval", gpu.power_w);
-    add_gpu("dtrain_gpu_temperature_celsius", "GPU temperature, max over the last interval", gpu.temp_c);
-    add_gpu("dtrain_gpu_sm_clock_hertz", "GPU SM clock, mean over the last interval", gpu.sm_clock_mhz * 1e6);
+            w.mem_used_mib * 1048576.0);
+    add_gpu("dtrain_gpu_memory_total_bytes", "GPU memory in total", w.mem_total_mib * 1048576.0);
+    add_gpu("dtrain_gpu_power_watts", "GPU power draw, mean over the last interval", w.power_w);
+    add_gpu("dtrain_gpu_temperature_celsius", "GPU temperature, max over the last interval", w.temp_c);
+    add_gpu("dtrain_gpu_sm_clock_hertz", "GPU SM clock, mean over the last interval", w.sm_clock_mhz * 1e6);
     add_gpu("dtrain_gpu_throttled", "1 when the driver slowed the GPU (power or thermal) in the last interval",
-            gpu.ThrottleText().empty() ? 0 : 1);
+            w.throttle != 0 ? 1 : 0);
   }
   add("dtrain_restart_count", "Restarts of the job by dtrain launch (DTRAIN_RESTART_COUNT)",
       static_cast<double>(info.restarts));
@@ -117,7 +157,7 @@ Status PrometheusFeed::Start(const proto::Config& cfg, PrometheusRunInfo info, s
   comm::DistEnv env;
   const bool node_leader = comm::DetectDistEnv(&env).ok() ? env.local_rank == 0 : info.rank == 0;
   if (!node_leader) return Status::OK();
-  if (info.host.empty()) info.host = HostName();
+  if (info.host.empty()) info.host = ThisHost();
   if (env.source != "single") {
     info.restarts = env.restart_count;
     info.requeues = env.requeue_count;
@@ -143,12 +183,11 @@ Status PrometheusFeed::Start(const proto::Config& cfg, PrometheusRunInfo info, s
 }
 
 void PrometheusFeed::OnProgress(int64_t epoch, int64_t step, const std::vector<ProgressMetric>& metrics,
-                                const GpuWindow& gpu, int gpu_index) {
+                                const std::vector<double>& gpu_slots) {
   epoch_ = epoch;
   step_ = step;
   metrics_ = metrics;
-  gpu_ = gpu;
-  gpu_index_ = gpu_index;
+  gpus_ = NodeGpus(gpu_slots, info_.host);
   Publish();
 }
 
@@ -159,7 +198,7 @@ void PrometheusFeed::OnCheckpoint(int64_t step, double unix_time) {
 }
 
 void PrometheusFeed::Publish() {
-  exporter_->Publish(PrometheusSamples(info_, epoch_, step_, metrics_, gpu_, gpu_index_, Preemption::Requested() != 0,
+  exporter_->Publish(PrometheusSamples(info_, epoch_, step_, metrics_, gpus_, Preemption::Requested() != 0,
                                        last_ckpt_step_, last_ckpt_unix_));
 }
 

@@ -61,8 +61,8 @@ TEST(PrometheusFeed, ProgressMetricsInBaseUnitsWithHostAndRankLabels) {
   gpu.power_w = 600;
   gpu.temp_c = 70;
   gpu.sm_clock_mhz = 1980;
-  AddGpuMetrics(50, 512, 300, gpu, &metrics);  // rank means: left out, this rank's GPU is exposed instead
-  const auto m = ByName(PrometheusSamples(Info(), 2, 40, metrics, gpu, 3, false, 0, 0));
+  AddGpuMetrics(50, 512, 300, gpu, &metrics);  // rank means: left out, the node's GPUs are exposed instead
+  const auto m = ByName(PrometheusSamples(Info(), 2, 40, metrics, {{4, 3, gpu}}, false, 0, 0));
   const std::string l = ",host=node-a,rank=4";
   EXPECT_EQ(m.at("dtrain_info" + l + ",world=8,device=cuda,model=gpt2"), 1);
   EXPECT_EQ(m.at("dtrain_step" + l), 40);
@@ -100,7 +100,7 @@ TEST(PrometheusFeed, ProgressMetricsInBaseUnitsWithHostAndRankLabels) {
 
 TEST(PrometheusFeed, WithoutGpuTelemetryNoGpuSeriesAndACheckpointAddsItsStepTimeAndAge) {
   const auto metrics = IntervalMetrics(0.25, 1e-3, 100, 0, Phases(), 0);
-  const auto samples = PrometheusSamples(Info(), 1, 10, metrics, GpuWindow(), 0, true, 8, 1000.0);
+  const auto samples = PrometheusSamples(Info(), 1, 10, metrics, {}, true, 8, 1000.0);
   const auto m = ByName(samples);
   const std::string l = ",host=node-a,rank=4";
   EXPECT_EQ(m.count("dtrain_gpu_utilization_percent,gpu=0" + l), 0u);
@@ -113,9 +113,71 @@ TEST(PrometheusFeed, WithoutGpuTelemetryNoGpuSeriesAndACheckpointAddsItsStepTime
       << text;
 }
 
+GpuWindow Window(double util, uint64_t throttle) {
+  GpuWindow w;
+  w.samples = 2;
+  w.util_pct = util;
+  w.mem_util_pct = util / 2;
+  w.mem_used_mib = 100 + util;
+  w.mem_total_mib = 143771;
+  w.power_w = 3 * util;
+  w.temp_c = 40 + util / 10;
+  w.sm_clock_mhz = 1980;
+  w.throttle = throttle;
+  return w;
+}
+
+// Four ranks on two hosts, one without telemetry: the sum of their slots gives each node its own GPUs.
+TEST(PrometheusFeed, TheGatheredSlotsGiveEachNodeItsOwnGpus) {
+  const struct {
+    std::string host;
+    int gpu;
+    GpuWindow w;
+  } ranks[] = {{"node-a", 0, Window(90, 0)},
+               {"node-a", 1, Window(20, 1ull << 2 /* NVML: SW power cap */)},
+               {"node-b", 0, Window(70, 0)},
+               {"node-b", 1, GpuWindow()}};
+  std::vector<double> sum(4 * kGpuSlotSize, 0.0), slot;
+  for (int r = 0; r < 4; ++r) {
+    PackGpuSlot(ranks[r].host, r, 4, ranks[r].gpu, ranks[r].w, &slot);
+    ASSERT_EQ(slot.size(), sum.size());
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += slot[i];
+  }
+  const auto a = NodeGpus(sum, "node-a");
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].rank, 0);
+  EXPECT_EQ(a[0].gpu, 0);
+  EXPECT_EQ(a[0].window.util_pct, 90);
+  EXPECT_EQ(a[0].window.mem_util_pct, 45);
+  EXPECT_EQ(a[0].window.mem_used_mib, 190);
+  EXPECT_EQ(a[0].window.mem_total_mib, 143771);
+  EXPECT_EQ(a[0].window.power_w, 270);
+  EXPECT_EQ(a[0].window.temp_c, 49);
+  EXPECT_EQ(a[0].window.sm_clock_mhz, 1980);
+  EXPECT_EQ(a[0].window.throttle, 0u);
+  EXPECT_EQ(a[1].rank, 1);
+  EXPECT_EQ(a[1].gpu, 1);
+  EXPECT_EQ(a[1].window.util_pct, 20);
+  EXPECT_NE(a[1].window.throttle, 0u);
+  const auto b = NodeGpus(sum, "node-b");
+  ASSERT_EQ(b.size(), 1u);  // rank 3 read nothing
+  EXPECT_EQ(b[0].rank, 2);
+  EXPECT_EQ(b[0].window.util_pct, 70);
+  EXPECT_TRUE(NodeGpus(sum, "node-c").empty());
+
+  PrometheusRunInfo info = Info();
+  info.host = "node-a";
+  info.rank = 0;
+  const auto m = ByName(PrometheusSamples(info, 1, 1, {}, a, false, 0, 0));
+  EXPECT_EQ(m.at("dtrain_gpu_utilization_percent,gpu=0,host=node-a,rank=0"), 90);
+  EXPECT_EQ(m.at("dtrain_gpu_utilization_percent,gpu=1,host=node-a,rank=1"), 20);
+  EXPECT_EQ(m.at("dtrain_gpu_throttled,gpu=0,host=node-a,rank=0"), 0);
+  EXPECT_EQ(m.at("dtrain_gpu_throttled,gpu=1,host=node-a,rank=1"), 1);
+}
+
 TEST(PrometheusFeed, AnUnmappedMetricKeepsItsJsonlKey) {
   std::vector<ProgressMetric> metrics = {{"grad_norm", "train", 1.5, nullptr}};
-  const auto m = ByName(PrometheusSamples(Info(), 1, 1, metrics, GpuWindow(), 0, false, 0, 0));
+  const auto m = ByName(PrometheusSamples(Info(), 1, 1, metrics, {}, false, 0, 0));
   EXPECT_EQ(m.at("dtrain_grad_norm,host=node-a,rank=4"), 1.5);
 }
 
@@ -143,7 +205,7 @@ TEST(PrometheusFeed, ServesOnlyOnANodesLocalRankZeroAndExposesNoConfigValues) {
   ASSERT_TRUE(st.ok()) << st.message();
   ASSERT_NE(feed, nullptr);
   EXPECT_EQ(feed->port(), port);
-  feed->OnProgress(1, 20, IntervalMetrics(0.75, 1e-3, 100, 0, Phases(), 0), GpuWindow(), 0);
+  feed->OnProgress(1, 20, IntervalMetrics(0.75, 1e-3, 100, 0, Phases(), 0), {});
   feed->OnCheckpoint(20, 1e9);
   std::string body;
   ASSERT_EQ(testing::HttpGet("127.0.0.1", port, "/metrics", &body), 200);
