@@ -95,10 +95,10 @@ TEST(PrometheusFeedE2E, RealPrometheusScrapesStepTimeAndLossOfATwoRankCpuRun) {
                     " --set checkpoint.every_steps=0 --set run.tensorboard=false --set run.prometheus_port=" +
                     std::to_string(port) + " --set run.dir=" + run_dir + " > " + dir.path() + "/out.log 2>&1");
 
-  // Poll the Prometheus API until it has scraped at least three samples of each series (45 s at most).
+  // Poll the Prometheus API until it has scraped at least three samples of each series (60 s at most).
   nlohmann::json loss, step;
   std::string error, endpoint;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(45);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline && run.Running()) {
     if (endpoint.find("dtrain_step_seconds") == std::string::npos) HttpGet("127.0.0.1", port, "/metrics", &endpoint, 2);
     ASSERT_TRUE(prom.Query("dtrain_loss[5m]", &loss, &error)) << error;
