@@ -2,8 +2,11 @@
 // prometheus_server.h) scrapes a real 2-rank CPU training run under `dtrain launch` on Fashion-MNIST every second,
 // and the step-time and loss series read back through its HTTP API hold the values of the run's metrics.jsonl.
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -131,6 +134,32 @@ TEST(PrometheusFeedE2E, RealPrometheusScrapesStepTimeAndLossOfATwoRankCpuRun) {
   EXPECT_NE(endpoint.find("# TYPE dtrain_step_seconds gauge\n"), std::string::npos) << endpoint;
   EXPECT_NE(endpoint.find("world=\"2\",device=\"cpu\",model=\"mlp\"} 1\n"), std::string::npos) << endpoint;
   EXPECT_EQ(endpoint.find(run_dir), std::string::npos) << endpoint;
+}
+
+// A port another process holds: the worker stops at start with exit 2 and one line naming the key and addr:port.
+TEST(PrometheusFeedE2E, APortAlreadyTakenIsAUsageErrorNamingTheKeyAndPort) {
+  if (!std::ifstream(kData + "/train-images-idx3-ubyte.gz").good()) {
+    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  }
+  const int holder = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(holder, 1), 0);
+  ASSERT_EQ(getsockname(holder, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  TempDir dir;
+  const ProcessResult r = RunCommand(DtrainBin() + " train " + kCiConfig + " --set train.device=cpu" +
+                                     " --set run.prometheus_port=" + port + " --set run.dir=" + dir.path() + "/run");
+  close(holder);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("dtrain: error: InvalidArgument: run.prometheus_port: cannot serve metrics on 127.0.0.1:" +
+                          port + ": Address already in use"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("epoch 1/1 step"), std::string::npos) << "trained although the endpoint failed";
 }
 
 }  // namespace
