@@ -13,6 +13,7 @@
 #   gpt2comm   GPT-2 124M on 1 GPU, then 2 GPUs under NCCL CTA limits, bucket sizes and bf16 gradient compression
 #   zero1   GPT-2 124M on 2 GPUs with and without dist.zero1: optimizer memory and tokens/s
 #   telemetry  NVML telemetry in metrics.jsonl vs nvidia-smi in the same run; the idle-GPU warning
+#   prometheus  GPT-2 on up to 2 GPUs with run.prometheus_port: /metrics scraped every second; GPU series vs nvidia-smi
 #   hf      `dtrain ckpt export --format hf` loaded by transformers, logits vs dtrain's (bench/hf_export_check.sh)
 #   tb      TensorBoard's own reader over a run's event file (tests/tools/read_tensorboard.py)
 # Usage (on the GPU machine, from the repo root): OUT=/some/dir STAGES="tests gpt2" bench/device_session.sh
@@ -230,6 +231,43 @@ PY
   echo "idle GPU run rc=$?: $(grep -c 'paying for an idle GPU' $OUT/mlp_idle.log) idle warning(s):"
   grep -m1 'paying for an idle GPU' $OUT/mlp_idle.log | sed 's/.*\] //'
   grep -m2 'gpu [0-9]*%' $OUT/mlp_idle.log | sed 's/.*\] //'
+fi
+
+if has prometheus; then
+  # The Prometheus endpoint on GPUs: GPT-2 on every GPU (at most 2) with run.prometheus_port; /metrics is scraped
+  # every second (what a Prometheus server does) while nvidia-smi samples the same GPUs; the GPU series of the
+  # node's endpoint (one per GPU, labelled gpu/rank) are set side by side with nvidia-smi's.
+  n=$(( NGPU < 2 ? NGPU : 2 ))
+  nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 500 > $OUT/prom_smi.csv 2>&1 &
+  smi=$!
+  $BIN launch --nproc-per-node $n $GPT2 --set train.max_steps=300 --set train.log_every=10 \
+    --set run.prometheus_port=9431 --set run.dir=$OUT/gpt2_prom > $OUT/gpt2_prom.log 2>&1 & job=$!
+  mkdir -p $OUT/prom_scrapes; i=0
+  while kill -0 $job 2>/dev/null; do
+    python3 -c "import sys, urllib.request as u; sys.stdout.write(u.urlopen('http://127.0.0.1:9431/metrics', timeout=2).read().decode())" \
+      > $OUT/prom_scrapes/$i.txt 2>/dev/null; i=$((i + 1)); sleep 1
+  done
+  wait $job; echo "prometheus gpt2 on $n GPU(s) rc=$?: $(step_line $OUT/gpt2_prom.log); $i scrapes"
+  kill $smi 2>/dev/null
+  python3 - $OUT/prom_scrapes $OUT/prom_smi.csv <<'PY'
+import glob, re, sys
+gpu = {}  # (gpu, rank) -> [util per scrape]
+steps = []
+for f in sorted(glob.glob(sys.argv[1] + "/*.txt"), key=lambda p: int(re.findall(r"(\d+)\.txt", p)[0])):
+    text = open(f).read()
+    for m in re.finditer(r'^dtrain_gpu_utilization_percent\{gpu="(\d+)",host="[^"]*",rank="(\d+)"\} (\S+)', text, re.M):
+        gpu.setdefault((m[1], m[2]), []).append(float(m[3]))
+    m = re.search(r"^dtrain_step_seconds\{[^}]*\} (\S+)", text, re.M)
+    if m: steps.append(float(m[1]))
+print("endpoint: dtrain_step_seconds over the scrapes", [round(s * 1e3, 1) for s in steps[-5:]], "ms (last 5)")
+for (g, r), u in sorted(gpu.items()):
+    busy = [x for x in u if x > 0]
+    print("endpoint: gpu %s (rank %s) utilization mean %.1f%% over %d scrapes" % (g, r, sum(busy) / max(1, len(busy)), len(u)))
+smi = [l.split(", ") for l in open(sys.argv[2]) if l.count(",") == 2]
+for g in sorted({r[0] for r in smi}):
+    busy = [float(r[1]) for r in smi if r[0] == g and float(r[1]) > 0]
+    print("nvidia-smi: gpu %s utilization while busy mean %.1f%% over %d samples" % (g, sum(busy) / max(1, len(busy)), len(busy)))
+PY
 fi
 
 if has tb; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs dtrain's system dependencies from Debian/Ubuntu packages (Debian 12, Ubuntu 24.04): what the
-# build and the main job need, and with --test also the test suite's fixtures (Ceph, Slurm, clang).
+# build and the main job need, and with --test also the test suite's fixtures (Ceph, Slurm, Prometheus, clang).
 # Idempotent: installs only what is missing, and runs `apt-get update` only when it must.
 # CUDA (nvcc, cuBLAS, cuDNN, NCCL) comes from NVIDIA's CUDA toolkit, not from here: when
 # /usr/local/cuda/bin/nvcc exists the GPU path is built, otherwise a CPU-only build is made.
@@ -15,6 +15,7 @@ PKGS=(cmake ninja-build g++ pkg-config zlib1g-dev
 # --test: what the test suite adds (scripts/test.sh): its fixtures and tools.
 TEST_PKGS=(libgtest-dev iproute2 python3
       ceph-mon ceph-osd radosgw ceph-common  # the S3 test server (scripts/s3_test_server.sh)
+      prometheus  # the Prometheus server that scrapes a training run (scripts/prometheus_test_server.sh)
       # The Slurm test cluster (scripts/slurm_test_cluster.sh). Slurm's mpi_pmix plugin dlopens the
       # unversioned libpmix.so, which only libpmix-dev ships: without it `srun --mpi=pmix` cannot start
       # Open MPI workers (docs/slurm.md).

@@ -6,8 +6,8 @@
 # asan  build-asan: AddressSanitizer + LeakSanitizer + UndefinedBehaviorSanitizer (-fno-sanitize-recover:
 #       the first UB report aborts the test). The same build as scripts/fuzz.sh (libFuzzer coverage
 #       included), so CI compiles the tree once for both. Runs every test except ASAN_SKIP_* below.
-# tsan  build-tsan: ThreadSanitizer. Builds and runs the data loader, checkpoint writer and launcher
-#       supervision tests only.
+# tsan  build-tsan: ThreadSanitizer. Builds and runs the data loader, checkpoint writer, launcher
+#       supervision and Prometheus exporter tests only.
 # Build flags: scripts/sanitizers/config.sh (-O1, line tables only).
 #
 # Suppressions (each one justified in its file): scripts/sanitizers/lsan.supp, scripts/sanitizers/tsan.supp.
@@ -45,6 +45,9 @@ source scripts/sanitizers/config.sh
 #                               1 GB); the S3 client's parsing and retries are covered here by
 #                               storage_s3_xml_test and storage_s3_retry_test (a fake server) and by
 #                               fuzz/s3_xml_fuzzer.cc
+#   train_prometheus_feed_e2e_test  trains Fashion-MNIST in 2 ASan ranks under a real Prometheus server; the
+#                               endpoint's code runs under ASan here in observe_prometheus_exporter_test (sockets,
+#                               malformed and stuck clients) and train_prometheus_feed_test
 #   docs_readme_commands        runs the documented commands (tests/docs/readme_commands_test.py): a test of the
 #                               docs, not of memory safety; the plain stage runs it, and under ASan its
 #                               trainings and the spot simulation take many minutes
@@ -58,9 +61,9 @@ source scripts/sanitizers/config.sh
 ASAN_SKIP_BINARIES=(launcher_resume_e2e_test launcher_preempt_e2e_test launcher_spot_simulation_e2e_test
   launcher_multinode_netns_test launcher_secret_leak_e2e_test comm_watchdog_e2e_test storage_s3_storage_test
   launcher_s3_checkpoint_e2e_test data_s3_remote_cache_test launcher_zero1_resume_e2e_test
-  launcher_custom_model_e2e_test launcher_slurm_e2e_test docs_readme_commands)
+  launcher_custom_model_e2e_test launcher_slurm_e2e_test docs_readme_commands train_prometheus_feed_e2e_test)
 ASAN_SKIP_CASES='TrainE2E\.FashionMnistMlp|Ranks/LaunchEquivalence\.|LaunchFailureE2E\.KillNine|CheckpointFaultWalkE2E\.'
-TSAN_TESTS='^(FashionLoaderTest|LoaderTest|RandomCropFlipTest|CheckpointManager|CheckpointWriter|SuperviseTest)\.'
+TSAN_TESTS='^(FashionLoaderTest|LoaderTest|RandomCropFlipTest|CheckpointManager|CheckpointWriter|SuperviseTest|PrometheusExporter)\.'
 
 # The test executables of tests/[runtime/]<dir>/<name>_test.cc (named <dir>_<name>_test), minus ASAN_SKIP_BINARIES.
 asan_test_targets() {
@@ -95,7 +98,8 @@ run_asan() {
 run_tsan() {
   local dir=${TSAN_BUILD_DIR:-build-tsan}
   configure_tsan "$dir"
-  cmake --build "$dir" -j "$(nproc)" --target data_loader_test checkpoint_checkpoint_test launcher_supervise_test
+  cmake --build "$dir" -j "$(nproc)" --target data_loader_test checkpoint_checkpoint_test launcher_supervise_test \
+    observe_prometheus_exporter_test
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/scripts/sanitizers/tsan.supp" \
     ctest --test-dir "$dir" --output-on-failure -j "$JOBS" -R "$TSAN_TESTS" "$@"
 }

@@ -209,6 +209,7 @@ Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool
   std::vector<std::pair<std::string, const Tensor*>> state;
   proto::CheckpointManifest built = BuildManifest(step, pos);
   DT_RETURN_IF_ERROR(updater_->SaveState(&state, &built));
+  if (prom_) prom_->OnCheckpoint(step, WallSeconds());
   if (rank_ != 0) return Status::OK();  // params and the full optimizer state are on every rank: rank 0 writes
   DT_NVTX_RANGE("checkpoint_snapshot");
   const double t0 = NowS();

@@ -134,7 +134,15 @@ Status Trainer::Setup() {
   }
   DT_LOG_INFO(kRuntime, "model {}: {} parameters in {} tensors; {} steps, global batch {}", cfg_.model().kind(),
               model_->params().numel(), model_->param_infos().size(), total_steps_, d.batch_size() * accum * world_);
-  return SetupCheckpoint();
+  DT_RETURN_IF_ERROR(SetupCheckpoint());
+  PrometheusRunInfo info;
+  info.rank = rank_;
+  info.world = world_;
+  info.device = ctx_.is_cuda() ? "cuda" : "cpu";
+  info.model = cfg_.model().kind();
+  info.start_step = start_step_;
+  info.total_steps = total_steps_;
+  return PrometheusFeed::Start(cfg_, info, &prom_);
 }
 
 Status Trainer::TrainStep(int64_t step, double* data_seconds) {
@@ -273,6 +281,12 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
                            read * gpu.power_w,
                            read};
   DT_RETURN_IF_ERROR(AllReduceHost(&v));
+  // Every rank's GPU telemetry for the node endpoints (each shows its node's GPUs): one gather as a sum all-reduce.
+  std::vector<double> gpu_slots;
+  if (cfg_.run().prometheus_port() > 0 && cfg_.run().gpu_sample_s() > 0) {
+    PackGpuSlot(ThisHost(), rank_, world_, ctx_.device_index(), gpu, &gpu_slots);
+    DT_RETURN_IF_ERROR(AllReduceHost(&gpu_slots));
+  }
   *mean_loss = v[0] / world_;
   if (!std::isfinite(*mean_loss)) {
     return Status::FailedPrecondition("training diverged: loss is " + std::to_string(*mean_loss) + " at step " +
@@ -291,7 +305,7 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
     peak_mib = a->stats().peak_bytes_in_use / 1048576.0;
     a->ResetPeak();
   }
-  if (rank_ != 0) return Status::OK();
+  if (rank_ != 0 && !prom_) return Status::OK();  // the breakdown below is rank 0's line, and a node's endpoint
   StepPhases p;
   const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(timed_steps, 1));
   p.step_ms = 1e3 * interval_s / interval_steps;
@@ -311,6 +325,8 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
   const int64_t tokens_per_sample = cfg_.model().kind() == "gpt2" ? cfg_.model().gpt2().max_seq_len() : 0;
   std::vector<ProgressMetric> metrics = IntervalMetrics(*mean_loss, lr, samples_per_s, tokens_per_sample, p, peak_mib);
   if (v[5] > 0) AddGpuMetrics(v[2] / v[5], v[3] / v[5], v[4] / v[5], gpu, &metrics);
+  if (prom_) prom_->OnProgress(epoch + 1, step, metrics, gpu_slots);
+  if (rank_ != 0) return Status::OK();
   double elapsed_s = 0, eta_s = 0;
   Progress(step, &elapsed_s, &eta_s);
   ClearProgressBar();

@@ -55,6 +55,7 @@
 #include "runtime/observe/trace.h"
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/optim/parameter_updater.h"
+#include "runtime/train/prometheus_feed.h"
 #include "runtime/train/step_graph.h"
 
 namespace dtrain {
@@ -149,6 +150,7 @@ class Trainer {
   bool data_warned_ = false;  // the last interval waited too long for data (warned once until it recovers)
   // GPU telemetry of this rank's GPU (null: off or no NVML); idle time so far and what was warned about.
   std::unique_ptr<GpuTelemetry> gpu_;
+  std::unique_ptr<PrometheusFeed> prom_;  // run.prometheus_port > 0, each node's local rank 0
   double gpu_idle_s_ = 0;
   bool gpu_idle_warned_ = false;
   std::string gpu_throttle_warned_;

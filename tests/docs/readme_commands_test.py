@@ -53,6 +53,9 @@ RULES = [
      "needs an S3 bucket and credentials (tests/launcher/s3_checkpoint_e2e_test.cc trains to a real Ceph RGW)"),
     (r"srun|sbatch|squeue|slurm_test_cluster|SLURM_CONF", "skip", SLURM),
     (r"^cmake |build-custom/custom_trainer", "skip", INSTALL),
+    (r"^curl -s http://127\.0\.0\.1:\d+/metrics$", "skip",
+     "reads a running job's endpoint (tests/runtime/train/prometheus_feed_e2e_test.cc scrapes a real 2-rank run "
+     "with Prometheus)"),
     (r"^(build/)?dtrain doctor", "run", 120),
     (r"^source <\(dtrain completion bash\)$", "run", 30),
     (r"^dtrain completion bash > /etc/", "skip", "writes a system file (the line above runs the same generator)"),

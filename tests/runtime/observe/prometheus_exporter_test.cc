@@ -1,0 +1,161 @@
+// The Prometheus endpoint over real loopback sockets: what GET /metrics returns, the other paths and methods,
+// malformed and oversized requests, a client that connects and sends nothing, a port already taken.
+
+#include "runtime/observe/prometheus_exporter.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "tests/testing/http_client.h"
+
+namespace dtrain::runtime {
+namespace {
+
+using testing::HttpExchange;
+using testing::HttpGet;
+
+std::unique_ptr<PrometheusExporter> StartOnFreePort(double io_timeout_s = 2) {
+  PrometheusOptions o;
+  o.io_timeout_s = io_timeout_s;
+  std::unique_ptr<PrometheusExporter> e;
+  const Status st = PrometheusExporter::Start(o, &e);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return e;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+TEST(PrometheusExporter, GetMetricsServesThePublishedSamplesInTheTextFormat) {
+  auto e = StartOnFreePort();
+  ASSERT_GT(e->port(), 0);
+  std::string body;
+  EXPECT_EQ(HttpGet("127.0.0.1", e->port(), "/metrics", &body), 200);
+  EXPECT_EQ(body, "");  // nothing published yet
+  e->Publish({{"dtrain_loss", "Training loss", false, {{"rank", "0"}}, 0.75}});
+  EXPECT_EQ(HttpGet("127.0.0.1", e->port(), "/metrics?x=1", &body), 200);
+  EXPECT_EQ(body, "# HELP dtrain_loss Training loss\n# TYPE dtrain_loss gauge\ndtrain_loss{rank=\"0\"} 0.75\n");
+  const std::string reply = HttpExchange("127.0.0.1", e->port(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(reply.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << reply;
+  EXPECT_NE(reply.find("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("Content-Length: " + std::to_string(body.size()) + "\r\n"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("Connection: close\r\n"), std::string::npos) << reply;
+  // The latest Publish replaces what was there.
+  e->Publish({{"dtrain_step", "Steps", false, {}, 7}});
+  EXPECT_EQ(HttpGet("127.0.0.1", e->port(), "/metrics", &body), 200);
+  EXPECT_EQ(body, "# HELP dtrain_step Steps\n# TYPE dtrain_step gauge\ndtrain_step 7\n");
+}
+
+TEST(PrometheusExporter, OtherPathsMethodsAndMalformedRequestsGetTheirErrorCodes) {
+  auto e = StartOnFreePort();
+  e->Publish({{"m", "h", false, {}, 1}});
+  std::string body;
+  EXPECT_EQ(HttpGet("127.0.0.1", e->port(), "/", &body), 404);
+  EXPECT_EQ(HttpGet("127.0.0.1", e->port(), "/metricsx", &body), 404);
+  EXPECT_EQ(HttpGet("127.0.0.1", e->port(), "/../etc/passwd", &body), 404);
+  auto status = [&](const std::string& request) {
+    const std::string reply = HttpExchange("127.0.0.1", e->port(), request);
+    return reply.substr(0, reply.find("\r\n"));
+  };
+  EXPECT_EQ(status("POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n"), "HTTP/1.1 405 Method Not Allowed");
+  EXPECT_EQ(status("hello\r\n\r\n"), "HTTP/1.1 400 Bad Request");
+  EXPECT_EQ(status("GET /metrics\r\n\r\n"), "HTTP/1.1 400 Bad Request");
+  EXPECT_EQ(status("GET metrics HTTP/1.1\r\n\r\n"), "HTTP/1.1 400 Bad Request");
+  EXPECT_EQ(status("GET /metrics SPDY/3\r\n\r\n"), "HTTP/1.1 400 Bad Request");
+  EXPECT_EQ(status(std::string("\0\1\2\r\n\r\n", 7)), "HTTP/1.1 400 Bad Request");
+  EXPECT_EQ(status("GET /metrics HTTP/1.1\r\nX: " + std::string(9000, 'a') + "\r\n\r\n"),
+            "HTTP/1.1 431 Request Header Fields Too Large");
+  // HEAD: the headers of GET, no body.
+  const std::string head = HttpExchange("127.0.0.1", e->port(), "HEAD /metrics HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(head.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << head;
+  EXPECT_EQ(head.substr(head.find("\r\n\r\n") + 4), "");
+  // After all of that the server still serves.
+  EXPECT_EQ(HttpGet("127.0.0.1", e->port(), "/metrics", &body), 200);
+  EXPECT_EQ(body, "# HELP m h\n# TYPE m gauge\nm 1\n");
+}
+
+TEST(PrometheusExporter, AClientThatSendsNothingIsDroppedAfterTheTimeoutAndTheNextIsServed) {
+  auto e = StartOnFreePort(/*io_timeout_s=*/0.5);
+  e->Publish({{"m", "h", false, {}, 1}});
+  const int silent = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(e->port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(silent, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string body;
+  EXPECT_EQ(HttpGet("127.0.0.1", e->port(), "/metrics", &body, /*timeout_s=*/5), 200);
+  EXPECT_EQ(body, "# HELP m h\n# TYPE m gauge\nm 1\n");
+  const double waited = SecondsSince(t0);
+  EXPECT_GE(waited, 0.3);  // queued behind the silent client, at most its timeout
+  EXPECT_LT(waited, 2.0);
+  char c;
+  EXPECT_EQ(recv(silent, &c, 1, 0), 0);  // the server closed the silent connection without a reply
+  close(silent);
+  // A client that sends half a request line and disconnects does no harm either.
+  HttpExchange("127.0.0.1", e->port(), "GET /met", 0.1);
+  EXPECT_EQ(HttpGet("127.0.0.1", e->port(), "/metrics", &body), 200);
+}
+
+TEST(PrometheusExporter, AClientThatStopsReadingABigReplyIsDroppedAfterTheTimeout) {
+  auto e = StartOnFreePort(/*io_timeout_s=*/0.5);
+  std::vector<PromSample> many;
+  for (int i = 0; i < 200000; ++i) many.push_back({"dtrain_x", "h", false, {{"i", std::to_string(i)}}, 1.0 * i});
+  e->Publish(many);
+  const int stuck = socket(AF_INET, SOCK_STREAM, 0);
+  const int small = 4096;  // a small receive buffer: the ~6 MB reply cannot fit in the socket buffers
+  setsockopt(stuck, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(e->port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(stuck, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const std::string request = "GET /metrics HTTP/1.1\r\n\r\n";
+  ASSERT_EQ(send(stuck, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  pollfd p = {stuck, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10000), 1);  // the big reply is on its way (and stuck: this client never reads it)
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string body;
+  e->Publish({{"m", "h", false, {}, 2}});
+  EXPECT_EQ(HttpGet("127.0.0.1", e->port(), "/metrics", &body, /*timeout_s=*/10), 200);
+  EXPECT_LT(SecondsSince(t0), 5.0);  // the timeout (0.5 s) plus formatting the big reply on a loaded machine
+  EXPECT_EQ(body, "# HELP m h\n# TYPE m gauge\nm 2\n");
+  close(stuck);
+}
+
+TEST(PrometheusExporter, APortAlreadyTakenIsUnavailableNamingAddressAndPort) {
+  auto first = StartOnFreePort();
+  PrometheusOptions o;
+  o.port = first->port();
+  std::unique_ptr<PrometheusExporter> second;
+  const Status st = PrometheusExporter::Start(o, &second);
+  EXPECT_EQ(st.code(), Status::Code::kUnavailable);
+  EXPECT_NE(st.message().find("127.0.0.1:" + std::to_string(o.port)), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("in use"), std::string::npos) << st.message();
+  EXPECT_EQ(second, nullptr);
+  o.addr = "no-such-host.invalid";
+  EXPECT_EQ(PrometheusExporter::Start(o, &second).code(), Status::Code::kInvalidArgument);
+}
+
+TEST(PrometheusExporter, StopsPromptlyAndFreesThePort) {
+  auto e = StartOnFreePort();
+  const int port = e->port();
+  const auto t0 = std::chrono::steady_clock::now();
+  e.reset();
+  EXPECT_LT(SecondsSince(t0), 1.0);
+  PrometheusOptions o;
+  o.port = port;
+  std::unique_ptr<PrometheusExporter> again;
+  EXPECT_TRUE(PrometheusExporter::Start(o, &again).ok());
+}
+
+}  // namespace
+}  // namespace dtrain::runtime
