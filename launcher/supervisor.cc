@@ -90,6 +90,8 @@ std::vector<Orphan> OrphansOfSession(pid_t sid) {
 // local ranks (and anything they started). Delivers SIGUSR1 even where the process manager does not
 // forward it (seen: Open MPI 4.1.6 on Ubuntu 24.04 did not, 4.1.4 on Debian 12 did); a rank that
 // also gets mpirun's copy sees the signal twice, which its handler (a flag) does not mind.
+}  // namespace
+
 int SignalSession(pid_t sid, int sig) {
   int n = 0;
   DIR* dir = opendir("/proc");
@@ -129,29 +131,25 @@ void SweepOrphans(pid_t sid) {
   }
 }
 
-struct Child {
-  pid_t pid = -1;
-  int out_fd = -1;
-  int err_fd = -1;
-};
-
-Status Spawn(const LaunchCommand& cmd, Child* child) {
+Status SpawnSession(const std::vector<std::string>& args,
+                    const std::vector<std::pair<std::string, std::string>>& env_set, int parent_death_signal,
+                    SessionChild* child) {
   // Everything the child needs is built before fork: only async-signal-safe calls after it.
   std::vector<std::string> env_strings;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string kv(*e);
     bool overridden = false;
-    for (const auto& set : cmd.env_set) overridden = overridden || kv.rfind(set.first + "=", 0) == 0;
+    for (const auto& set : env_set) overridden = overridden || kv.rfind(set.first + "=", 0) == 0;
     if (!overridden) env_strings.push_back(kv);
   }
-  for (const auto& set : cmd.env_set) env_strings.push_back(set.first + "=" + set.second);
+  for (const auto& set : env_set) env_strings.push_back(set.first + "=" + set.second);
   std::vector<char*> envp, argv;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::vector<std::string> args = cmd.argv;
-  for (auto& s : args) argv.push_back(s.data());
+  std::vector<std::string> arg_strings = args;
+  for (auto& s : arg_strings) argv.push_back(s.data());
   argv.push_back(nullptr);
-  const std::string exec_error = "dtrain launch: cannot execute " + cmd.argv[0] + "\n";
+  const std::string exec_error = "dtrain launch: cannot execute " + args[0] + "\n";
 
   int out_pipe[2], err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0) return Errno("pipe");
@@ -165,8 +163,8 @@ Status Spawn(const LaunchCommand& cmd, Child* child) {
   const pid_t pid = fork();
   if (pid == 0) {
     setsid();
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(ExitCodeForSignal(SIGTERM));  // the launcher died already
+    prctl(PR_SET_PDEATHSIG, parent_death_signal);
+    if (getppid() != parent) _exit(ExitCodeForSignal(parent_death_signal));  // the launcher died already
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -194,13 +192,11 @@ Status Spawn(const LaunchCommand& cmd, Child* child) {
   return Status::OK();
 }
 
-int ExitCodeOf(int wait_status) {
+int ExitCodeOfWaitStatus(int wait_status) {
   if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
   if (WIFSIGNALED(wait_status)) return ExitCodeForSignal(WTERMSIG(wait_status));
   return kExitFailure;
 }
-
-}  // namespace
 
 // --- SupervisorScope ---------------------------------------------------------------------------
 
@@ -239,8 +235,8 @@ SupervisorScope::~SupervisorScope() {
 Status RunAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* scope, OutputRouter* router,
                   AttemptResult* result) {
   *result = AttemptResult();
-  Child child;
-  DT_RETURN_IF_ERROR(Spawn(cmd, &child));
+  SessionChild child;
+  DT_RETURN_IF_ERROR(SpawnSession(cmd.argv, cmd.env_set, SIGTERM, &child));
   const auto grace = std::chrono::seconds(grace_seconds);
   // Escalation: 0 idle, 1 SIGTERM to the group at `deadline`, 2 SIGKILL at `deadline`, 3 done.
   int stage = 0;
@@ -331,7 +327,7 @@ Status RunAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* 
       if (r == child.pid || (r < 0 && errno == ECHILD)) {
         reaped = true;
         reaped_at = now;
-        result->exit_code = r == child.pid ? ExitCodeOf(status) : kExitFailure;
+        result->exit_code = r == child.pid ? ExitCodeOfWaitStatus(status) : kExitFailure;
         // mpirun waits for its ranks, so whatever of the job still runs now is a leftover (e.g. a
         // rank's own child); it may hold the pipes open. Data already in the pipes stays readable.
         SweepOrphans(child.pid);

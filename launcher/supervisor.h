@@ -28,8 +28,12 @@
 //     when mpirun's connection drops.
 
 #include <signal.h>
+#include <sys/types.h>
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "launcher/launch_command.h"
@@ -67,5 +71,27 @@ struct AttemptResult {
 // not be started at all (fork/pipe failure); an exec failure is exit code 127.
 Status RunAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* scope, OutputRouter* router,
                   AttemptResult* result);
+
+// --- Process helpers, shared with the per-node runner (launcher/node_workers.h) ---------------------
+
+// A child started in a session of its own (its pid is its session and process group id), stdin from
+// /dev/null, stdout/stderr into pipes (the caller closes the read ends).
+struct SessionChild {
+  pid_t pid = -1;
+  int out_fd = -1;
+  int err_fd = -1;
+};
+// Starts `args` (args[0] looked up in PATH) with this process's environment plus `env_set` (replacing
+// variables of the same name); the child gets `parent_death_signal` if the launcher dies. Signal handlers are
+// reset and the mask cleared in the child. An exec failure is the child's exit code 127.
+Status SpawnSession(const std::vector<std::string>& args,
+                    const std::vector<std::pair<std::string, std::string>>& env_set, int parent_death_signal,
+                    SessionChild* child);
+// Sends `sig` to every live process of session `sid` except its leader; returns how many.
+int SignalSession(pid_t sid, int sig);
+// SIGKILLs and reaps every process of session `sid` re-parented to this (subreaper) process.
+void SweepOrphans(pid_t sid);
+// Exit status of waitpid -> the shell's exit code (128+S for a signal).
+int ExitCodeOfWaitStatus(int wait_status);
 
 }  // namespace dtrain::launcher
