@@ -7,10 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -58,6 +60,11 @@ const char* SignalName(int sig) {
 
 Status Errno(const std::string& what) { return Status::Internal(what + ": " + std::strerror(errno)); }
 
+std::string ReadFileText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 struct Orphan {
   pid_t pid;
   bool zombie;
@@ -86,16 +93,22 @@ std::vector<Orphan> OrphansOfSession(pid_t sid) {
   return out;
 }
 
-// Sends `sig` to every process of session `sid` on this node except its leader (mpirun): the
-// local ranks (and anything they started). Delivers SIGUSR1 even where the process manager does not
-// forward it (seen: Open MPI 4.1.6 on Ubuntu 24.04 did not, 4.1.4 on Debian 12 did); a rank that
-// also gets mpirun's copy sees the signal twice, which its handler (a flag) does not mind.
 }  // namespace
 
-int SignalSession(pid_t sid, int sig) {
-  int n = 0;
+// Sends `sig` to processes of session `sid` on this node except its leader (mpirun): the local ranks
+// (ranks_only: their rank-exec parents, which pass it on). Delivers SIGUSR1 even where the process manager does not
+// forward it (seen: Open MPI 4.1.6 on Ubuntu 24.04 did not, 4.1.4 on Debian 12 did); a rank that
+// also gets mpirun's copy sees the signal twice, which its handler (a flag) does not mind.
+
+int SignalSession(pid_t sid, int sig, bool ranks_only) {
+  struct Proc {
+    pid_t pid;
+    pid_t ppid;
+    bool rank_exec;
+  };
+  std::vector<Proc> procs;
   DIR* dir = opendir("/proc");
-  if (dir == nullptr) return n;
+  if (dir == nullptr) return 0;
   while (dirent* e = readdir(dir)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
@@ -107,9 +120,33 @@ int SignalSession(pid_t sid, int sig) {
     char state = 0;
     int ppid = 0, pgrp = 0, session = 0;
     if (std::sscanf(stat.c_str() + paren + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) != 4) continue;
-    if (session == sid && state != 'Z' && kill(pid, sig) == 0) ++n;
+    if (session != sid || state == 'Z') continue;
+    // argv[1] == "rank-exec": a rank's own parent (launcher/rank_exec.h).
+    const std::string cmdline = ReadFileText("/proc/" + std::string(e->d_name) + "/cmdline");
+    const auto first = cmdline.find('\0');
+    const bool rank_exec =
+        first != std::string::npos && cmdline.compare(first + 1, 10, std::string("rank-exec\0", 10)) == 0;
+    procs.push_back({pid, static_cast<pid_t>(ppid), rank_exec});
   }
   closedir(dir);
+  // ranks_only: the rank-exec processes and everything below them (the ranks and what they started), never
+  // Open MPI's daemons or launch agents: an orted started on this machine (a namespace host) dies of SIGUSR1.
+  std::vector<pid_t> chosen;
+  for (const Proc& p : procs) {
+    if (!ranks_only || p.rank_exec) chosen.push_back(p.pid);
+  }
+  for (size_t grew = 1; ranks_only && grew > 0;) {
+    grew = 0;
+    for (const Proc& p : procs) {
+      const bool in = std::find(chosen.begin(), chosen.end(), p.pid) != chosen.end();
+      if (!in && std::find(chosen.begin(), chosen.end(), p.ppid) != chosen.end()) {
+        chosen.push_back(p.pid);
+        ++grew;
+      }
+    }
+  }
+  int n = 0;
+  for (const pid_t pid : chosen) n += kill(pid, sig) == 0 ? 1 : 0;
   return n;
 }
 
@@ -277,18 +314,18 @@ Status RunAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* 
       if (sig == SIGUSR1) {
         // No grace timer: the ranks decide (checkpoint, then exit 75); the job may take its time.
         kill(child.pid, SIGUSR1);
-        const int local = SignalSession(child.pid, SIGUSR1);
-        DT_LOG_WARN(kLauncher, "SIGUSR1: forwarded to every rank ({}, and directly to {} local processes)", cmd.argv[0],
-                    local);
+        const int local = SignalSession(child.pid, SIGUSR1, /*ranks_only=*/true);
+        DT_LOG_WARN(kLauncher, "SIGUSR1: forwarded to every rank ({}, and directly to {} local rank processes)",
+                    cmd.argv[0], local);
       } else if (result->stop_signal == 0 && sig == SIGTERM) {
         // SIGTERM is how schedulers and spot shutdowns stop a job: give the ranks the grace period
         // to checkpoint and exit 75 themselves (local ranks get SIGTERM directly, remote ones
         // SIGUSR1 through mpirun), then stop the job (step 4).
         result->stop_signal = sig;
-        const int local = SignalSession(child.pid, SIGTERM);
+        const int local = SignalSession(child.pid, SIGTERM, /*ranks_only=*/true);
         kill(child.pid, SIGUSR1);
         DT_LOG_WARN(kLauncher,
-                    "SIGTERM: every rank may checkpoint and exit ({} local processes signalled); "
+                    "SIGTERM: every rank may checkpoint and exit ({} local rank processes signalled); "
                     "the job is stopped if it still runs in {} s",
                     local, grace_seconds);
         arm();
