@@ -9,10 +9,10 @@
 //     /dev/null, stdout/stderr into pipes read by the OutputRouter.
 //  3. Signals to the launcher (installed by SupervisorScope, restored after):
 //     SIGUSR1 -> sent to mpirun, which forwards it to every rank (Open MPI 4.1.4 did; 4.1.6 on
-//       Ubuntu 24.04 was seen not to), AND directly to every local rank of mpirun's session (its `dtrain rank-exec`,
-//       never Open MPI's daemons, which a namespace host of this machine runs locally and SIGUSR1 would kill), so local
-//       ranks get it either way (remote ranks depend on mpirun/srun forwarding). No grace timer: the job keeps running
-//       so ranks can checkpoint and exit 75 themselves.
+//       Ubuntu 24.04 was seen not to), AND directly to every local rank of mpirun's session (its `dtrain rank-exec`
+//       and below, never Open MPI's daemons, which a namespace host of this machine runs locally and SIGUSR1 would
+//       kill), so local ranks get it either way (remote ranks depend on mpirun/srun forwarding). No grace timer: the
+//       job keeps running so ranks can checkpoint and exit 75 themselves.
 //     SIGTERM -> SIGTERM directly to the local ranks and SIGUSR1 through mpirun to all (the ranks
 //       checkpoint and exit 75); if the job still runs after the grace period, step 4 stops it.
 //       The launcher then returns 75 when the root-cause rank exited 75, else 128+15.
