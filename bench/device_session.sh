@@ -8,6 +8,8 @@
 #   gpt2    GPT-2 124M tokens/s, MFU, memory: dtrain 1 and 2 GPUs vs PyTorch eager / torch.compile / DDP
 #   gpt2big GPT-2 350M on 1 GPU: dtrain vs torch.compile
 #   graphs  the MLP with and without CUDA graphs (step time, data wait)
+#   pernode GPT-2 124M on 2 GPUs: two per-node launchers (--node-rank 0/1, one GPU each, no mpirun) vs `dtrain
+#           launch`, tokens/s side by side; then node 1's worker is killed and both launchers must stop (issue 23)
 #   gpt2probe  kernels of a GPT-2 step by total time (ncu) and PyTorch's (torch.profiler)
 #   gpt2loss   GPT-2 loss curves, dtrain vs PyTorch, same init and tokens: 200 steps, PNG to $OUT
 #   gpt2comm   GPT-2 124M on 1 GPU, then 2 GPUs under NCCL CTA limits, bucket sizes and bf16 gradient compression
@@ -142,6 +144,26 @@ if has gpt2big; then
   python3 bench/gpt2_torch.py --model 350m --batch ${BIG_BATCH:-16} --compile --steps 30 --json $OUT/gpt2big_torch.json \
     > $OUT/gpt2big_torch.log 2>&1
   echo "gpt2 350M torch.compile: $(tail -1 $OUT/gpt2big_torch.log)"
+fi
+
+if has pernode && [[ $NGPU -ge 2 ]]; then
+  $BIN launch --nproc-per-node 2 $GPT2 --set run.dir=$OUT/pn_mpirun > $OUT/pn_mpirun.log 2>&1
+  echo "pernode: dtrain launch (mpirun) 2 GPU rc=$?: $(step_line $OUT/pn_mpirun.log)"
+  pn() {  # pn NODE EXTRA...: one per-node launcher on GPU NODE
+    local node=$1; shift
+    CUDA_VISIBLE_DEVICES=$node $BIN launch --nnodes 2 --node-rank $node --master-addr 127.0.0.1 --master-port 29600 \
+      --nproc-per-node 1 --grace-seconds 3 $GPT2 "$@" > $OUT/pn_node$node.log 2>&1
+    echo "pernode: node $node rc=$?"
+  }
+  pn 1 --set run.dir=$OUT/pn_run & pn 0 --set run.dir=$OUT/pn_run; wait
+  echo "pernode: per-node launchers 2 GPU: $(step_line $OUT/pn_node0.log)"
+  # Failure agreement: 30 s into a long run, SIGKILL one worker (the newest); both launchers must stop within ~10 s.
+  pn 1 --set run.dir=$OUT/pn_kill --set train.max_steps=100000 &
+  pn 0 --set run.dir=$OUT/pn_kill --set train.max_steps=100000 &
+  sleep 30
+  t_kill=$(date +%s.%N); kill -9 $(pgrep -f "train .*pn_kill" | tail -1); wait; t_end=$(date +%s.%N)
+  echo "pernode: after killing one worker both launchers ended in $(awk "BEGIN{print $t_end - $t_kill}") s"
+  grep -h "failed first\|stopped because of node" $OUT/pn_node0.log $OUT/pn_node1.log | head -4
 fi
 
 if has gpt2probe; then

@@ -13,8 +13,9 @@
 namespace dtrain::launcher {
 namespace {
 
-// "" when an ssh server answers on `host:port` within the timeout, else the reason.
-std::string Probe(const std::string& host, int port, double timeout_s) {
+// "" when an ssh server answers on `host:port` within the timeout (with `any_answer`: when the host accepts or
+// refuses the connection), else the reason.
+std::string Probe(const std::string& host, int port, double timeout_s, bool any_answer = false) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
@@ -34,6 +35,11 @@ std::string Probe(const std::string& host, int port, double timeout_s) {
       } else if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
         err = errno;
       }
+    }
+    if (any_answer && (err == 0 || err == ECONNREFUSED)) {
+      close(fd);
+      freeaddrinfo(res);
+      return "";
     }
     if (err == 0) {
       // Connected; an ssh server speaks first ("SSH-2.0-..."). Some networks accept every TCP
@@ -55,9 +61,15 @@ std::string Probe(const std::string& host, int port, double timeout_s) {
 
 }  // namespace
 
+bool HostAnswers(const std::string& host, int port, double timeout_s) {
+  return Probe(host, port, timeout_s, /*any_answer=*/true).empty();
+}
+
 Status ProbeSshHosts(const std::vector<std::string>& hosts, int port, double timeout_s) {
   std::vector<std::future<std::string>> results;
-  for (const auto& h : hosts) results.push_back(std::async(std::launch::async, Probe, h, port, timeout_s));
+  for (const auto& h : hosts) {
+    results.push_back(std::async(std::launch::async, [=] { return Probe(h, port, timeout_s); }));
+  }
   for (size_t i = 0; i < hosts.size(); ++i) {
     const std::string why = results[i].get();
     if (!why.empty()) {

@@ -123,8 +123,59 @@ std::string Placement::HostOfRank(int rank) const {
   return "";
 }
 
+namespace {
+
+// The per-node form (see the header): only this node's workers, no process manager.
+Status BuildNodeCommand(const LaunchOptions& opts, const LaunchEnv& env, int nproc, LaunchCommand* out) {
+  out->backend = Backend::kNode;
+  out->node_rank = opts.node_rank;
+  out->local_nproc = nproc;
+  out->first_rank = opts.node_rank * nproc;
+  for (int n = 0; n < opts.nnodes; ++n) {
+    out->placement.hosts.push_back({n == opts.node_rank ? env.hostname : "node-" + std::to_string(n), nproc});
+  }
+  const std::string* port = FindVar(env, "MASTER_PORT");
+  std::string master_port = opts.master_port > 0                ? std::to_string(opts.master_port)
+                            : port != nullptr && !port->empty() ? *port
+                                                                : kDefaultMasterPort;
+  int port_number = 0;
+  if (!ParsePositiveInt(master_port, &port_number) || port_number > 65534) {
+    return Status::InvalidArgument("MASTER_PORT=" + master_port +
+                                   ": expected a port 1..65534 (node 0's launcher listens on MASTER_PORT+1)");
+  }
+  out->env_set = {{"MASTER_ADDR", opts.master_addr.empty() ? std::string("127.0.0.1") : opts.master_addr},
+                  {"MASTER_PORT", master_port},
+                  {"WORLD_SIZE", std::to_string(opts.nnodes * nproc)},
+                  {"LOCAL_WORLD_SIZE", std::to_string(nproc)},
+                  {"NODE_RANK", std::to_string(opts.node_rank)}};
+  return Status::OK();
+}
+
+// `WORKER train CONFIG [--set ...]`.
+void AppendWorkerArgs(const LaunchOptions& opts, const LaunchEnv& env, int restart_count,
+                      std::vector<std::string>* argv) {
+  argv->insert(argv->end(), {env.worker_bin, "train", opts.config});
+  for (const auto& kv : opts.sets) argv->insert(argv->end(), {"--set", kv});
+  // A restart continues this job's own run: from its newest checkpoint, and without starting over again (the first
+  // attempt's --resume never / --overwrite / a step number applied to the run's start, not to its restarts).
+  if (restart_count > 0) {
+    argv->insert(argv->end(), {"--set", "checkpoint.resume=auto", "--set", "checkpoint.overwrite=false"});
+  }
+}
+
+}  // namespace
+
 Status BuildLaunchCommand(const LaunchOptions& opts, const LaunchEnv& env, int restart_count, LaunchCommand* out) {
   *out = LaunchCommand();
+  if (opts.node_rank >= 0) {
+    int nproc = 0;
+    bool slots_override = false;
+    DT_RETURN_IF_ERROR(ResolveNproc(opts, env, &nproc, &slots_override));
+    DT_RETURN_IF_ERROR(BuildNodeCommand(opts, env, nproc, out));
+    out->env_set.emplace_back("DTRAIN_RESTART_COUNT", std::to_string(restart_count));
+    AppendWorkerArgs(opts, env, restart_count, &out->argv);
+    return Status::OK();
+  }
   const bool has_hosts = !opts.hosts.empty() || !opts.hostfile.empty();
   out->backend = opts.backend;
   if (out->backend == Backend::kAuto) out->backend = env.in_slurm && !has_hosts ? Backend::kSrun : Backend::kMpirun;
@@ -208,18 +259,16 @@ Status BuildLaunchCommand(const LaunchOptions& opts, const LaunchEnv& env, int r
   }
   argv.insert(argv.end(), opts.backend_args.begin(), opts.backend_args.end());
   if (out->backend == Backend::kMpirun) argv.insert(argv.end(), {env.self_bin, "rank-exec"});
-  argv.insert(argv.end(), {env.worker_bin, "train", opts.config});
-  for (const auto& kv : opts.sets) argv.insert(argv.end(), {"--set", kv});
-  // A restart continues this job's own run: from its newest checkpoint, and without starting over again (the first
-  // attempt's --resume never / --overwrite / a step number applied to the run's start, not to its restarts).
-  if (restart_count > 0) {
-    argv.insert(argv.end(), {"--set", "checkpoint.resume=auto", "--set", "checkpoint.overwrite=false"});
-  }
+  AppendWorkerArgs(opts, env, restart_count, &argv);
   return Status::OK();
 }
 
 std::string FormatCommandLine(const LaunchCommand& cmd) {
   std::string line;
+  if (cmd.backend == Backend::kNode) {  // one line per node; the per-worker variables as a range
+    line = "RANK=" + std::to_string(cmd.first_rank) + ".." + std::to_string(cmd.first_rank + cmd.local_nproc - 1) +
+           " LOCAL_RANK=0.." + std::to_string(cmd.local_nproc - 1) + " ";
+  }
   for (const auto& kv : cmd.env_set) line += kv.first + "=" + ShellQuote(kv.second) + " ";
   for (size_t i = 0; i < cmd.argv.size(); ++i) line += (i ? " " : "") + ShellQuote(cmd.argv[i]);
   return line;

@@ -26,6 +26,11 @@
 //   --ntasks is its product with --nnodes or else the allocation's SLURM_JOB_NUM_NODES (srun ignores
 //   a --ntasks-per-node that disagrees with the allocation's task count). srun exports the whole
 //   environment, so no -x list is needed.
+// Per-node start (--node-rank R --nnodes N --master-addr H [--master-port P]; backend kNode): no process
+//   manager; argv is `WORKER train CONFIG [--set ...]`, which the launcher starts --nproc-per-node times on this
+//   node itself (launcher/node_workers.h) with RANK = R*nproc + i and LOCAL_RANK = i added per worker to
+//   env_set's MASTER_ADDR=H, MASTER_PORT=P, WORLD_SIZE=N*nproc, LOCAL_WORLD_SIZE=nproc, NODE_RANK=R (every node
+//   must give the same --nproc-per-node). Placement: N hosts "node-K", this one named by its hostname.
 // Environment added for the workers (printed by --dry-run in front of the command): MASTER_ADDR
 // (first host; the local host under srun; kept when already set), MASTER_PORT (kept or 29500),
 // DTRAIN_RESTART_COUNT (0 on the first attempt, n on the n-th restart).
@@ -70,6 +75,10 @@ struct LaunchCommand {
   std::vector<std::pair<std::string, std::string>> env_set;  // set on top of the launcher's environment
   Placement placement;                                       // host names as users see them
   std::vector<std::string> ssh_hosts;  // remote hosts mpirun reaches with plain ssh (none with a custom agent)
+  // Per-node start only (kNode): this node's index, its first global rank and its worker count.
+  int node_rank = -1;
+  int first_rank = 0;
+  int local_nproc = 0;
 };
 
 // Builds the command of attempt `restart_count` (exported as DTRAIN_RESTART_COUNT). Reads the

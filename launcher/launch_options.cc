@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "launcher/cli_parse.h"
+#include "launcher/elastic_plan.h"
 #include "launcher/hostfile.h"
 
 namespace dtrain::launcher {
@@ -40,6 +41,8 @@ const char* BackendName(Backend backend) {
       return "mpirun";
     case Backend::kSrun:
       return "srun";
+    case Backend::kNode:
+      return "node";
   }
   return "?";
 }
@@ -55,9 +58,50 @@ CLI::App* AddLaunchCommand(CLI::App* parent, LaunchOptions* o) {
                   "no explicit N/gpu: each host's slots) (default auto)")
       ->type_name("N|gpu|cpu|auto")
       ->check(CheckNproc);
-  app->add_option("--nnodes", o->nnodes, "nodes to use (the first N hosts; under Slurm: srun --nodes)")
-      ->type_name("N")
-      ->check(PositiveInt());
+  app->add_option_function<std::string>(
+         "--nnodes",
+         [o](const std::string& v) {
+           int lo = 0, hi = 0;
+           bool elastic = false;
+           if (!ParseNodeRange(v, &lo, &hi, &elastic).ok()) return;  // the check below reported it
+           o->nnodes = elastic ? 0 : lo;
+           o->elastic_min = elastic ? lo : 0;
+           o->elastic_max = elastic ? hi : 0;
+         },
+         "nodes to use (the first N hosts; under Slurm: srun --nodes); MIN:MAX: an elastic host set of "
+         "--hosts/--hostfile (a lost host is dropped, a returning one added; docs/spot.md)")
+      ->type_name("N|MIN:MAX")
+      ->check([](const std::string& v) {
+        if (v.find(':') == std::string::npos) return PositiveInt()(v);
+        int lo = 0, hi = 0;
+        bool elastic = false;
+        const Status st = ParseNodeRange(v, &lo, &hi, &elastic);
+        return st.ok() ? std::string() : st.message().substr(st.message().find(": ") + 2);
+      });
+  app->add_option("--elastic-batch", o->elastic_batch,
+                  "with --nnodes MIN:MAX: keep the global batch (grad accumulation adjusted; default) or the per-GPU "
+                  "batch across host-set changes")
+      ->type_name("global|per-gpu")
+      ->check(OneOf({"global", "per-gpu"}));
+  app->add_option("--rejoin-after", o->rejoin_after,
+                  "with --nnodes MIN:MAX: a lost host is probed again S seconds after it was dropped (default 30)")
+      ->type_name("S")
+      ->check(NonNegativeInt());
+  app->add_option("--node-rank,--node_rank", o->node_rank,
+                  "per-node start without mpirun/ssh/Slurm: this node's index 0..N-1 of --nnodes N; starts "
+                  "--nproc-per-node workers here with torchrun's RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT "
+                  "(needs --nnodes and --master-addr; the nodes' launchers watch each other on MASTER_PORT+1)")
+      ->type_name("R")
+      ->check(NonNegativeInt());
+  app->add_option("--master-addr,--master_addr", o->master_addr,
+                  "per-node start: the address of node 0, where rank 0 and node 0's launcher listen")
+      ->type_name("HOST")
+      ->check(CheckNotEmpty);
+  app->add_option("--master-port,--master_port", o->master_port,
+                  "per-node start: rank 0's rendezvous port; node 0's launcher listens on PORT+1 (default "
+                  "$MASTER_PORT, else 29500)")
+      ->type_name("PORT")
+      ->check(CLI::Range(1, 65534));
   app->add_option("--hosts", o->hosts, "hosts and their process counts")->type_name("a:8,b:8")->check(CheckHosts);
   app->add_option("--hostfile", o->hostfile, "Open MPI / DeepSpeed hostfile: `host slots=N` per line")
       ->type_name("F")
@@ -114,6 +158,30 @@ CLI::App* AddLaunchCommand(CLI::App* parent, LaunchOptions* o) {
     o->nproc_given = app->count("--nproc-per-node") > 0;
     if (o->config.empty()) FailParse("missing CONFIG (usage: dtrain launch [options] CONFIG)");
     if (!o->hosts.empty() && !o->hostfile.empty()) FailParse("--hosts and --hostfile: give one of them, not both");
+    if (o->elastic_min > 0) {
+      if (o->hosts.empty() && o->hostfile.empty()) {
+        FailParse("--nnodes MIN:MAX: an elastic host set needs --hosts or --hostfile (mpirun over ssh)");
+      }
+      if (o->backend == Backend::kSrun) FailParse("--nnodes MIN:MAX: elastic runs use mpirun, not --backend srun");
+      if (o->node_rank >= 0) FailParse("--nnodes MIN:MAX: not with --node-rank (per-node start is not elastic)");
+    }
+    const bool per_node = o->node_rank >= 0 || !o->master_addr.empty() || o->master_port > 0;
+    if (per_node) {
+      if (o->node_rank < 0) FailParse("--master-addr/--master-port: per-node start also needs --node-rank R");
+      if (o->nnodes == 0) FailParse("--node-rank: per-node start needs --nnodes N (the number of nodes)");
+      if (o->node_rank >= o->nnodes) {
+        FailParse("--node-rank " + std::to_string(o->node_rank) + ": expected 0.." + std::to_string(o->nnodes - 1) +
+                  " (--nnodes " + std::to_string(o->nnodes) + ")");
+      }
+      if (o->master_addr.empty() && o->nnodes > 1)
+        FailParse("--node-rank: more than one node needs --master-addr HOST");
+      if (!o->hosts.empty() || !o->hostfile.empty()) {
+        FailParse("--node-rank: per-node start runs only this node's workers; --hosts/--hostfile are for mpirun");
+      }
+      if (o->backend != Backend::kAuto)
+        FailParse("--node-rank: per-node start uses no process manager; drop --backend");
+      if (!o->backend_args.empty()) FailParse("--node-rank: per-node start runs no mpirun; drop --mpirun-arg");
+    }
   });
   return app;
 }

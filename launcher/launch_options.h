@@ -17,14 +17,22 @@ class App;
 
 namespace dtrain::launcher {
 
-enum class Backend { kAuto, kMpirun, kSrun };
+// kNode: per-node start (--node-rank), this launcher starts its node's workers itself; not a --backend choice.
+enum class Backend { kAuto, kMpirun, kSrun, kNode };
 
 struct LaunchOptions {
   std::string nproc_per_node = "auto";  // N | gpu | cpu | auto, validated here, resolved later
   bool nproc_given = false;             // --nproc-per-node appeared on the command line
-  int nnodes = 0;                       // 0: not given
-  std::string hosts;                    // --hosts text ("a:8,b:8"), already validated
-  std::string hostfile;                 // --hostfile path
+  int nnodes = 0;                       // 0: not given (or elastic)
+  int elastic_min = 0;                  // --nnodes MIN:MAX: an elastic host set (0: not elastic)
+  int elastic_max = 0;
+  std::string elastic_batch = "global";  // --elastic-batch global|per-gpu (launcher/elastic_plan.h)
+  int rejoin_after = 30;                 // --rejoin-after S: a lost host may rejoin S s after it was dropped
+  int node_rank = -1;                    // --node-rank: per-node start (no process manager); -1: not given
+  std::string master_addr;               // --master-addr (per-node start: node 0's host)
+  int master_port = 0;                   // --master-port; 0: not given (MASTER_PORT, else 29500)
+  std::string hosts;                     // --hosts text ("a:8,b:8"), already validated
+  std::string hostfile;                  // --hostfile path
   int max_restarts = 0;
   std::string log_dir;  // empty: no per-rank log files
   int grace_seconds = 10;

@@ -103,10 +103,25 @@ void OutputRouter::Feed(bool from_stderr, const char* data, size_t size) {
   }
 }
 
+void OutputRouter::FeedRank(int rank, bool from_stderr, const char* data, size_t size) {
+  std::string& buf = rank_partial_[from_stderr ? 1 : 0][rank];
+  for (size_t i = 0; i < size; ++i) {
+    if (data[i] != '\n') buf += data[i];
+    if (data[i] == '\n' || buf.size() >= kMaxLine) {
+      HandleRankLine(rank, from_stderr, buf);
+      buf.clear();
+    }
+  }
+}
+
 void OutputRouter::Finish() {
   for (int s = 0; s < 2; ++s) {
     if (!partial_[s].empty()) HandleLine(s == 1, partial_[s]);
     partial_[s].clear();
+    for (auto& kv : rank_partial_[s]) {
+      if (!kv.second.empty()) HandleRankLine(kv.first, s == 1, kv.second);
+    }
+    rank_partial_[s].clear();
   }
   for (auto& kv : files_) {
     if (kv.second != nullptr) std::fflush(kv.second);
@@ -140,7 +155,7 @@ void OutputRouter::HandleRankLine(int rank, bool is_stderr, const std::string& t
   auto& tail = tails_[rank];
   tail.push_back(text);
   while (tail.size() > opts_.tail_lines) tail.pop_front();
-  if (rank == 0) {
+  if (rank == opts_.console_rank) {
     FILE* out = is_stderr ? opts_.err : opts_.out;
     std::fprintf(out, "%s\n", text.c_str());
     std::fflush(out);

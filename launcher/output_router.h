@@ -56,6 +56,7 @@ class OutputRouter {
     FILE* out = stdout;
     FILE* err = stderr;
     size_t tail_lines = 10;  // lines kept per rank for the failure report
+    int console_rank = 0;    // the rank whose every line reaches the console (per-node start: the node's first)
   };
   explicit OutputRouter(Options options);
   ~OutputRouter();
@@ -65,6 +66,9 @@ class OutputRouter {
   // Feeds bytes read from the process manager's stdout or stderr pipe; complete lines are handled
   // at once, a partial line waits for its end (or Finish()).
   void Feed(bool from_stderr, const char* data, size_t size);
+  // Feeds bytes read from one rank's own stdout or stderr pipe (per-node start: no process manager tags the
+  // lines); the lines are that rank's, handled as tagged lines are.
+  void FeedRank(int rank, bool from_stderr, const char* data, size_t size);
   // End of both streams: handles trailing partial lines and flushes files.
   void Finish();
 
@@ -90,6 +94,7 @@ class OutputRouter {
 
   Options opts_;
   std::string partial_[2];
+  std::map<int, std::string> rank_partial_[2];  // FeedRank's partial lines
   std::map<int, std::deque<std::string>> tails_;
   std::map<std::string, FILE*> files_;
   RankExit root_cause_;       // from the process manager's report

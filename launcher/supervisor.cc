@@ -7,10 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -58,6 +60,11 @@ const char* SignalName(int sig) {
 
 Status Errno(const std::string& what) { return Status::Internal(what + ": " + std::strerror(errno)); }
 
+std::string ReadFileText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 struct Orphan {
   pid_t pid;
   bool zombie;
@@ -86,14 +93,22 @@ std::vector<Orphan> OrphansOfSession(pid_t sid) {
   return out;
 }
 
-// Sends `sig` to every process of session `sid` on this node except its leader (mpirun): the
-// local ranks (and anything they started). Delivers SIGUSR1 even where the process manager does not
+}  // namespace
+
+// Sends `sig` to processes of session `sid` on this node except its leader (mpirun): the local ranks
+// (ranks_only: their rank-exec parents, which pass it on). Delivers SIGUSR1 even where the process manager does not
 // forward it (seen: Open MPI 4.1.6 on Ubuntu 24.04 did not, 4.1.4 on Debian 12 did); a rank that
 // also gets mpirun's copy sees the signal twice, which its handler (a flag) does not mind.
-int SignalSession(pid_t sid, int sig) {
-  int n = 0;
+
+int SignalSession(pid_t sid, int sig, bool ranks_only) {
+  struct Proc {
+    pid_t pid;
+    pid_t ppid;
+    bool rank_exec;
+  };
+  std::vector<Proc> procs;
   DIR* dir = opendir("/proc");
-  if (dir == nullptr) return n;
+  if (dir == nullptr) return 0;
   while (dirent* e = readdir(dir)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
@@ -105,9 +120,33 @@ int SignalSession(pid_t sid, int sig) {
     char state = 0;
     int ppid = 0, pgrp = 0, session = 0;
     if (std::sscanf(stat.c_str() + paren + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) != 4) continue;
-    if (session == sid && state != 'Z' && kill(pid, sig) == 0) ++n;
+    if (session != sid || state == 'Z') continue;
+    // argv[1] == "rank-exec": a rank's own parent (launcher/rank_exec.h).
+    const std::string cmdline = ReadFileText("/proc/" + std::string(e->d_name) + "/cmdline");
+    const auto first = cmdline.find('\0');
+    const bool rank_exec =
+        first != std::string::npos && cmdline.compare(first + 1, 10, std::string("rank-exec\0", 10)) == 0;
+    procs.push_back({pid, static_cast<pid_t>(ppid), rank_exec});
   }
   closedir(dir);
+  // ranks_only: the rank-exec processes and everything below them (the ranks and what they started), never
+  // Open MPI's daemons or launch agents: an orted started on this machine (a namespace host) dies of SIGUSR1.
+  std::vector<pid_t> chosen;
+  for (const Proc& p : procs) {
+    if (!ranks_only || p.rank_exec) chosen.push_back(p.pid);
+  }
+  for (size_t grew = 1; ranks_only && grew > 0;) {
+    grew = 0;
+    for (const Proc& p : procs) {
+      const bool in = std::find(chosen.begin(), chosen.end(), p.pid) != chosen.end();
+      if (!in && std::find(chosen.begin(), chosen.end(), p.ppid) != chosen.end()) {
+        chosen.push_back(p.pid);
+        ++grew;
+      }
+    }
+  }
+  int n = 0;
+  for (const pid_t pid : chosen) n += kill(pid, sig) == 0 ? 1 : 0;
   return n;
 }
 
@@ -129,29 +168,25 @@ void SweepOrphans(pid_t sid) {
   }
 }
 
-struct Child {
-  pid_t pid = -1;
-  int out_fd = -1;
-  int err_fd = -1;
-};
-
-Status Spawn(const LaunchCommand& cmd, Child* child) {
+Status SpawnSession(const std::vector<std::string>& args,
+                    const std::vector<std::pair<std::string, std::string>>& env_set, int parent_death_signal,
+                    SessionChild* child) {
   // Everything the child needs is built before fork: only async-signal-safe calls after it.
   std::vector<std::string> env_strings;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string kv(*e);
     bool overridden = false;
-    for (const auto& set : cmd.env_set) overridden = overridden || kv.rfind(set.first + "=", 0) == 0;
+    for (const auto& set : env_set) overridden = overridden || kv.rfind(set.first + "=", 0) == 0;
     if (!overridden) env_strings.push_back(kv);
   }
-  for (const auto& set : cmd.env_set) env_strings.push_back(set.first + "=" + set.second);
+  for (const auto& set : env_set) env_strings.push_back(set.first + "=" + set.second);
   std::vector<char*> envp, argv;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::vector<std::string> args = cmd.argv;
-  for (auto& s : args) argv.push_back(s.data());
+  std::vector<std::string> arg_strings = args;
+  for (auto& s : arg_strings) argv.push_back(s.data());
   argv.push_back(nullptr);
-  const std::string exec_error = "dtrain launch: cannot execute " + cmd.argv[0] + "\n";
+  const std::string exec_error = "dtrain launch: cannot execute " + args[0] + "\n";
 
   int out_pipe[2], err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0) return Errno("pipe");
@@ -165,8 +200,8 @@ Status Spawn(const LaunchCommand& cmd, Child* child) {
   const pid_t pid = fork();
   if (pid == 0) {
     setsid();
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(ExitCodeForSignal(SIGTERM));  // the launcher died already
+    prctl(PR_SET_PDEATHSIG, parent_death_signal);
+    if (getppid() != parent) _exit(ExitCodeForSignal(parent_death_signal));  // the launcher died already
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -194,13 +229,11 @@ Status Spawn(const LaunchCommand& cmd, Child* child) {
   return Status::OK();
 }
 
-int ExitCodeOf(int wait_status) {
+int ExitCodeOfWaitStatus(int wait_status) {
   if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
   if (WIFSIGNALED(wait_status)) return ExitCodeForSignal(WTERMSIG(wait_status));
   return kExitFailure;
 }
-
-}  // namespace
 
 // --- SupervisorScope ---------------------------------------------------------------------------
 
@@ -239,8 +272,8 @@ SupervisorScope::~SupervisorScope() {
 Status RunAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* scope, OutputRouter* router,
                   AttemptResult* result) {
   *result = AttemptResult();
-  Child child;
-  DT_RETURN_IF_ERROR(Spawn(cmd, &child));
+  SessionChild child;
+  DT_RETURN_IF_ERROR(SpawnSession(cmd.argv, cmd.env_set, SIGTERM, &child));
   const auto grace = std::chrono::seconds(grace_seconds);
   // Escalation: 0 idle, 1 SIGTERM to the group at `deadline`, 2 SIGKILL at `deadline`, 3 done.
   int stage = 0;
@@ -281,18 +314,18 @@ Status RunAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* 
       if (sig == SIGUSR1) {
         // No grace timer: the ranks decide (checkpoint, then exit 75); the job may take its time.
         kill(child.pid, SIGUSR1);
-        const int local = SignalSession(child.pid, SIGUSR1);
-        DT_LOG_WARN(kLauncher, "SIGUSR1: forwarded to every rank ({}, and directly to {} local processes)", cmd.argv[0],
-                    local);
+        const int local = SignalSession(child.pid, SIGUSR1, /*ranks_only=*/true);
+        DT_LOG_WARN(kLauncher, "SIGUSR1: forwarded to every rank ({}, and directly to {} local rank processes)",
+                    cmd.argv[0], local);
       } else if (result->stop_signal == 0 && sig == SIGTERM) {
         // SIGTERM is how schedulers and spot shutdowns stop a job: give the ranks the grace period
         // to checkpoint and exit 75 themselves (local ranks get SIGTERM directly, remote ones
         // SIGUSR1 through mpirun), then stop the job (step 4).
         result->stop_signal = sig;
-        const int local = SignalSession(child.pid, SIGTERM);
+        const int local = SignalSession(child.pid, SIGTERM, /*ranks_only=*/true);
         kill(child.pid, SIGUSR1);
         DT_LOG_WARN(kLauncher,
-                    "SIGTERM: every rank may checkpoint and exit ({} local processes signalled); "
+                    "SIGTERM: every rank may checkpoint and exit ({} local rank processes signalled); "
                     "the job is stopped if it still runs in {} s",
                     local, grace_seconds);
         arm();
@@ -331,7 +364,7 @@ Status RunAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* 
       if (r == child.pid || (r < 0 && errno == ECHILD)) {
         reaped = true;
         reaped_at = now;
-        result->exit_code = r == child.pid ? ExitCodeOf(status) : kExitFailure;
+        result->exit_code = r == child.pid ? ExitCodeOfWaitStatus(status) : kExitFailure;
         // mpirun waits for its ranks, so whatever of the job still runs now is a leftover (e.g. a
         // rank's own child); it may hold the pipes open. Data already in the pipes stays readable.
         SweepOrphans(child.pid);

@@ -9,9 +9,10 @@
 //     /dev/null, stdout/stderr into pipes read by the OutputRouter.
 //  3. Signals to the launcher (installed by SupervisorScope, restored after):
 //     SIGUSR1 -> sent to mpirun, which forwards it to every rank (Open MPI 4.1.4 did; 4.1.6 on
-//       Ubuntu 24.04 was seen not to), AND directly to every local process of mpirun's session, so
-//       local ranks get it either way (remote ranks depend on mpirun/srun forwarding). No grace
-//       timer: the job keeps running so ranks can checkpoint and exit 75 themselves.
+//       Ubuntu 24.04 was seen not to), AND directly to every local rank of mpirun's session (its `dtrain rank-exec`
+//       and below, never Open MPI's daemons, which a namespace host of this machine runs locally and SIGUSR1 would
+//       kill), so local ranks get it either way (remote ranks depend on mpirun/srun forwarding). No grace timer: the
+//       job keeps running so ranks can checkpoint and exit 75 themselves.
 //     SIGTERM -> SIGTERM directly to the local ranks and SIGUSR1 through mpirun to all (the ranks
 //       checkpoint and exit 75); if the job still runs after the grace period, step 4 stops it.
 //       The launcher then returns 75 when the root-cause rank exited 75, else 128+15.
@@ -28,8 +29,12 @@
 //     when mpirun's connection drops.
 
 #include <signal.h>
+#include <sys/types.h>
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "launcher/launch_command.h"
@@ -67,5 +72,28 @@ struct AttemptResult {
 // not be started at all (fork/pipe failure); an exec failure is exit code 127.
 Status RunAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* scope, OutputRouter* router,
                   AttemptResult* result);
+
+// --- Process helpers, shared with the per-node runner (launcher/node_workers.h) ---------------------
+
+// A child started in a session of its own (its pid is its session and process group id), stdin from
+// /dev/null, stdout/stderr into pipes (the caller closes the read ends).
+struct SessionChild {
+  pid_t pid = -1;
+  int out_fd = -1;
+  int err_fd = -1;
+};
+// Starts `args` (args[0] looked up in PATH) with this process's environment plus `env_set` (replacing
+// variables of the same name); the child gets `parent_death_signal` if the launcher dies. Signal handlers are
+// reset and the mask cleared in the child. An exec failure is the child's exit code 127.
+Status SpawnSession(const std::vector<std::string>& args,
+                    const std::vector<std::pair<std::string, std::string>>& env_set, int parent_death_signal,
+                    SessionChild* child);
+// Sends `sig` to every live process of session `sid` except its leader; with `ranks_only`, only to the ranks'
+// `dtrain rank-exec` parents and their descendants, not to Open MPI's daemons. Returns how many got it.
+int SignalSession(pid_t sid, int sig, bool ranks_only = false);
+// SIGKILLs and reaps every process of session `sid` re-parented to this (subreaper) process.
+void SweepOrphans(pid_t sid);
+// Exit status of waitpid -> the shell's exit code (128+S for a signal).
+int ExitCodeOfWaitStatus(int wait_status);
 
 }  // namespace dtrain::launcher

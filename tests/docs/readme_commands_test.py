@@ -33,6 +33,8 @@ import time
 GPU = "needs a GPU"
 HOSTS = "needs other hosts (tests/launcher/multinode_netns_test.cc runs a two-host launch on netns hosts)"
 SLURM = "needs a Slurm cluster (tests/launcher/slurm_e2e_test.cc runs these against real Slurm daemons)"
+PER_NODE = ("needs other hosts with GPUs, or Kubernetes (tests/launcher/per_node_e2e_test.cc runs two per-node "
+            "launchers on loopback)")
 INSTALL = "installs dtrain and builds a project against it (tests/launcher/custom_model_e2e_test.cc does both)"
 
 # (regex over the joined command, action, timeout seconds or skip reason)
@@ -44,6 +46,7 @@ RULES = [
     (r"^scripts/netns_cluster\.sh|--hosts 10\.77\.", "skip", HOSTS),
     (r"--dry-run", "run", 60),
     (r"--hosts|--hostfile", "skip", HOSTS),
+    (r"--node-rank|^kubectl ", "skip", PER_NODE),
     (r"--nproc-per-node gpu", "skip", GPU),
     (r"^OUT=\S+ bench/device_session\.sh|^bench/allreduce\.sh", "skip", GPU + " (the benchmark machine)"),
     (r"^mpirun -np 2 build/dtrain bench allreduce --max-bytes 1G", "skip",

@@ -23,9 +23,10 @@ struct HelpCase {
 
 TEST(CliE2E, EverySubcommandAnswersHelpWithItsFlagsAndAnExample) {
   const std::vector<HelpCase> cases = {
-      {"launch",
-       {"--nproc-per-node", "--nproc_per_node", "--nnodes", "--hosts", "--hostfile", "--max-restarts", "--max_restarts",
-        "--log-dir", "--grace-seconds", "--backend", "--mpirun-arg", "--resume", "--set", "--dry-run", "CONFIG"}},
+      {"launch", {"--nproc-per-node", "--nproc_per_node", "--nnodes",        "--hosts",         "--hostfile",
+                  "--max-restarts",   "--max_restarts",   "--log-dir",       "--grace-seconds", "--backend",
+                  "--mpirun-arg",     "--resume",         "--set",           "--dry-run",       "--node-rank",
+                  "--master-addr",    "--master-port",    "--elastic-batch", "--rejoin-after",  "CONFIG"}},
       {"train", {"--set", "--resume", "CONFIG"}},
       {"doctor", {"--help"}},
       {"bench allreduce", {"--min-bytes", "--max-bytes", "--factor", "--iters", "--warmup", "--dtype", "--backend"}},
@@ -110,9 +111,9 @@ TEST(CliE2E, EachParseErrorIsOneLineExitTwo) {
 }
 
 TEST(CliE2E, TorchrunSpellingsReachTheLaunchCommand) {
-  const ProcessResult r = RunCommand(DtrainBin() +
-                                     " launch --backend mpirun --nproc_per_node 3 --max_restarts=1 --dry-run "
-                                     DT_SOURCE_DIR "/configs/gpt2_tiny.yaml");
+  const ProcessResult r =
+      RunCommand(DtrainBin() + " launch --backend mpirun --nproc_per_node 3 --max_restarts=1 --dry-run " DT_SOURCE_DIR
+                               "/configs/gpt2_tiny.yaml");
   EXPECT_EQ(r.exit_code, kExitOk) << r.output;
   EXPECT_NE(r.output.find("-np 3"), std::string::npos) << r.output;
 }

@@ -47,6 +47,40 @@ TEST(LaunchCommandTest, LocalCpuRunIsExactlyThisMpirunLine) {
             "/opt/dtrain/bin/dtrain rank-exec /opt/dtrain/bin/dtrain train cfg.yaml --set optim.lr=0.5");
 }
 
+TEST(LaunchCommandTest, PerNodeStartRunsTheWorkerItselfWithTorchrunVariables) {
+  LaunchCommand cmd;
+  ASSERT_TRUE(BuildLaunchCommand(Opts({"--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1",
+                                       "--master-port", "29600", "--nproc-per-node", "4"}),
+                                 FakeEnv(4), 2, &cmd)
+                  .ok());
+  EXPECT_EQ(cmd.backend, Backend::kNode);
+  EXPECT_EQ(cmd.first_rank, 4);
+  EXPECT_EQ(cmd.local_nproc, 4);
+  EXPECT_EQ(cmd.placement.world_size(), 8);
+  EXPECT_EQ(cmd.placement.HostOfRank(5), "here");
+  EXPECT_EQ(cmd.placement.HostOfRank(1), "node-0");
+  EXPECT_EQ(FormatCommandLine(cmd),
+            "RANK=4..7 LOCAL_RANK=0..3 MASTER_ADDR=10.0.0.1 MASTER_PORT=29600 WORLD_SIZE=8 LOCAL_WORLD_SIZE=4 "
+            "NODE_RANK=1 DTRAIN_RESTART_COUNT=2 /opt/dtrain/bin/dtrain train cfg.yaml "
+            "--set checkpoint.resume=auto --set checkpoint.overwrite=false");
+}
+
+TEST(LaunchCommandTest, PerNodeMasterPortComesFromTheEnvironmentElse29500) {
+  LaunchEnv env = FakeEnv(1);
+  env.vars.emplace_back("MASTER_PORT", "31000");
+  LaunchCommand cmd;
+  ASSERT_TRUE(BuildLaunchCommand(Opts({"--nnodes", "1", "--node-rank", "0"}), env, 0, &cmd).ok());
+  EXPECT_EQ(FormatCommandLine(cmd),
+            "RANK=0..0 LOCAL_RANK=0..0 MASTER_ADDR=127.0.0.1 MASTER_PORT=31000 WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 "
+            "NODE_RANK=0 DTRAIN_RESTART_COUNT=0 /opt/dtrain/bin/dtrain train cfg.yaml");
+  env.vars.back().second = "65535";  // node 0's launcher needs MASTER_PORT+1
+  EXPECT_EQ(BuildLaunchCommand(Opts({"--nnodes", "1", "--node-rank", "0"}), env, 0, &cmd).code(),
+            Status::Code::kInvalidArgument);
+  EXPECT_NE(
+      Build(Opts({"--nnodes", "2", "--node-rank", "0", "--master-addr", "m"}), FakeEnv(1)).find("MASTER_PORT=29500"),
+      std::string::npos);
+}
+
 // A restart resumes the job's own run: the first attempt's "start over" does not apply to it again.
 TEST(LaunchCommandTest, RestartsResumeTheirOwnRunInsteadOfStartingOver) {
   const LaunchOptions o = Opts({"--resume", "never", "--overwrite"});

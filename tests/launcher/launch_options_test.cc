@@ -49,6 +49,22 @@ TEST(LaunchOptionsTest, ParsesEveryFlag) {
   EXPECT_TRUE(o.dry_run);
 }
 
+TEST(LaunchOptionsTest, PerNodeFlagsAndTheirTorchrunSpellings) {
+  LaunchOptions o;
+  ASSERT_TRUE(
+      ParseLaunchArgs(
+          {"--nnodes", "3", "--node_rank", "2", "--master_addr", "10.0.0.1", "--master_port", "29600", "c.yaml"}, &o)
+          .ok());
+  EXPECT_EQ(o.nnodes, 3);
+  EXPECT_EQ(o.node_rank, 2);
+  EXPECT_EQ(o.master_addr, "10.0.0.1");
+  EXPECT_EQ(o.master_port, 29600);
+  LaunchOptions d;
+  ASSERT_TRUE(ParseLaunchArgs({"c.yaml"}, &d).ok());
+  EXPECT_EQ(d.node_rank, -1);
+  EXPECT_EQ(d.master_port, 0);
+}
+
 TEST(LaunchOptionsTest, ResumeIsShorthandForTheCheckpointResumeKey) {
   LaunchOptions o;
   ASSERT_TRUE(ParseLaunchArgs({"cfg.yaml", "--resume", "never", "--set", "a.b=1", "--resume=120"}, &o).ok());
@@ -68,10 +84,10 @@ TEST(LaunchOptionsTest, TorchrunUnderscoreSpellingsAreAliases) {
   EXPECT_NE(st.message().find("--nproc-per-node: expected a positive integer or gpu|cpu|auto, got '0'"),
             std::string::npos)
       << st.message();
-  st = ParseLaunchArgs({"--master_port", "29500", "c.yaml"}, &o);
-  EXPECT_NE(st.message().find("unknown flag '--master_port'"), std::string::npos) << st.message();
-  st = ParseLaunchArgs({"--node_rank=0", "c.yaml"}, &o);
-  EXPECT_NE(st.message().find("unknown flag '--node_rank'"), std::string::npos) << st.message();
+  st = ParseLaunchArgs({"--rdzv_backend", "c10d", "c.yaml"}, &o);
+  EXPECT_NE(st.message().find("unknown flag '--rdzv_backend'"), std::string::npos) << st.message();
+  st = ParseLaunchArgs({"--rdzv_id=7", "c.yaml"}, &o);
+  EXPECT_NE(st.message().find("unknown flag '--rdzv_id'"), std::string::npos) << st.message();
 }
 
 TEST(LaunchOptionsTest, ARepeatedSingleValuedFlagTakesTheLastValue) {
@@ -114,6 +130,15 @@ TEST(LaunchOptionsTest, ErrorsAreOneLineNamingTheFlag) {
       {{"a.yaml", "b.yaml"}, "unexpected argument 'b.yaml'"},
       {{"--nnodes", "1"}, "missing CONFIG"},
       {{"--hosts", "a:1", "--hostfile", "f", "c.yaml"}, "--hosts and --hostfile"},
+      {{"--node-rank", "0", "--master-addr", "h", "c.yaml"}, "per-node start needs --nnodes N"},
+      {{"--nnodes", "2", "--node-rank", "2", "--master-addr", "h", "c.yaml"}, "--node-rank 2: expected 0..1"},
+      {{"--nnodes", "2", "--node-rank", "1", "c.yaml"}, "more than one node needs --master-addr HOST"},
+      {{"--nnodes", "2", "--master-addr", "h", "c.yaml"}, "also needs --node-rank R"},
+      {{"--nnodes", "2", "--node-rank", "0", "--master-addr", "h", "--hosts", "a:1", "c.yaml"},
+       "--hosts/--hostfile are for mpirun"},
+      {{"--nnodes", "2", "--node-rank", "0", "--master-addr", "h", "--backend", "srun", "c.yaml"}, "drop --backend"},
+      {{"--node-rank", "-1", "c.yaml"}, "--node-rank: expected a non-negative integer"},
+      {{"--master-port", "65535", "c.yaml"}, "--master-port:"},
   };
   for (const auto& c : cases) {
     LaunchOptions o;

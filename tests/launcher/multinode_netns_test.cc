@@ -4,9 +4,7 @@
 // through scripts/netns_rsh.sh instead of ssh, and the gradients crossing the veth interfaces over
 // Open MPI's TCP transport. Needs root (CI runs as root); skips with the reason otherwise.
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/testing/netns_cluster.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::testing {
@@ -29,50 +28,9 @@ const std::string kCluster = kSource + "/scripts/netns_cluster.sh";
 const std::string kAgent = kSource + "/scripts/netns_rsh.sh";
 const std::string kCiConfig = kSource + "/configs/fashion_mnist_mlp_ci.yaml";
 const std::string kData = "/usr/share/datasets/fashion-mnist";
-constexpr int kSkipExit = 77;  // netns_cluster.sh: not possible on this machine
+constexpr int kSkipExit = NetnsCluster::kSkipExit;
 // Parameters of the 784-256-128-10 MLP of the CI config (weights + biases).
 constexpr int64_t kParams = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10;
-
-// One user of the fixed-name cluster per machine at a time: a second test run would otherwise
-// tear down the namespaces under the first. Blocks until the lock is free.
-class MachineLock {
- public:
-  explicit MachineLock(const std::string& path) : fd_(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
-    if (fd_ >= 0 && flock(fd_, LOCK_EX) != 0) {
-      close(fd_);
-      fd_ = -1;
-    }
-  }
-  ~MachineLock() {
-    if (fd_ >= 0) close(fd_);  // releases the lock
-  }
-  MachineLock(const MachineLock&) = delete;
-  MachineLock& operator=(const MachineLock&) = delete;
-  bool held() const { return fd_ >= 0; }
-
- private:
-  int fd_;
-};
-
-// The virtual cluster; the destructor tears it down if Down() was not called (failed assertions).
-class NetnsCluster {
- public:
-  NetnsCluster() = default;
-  ~NetnsCluster() {
-    if (!down_) Down();
-  }
-  NetnsCluster(const NetnsCluster&) = delete;
-  NetnsCluster& operator=(const NetnsCluster&) = delete;
-
-  ProcessResult Up(int hosts) { return RunCommand(kCluster + " up " + std::to_string(hosts)); }
-  ProcessResult Down() {
-    down_ = true;
-    return RunCommand(kCluster + " down");
-  }
-
- private:
-  bool down_ = false;
-};
 
 // A byte counter of eth0 inside namespace `ns` (rx_bytes, tx_bytes); -1 when unreadable.
 int64_t Counter(const std::string& ns, const std::string& name) {

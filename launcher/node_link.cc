@@ -1,0 +1,286 @@
+#include "launcher/node_link.h"
+
+#include <arpa/inet.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/logging.h"
+
+namespace dtrain::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kMagic = 0x64744e4c;  // "dtNL"
+enum Kind : uint32_t { kHello = 1, kReady, kError, kAlive, kStop, kDone };
+
+// One fixed-size frame per message, integers in network order.
+struct Frame {
+  uint32_t magic;
+  uint32_t kind;
+  int32_t node;
+  int32_t a;  // hello: nnodes; stop: exit code
+  int32_t b;  // hello: attempt
+  char text[236];
+};
+static_assert(sizeof(Frame) == 256, "frame size is part of the protocol");
+
+Frame MakeFrame(uint32_t kind, int node, int a, int b, const std::string& text) {
+  Frame f = {};
+  f.magic = htonl(kMagic);
+  f.kind = htonl(kind);
+  f.node = static_cast<int32_t>(htonl(static_cast<uint32_t>(node)));
+  f.a = static_cast<int32_t>(htonl(static_cast<uint32_t>(a)));
+  f.b = static_cast<int32_t>(htonl(static_cast<uint32_t>(b)));
+  std::strncpy(f.text, text.c_str(), sizeof(f.text) - 1);
+  return f;
+}
+
+struct Message {
+  uint32_t kind = 0;
+  int node = 0, a = 0, b = 0;
+  std::string text;
+};
+
+Status Send(const comm::TcpSocket& s, const Frame& f, double timeout_s, const std::string& what) {
+  return s.SendAll(&f, sizeof(f), comm::DeadlineIn(timeout_s), what);
+}
+
+Status Recv(const comm::TcpSocket& s, comm::Deadline deadline, const std::string& what, Message* m) {
+  Frame f;
+  DT_RETURN_IF_ERROR(s.RecvAll(&f, sizeof(f), deadline, what));
+  if (ntohl(f.magic) != kMagic) return Status::InvalidArgument(what + " is not a dtrain launcher (bad magic)");
+  f.text[sizeof(f.text) - 1] = '\0';
+  m->kind = ntohl(f.kind);
+  m->node = static_cast<int32_t>(ntohl(static_cast<uint32_t>(f.node)));
+  m->a = static_cast<int32_t>(ntohl(static_cast<uint32_t>(f.a)));
+  m->b = static_cast<int32_t>(ntohl(static_cast<uint32_t>(f.b)));
+  m->text = f.text;
+  return Status::OK();
+}
+
+std::string Where(const NodeLinkOptions& o) { return o.master_addr + ":" + std::to_string(o.port); }
+
+}  // namespace
+
+// --- Join --------------------------------------------------------------------------------------
+
+Status NodeLink::JoinAsHub(const NodeLinkOptions& opts, std::vector<Peer>* peers) {
+  comm::TcpSocket listener;
+  Status st = comm::TcpSocket::Listen("0.0.0.0", opts.port, &listener);
+  if (!st.ok()) {
+    return Status::Unavailable("node 0: cannot listen for the other nodes' launchers on port " +
+                               std::to_string(opts.port) + " (MASTER_PORT + 1): " + st.message());
+  }
+  const comm::Deadline deadline = comm::DeadlineIn(opts.join_timeout_s);
+  std::vector<bool> joined(opts.nnodes, false);
+  joined[0] = true;
+  int count = 1;
+  while (count < opts.nnodes) {
+    comm::TcpSocket sock;
+    std::string from;
+    if (!listener.Accept(deadline, &sock, &from).ok()) {
+      std::string missing;
+      for (int n = 1; n < opts.nnodes; ++n) {
+        if (!joined[n]) missing += (missing.empty() ? "" : ", ") + std::to_string(n);
+      }
+      return Status::Unavailable("node 0: " + std::to_string(count - 1) + " of " + std::to_string(opts.nnodes - 1) +
+                                 " other nodes' launchers arrived on port " + std::to_string(opts.port) + " after " +
+                                 std::to_string(static_cast<int>(opts.join_timeout_s)) + " s; missing: node " +
+                                 missing);
+    }
+    Message hello;
+    st = Recv(sock, comm::DeadlineIn(10), "a launcher at " + from, &hello);
+    if (!st.ok()) {
+      DT_LOG_WARN(kLauncher, "node 0: ignoring a connection from {}: {}", from, st.message());
+      continue;
+    }
+    std::string error;
+    if (hello.kind != kHello) {
+      error = "expected a hello";
+    } else if (hello.a != opts.nnodes) {
+      error = "--nnodes differs: node 0 has " + std::to_string(opts.nnodes) + ", node " + std::to_string(hello.node) +
+              " has " + std::to_string(hello.a);
+    } else if (hello.node < 1 || hello.node >= opts.nnodes) {
+      error = "--node-rank " + std::to_string(hello.node) + " is out of range 1.." + std::to_string(opts.nnodes - 1);
+    } else if (joined[hello.node]) {
+      error = "two launchers say --node-rank " + std::to_string(hello.node) + " (the second from " + from + ")";
+    } else if (hello.b != opts.attempt) {
+      error = "node " + std::to_string(hello.node) + " is at attempt " + std::to_string(hello.b + 1) +
+              ", node 0 at attempt " + std::to_string(opts.attempt + 1);
+    }
+    if (!error.empty()) {
+      (void)Send(sock, MakeFrame(kError, 0, 0, 0, error), 2, "node at " + from);
+      return Status::InvalidArgument("node 0: " + error);
+    }
+    joined[hello.node] = true;
+    ++count;
+    Peer p;
+    p.node = hello.node;
+    p.sock = std::move(sock);
+    peers->push_back(std::move(p));
+  }
+  for (Peer& p : *peers) {
+    DT_RETURN_IF_ERROR(Send(p.sock, MakeFrame(kReady, 0, 0, 0, ""), 10, "node " + std::to_string(p.node)));
+  }
+  return Status::OK();
+}
+
+Status NodeLink::JoinAsMember(const NodeLinkOptions& opts, std::vector<Peer>* peers) {
+  const comm::Deadline deadline = comm::DeadlineIn(opts.join_timeout_s);
+  const std::string what = "node 0's launcher at " + Where(opts);
+  comm::TcpSocket sock;
+  Status last;
+  while (true) {
+    last = comm::TcpSocket::Connect(opts.master_addr, opts.port, deadline, &sock);
+    if (last.ok()) {
+      last = Send(sock, MakeFrame(kHello, opts.node_rank, opts.nnodes, opts.attempt, ""), 10, what);
+      Message ready;
+      if (last.ok()) last = Recv(sock, deadline, what, &ready);
+      if (last.ok() && ready.kind == kError)
+        return Status::InvalidArgument(what + " refused node " + std::to_string(opts.node_rank) + ": " + ready.text);
+      if (last.ok() && ready.kind == kReady) break;
+      if (last.ok()) return Status::InvalidArgument(what + " answered with an unexpected message");
+    }
+    if (comm::SecondsLeft(deadline) <= 0) {
+      return Status::Unavailable("node " + std::to_string(opts.node_rank) + ": no launcher of node 0 at " +
+                                 Where(opts) + " after " + std::to_string(static_cast<int>(opts.join_timeout_s)) +
+                                 " s (is node 0's `dtrain launch` running, with the same --master-addr and "
+                                 "--master-port?): " +
+                                 last.message());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  Peer p;
+  p.node = 0;
+  p.sock = std::move(sock);
+  peers->push_back(std::move(p));
+  return Status::OK();
+}
+
+Status NodeLink::Join(const NodeLinkOptions& opts, std::unique_ptr<NodeLink>* out) {
+  if (opts.nnodes < 1 || opts.node_rank < 0 || opts.node_rank >= opts.nnodes) {
+    return Status::InvalidArgument("--node-rank " + std::to_string(opts.node_rank) + " is outside 0.." +
+                                   std::to_string(opts.nnodes - 1));
+  }
+  std::unique_ptr<NodeLink> link(new NodeLink(opts));
+  if (opts.node_rank == 0) {
+    DT_RETURN_IF_ERROR(JoinAsHub(opts, &link->peers_));
+  } else {
+    DT_RETURN_IF_ERROR(JoinAsMember(opts, &link->peers_));
+  }
+  const auto now = Clock::now();
+  for (Peer& p : link->peers_) p.last_heard = now;
+  link->thread_ = std::thread([l = link.get()] { l->Run(); });
+  *out = std::move(link);
+  return Status::OK();
+}
+
+// --- Running -----------------------------------------------------------------------------------
+
+NodeLink::~NodeLink() {
+  quit_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+bool NodeLink::stopped(NodeStop* why) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (why != nullptr) *why = stop_;
+  return stop_.node >= 0;
+}
+
+void NodeLink::ReportFailure(int exit_code, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_.node >= 0) return;  // a peer's stop came first: that is the root cause, already known everywhere
+  stop_ = NodeStop{opts_.node_rank, exit_code, reason};
+  outbox_.push_back({kStop, opts_.node_rank, exit_code, reason});
+}
+
+void NodeLink::ReportDone() {
+  std::lock_guard<std::mutex> lock(mu_);
+  outbox_.push_back({kDone, opts_.node_rank, 0, ""});
+}
+
+void NodeLink::SendTo(Peer* peer, const Outgoing& msg) {
+  if (peer->gone) return;
+  // A send that fails is found by the reading side (closed link) or by the silence timeout.
+  (void)Send(peer->sock, MakeFrame(msg.kind, msg.node, msg.code, 0, msg.text), 2, "node " + std::to_string(peer->node));
+}
+
+void NodeLink::RecordStop(const NodeStop& stop, int from_node) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_.node >= 0) return;
+    stop_ = stop;
+  }
+  DT_LOG_ERROR(kLauncher, "node {}: stopping this node's workers: {}", opts_.node_rank, stop.reason);
+  if (opts_.node_rank != 0) return;
+  for (Peer& p : peers_) {
+    if (p.node != from_node) SendTo(&p, {kStop, stop.node, stop.exit_code, stop.reason});
+  }
+}
+
+void NodeLink::PeerLost(Peer* peer, const std::string& why) {
+  peer->gone = true;
+  if (peer->done) return;
+  const std::string who = peer->node == 0 ? "node 0's launcher (at " + Where(opts_) + ")"
+                                          : "node " + std::to_string(peer->node) + "'s launcher";
+  RecordStop(NodeStop{peer->node, 1, who + " " + why + ": its host, its network or its launcher is gone"}, peer->node);
+}
+
+void NodeLink::Run() {
+  const auto heartbeat = std::chrono::duration<double>(opts_.heartbeat_s);
+  const auto silence = std::chrono::duration<double>(opts_.peer_timeout_s);
+  auto next_beat = Clock::now();
+  while (true) {
+    const bool quitting = quit_.load();
+    std::vector<Outgoing> out;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      out.swap(outbox_);
+    }
+    for (const Outgoing& m : out) {
+      for (Peer& p : peers_) SendTo(&p, m);
+    }
+    if (quitting) break;
+    auto now = Clock::now();
+    if (now >= next_beat) {
+      for (Peer& p : peers_) SendTo(&p, {kAlive, opts_.node_rank, 0, ""});
+      next_beat = now + std::chrono::duration_cast<Clock::duration>(heartbeat);
+    }
+    std::vector<pollfd> fds;
+    std::vector<Peer*> polled;
+    for (Peer& p : peers_) {
+      if (p.gone) continue;
+      fds.push_back({p.sock.fd(), POLLIN, 0});
+      polled.push_back(&p);
+    }
+    if (fds.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    poll(fds.data(), fds.size(), 100);
+    now = Clock::now();
+    for (size_t i = 0; i < fds.size(); ++i) {
+      Peer* p = polled[i];
+      if (fds[i].revents != 0) {
+        Message m;
+        const Status st = Recv(p->sock, comm::DeadlineIn(2), "node " + std::to_string(p->node), &m);
+        if (!st.ok()) {
+          PeerLost(p, "closed its link");
+          continue;
+        }
+        p->last_heard = now;
+        if (m.kind == kDone) p->done = true;
+        if (m.kind == kStop) RecordStop(NodeStop{m.node, m.a, m.text}, p->node);
+      } else if (!p->done && now - p->last_heard > silence) {
+        PeerLost(p, "sent nothing for " + std::to_string(static_cast<int>(opts_.peer_timeout_s)) + " s");
+      }
+    }
+  }
+}
+
+}  // namespace dtrain::launcher
