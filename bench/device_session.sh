@@ -100,7 +100,8 @@ if has cnn; then
     echo "cnn 2 GPU rc=$?: $(step_line $OUT/cnn_gpu2.log)"; grep -E "eval \|" $OUT/cnn_gpu2.log | tail -1 | sed 's/.*\] //'
   fi
   for mode in ${CNN_TORCH_MODES:-none default reduce-overhead}; do
-    python3 bench/cnn_torch.py --compile $mode --json $OUT/cnn_torch_$mode.json > $OUT/cnn_torch_$mode.log 2>&1
+    python3 bench/cnn_torch.py --compile $mode --epochs ${CNN_TORCH_EPOCHS:-8} --json $OUT/cnn_torch_$mode.json \
+      > $OUT/cnn_torch_$mode.log 2>&1
     echo "cnn torch 1 GPU $mode rc=$?: $(cat $OUT/cnn_torch_$mode.json 2>/dev/null || tail -3 $OUT/cnn_torch_$mode.log)"
   done
   if [[ $NGPU -ge 2 ]]; then
