@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -378,64 +380,64 @@ std::unique_ptr<DeviceContext> Gpu() {
   return gpu;
 }
 
-// Flash (bf16 and fp16) vs the CPU f64 reference on the same 16-bit-rounded inputs, over full tiles (T = 64, 256),
-// a tail tile (T = 100) and both head sizes.
-TEST(AttentionCuda, FlashMatchesCpuReference) {
-  DT_SKIP_WITHOUT_CUDA();
+// One 16-bit CUDA path (bf16 and fp16) vs the CPU f64 reference on the same 16-bit-rounded inputs, both head sizes
+// and the lengths `ts`, within the flash bounds; `more` (nullable) checks each case further.
+void ExpectPathMatchesCpu(
+    CudaPath path, std::initializer_list<int64_t> ts, uint64_t seed,
+    const std::function<void(DType, const Shape&, const std::vector<double>&, const Result&)>& more) {
   auto cpu = Cpu();
   auto gpu = Gpu();
   ASSERT_NE(gpu, nullptr);
   for (DType dt : {DType::kBF16, DType::kF16}) {
-    for (int64_t t : {64, 100, 256}) {
+    for (int64_t t : ts) {
       for (int64_t hs : {64, 128}) {
         const Shape s{2, t, 3, hs};
-        const auto qkv = Round16(dt, RandomVector(s.qkv_numel(), 100 + t + hs, -2, 2));
-        const auto dout = Round16(dt, RandomVector(s.out_numel(), 200 + t + hs));
+        const auto qkv = Round16(dt, RandomVector(s.qkv_numel(), seed + t + hs, -2, 2));
+        const auto dout = Round16(dt, RandomVector(s.out_numel(), seed + 100 + t + hs));
         Result want, got;
         ASSERT_NO_FATAL_FAILURE(RunAttention(*cpu, DType::kF64, s, qkv, dout, &want));
-        ASSERT_NO_FATAL_FAILURE(RunCudaPath(*gpu, dt, CudaPath::kFlash, s, qkv, dout, &got));
+        ASSERT_NO_FATAL_FAILURE(RunCudaPath(*gpu, dt, path, s, qkv, dout, &got));
         const Tolerance tol = FlashTolerance(dt);
         EXPECT_LE(testing::MaxAbsDiff(got.out, want.out), tol.out * testing::Scale(want.out)) << Where(dt, s);
         EXPECT_LE(testing::MaxAbsDiff(got.lse, want.lse), tol.lse * testing::Scale(want.lse)) << Where(dt, s);
         EXPECT_LE(testing::MaxAbsDiff(got.dqkv, want.dqkv), tol.dqkv * testing::Scale(want.dqkv)) << Where(dt, s);
-        // Row 0 sees only key 0: P = 1 up to fp32 rounding of exp2(~0), far below 16-bit rounding, so out_0 = v_0.
-        for (int64_t b = 0; b < s.b; ++b) {
-          for (int64_t h = 0; h < s.nh; ++h) {
-            for (int64_t d = 0; d < s.hs; ++d) {
-              ASSERT_EQ(got.out[b * s.t * s.c() + h * s.hs + d], qkv[QkvAt(s, b, 0, 2, h, d)]) << Where(dt, s);
-            }
-          }
-        }
+        if (more) more(dt, s, qkv, got);
       }
     }
   }
 }
 
-// cuDNN's fused attention (bf16 and fp16) vs the CPU f64 reference, gradients included, with the flash bounds (it
-// rounds the same intermediates to 16 bits), over full and tail tiles from cuDNN's minimum length (128) on; its lse
-// has the same convention (natural log, f32).
+// Flash vs the reference over full tiles (T = 64, 256) and a tail tile (T = 100).
+TEST(AttentionCuda, FlashMatchesCpuReference) {
+  DT_SKIP_WITHOUT_CUDA();
+  ExpectPathMatchesCpu(CudaPath::kFlash, {64, 100, 256}, 100,
+                       [](DType dt, const Shape& s, const std::vector<double>& qkv, const Result& got) {
+                         // Row 0 sees only key 0: P = 1 up to fp32 rounding of exp2(~0), far below 16-bit rounding,
+                         // so out_0 = v_0.
+                         for (int64_t b = 0; b < s.b; ++b) {
+                           for (int64_t h = 0; h < s.nh; ++h) {
+                             for (int64_t d = 0; d < s.hs; ++d) {
+                               ASSERT_EQ(got.out[b * s.t * s.c() + h * s.hs + d], qkv[QkvAt(s, b, 0, 2, h, d)])
+                                   << Where(dt, s);
+                             }
+                           }
+                         }
+                       });
+}
+
+// cuDNN's fused attention vs the reference, gradients included, with the flash bounds (it rounds the same
+// intermediates to 16 bits), over full and tail tiles from cuDNN's minimum length (128) on; its lse has the same
+// convention (natural log, f32).
 TEST(AttentionCuda, CudnnMatchesCpuReference) {
   DT_SKIP_WITHOUT_CUDA();
-  auto cpu = Cpu();
   auto gpu = Gpu();
   ASSERT_NE(gpu, nullptr);
   for (DType dt : {DType::kBF16, DType::kF16}) {
     for (int64_t t : {128, 200, 256}) {
-      for (int64_t hs : {64, 128}) {
-        const Shape s{2, t, 3, hs};
-        ASSERT_TRUE(CudnnAttentionSupported(*gpu, dt, s.b, s.t, s.nh, s.hs)) << "cuDNN cannot run " << Where(dt, s);
-        const auto qkv = Round16(dt, RandomVector(s.qkv_numel(), 300 + t + hs, -2, 2));
-        const auto dout = Round16(dt, RandomVector(s.out_numel(), 400 + t + hs));
-        Result want, got;
-        ASSERT_NO_FATAL_FAILURE(RunAttention(*cpu, DType::kF64, s, qkv, dout, &want));
-        ASSERT_NO_FATAL_FAILURE(RunCudaPath(*gpu, dt, CudaPath::kCudnn, s, qkv, dout, &got));
-        const Tolerance tol = FlashTolerance(dt);
-        EXPECT_LE(testing::MaxAbsDiff(got.out, want.out), tol.out * testing::Scale(want.out)) << Where(dt, s);
-        EXPECT_LE(testing::MaxAbsDiff(got.lse, want.lse), tol.lse * testing::Scale(want.lse)) << Where(dt, s);
-        EXPECT_LE(testing::MaxAbsDiff(got.dqkv, want.dqkv), tol.dqkv * testing::Scale(want.dqkv)) << Where(dt, s);
-      }
+      EXPECT_TRUE(CudnnAttentionSupported(*gpu, dt, 2, t, 3, 64)) << "cuDNN cannot run " << DTypeName(dt) << " T " << t;
     }
   }
+  ExpectPathMatchesCpu(CudaPath::kCudnn, {128, 200, 256}, 300, nullptr);
 }
 
 // No atomics and fixed summation orders: a second run gives the same bits (the resume tests rely on it).
