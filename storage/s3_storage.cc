@@ -24,6 +24,7 @@ using detail::HttpResponse;
 using detail::S3ErrorCode;
 
 constexpr char kEmptySha[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+constexpr char kUnsigned[] = "UNSIGNED-PAYLOAD";
 constexpr uint64_t kMinPartSize = 5ull << 20;
 constexpr int kMaxListPages = 100000;  // bounds a server that keeps answering "truncated"
 
@@ -105,9 +106,9 @@ Status S3Storage::Send(const Call& call, HttpResponse* resp, const std::string& 
   req.max_response = call.max_response;
   req.sink = call.sink;
   req.sink_size = call.sink_size;
-  const std::string payload_hash = !call.payload_hash.empty()
-                                       ? call.payload_hash
-                                       : (call.body_size ? Sha256Hex(call.body, call.body_size) : kEmptySha);
+  std::string payload_hash = call.payload_hash;
+  if (payload_hash.empty() && call.body_size == 0) payload_hash = kEmptySha;
+  if (payload_hash.empty()) payload_hash = UnsignedBodies() ? kUnsigned : Sha256Hex(call.body, call.body_size);
   const SigV4Key key{access_key_, secret_key_, region_, "s3"};
   // The retry policy of storage/s3_retry.h: full-jitter backoff, bounded by max_retries and by the
   // retry budget, measured from the first attempt.

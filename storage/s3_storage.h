@@ -96,6 +96,8 @@ class S3Storage : public Storage {
   Status Send(const Call& call, detail::HttpResponse* resp, const std::string& what);
   Status HttpError(const detail::HttpResponse& resp, const std::string& what) const;
   std::string ObjectName(const std::string& key) const;
+  // Bodies (PUT, UploadPart) go as UNSIGNED-PAYLOAD (StorageOptions::unsigned_payload), not hashed.
+  bool UnsignedBodies() const { return opts_.unsigned_payload; }
   std::string What(const std::string& key) const;  // "s3://bucket/prefix/key"
   Status PutMultipart(const std::string& key, const char* data, size_t size);
   Status UploadParts(const std::string& object, const std::string& what, const std::string& upload_id, const char* data,

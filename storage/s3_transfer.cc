@@ -63,11 +63,12 @@ Status S3Storage::PutMultipart(const std::string& key, const char* data, size_t 
   return st;
 }
 
-// The payloads stay signed (x-amz-content-sha256 = the hex SHA-256 of each part, not UNSIGNED-PAYLOAD):
-// over plain HTTP (a loopback or in-cluster endpoint) it is the only integrity check the server makes on
-// the bytes it stores, and from OpenSSL (SHA-NI / AVX2) it costs ~1-2 GB/s of one core, which the hashing
-// thread below spends while the parts ahead of it are on the wire. The CRC32C of every checkpoint file
-// (its manifest) is checked end to end on load besides.
+// The payloads stay signed by default (x-amz-content-sha256 = the hex SHA-256 of each part): over plain HTTP
+// (a loopback or in-cluster endpoint) it is the only integrity check the server makes on the bytes it
+// stores, and from OpenSSL (SHA-NI) it costs ~1 GB/s of one core, which the hashing thread below spends
+// while the parts ahead of it are on the wire. StorageOptions::unsigned_payload (for https endpoints, where
+// TLS protects the bytes in flight) sends UNSIGNED-PAYLOAD instead. Either way the CRC32C of every
+// checkpoint file (in its manifest) is checked end to end on load.
 Status S3Storage::UploadParts(const std::string& object, const std::string& what, const std::string& upload_id,
                               const char* data, size_t size, std::vector<std::string>* etags) {
   uint64_t part_size = opts_.part_size;
@@ -85,7 +86,7 @@ Status S3Storage::UploadParts(const std::string& object, const std::string& what
   std::atomic<bool> stop{false};
   std::thread hasher([&] {
     for (size_t i = 0; i < n && !stop.load(); ++i) {
-      std::string h = Sha256Hex(data + i * part_size, part_bytes(i));
+      std::string h = UnsignedBodies() ? "UNSIGNED-PAYLOAD" : Sha256Hex(data + i * part_size, part_bytes(i));
       std::lock_guard<std::mutex> lock(mu);
       hashes[i] = std::move(h);
       hashed = i + 1;
@@ -171,8 +172,8 @@ Status S3Storage::GetInto(const std::string& key, void* dst, uint64_t size, uint
     const bool size_agrees = totals[i] == total || (totals[i] == kUnknownSize && offset >= total);
     if (!size_agrees || got[i] != want) {
       return Status::IoError(What(key) + ": the object changed while it was read (range at " + std::to_string(offset) +
-                             ": " + std::to_string(got[i]) + " bytes, expected " +
-                             std::to_string(want) + " of " + std::to_string(total) + ")");
+                             ": " + std::to_string(got[i]) + " bytes, expected " + std::to_string(want) + " of " +
+                             std::to_string(total) + ")");
     }
   }
   *object_size = total;

@@ -76,6 +76,7 @@ Status Trainer::SetupCheckpoint() {
   so.multipart_threshold = static_cast<uint64_t>(ck.s3_multipart_threshold_mb()) << 20;
   so.part_size = static_cast<uint64_t>(ck.s3_part_size_mb()) << 20;
   so.parallel_parts = static_cast<int>(ck.s3_parallel_parts());
+  so.unsigned_payload = ck.s3_unsigned_payload();
   so.retry_budget_s = ck.s3_retry_budget_s();
   DT_RETURN_IF_ERROR(CheckpointManager::Open(url, so, o, &ckpt_));
   // Storage preflight before the first step, not at the first save: rank 0 writes, reads back and deletes a probe
