@@ -249,6 +249,21 @@ Status CheckpointManager::Load(int64_t step, LoadedCheckpoint* out) {
     }
   }
   DT_RETURN_IF_ERROR(CheckParamSlices(dir, m));
+  // Every file's real size first (one listing): a missing file or one whose size differs from the manifest's is
+  // reported before any buffer is allocated, so a manifest cannot make Load allocate what is not there.
+  std::vector<storage::ObjectInfo> objects;
+  DT_RETURN_IF_ERROR(store_->List(dir + "/", &objects));
+  std::map<std::string, uint64_t> sizes;
+  for (const storage::ObjectInfo& o : objects) sizes[o.key] = o.size;
+  for (const proto::CheckpointFile& f : m.files()) {
+    const std::string key = dir + "/" + f.name();
+    const auto it = sizes.find(key);
+    if (it == sizes.end()) return Status::DataLoss(key + ": missing (listed in the manifest)");
+    if (it->second != f.size()) {
+      return Status::DataLoss(key + ": " + std::to_string(it->second) + " bytes, the manifest says " +
+                              std::to_string(f.size()));
+    }
+  }
   // The files are read in parallel, each straight into its final buffer, and checked on the thread that read it.
   std::vector<std::string*> buffers;
   for (const proto::CheckpointFile& f : m.files()) {
