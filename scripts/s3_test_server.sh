@@ -8,6 +8,8 @@
 #                                         # S3_TEST_SECRET_KEY=...) for `source`
 #   scripts/s3_test_server.sh stop DIR    # SIGTERM rgw, osd, mon by pid (SIGKILL after 1 s); idempotent
 #
+# S3_TEST_MEMSTORE_BYTES sets the OSD's in-memory store (default 1 GiB; the benchmarks of >= 1 GB objects
+# raise it: memstore holds about twice the data in RAM).
 # Daemons get stdin from /dev/null and write to DIR/log/*, so `$(... start DIR)` returns.
 # Exit codes: 0 done; 77 the ceph binaries are missing (install: scripts/install_deps.sh); 1 failure
 # (the tail of the failing daemon's log goes to stderr); 2 usage.
@@ -109,7 +111,7 @@ paxos propose interval = 0.05
 paxos min wait = 0.01
 [osd]
 osd objectstore = memstore
-memstore device bytes = 1073741824
+memstore device bytes = ${S3_TEST_MEMSTORE_BYTES:-1073741824}
 [client.rgw.local]
 rgw frontends = beast endpoint=127.0.0.1:$prgw
 rgw dns name = localhost

@@ -45,15 +45,27 @@ int FsyncDir(const std::string& dir) {
   return rc;
 }
 
+// Writes n bytes in chunks of kWriteChunk; after each chunk asks the kernel to start its writeback
+// (SYNC_FILE_RANGE_WRITE does not wait), so the device writes while the next chunk is copied into the page
+// cache, dirty pages never pile up to the whole file, and the fsync that follows waits for the last chunk only.
+constexpr size_t kWriteChunk = 64u << 20;
+
 int WriteAll(int fd, const char* p, size_t n) {
+  off_t flushed = 0, written = 0;
   while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
+    const ssize_t w = ::write(fd, p, std::min(n, kWriteChunk));
     if (w < 0) {
       if (errno == EINTR) continue;
       return errno;
     }
     p += w;
     n -= static_cast<size_t>(w);
+    written += w;
+    if (written - flushed >= static_cast<off_t>(kWriteChunk) || n == 0) {
+      // Best effort: a file system without it (EINVAL, ENOSYS) still gets the fsync after.
+      (void)::sync_file_range(fd, flushed, written - flushed, SYNC_FILE_RANGE_WRITE);
+      flushed = written;
+    }
   }
   return 0;
 }
@@ -137,35 +149,51 @@ Status FileStorage::Put(const std::string& key, const void* data, size_t size) {
   return Status::OK();
 }
 
-Status FileStorage::ReadRange(const std::string& key, uint64_t offset, uint64_t size, std::string* out) {
+Status FileStorage::OpenForRead(const std::string& key, int* fd, uint64_t* size) const {
   DT_RETURN_IF_ERROR(CheckKey(key));
   const std::string path = root_ + "/" + key;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Error(key, "open", errno);
+  *fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (*fd < 0) return Error(key, "open", errno);
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     const int err = S_ISDIR(st.st_mode) ? ENOENT : errno;
-    ::close(fd);
+    ::close(*fd);
     return Error(key, "stat", err);
   }
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  *size = static_cast<uint64_t>(st.st_size);
+  return Status::OK();
+}
+
+Status FileStorage::PreadAll(const std::string& key, int fd, char* dst, uint64_t n, uint64_t offset) const {
+  uint64_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return Error(key, r < 0 ? "read" : "read: file shrank while reading", r < 0 ? errno : EIO);
+    done += static_cast<uint64_t>(r);
+  }
+  return Status::OK();
+}
+
+Status FileStorage::ReadRange(const std::string& key, uint64_t offset, uint64_t size, std::string* out) {
+  int fd = -1;
+  uint64_t file_size = 0;
+  DT_RETURN_IF_ERROR(OpenForRead(key, &fd, &file_size));
   const uint64_t begin = std::min(offset, file_size);
   const uint64_t n = std::min(size, file_size - begin);
   out->resize(n);
-  uint64_t done = 0;
-  while (done < n) {
-    const ssize_t r = ::pread(fd, &(*out)[done], n - done, static_cast<off_t>(begin + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      const int err = r < 0 ? errno : EIO;
-      ::close(fd);
-      out->clear();
-      return Error(key, r < 0 ? "read" : "read: file shrank while reading", err);
-    }
-    done += static_cast<uint64_t>(r);
-  }
+  const Status st = PreadAll(key, fd, out->data(), n, begin);
   ::close(fd);
-  return Status::OK();
+  if (!st.ok()) out->clear();
+  return st;
+}
+
+Status FileStorage::GetInto(const std::string& key, void* dst, uint64_t size, uint64_t* object_size) {
+  int fd = -1;
+  DT_RETURN_IF_ERROR(OpenForRead(key, &fd, object_size));
+  const Status st = PreadAll(key, fd, static_cast<char*>(dst), std::min(size, *object_size), 0);
+  ::close(fd);
+  return st;
 }
 
 Status FileStorage::Get(const std::string& key, std::string* out) { return ReadRange(key, 0, UINT64_MAX, out); }

@@ -1,10 +1,11 @@
 #pragma once
 // FileStorage: the file:// backend of storage::Storage — keys are relative paths below a root directory.
 //
-// Put writes `<path>.tmp.<pid>.<n>` next to the target, fsyncs it, renames it over the target and
-// fsyncs the directory, so a reader (or a crash) sees the old object or the whole new one. Parent
-// directories are created as needed. Names of the form `*.tmp.<digits>.<digits>` are reserved for
-// those temporaries: List skips them and Put/Get reject them as keys.
+// Put writes `<path>.tmp.<pid>.<n>` next to the target in 64 MiB writes, asking the kernel to start writing
+// each back at once (sync_file_range), so the disk works while later chunks are copied and the closing fsync
+// waits for the tail only; then it fsyncs the file, renames it over the target and fsyncs the directory, so a reader
+// (or a crash) sees the old object or the whole new one. Parent directories are created as needed. Names of the form
+// `*.tmp.<digits>.<digits>` are reserved for those temporaries: List skips them and Put/Get reject them as keys.
 // Thread-safe: no mutable state besides an atomic counter for temporary names.
 
 #include <atomic>
@@ -24,6 +25,7 @@ class FileStorage : public Storage {
   Status Put(const std::string& key, const void* data, size_t size) override;
   Status Get(const std::string& key, std::string* out) override;
   Status GetRange(const std::string& key, uint64_t offset, uint64_t size, std::string* out) override;
+  Status GetInto(const std::string& key, void* dst, uint64_t size, uint64_t* object_size) override;
   Status Head(const std::string& key, ObjectInfo* out) override;
   Status List(const std::string& prefix, std::vector<ObjectInfo>* out) override;
   Status Delete(const std::string& key) override;
@@ -35,6 +37,10 @@ class FileStorage : public Storage {
   Status Error(const std::string& key, const std::string& what, int err) const;
   // Reads [offset, offset + size) (clamped to the file's end) into *out.
   Status ReadRange(const std::string& key, uint64_t offset, uint64_t size, std::string* out);
+  // Opens `key` for reading; *fd and *size (the file's) on success.
+  Status OpenForRead(const std::string& key, int* fd, uint64_t* size) const;
+  // Reads n bytes at offset of the open `fd` into dst.
+  Status PreadAll(const std::string& key, int fd, char* dst, uint64_t n, uint64_t offset) const;
 
   const std::string root_;  // no trailing '/'
   const std::string url_;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace dtrain::storage::detail {
@@ -13,11 +15,22 @@ struct Transfer {
   const HttpRequest* req;
   HttpResponse* resp;
   size_t read_pos = 0;
+  long status_seen = 0;  // from the last status line ("HTTP/1.1 206 ..."), before the body arrives
+  bool cut = false;      // the testing cut of HttpRequest::cut_after_body_bytes happened
 };
 
 size_t OnWrite(char* p, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const size_t bytes = size * n;
+  if (t->req->sink != nullptr && t->status_seen >= 200 && t->status_seen < 300) {
+    if (t->resp->sink_bytes + bytes > t->req->sink_size) {
+      t->resp->too_large = true;
+      return 0;
+    }
+    std::memcpy(t->req->sink + t->resp->sink_bytes, p, bytes);
+    t->resp->sink_bytes += bytes;
+    return bytes;
+  }
   if (t->resp->body.size() + bytes > t->req->max_response) {
     t->resp->too_large = true;
     return 0;  // makes libcurl fail the transfer with CURLE_WRITE_ERROR
@@ -28,7 +41,14 @@ size_t OnWrite(char* p, size_t size, size_t n, void* user) {
 
 size_t OnRead(char* p, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
-  const size_t bytes = std::min(size * n, t->req->body_size - t->read_pos);
+  size_t bytes = std::min(size * n, t->req->body_size - t->read_pos);
+  if (t->req->cut_after_body_bytes != SIZE_MAX) {
+    if (t->read_pos >= t->req->cut_after_body_bytes) {
+      t->cut = true;
+      return CURL_READFUNC_ABORT;
+    }
+    bytes = std::min(bytes, t->req->cut_after_body_bytes - t->read_pos);
+  }
   std::memcpy(p, t->req->body + t->read_pos, bytes);
   t->read_pos += bytes;
   return bytes;
@@ -38,6 +58,11 @@ size_t OnRead(char* p, size_t size, size_t n, void* user) {
 size_t OnHeader(char* p, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const std::string line(p, size * n);
+  if (line.compare(0, 5, "HTTP/") == 0) {  // a status line: a new answer (after a 100 Continue, say)
+    const size_t sp = line.find(' ');
+    t->status_seen = sp == std::string::npos ? 0 : std::strtol(line.c_str() + sp + 1, nullptr, 10);
+    return size * n;
+  }
   const size_t colon = line.find(':');
   if (colon == std::string::npos) return size * n;
   std::string name = line.substr(0, colon);
@@ -47,13 +72,24 @@ size_t OnHeader(char* p, size_t size, size_t n, void* user) {
   const size_t e = value.find_last_not_of(" \t\r\n");
   value = b == std::string::npos ? "" : value.substr(b, e - b + 1);
   if (name == "etag") t->resp->etag = value;
+  if (name == "content-range") {  // "bytes 0-99/1234" or "bytes */1234"
+    const size_t slash = value.rfind('/');
+    char* end = nullptr;
+    const char* total = slash == std::string::npos ? "" : value.c_str() + slash + 1;
+    const unsigned long long v = std::strtoull(total, &end, 10);
+    if (end != total && *end == '\0') {
+      t->resp->range_total = v;
+      t->resp->has_range_total = true;
+    }
+  }
   if (name == "content-length") {
     char* end = nullptr;
     const unsigned long long v = std::strtoull(value.c_str(), &end, 10);
     if (end != value.c_str() && *end == '\0') {
       t->resp->content_length = v;
       t->resp->has_content_length = true;
-      if (t->req->method == "GET" && v <= t->req->max_response && v < (1ull << 40)) t->resp->body.reserve(v);
+      if (t->req->method == "GET" && t->req->sink == nullptr && v <= t->req->max_response && v < (1ull << 40))
+        t->resp->body.reserve(v);
     }
   }
   return size * n;
@@ -131,6 +167,10 @@ void HttpClient::Perform(const HttpRequest& req, HttpResponse* resp) {
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, stall_timeout_s_);
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
+  // Larger buffers than libcurl's 16 KiB / 64 KiB defaults: fewer callbacks and syscalls per byte for the
+  // multi-MiB bodies of checkpoints (512 KiB is libcurl's maximum receive buffer).
+  curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 512L << 10);
+  curl_easy_setopt(curl, CURLOPT_UPLOAD_BUFFERSIZE, 1L << 20);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnWrite);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &t);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, OnHeader);
@@ -149,7 +189,11 @@ void HttpClient::Perform(const HttpRequest& req, HttpResponse* resp) {
   } else if (req.method != "GET") {
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, req.method.c_str());
   }
-  const CURLcode rc = curl_easy_perform(curl);
+  CURLcode rc = curl_easy_perform(curl);
+  if (t.cut) {
+    rc = CURLE_SEND_ERROR;
+    std::snprintf(errbuf, sizeof(errbuf), "connection cut after %zu body bytes (testing)", req.cut_after_body_bytes);
+  }
   if (rc == CURLE_OK) {
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &resp->status);
   } else {

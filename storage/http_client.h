@@ -19,6 +19,13 @@ struct HttpRequest {
   const char* body = nullptr;  // PUT/POST body (not owned), body_size bytes
   size_t body_size = 0;
   size_t max_response = SIZE_MAX;  // a longer response body fails the request (WRITE_ERROR)
+  // When set, a 2xx answer's body goes straight here (at most sink_size bytes; more fails the request as
+  // too large) instead of HttpResponse::body; an error answer's body still goes to HttpResponse::body.
+  char* sink = nullptr;
+  size_t sink_size = 0;
+  // Testing only: the upload is cut after this many body bytes, as a connection reset mid-body would cut
+  // it (the server sees a partial request; the response is curl_code CURLE_SEND_ERROR, which is retryable).
+  size_t cut_after_body_bytes = SIZE_MAX;
 };
 
 struct HttpResponse {
@@ -30,6 +37,10 @@ struct HttpResponse {
   std::string etag;  // ETag response header, quotes kept
   uint64_t content_length = 0;
   bool has_content_length = false;
+  uint64_t sink_bytes = 0;  // body bytes written to HttpRequest::sink
+  // The object's total size from a Content-Range answer ("bytes a-b/T" or "bytes */T").
+  uint64_t range_total = 0;
+  bool has_range_total = false;
 };
 
 // Whether a transport failure is worth retrying (connect refused/reset, timeouts, partial transfers).

@@ -1,11 +1,9 @@
 #include "storage/s3_storage.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <random>
 #include <thread>
 
@@ -26,8 +24,8 @@ using detail::HttpResponse;
 using detail::S3ErrorCode;
 
 constexpr char kEmptySha[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+constexpr char kUnsigned[] = "UNSIGNED-PAYLOAD";
 constexpr uint64_t kMinPartSize = 5ull << 20;
-constexpr int kMaxParts = 10000;
 constexpr int kMaxListPages = 100000;  // bounds a server that keeps answering "truncated"
 
 std::string FirstNonEmpty(const std::string& a, const char* env1, const char* env2 = nullptr) {
@@ -106,7 +104,11 @@ Status S3Storage::Send(const Call& call, HttpResponse* resp, const std::string& 
   req.body = call.body;
   req.body_size = call.body_size;
   req.max_response = call.max_response;
-  const std::string payload_hash = call.body_size ? Sha256Hex(call.body, call.body_size) : kEmptySha;
+  req.sink = call.sink;
+  req.sink_size = call.sink_size;
+  std::string payload_hash = call.payload_hash;
+  if (payload_hash.empty() && call.body_size == 0) payload_hash = kEmptySha;
+  if (payload_hash.empty()) payload_hash = UnsignedBodies() ? kUnsigned : Sha256Hex(call.body, call.body_size);
   const SigV4Key key{access_key_, secret_key_, region_, "s3"};
   // The retry policy of storage/s3_retry.h: full-jitter backoff, bounded by max_retries and by the
   // retry budget, measured from the first attempt.
@@ -129,6 +131,7 @@ Status S3Storage::Send(const Call& call, HttpResponse* resp, const std::string& 
     req.headers = sig.headers;
     req.headers.emplace_back("Authorization", AuthorizationHeader(sig, key, amz_date));
     req.headers.insert(req.headers.end(), call.headers.begin(), call.headers.end());
+    req.cut_after_body_bytes = attempts < call.cut_attempts ? call.body_size / 2 : SIZE_MAX;
     http_->Perform(req, resp);
     ++attempts;
     if (resp->status >= 200 && resp->status < 300) return Status::OK();
@@ -297,86 +300,6 @@ Status S3Storage::ListMultipartUploads(const std::string& key_prefix, std::vecto
     if (detail::XmlFirst(block, "UploadId", &id)) upload_ids->push_back(id);
   }
   return Status::OK();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Multipart upload:
-//   1. POST ?uploads=                      -> UploadId
-//   2. PUT ?partNumber=i&uploadId=ID        parts 1..n, parallel_parts in flight -> ETag each
-//   3. POST ?uploadId=ID <CompleteMultipartUpload>  the object appears, whole, only now
-//   on any failure: DELETE ?uploadId=ID (abort) so that no parts are left billed and hidden.
-
-Status S3Storage::PutMultipart(const std::string& key, const char* data, size_t size) {
-  const std::string object = ObjectName(key);
-  const std::string what = What(key);
-  Call create{"POST", object, {{"uploads", ""}}};
-  HttpResponse resp;
-  DT_RETURN_IF_ERROR(Send(create, &resp, what + " (create multipart upload)"));
-  std::string upload_id;
-  if (!detail::XmlFirst(resp.body, "UploadId", &upload_id) || upload_id.empty()) {
-    return Status::IoError(what + ": CreateMultipartUpload answer has no UploadId");
-  }
-
-  std::vector<std::string> etags;
-  Status st = UploadParts(object, what, upload_id, data, size, &etags);
-  if (st.ok()) {
-    std::string xml = "<CompleteMultipartUpload>";
-    for (size_t i = 0; i < etags.size(); ++i) {
-      xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags[i] + "</ETag></Part>";
-    }
-    xml += "</CompleteMultipartUpload>";
-    Call complete{"POST", object, {{"uploadId", upload_id}}, {{"Content-Type", "application/xml"}}};
-    complete.body = xml.data();
-    complete.body_size = xml.size();
-    st = Send(complete, &resp, what + " (complete multipart upload)");
-    // S3 may answer 200 and still fail: the error is then in the body.
-    if (st.ok() && resp.body.find("<Error>") != std::string::npos) st = HttpError(resp, what + " (complete)");
-  }
-  if (!st.ok()) {
-    const Status abort = Send(Call{"DELETE", object, {{"uploadId", upload_id}}}, &resp, what + " (abort)");
-    if (!abort.ok()) DT_LOG_WARN(kRuntime, "s3: abort of a failed multipart upload: {}", abort.ToString());
-  }
-  return st;
-}
-
-Status S3Storage::UploadParts(const std::string& object, const std::string& what, const std::string& upload_id,
-                              const char* data, size_t size, std::vector<std::string>* etags) {
-  uint64_t part_size = opts_.part_size;
-  while ((size + part_size - 1) / part_size > kMaxParts) part_size *= 2;  // S3 allows 10000 parts
-  const size_t n = (size + part_size - 1) / part_size;
-  etags->assign(n, "");
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  std::mutex mu;
-  Status first_error;
-  auto worker = [&] {
-    for (size_t i = next++; i < n && !failed.load(); i = next++) {
-      const int part = static_cast<int>(i + 1);
-      const std::string part_what = what + " (part " + std::to_string(part) + "/" + std::to_string(n) + ")";
-      Status st;
-      HttpResponse resp;
-      if (part == failing_part_) {
-        st = Status::IoError(part_what + ": injected failure (testing)");
-      } else {
-        Call call{"PUT", object, {{"partNumber", std::to_string(part)}, {"uploadId", upload_id}}};
-        call.body = data + i * part_size;
-        call.body_size = std::min<uint64_t>(part_size, size - i * part_size);
-        st = Send(call, &resp, part_what);
-        if (st.ok() && resp.etag.empty()) st = Status::IoError(part_what + ": UploadPart answer has no ETag");
-      }
-      if (!st.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!failed.exchange(true)) first_error = st;
-        return;
-      }
-      (*etags)[i] = resp.etag;
-    }
-  };
-  std::vector<std::thread> threads;
-  const size_t workers = std::min<size_t>(n, static_cast<size_t>(opts_.parallel_parts));
-  for (size_t w = 0; w < workers; ++w) threads.emplace_back(worker);
-  for (auto& t : threads) t.join();
-  return failed.load() ? first_error : Status::OK();
 }
 
 }  // namespace dtrain::storage

@@ -9,8 +9,10 @@
 //   access_key     AWS_ACCESS_KEY_ID        secret_key  AWS_SECRET_ACCESS_KEY
 //   session_token  AWS_SESSION_TOKEN (sent as x-amz-security-token, signed)
 // Addressing: path-style (endpoint/bucket/key) or virtual-host (bucket.endpoint-host/key).
-// Objects of at least multipart_threshold bytes go up as a multipart upload (parallel_parts parts in
-// flight); it is completed last, so readers never see a torn object, and aborted on any failure.
+// Objects of at least multipart_threshold bytes go up as a multipart upload (storage/s3_transfer.cc:
+// parallel_parts parts in flight, each on its own connection, their SHA-256 computed by one hashing thread
+// ahead of the senders); it is completed last, so readers never see a torn object, and aborted on any
+// failure. GetInto fetches parallel_parts ranges of part_size bytes at once straight into the caller's buffer.
 // Retries (storage/s3_retry.h, the AWS SDKs' "standard" mode): 5xx, 408, 429, throttling and transient
 // error codes (SlowDown, Throttling, RequestTimeout, InternalError, ...) and curl connect/timeout/send/
 // recv errors are retried with full-jitter exponential backoff (100 ms base, 20 s cap) until
@@ -45,6 +47,7 @@ class S3Storage : public Storage {
   Status Put(const std::string& key, const void* data, size_t size) override;
   Status Get(const std::string& key, std::string* out) override;
   Status GetRange(const std::string& key, uint64_t offset, uint64_t size, std::string* out) override;
+  Status GetInto(const std::string& key, void* dst, uint64_t size, uint64_t* object_size) override;
   Status Head(const std::string& key, ObjectInfo* out) override;
   Status List(const std::string& prefix, std::vector<ObjectInfo>* out) override;
   Status Delete(const std::string& key) override;
@@ -61,6 +64,12 @@ class S3Storage : public Storage {
   void set_list_page_size(int n) { list_page_size_ = n; }
   // Testing only: UploadPart of this part number (1-based) fails with IoError before it is sent.
   void set_failing_part_for_testing(int part_number) { failing_part_ = part_number; }
+  // Testing only: the first `times` attempts of UploadPart `part_number` are cut halfway through their body
+  // (a real partial request reaches the server), which the retry policy then retries.
+  void set_part_cut_for_testing(int part_number, int times) {
+    cut_part_ = part_number;
+    cut_times_ = times;
+  }
 
  private:
   S3Storage();
@@ -76,17 +85,25 @@ class S3Storage : public Storage {
     std::vector<std::pair<std::string, std::string>> headers;  // extra, unsigned (Range, Content-Type)
     const char* body = nullptr;
     size_t body_size = 0;
+    std::string payload_hash;  // hex SHA-256 of the body when the caller computed it already; "" = Send hashes
     size_t max_response = 64u << 20;
+    char* sink = nullptr;  // a 2xx answer's body goes here (detail::HttpRequest::sink)
+    size_t sink_size = 0;
+    int cut_attempts = 0;  // testing: this many first attempts are cut halfway through the body
   };
   // Signs and sends `call`, retrying as documented above; OK only for a 2xx answer (in *resp).
   // Errors name `what` (the URL and key) and never the credentials.
   Status Send(const Call& call, detail::HttpResponse* resp, const std::string& what);
   Status HttpError(const detail::HttpResponse& resp, const std::string& what) const;
   std::string ObjectName(const std::string& key) const;
+  // Bodies (PUT, UploadPart) go as UNSIGNED-PAYLOAD (StorageOptions::unsigned_payload), not hashed.
+  bool UnsignedBodies() const { return opts_.unsigned_payload; }
   std::string What(const std::string& key) const;  // "s3://bucket/prefix/key"
   Status PutMultipart(const std::string& key, const char* data, size_t size);
   Status UploadParts(const std::string& object, const std::string& what, const std::string& upload_id, const char* data,
                      size_t size, std::vector<std::string>* etags);
+  // GET of bytes [offset, offset + size) into dst; *total gets the object's size (from Content-Range).
+  Status GetChunk(const std::string& key, char* dst, uint64_t offset, uint64_t size, uint64_t* got, uint64_t* total);
 
   std::string url_;
   std::string bucket_;
@@ -101,6 +118,8 @@ class S3Storage : public Storage {
   StorageOptions opts_;
   int list_page_size_ = 1000;
   int failing_part_ = 0;
+  int cut_part_ = 0;
+  int cut_times_ = 0;
   std::unique_ptr<detail::HttpClient> http_;
 };
 

@@ -1,5 +1,8 @@
 #include "storage/storage.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "core/check.h"
 #include "storage/fault_storage.h"
 #include "storage/file_storage.h"
@@ -33,6 +36,14 @@ Status Storage::Open(const std::string& url, const StorageOptions& opts, std::un
   // Tests of failure handling: DTRAIN_STORAGE_FAULT wraps the store (storage/fault_storage.h).
   DT_RETURN_IF_ERROR(FaultStorage::WrapFromEnv(&store));
   *out = std::move(store);
+  return Status::OK();
+}
+
+Status Storage::GetInto(const std::string& key, void* dst, uint64_t size, uint64_t* object_size) {
+  std::string bytes;
+  DT_RETURN_IF_ERROR(Get(key, &bytes));
+  *object_size = bytes.size();
+  std::memcpy(dst, bytes.data(), std::min<uint64_t>(size, bytes.size()));
   return Status::OK();
 }
 

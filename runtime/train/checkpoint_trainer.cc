@@ -75,6 +75,8 @@ Status Trainer::SetupCheckpoint() {
   so.path_style = ck.s3_path_style();
   so.multipart_threshold = static_cast<uint64_t>(ck.s3_multipart_threshold_mb()) << 20;
   so.part_size = static_cast<uint64_t>(ck.s3_part_size_mb()) << 20;
+  so.parallel_parts = static_cast<int>(ck.s3_parallel_parts());
+  so.unsigned_payload = ck.s3_unsigned_payload();
   so.retry_budget_s = ck.s3_retry_budget_s();
   DT_RETURN_IF_ERROR(CheckpointManager::Open(url, so, o, &ckpt_));
   // Storage preflight before the first step, not at the first save: rank 0 writes, reads back and deletes a probe
@@ -93,9 +95,13 @@ Status Trainer::SetupCheckpoint() {
   if (probe_failed[0] != 0)
     return Status::FailedPrecondition("the checkpoint storage preflight failed on rank 0: " + url);
   Preemption::InstallHandlers();
-  if (rank_ == 0) writer_ = std::make_unique<CheckpointWriter>();
+  if (rank_ == 0) {
+    writer_ = std::make_unique<CheckpointWriter>();
+    StartSnapshotPool();
+  }
 
   // Every rank reads the store itself (a shared file system or object storage); they must agree.
+  const double restore_t0 = NowS();
   ResumePlan plan;
   DT_RETURN_IF_ERROR(PlanResume(ckpt_.get(), {resume, ck.overwrite(), rank_ == 0}, &plan));
   if (rank_ == 0 && !plan.note.empty()) DT_LOG_WARN(kRuntime, "{}", plan.note);
@@ -116,6 +122,18 @@ Status Trainer::SetupCheckpoint() {
   }
   DT_RETURN_IF_ERROR(Restore(loaded));
   if (rank_ == 0) {
+    // Restore time: list + manifest + every file read (in parallel) and CRC-checked + copied into the model.
+    const double restore_s = NowS() - restore_t0;
+    uint64_t bytes = 0;
+    for (const auto& [name, data] : loaded.files) bytes += data.size();
+    DT_LOG_INFO(kRuntime, "restored {}/{}: {:.1f} MiB read, verified and loaded in {:.3f} s ({:.0f} MiB/s)", url,
+                loaded.dir, bytes / 1048576.0, restore_s, bytes / 1048576.0 / std::max(restore_s, 1e-9));
+    DT_RETURN_IF_ERROR(metrics_.Write(JsonLine()
+                                          .Add("kind", std::string("restore"))
+                                          .Add("step", loaded.manifest.step())
+                                          .Add("time", WallSeconds())
+                                          .Add("restore_s", restore_s)
+                                          .Add("bytes", static_cast<int64_t>(bytes))));
     const std::string counts = RestartCounts();
     DT_LOG_INFO(kRuntime,
                 "resumed from {}/{}: step {}, epoch {}, {} samples into the epoch (saved by {} rank(s), now {}){}", url,
@@ -220,13 +238,8 @@ Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool
   std::vector<std::pair<std::string, const Tensor*>> sources = {{"params.bin", &model_->params()}};
   for (const auto& [name, tensor] : state) sources.push_back({name + ".bin", tensor});
   for (auto& [name, tensor] : model_->buffers()) sources.push_back({"buffer." + name + ".bin", tensor});
-  if (snapshot_.empty()) {
-    for (const auto& [name, src] : sources) {
-      Tensor t;
-      DT_RETURN_IF_ERROR(Tensor::Empty({src->numel()}, DType::kF32, ctx_.pinned_allocator(), &t));
-      snapshot_.emplace_back(name, t);
-    }
-  }
+  double alloc_wait_s = 0;
+  if (snapshot_.empty()) DT_RETURN_IF_ERROR(TakeSnapshotBuffers(sources, &alloc_wait_s));
   // D2H on the compute stream: ordered after this step's update, before the next step's.
   for (size_t i = 0; i < sources.size(); ++i)
     DT_RETURN_IF_ERROR(snapshot_[i].second.CopyFrom(*sources[i].second, ctx_.stream()));
@@ -270,13 +283,63 @@ Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool
   ckpt_stall_s_ += stall_ms / 1e3;
   DT_LOG_INFO(kRuntime, "checkpoint step {}: training stalled {:.2f} ms ({}; {:.2f} ms waiting for the previous save)",
               step, stall_ms, sync ? "synchronous save" : "snapshot, write in the background", wait_ms);
+  if (alloc_wait_s > 0.5e-3) {
+    DT_LOG_WARN(kRuntime,
+                "checkpoint step {}: the save came before the snapshot buffers were allocated (in the background "
+                "since the start): waited {:.1f} ms for them",
+                step, 1e3 * alloc_wait_s);
+  }
   return metrics_.Write(JsonLine()
                             .Add("kind", std::string("checkpoint"))
                             .Add("step", step)
                             .Add("time", WallSeconds())
                             .Add("stall_ms", stall_ms)
                             .Add("wait_ms", wait_ms)
+                            .Add("alloc_wait_ms", 1e3 * alloc_wait_s)
                             .Add("async", static_cast<int64_t>(sync ? 0 : 1)));
+}
+
+void Trainer::StartSnapshotPool() {
+  // The layout SaveCheckpoint snapshots: params, each full optimizer state (f32, numel of the params), buffers.
+  SnapshotPool::Layout layout = {{"params.bin", model_->params().numel()}};
+  for (const std::string& name : updater_->state_names()) layout.emplace_back(name + ".bin", model_->params().numel());
+  for (auto& [name, tensor] : model_->buffers()) layout.emplace_back("buffer." + name + ".bin", tensor->numel());
+  std::function<Status()> init;
+#if DT_HAVE_CUDA
+  if (ctx_.is_cuda()) {
+    init = [device = ctx_.device_index()]() -> Status {
+      DT_CUDA_CHECK(cudaSetDevice(device));  // the pinned memory belongs to this rank's context
+      return Status::OK();
+    };
+  }
+#endif
+  snapshot_pool_ = SnapshotPool::Start(std::move(layout), ctx_.pinned_allocator(), std::move(init));
+}
+
+Status Trainer::TakeSnapshotBuffers(const std::vector<std::pair<std::string, const Tensor*>>& sources,
+                                    double* alloc_wait_s) {
+  if (snapshot_pool_) {
+    const Status st = snapshot_pool_->Take(&snapshot_, alloc_wait_s);
+    if (st.ok()) {
+      DT_LOG_DEBUG(kRuntime, "snapshot buffers allocated in the background in {:.3f} s", snapshot_pool_->alloc_s());
+    } else {
+      DT_LOG_WARN(kRuntime, "background allocation of the snapshot buffers failed ({}): allocating now", st.message());
+    }
+    snapshot_pool_.reset();
+  }
+  bool match = snapshot_.size() == sources.size();
+  for (size_t i = 0; match && i < sources.size(); ++i) {
+    match = snapshot_[i].first == sources[i].first && snapshot_[i].second.numel() == sources[i].second->numel();
+  }
+  if (match) return Status::OK();
+  if (!snapshot_.empty()) DT_LOG_WARN(kRuntime, "the snapshot layout differs from the one foreseen: allocating now");
+  snapshot_.clear();
+  for (const auto& [name, src] : sources) {
+    Tensor t;
+    DT_RETURN_IF_ERROR(Tensor::Empty({src->numel()}, DType::kF32, ctx_.pinned_allocator(), &t));
+    snapshot_.emplace_back(name, t);
+  }
+  return Status::OK();
 }
 
 Status Trainer::AgreePreempted(int64_t step, bool* preempted) {

@@ -46,6 +46,7 @@
 #include "runtime/checkpoint/checkpoint_writer.h"
 #include "runtime/checkpoint/fault_injection.h"
 #include "runtime/checkpoint/run_lock.h"
+#include "runtime/checkpoint/snapshot_pool.h"
 #include "runtime/checkpoint/store_owner.h"
 #include "runtime/observe/device_trace.h"
 #include "runtime/observe/gpu_telemetry.h"
@@ -118,6 +119,10 @@ class Trainer {
   // Saves the state after `step` steps, the data position being (epoch, cursor). Rank 0 writes; other
   // ranks return at once. `sync` waits until the checkpoint is durable.
   Status SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool sync);
+  // Rank 0: starts allocating the snapshot buffers in the background (SnapshotPool), at setup.
+  void StartSnapshotPool();
+  // Fills snapshot_ for `sources`: from the pool (waiting for it: *alloc_wait_s), else allocated now.
+  Status TakeSnapshotBuffers(const std::vector<std::pair<std::string, const Tensor*>>& sources, double* alloc_wait_s);
   // True on every rank when any rank received a preemption signal (a MAX all-reduce after `step`).
   Status AgreePreempted(int64_t step, bool* preempted);
   proto::CheckpointManifest BuildManifest(int64_t step, const data::SamplerState& pos) const;
@@ -174,6 +179,7 @@ class Trainer {
   std::unique_ptr<CheckpointManager> ckpt_;               // null when checkpointing is off
   std::unique_ptr<StoreOwner> store_owner_;               // rank 0, s3:// checkpoint roots (borrows ckpt_'s store)
   std::vector<std::pair<std::string, Tensor>> snapshot_;  // rank 0: pinned host copies, file name -> data
+  std::unique_ptr<SnapshotPool> snapshot_pool_;           // rank 0: allocates snapshot_ in the background
 #if DT_HAVE_CUDA
   std::unique_ptr<CudaEvent> snapshot_done_;
 #endif

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -116,6 +118,25 @@ TEST(ResumeE2E, KillDuringASaveLeavesThePreviousCheckpointUsable) {
       << resumed.output;
   EXPECT_NE(resumed.output.find("step-00000010: step 10"), std::string::npos) << resumed.output;
   EXPECT_EQ(MaxSafetensorsDiff(d + "/full/final.safetensors", d + "/run/final.safetensors"), 0.0);
+  // The restore is timed in the log and in metrics (its bytes: the data files of step 10).
+  EXPECT_NE(resumed.output.find("restored " + ck + "/step-00000010: "), std::string::npos) << resumed.output;
+  uint64_t bytes = 0;
+  for (const auto& f : std::filesystem::directory_iterator(ck + "/step-00000010")) {
+    if (f.path().extension() == ".bin") bytes += f.file_size();
+  }
+  const auto restore = Lines(ReadFile(d + "/run/metrics.jsonl"), "\"kind\":\"restore\"");
+  ASSERT_EQ(restore.size(), 1u);
+  EXPECT_NE(restore[0].find("\"step\":10,"), std::string::npos) << restore[0];
+  EXPECT_NE(restore[0].find("\"bytes\":" + std::to_string(bytes)), std::string::npos) << restore[0] << " " << bytes;
+  EXPECT_NE(restore[0].find("\"restore_s\":"), std::string::npos) << restore[0];
+  // The snapshot buffers were allocated in the background at the start: the first save (step 10) did not
+  // wait for them.
+  const auto saves = Lines(ReadFile(d + "/full/metrics.jsonl"), "\"kind\":\"checkpoint\"");
+  ASSERT_EQ(saves.size(), 3u);
+  const size_t at = saves[0].find("\"alloc_wait_ms\":");
+  ASSERT_NE(at, std::string::npos) << saves[0];
+  EXPECT_LT(std::strtod(saves[0].c_str() + at + 16, nullptr), 0.5) << saves[0];
+  EXPECT_EQ(full.output.find("the save came before the snapshot buffers were allocated"), std::string::npos);
 
   ProcessResult ok = RunCommand(DtrainBin() + " ckpt verify " + ck);
   EXPECT_EQ(ok.exit_code, 0) << ok.output;

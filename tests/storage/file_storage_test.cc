@@ -73,6 +73,38 @@ TEST_F(FileStorageTest, RoundTripRangeHeadAndOverwrite) {
   EXPECT_EQ(got, bin);
 }
 
+TEST_F(FileStorageTest, GetIntoReadsIntoTheBufferAndReportsTheRealSize) {
+  std::string v((3u << 20) + 77, '\0');  // larger than one write chunk is not needed: the bytes are what counts
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<char>(i * 131 + (i >> 9));
+  ASSERT_TRUE(Put("d/v.bin", v).ok());
+  std::string buf(v.size(), 'x');
+  uint64_t size = 0;
+  ASSERT_TRUE(store_->GetInto("d/v.bin", buf.data(), buf.size(), &size).ok());
+  EXPECT_EQ(size, v.size());
+  EXPECT_TRUE(buf == v);
+  std::string small(10, 'x');  // a shorter buffer: its bytes, and the real size to compare with
+  ASSERT_TRUE(store_->GetInto("d/v.bin", small.data(), small.size(), &size).ok());
+  EXPECT_EQ(size, v.size());
+  EXPECT_EQ(small, v.substr(0, 10));
+  std::string big(v.size() + 5, 'x');  // a longer one: the object's bytes, the rest untouched
+  ASSERT_TRUE(store_->GetInto("d/v.bin", big.data(), big.size(), &size).ok());
+  EXPECT_EQ(size, v.size());
+  EXPECT_EQ(big.substr(0, v.size()), v);
+  EXPECT_EQ(big.substr(v.size()), "xxxxx");
+  EXPECT_EQ(store_->GetInto("d/none.bin", big.data(), big.size(), &size).code(), Status::Code::kNotFound);
+}
+
+TEST_F(FileStorageTest, PutOfSeveralWriteChunksIsByteExact) {
+  std::string v((130u << 20) + 3, '\0');  // three 64 MiB write chunks, the last one short
+  for (size_t i = 0; i < v.size(); i += 4096) v[i] = static_cast<char>(i / 4096);
+  v.back() = 'z';
+  ASSERT_TRUE(Put("big.bin", v).ok());
+  std::string got;
+  ASSERT_TRUE(store_->Get("big.bin", &got).ok());
+  ASSERT_EQ(got.size(), v.size());
+  EXPECT_TRUE(got == v);
+}
+
 TEST_F(FileStorageTest, ListIsRecursiveSortedAndPrefixed) {
   for (const char* k : {"ckpt/step-00020/b", "ckpt/step-00010/a", "ckpt/latest", "ckpt/step-00010/sub/c", "other"}) {
     ASSERT_TRUE(Put(k, k).ok());

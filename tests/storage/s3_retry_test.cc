@@ -63,6 +63,25 @@ TEST(S3RetryTest, SlowDownAnd503AreRetriedThenSucceed) {
   }
 }
 
+TEST(S3RetryTest, UnsignedPayloadSendsNoBodyHash) {
+  FakeServer server({Answer(200)});
+  StorageOptions opts;
+  opts.endpoint = server.endpoint();
+  opts.access_key = "AKIDTEST";
+  opts.secret_key = "never-in-a-message-0123456789";
+  opts.unsigned_payload = true;
+  std::unique_ptr<Storage> s;
+  ASSERT_TRUE(Storage::Open("s3://bkt/pre", opts, &s).ok());
+  const std::string body = "hello";
+  ASSERT_TRUE(s->Put("k", body.data(), body.size()).ok());
+  const auto reqs = server.requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_NE(reqs[0].find("x-amz-content-sha256: UNSIGNED-PAYLOAD\r\n"), std::string::npos) << reqs[0];
+  EXPECT_EQ(reqs[0].find(Sha256Hex(body.data(), body.size())), std::string::npos) << reqs[0];
+  EXPECT_NE(reqs[0].find("SignedHeaders=host;x-amz-content-sha256;x-amz-date,Signature="), std::string::npos);
+  EXPECT_EQ(reqs[0].substr(reqs[0].size() - 5), "hello");
+}
+
 TEST(S3RetryTest, PersistentServerErrorGivesIoErrorAfterAllAttempts) {
   FakeServer server({Answer(500, "InternalError")});
   auto s = OpenAt(server, 2);

@@ -24,8 +24,8 @@
 namespace dtrain::storage {
 namespace {
 
-using testing::LogCapture;
 using testing::CreateS3TestBucket;
+using testing::LogCapture;
 using testing::S3Server;
 using testing::S3TestOptions;
 
@@ -153,6 +153,18 @@ TEST_F(S3StorageTest, MultipartUploadIsByteExact) {
   EXPECT_TRUE(uploads.empty());
 }
 
+TEST_F(S3StorageTest, UnsignedPayloadMultipartIsAcceptedAndByteExact) {
+  opts_.multipart_threshold = opts_.part_size = 5u << 20;
+  opts_.unsigned_payload = true;
+  ASSERT_TRUE(Open("s3://dtrain-test/UnsignedPayload", &store_).ok());
+  const std::string v = Pattern((11u << 20) + 5, 17);
+  const Status st = Put("big.bin", v);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  std::string got;
+  ASSERT_TRUE(store_->Get("big.bin", &got).ok());
+  EXPECT_TRUE(got == v);
+}
+
 TEST_F(S3StorageTest, FailedPartAbortsTheUpload) {
   opts_.multipart_threshold = 5u << 20;
   opts_.part_size = 5u << 20;
@@ -166,6 +178,87 @@ TEST_F(S3StorageTest, FailedPartAbortsTheUpload) {
   EXPECT_TRUE(uploads.empty()) << uploads.size() << " uploads left";
   std::string got;
   EXPECT_EQ(store_->Get("big.bin", &got).code(), Status::Code::kNotFound);
+}
+
+TEST_F(S3StorageTest, PartCutMidUploadIsRetriedAndTheObjectIsExact) {
+  opts_.multipart_threshold = opts_.part_size = 5u << 20;
+  opts_.parallel_parts = 3;
+  ASSERT_TRUE(Open("s3://dtrain-test/PartCutMidUploadIsRetried", &store_).ok());
+  s3()->set_part_cut_for_testing(2, 2);  // part 2's first two attempts lose their connection halfway through
+  LogCapture logs;
+  const std::string v = Pattern((14u << 20) + 999, 11);
+  const Status st = Put("big.bin", v);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  const std::string text = logs.text();
+  size_t retries = 0;
+  for (size_t at = text.find("(part 2/3): curl error 55: connection cut after"); at != std::string::npos;
+       at = text.find("(part 2/3): curl error 55: connection cut after", at + 1)) {
+    ++retries;
+  }
+  EXPECT_EQ(retries, 2u) << text;
+  EXPECT_EQ(text.find("(part 1/3)"), std::string::npos) << text;
+  std::string got;
+  ASSERT_TRUE(store_->Get("big.bin", &got).ok());
+  EXPECT_TRUE(got == v);
+  std::vector<std::string> uploads;
+  ASSERT_TRUE(s3()->ListMultipartUploads("", &uploads).ok());
+  EXPECT_TRUE(uploads.empty());
+}
+
+TEST_F(S3StorageTest, PartCutMoreOftenThanRetriesAbortsTheUpload) {
+  opts_.multipart_threshold = opts_.part_size = 5u << 20;
+  opts_.max_retries = 1;
+  ASSERT_TRUE(Open("s3://dtrain-test/PartCutAborts", &store_).ok());
+  s3()->set_part_cut_for_testing(3, 5);
+  const Status st = Put("big.bin", Pattern(12u << 20, 5));
+  EXPECT_EQ(st.code(), Status::Code::kIoError) << st.ToString();
+  EXPECT_NE(st.message().find("part 3/3"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("after 2 attempts"), std::string::npos) << st.message();
+  std::vector<std::string> uploads;
+  ASSERT_TRUE(s3()->ListMultipartUploads("", &uploads).ok());
+  EXPECT_TRUE(uploads.empty()) << uploads.size() << " uploads left";
+  std::string got;
+  EXPECT_EQ(store_->Get("big.bin", &got).code(), Status::Code::kNotFound);
+}
+
+TEST_F(S3StorageTest, ParallelRangedGetIntoEqualsTheBytes) {
+  opts_.part_size = 5u << 20;  // ranges of 5 MiB, 4 at a time
+  opts_.parallel_parts = 4;
+  ASSERT_TRUE(Open("s3://dtrain-test/ParallelRangedGetInto", &store_).ok());
+  const std::string v = Pattern((23u << 20) + 4321, 13);  // 5 ranges, the last one short
+  ASSERT_TRUE(Put("obj.bin", v).ok());
+  std::string buf(v.size(), 'x');
+  uint64_t size = 0;
+  const Status st = store_->GetInto("obj.bin", buf.data(), buf.size(), &size);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(size, v.size());
+  EXPECT_TRUE(buf == v);
+  // RGW's access log: five GETs of the object (one per range), not one of the whole. (RGW writes the log from
+  // its own thread: wait up to 5 s for the lines to arrive.)
+  const std::string get = "\"GET /dtrain-test/ParallelRangedGetInto/obj.bin HTTP";
+  size_t gets = 0;
+  for (int wait = 0; wait < 50 && gets < 5; ++wait) {
+    if (wait > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::string log = testing::ReadFile(S3Server().dir + "/log/client.rgw.local.log");
+    gets = 0;
+    for (size_t at = log.find(get); at != std::string::npos; at = log.find(get, at + 1)) ++gets;
+  }
+  EXPECT_EQ(gets, 5u);
+  // A buffer shorter or longer than the object: its bytes, and the object's real size for the caller to compare.
+  std::string small((10u << 20) + 1, 'x');
+  ASSERT_TRUE(store_->GetInto("obj.bin", small.data(), small.size(), &size).ok());
+  EXPECT_EQ(size, v.size());
+  EXPECT_TRUE(small == v.substr(0, small.size()));
+  std::string big(v.size() + (6u << 20), 'x');  // its last range lies wholly past the object's end
+  const Status past = store_->GetInto("obj.bin", big.data(), big.size(), &size);
+  ASSERT_TRUE(past.ok()) << past.ToString();
+  EXPECT_EQ(size, v.size());
+  EXPECT_TRUE(big.substr(0, v.size()) == v);
+  EXPECT_EQ(big.find_first_not_of('x', v.size()), std::string::npos);
+  EXPECT_EQ(store_->GetInto("none.bin", big.data(), big.size(), &size).code(), Status::Code::kNotFound);
+  ASSERT_TRUE(Put("empty", "").ok());
+  ASSERT_TRUE(store_->GetInto("empty", buf.data(), 0, &size).ok());
+  EXPECT_EQ(size, 0u);
 }
 
 TEST_F(S3StorageTest, WrongSecretIsAClearAuthErrorWithoutTheSecret) {

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Checkpoint save and restore on a local disk vs dd/cat of the same bytes on the same disk, in one run.
+# State of SIZE bytes (default 1,493,277,696: GPT-2 124M's params + two AdamW moments, f32) as NFILES files:
+#   save     dtrain CheckpointManager::Save (files written, fsynced, renamed; CRC32C; manifest; `latest`)
+#            vs `dd if=/dev/zero bs=16M conv=fsync` of SIZE bytes (one file, one fsync)
+#   restore  dtrain CheckpointManager::Load (every file read, in parallel, and its CRC32C checked)
+#            vs `cat` of the same files to /dev/null; warm (page cache) and, when this user may drop the
+#            page cache (/proc/sys/vm/drop_caches), cold
+# Each figure is the median of REPS runs; ratios are throughput ratios (>= 1: dtrain at least as fast).
+# Usage: bench/ckpt_local_bench.sh [BUILD_DIR]   env: DIR (on the disk to measure; default a new dir under
+#        ./runs, where checkpoints go by default), SIZE, NFILES (3), REPS (3)
+set -euo pipefail
+BUILD=${1:-build}
+TOOL=$BUILD/bench/ckpt_io_bench
+SIZE=${SIZE:-1493277696}
+NFILES=${NFILES:-3}
+REPS=${REPS:-3}
+own_dir=0
+[[ -n ${DIR:-} ]] || own_dir=1
+DIR=${DIR:-$(mkdir -p runs && mktemp -d "$PWD/runs/ckpt-bench.XXXXXX")}
+[[ -x $TOOL ]] || { echo "no $TOOL (build the ckpt_io_bench target)" >&2; exit 2; }
+mkdir -p "$DIR"
+trap 'rm -rf "$DIR/ckpt" "$DIR/dd.bin"; ((own_dir)) && rm -rf "$DIR"' EXIT
+src=$DIR/state.src
+[[ -f $src && $(stat -c %s "$src") == "$SIZE" ]] || head -c "$SIZE" /dev/urandom >"$src"
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.3f\n", b - a}'; }
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+m() { printf '%s\n' "$@" | median; }
+can_drop=0
+if sync && echo 3 2>/dev/null >/proc/sys/vm/drop_caches; then can_drop=1; fi
+drop() { sync && echo 3 >/proc/sys/vm/drop_caches; }
+
+save=() dd_s=() load_w=() cat_w=() load_c=() cat_c=()
+for rep in $(seq "$REPS"); do
+  rm -rf "$DIR/ckpt" "$DIR/dd.bin"
+  sync
+  save+=("$("$TOOL" save "file://$DIR/ckpt" 1 "$src" "$NFILES" | awk '{print $4}')")
+  t0=$(now)
+  dd if=/dev/zero of="$DIR/dd.bin" bs=16M count=$((SIZE / (16 << 20))) conv=fsync status=none
+  dd_s+=("$(since "$t0")")
+  files=("$DIR"/ckpt/step-00000001/*.bin)
+  "$TOOL" load "file://$DIR/ckpt" 1 >/dev/null  # warm the cache
+  load_w+=("$("$TOOL" load "file://$DIR/ckpt" 1 | awk '{print $4}')")
+  t0=$(now)
+  cat "${files[@]}" >/dev/null
+  cat_w+=("$(since "$t0")")
+  if ((can_drop)); then
+    drop
+    load_c+=("$("$TOOL" load "file://$DIR/ckpt" 1 | awk '{print $4}')")
+    drop
+    t0=$(now)
+    cat "${files[@]}" >/dev/null
+    cat_c+=("$(since "$t0")")
+  fi
+done
+echo "runs (s): save ${save[*]} | dd ${dd_s[*]} | load warm ${load_w[*]} | cat warm ${cat_w[*]}" \
+  "| load cold ${load_c[*]:-} | cat cold ${cat_c[*]:-}"
+awk -v size="$SIZE" -v n="$NFILES" -v reps="$REPS" -v dir="$DIR" -v s="$(m "${save[@]}")" -v d="$(m "${dd_s[@]}")" \
+  -v lw="$(m "${load_w[@]}")" -v cw="$(m "${cat_w[@]}")" -v cold="$can_drop" \
+  -v lc="$( ((can_drop)) && m "${load_c[@]}" || echo 0)" -v cc="$( ((can_drop)) && m "${cat_c[@]}" || echo 0)" 'BEGIN {
+  mb = size / 1e6
+  printf "state %.0f MB in %d files under %s, median of %d\n", mb, n, dir, reps
+  printf "save     dtrain Save (fsync, manifest, latest)   %7.3f s  %6.0f MB/s\n", s, mb / s
+  printf "save     dd bs=16M conv=fsync                    %7.3f s  %6.0f MB/s\n", d, mb / d
+  printf "restore  dtrain Load, warm (read + CRC32C)       %7.3f s  %6.0f MB/s\n", lw, mb / lw
+  printf "restore  cat, warm                               %7.3f s  %6.0f MB/s\n", cw, mb / cw
+  if (cold) {
+    printf "restore  dtrain Load, cold                       %7.3f s  %6.0f MB/s\n", lc, mb / lc
+    printf "restore  cat, cold                               %7.3f s  %6.0f MB/s\n", cc, mb / cc
+  } else {
+    printf "restore  cold: not measured (cannot write /proc/sys/vm/drop_caches as this user)\n"
+  }
+  printf "ratio save    dtrain / dd      %.2f  (target >= 0.95)\n", d / s
+  printf "ratio restore dtrain / cat     %.2f warm", cw / lw
+  if (cold) printf ", %.2f cold", cc / lc
+  printf "  (target >= 0.9)\n"
+}'
