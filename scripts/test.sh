@@ -8,7 +8,7 @@
 #   asan   scripts/sanitize.sh asan: the unit tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   fuzz   scripts/fuzz.sh 60: every libFuzzer target for 60 s, two at a time (on the ASan build)
 #   tsan   scripts/sanitize.sh tsan: data loader, checkpoint writer, launcher supervision, Prometheus exporter under TSan
-# STAGES="plain" (or any space-separated subset) runs only those; default: all five, about 27 minutes
+# STAGES="plain" (or any space-separated subset) runs only those; default: all five, about 44 minutes
 # on 2 cores. Every stage runs even when an earlier one failed; the exit code is non-zero when any
 # failed, and a table of each stage's result and wall time ends the output.
 set -euo pipefail
