@@ -28,23 +28,12 @@ using testing::CreateS3TestBucket;
 using testing::LogCapture;
 using testing::S3Server;
 using testing::S3TestOptions;
+using testing::S3TestPattern;
 
 const ::testing::Environment* const g_env =
     ::testing::AddGlobalTestEnvironment(new testing::S3ServerEnvironment);  // RGW, once for this binary
 
 // ---- helpers --------------------------------------------------------------------------------
-
-std::string Pattern(size_t n, uint32_t seed) {
-  std::string s(n, '\0');
-  uint32_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    s[i] = static_cast<char>(x);
-  }
-  return s;
-}
 
 class S3StorageTest : public ::testing::Test {
  protected:
@@ -65,7 +54,7 @@ class S3StorageTest : public ::testing::Test {
 };
 
 TEST_F(S3StorageTest, PutGetRangeHeadDelete) {
-  const std::string v = Pattern(100000, 1);
+  const std::string v = S3TestPattern(100000, 1);
   ASSERT_TRUE(Put("a/b.bin", v).ok());
   std::string got;
   ASSERT_TRUE(store_->Get("a/b.bin", &got).ok());
@@ -134,7 +123,7 @@ TEST_F(S3StorageTest, MultipartUploadIsByteExact) {
   opts_.part_size = 5u << 20;
   opts_.parallel_parts = 3;
   ASSERT_TRUE(Open("s3://dtrain-test/MultipartUploadIsByteExact", &store_).ok());
-  const std::string v = Pattern((12u << 20) + 12345, 7);  // parts of 5, 5 and 2 MiB + 12345 B
+  const std::string v = S3TestPattern((12u << 20) + 12345, 7);  // parts of 5, 5 and 2 MiB + 12345 B
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(Put("big.bin", v).ok());
   std::printf("multipart PUT of %zu bytes: %.2f s\n", v.size(),
@@ -157,7 +146,7 @@ TEST_F(S3StorageTest, UnsignedPayloadMultipartIsAcceptedAndByteExact) {
   opts_.multipart_threshold = opts_.part_size = 5u << 20;
   opts_.unsigned_payload = true;
   ASSERT_TRUE(Open("s3://dtrain-test/UnsignedPayload", &store_).ok());
-  const std::string v = Pattern((11u << 20) + 5, 17);
+  const std::string v = S3TestPattern((11u << 20) + 5, 17);
   const Status st = Put("big.bin", v);
   ASSERT_TRUE(st.ok()) << st.ToString();
   std::string got;
@@ -170,7 +159,7 @@ TEST_F(S3StorageTest, FailedPartAbortsTheUpload) {
   opts_.part_size = 5u << 20;
   ASSERT_TRUE(Open("s3://dtrain-test/FailedPartAbortsTheUpload", &store_).ok());
   s3()->set_failing_part_for_testing(2);
-  const Status st = Put("big.bin", Pattern(11u << 20, 3));
+  const Status st = Put("big.bin", S3TestPattern(11u << 20, 3));
   EXPECT_EQ(st.code(), Status::Code::kIoError) << st.ToString();
   EXPECT_NE(st.message().find("part 2/3"), std::string::npos) << st.message();
   std::vector<std::string> uploads;
@@ -186,7 +175,7 @@ TEST_F(S3StorageTest, PartCutMidUploadIsRetriedAndTheObjectIsExact) {
   ASSERT_TRUE(Open("s3://dtrain-test/PartCutMidUploadIsRetried", &store_).ok());
   s3()->set_part_cut_for_testing(2, 2);  // part 2's first two attempts lose their connection halfway through
   LogCapture logs;
-  const std::string v = Pattern((14u << 20) + 999, 11);
+  const std::string v = S3TestPattern((14u << 20) + 999, 11);
   const Status st = Put("big.bin", v);
   ASSERT_TRUE(st.ok()) << st.ToString();
   const std::string text = logs.text();
@@ -210,7 +199,7 @@ TEST_F(S3StorageTest, PartCutMoreOftenThanRetriesAbortsTheUpload) {
   opts_.max_retries = 1;
   ASSERT_TRUE(Open("s3://dtrain-test/PartCutAborts", &store_).ok());
   s3()->set_part_cut_for_testing(3, 5);
-  const Status st = Put("big.bin", Pattern(12u << 20, 5));
+  const Status st = Put("big.bin", S3TestPattern(12u << 20, 5));
   EXPECT_EQ(st.code(), Status::Code::kIoError) << st.ToString();
   EXPECT_NE(st.message().find("part 3/3"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("after 2 attempts"), std::string::npos) << st.message();
@@ -225,7 +214,7 @@ TEST_F(S3StorageTest, ParallelRangedGetIntoEqualsTheBytes) {
   opts_.part_size = 5u << 20;  // ranges of 5 MiB, 4 at a time
   opts_.parallel_parts = 4;
   ASSERT_TRUE(Open("s3://dtrain-test/ParallelRangedGetInto", &store_).ok());
-  const std::string v = Pattern((23u << 20) + 4321, 13);  // 5 ranges, the last one short
+  const std::string v = S3TestPattern((23u << 20) + 4321, 13);  // 5 ranges, the last one short
   ASSERT_TRUE(Put("obj.bin", v).ok());
   std::string buf(v.size(), 'x');
   uint64_t size = 0;
@@ -275,7 +264,7 @@ TEST_F(S3StorageTest, WrongSecretIsAClearAuthErrorWithoutTheSecret) {
   statuses.push_back(store_->Delete("k"));
   opts_.multipart_threshold = opts_.part_size = 5u << 20;
   ASSERT_TRUE(Open("s3://dtrain-test/auth", &store_).ok());
-  statuses.push_back(Put("big", Pattern(6u << 20, 1)));
+  statuses.push_back(Put("big", S3TestPattern(6u << 20, 1)));
   const Status& put = statuses[0];
   EXPECT_EQ(put.code(), Status::Code::kFailedPrecondition) << put.ToString();
   EXPECT_NE(put.message().find("S3 rejected the credentials for s3://dtrain-test/auth: SignatureDoesNotMatch"),
@@ -338,7 +327,7 @@ TEST_F(S3StorageTest, ConcurrentCallsFromManyThreads) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 8; ++i) {
         const std::string k = "t" + std::to_string(t) + "/k" + std::to_string(i);
-        const std::string v = Pattern(1000 + 37 * i, t * 100 + i);
+        const std::string v = S3TestPattern(1000 + 37 * i, t * 100 + i);
         std::string got;
         if (!Put(k, v).ok() || !store_->Get(k, &got).ok() || got != v) ++failures;
       }

@@ -79,4 +79,16 @@ Status CreateS3TestBucket(const std::string& bucket) {
   return static_cast<storage::S3Storage*>(root.get())->CreateBucket();
 }
 
+std::string S3TestPattern(size_t n, uint32_t seed) {
+  std::string s(n, '\0');
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    s[i] = static_cast<char>(x);
+  }
+  return s;
+}
+
 }  // namespace dtrain::testing

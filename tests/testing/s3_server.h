@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "core/status.h"
@@ -32,6 +34,8 @@ ProcessResult StopS3Server();
 storage::StorageOptions S3TestOptions(int max_retries = 5);
 // Creates `bucket` on the running server (OK when it exists already).
 Status CreateS3TestBucket(const std::string& bucket);
+// n pseudo-random bytes (xorshift32 from `seed`) for object bodies: the same seed gives the same bytes.
+std::string S3TestPattern(size_t n, uint32_t seed);
 
 class S3ServerEnvironment : public ::testing::Environment {
  public:

@@ -17,21 +17,10 @@ namespace {
 
 using testing::CreateS3TestBucket;
 using testing::S3TestOptions;
+using testing::S3TestPattern;
 
 const ::testing::Environment* const g_env =
     ::testing::AddGlobalTestEnvironment(new testing::S3ServerEnvironment);  // RGW, once for this binary
-
-std::string Pattern(size_t n, uint32_t seed) {
-  std::string s(n, '\0');
-  uint32_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    s[i] = static_cast<char>(x);
-  }
-  return s;
-}
 
 class S3CheckpointTest : public ::testing::Test {
  protected:
@@ -64,9 +53,10 @@ class S3CheckpointTest : public ::testing::Test {
 };
 
 TEST_F(S3CheckpointTest, FailedMultipartUploadLeavesNoVisibleCheckpoint) {
-  ASSERT_TRUE(Save(1, {{"params.bin", Pattern(4096, 1)}}).ok());
+  ASSERT_TRUE(Save(1, {{"params.bin", S3TestPattern(4096, 1)}}).ok());
   s3_->set_failing_part_for_testing(2);
-  const Status st = Save(2, {{"params.bin", Pattern(4096, 2)}, {"exp_avg.bin", Pattern((12u << 20) + 8, 3)}});
+  const Status st =
+      Save(2, {{"params.bin", S3TestPattern(4096, 2)}, {"exp_avg.bin", S3TestPattern((12u << 20) + 8, 3)}});
   ASSERT_EQ(st.code(), Status::Code::kIoError) << st.ToString();
   EXPECT_NE(st.message().find("step-00000002/exp_avg.bin (part 2/3)"), std::string::npos) << st.message();
   // No upload left behind, no exp_avg.bin object, no manifest: step 2 does not exist for any reader.
@@ -86,9 +76,9 @@ TEST_F(S3CheckpointTest, FailedMultipartUploadLeavesNoVisibleCheckpoint) {
 }
 
 TEST_F(S3CheckpointTest, MultipartFilesRestoreByteExactThroughRangedGets) {
-  const std::vector<std::pair<std::string, std::string>> files = {{"params.bin", Pattern((17u << 20) + 12, 4)},
-                                                                  {"exp_avg.bin", Pattern((11u << 20) + 4, 5)},
-                                                                  {"exp_avg_sq.bin", Pattern(4000, 6)}};
+  const std::vector<std::pair<std::string, std::string>> files = {{"params.bin", S3TestPattern((17u << 20) + 12, 4)},
+                                                                  {"exp_avg.bin", S3TestPattern((11u << 20) + 4, 5)},
+                                                                  {"exp_avg_sq.bin", S3TestPattern(4000, 6)}};
   ASSERT_TRUE(Save(7, files).ok());
   LoadedCheckpoint loaded;
   const Status st = mgr_->Load(7, &loaded);
@@ -99,7 +89,7 @@ TEST_F(S3CheckpointTest, MultipartFilesRestoreByteExactThroughRangedGets) {
     EXPECT_TRUE(loaded.files[name] == bytes) << name;
   }
   // A file replaced by one of another size: the ranged reads see the object's real size, Load names both.
-  const std::string shorter = Pattern(6u << 20, 9);
+  const std::string shorter = S3TestPattern(6u << 20, 9);
   ASSERT_TRUE(mgr_->store().Put("step-00000007/exp_avg.bin", shorter.data(), shorter.size()).ok());
   const Status bad = mgr_->Load(7, &loaded);
   EXPECT_EQ(bad.code(), Status::Code::kDataLoss) << bad.ToString();
