@@ -141,7 +141,8 @@ Status S3Storage::Send(const Call& call, HttpResponse* resp, const std::string& 
       stopped_by = "max_retries";
       break;
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    // Rounded up: the last wait reaches the deadline, so a budget-ended call has spent at least the budget.
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) {
       stopped_by = "retry budget";
       break;
