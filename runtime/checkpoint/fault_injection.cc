@@ -72,7 +72,7 @@ Status FaultInjector::AtCheckpointWrite(int rank, int64_t step, CheckpointPhase 
   }
   DT_LOG_WARN(kRuntime, "DTRAIN_FAULT={}: killing the worker while it writes checkpoint step {} (phase {})", spec_,
               step, CheckpointPhaseName(phase));
-  spdlog::shutdown();
+  log::Flush();
   ::kill(::getpid(), SIGKILL);
   return Status::OK();
 }
@@ -82,7 +82,7 @@ Status FaultInjector::AtStep(int rank, int64_t step) const {
     return Status::OK();
   DT_LOG_WARN(kRuntime, "DTRAIN_FAULT={}: injecting '{}' at step {}", spec_, action_, step);
   if (action_ == "kill") {
-    spdlog::shutdown();  // flush what was logged so far; the kill itself leaves no trace
+    log::Flush();  // flush what was logged so far; the kill itself leaves no trace
     ::kill(::getpid(), SIGKILL);
   }
   if (action_ == "hang") {

@@ -3,6 +3,7 @@
 // memory, for tests that assert what was logged. Not thread-safe against other captures of the same
 // logger; the logger itself may log from any thread.
 
+#include <spdlog/logger.h>
 #include <spdlog/sinks/ostream_sink.h>
 
 #include <memory>
