@@ -152,6 +152,7 @@ void OutputRouter::HandleRankLine(int rank, bool is_stderr, const std::string& t
     if (FILE* f = LogFile("rank-" + std::to_string(rank) + ".log")) std::fprintf(f, "%s\n", text.c_str());
   }
   if (ParseRankExecLine(rank, text)) return;  // in the rank's log only: not in its tail, not on the console
+  if (text.rfind(kSpotNoticeLine, 0) == 0) notice_ranks_.push_back(rank);
   auto& tail = tails_[rank];
   tail.push_back(text);
   while (tail.size() > opts_.tail_lines) tail.pop_front();

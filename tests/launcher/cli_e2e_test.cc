@@ -39,7 +39,7 @@ TEST(CliE2E, EverySubcommandAnswersHelpWithItsFlagsAndAnExample) {
       {"data inspect", {"DIR"}},
       {"data verify", {"DIR"}},
       {"data bench", {"DIR", "--threads", "--batch", "--batches", "--prefetch", "--device"}},
-      {"report", {"RUN_DIR", "--price"}},
+      {"report", {"RUN_DIR", "--price", "--price-spot", "--price-on-demand"}},
       {"rank-exec", {"PROGRAM"}},
       {"config show", {"CONFIG", "--set", "--defaults", "--diff"}},
       {"completion bash", {"--help"}},

@@ -125,6 +125,19 @@ TEST(OutputRouterTest, RankExecLineNamesTheRankWhenMpirunDoesNot) {
   EXPECT_EQ(ReadAll(cap.err).find("rank-exec"), std::string::npos);
 }
 
+// A worker whose host got a spot notice says so in a line of its own (launcher/train_cmd.cc): the elastic launcher
+// drops that rank's host.
+TEST(OutputRouterTest, SpotNoticeLinesNameTheirRanks) {
+  Capture cap;
+  OutputRouter r(cap.Opts(Backend::kMpirun));
+  FeedText(&r, true,
+           std::string("[1,0]<stderr>:step 1\n[1,2]<stderr>:") + kSpotNoticeLine + "\n[1,1]<stderr>:not a " +
+               kSpotNoticeLine + "\n");
+  r.Finish();
+  EXPECT_EQ(r.notice_ranks(), std::vector<int>{2});
+  EXPECT_FALSE(r.failure_seen());
+}
+
 TEST(OutputRouterTest, MpirunReportWinsOverRankExecLines) {
   Capture cap;
   OutputRouter r(cap.Opts(Backend::kMpirun));
