@@ -8,6 +8,7 @@
 //   first_step  step, time: the attempt's first step completed (the end of a recovery)
 //   train       step, time, loss, step_ms, ...          eval        step, time, eval_loss, eval_accuracy
 //   checkpoint  step, time, stall_ms, wait_ms, async    end         step, time, status done|preempted|failed
+//   restore     (written before its attempt's start record: ignored, so that it does not extend the previous one)
 // Each "start" opens an attempt; the records up to the next start belong to it.
 //
 // Figures (times are the records' Unix seconds):

@@ -11,12 +11,14 @@ namespace dtrain::runtime {
 namespace {
 
 // Three attempts: 3 ranks lose a host after logging step 12 (checkpoint 10); 2 ranks resume at 10 and are asked to grow
-// at step 30 (its checkpoint); 3 ranks finish at step 50. Global batch 384 throughout.
+// at step 30 (its checkpoint); 3 ranks finish at step 50. Global batch 384 throughout. The restore record before the
+// second start (the trainer writes it before its start record) must not extend the first attempt.
 constexpr const char* kMetrics =
     R"({"kind":"start","time":1001,"restart":0,"resume_step":0,"world":3,"device":"cpu","total_steps":50,"global_batch":384}
 {"kind":"first_step","step":1,"time":1002}
 {"kind":"checkpoint","step":10,"time":1011,"stall_ms":0,"wait_ms":0,"async":0}
 {"kind":"train","epoch":1,"step":12,"time":1013,"loss":1.0,"step_ms":1000}
+{"kind":"restore","step":10,"time":1016,"restore_s":0.01,"bytes":100}
 {"kind":"start","time":1016,"restart":1,"resume_step":10,"world":2,"device":"cpu","total_steps":50,"global_batch":384}
 {"kind":"first_step","step":11,"time":1020}
 {"kind":"checkpoint","step":30,"time":1039,"stall_ms":0,"wait_ms":0,"async":0}
@@ -46,6 +48,7 @@ TEST(ElasticReportTest, GoodputRecoveryAndCostsOfAShrinkAndAGrow) {
   EXPECT_EQ(s.attempts[0].counted_steps, 10);
   EXPECT_DOUBLE_EQ(s.attempts[0].counted_s, 10);
   EXPECT_DOUBLE_EQ(s.attempts[0].recover_s, -1);
+  EXPECT_DOUBLE_EQ(run.attempts[1].restart_gap_s, 1016 - 1013);
   // Attempt 2: 10 -> 30, all count, 2 recomputed; recovered 1020 - 1014 = 6 s after the launcher noticed.
   EXPECT_EQ(s.attempts[1].counted_steps, 20);
   EXPECT_EQ(s.attempts[1].steps_recomputed, 2);
