@@ -3,6 +3,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/check.h"
@@ -108,6 +109,31 @@ std::vector<std::string> HostsOfRanks(const LaunchCommand& cmd, const std::vecto
   return out;
 }
 
+// Fewer than MIN hosts are usable: with --wait-for-hosts S, probes the dropped hosts every 2 s (each once its
+// --rejoin-after time has come; the host list re-read each round) until MIN of them answer, at most S s. The
+// restart-everything-on-the-same-hosts way to run a spot job is --nnodes N:N with a long wait.
+Status WaitForHosts(const LaunchOptions& opts, ElasticHosts* hosts, std::vector<HostSlots>* active) {
+  Status st = hosts->Active(active);
+  if (opts.wait_for_hosts <= 0) return st;
+  DT_LOG_WARN(kLauncher, "{}: waiting up to {} s for hosts to answer again", st.message(), opts.wait_for_hosts);
+  const auto deadline = Clock::now() + std::chrono::seconds(opts.wait_for_hosts);
+  while (!st.ok() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    std::vector<HostSlots> listed;
+    if (ListHosts(opts, &listed).ok()) hosts->SetListed(listed);
+    for (const std::string& h : hosts->RejoinCandidates(Clock::now())) {
+      if (!HostAnswers(h)) {
+        hosts->Silent(h);
+      } else if (!hosts->MustVanishFirst(h)) {
+        DT_LOG_WARN(kLauncher, "host {} answers again", h);
+        hosts->Rejoin(h);
+      }
+    }
+    st = hosts->Active(active);
+  }
+  return st;
+}
+
 }  // namespace
 
 int SuperviseElastic(const LaunchOptions& opts, const LaunchEnv& env) {
@@ -148,6 +174,7 @@ int SuperviseElastic(const LaunchOptions& opts, const LaunchEnv& env) {
       if (st.ok()) hosts.SetListed(listed);
     }
     st = hosts.Active(&active);
+    if (!st.ok()) st = WaitForHosts(opts, &hosts, &active);
     if (!st.ok()) {
       DT_LOG_ERROR(kLauncher, "{}: stopping", st.message());
       return kExitFailure;
@@ -183,8 +210,8 @@ int SuperviseElastic(const LaunchOptions& opts, const LaunchEnv& env) {
     auto record = [&](const std::string& reason, const std::vector<std::string>& lost) {
       log.Write(attempt, active, world, start, noticed, reason, lost);
     };
-    const auto drop = [&](const std::vector<std::string>& lost) {
-      for (const std::string& h : lost) hosts.Drop(h, Clock::now());
+    const auto drop = [&](const std::vector<std::string>& lost, bool vanish_first = false) {
+      for (const std::string& h : lost) hosts.Drop(h, Clock::now(), vanish_first);
     };
     if (result.exit_code == kExitOk) {
       record("done", {});
@@ -205,7 +232,7 @@ int SuperviseElastic(const LaunchOptions& opts, const LaunchEnv& env) {
     const std::vector<std::string> noticing = HostsOfRanks(cmd, router.notice_ranks());
     if (code == kExitPreempted && result.stop_signal == 0 && !noticing.empty()) {
       record("notice", noticing);
-      drop(noticing);
+      drop(noticing, /*vanish_first=*/true);  // it answers until it is reclaimed: not a host to grow onto
       for (const std::string& h : answered) hosts.Rejoin(h);
       DT_LOG_WARN(kLauncher,
                   "spot notice on host(s) {}: the job saved a checkpoint; restarting on the other hosts (not counted "

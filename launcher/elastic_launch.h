@@ -14,8 +14,9 @@
 //              job restarts on the larger set.
 //   failure    anything else: counted against --max-restarts; restarted on the same hosts while restarts are left.
 //   stopped    SIGINT/SIGTERM to the launcher, or a usage error, or exit 75 nobody here asked for: passed through.
-// lost_host, notice and grow do not count against --max-restarts; the job stops (exit 1) when fewer than MIN hosts
-// are left.
+// lost_host, notice and grow do not count against --max-restarts; when fewer than MIN hosts are left the job stops
+// (exit 1), or with --wait-for-hosts S waits up to S s for dropped hosts to answer again (--nnodes N:N with a long
+// wait: the restart-everything-on-the-same-hosts baseline of examples/spot/replay_trace.sh).
 //
 // Record: each attempt's end is appended to <run.dir>/elastic.jsonl on the launcher's machine (the run directory
 // of the config; the same as rank 0's when the launcher runs on the first host or run.dir is shared), one JSON line:

@@ -120,7 +120,11 @@ void HostWatch::CheckGrowth() {
   }
   std::vector<std::string> answered;
   for (const std::string& c : candidates) {
-    if (HostAnswers(c, wopts_.port)) answered.push_back(c);
+    if (!HostAnswers(c, wopts_.port)) {
+      hosts_->Silent(c);
+    } else if (!hosts_->MustVanishFirst(c)) {
+      answered.push_back(c);
+    }
   }
   if (answered.empty()) return;
   {

@@ -8,7 +8,8 @@
 //  - Growth: from `grow_delay_s` after the start (the workers need that long to install their signal handlers: a
 //    SIGUSR1 before that would kill them), every 2 s while the attempt runs on fewer than MAX hosts, it re-reads the
 //    host list, probes the dropped hosts whose rejoin time has come and the listed hosts beyond the attempt's, and
-//    when one answers asks the job for a coordinated checkpoint (SIGUSR1 to this process, which the supervisor
+//    when one answers (a host dropped after a spot notice: only once a probe found it gone) asks the job for a
+//    coordinated checkpoint (SIGUSR1 to this process, which the supervisor
 //    forwards to every rank: they save and exit 75).
 //
 // Thread-safety: the watch's thread uses `hosts` (ElasticHosts is not thread-safe) until the destructor has joined
