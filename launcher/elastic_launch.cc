@@ -1,6 +1,7 @@
 #include "launcher/elastic_launch.h"
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -64,14 +65,20 @@ Status ElasticAttempt(const LaunchOptions& opts, const LaunchEnv& env, const std
 // the job matters more than its accounting.
 class AttemptLog {
  public:
-  explicit AttemptLog(const std::string& run_dir) {
-    const Status st = writer_.Open(run_dir + "/elastic.jsonl");
-    if (!st.ok()) DT_LOG_WARN(kLauncher, "no elastic.jsonl record of the attempts: {}", st.ToString());
-    ok_ = st.ok();
-  }
+  explicit AttemptLog(std::string run_dir) : run_dir_(std::move(run_dir)) {}
   void Write(int attempt, const std::vector<HostSlots>& hosts, int world, double start, double noticed,
              const std::string& reason, const std::vector<std::string>& lost) {
     if (!ok_) return;
+    if (writer_.path().empty()) {  // opened at the first end: the run directory may not exist before the workers ran
+      std::error_code ec;
+      std::filesystem::create_directories(run_dir_, ec);
+      const Status st = writer_.Open(run_dir_ + "/elastic.jsonl");
+      if (!st.ok()) {
+        DT_LOG_WARN(kLauncher, "no elastic.jsonl record of the attempts: {}", st.ToString());
+        ok_ = false;
+        return;
+      }
+    }
     std::string names;
     for (const HostSlots& h : hosts) names += (names.empty() ? "" : ",") + h.name;
     std::string lost_names;
@@ -93,8 +100,9 @@ class AttemptLog {
   }
 
  private:
+  const std::string run_dir_;
   runtime::MetricsWriter writer_;
-  bool ok_ = false;
+  bool ok_ = true;  // false after a failure: warned about once
 };
 
 // The hosts of the ranks in `ranks` (no duplicates).
