@@ -25,13 +25,14 @@ namespace {
 
 const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
 constexpr int64_t kGlobalBatch = 3 * 128;
-constexpr int kEpochs = 6;
+// Long enough that the two-host attempt outlives the grow watch's first probe (5 s after its start) on a fast machine.
+constexpr int kEpochs = 8;
 constexpr int64_t kPerEpoch = 10000 / kGlobalBatch * kGlobalBatch;  // 26 steps: 9984 of the 10000 samples
 
 // The elastic runs' weights against the uninterrupted reference. Same global batch, so the same steps, LR schedule
 // and samples per step (checked from the sample record); what differs is how each step's gradient is summed: 3 ranks
 // x 128 samples against 2 ranks x 2 micro-steps x 96 (other fp32 partial sums, another all-reduce order), so not
-// bits. How far that alone moves this 156-step SGD run (lr 0.05), measured against the reference:
+// bits. How far that alone moves the 156-step (6-epoch) SGD run (lr 0.05), measured against the reference:
 //   uninterrupted 2 x 2 x 96: 1.6e-7; resumed at step 10 on 2 x 2 x 96: 2.1e-7; one rank x 3 x 128: 4.3e-7.
 // GELU, not the CI config's ReLU: with ReLU the same runs end 1.3e-5, 7.7e-4 and 7.5e-4 away, all of it in the fan-in
 // and fan-out of one hidden unit (fc0 unit 46) whose weights jump between two checkpoints (steps 50 -> 60, also in the
@@ -174,19 +175,19 @@ TEST_F(ElasticNetns, LosesAHostFinishesOnTwoGrowsBackToThreeSameWeights) {
 TEST_F(ElasticNetns, CutNetworkHostIsDroppedWithinTheHeartbeatBound) {
   RunReference();
   // Host 3's network goes down right after step 10's checkpoint; its processes live on, unreachable (the survivors
-  // wait in their all-reduce). 15 s later a fresh host is back at the same address: the leftover worker is gone and
-  // the link is up again.
+  // wait in their all-reduce). 10 s later the leftover worker is gone and the link is up again.
   const std::string ip = Ip();
   const std::string worker =
-      Worker("date +%s.%N > " + d_ + "/cut_at; " + ip + " link set eth0 down\n  setsid sh -c \"sleep 15; kill -9 $p; " +
+      Worker("date +%s.%N > " + d_ + "/cut_at; " + ip + " link set eth0 down\n  setsid sh -c \"sleep 10; kill -9 $p; " +
              ip + " link set eth0 up\" </dev/null >/dev/null 2>&1 &");
+  // No rejoin during this run: it finishes on the survivors (growing back is the first test's).
   const ProcessResult run =
-      Launch("--nnodes 2:3 --hostfile " + d_ + "/hosts --rejoin-after 2 --max-restarts 0 --grace-seconds 3", worker,
+      Launch("--nnodes 2:3 --hostfile " + d_ + "/hosts --rejoin-after 600 --max-restarts 0 --grace-seconds 3", worker,
              d_ + "/run");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("host(s) 10.77.0.3 did not answer for 6 s: lost"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("elastic attempt 2 on 2 host(s), world size 2"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find("elastic attempt 3 on 3 host(s), world size 3"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("the job finished on 2 host(s)"), std::string::npos) << run.output;
   ExpectSameSamplesAndWeights();
 
   // The launcher noticed within its heartbeat bound: 6 s of silence, probed every second with a 1 s timeout.
