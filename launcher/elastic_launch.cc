@@ -267,7 +267,9 @@ int SuperviseElastic(const LaunchOptions& opts, const LaunchEnv& env) {
     std::vector<std::string> lost;
     for (const HostSlots& h : active) {
       const bool killed = cause.rank >= 0 && cause.signal > 0 && cmd.placement.HostOfRank(cause.rank) == h.name;
-      if (killed || !HostAnswers(h.name)) lost.push_back(h.name);
+      bool daemon_lost = false;  // mpirun lost its daemon there: the host's processes are gone, if not the host
+      for (const std::string& d : router.lost_daemon_hosts()) daemon_lost = daemon_lost || d == h.name;
+      if (killed || daemon_lost || !HostAnswers(h.name)) lost.push_back(h.name);
     }
     const std::string when = "elastic attempt " + std::to_string(attempt + 1) + "; " + std::to_string(failures) +
                              " of " + std::to_string(opts.max_restarts) + " restarts used";

@@ -5,8 +5,9 @@
 // How an attempt ends, and what comes next:
 //   done       every rank exited 0: the launcher exits 0.
 //   lost_host  a host stopped answering for the heartbeat bound (launcher/host_watch.h; the attempt is stopped), or
-//              the root-cause rank was killed by a signal, or the attempt failed and a host of it no longer answers
-//              the probe: the host is dropped and the job restarts on the survivors from the newest checkpoint.
+//              the root-cause rank was killed by a signal, or mpirun lost its daemon on the host, or the attempt failed
+//              and a host of it no longer answers the probe: the host is dropped and the job restarts on the survivors
+//              from the newest checkpoint.
 //   notice     the job checkpointed and exited 75 because a host's spot watcher saw a termination notice (that
 //              host's rank wrote kSpotNoticeLine, launcher/output_router.h): the host is dropped, the job restarts
 //              on the survivors from the checkpoint just saved.

@@ -172,6 +172,12 @@ void OutputRouter::HandleManagerLine(const std::string& line) {
   } else {
     ParseMpirunReport(line);
   }
+  const std::string remote_daemon = "  Remote daemon: ";  // in the "ORTE has lost communication" report
+  const size_t node = line.find(" on node ");
+  if (line.rfind(remote_daemon, 0) == 0 && node != std::string::npos) {
+    lost_daemon_hosts_.push_back(line.substr(node + 9));
+    failure_seen_ = true;
+  }
   if (line.find("ORTE was unable to reliably start one or more daemons") != std::string::npos) {
     daemons_failed_ = true;
   }

@@ -84,6 +84,9 @@ class OutputRouter {
   const RankExit& root_cause() const { return root_cause_.rank >= 0 ? root_cause_ : first_rank_exit_; }
   // mpirun could not start its daemons on some host (ssh failed, host unreachable, no dtrain there).
   bool daemons_failed() const { return daemons_failed_; }
+  // Hosts whose Open MPI daemon mpirun lost ("ORTE has lost communication with a remote daemon ... Remote daemon:
+  // [[J,0],N] on node HOST"): the host, or every process on it, is gone.
+  const std::vector<std::string>& lost_daemon_hosts() const { return lost_daemon_hosts_; }
   // Ranks that wrote kSpotNoticeLine, in the order seen.
   const std::vector<int>& notice_ranks() const { return notice_ranks_; }
   // The last `tail_lines` lines of `rank` (both streams, in arrival order).
@@ -111,6 +114,7 @@ class OutputRouter {
   bool failure_seen_ = false;
   bool daemons_failed_ = false;
   std::vector<int> notice_ranks_;
+  std::vector<std::string> lost_daemon_hosts_;
   std::string log_error_;
 };
 
