@@ -89,6 +89,7 @@ Status Loader::Create(const LoaderOptions& opts, DeviceContext* ctx, std::unique
   l->ctx_ = ctx;
   l->impl_ = std::make_unique<Impl>();
   DT_RETURN_IF_ERROR(Dataset::Open(opts.dataset_dir, opts.verify_checksums, &l->dataset_));
+  if (!opts.sample_log.empty()) DT_RETURN_IF_ERROR(SampleLog::Create(opts.sample_log, &l->sample_log_));
   const auto& schema = l->dataset_->schema();
   const bool image = schema.kind() == proto::DatasetSchema::IMAGE;
   DT_CHECK_ARG(!opts.augment || image, opts.dataset_dir << ": augmentation is for image datasets");
@@ -303,8 +304,10 @@ Status Loader::Next(Batch* b) {
   }
   LoaderSlot& s = im.slots[slot];
   b->epoch = s.batch.epoch;
+  b->position = s.batch.position;
   b->num_real = s.batch.num_real;
   b->indices = s.batch.indices;
+  if (sample_log_) DT_RETURN_IF_ERROR(sample_log_->Append(b->epoch, b->position, b->indices, b->num_real));
   if (!ctx_->is_cuda()) {
     b->inputs = s.inputs;
     b->targets = s.targets;

@@ -20,6 +20,9 @@
 // Determinism. The sequence of batches depends only on the sampler state and options, never on
 // thread timing; augmentation draws from SplitMix64 seeded by (seed, epoch, sample index).
 //
+// Record. With `sample_log` set, Next() appends each batch it hands out to that file (data/sample_log.h): what
+// the consumer took, not what the readers prefetched.
+//
 // Errors and shutdown. The first reader error (e.g. DataLoss naming a shard truncated after Create)
 // stops the pipeline and is returned by Next() from then on. The destructor and Restore() stop and
 // join every reader thread; no thread is left behind and none can block forever (every wait also
@@ -38,6 +41,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "data/dataset.h"
+#include "data/sample_log.h"
 #include "data/sampler.h"
 
 namespace dtrain::data {
@@ -64,12 +68,14 @@ struct LoaderOptions {
   int prefetch_depth = 4;         // batches decoded ahead of the consumer, >= 1
   bool verify_checksums = false;  // read every shard whole at Create (Dataset::Verify)
   ImageAugment augment;           // optional; images only
+  std::string sample_log;         // debug/test: record each delivered batch's samples in this file (data/sample_log.h)
 };
 
 struct Batch {
   Tensor inputs;   // images f32 [B, dims...]; tokens i32 [B, L-1]; on the context's device
   Tensor targets;  // images i32 [B] (labels); tokens i32 [B, L-1]
   int64_t epoch = 0;
+  int64_t position = 0;          // permutation position where this batch's global micro-batch starts
   int64_t num_real = 0;          // rows [0, num_real) are real samples; the rest are padding repeats
   std::vector<int64_t> indices;  // global sample index of each row
   double wait_seconds = 0;       // time Next() blocked waiting for this batch
@@ -116,6 +122,7 @@ class Loader {
   SamplerState state_;
   LoaderStats stats_;
   std::unique_ptr<Impl> impl_;
+  std::unique_ptr<SampleLog> sample_log_;  // null unless opts_.sample_log
 };
 
 }  // namespace dtrain::data

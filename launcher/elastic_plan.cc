@@ -47,13 +47,15 @@ void ElasticHosts::SetListed(const std::vector<HostSlots>& hosts) {
   for (auto it = dropped_.begin(); it != dropped_.end();) {
     bool listed = false;
     for (const HostSlots& h : hosts) listed = listed || h.name == it->first;
+    if (!listed) vanish_first_.erase(it->first);
     it = listed ? std::next(it) : dropped_.erase(it);
   }
 }
 
-void ElasticHosts::Drop(const std::string& name, Clock::time_point now) {
+void ElasticHosts::Drop(const std::string& name, Clock::time_point now, bool vanish_first) {
   for (const HostSlots& h : listed_) {
-    if (h.name == name) dropped_.emplace(name, now);
+    if (h.name != name || !dropped_.emplace(name, now).second) continue;
+    if (vanish_first) vanish_first_.insert(name);
   }
 }
 
@@ -65,7 +67,10 @@ std::vector<std::string> ElasticHosts::RejoinCandidates(Clock::time_point now) c
   return out;
 }
 
-void ElasticHosts::Rejoin(const std::string& name) { dropped_.erase(name); }
+void ElasticHosts::Rejoin(const std::string& name) {
+  dropped_.erase(name);
+  vanish_first_.erase(name);
+}
 
 Status ElasticHosts::Active(std::vector<HostSlots>* out) const {
   out->clear();

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,8 +50,14 @@ class ElasticHosts {
 
   // The listed hosts now (the hostfile re-read). A dropped host no longer listed is forgotten.
   void SetListed(const std::vector<HostSlots>& hosts);
-  // Marks `name` lost at `now` (no-op for an unknown or already dropped host).
-  void Drop(const std::string& name, Clock::time_point now);
+  // Marks `name` lost at `now` (no-op for an unknown or already dropped host). With `vanish_first` (a host that gave
+  // a spot notice: it still answers until it is reclaimed), the host may rejoin only after a probe found it silent
+  // once (Silent()): a fresh host at its address, not the one about to go.
+  void Drop(const std::string& name, Clock::time_point now, bool vanish_first = false);
+  // A probe of dropped host `name` got no answer.
+  void Silent(const std::string& name) { vanish_first_.erase(name); }
+  // `name` was dropped with vanish_first and no probe has found it silent yet: an answer from it does not count.
+  bool MustVanishFirst(const std::string& name) const { return vanish_first_.count(name) > 0; }
   // Dropped hosts that may rejoin at `now` (waited long enough): the ones to probe.
   std::vector<std::string> RejoinCandidates(Clock::time_point now) const;
   // `name` answered the probe: it is usable again.
@@ -65,6 +72,7 @@ class ElasticHosts {
   std::chrono::seconds rejoin_after_;
   std::vector<HostSlots> listed_;
   std::map<std::string, Clock::time_point> dropped_;
+  std::set<std::string> vanish_first_;
 };
 
 }  // namespace dtrain::launcher

@@ -87,6 +87,11 @@ CLI::App* AddLaunchCommand(CLI::App* parent, LaunchOptions* o) {
                   "with --nnodes MIN:MAX: a lost host is probed again S seconds after it was dropped (default 30)")
       ->type_name("S")
       ->check(NonNegativeInt());
+  app->add_option("--wait-for-hosts", o->wait_for_hosts,
+                  "with --nnodes MIN:MAX: when fewer than MIN hosts are left, wait up to S seconds for lost hosts to "
+                  "answer again instead of stopping (default 0: stop)")
+      ->type_name("S")
+      ->check(NonNegativeInt());
   app->add_option("--node-rank,--node_rank", o->node_rank,
                   "per-node start without mpirun/ssh/Slurm: this node's index 0..N-1 of --nnodes N; starts "
                   "--nproc-per-node workers here with torchrun's RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT "

@@ -28,6 +28,7 @@ struct LaunchOptions {
   int elastic_max = 0;
   std::string elastic_batch = "global";  // --elastic-batch global|per-gpu (launcher/elastic_plan.h)
   int rejoin_after = 30;                 // --rejoin-after S: a lost host may rejoin S s after it was dropped
+  int wait_for_hosts = 0;                // --wait-for-hosts S: below MIN, wait S s for hosts to return (0: stop)
   int node_rank = -1;                    // --node-rank: per-node start (no process manager); -1: not given
   std::string master_addr;               // --master-addr (per-node start: node 0's host)
   int master_port = 0;                   // --master-port; 0: not given (MASTER_PORT, else 29500)

@@ -152,6 +152,7 @@ void OutputRouter::HandleRankLine(int rank, bool is_stderr, const std::string& t
     if (FILE* f = LogFile("rank-" + std::to_string(rank) + ".log")) std::fprintf(f, "%s\n", text.c_str());
   }
   if (ParseRankExecLine(rank, text)) return;  // in the rank's log only: not in its tail, not on the console
+  if (text.rfind(kSpotNoticeLine, 0) == 0) notice_ranks_.push_back(rank);
   auto& tail = tails_[rank];
   tail.push_back(text);
   while (tail.size() > opts_.tail_lines) tail.pop_front();
@@ -170,6 +171,12 @@ void OutputRouter::HandleManagerLine(const std::string& line) {
     ParseSrunReport(line);
   } else {
     ParseMpirunReport(line);
+  }
+  const std::string remote_daemon = "  Remote daemon: ";  // in the "ORTE has lost communication" report
+  const size_t node = line.find(" on node ");
+  if (line.rfind(remote_daemon, 0) == 0 && node != std::string::npos) {
+    lost_daemon_hosts_.push_back(line.substr(node + 9));
+    failure_seen_ = true;
   }
   if (line.find("ORTE was unable to reliably start one or more daemons") != std::string::npos) {
     daemons_failed_ = true;

@@ -18,6 +18,10 @@
 // (launcher/rank_exec.h). The first such line is the root cause when mpirun's report is missing
 // (Open MPI 4.1 sometimes leaves it out); those lines go to the rank's log file only.
 //
+// Spot notices: a worker whose spot watcher saw a termination notice for its host writes kSpotNoticeLine as a line
+// of its own before it exits 75 (launcher/train_cmd.cc); notice_ranks() are the ranks that did (their hosts are
+// going away: the elastic launcher continues without them).
+//
 // Console: every line of rank 0 (stdout to stdout, stderr to stderr) and, of the other ranks, only
 // lines that look like warnings or errors (dtrain's "W"/"E"/"C" level letter, or the words
 // warn/error/fatal/abort in any case), prefixed "[rank N] ". With a log dir, every rank's complete
@@ -35,6 +39,8 @@
 #include "launcher/launch_options.h"
 
 namespace dtrain::launcher {
+
+constexpr char kSpotNoticeLine[] = "dtrain train: spot notice: this host is going away";
 
 // How a rank ended, as the process manager (or the rank's rank-exec) reported it.
 struct RankExit {
@@ -78,6 +84,11 @@ class OutputRouter {
   const RankExit& root_cause() const { return root_cause_.rank >= 0 ? root_cause_ : first_rank_exit_; }
   // mpirun could not start its daemons on some host (ssh failed, host unreachable, no dtrain there).
   bool daemons_failed() const { return daemons_failed_; }
+  // Hosts whose Open MPI daemon mpirun lost ("ORTE has lost communication with a remote daemon ... Remote daemon:
+  // [[J,0],N] on node HOST"): the host, or every process on it, is gone.
+  const std::vector<std::string>& lost_daemon_hosts() const { return lost_daemon_hosts_; }
+  // Ranks that wrote kSpotNoticeLine, in the order seen.
+  const std::vector<int>& notice_ranks() const { return notice_ranks_; }
   // The last `tail_lines` lines of `rank` (both streams, in arrival order).
   std::vector<std::string> Tail(int rank) const;
   // First error opening a log file ("" if none); logging continues without that file.
@@ -102,6 +113,8 @@ class OutputRouter {
   int pending_rank_ = -1;     // mpirun: "Process name" seen, waiting for its "Exit code"
   bool failure_seen_ = false;
   bool daemons_failed_ = false;
+  std::vector<int> notice_ranks_;
+  std::vector<std::string> lost_daemon_hosts_;
   std::string log_error_;
 };
 

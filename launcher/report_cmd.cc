@@ -8,10 +8,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "core/check.h"
 #include "launcher/cli_parse.h"
 #include "runtime/config/config.h"
+#include "runtime/observe/elastic_report.h"
 #include "runtime/observe/run_report.h"
 
 namespace dtrain::launcher {
@@ -49,6 +52,13 @@ CLI::App* AddReportCommand(CLI::App* parent, ReportArgs* out) {
   app->add_option("RUN_DIR", out->run_dir, "a run directory, or its metrics.jsonl");
   app->add_option("--price", out->price,
                   "price of one GPU-hour (default: run.price_per_gpu_hour of RUN_DIR/config.yaml)")
+      ->type_name("P")
+      ->check(CheckPrice);
+  app->add_option("--price-spot", out->price_spot, "elastic runs: spot price of one rank-hour (cost per 1M samples)")
+      ->type_name("P")
+      ->check(CheckPrice);
+  app->add_option("--price-on-demand", out->price_on_demand,
+                  "elastic runs: on-demand price of one rank-hour (cost per 1M samples of an uninterrupted run)")
       ->type_name("P")
       ->check(CheckPrice);
   app->callback([out] {
@@ -93,6 +103,15 @@ Status BuildReportText(const ReportArgs& args, std::string* text) {
     }
   }
   *text = runtime::FormatRunSummary(summary, price) + note;
+  if (!is_dir) return Status::OK();
+  std::ifstream elastic(run_dir + "/elastic.jsonl", std::ios::binary);
+  if (!elastic) return Status::OK();  // not an elastic launch
+  std::ostringstream body;
+  body << elastic.rdbuf();
+  std::vector<runtime::ElasticAttemptRecord> records;
+  DT_RETURN_IF_ERROR(runtime::ParseElasticAttempts(body.str(), run_dir + "/elastic.jsonl", &records));
+  *text +=
+      runtime::FormatElasticSummary(runtime::SummarizeElastic(records, summary), args.price_on_demand, args.price_spot);
   return Status::OK();
 }
 

@@ -28,6 +28,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGPIPE};
+// The byte SupervisorScope::RequestStop() writes to the self-pipe (no signal has number 0).
+constexpr unsigned char kStopRequest = 0;
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
 // How long the pipes may stay open after mpirun is reaped and its leftovers are killed.
 constexpr auto kDrainTime = std::chrono::seconds(2);
@@ -256,6 +258,14 @@ Status SupervisorScope::Create(std::unique_ptr<SupervisorScope>* out) {
   return Status::OK();
 }
 
+void SupervisorScope::RequestStop() {
+  stop_requested_ = true;
+  const unsigned char byte = kStopRequest;
+  if (write(pipe_[1], &byte, 1) < 0) {
+    // The pipe is full of unread signal bytes: the loop is behind anyway and will see them.
+  }
+}
+
 SupervisorScope::~SupervisorScope() {
   if (installed_) {
     for (int i = 0; i < kNumSignals; ++i) sigaction(kSignals[i], &old_actions_[i], nullptr);
@@ -272,6 +282,7 @@ SupervisorScope::~SupervisorScope() {
 Status RunAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* scope, OutputRouter* router,
                   AttemptResult* result) {
   *result = AttemptResult();
+  (void)scope->ConsumeStopRequest();  // one left from an attempt that ended on its own is not for this one
   SessionChild child;
   DT_RETURN_IF_ERROR(SpawnSession(cmd.argv, cmd.env_set, SIGTERM, &child));
   const auto grace = std::chrono::seconds(grace_seconds);
@@ -311,7 +322,13 @@ Status RunAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* 
     unsigned char sig = 0;
     while (read(scope->signal_fd(), &sig, 1) == 1) {
       if (reaped) continue;
-      if (sig == SIGUSR1) {
+      if (sig == kStopRequest) {
+        if (scope->ConsumeStopRequest() && result->stop_signal == 0) {
+          result->stop_requested = true;
+          kill(child.pid, SIGTERM);
+          arm();
+        }
+      } else if (sig == SIGUSR1) {
         // No grace timer: the ranks decide (checkpoint, then exit 75); the job may take its time.
         kill(child.pid, SIGUSR1);
         const int local = SignalSession(child.pid, SIGUSR1, /*ranks_only=*/true);

@@ -31,6 +31,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <utility>
@@ -51,7 +52,13 @@ class SupervisorScope {
   SupervisorScope(const SupervisorScope&) = delete;
   SupervisorScope& operator=(const SupervisorScope&) = delete;
 
-  int signal_fd() const { return pipe_[0]; }  // readable: one byte per signal received
+  int signal_fd() const { return pipe_[0]; }  // readable: one byte per signal received (0: RequestStop)
+  // Asks the running attempt to stop, from any thread (the elastic launcher's host watch, when a host stopped
+  // answering): RunAttempt stops the job as after SIGINT (SIGTERM to mpirun, then the grace escalation of step 4)
+  // and sets AttemptResult::stop_requested instead of stop_signal.
+  void RequestStop();
+  // True once per RequestStop() since the last call (RunAttempt's; it clears a request left from before it starts).
+  bool ConsumeStopRequest() { return stop_requested_.exchange(false); }
 
  private:
   SupervisorScope() = default;
@@ -60,12 +67,14 @@ class SupervisorScope {
   struct sigaction old_actions_[kNumSignals] = {};
   int old_subreaper_ = 0;
   bool installed_ = false;
+  std::atomic<bool> stop_requested_{false};
 };
 
 struct AttemptResult {
-  int exit_code = 0;       // the process manager's: its exit status, or 128+signal
-  int stop_signal = 0;     // SIGINT/SIGTERM received by the launcher during the attempt, else 0
-  bool escalated = false;  // the launcher had to SIGTERM/SIGKILL the process group
+  int exit_code = 0;            // the process manager's: its exit status, or 128+signal
+  int stop_signal = 0;          // SIGINT/SIGTERM received by the launcher during the attempt, else 0
+  bool escalated = false;       // the launcher had to SIGTERM/SIGKILL the process group
+  bool stop_requested = false;  // SupervisorScope::RequestStop() stopped it
 };
 
 // Runs `cmd` to completion, feeding its output to `router`. Returns non-OK only when mpirun could

@@ -16,6 +16,7 @@
 #include "core/logging.h"
 #include "launcher/cli_parse.h"
 #include "launcher/exit_codes.h"
+#include "launcher/output_router.h"
 #include "runtime/checkpoint/spot_watcher.h"
 #include "runtime/config/config.h"
 #include "runtime/train/model_factory.h"
@@ -103,9 +104,10 @@ Status RunWorker(const std::string& config_path, const std::vector<std::string>&
   DT_RETURN_IF_ERROR(
       runtime::Trainer::Create(cfg, *ctx, grad_comm, host_comm.get(), env.rank, env.world_size, &trainer));
   trainer->set_watchdog(watchdog.get());
-  // Rank 0 only: the ranks agree on the preemption flag at every step boundary (trainer.h).
+  // Each host's local rank 0 watches its own host's notice endpoint; the ranks agree on the preemption flag at every
+  // step boundary (trainer.h), so a notice on any host makes the whole job checkpoint and exit 75.
   std::unique_ptr<runtime::SpotWatcher> spot;
-  if (env.rank == 0 && cfg.checkpoint().enabled() && !cfg.checkpoint().spot_notice_url().empty()) {
+  if (env.local_rank == 0 && cfg.checkpoint().enabled() && !cfg.checkpoint().spot_notice_url().empty()) {
     DT_RETURN_IF_ERROR(
         runtime::SpotWatcher::Create({cfg.checkpoint().spot_notice_url(), cfg.checkpoint().spot_poll_s()}, &spot));
   }
@@ -114,6 +116,8 @@ Status RunWorker(const std::string& config_path, const std::vector<std::string>&
   if (st.code() == Status::Code::kPreempted) {
     // Every rank stopped after the same step and rank 0's checkpoint is durable (trainer.h): a clean exit.
     if (env.rank == 0) DT_LOG_WARN(kRuntime, "{}", st.message());
+    // Tells the launcher which host is going away (launcher/output_router.h): it continues without it.
+    if (spot && spot->noticed()) std::fprintf(stderr, "%s\n", kSpotNoticeLine);
     return st;
   }
   if (!st.ok()) {

@@ -71,6 +71,8 @@ void Apply(const std::string& kind, const Json& r, AttemptSummary* a, RunSummary
     s->checkpoint_wait_s += Num(r, "wait_ms") / 1000.0;
   } else if (kind == "end") {
     a->end_status = Str(r, "status");
+  } else if (kind == "first_step") {
+    a->first_step_time = Num(r, "time");
   }
 }
 
@@ -120,6 +122,7 @@ Status SummarizeMetrics(const std::string& text, const std::string& source, RunS
       a.resume_step = a.last_step = static_cast<int64_t>(Num(r, "resume_step"));
       a.world = static_cast<int64_t>(Num(r, "world"));
       a.device = Str(r, "device");
+      a.global_batch = static_cast<int64_t>(Num(r, "global_batch"));
       s.total_steps = static_cast<int64_t>(Num(r, "total_steps"));
       // A fresh start (step 0, not a launcher restart) in a directory that already had attempts begins a new run
       // (resume never --overwrite): the summary is of that run.
@@ -139,6 +142,9 @@ Status SummarizeMetrics(const std::string& text, const std::string& source, RunS
       s.attempts.push_back(a);
       continue;
     }
+    // The restore record of an attempt is written before its start record (runtime/train/checkpoint_trainer.cc):
+    // it is not the previous attempt's, whose last record and step it would otherwise move.
+    if (kind == "restore") continue;
     if (s.attempts.empty()) {
       return Status::DataLoss(source + ":" + std::to_string(i + 1) + ": a '" + kind +
                               "' record before the first 'start' record");

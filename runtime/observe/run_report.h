@@ -3,9 +3,12 @@
 //
 // metrics.jsonl is written by rank 0 (runtime/trainer.cc), one JSON object per line, appended across
 // the restarts of a run directory. Records used here ("kind"):
-//   start       time, restart (DTRAIN_RESTART_COUNT), resume_step (0 = fresh), world, device, total_steps
+//   start       time, restart (DTRAIN_RESTART_COUNT), resume_step (0 = fresh), world, device, total_steps,
+//               global_batch (samples per step)
+//   first_step  step, time: the attempt's first step completed (the end of a recovery)
 //   train       step, time, loss, step_ms, ...          eval        step, time, eval_loss, eval_accuracy
 //   checkpoint  step, time, stall_ms, wait_ms, async    end         step, time, status done|preempted|failed
+//   restore     (written before its attempt's start record: ignored, so that it does not extend the previous one)
 // Each "start" opens an attempt; the records up to the next start belong to it.
 //
 // Figures (times are the records' Unix seconds):
@@ -49,6 +52,8 @@ struct AttemptSummary {
   int64_t resume_step = 0;
   int64_t world = 0;
   std::string device;            // "cuda" | "cpu"
+  int64_t global_batch = 0;      // samples per step (0: not recorded)
+  double first_step_time = 0;    // Unix seconds of the first_step record (0: none)
   int64_t last_step = 0;         // highest logged step (resume_step when nothing was logged)
   std::string end_status;        // "done" | "preempted" | "failed" | "" (no end record: killed)
   int64_t steps_recomputed = 0;  // attempts after the first: see the file comment

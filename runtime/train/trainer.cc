@@ -412,14 +412,16 @@ Status Trainer::Run(TrainSummary* summary) {
   }
   if (rank_ == 0) {
     const char* restart = std::getenv("DTRAIN_RESTART_COUNT");
-    DT_RETURN_IF_ERROR(metrics_.Write(JsonLine()
-                                          .Add("kind", std::string("start"))
-                                          .Add("time", WallTime())
-                                          .Add("restart", static_cast<int64_t>(restart ? std::atoll(restart) : 0))
-                                          .Add("resume_step", start_step_)
-                                          .Add("world", static_cast<int64_t>(world_))
-                                          .Add("device", std::string(ctx_.is_cuda() ? "cuda" : "cpu"))
-                                          .Add("total_steps", total_steps_)));
+    DT_RETURN_IF_ERROR(
+        metrics_.Write(JsonLine()
+                           .Add("kind", std::string("start"))
+                           .Add("time", WallTime())
+                           .Add("restart", static_cast<int64_t>(restart ? std::atoll(restart) : 0))
+                           .Add("resume_step", start_step_)
+                           .Add("world", static_cast<int64_t>(world_))
+                           .Add("device", std::string(ctx_.is_cuda() ? "cuda" : "cpu"))
+                           .Add("total_steps", total_steps_)
+                           .Add("global_batch", cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_)));
   }
   Status st = RunLoop(summary);
   if (rank_ == 0) {
@@ -493,6 +495,14 @@ Status Trainer::RunLoop(TrainSummary* summary) {
     DT_RETURN_IF_ERROR(TrainStep(step, &data_s));
     last_step_ = ++step;
     ++interval_steps;
+    if (step == start_step_ + 1) {
+      // This attempt's first completed step (one device sync, once): where `dtrain report`'s time to recover ends.
+      DT_RETURN_IF_ERROR(ctx_.Synchronize());
+      if (rank_ == 0) {
+        DT_RETURN_IF_ERROR(metrics_.Write(
+            JsonLine().Add("kind", std::string("first_step")).Add("step", step).Add("time", WallTime())));
+      }
+    }
     DrawProgressBar(step);
     if (store_owner_ && store_owner_->Due()) DT_RETURN_IF_ERROR(store_owner_->Refresh());  // the root's heartbeat
     const data::SamplerState next = DataPosition();

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -81,6 +82,16 @@ Status ResolveDataset(const proto::DataConfig& d, bool train, std::string* dir) 
   return data::FetchDataset(url, o, dir).WithContext(train ? "data.train_shards" : "data.test_shards");
 }
 
+// DTRAIN_SAMPLE_LOG=DIR (a debug/test switch, data/sample_log.h): the file recording the training samples this rank
+// takes in this attempt, DIR/samples.attempt<DTRAIN_RESTART_COUNT>.rank<R>.txt; "" when unset.
+std::string SampleLogPath(int rank) {
+  const char* dir = std::getenv("DTRAIN_SAMPLE_LOG");
+  if (dir == nullptr || *dir == '\0') return "";
+  const char* restart = std::getenv("DTRAIN_RESTART_COUNT");
+  return std::string(dir) + "/samples.attempt" + (restart != nullptr && *restart != '\0' ? restart : "0") + ".rank" +
+         std::to_string(rank) + ".txt";
+}
+
 }  // namespace
 
 Status Trainer::SetupData() {
@@ -110,6 +121,7 @@ Status Trainer::SetupData() {
   lo.num_threads = static_cast<int>(d.workers());
   lo.prefetch_depth = static_cast<int>(d.prefetch());
   if (d.augment()) lo.augment = data::RandomCropFlip(/*pad=*/4, /*hflip=*/true, /*fill=*/0.f);
+  lo.sample_log = SampleLogPath(rank_);
   DT_RETURN_IF_ERROR(ResolveDataset(d, /*train=*/true, &lo.dataset_dir));
   DT_RETURN_IF_ERROR(data::Loader::Create(lo, &ctx_, &train_loader_).WithContext("training data"));
   train_samples_ = train_loader_->dataset().size();
@@ -123,6 +135,7 @@ Status Trainer::SetupData() {
     eo.shuffle = false;
     eo.remainder = data::RemainderPolicy::kPad;  // every test sample once; padding rows are not counted
     eo.augment = nullptr;
+    eo.sample_log.clear();
     eo.num_threads = std::max<int>(1, lo.num_threads / 2);
     DT_RETURN_IF_ERROR(data::Loader::Create(eo, &ctx_, &eval_loader_).WithContext("evaluation data"));
   }

@@ -138,6 +138,36 @@ TEST_F(FashionLoaderTest, ResumeMidEpochContinuesWithTheSameBatches) {
   EXPECT_EQ(want.position, st.consumed);
 }
 
+// The sample record (DTRAIN_SAMPLE_LOG's file) holds what Next() handed out, not what the readers prefetched: one
+// line per batch, "EPOCH POSITION NUM_REAL" and the real samples (the kPad repeats of the epoch's last batch left out).
+TEST_F(FashionLoaderTest, SampleLogRecordsEachDeliveredBatch) {
+  auto ctx = Cpu();
+  LoaderOptions o = Opts();
+  o.rank = 0;
+  o.sample_log = dir_.path() + "/samples.txt";
+  std::vector<Batch> got;
+  {
+    std::unique_ptr<Loader> loader;
+    ASSERT_TRUE(Loader::Create(o, ctx.get(), &loader).ok());
+    ASSERT_TRUE(loader->Restore({7, 0, 52 * 192}).ok());  // the epoch's last batch: 16 real samples, on rank 0
+    for (int i = 0; i < 2; ++i) {
+      got.emplace_back();
+      ASSERT_TRUE(loader->Next(&got.back()).ok());
+    }
+  }
+  std::ifstream f(o.sample_log);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(f, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 2u);  // prefetched batches are not in it
+  EXPECT_EQ(got[0].position, 52 * 192);
+  EXPECT_EQ(got[0].num_real, 10000 - 52 * 192);
+  std::string want = "0 " + std::to_string(52 * 192) + " " + std::to_string(got[0].num_real);
+  for (int64_t j = 0; j < got[0].num_real; ++j) want += " " + std::to_string(got[0].indices[j]);
+  EXPECT_EQ(lines[0], want);
+  EXPECT_EQ(got[1].epoch, 1);
+  EXPECT_EQ(lines[1].rfind("1 0 64 ", 0), 0u) << lines[1];
+}
+
 TEST_F(FashionLoaderTest, AugmentationIsDeterministicPerSample) {
   auto ctx = Cpu();
   LoaderOptions o = Opts();

@@ -65,6 +65,23 @@ TEST(ElasticPlanTest, GlobalBatchIsKeptWithTheFewestMicroSteps) {
   EXPECT_NE(st.message().find("the global batch 100"), std::string::npos) << st.message();
 }
 
+// A host that gave a spot notice still answers until it is reclaimed: it counts as back only after a probe found it
+// gone once.
+TEST(ElasticPlanTest, ANoticedHostMustVanishBeforeItMayRejoin) {
+  ElasticHosts hosts(1, 2, std::chrono::seconds(0));
+  std::vector<HostSlots> listed;
+  ASSERT_TRUE(ParseHostList("a:1,b:1", &listed).ok());
+  hosts.SetListed(listed);
+  const auto t0 = ElasticHosts::Clock::now();
+  hosts.Drop("b", t0, /*vanish_first=*/true);
+  EXPECT_EQ(hosts.RejoinCandidates(t0), std::vector<std::string>{"b"});  // probed (to see it go) ...
+  EXPECT_TRUE(hosts.MustVanishFirst("b"));                               // ... but an answer does not count
+  hosts.Silent("b");
+  EXPECT_FALSE(hosts.MustVanishFirst("b"));
+  hosts.Drop("a", t0);
+  EXPECT_FALSE(hosts.MustVanishFirst("a"));
+}
+
 TEST(ElasticPlanTest, HostsDropRejoinAfterTheWaitAndRespectMinMax) {
   using Clock = ElasticHosts::Clock;
   ElasticHosts hosts(2, 3, std::chrono::seconds(10));

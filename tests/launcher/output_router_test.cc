@@ -125,6 +125,35 @@ TEST(OutputRouterTest, RankExecLineNamesTheRankWhenMpirunDoesNot) {
   EXPECT_EQ(ReadAll(cap.err).find("rank-exec"), std::string::npos);
 }
 
+// A worker whose host got a spot notice says so in a line of its own (launcher/train_cmd.cc): the elastic launcher
+// drops that rank's host.
+TEST(OutputRouterTest, SpotNoticeLinesNameTheirRanks) {
+  Capture cap;
+  OutputRouter r(cap.Opts(Backend::kMpirun));
+  FeedText(&r, true,
+           std::string("[1,0]<stderr>:step 1\n[1,2]<stderr>:") + kSpotNoticeLine + "\n[1,1]<stderr>:not a " +
+               kSpotNoticeLine + "\n");
+  r.Finish();
+  EXPECT_EQ(r.notice_ranks(), std::vector<int>{2});
+  EXPECT_FALSE(r.failure_seen());
+}
+
+// Every process of a host killed, its network still up: mpirun reports the daemon it lost and names no rank.
+TEST(OutputRouterTest, LostDaemonNamesItsHost) {
+  Capture cap;
+  OutputRouter r(cap.Opts(Backend::kMpirun));
+  FeedText(&r, true,
+           "--------------------------------------------------------------------------\n"
+           "ORTE has lost communication with a remote daemon.\n\n"
+           "  HNP daemon   : [[26565,0],0] on node vm\n"
+           "  Remote daemon: [[26565,0],2] on node 10.77.0.2\n\n"
+           "This is usually due to either a failure of the TCP network\n");
+  r.Finish();
+  EXPECT_EQ(r.lost_daemon_hosts(), std::vector<std::string>{"10.77.0.2"});
+  EXPECT_TRUE(r.failure_seen());
+  EXPECT_EQ(r.root_cause().rank, -1);
+}
+
 TEST(OutputRouterTest, MpirunReportWinsOverRankExecLines) {
   Capture cap;
   OutputRouter r(cap.Opts(Backend::kMpirun));

@@ -56,6 +56,29 @@ TEST(ReportCmdTest, PriceFromConfigOrFlag) {
   EXPECT_TRUE(Contains(text, "(no price:")) << text;
 }
 
+// An elastic launch's record next to the metrics: the report adds the attempts, the goodput and the costs.
+TEST(ReportCmdTest, ElasticRecordAddsGoodputAndCosts) {
+  TempDir run;
+  std::string metrics = kMetrics;
+  metrics.replace(metrics.find("\"total_steps\":100"), 17, "\"total_steps\":100,\"global_batch\":10000");
+  WriteFile(run.path() + "/metrics.jsonl", metrics);
+  std::string text;
+  ASSERT_TRUE(BuildReport({run.path()}, &text).ok());
+  EXPECT_FALSE(Contains(text, "goodput")) << text;  // not an elastic launch
+  WriteFile(
+      run.path() + "/elastic.jsonl",
+      R"({"kind":"attempt","attempt":0,"hosts":"a,b","world":2,"start":0,"end":1800,"noticed":1800,"reason":"done","lost":""}
+)");
+  ASSERT_TRUE(BuildReport({run.path(), "--price-spot", "1", "--price-on-demand", "3"}, &text).ok());
+  EXPECT_TRUE(Contains(text, "  attempt 1: world 2 on a,b; steps 0 -> 100 (100 count); ended: done\n")) << text;
+  EXPECT_TRUE(Contains(text, "  rank-hours     1.0000 held")) << text;
+  // 1 rank-hour held at $1 for 1M samples (100 steps x 10000).
+  EXPECT_TRUE(Contains(text, "  cost/1M spot   $1.0000 ")) << text;
+  EXPECT_TRUE(Contains(text, "cost/1M o-d    $")) << text;
+  WriteFile(run.path() + "/elastic.jsonl", "garbage\n{}\n");
+  EXPECT_EQ(BuildReport({run.path()}, &text).code(), Status::Code::kDataLoss);
+}
+
 TEST(ReportCmdTest, ArgumentErrors) {
   std::string text;
   Status st = BuildReport({}, &text);

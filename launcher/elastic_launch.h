@@ -1,0 +1,37 @@
+#pragma once
+// The supervising loop of an elastic launch (`dtrain launch --nnodes MIN:MAX --hosts|--hostfile ...`): one mpirun per
+// attempt, each on the current host set, the batch re-planned for its world size (launcher/elastic_plan.h).
+//
+// How an attempt ends, and what comes next:
+//   done       every rank exited 0: the launcher exits 0.
+//   lost_host  a host stopped answering for the heartbeat bound (launcher/host_watch.h; the attempt is stopped), or
+//              the root-cause rank was killed by a signal, or mpirun lost its daemon on the host, or the attempt failed
+//              and a host of it no longer answers the probe: the host is dropped and the job restarts on the survivors
+//              from the newest checkpoint.
+//   notice     the job checkpointed and exited 75 because a host's spot watcher saw a termination notice (that
+//              host's rank wrote kSpotNoticeLine, launcher/output_router.h): the host is dropped, the job restarts
+//              on the survivors from the checkpoint just saved.
+//   grow       a dropped or new host answers again (host_watch.h asked for the coordinated checkpoint, exit 75): the
+//              job restarts on the larger set.
+//   failure    anything else: counted against --max-restarts; restarted on the same hosts while restarts are left.
+//   stopped    SIGINT/SIGTERM to the launcher, or a usage error, or exit 75 nobody here asked for: passed through.
+// lost_host, notice and grow do not count against --max-restarts; when fewer than MIN hosts are left the job stops
+// (exit 1), or with --wait-for-hosts S waits up to S s for dropped hosts to answer again (--nnodes N:N with a long
+// wait: the restart-everything-on-the-same-hosts baseline of examples/spot/replay_trace.sh).
+//
+// Record: each attempt's end is appended to <run.dir>/elastic.jsonl on the launcher's machine (the run directory
+// of the config; the same as rank 0's when the launcher runs on the first host or run.dir is shared), one JSON line:
+//   {"kind":"attempt","attempt":A,"hosts":"h1,h2","world":W,"start":T,"end":T,"noticed":T,"reason":R,"lost":"h3"}
+// A = the attempt's DTRAIN_RESTART_COUNT; times are Unix seconds; noticed = when the launcher learned what ended
+// the attempt (the heartbeat bound passed, the grow request, else the attempt's end). `dtrain report` reads it
+// (goodput, time to recover; runtime/observe/elastic_report.h).
+
+#include "launcher/launch_command.h"
+#include "launcher/launch_options.h"
+
+namespace dtrain::launcher {
+
+// Runs the elastic job to its end; returns the launcher's exit code.
+int SuperviseElastic(const LaunchOptions& opts, const LaunchEnv& env);
+
+}  // namespace dtrain::launcher
