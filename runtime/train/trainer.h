@@ -57,6 +57,7 @@
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/optim/parameter_updater.h"
 #include "runtime/train/prometheus_feed.h"
+#include "runtime/train/restore_sink.h"
 #include "runtime/train/step_graph.h"
 
 namespace dtrain {
@@ -115,7 +116,9 @@ class Trainer {
 
   // Checkpointing (runtime/checkpoint_trainer.cc).
   Status SetupCheckpoint();
-  Status Restore(const LoadedCheckpoint& ck);
+  // From a loaded checkpoint whose files are in `sink` (params.bin already in the parameters when
+  // sink.params_copied()).
+  Status Restore(const LoadedCheckpoint& ck, RestoreSink& sink);
   // Saves the state after `step` steps, the data position being (epoch, cursor). Rank 0 writes; other
   // ranks return at once. `sync` waits until the checkpoint is durable.
   Status SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool sync);
