@@ -2,8 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <regex>
+#include <vector>
 
 #include "core/check.h"
 #include "storage/key_util.h"
@@ -85,20 +86,24 @@ bool DirectReadsAllowed() {
   return allowed;
 }
 
-// Copies what the page cache holds of [offset, offset + n), from its start on, without waiting for the disk
-// (RWF_NOWAIT: EAGAIN at the first page that is not cached). Returns how many bytes came, or -errno.
-int64_t ReadCached(int fd, char* dst, uint64_t n, uint64_t offset) {
-  uint64_t done = 0;
-  while (done < n) {
-    iovec iov{dst + done, static_cast<size_t>(n - done)};
-    const ssize_t r = ::preadv2(fd, &iov, 1, static_cast<off_t>(offset + done), RWF_NOWAIT);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && (errno == EAGAIN || errno == EOPNOTSUPP || errno == ENOSYS)) break;  // not cached, or no NOWAIT
-    if (r < 0) return -errno;
-    if (r == 0) break;  // the file ended: the caller's pread finds out
-    done += static_cast<uint64_t>(r);
+// How many bytes from `offset` on (at most n) the page cache holds, from mincore over a mapping of the range (no
+// page is touched, no I/O starts: a preadv2(RWF_NOWAIT) probe would start readahead into the cache). 0 when it cannot
+// tell (mincore reports the cache only for files the caller may write); the disk read then gets them.
+uint64_t CachedPrefix(int fd, uint64_t offset, uint64_t n) {
+  if (n == 0) return 0;
+  const uint64_t start = offset & ~(kDirectAlign - 1);
+  const size_t len = static_cast<size_t>(offset + n - start);
+  void* map = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(start));
+  if (map == MAP_FAILED) return 0;
+  std::vector<unsigned char> pages((len + kDirectAlign - 1) / kDirectAlign);
+  uint64_t cached = 0;
+  if (::mincore(map, len, pages.data()) == 0) {
+    size_t i = 0;
+    while (i < pages.size() && (pages[i] & 1u) != 0) ++i;
+    if (i > 0) cached = std::min<uint64_t>(n, i * kDirectAlign - (offset - start));
   }
-  return static_cast<int64_t>(done);
+  ::munmap(map, len);
+  return cached;
 }
 
 // Reads the 4 KiB-aligned part of [offset, offset + n) with O_DIRECT on a second descriptor of `path`. Returns
@@ -257,14 +262,16 @@ Status FileStorage::GetRangeInto(const std::string& key, uint64_t offset, void* 
   DT_RETURN_IF_ERROR(OpenForRead(key, &fd, object_size));
   const uint64_t n = offset >= *object_size ? 0 : std::min(size, *object_size - offset);
   char* out = static_cast<char*>(dst);
-  // The cached part first, then the disk's part straight into dst, then whatever is left (an unaligned head or
-  // tail) through the page cache.
-  int64_t done = ReadCached(fd, out, n, offset);
-  if (done >= 0 && static_cast<uint64_t>(done) < n) {
-    const int64_t direct = ReadDirect(root_ + "/" + key, out + done, n - done, offset + done);
-    done = direct < 0 ? direct : done + direct;
+  // The cached part first (copied from the cache), then the disk's part straight into dst, then whatever is left
+  // (an unaligned head or tail) through the page cache.
+  const uint64_t cached = CachedPrefix(fd, offset, n);
+  Status st = PreadAll(key, fd, out, cached, offset);
+  int64_t done = static_cast<int64_t>(cached);
+  if (st.ok() && cached < n) {
+    const int64_t direct = ReadDirect(root_ + "/" + key, out + cached, n - cached, offset + cached);
+    if (direct < 0) st = Error(key, "read", static_cast<int>(-direct));
+    done += std::max<int64_t>(direct, 0);
   }
-  Status st = done < 0 ? Error(key, "read", static_cast<int>(-done)) : Status::OK();
   if (st.ok()) st = PreadAll(key, fd, out + done, n - done, offset + done);
   ::close(fd);
   *got = st.ok() ? n : 0;
