@@ -76,11 +76,11 @@ awk -v size="$SIZE" -v n="$NFILES" -v reps="$REPS" -v dir="$DIR" -v s="$(m "${sa
   printf "save     dtrain Save (fsync, manifest, latest)   %7.3f s  %6.0f MB/s\n", s, mb / s
   printf "save     dd bs=16M conv=fsync                    %7.3f s  %6.0f MB/s\n", d, mb / d
   printf "restore  dtrain Load, warm (read + CRC32C)       %7.3f s  %6.0f MB/s\n", lw, mb / lw
-  if (bw > 0) printf "restore  BEFORE's Load, warm                     %7.3f s  %6.0f MB/s\n", bw, mb / bw
+  if (bw > 0) printf "restore  BEFORE Load, warm                      %7.3f s  %6.0f MB/s\n", bw, mb / bw
   printf "restore  cat, warm                               %7.3f s  %6.0f MB/s\n", cw, mb / cw
   if (cold) {
     printf "restore  dtrain Load, cold                       %7.3f s  %6.0f MB/s\n", lc, mb / lc
-    if (bc > 0) printf "restore  BEFORE's Load, cold                     %7.3f s  %6.0f MB/s\n", bc, mb / bc
+    if (bc > 0) printf "restore  BEFORE Load, cold                      %7.3f s  %6.0f MB/s\n", bc, mb / bc
     printf "restore  cat, cold                               %7.3f s  %6.0f MB/s\n", cc, mb / cc
   } else {
     printf "restore  cold: not measured (cannot write /proc/sys/vm/drop_caches as this user)\n"
