@@ -278,7 +278,7 @@ Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool
   for (const auto& [name, tensor] : state) sources.push_back({name + ".bin", tensor});
   for (auto& [name, tensor] : model_->buffers()) sources.push_back({"buffer." + name + ".bin", tensor});
   double alloc_wait_s = 0;
-  if (snapshot_.empty()) DT_RETURN_IF_ERROR(TakeSnapshotBuffers(sources, &alloc_wait_s));
+  if (!snapshot_checked_) DT_RETURN_IF_ERROR(TakeSnapshotBuffers(sources, &alloc_wait_s));
   // D2H on the compute stream: ordered after this step's update, before the next step's.
   for (size_t i = 0; i < sources.size(); ++i)
     DT_RETURN_IF_ERROR(snapshot_[i].second.CopyFrom(*sources[i].second, ctx_.stream()));
@@ -366,11 +366,16 @@ Status Trainer::TakeSnapshotBuffers(const std::vector<std::pair<std::string, con
     }
     snapshot_pool_.reset();
   }
-  bool match = snapshot_.size() == sources.size();
+  // The buffers held already (the restore's, when it took the pool's) serve if they lead with this layout.
+  bool match = snapshot_.size() >= sources.size();
   for (size_t i = 0; match && i < sources.size(); ++i) {
     match = snapshot_[i].first == sources[i].first && snapshot_[i].second.numel() == sources[i].second->numel();
   }
-  if (match) return Status::OK();
+  snapshot_checked_ = true;
+  if (match) {
+    snapshot_.resize(sources.size());  // spares of the restore that no file used
+    return Status::OK();
+  }
   if (!snapshot_.empty()) DT_LOG_WARN(kRuntime, "the snapshot layout differs from the one foreseen: allocating now");
   snapshot_.clear();
   for (const auto& [name, src] : sources) {

@@ -183,6 +183,7 @@ class Trainer {
   std::unique_ptr<StoreOwner> store_owner_;               // rank 0, s3:// checkpoint roots (borrows ckpt_'s store)
   std::vector<std::pair<std::string, Tensor>> snapshot_;  // rank 0: pinned host copies, file name -> data
   std::unique_ptr<SnapshotPool> snapshot_pool_;           // rank 0: allocates snapshot_ in the background
+  bool snapshot_checked_ = false;                         // snapshot_ checked against the first save's layout
 #if DT_HAVE_CUDA
   std::unique_ptr<CudaEvent> snapshot_done_;
 #endif

@@ -1,6 +1,7 @@
 // The trainer's restore path through the real binary (CPU, Fashion-MNIST CI config): a checkpoint whose optimizer
 // state fails its CRC32C after params.bin was already copied into the model chunk by chunk restores nothing: with
-// --overwrite the run starts afresh from exactly the initial parameters.
+// --overwrite the run starts afresh from exactly the initial parameters; and the save after a resume reuses the
+// restore's buffers.
 
 #include <gtest/gtest.h>
 
@@ -53,6 +54,23 @@ TEST(RestoreE2E, ACheckpointFailingAfterItsParametersWereCopiedRestoresNothing) 
   EXPECT_NE(b.output.find("parameters initialised again"), std::string::npos) << b.output;
   // A fresh start from the initial parameters: the same final weights as a, bit for bit.
   EXPECT_EQ(MaxSafetensorsDiff(d + "/a/final.safetensors", d + "/b/final.safetensors"), 0.0);
+}
+
+// A resume reads into the snapshot buffers (rank 0 takes them from the pool), and the next save snapshots into them:
+// nothing is allocated again, and the restore is timed split into read + verify and copy.
+TEST(RestoreE2E, TheSaveAfterAResumeReusesTheRestoreBuffers) {
+  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  TempDir dir;
+  const std::string train = DtrainBin() + " train " + kCiConfig + kCommon + " --set run.dir=" + dir.path();
+  ProcessResult first = RunCommand(train);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ProcessResult resumed = RunCommand(train + " --set train.max_steps=30");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("read and verified in"), std::string::npos) << resumed.output;
+  EXPECT_EQ(resumed.output.find("allocating now"), std::string::npos) << resumed.output;
+  EXPECT_EQ(resumed.output.find("snapshot layout differs"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("checkpoint step 30: training stalled"), std::string::npos) << resumed.output;
 }
 
 }  // namespace
