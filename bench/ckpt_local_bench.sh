@@ -3,12 +3,14 @@
 # State of SIZE bytes (default 1,493,277,696: GPT-2 124M's params + two AdamW moments, f32) as NFILES files:
 #   save     dtrain CheckpointManager::Save (files written, fsynced, renamed; CRC32C; manifest; `latest`)
 #            vs `dd if=/dev/zero bs=16M conv=fsync` of SIZE bytes (one file, one fsync)
-#   restore  dtrain CheckpointManager::Load (every file read, in parallel, and its CRC32C checked)
+#   restore  dtrain CheckpointManager::Load (every file read in chunks on a few threads into buffers that are not
+#            zero-filled, each chunk's CRC32C right after its read: `ckpt_io_bench load`, the trainer's path)
 #            vs `cat` of the same files to /dev/null; warm (page cache) and, when this user may drop the
-#            page cache (/proc/sys/vm/drop_caches), cold
+#            page cache (/proc/sys/vm/drop_caches), cold. With BEFORE=<an older ckpt_io_bench>, that binary's
+#            `load` is measured in the same runs (before/after in one table).
 # Each figure is the median of REPS runs; ratios are throughput ratios (>= 1: dtrain at least as fast).
 # Usage: bench/ckpt_local_bench.sh [BUILD_DIR]   env: DIR (on the disk to measure; default a new dir under
-#        ./runs, where checkpoints go by default), SIZE, NFILES (3), REPS (3)
+#        ./runs, where checkpoints go by default), SIZE, NFILES (3), REPS (3), BEFORE
 set -euo pipefail
 BUILD=${1:-build}
 TOOL=$BUILD/bench/ckpt_io_bench
@@ -32,7 +34,8 @@ can_drop=0
 if sync && echo 3 2>/dev/null >/proc/sys/vm/drop_caches; then can_drop=1; fi
 drop() { sync && echo 3 >/proc/sys/vm/drop_caches; }
 
-save=() dd_s=() load_w=() cat_w=() load_c=() cat_c=()
+BEFORE=${BEFORE:-}
+save=() dd_s=() load_w=() cat_w=() load_c=() cat_c=() before_w=() before_c=()
 for rep in $(seq "$REPS"); do
   rm -rf "$DIR/ckpt" "$DIR/dd.bin"
   sync
@@ -41,12 +44,17 @@ for rep in $(seq "$REPS"); do
   dd if=/dev/zero of="$DIR/dd.bin" bs=16M count=$((SIZE / (16 << 20))) conv=fsync status=none
   dd_s+=("$(since "$t0")")
   files=("$DIR"/ckpt/step-00000001/*.bin)
-  "$TOOL" load "file://$DIR/ckpt" 1 >/dev/null  # warm the cache
+  cat "${files[@]}" >/dev/null  # warm the cache (a cold load reads with O_DIRECT: it leaves the cache as it was)
   load_w+=("$("$TOOL" load "file://$DIR/ckpt" 1 | awk '{print $4}')")
   t0=$(now)
   cat "${files[@]}" >/dev/null
   cat_w+=("$(since "$t0")")
+  [[ -z $BEFORE ]] || before_w+=("$("$BEFORE" load "file://$DIR/ckpt" 1 | awk '{print $4}')")
   if ((can_drop)); then
+    if [[ -n $BEFORE ]]; then
+      drop
+      before_c+=("$("$BEFORE" load "file://$DIR/ckpt" 1 | awk '{print $4}')")
+    fi
     drop
     load_c+=("$("$TOOL" load "file://$DIR/ckpt" 1 | awk '{print $4}')")
     drop
@@ -56,18 +64,23 @@ for rep in $(seq "$REPS"); do
   fi
 done
 echo "runs (s): save ${save[*]} | dd ${dd_s[*]} | load warm ${load_w[*]} | cat warm ${cat_w[*]}" \
-  "| load cold ${load_c[*]:-} | cat cold ${cat_c[*]:-}"
+  "| load cold ${load_c[*]:-} | cat cold ${cat_c[*]:-}${BEFORE:+ | before warm ${before_w[*]} | before cold ${before_c[*]:-}}"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs"
 awk -v size="$SIZE" -v n="$NFILES" -v reps="$REPS" -v dir="$DIR" -v s="$(m "${save[@]}")" -v d="$(m "${dd_s[@]}")" \
   -v lw="$(m "${load_w[@]}")" -v cw="$(m "${cat_w[@]}")" -v cold="$can_drop" \
-  -v lc="$( ((can_drop)) && m "${load_c[@]}" || echo 0)" -v cc="$( ((can_drop)) && m "${cat_c[@]}" || echo 0)" 'BEGIN {
+  -v lc="$( ((can_drop)) && m "${load_c[@]}" || echo 0)" -v cc="$( ((can_drop)) && m "${cat_c[@]}" || echo 0)" \
+  -v bw="$([[ -n $BEFORE ]] && m "${before_w[@]}" || echo 0)" \
+  -v bc="$([[ -n $BEFORE ]] && ((can_drop)) && m "${before_c[@]}" || echo 0)" 'BEGIN {
   mb = size / 1e6
   printf "state %.0f MB in %d files under %s, median of %d\n", mb, n, dir, reps
   printf "save     dtrain Save (fsync, manifest, latest)   %7.3f s  %6.0f MB/s\n", s, mb / s
   printf "save     dd bs=16M conv=fsync                    %7.3f s  %6.0f MB/s\n", d, mb / d
   printf "restore  dtrain Load, warm (read + CRC32C)       %7.3f s  %6.0f MB/s\n", lw, mb / lw
+  if (bw > 0) printf "restore  BEFORE Load, warm                      %7.3f s  %6.0f MB/s\n", bw, mb / bw
   printf "restore  cat, warm                               %7.3f s  %6.0f MB/s\n", cw, mb / cw
   if (cold) {
     printf "restore  dtrain Load, cold                       %7.3f s  %6.0f MB/s\n", lc, mb / lc
+    if (bc > 0) printf "restore  BEFORE Load, cold                      %7.3f s  %6.0f MB/s\n", bc, mb / bc
     printf "restore  cat, cold                               %7.3f s  %6.0f MB/s\n", cc, mb / cc
   } else {
     printf "restore  cold: not measured (cannot write /proc/sys/vm/drop_caches as this user)\n"
@@ -76,4 +89,9 @@ awk -v size="$SIZE" -v n="$NFILES" -v reps="$REPS" -v dir="$DIR" -v s="$(m "${sa
   printf "ratio restore dtrain / cat     %.2f warm", cw / lw
   if (cold) printf ", %.2f cold", cc / lc
   printf "  (target >= 0.9)\n"
+  if (bw > 0) {
+    printf "ratio restore BEFORE / cat     %.2f warm", cw / bw
+    if (bc > 0) printf ", %.2f cold", cc / bc
+    printf "\n"
+  }
 }'

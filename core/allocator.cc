@@ -23,7 +23,9 @@ Status CpuAllocator::Allocate(size_t bytes, void** ptr) {
     return Status::OK();
   }
 #endif
-  *ptr = std::aligned_alloc(64, size);
+  // Large buffers page-aligned: a checkpoint restore reads into them with O_DIRECT (storage/file_storage.h).
+  const size_t align = size >= (64u << 10) ? 4096 : 64;
+  *ptr = std::aligned_alloc(align, (size + align - 1) / align * align);
   if (*ptr == nullptr) return Status::Unavailable("out of host memory allocating " + std::to_string(size) + " B");
   return Status::OK();
 }

@@ -26,6 +26,11 @@ class FileStorage : public Storage {
   Status Get(const std::string& key, std::string* out) override;
   Status GetRange(const std::string& key, uint64_t offset, uint64_t size, std::string* out) override;
   Status GetInto(const std::string& key, void* dst, uint64_t size, uint64_t* object_size) override;
+  // What the page cache holds of the range is copied from it (found with mincore: no disk I/O); the rest is read
+  // with O_DIRECT where dst and the offset are 4 KiB-aligned (the disk writes into dst, no page-cache copy, and
+  // the cache is not filled with bytes read once), else (or when the file system refuses O_DIRECT) with pread.
+  Status GetRangeInto(const std::string& key, uint64_t offset, void* dst, uint64_t size, uint64_t* got,
+                      uint64_t* object_size) override;
   Status Head(const std::string& key, ObjectInfo* out) override;
   Status List(const std::string& prefix, std::vector<ObjectInfo>* out) override;
   Status Delete(const std::string& key) override;

@@ -48,6 +48,9 @@ class S3Storage : public Storage {
   Status Get(const std::string& key, std::string* out) override;
   Status GetRange(const std::string& key, uint64_t offset, uint64_t size, std::string* out) override;
   Status GetInto(const std::string& key, void* dst, uint64_t size, uint64_t* object_size) override;
+  // One ranged GET written straight into dst (the checkpoint restore's chunks; its threads are the parallelism).
+  Status GetRangeInto(const std::string& key, uint64_t offset, void* dst, uint64_t size, uint64_t* got,
+                      uint64_t* object_size) override;
   Status Head(const std::string& key, ObjectInfo* out) override;
   Status List(const std::string& prefix, std::vector<ObjectInfo>* out) override;
   Status Delete(const std::string& key) override;

@@ -144,6 +144,21 @@ Status S3Storage::GetChunk(const std::string& key, char* dst, uint64_t offset, u
   return Status::OK();
 }
 
+Status S3Storage::GetRangeInto(const std::string& key, uint64_t offset, void* dst, uint64_t size, uint64_t* got,
+                               uint64_t* object_size) {
+  DT_RETURN_IF_ERROR(detail::ValidateKey(url_, key));
+  uint64_t total = kUnknownSize;
+  *got = 0;
+  if (size > 0) DT_RETURN_IF_ERROR(GetChunk(key, static_cast<char*>(dst), offset, size, got, &total));
+  if (total == kUnknownSize) {  // nothing asked, or a 416 without the size: ask for it
+    ObjectInfo info;
+    DT_RETURN_IF_ERROR(Head(key, &info));
+    total = info.size;
+  }
+  *object_size = total;
+  return Status::OK();
+}
+
 Status S3Storage::GetInto(const std::string& key, void* dst, uint64_t size, uint64_t* object_size) {
   DT_RETURN_IF_ERROR(detail::ValidateKey(url_, key));
   if (size == 0) {

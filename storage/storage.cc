@@ -47,4 +47,16 @@ Status Storage::GetInto(const std::string& key, void* dst, uint64_t size, uint64
   return Status::OK();
 }
 
+Status Storage::GetRangeInto(const std::string& key, uint64_t offset, void* dst, uint64_t size, uint64_t* got,
+                             uint64_t* object_size) {
+  ObjectInfo info;
+  DT_RETURN_IF_ERROR(Head(key, &info));
+  *object_size = info.size;
+  std::string bytes;
+  if (size > 0 && offset < info.size) DT_RETURN_IF_ERROR(GetRange(key, offset, size, &bytes));
+  *got = std::min<uint64_t>(size, bytes.size());
+  std::memcpy(dst, bytes.data(), *got);
+  return Status::OK();
+}
+
 }  // namespace dtrain::storage

@@ -68,6 +68,13 @@ class Storage {
   // object's real size; min(size, *object_size) bytes of dst are written, so the caller, which knows
   // the size to expect, sees a mismatch. NotFound for a missing key. The default reads through Get.
   virtual Status GetInto(const std::string& key, void* dst, uint64_t size, uint64_t* object_size);
+  // Reads bytes [offset, offset + size) of the object into `dst` (caller-owned, `size` bytes), fewer at its end:
+  // *got gets how many were written, *object_size the object's whole size (so a caller reading a file in chunks
+  // on several threads sees a size mismatch at any chunk). NotFound for a missing key. file:// reads what the
+  // page cache holds from there and the rest with O_DIRECT when dst and offset are aligned to 4 KiB; s3:// sends
+  // one ranged GET written straight into dst. The default goes through Head and GetRange.
+  virtual Status GetRangeInto(const std::string& key, uint64_t offset, void* dst, uint64_t size, uint64_t* got,
+                              uint64_t* object_size);
   virtual Status Head(const std::string& key, ObjectInfo* out) = 0;
   // Every object whose key starts with `prefix`, sorted by key.
   virtual Status List(const std::string& prefix, std::vector<ObjectInfo>* out) = 0;

@@ -18,6 +18,7 @@
 #include "core/logging.h"
 #include "core/parallel_for.h"
 #include "core/sealed_bytes.h"
+#include "runtime/checkpoint/chunked_read.h"
 
 namespace dtrain::runtime {
 namespace {
@@ -25,15 +26,9 @@ namespace {
 constexpr const char* kManifest = "manifest.pb";
 constexpr const char* kLatest = "latest";
 constexpr const char* kPrefix = "step-";
-// Files written (Save) or read (Load) at once. Checkpoints hold a few large files: each Put/GetInto of one is
-// itself parallel on S3 (parts, ranges); on a local disk several streams keep an NVMe queue busier than one.
+// Files written at once (Save). Checkpoints hold a few large files: each Put of one is itself parallel on S3
+// (parts); on a local disk several streams keep an NVMe queue busier than one. (Load reads in chunks instead.)
 constexpr size_t kParallelFiles = 4;
-
-std::string Hex(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "%08x", v);
-  return buf;
-}
 
 constexpr const char* kPhaseNames[] = {"snapshot", "data", "before_manifest", "manifest", "latest", "retention"};
 
@@ -58,6 +53,21 @@ Status CheckParamSlices(const std::string& dir, const proto::CheckpointManifest&
   }
   return Status::OK();
 }
+
+// The sink of a Load without one: the files as strings in LoadedCheckpoint::files.
+class StringSink : public LoadSink {
+ public:
+  explicit StringSink(std::map<std::string, std::string>* files) : files_(files) {}
+  Status Buffer(size_t, const proto::CheckpointFile& f, char** out) override {
+    std::string& s = (*files_)[f.name()];
+    s.resize(f.size());
+    *out = s.data();
+    return Status::OK();
+  }
+
+ private:
+  std::map<std::string, std::string>* files_;
+};
 
 }  // namespace
 
@@ -230,7 +240,7 @@ Status CheckpointManager::ReadManifest(int64_t step, bool warn_legacy, proto::Ch
   return Status::OK();
 }
 
-Status CheckpointManager::Load(int64_t step, LoadedCheckpoint* out) {
+Status CheckpointManager::Load(int64_t step, LoadedCheckpoint* out, LoadSink* sink) {
   *out = LoadedCheckpoint();
   const std::string dir = StepDir(step);
   proto::CheckpointManifest m;
@@ -264,32 +274,22 @@ Status CheckpointManager::Load(int64_t step, LoadedCheckpoint* out) {
                               std::to_string(f.size()));
     }
   }
-  // The files are read in parallel, each straight into its final buffer, and checked on the thread that read it.
-  std::vector<std::string*> buffers;
-  for (const proto::CheckpointFile& f : m.files()) {
-    std::string& buf = out->files[f.name()];
-    buf.resize(f.size());
-    buffers.push_back(&buf);
+  // Every buffer first (the sizes are checked), then all files in chunks over a few threads.
+  StringSink strings(&out->files);
+  if (sink == nullptr) sink = &strings;
+  std::vector<ChunkedFile> files;
+  for (int i = 0; i < m.files_size(); ++i) {
+    const proto::CheckpointFile& f = m.files(i);
+    ChunkedFile cf{dir + "/" + f.name(), f.size(), f.crc32c(), nullptr};
+    st = sink->Buffer(static_cast<size_t>(i), f, &cf.dst);
+    if (!st.ok()) break;
+    files.push_back(std::move(cf));
   }
-  st = ParallelFor(buffers.size(), kParallelFiles, [&](size_t i) -> Status {
-    const proto::CheckpointFile& f = m.files(static_cast<int>(i));
-    const std::string key = dir + "/" + f.name();
-    std::string& data = *buffers[i];
-    uint64_t object_size = 0;
-    const Status got = store_->GetInto(key, data.data(), data.size(), &object_size);
-    if (got.code() == Status::Code::kNotFound) return Status::DataLoss(key + ": missing (listed in the manifest)");
-    DT_RETURN_IF_ERROR(got);
-    if (object_size != f.size()) {
-      return Status::DataLoss(key + ": " + std::to_string(object_size) + " bytes, the manifest says " +
-                              std::to_string(f.size()));
-    }
-    const uint32_t crc = ::dtrain::Crc32c(data.data(), data.size());
-    if (crc != f.crc32c()) {
-      return Status::DataLoss(key + ": CRC32C " + Hex(crc) + ", the manifest says " + Hex(f.crc32c()) +
-                              " (corrupt data)");
-    }
-    return Status::OK();
-  });
+  if (st.ok()) {
+    const ChunkedReadOptions read_opts{opts_.restore_chunk_bytes, static_cast<size_t>(opts_.restore_threads)};
+    st = ReadChunked(store_.get(), files, read_opts,
+                     [sink](size_t file, uint64_t offset, uint64_t size) { return sink->OnChunk(file, offset, size); });
+  }
   if (!st.ok()) {
     out->files.clear();
     return st;
@@ -299,11 +299,11 @@ Status CheckpointManager::Load(int64_t step, LoadedCheckpoint* out) {
   return Status::OK();
 }
 
-Status CheckpointManager::LoadLatest(LoadedCheckpoint* out, std::vector<std::string>* skipped) {
+Status CheckpointManager::LoadLatest(LoadedCheckpoint* out, std::vector<std::string>* skipped, LoadSink* sink) {
   std::vector<CheckpointEntry> entries;
   DT_RETURN_IF_ERROR(List(&entries));
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
-    Status st = Load(it->step, out);
+    Status st = Load(it->step, out, sink);
     if (st.ok()) return st;
     // Storage failures (network, permissions) are not evidence of a bad checkpoint: report them.
     if (st.code() != Status::Code::kNotFound && st.code() != Status::Code::kDataLoss) return st;

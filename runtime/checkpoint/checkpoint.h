@@ -66,6 +66,9 @@ struct CheckpointOptions {
   int64_t keep_every = 0;  // 0 = off
   // Test hook (fault injection): runs at each phase of Save(step); an error ends the Save.
   std::function<Status(CheckpointPhase phase, int64_t step)> at_phase;
+  // Load: files are read in chunks of this many bytes over this many threads (runtime/checkpoint/chunked_read.h).
+  uint64_t restore_chunk_bytes = 16ull << 20;  // > 0, a multiple of 4 KiB
+  int restore_threads = 4;                     // >= 1
 };
 
 // One step directory found in the store.
@@ -79,7 +82,23 @@ struct CheckpointEntry {
 struct LoadedCheckpoint {
   std::string dir;
   proto::CheckpointManifest manifest;
-  std::map<std::string, std::string> files;  // name -> contents, each verified
+  std::map<std::string, std::string> files;  // name -> contents, each verified (empty when a LoadSink took them)
+};
+
+// Where Load puts the files' bytes, and who sees them as they arrive: the restore path of runtime/train reads
+// into pinned buffers without zero-filling them and copies each chunk on to the device while later chunks are
+// still being read. Without a sink, Load fills LoadedCheckpoint::files (std::string: zero-filled first).
+class LoadSink {
+ public:
+  virtual ~LoadSink() = default;
+  // The buffer for file `index` of the manifest (f.size() bytes; 4 KiB-aligned lets a local disk read straight
+  // into it). Called on Load's thread for every file, before any is read; the sink owns the buffer, which must
+  // stay valid until Load returns. An error ends the Load.
+  virtual Status Buffer(size_t index, const proto::CheckpointFile& f, char** out) = 0;
+  // Bytes [offset, offset + size) of file `index` are in its buffer and their CRC32C is computed, but compared
+  // with the manifest only once the whole file is in: if Load then fails, everything handed over so far is void
+  // (the sink must undo or ignore it). Called on the reader threads, concurrently for different chunks.
+  virtual Status OnChunk(size_t index, uint64_t offset, uint64_t size) { return Status::OK(); }
 };
 
 class CheckpointManager {
@@ -105,11 +124,13 @@ class CheckpointManager {
   // Every step directory, ascending by step.
   Status List(std::vector<CheckpointEntry>* out);
   // Reads checkpoint `step` and verifies it: NotFound without a manifest; DataLoss (naming the file
-  // and what differs) for an unparsable manifest, a missing file or a size/CRC32C mismatch.
-  Status Load(int64_t step, LoadedCheckpoint* out);
+  // and what differs) for an unparsable manifest, a missing file or a size/CRC32C mismatch. The files are
+  // read in chunks on restore_threads threads, each chunk checksummed right after its read; into `sink`'s
+  // buffers when one is given (out->files stays empty), else into out->files. On error *out is empty.
+  Status Load(int64_t step, LoadedCheckpoint* out, LoadSink* sink = nullptr);
   // The newest checkpoint that Load()s. Each newer one that does not is logged as a warning and its
   // reason appended to *skipped (optional). NotFound when there is none.
-  Status LoadLatest(LoadedCheckpoint* out, std::vector<std::string>* skipped = nullptr);
+  Status LoadLatest(LoadedCheckpoint* out, std::vector<std::string>* skipped = nullptr, LoadSink* sink = nullptr);
   Status ApplyRetention();
 
   // The lineage that Save writes into manifests that carry none, and that retention deletes from.

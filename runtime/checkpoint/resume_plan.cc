@@ -71,7 +71,8 @@ Status PlanResume(CheckpointManager* ckpt, const ResumeRequest& req, ResumePlan*
   *out = ResumePlan();
   const std::string& url = ckpt->url();
   if (IsStepNumber(req.resume)) {
-    DT_RETURN_IF_ERROR(ckpt->Load(std::stoll(req.resume), &out->loaded).WithContext("checkpoint.resume=" + req.resume));
+    DT_RETURN_IF_ERROR(
+        ckpt->Load(std::stoll(req.resume), &out->loaded, req.sink).WithContext("checkpoint.resume=" + req.resume));
     out->resume = true;
     out->run_id = out->loaded.manifest.run_id();
     return Status::OK();
@@ -89,7 +90,7 @@ Status PlanResume(CheckpointManager* ckpt, const ResumeRequest& req, ResumePlan*
   std::string refusal;
   if (req.resume == "auto") {
     std::vector<std::string> skipped;
-    Status st = ckpt->LoadLatest(&out->loaded, &skipped);
+    Status st = ckpt->LoadLatest(&out->loaded, &skipped, req.sink);
     if (st.ok()) {
       out->resume = true;
       out->run_id = out->loaded.manifest.run_id();

@@ -28,6 +28,7 @@ struct ResumeRequest {
   std::string resume = "auto";  // checkpoint.resume: auto | never | a step number
   bool overwrite = false;       // checkpoint.overwrite / --overwrite
   bool writer = false;          // this process moves old checkpoints aside (rank 0)
+  LoadSink* sink = nullptr;  // where the loads put the files (CheckpointManager::Load); null: LoadedCheckpoint::files
 };
 
 struct ResumePlan {

@@ -39,8 +39,8 @@ Status ParameterUpdater::SaveState(std::vector<std::pair<std::string, const Tens
   return Status::OK();
 }
 
-Status ParameterUpdater::RestoreState(const proto::CheckpointManifest& m,
-                                      const std::map<std::string, std::string>& files, const std::string& where) {
+Status ParameterUpdater::RestoreState(const proto::CheckpointManifest& m, const std::map<std::string, Tensor>& files,
+                                      const std::string& where) {
   if (m.optimizer() != options().name) {
     return Status::InvalidArgument(where + " was saved with optimizer '" + m.optimizer() + "', the config says '" +
                                    options().name + "'");
@@ -51,13 +51,12 @@ Status ParameterUpdater::RestoreState(const proto::CheckpointManifest& m,
     const std::string file = name + ".bin";
     const auto it = files.find(file);
     if (it == files.end()) return Status::DataLoss(where + ": no " + file + " in the checkpoint");
-    const int64_t numel = static_cast<int64_t>(it->second.size() / sizeof(float));
-    if (numel != numel_ || it->second.size() % sizeof(float) != 0) {
-      return Status::InvalidArgument(where + "/" + file + " holds " + std::to_string(numel) +
+    if (it->second.numel() != numel_ || it->second.dtype() != DType::kF32) {
+      return Status::InvalidArgument(where + "/" + file + " holds " + std::to_string(it->second.numel()) +
                                      " values but this model has " + std::to_string(numel_) +
                                      ": the checkpoint belongs to another model (its config is in the manifest)");
     }
-    full[name] = Tensor::Wrap(const_cast<char*>(it->second.data()), {numel}, DType::kF32, DeviceType::kCPU);
+    full[name] = it->second;
   }
   DT_RETURN_IF_ERROR(LoadState(full).WithContext(where));
   set_step(m.optimizer_step());

@@ -90,10 +90,10 @@ class ParameterUpdater {
   // manifest's optimizer, optimizer_step, sharding and loss_scaler fields.
   Status SaveState(std::vector<std::pair<std::string, const Tensor*>>* state, proto::CheckpointManifest* m);
   // From a checkpoint saved by any strategy at any world size: `files` maps file names ("exp_avg.bin") to
-  // their bytes; `where` names the checkpoint in errors. Checks the optimizer name and each state file's
-  // size (numel of the params), loads this rank's part, the update count and the loss scaler state. The work
-  // is queued on the compute stream: the caller synchronizes it before `files` go away.
-  Status RestoreState(const proto::CheckpointManifest& m, const std::map<std::string, std::string>& files,
+  // their contents as f32 host tensors; `where` names the checkpoint in errors. Checks the optimizer name and
+  // each state file's size (numel of the params), loads this rank's part, the update count and the loss scaler
+  // state. The work is queued on the compute stream: the caller synchronizes it before `files` go away.
+  Status RestoreState(const proto::CheckpointManifest& m, const std::map<std::string, Tensor>& files,
                       const std::string& where);
 
  protected:

@@ -78,6 +78,10 @@ Status Trainer::SetupCheckpoint() {
   so.parallel_parts = static_cast<int>(ck.s3_parallel_parts());
   so.unsigned_payload = ck.s3_unsigned_payload();
   so.retry_budget_s = ck.s3_retry_budget_s();
+  if (url.rfind("s3://", 0) == 0) {  // restore chunks as the ranged GETs of one object: part size, connections
+    o.restore_chunk_bytes = so.part_size;
+    o.restore_threads = so.parallel_parts;
+  }
   DT_RETURN_IF_ERROR(CheckpointManager::Open(url, so, o, &ckpt_));
   // Storage preflight before the first step, not at the first save: rank 0 writes, reads back and deletes a probe
   // object (bucket, credentials, write access), and every rank learns the verdict.
@@ -100,10 +104,28 @@ Status Trainer::SetupCheckpoint() {
     StartSnapshotPool();
   }
 
-  // Every rank reads the store itself (a shared file system or object storage); they must agree.
+  // Every rank reads the store itself (a shared file system or object storage); they must agree. The files go
+  // into the sink's host buffers (pinned; rank 0 reuses the snapshot pool's), params.bin on into the parameters
+  // chunk by chunk while the rest is still being read (runtime/train/restore_sink.h).
   const double restore_t0 = NowS();
+  // Sync point: the parameters' initialisation (queued on the compute stream) is done before the sink's copy
+  // stream writes into them.
+  DT_RETURN_IF_ERROR(ctx_.Synchronize());
+  std::unique_ptr<RestoreSink> sink;
+  auto take_pool = [this]() {
+    RestoreSink::Buffers buffers;
+    double waited_s = 0;
+    if (snapshot_pool_ && !snapshot_pool_->Take(&buffers, &waited_s).ok()) buffers.clear();  // allocated anew then
+    snapshot_pool_.reset();
+    return buffers;
+  };
+  DT_RETURN_IF_ERROR(RestoreSink::Create(&model_->params(), ctx_.is_cuda() ? ctx_.device_index() : -1,
+                                         ctx_.pinned_allocator(), std::move(take_pool), &sink));
   ResumePlan plan;
-  DT_RETURN_IF_ERROR(PlanResume(ckpt_.get(), {resume, ck.overwrite(), rank_ == 0}, &plan));
+  const Status planned = PlanResume(ckpt_.get(), {resume, ck.overwrite(), rank_ == 0, sink.get()}, &plan);
+  DT_RETURN_IF_ERROR(sink->Finish());  // the parameter copies of every load tried, failed ones too
+  DT_RETURN_IF_ERROR(planned);
+  const double read_s = NowS() - restore_t0;
   if (rank_ == 0 && !plan.note.empty()) DT_LOG_WARN(kRuntime, "{}", plan.note);
   ckpt_->set_run_id(plan.run_id);
   const LoadedCheckpoint& loaded = plan.loaded;
@@ -117,22 +139,41 @@ Status Trainer::SetupCheckpoint() {
                                       "): every rank must see the same storage (use a shared directory or s3://)");
   }
   if (!plan.resume) {
-    if (rank_ == 0) DT_LOG_INFO(kRuntime, "no checkpoint in {}: starting from step 0 (run {})", url, plan.run_id);
+    if (sink->touched_params()) {
+      // A load that failed verification had copied chunks into the parameters: a fresh start begins from the
+      // initial ones again (a failed load restores nothing).
+      DT_LOG_WARN(kRuntime, "a checkpoint that failed to load had been copied in part: parameters initialised again");
+      DT_RETURN_IF_ERROR(model_->InitParams(cfg_.train().seed()));
+      if (!cfg_.model().init_from().empty()) DT_RETURN_IF_ERROR(ImportParams(cfg_.model().init_from()));
+    }
+    if (rank_ == 0) {
+      snapshot_ = sink->TakeBuffers();  // taken from the pool for a load that was tried: the first save's buffers
+      DT_LOG_INFO(kRuntime, "no checkpoint in {}: starting from step 0 (run {})", url, plan.run_id);
+    }
     return Status::OK();
   }
-  DT_RETURN_IF_ERROR(Restore(loaded));
+  const double copy_t0 = NowS();
+  DT_RETURN_IF_ERROR(Restore(loaded, *sink));
+  const double copy_s = NowS() - copy_t0;
   if (rank_ == 0) {
-    // Restore time: list + manifest + every file read (in parallel) and CRC-checked + copied into the model.
+    snapshot_ = sink->TakeBuffers();  // the pinned restore buffers become the first save's snapshot buffers
+    // Restore time: list + manifest + every file read in chunks and CRC-checked (params.bin copied into the model
+    // meanwhile), then the rest copied into the model.
     const double restore_s = NowS() - restore_t0;
     uint64_t bytes = 0;
-    for (const auto& [name, data] : loaded.files) bytes += data.size();
-    DT_LOG_INFO(kRuntime, "restored {}/{}: {:.1f} MiB read, verified and loaded in {:.3f} s ({:.0f} MiB/s)", url,
-                loaded.dir, bytes / 1048576.0, restore_s, bytes / 1048576.0 / std::max(restore_s, 1e-9));
+    for (const proto::CheckpointFile& f : loaded.manifest.files()) bytes += f.size();
+    DT_LOG_INFO(kRuntime,
+                "restored {}/{}: {:.1f} MiB in {:.3f} s ({:.0f} MiB/s): read and verified in {:.3f} s (the parameters "
+                "copied into the model meanwhile), the rest copied in {:.3f} s",
+                url, loaded.dir, bytes / 1048576.0, restore_s, bytes / 1048576.0 / std::max(restore_s, 1e-9), read_s,
+                copy_s);
     DT_RETURN_IF_ERROR(metrics_.Write(JsonLine()
                                           .Add("kind", std::string("restore"))
                                           .Add("step", loaded.manifest.step())
                                           .Add("time", WallSeconds())
                                           .Add("restore_s", restore_s)
+                                          .Add("read_s", read_s)
+                                          .Add("copy_s", copy_s)
                                           .Add("bytes", static_cast<int64_t>(bytes))));
     const std::string counts = RestartCounts();
     DT_LOG_INFO(kRuntime,
@@ -143,26 +184,24 @@ Status Trainer::SetupCheckpoint() {
   return Status::OK();
 }
 
-Status Trainer::Restore(const LoadedCheckpoint& ck) {
+Status Trainer::Restore(const LoadedCheckpoint& ck, RestoreSink& sink) {
   const proto::CheckpointManifest& m = ck.manifest;
+  const std::map<std::string, Tensor> files = sink.Files();
   auto copy_in = [&](const std::string& name, Tensor* dst) -> Status {
-    const auto it = ck.files.find(name);
-    if (it == ck.files.end()) return Status::DataLoss(ck.dir + ": no " + name + " in the checkpoint");
-    const int64_t numel = static_cast<int64_t>(it->second.size() / sizeof(float));
-    if (numel != dst->numel() || it->second.size() % sizeof(float) != 0) {
-      return Status::InvalidArgument(ck.dir + "/" + name + " holds " + std::to_string(numel) +
+    const auto it = files.find(name);
+    if (it == files.end()) return Status::DataLoss(ck.dir + ": no " + name + " in the checkpoint");
+    if (it->second.numel() != dst->numel()) {
+      return Status::InvalidArgument(ck.dir + "/" + name + " holds " + std::to_string(it->second.numel()) +
                                      " values but this model has " + std::to_string(dst->numel()) +
                                      ": the checkpoint belongs to another model (its config is in the manifest)");
     }
-    Tensor host = Tensor::Wrap(const_cast<char*>(it->second.data()), {numel}, DType::kF32, DeviceType::kCPU);
-    return dst->CopyFrom(host, ctx_.stream());
+    return dst->CopyFrom(it->second, ctx_.stream());
   };
-  DT_RETURN_IF_ERROR(copy_in("params.bin", &model_->params()));
+  if (!sink.params_copied()) DT_RETURN_IF_ERROR(copy_in("params.bin", &model_->params()));
   // The optimizer state (saved full, by any strategy at any world size), its update count and the loss scaler.
-  DT_RETURN_IF_ERROR(updater_->RestoreState(m, ck.files, ck.dir));
+  DT_RETURN_IF_ERROR(updater_->RestoreState(m, files, ck.dir));
   for (auto& [name, tensor] : model_->buffers()) DT_RETURN_IF_ERROR(copy_in("buffer." + name + ".bin", tensor));
-  DT_RETURN_IF_ERROR(ctx_.Synchronize());  // the host bytes in `ck` go away after this
-
+  DT_RETURN_IF_ERROR(ctx_.Synchronize());  // the host buffers are reused as snapshot buffers after this
   // The data position is global (seed, epoch, samples consumed in the epoch): the sampler continues
   // with exactly the samples not yet consumed, also at another world size or batch size.
   const auto& d = m.data();
@@ -239,7 +278,7 @@ Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool
   for (const auto& [name, tensor] : state) sources.push_back({name + ".bin", tensor});
   for (auto& [name, tensor] : model_->buffers()) sources.push_back({"buffer." + name + ".bin", tensor});
   double alloc_wait_s = 0;
-  if (snapshot_.empty()) DT_RETURN_IF_ERROR(TakeSnapshotBuffers(sources, &alloc_wait_s));
+  if (!snapshot_checked_) DT_RETURN_IF_ERROR(TakeSnapshotBuffers(sources, &alloc_wait_s));
   // D2H on the compute stream: ordered after this step's update, before the next step's.
   for (size_t i = 0; i < sources.size(); ++i)
     DT_RETURN_IF_ERROR(snapshot_[i].second.CopyFrom(*sources[i].second, ctx_.stream()));
@@ -327,11 +366,16 @@ Status Trainer::TakeSnapshotBuffers(const std::vector<std::pair<std::string, con
     }
     snapshot_pool_.reset();
   }
-  bool match = snapshot_.size() == sources.size();
+  // The buffers held already (the restore's, when it took the pool's) serve if they lead with this layout.
+  bool match = snapshot_.size() >= sources.size();
   for (size_t i = 0; match && i < sources.size(); ++i) {
     match = snapshot_[i].first == sources[i].first && snapshot_[i].second.numel() == sources[i].second->numel();
   }
-  if (match) return Status::OK();
+  snapshot_checked_ = true;
+  if (match) {
+    snapshot_.resize(sources.size());  // spares of the restore that no file used
+    return Status::OK();
+  }
   if (!snapshot_.empty()) DT_LOG_WARN(kRuntime, "the snapshot layout differs from the one foreseen: allocating now");
   snapshot_.clear();
   for (const auto& [name, src] : sources) {

@@ -57,6 +57,7 @@
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/optim/parameter_updater.h"
 #include "runtime/train/prometheus_feed.h"
+#include "runtime/train/restore_sink.h"
 #include "runtime/train/step_graph.h"
 
 namespace dtrain {
@@ -115,7 +116,9 @@ class Trainer {
 
   // Checkpointing (runtime/checkpoint_trainer.cc).
   Status SetupCheckpoint();
-  Status Restore(const LoadedCheckpoint& ck);
+  // From a loaded checkpoint whose files are in `sink` (params.bin already in the parameters when
+  // sink.params_copied()).
+  Status Restore(const LoadedCheckpoint& ck, RestoreSink& sink);
   // Saves the state after `step` steps, the data position being (epoch, cursor). Rank 0 writes; other
   // ranks return at once. `sync` waits until the checkpoint is durable.
   Status SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool sync);
@@ -180,6 +183,7 @@ class Trainer {
   std::unique_ptr<StoreOwner> store_owner_;               // rank 0, s3:// checkpoint roots (borrows ckpt_'s store)
   std::vector<std::pair<std::string, Tensor>> snapshot_;  // rank 0: pinned host copies, file name -> data
   std::unique_ptr<SnapshotPool> snapshot_pool_;           // rank 0: allocates snapshot_ in the background
+  bool snapshot_checked_ = false;                         // snapshot_ checked against the first save's layout
 #if DT_HAVE_CUDA
   std::unique_ptr<CudaEvent> snapshot_done_;
 #endif

@@ -129,6 +129,8 @@ TEST(ResumeE2E, KillDuringASaveLeavesThePreviousCheckpointUsable) {
   EXPECT_NE(restore[0].find("\"step\":10,"), std::string::npos) << restore[0];
   EXPECT_NE(restore[0].find("\"bytes\":" + std::to_string(bytes)), std::string::npos) << restore[0] << " " << bytes;
   EXPECT_NE(restore[0].find("\"restore_s\":"), std::string::npos) << restore[0];
+  EXPECT_NE(restore[0].find("\"read_s\":"), std::string::npos) << restore[0];
+  EXPECT_NE(restore[0].find("\"copy_s\":"), std::string::npos) << restore[0];
   // The snapshot buffers were allocated in the background at the start: the first save (step 10) did not
   // wait for them.
   const auto saves = Lines(ReadFile(d + "/full/metrics.jsonl"), "\"kind\":\"checkpoint\"");

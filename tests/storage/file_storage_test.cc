@@ -3,9 +3,13 @@
 #include "storage/file_storage.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -92,6 +96,63 @@ TEST_F(FileStorageTest, GetIntoReadsIntoTheBufferAndReportsTheRealSize) {
   EXPECT_EQ(big.substr(0, v.size()), v);
   EXPECT_EQ(big.substr(v.size()), "xxxxx");
   EXPECT_EQ(store_->GetInto("d/none.bin", big.data(), big.size(), &size).code(), Status::Code::kNotFound);
+}
+
+// Pages of `path` in the page cache (mincore over a mapping of the whole file).
+size_t ResidentPages(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  struct stat st;
+  if (fd < 0 || ::fstat(fd, &st) != 0 || st.st_size == 0) return 0;
+  void* map = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  const size_t pages = (static_cast<size_t>(st.st_size) + 4095) / 4096;
+  std::vector<unsigned char> vec(pages);
+  size_t resident = 0;
+  if (map != MAP_FAILED && ::mincore(map, static_cast<size_t>(st.st_size), vec.data()) == 0) {
+    for (unsigned char v : vec) resident += v & 1u;
+  }
+  if (map != MAP_FAILED) ::munmap(map, static_cast<size_t>(st.st_size));
+  return resident;
+}
+
+// GetRangeInto: exact bytes at every offset and alignment, cold (evicted from the page cache: read with O_DIRECT
+// into an aligned buffer, so the cache stays empty) and warm, the object's size at each call, short at the end.
+TEST_F(FileStorageTest, GetRangeIntoColdAndWarmAlignedAndNot) {
+  std::string value(5 * 4096 + 123, '\0');
+  for (size_t i = 0; i < value.size(); ++i) value[i] = static_cast<char>((i * 131) ^ (i >> 9));
+  ASSERT_TRUE(Put("d/obj", value).ok());
+  const std::string path = dir_ + "/root/d/obj";
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);  // Put fsynced: clean pages, dropped
+  ::close(fd);
+  const bool evicted = ResidentPages(path) == 0;
+  void* raw = nullptr;
+  ASSERT_EQ(::posix_memalign(&raw, 4096, 8 * 4096), 0);
+  char* buf = static_cast<char*>(raw);
+  uint64_t got = 0, size = 0;
+  Status st = store_->GetRangeInto("d/obj", 4096, buf, 2 * 4096, &got, &size);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(got, 2u * 4096);
+  EXPECT_EQ(size, value.size());
+  EXPECT_EQ(std::string(buf, got), value.substr(4096, 2 * 4096));
+  if (evicted) EXPECT_EQ(ResidentPages(path), 0u) << "an aligned cold read went through the page cache";
+  // Unaligned destination and offset, a range past the end (cut short), one starting past the end (empty).
+  for (uint64_t offset : {uint64_t{0}, uint64_t{1}, uint64_t{4095}, uint64_t{3 * 4096}, uint64_t{5 * 4096 + 100}}) {
+    for (size_t shift : {size_t{0}, size_t{3}}) {
+      st = store_->GetRangeInto("d/obj", offset, buf + shift, 2 * 4096 + 7, &got, &size);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      const uint64_t want = std::min<uint64_t>(2 * 4096 + 7, value.size() - offset);
+      EXPECT_EQ(got, want) << offset;
+      EXPECT_EQ(std::string(buf + shift, got), value.substr(offset, want)) << offset << " " << shift;
+    }
+  }
+  st = store_->GetRangeInto("d/obj", value.size() + 5, buf, 100, &got, &size);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(got, 0u);
+  EXPECT_EQ(size, value.size());
+  EXPECT_EQ(store_->GetRangeInto("d/none", 0, buf, 100, &got, &size).code(), Status::Code::kNotFound);
+  std::free(raw);
 }
 
 TEST_F(FileStorageTest, PutOfSeveralWriteChunksIsByteExact) {

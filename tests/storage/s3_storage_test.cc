@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -248,6 +249,29 @@ TEST_F(S3StorageTest, ParallelRangedGetIntoEqualsTheBytes) {
   ASSERT_TRUE(Put("empty", "").ok());
   ASSERT_TRUE(store_->GetInto("empty", buf.data(), 0, &size).ok());
   EXPECT_EQ(size, 0u);
+}
+
+// GetRangeInto (the checkpoint restore's chunks): one ranged GET straight into the buffer, the object's size at
+// every call, short at the end, empty past it, NotFound for a missing key.
+TEST_F(S3StorageTest, GetRangeIntoReadsOneRangeAndReportsTheObjectSize) {
+  ASSERT_TRUE(Open("s3://dtrain-test/GetRangeInto", &store_).ok());
+  const std::string v = S3TestPattern(100000, 17);
+  ASSERT_TRUE(Put("obj.bin", v).ok());
+  std::string buf(40000, 'x');
+  uint64_t got = 0, size = 0;
+  for (uint64_t offset : {uint64_t{0}, uint64_t{12345}, uint64_t{70000}, uint64_t{99999}}) {
+    const Status st = store_->GetRangeInto("obj.bin", offset, buf.data(), buf.size(), &got, &size);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    const uint64_t want = std::min<uint64_t>(buf.size(), v.size() - offset);
+    EXPECT_EQ(got, want) << offset;
+    EXPECT_EQ(size, v.size()) << offset;
+    EXPECT_TRUE(buf.compare(0, want, v, offset, want) == 0) << offset;
+  }
+  const Status past = store_->GetRangeInto("obj.bin", v.size() + 10, buf.data(), 100, &got, &size);
+  ASSERT_TRUE(past.ok()) << past.ToString();
+  EXPECT_EQ(got, 0u);
+  EXPECT_EQ(size, v.size());
+  EXPECT_EQ(store_->GetRangeInto("none.bin", 0, buf.data(), 100, &got, &size).code(), Status::Code::kNotFound);
 }
 
 TEST_F(S3StorageTest, WrongSecretIsAClearAuthErrorWithoutTheSecret) {

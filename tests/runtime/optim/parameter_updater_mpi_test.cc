@@ -102,6 +102,16 @@ double RelDiff(const std::vector<double>& a, const std::vector<double>& b) {
 }
 
 // The full state SaveState returns, as checkpoint files (name.bin -> bytes).
+// The files as RestoreState takes them: f32 host tensors over the strings' bytes.
+std::map<std::string, Tensor> AsTensors(const std::map<std::string, std::string>& files) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, bytes] : files) {
+    out[name] = Tensor::Wrap(const_cast<char*>(bytes.data()), {static_cast<int64_t>(bytes.size() / 4)}, DType::kF32,
+                             DeviceType::kCPU);
+  }
+  return out;
+}
+
 std::map<std::string, std::string> SaveFiles(DeviceContext& ctx, ParameterUpdater& u, proto::CheckpointManifest* m) {
   std::vector<std::pair<std::string, const Tensor*>> state;
   Status st = u.SaveState(&state, m);
@@ -193,9 +203,9 @@ TEST_F(ParameterUpdaterMpiTest, BothStrategiesGiveTheSameParamsAndStateAndRestor
   Worker into_replicated, into_sharded;
   ASSERT_TRUE(into_replicated.Init(*ctx_, MakeConfig(false, "fp32"), comm_.get()).ok());
   ASSERT_TRUE(into_sharded.Init(*ctx_, MakeConfig(true, "fp32"), comm_.get()).ok());
-  Status st = into_replicated.updater->RestoreState(ms, fs, "ck-sharded");
+  Status st = into_replicated.updater->RestoreState(ms, AsTensors(fs), "ck-sharded");
   ASSERT_TRUE(st.ok()) << st.ToString();
-  st = into_sharded.updater->RestoreState(mr, fr, "ck-replicated");
+  st = into_sharded.updater->RestoreState(mr, AsTensors(fr), "ck-replicated");
   ASSERT_TRUE(st.ok()) << st.ToString();
   ASSERT_TRUE(ctx_->Synchronize().ok());
   EXPECT_EQ(into_replicated.updater->step(), 6);
@@ -209,16 +219,16 @@ TEST_F(ParameterUpdaterMpiTest, BothStrategiesGiveTheSameParamsAndStateAndRestor
   // Bad checkpoints are named errors.
   auto short_files = fr;
   short_files["exp_avg.bin"].resize(8);
-  st = into_sharded.updater->RestoreState(mr, short_files, "ck-x");
+  st = into_sharded.updater->RestoreState(mr, AsTensors(short_files), "ck-x");
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("ck-x/exp_avg.bin holds 2 values"), std::string::npos) << st.ToString();
   auto missing = fr;
   missing.erase("exp_avg_sq.bin");
-  st = into_replicated.updater->RestoreState(mr, missing, "ck-y");
+  st = into_replicated.updater->RestoreState(mr, AsTensors(missing), "ck-y");
   EXPECT_EQ(st.code(), Status::Code::kDataLoss) << st.ToString();
   proto::CheckpointManifest sgd = mr;
   sgd.set_optimizer("sgd");
-  st = into_sharded.updater->RestoreState(sgd, fr, "ck-z");
+  st = into_sharded.updater->RestoreState(sgd, AsTensors(fr), "ck-z");
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(st.message().find("saved with optimizer 'sgd'"), std::string::npos) << st.ToString();
 }
