@@ -44,6 +44,8 @@ RULES = [
     (r"^scripts/install_deps\.sh", "skip", "installs packages (every CI stage starts with it)"),
     (r"^scripts/build\.sh", "skip", "the build under test was made by it"),
     (r"^scripts/netns_cluster\.sh|--hosts 10\.77\.", "skip", HOSTS),
+    (r"examples/spot/replay_trace\.sh", "skip",
+     "network-namespace hosts, minutes of training (tests/launcher/elastic_netns_test.cc runs the same losses)"),
     (r"--dry-run", "run", 60),
     (r"--hosts|--hostfile", "skip", HOSTS),
     (r"--node-rank|^kubectl ", "skip", PER_NODE),
