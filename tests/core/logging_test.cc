@@ -21,7 +21,8 @@ TEST(Logging, DebugIsWrittenWhenEnabledAndNotFormattedWhenNot) {
   int calls = 0;
   DT_LOG_DEBUG(kData, "debug value {}", Counted(&calls));
   EXPECT_EQ(calls, 1);
-  EXPECT_NE(capture.text().find("[data] [debug] [logging_test.cc:22] debug value 42"), std::string::npos) << capture.text();
+  EXPECT_NE(capture.text().find("[data] [debug] [logging_test.cc:22] debug value 42"), std::string::npos)
+      << capture.text();
 
   log::Get(log::Subsys::kData)->set_level(spdlog::level::info);
   DT_LOG_DEBUG(kData, "hidden {}", Counted(&calls));
