@@ -19,19 +19,22 @@ int Counted(int* calls) {
 TEST(Logging, DebugIsWrittenWhenEnabledAndNotFormattedWhenNot) {
   testing::LogCapture capture(log::Subsys::kData);  // trace and above, spdlog's default pattern
   int calls = 0;
+  const int debug_line = __LINE__ + 1;
   DT_LOG_DEBUG(kData, "debug value {}", Counted(&calls));
   EXPECT_EQ(calls, 1);
-  EXPECT_NE(capture.text().find("[data] [debug] [logging_test.cc:22] debug value 42"), std::string::npos)
-      << capture.text();
+  const std::string debug_text = "[data] [debug] [logging_test.cc:" + std::to_string(debug_line) + "] debug value 42";
+  EXPECT_NE(capture.text().find(debug_text), std::string::npos) << capture.text();
 
   log::Get(log::Subsys::kData)->set_level(spdlog::level::info);
   DT_LOG_DEBUG(kData, "hidden {}", Counted(&calls));
   DT_LOG_TRACE(kData, "hidden {}", Counted(&calls));
   EXPECT_EQ(calls, 1);  // a disabled level does not even evaluate its arguments
   EXPECT_EQ(capture.text().find("hidden"), std::string::npos) << capture.text();
+  const int warn_line = __LINE__ + 1;
   DT_LOG_WARN(kData, "shown {}", Counted(&calls));
   EXPECT_EQ(calls, 2);
-  EXPECT_NE(capture.text().find("[data] [warning] [logging_test.cc:31] shown 42"), std::string::npos) << capture.text();
+  const std::string warn_text = "[data] [warning] [logging_test.cc:" + std::to_string(warn_line) + "] shown 42";
+  EXPECT_NE(capture.text().find(warn_text), std::string::npos) << capture.text();
 }
 
 TEST(Logging, LevelAndSubsystemsComeFromTheEnvironment) {

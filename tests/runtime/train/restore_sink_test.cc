@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/device_context.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::runtime {
@@ -43,7 +44,7 @@ class RestoreSinkTest : public ::testing::Test {
                     .ok());
   }
   TempDir dir_;
-  CpuAllocator alloc_{/*pinned=*/true};
+  CpuAllocator alloc_{/*pinned=*/CudaDeviceCount() > 0};  // page-locking needs a driver, as in DeviceContext
   std::unique_ptr<CheckpointManager> mgr_;
   Tensor params_;
   const std::vector<float> saved_params_ = Values(kNumel, 1.0f), saved_state_ = Values(kNumel, -7.0f);
