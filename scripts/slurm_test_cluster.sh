@@ -4,6 +4,12 @@
 # (config, keys, state, spool, logs, pid files) inside DIR, nothing in /etc, no systemd. Works as
 # root and as a normal user (the daemons then run as that user). The node is idle ~0.2 s after start.
 #
+# SLURM_TEST_NODES=N (default 1) at start: N nodes n1..nN on this machine, one `slurmd -N nK` each
+# (Slurm's multiple-slurmd support: own NodeName, own Port, all NodeAddr=127.0.0.1, pid file
+# DIR/slurmd-nK.pid, log DIR/log/slurmd-nK.log), so jobs span nodes (`sbatch -N3`) and a node can be
+# lost on its own (`scontrol update nodename=n3 state=down`, or its slurmd ended). N=1 keeps the
+# single node named after this host (pid file DIR/slurmd.pid, log DIR/log/slurmd.log).
+#
 #   scripts/slurm_test_cluster.sh start DIR [CPUS]  # prints "SLURM_CONF=DIR/slurm.conf" and writes DIR/env
 #                                                   # (SLURM_CONF=...) for `source`; CPUS (default 8) may
 #                                                   # exceed the real core count (config_overrides)
@@ -22,6 +28,8 @@ usage() { echo "usage: $0 start DIR [CPUS] | stop DIR" >&2; exit 2; }
 cmd=$1
 dir=$2
 cpus=${3:-8}
+nodes=${SLURM_TEST_NODES:-1}
+[[ $nodes =~ ^[1-9][0-9]*$ ]] || { echo "slurm_test_cluster: SLURM_TEST_NODES=$nodes: expected a positive integer" >&2; exit 2; }
 export PATH="$PATH:/usr/sbin:/sbin"
 
 # stop_pids GRACE PID...: SIGTERM, wait up to GRACE s, then SIGKILL what is left.
@@ -51,14 +59,15 @@ stop() {
   # SLURM_CONF=DIR/slurm.conf (slurmd passes its own on). Matched on that, ended by pid.
   local p steps=()
   for p in $(pgrep -x slurmstepd 2>/dev/null || true); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_CONF=$dir/slurm.conf" && steps+=("$p")
+    tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "SLURM_CONF=$dir/slurm.conf" && steps+=("$p")
   done
-  local name pids=()
-  for name in slurmd slurmctld; do
-    [[ -f $dir/$name.pid ]] && pids+=("$(cat "$dir/$name.pid")")
+  local pids=()
+  local f
+  for f in "$dir"/slurmd.pid "$dir"/slurmd-*.pid "$dir"/slurmctld.pid; do
+    [[ -f $f ]] && pids+=("$(cat "$f")")
   done
   stop_pids 5 "${steps[@]}" "${pids[@]}"
-  rm -f "$dir/slurmd.pid" "$dir/slurmctld.pid"
+  rm -f "$dir"/slurmd.pid "$dir"/slurmd-*.pid "$dir/slurmctld.pid"
   if [[ -f $dir/munge/munged.pid ]]; then
     stop_pids 5 "$(cat "$dir/munge/munged.pid")"
     rm -f "$dir/munge/munged.pid"
@@ -118,16 +127,34 @@ start() {
     sleep 0.05
   done
 
-  # 2. slurm.conf: this host as controller and only node, free ports, the running user as SlurmUser.
-  local host user ctld_port slurmd_port mem
+  # 2. slurm.conf: this host as controller and node(s), free ports, the running user as SlurmUser.
+  local host user ctld_port slurmd_port mem ports
   host=$(hostname -s)
   user=$(id -un)
-  read -r ctld_port slurmd_port < <(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(2)]
+  read -r ctld_port slurmd_port ports < <(python3 -c '
+import socket, sys
+ss = [socket.socket() for _ in range(2 + int(sys.argv[1]))]
 for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])')
+p = [s.getsockname()[1] for s in ss]
+print(p[0], p[1], ",".join(map(str, p[2:])))' "$nodes")
   mem=$(($(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2))
+  local names node_lines pidfile=$dir/slurmd.pid logfile=$dir/log/slurmd.log tmpfs=/tmp
+  if ((nodes == 1)); then
+    names=$host
+    node_lines="NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN"
+  else
+    names="n[1-$nodes]"
+    pidfile=$dir/slurmd-%n.pid
+    logfile=$dir/log/slurmd-%n.log
+    tmpfs=$dir/tmp/%n  # srun --mpi=pmix makes its per-step directory there: one path per node, not /tmp for all
+    local k port
+    IFS=, read -ra port <<<"$ports"
+    for ((k = 1; k <= nodes; k++)); do
+      node_lines+="NodeName=n$k NodeHostname=$host NodeAddr=127.0.0.1 Port=${port[k - 1]} CPUs=$cpus"
+      node_lines+=" RealMemory=$((mem / nodes)) State=UNKNOWN"$'\n'
+      mkdir -p "$dir/tmp/n$k"
+    done
+  fi
   : >"$dir/plugstack.conf"
   cat >"$dir/slurm.conf" <<CONF
 ClusterName=dtraintest
@@ -141,10 +168,11 @@ CredType=cred/munge
 AuthInfo=socket=$sock,cred_expire=5
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool/%n
+TmpFS=$tmpfs
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$pidfile
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$logfile
 PlugStackConfig=$dir/plugstack.conf
 ProctrackType=proctrack/pgid
 TaskPlugin=task/none
@@ -162,16 +190,26 @@ MpiDefault=none
 ReturnToService=2
 KillWait=5
 MinJobAge=300
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
-PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+$node_lines
+PartitionName=debug Nodes=$names Default=YES MaxTime=INFINITE State=UP
 CONF
   export SLURM_CONF=$dir/slurm.conf
 
   # 3. slurmctld (fresh state: -c), then slurmd; the node must reach idle.
   slurmctld -c -f "$SLURM_CONF" </dev/null >"$dir/log/slurmctld.out" 2>&1 || fail "slurmctld failed to start" "$dir/log/slurmctld.log"
   wait_for 20 "$dir/slurmctld.pid" "$dir/log/slurmctld.log" bash -c 'scontrol ping | grep -q "is UP"'
-  slurmd -f "$SLURM_CONF" </dev/null >"$dir/log/slurmd.out" 2>&1 || fail "slurmd failed to start" "$dir/log/slurmd.log"
-  wait_for 20 "$dir/slurmd.pid" "$dir/log/slurmd.log" bash -c '[[ $(sinfo -h -N -o %T) == idle ]]'
+  if ((nodes == 1)); then
+    slurmd -f "$SLURM_CONF" </dev/null >"$dir/log/slurmd.out" 2>&1 || fail "slurmd failed to start" "$dir/log/slurmd.log"
+    wait_for 20 "$dir/slurmd.pid" "$dir/log/slurmd.log" bash -c '[[ $(sinfo -h -N -o %T) == idle ]]'
+  else
+    for ((k = 1; k <= nodes; k++)); do
+      slurmd -N "n$k" -f "$SLURM_CONF" </dev/null >"$dir/log/slurmd-n$k.out" 2>&1 ||
+        fail "slurmd -N n$k failed to start" "$dir/log/slurmd-n$k.log"
+    done
+    for ((k = 1; k <= nodes; k++)); do
+      wait_for 20 "$dir/slurmd-n$k.pid" "$dir/log/slurmd-n$k.log" bash -c "[[ \$(sinfo -h -N -n n$k -o %T) == idle ]]"
+    done
+  fi
 
   echo "SLURM_CONF=$SLURM_CONF" >"$dir/env"
   echo "SLURM_CONF=$SLURM_CONF"
