@@ -1,7 +1,6 @@
 #include "launcher/elastic_launch.h"
 
 #include <chrono>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -9,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "launcher/attempt_log.h"
 #include "launcher/attempt_outcome.h"
 #include "launcher/elastic_plan.h"
 #include "launcher/exit_codes.h"
@@ -17,7 +17,6 @@
 #include "launcher/output_router.h"
 #include "launcher/supervisor.h"
 #include "runtime/config/config.h"
-#include "runtime/observe/metrics.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -36,8 +35,6 @@ std::string Join(const std::vector<std::string>& names) {
   for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
   return s;
 }
-
-double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // A steady-clock instant as Unix seconds (the records' clock).
 double UnixAt(Clock::time_point t) { return UnixNow() - std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -60,50 +57,6 @@ Status ElasticAttempt(const LaunchOptions& opts, const LaunchEnv& env, const std
   o.sets.push_back("train.grad_accum_steps=" + std::to_string(plan.grad_accum_steps));
   return BuildLaunchCommand(o, env, attempt, cmd);
 }
-
-// One line of <run.dir>/elastic.jsonl (elastic_launch.h). A record that cannot be written is warned about once:
-// the job matters more than its accounting.
-class AttemptLog {
- public:
-  explicit AttemptLog(std::string run_dir) : run_dir_(std::move(run_dir)) {}
-  void Write(int attempt, const std::vector<HostSlots>& hosts, int world, double start, double noticed,
-             const std::string& reason, const std::vector<std::string>& lost) {
-    if (!ok_) return;
-    if (writer_.path().empty()) {  // opened at the first end: the run directory may not exist before the workers ran
-      std::error_code ec;
-      std::filesystem::create_directories(run_dir_, ec);
-      const Status st = writer_.Open(run_dir_ + "/elastic.jsonl");
-      if (!st.ok()) {
-        DT_LOG_WARN(kLauncher, "no elastic.jsonl record of the attempts: {}", st.ToString());
-        ok_ = false;
-        return;
-      }
-    }
-    std::string names;
-    for (const HostSlots& h : hosts) names += (names.empty() ? "" : ",") + h.name;
-    std::string lost_names;
-    for (const std::string& h : lost) lost_names += (lost_names.empty() ? "" : ",") + h;
-    const Status st = writer_.Write(runtime::JsonLine()
-                                        .Add("kind", std::string("attempt"))
-                                        .Add("attempt", static_cast<int64_t>(attempt))
-                                        .Add("hosts", names)
-                                        .Add("world", static_cast<int64_t>(world))
-                                        .Add("start", start)
-                                        .Add("end", UnixNow())
-                                        .Add("noticed", noticed)
-                                        .Add("reason", reason)
-                                        .Add("lost", lost_names));
-    if (!st.ok()) {
-      DT_LOG_WARN(kLauncher, "elastic.jsonl: {}", st.ToString());
-      ok_ = false;
-    }
-  }
-
- private:
-  const std::string run_dir_;
-  runtime::MetricsWriter writer_;
-  bool ok_ = true;  // false after a failure: warned about once
-};
 
 // The hosts of the ranks in `ranks` (no duplicates).
 std::vector<std::string> HostsOfRanks(const LaunchCommand& cmd, const std::vector<int>& ranks) {

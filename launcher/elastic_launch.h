@@ -20,11 +20,12 @@
 // wait: the restart-everything-on-the-same-hosts baseline of examples/spot/replay_trace.sh).
 //
 // Record: each attempt's end is appended to <run.dir>/elastic.jsonl on the launcher's machine (the run directory
-// of the config; the same as rank 0's when the launcher runs on the first host or run.dir is shared), one JSON line:
-//   {"kind":"attempt","attempt":A,"hosts":"h1,h2","world":W,"start":T,"end":T,"noticed":T,"reason":R,"lost":"h3"}
-// A = the attempt's DTRAIN_RESTART_COUNT; times are Unix seconds; noticed = when the launcher learned what ended
-// the attempt (the heartbeat bound passed, the grow request, else the attempt's end). `dtrain report` reads it
-// (goodput, time to recover; runtime/observe/elastic_report.h).
+// of the config; the same as rank 0's when the launcher runs on the first host or run.dir is shared), one JSON line
+// (launcher/attempt_log.h); noticed = when the launcher learned what ended the attempt (the heartbeat bound passed,
+// the grow request, else the attempt's end). `dtrain report` reads it.
+//
+// Under Slurm (no --hosts/--hostfile, backend srun or auto inside an allocation) the host set is the allocation's
+// nodes instead: launcher/slurm_elastic.h.
 
 #include "launcher/launch_command.h"
 #include "launcher/launch_options.h"

@@ -21,6 +21,7 @@
 #include "launcher/node_link.h"
 #include "launcher/node_workers.h"
 #include "launcher/output_router.h"
+#include "launcher/slurm_elastic.h"
 #include "launcher/supervisor.h"
 #include "runtime/config/config.h"
 #include "runtime/train/run_check.h"
@@ -193,7 +194,18 @@ int LaunchWith(const LaunchOptions& opts) {
   LaunchEnv env;
   Status st = ProbeLaunchEnv(&env);
   if (!st.ok()) return ExitCodeFor(st);
-  if (opts.elastic_min > 0) return SuperviseElastic(opts, env);
+  if (opts.elastic_min > 0) {
+    // Under Slurm without a host list the allocation is the host set (srun); else mpirun over the listed hosts.
+    const bool listed = !opts.hosts.empty() || !opts.hostfile.empty();
+    const bool srun = opts.backend == Backend::kSrun || (opts.backend == Backend::kAuto && env.in_slurm && !listed);
+    if (srun) return SuperviseSlurmElastic(opts, env);
+    if (!listed) {
+      return UsageError(Status::InvalidArgument(
+          "--nnodes MIN:MAX: an elastic host set needs --hosts or --hostfile (mpirun over ssh), or a Slurm "
+          "allocation (srun)"));
+    }
+    return SuperviseElastic(opts, env);
+  }
   LaunchCommand cmd;
   st = BuildLaunchCommand(opts, env, 0, &cmd);
   if (!st.ok()) return ExitCodeFor(st);

@@ -25,6 +25,8 @@ const std::string* FindVar(const LaunchEnv& env, const std::string& name) {
   return nullptr;
 }
 
+}  // namespace
+
 // --nproc-per-node -> a count; `slots_override` tells whether it replaces the hosts' slots.
 Status ResolveNproc(const LaunchOptions& opts, const LaunchEnv& env, int* nproc, bool* slots_override) {
   const std::string& spec = opts.nproc_per_node;
@@ -44,6 +46,8 @@ Status ResolveNproc(const LaunchOptions& opts, const LaunchEnv& env, int* nproc,
   }
   return Status::OK();
 }
+
+namespace {
 
 Status ResolveHosts(const LaunchOptions& opts, int nproc, bool slots_override, std::vector<HostSlots>* hosts) {
   if (!opts.hosts.empty()) {
@@ -208,6 +212,12 @@ Status BuildLaunchCommand(const LaunchOptions& opts, const LaunchEnv& env, int r
   if (out->backend == Backend::kSrun) {
     argv = {"srun", "--mpi=pmix", "--label", "--unbuffered", "--kill-on-bad-exit=1"};
     if (opts.nnodes > 0) argv.push_back("--nodes=" + std::to_string(opts.nnodes));
+    std::string nodelist;
+    for (const std::string& n : opts.srun_nodelist) {
+      nodelist += (nodelist.empty() ? "" : ",") + n;
+      if (opts.nproc_given) out->placement.hosts.push_back({n, nproc});  // srun's block distribution: in this order
+    }
+    if (!nodelist.empty()) argv.push_back("--nodelist=" + nodelist);
     if (opts.nproc_given) {
       // srun ignores --ntasks-per-node (with a warning) when it disagrees with the allocation's task
       // count, e.g. --nproc-per-node 2 in `sbatch -n4`: the total must be given too.

@@ -20,8 +20,10 @@
 //   - As root (uid 0), OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are added to
 //     mpirun's environment (unless already set): containers on GPU clouds commonly run as root.
 // srun (Slurm; when SLURM_JOB_ID is set under --backend auto):
-//   srun --mpi=pmix --label --unbuffered --kill-on-bad-exit=1 [--nodes=N] [--ntasks-per-node=N]
-//        [--mpirun-arg ...] WORKER train CONFIG [--set ...]
+//   srun --mpi=pmix --label --unbuffered --kill-on-bad-exit=1 [--nodes=N] [--nodelist=a,b]
+//        [--ntasks-per-node=N --ntasks=T] [--mpirun-arg ...] WORKER train CONFIG [--set ...]
+//   --nodelist only from LaunchOptions::srun_nodelist (the elastic launcher's surviving nodes; with an explicit
+//   per-node count the placement is then known: those nodes in that order, N ranks each).
 //   Counts not given on the command line come from the allocation; with --nproc-per-node,
 //   --ntasks is its product with --nnodes or else the allocation's SLURM_JOB_NUM_NODES (srun ignores
 //   a --ntasks-per-node that disagrees with the allocation's task count). srun exports the whole
@@ -80,6 +82,10 @@ struct LaunchCommand {
   int first_rank = 0;
   int local_nproc = 0;
 };
+
+// --nproc-per-node resolved on this machine (gpu: the visible GPUs; cpu: 2; auto: GPUs if any, else 2);
+// *slots_override tells whether the count replaces the hosts' own slot counts. InvalidArgument for gpu without a GPU.
+Status ResolveNproc(const LaunchOptions& opts, const LaunchEnv& env, int* nproc, bool* slots_override);
 
 // Builds the command of attempt `restart_count` (exported as DTRAIN_RESTART_COUNT). Reads the
 // hostfile if one is given. InvalidArgument/NotFound for bad combinations (named by flag).

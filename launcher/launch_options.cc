@@ -69,7 +69,8 @@ CLI::App* AddLaunchCommand(CLI::App* parent, LaunchOptions* o) {
            o->elastic_max = elastic ? hi : 0;
          },
          "nodes to use (the first N hosts; under Slurm: srun --nodes); MIN:MAX: an elastic host set of "
-         "--hosts/--hostfile (a lost host is dropped, a returning one added; docs/spot.md)")
+         "--hosts/--hostfile (a lost host is dropped, a returning one added; docs/spot.md), or under Slurm of the "
+         "allocation's nodes (a lost node is dropped; sbatch --no-kill; docs/slurm.md)")
       ->type_name("N|MIN:MAX")
       ->check([](const std::string& v) {
         if (v.find(':') == std::string::npos) return PositiveInt()(v);
@@ -164,10 +165,13 @@ CLI::App* AddLaunchCommand(CLI::App* parent, LaunchOptions* o) {
     if (o->config.empty()) FailParse("missing CONFIG (usage: dtrain launch [options] CONFIG)");
     if (!o->hosts.empty() && !o->hostfile.empty()) FailParse("--hosts and --hostfile: give one of them, not both");
     if (o->elastic_min > 0) {
-      if (o->hosts.empty() && o->hostfile.empty()) {
+      // Without hosts: the Slurm allocation's nodes (srun; whether there is one is known only at launch).
+      if (o->hosts.empty() && o->hostfile.empty() && o->backend == Backend::kMpirun) {
         FailParse("--nnodes MIN:MAX: an elastic host set needs --hosts or --hostfile (mpirun over ssh)");
       }
-      if (o->backend == Backend::kSrun) FailParse("--nnodes MIN:MAX: elastic runs use mpirun, not --backend srun");
+      if (o->backend == Backend::kSrun && !(o->hosts.empty() && o->hostfile.empty())) {
+        FailParse("--nnodes MIN:MAX --backend srun: the allocation is the host set; drop --hosts/--hostfile");
+      }
       if (o->node_rank >= 0) FailParse("--nnodes MIN:MAX: not with --node-rank (per-node start is not elastic)");
     }
     const bool per_node = o->node_rank >= 0 || !o->master_addr.empty() || o->master_port > 0;

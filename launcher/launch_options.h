@@ -43,6 +43,9 @@ struct LaunchOptions {
   std::vector<std::string> backend_args;  // --mpirun-arg values, in order (given to srun under srun)
   std::string config;                     // CONFIG
   std::vector<std::string> sets;          // --set values, each "key=value", in order
+  // Not a flag: the nodes of the allocation an srun step runs on (srun --nodelist; with nnodes and an explicit
+  // per-node count also the placement), set by the elastic launcher under Slurm (launcher/slurm_elastic.h).
+  std::vector<std::string> srun_nodelist;
 };
 
 // Registers `launch` and its flags on `parent` (launcher/cli_parse.h); parsing fills *out, which must

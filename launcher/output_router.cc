@@ -178,6 +178,11 @@ void OutputRouter::HandleManagerLine(const std::string& line) {
     lost_daemon_hosts_.push_back(line.substr(node + 9));
     failure_seen_ = true;
   }
+  const std::string node_failure = "srun: error: Node failure on ";  // slurmctld lost the node's slurmd
+  if (line.rfind(node_failure, 0) == 0) {
+    lost_daemon_hosts_.push_back(line.substr(node_failure.size()));
+    failure_seen_ = true;
+  }
   if (line.find("ORTE was unable to reliably start one or more daemons") != std::string::npos) {
     daemons_failed_ = true;
   }

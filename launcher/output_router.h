@@ -85,7 +85,8 @@ class OutputRouter {
   // mpirun could not start its daemons on some host (ssh failed, host unreachable, no dtrain there).
   bool daemons_failed() const { return daemons_failed_; }
   // Hosts whose Open MPI daemon mpirun lost ("ORTE has lost communication with a remote daemon ... Remote daemon:
-  // [[J,0],N] on node HOST"): the host, or every process on it, is gone.
+  // [[J,0],N] on node HOST"), or whose node Slurm lost ("srun: error: Node failure on HOST"): the host, or every
+  // process on it, is gone.
   const std::vector<std::string>& lost_daemon_hosts() const { return lost_daemon_hosts_; }
   // Ranks that wrote kSpotNoticeLine, in the order seen.
   const std::vector<int>& notice_ranks() const { return notice_ranks_; }

@@ -36,8 +36,13 @@ TEST(ElasticPlanTest, NnodesFlagKeepsNAndAcceptsMinMax) {
   EXPECT_EQ(o.elastic_min, 2);
   EXPECT_EQ(o.elastic_max, 3);
   EXPECT_EQ(o.elastic_batch, "global");
-  const Status st = ParseLaunchArgs({"--nnodes", "2:3", "c.yaml"}, &o);
+  // Without hosts: the Slurm allocation's nodes (decided at launch), unless mpirun was asked for.
+  EXPECT_TRUE(ParseLaunchArgs({"--nnodes", "2:3", "c.yaml"}, &o).ok());
+  EXPECT_TRUE(ParseLaunchArgs({"--nnodes", "2:3", "--backend", "srun", "c.yaml"}, &o).ok());
+  const Status st = ParseLaunchArgs({"--nnodes", "2:3", "--backend", "mpirun", "c.yaml"}, &o);
   EXPECT_NE(st.message().find("an elastic host set needs --hosts or --hostfile"), std::string::npos) << st.message();
+  const Status both = ParseLaunchArgs({"--nnodes", "2:3", "--backend", "srun", "--hosts", "a:1,b:1", "c.yaml"}, &o);
+  EXPECT_NE(both.message().find("the allocation is the host set"), std::string::npos) << both.message();
   EXPECT_NE(ParseLaunchArgs({"--nnodes", "3:2", "c.yaml"}, &o).message().find("--nnodes: "), std::string::npos);
 }
 

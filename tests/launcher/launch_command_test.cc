@@ -184,6 +184,23 @@ TEST(LaunchCommandTest, SlurmUsesSrun) {
   EXPECT_NE(st.message().find("--backend srun"), std::string::npos);
 }
 
+// The elastic launcher under Slurm names the surviving nodes; with a per-node count the placement is known.
+TEST(LaunchCommandTest, SrunNodelistGivesThePlacement) {
+  LaunchEnv env = FakeEnv(0);
+  env.in_slurm = true;
+  LaunchOptions o = Opts({"--nnodes", "2", "--nproc-per-node", "1"});
+  o.srun_nodelist = {"n1", "n3"};
+  LaunchCommand cmd;
+  ASSERT_TRUE(BuildLaunchCommand(o, env, 1, &cmd).ok());
+  const std::string line = FormatCommandLine(cmd);
+  EXPECT_NE(line.find("srun --mpi=pmix --label --unbuffered --kill-on-bad-exit=1 --nodes=2 --nodelist=n1,n3 "
+                      "--ntasks-per-node=1 --ntasks=2 /opt"),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(cmd.placement.world_size(), 2);
+  EXPECT_EQ(cmd.placement.HostOfRank(1), "n3");
+}
+
 TEST(LaunchCommandTest, FormatQuotesForTheShell) {
   LaunchCommand cmd;
   cmd.argv = {"mpirun", "a b", "it's", ""};

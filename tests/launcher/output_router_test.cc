@@ -154,6 +154,19 @@ TEST(OutputRouterTest, LostDaemonNamesItsHost) {
   EXPECT_EQ(r.root_cause().rank, -1);
 }
 
+// A node of the step lost under Slurm (slurmd silent, or set DOWN): srun names it before the tasks' reports.
+TEST(OutputRouterTest, SrunNodeFailureNamesItsNode) {
+  Capture cap;
+  OutputRouter r(cap.Opts(Backend::kSrun));
+  FeedText(&r, true,
+           "srun: error: Node failure on n3\nsrun: error: n3: tasks 4-5: Killed\nsrun: error: n1: tasks 0-1: Killed\n");
+  r.Finish();
+  EXPECT_EQ(r.lost_daemon_hosts(), std::vector<std::string>{"n3"});
+  EXPECT_TRUE(r.failure_seen());
+  EXPECT_EQ(r.root_cause().host, "n3");
+  EXPECT_EQ(r.root_cause().rank, 4);
+}
+
 TEST(OutputRouterTest, MpirunReportWinsOverRankExecLines) {
   Capture cap;
   OutputRouter r(cap.Opts(Backend::kMpirun));
