@@ -6,7 +6,8 @@
 // micro-steps of 96 per rank instead of 128). Checked against an uninterrupted three-node run: the same samples in the
 // same steps, every sample of every epoch used exactly once (DTRAIN_SAMPLE_LOG), final weights within the bound of
 // tests/launcher/elastic_netns_test.cc (same GELU/SGD config; the bound and why it is not bits are explained there),
-// and `dtrain report` shows both attempts. Skips when the Slurm binaries or the data are missing.
+// and `dtrain report` shows both attempts. With --nnodes 3:3 the same loss leaves fewer than MIN: exit 1, the lost
+// node named. Skips when the Slurm binaries or the data are missing.
 
 #include <gtest/gtest.h>
 
@@ -88,6 +89,29 @@ class SlurmElastic : public ::testing::Test {
     return "TIMEOUT";
   }
 
+  // Submits `dtrain launch FLAGS` of the config as a `sbatch --no-kill -N3` job whose n3 rank of the first attempt
+  // sets its own node DOWN once step 10's checkpoint exists; waits for the job. Returns its state, *exit_code and the
+  // job's output.
+  std::string RunLosingN3(const std::string& flags, int* exit_code, std::string* out) {
+    const std::string worker = d_ + "/worker.sh";
+    WriteFile(worker,
+              "#!/bin/sh\nif [ \"$SLURMD_NODENAME\" = n3 ] && [ \"$DTRAIN_RESTART_COUNT\" = 0 ]; then\n  " +
+                  DtrainBin() + " \"$@\" & p=$!\n  for i in $(seq 600); do [ -e " + d_ +
+                  "/run/checkpoints/step-00000010/manifest.pb ] && break; sleep 0.1; done\n"
+                  "  scontrol update nodename=n3 state=down reason=dtrain-test-lost-node\n  wait $p\nfi\nexec " +
+                  DtrainBin() + " \"$@\"\n");
+    WriteFile(d_ + "/job.sh",
+              "#!/bin/sh\nexec " + DtrainBin() + " launch " + flags + " " + kArgs + " --set run.dir=" + d_ + "/run\n");
+    EXPECT_EQ(RunCommand("mkdir -p " + d_ + "/run/samples && chmod +x " + worker + " " + d_ + "/job.sh").exit_code, 0);
+    const ProcessResult sub = RunCommand(
+        Env() + "DTRAIN_SAMPLE_LOG=" + d_ + "/run/samples DTRAIN_WORKER_BIN=" + worker +
+        " sbatch --parsable --no-kill -N3 --ntasks-per-node=1 --output=" + d_ + "/job.out " + d_ + "/job.sh");
+    EXPECT_EQ(sub.exit_code, 0) << sub.output;
+    const std::string state = WaitForJob(Trim(sub.output), 120, exit_code);
+    *out = ReadFile(d_ + "/job.out");
+    return state;
+  }
+
   TempDir dir_;
   std::string d_;
   bool started_ = false;
@@ -95,29 +119,16 @@ class SlurmElastic : public ::testing::Test {
 
 TEST_F(SlurmElastic, LosesANodeFinishesOnTwoSameSamplesAndWeights) {
   // 1. The uninterrupted reference: three nodes, one rank each, started by srun directly.
-  RunCommand("mkdir -p " + d_ + "/ref/samples " + d_ + "/run/samples");
+  RunCommand("mkdir -p " + d_ + "/ref/samples");
   const ProcessResult ref =
-      RunCommand(Env() + "DTRAIN_SAMPLE_LOG=" + d_ + "/ref/samples srun --mpi=pmix -N3 " + "--ntasks-per-node=1 " +
+      RunCommand(Env() + "DTRAIN_SAMPLE_LOG=" + d_ + "/ref/samples srun --mpi=pmix -N3 --ntasks-per-node=1 " +
                  DtrainBin() + " train " + kArgs + " --set run.dir=" + d_ + "/ref");
   ASSERT_EQ(ref.exit_code, 0) << ref.output << Logs();
 
-  // 2. The elastic job. n3's rank of the first attempt sets its own node DOWN once step 10's checkpoint exists.
-  const std::string worker = d_ + "/worker.sh";
-  WriteFile(worker, "#!/bin/sh\nif [ \"$SLURMD_NODENAME\" = n3 ] && [ \"$DTRAIN_RESTART_COUNT\" = 0 ]; then\n  " +
-                        DtrainBin() + " \"$@\" & p=$!\n  for i in $(seq 600); do [ -e " + d_ +
-                        "/run/checkpoints/step-00000010/manifest.pb ] && break; sleep 0.1; done\n"
-                        "  scontrol update nodename=n3 state=down reason=dtrain-test-lost-node\n  wait $p\nfi\nexec " +
-                        DtrainBin() + " \"$@\"\n");
-  WriteFile(d_ + "/job.sh", "#!/bin/sh\nexec " + DtrainBin() + " launch --nnodes 2:3 --max-restarts 0 " + kArgs +
-                                " --set run.dir=" + d_ + "/run\n");
-  ASSERT_EQ(RunCommand("chmod +x " + worker + " " + d_ + "/job.sh").exit_code, 0);
-  const ProcessResult sub =
-      RunCommand(Env() + "DTRAIN_SAMPLE_LOG=" + d_ + "/run/samples DTRAIN_WORKER_BIN=" + worker +
-                 " sbatch --parsable --no-kill -N3 --ntasks-per-node=1 --output=" + d_ + "/job.out " + d_ + "/job.sh");
-  ASSERT_EQ(sub.exit_code, 0) << sub.output;
+  // 2. The elastic job, n3 lost after step 10.
   int exit_code = -1;
-  const std::string state = WaitForJob(Trim(sub.output), 120, &exit_code);
-  const std::string out = ReadFile(d_ + "/job.out");
+  std::string out;
+  const std::string state = RunLosingN3("--nnodes 2:3 --max-restarts 0", &exit_code, &out);
   ASSERT_EQ(state, "COMPLETED") << out << Logs();
   EXPECT_EQ(exit_code, 0);
   EXPECT_NE(out.find("elastic attempt 1 on 3 node(s)"), std::string::npos) << out;
@@ -153,6 +164,20 @@ TEST_F(SlurmElastic, LosesANodeFinishesOnTwoSameSamplesAndWeights) {
   EXPECT_NE(report.output.find("attempt 1: world 3 on n1,n2,n3; steps 0 -> "), std::string::npos) << report.output;
   EXPECT_NE(report.output.find("ended: lost_host (n3)"), std::string::npos) << report.output;
   EXPECT_NE(report.output.find("attempt 2: world 2 on n1,n2; steps "), std::string::npos) << report.output;
+}
+
+// --nnodes 3:3: losing a node leaves fewer than MIN: the launcher stops with exit 1 and names the lost node.
+TEST_F(SlurmElastic, BelowMinStopsNamingTheLostNode) {
+  int exit_code = -1;
+  std::string out;
+  const std::string state = RunLosingN3("--nnodes 3:3", &exit_code, &out);
+  EXPECT_EQ(state, "FAILED") << out << Logs();
+  EXPECT_EQ(exit_code, 1) << out;
+  EXPECT_NE(out.find("lost node(s) n3 of Slurm job"), std::string::npos) << out;
+  EXPECT_NE(out.find("--nnodes 3:3: only 2 usable host(s) left (lost: n3), fewer than MIN: stopping"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("elastic attempt 2"), std::string::npos) << out;
 }
 
 }  // namespace
