@@ -11,6 +11,7 @@
 #   pernode GPT-2 124M on 2 GPUs: two per-node launchers (--node-rank 0/1, one GPU each, no mpirun) vs `dtrain
 #           launch`, tokens/s side by side; then node 1's worker is killed and both launchers must stop (issue 23)
 #   gpt2probe  kernels of a GPT-2 step by total time (ncu) and PyTorch's (torch.profiler)
+#   cnnprobe   kernels of a Fashion-MNIST CNN step by total time (ncu; 20 graphed steps after warm-up)
 #   gpt2loss   GPT-2 loss curves, dtrain vs PyTorch, same init and tokens: 200 steps, PNG to $OUT
 #   gpt2comm   GPT-2 124M on 1 GPU, then 2 GPUs under NCCL CTA limits, bucket sizes and bf16 gradient compression
 #   zero1   GPT-2 124M on 2 GPUs with and without dist.zero1: optimizer memory and tokens/s
@@ -180,6 +181,18 @@ if has gpt2probe; then
   fi
   python3 bench/gpt2_torch.py --compile --steps 10 --profile > $OUT/torch_prof.log 2>&1
   echo "torch.compile profile rc=$?"; grep -E "Name|^ *[a-zA-Z_].*%" $OUT/torch_prof.log | head -34 | cut -c1-170
+fi
+
+if has cnnprobe; then
+  if command -v ncu >/dev/null; then
+    timeout 280 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw --nvtx \
+      --nvtx-include "train_step/" --log-file $OUT/ncu_cnn.csv $BIN train configs/fashion_mnist_cnn.yaml \
+      --set train.device=cuda --set train.max_steps=20 --set train.eval=false --set run.dir=$OUT/cnn_prof_run \
+      > $OUT/ncu_cnn_run.log 2>&1
+    echo "ncu cnn rc=$?"; python3 bench/kernel_profile.py $OUT/ncu_cnn.csv 20 | tee $OUT/kern_cnn.txt | head -30 | cut -c1-150
+  else
+    echo "no ncu on this machine"
+  fi
 fi
 
 if has gpt2loss; then

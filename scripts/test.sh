@@ -6,7 +6,7 @@
 #          (scripts/check_layers.py), run every test with ctest; GPU tests skip
 #          with a reason when no GPU is visible. Extra arguments go to this ctest.
 #   asan   scripts/sanitize.sh asan: the unit tests under AddressSanitizer + UndefinedBehaviorSanitizer
-#   fuzz   scripts/fuzz.sh 60: every libFuzzer target for 60 s, two at a time (on the ASan build)
+#   fuzz   scripts/fuzz.sh 30: every libFuzzer target for 30 s, two at a time (on the ASan build)
 #   tsan   scripts/sanitize.sh tsan: data loader, checkpoint writer, launcher supervision, Prometheus exporter under TSan
 # STAGES="plain" (or any space-separated subset) runs only those; default: all five, about 44 minutes
 # on 2 cores. Every stage runs even when an earlier one failed; the exit code is non-zero when any
@@ -23,7 +23,7 @@ plain() {
     ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "${JOBS:-$(nproc)}" "$@"
 }
 asan() { scripts/sanitize.sh asan; }
-fuzz() { scripts/fuzz.sh 60; }
+fuzz() { scripts/fuzz.sh 30; }
 tsan() { scripts/sanitize.sh tsan; }
 
 summary=()

@@ -141,10 +141,12 @@ Status BatchNormForwardTraining(DeviceContext& ctx, const Tensor& x, BatchNormTe
                   {&bn->gamma, &bn->beta, &bn->running_mean, &bn->running_var, &bn->save_mean, &bn->save_inv_std}, &d));
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
+    Tensor scratch;
+    DT_RETURN_IF_ERROR(Tensor::Empty({BatchNormScratchDoubles(d)}, DType::kF64, ctx.allocator(), &scratch));
     return BatchNormForwardTrainingCuda(y->data<float>(), bn->save_mean.data<float>(), bn->save_inv_std.data<float>(),
                                         bn->running_mean.data<float>(), bn->running_var.data<float>(), x.data<float>(),
                                         bn->gamma.data<float>(), bn->beta.data<float>(), d, momentum, eps, accumulate,
-                                        ctx.stream());
+                                        scratch.data<double>(), ctx.stream());
 #else
     return NoCuda("BatchNormForwardTraining");
 #endif
@@ -195,9 +197,12 @@ Status BatchNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& dy, 
                                  {&bn.gamma, &bn.save_mean, &bn.save_inv_std, dgamma, dbeta}, &d));
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
+    Tensor scratch;
+    DT_RETURN_IF_ERROR(Tensor::Empty({BatchNormScratchDoubles(d)}, DType::kF64, ctx.allocator(), &scratch));
     return BatchNormBackwardCuda(dx->data<float>(), dgamma->data<float>(), dbeta->data<float>(), dy.data<float>(),
                                  x.data<float>(), bn.gamma.data<float>(), bn.save_mean.data<float>(),
-                                 bn.save_inv_std.data<float>(), d, accumulate_param_grads, ctx.stream());
+                                 bn.save_inv_std.data<float>(), d, accumulate_param_grads, scratch.data<double>(),
+                                 ctx.stream());
 #else
     return NoCuda("BatchNormBackward");
 #endif

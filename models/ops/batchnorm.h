@@ -15,8 +15,9 @@
 // `accumulate` on a forward adds the result to y (y += BN(x): a residual block's skip sum) instead of
 // overwriting it. dgamma/dbeta accumulate when `accumulate_param_grads` (the Model protocol: grads add up
 // across micro-steps). Sums run in double on both devices.
-// CPU references take T = float or double. CUDA (f32): own kernels, one block per channel with a fixed-order
-// reduction, so results are bitwise reproducible (no atomics); queued on `stream`.
+// CPU references take T = float or double. CUDA (f32): own kernels over a (chunk, channel)
+// grid whose partial sums are added per channel in a fixed order, so results are bitwise reproducible (no atomics);
+// queued on `stream`.
 // The Tensor entry points check shapes/dtypes/devices (InvalidArgument naming the shapes) and dispatch CPU
 // f32/f64 -> *Cpu, CUDA f32 -> *Cuda. Per-channel tensors (gamma, beta, running and saved stats) are [C].
 // Outputs must not alias inputs.
@@ -51,16 +52,19 @@ void BatchNormBackwardCpu(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, c
                           const T* save_inv_std, const BatchNormDims& d, bool accumulate_param_grads);
 
 // ---- CUDA launchers (f32; CUDA builds only) ------------------------------------------------------------------
+// The training forward and the backward take `scratch`: BatchNormScratchDoubles(d) device doubles (partial sums),
+// free again once the queued kernels have run.
+int64_t BatchNormScratchDoubles(const BatchNormDims& d);
 Status BatchNormForwardTrainingCuda(float* y, float* save_mean, float* save_inv_std, float* running_mean,
                                     float* running_var, const float* x, const float* gamma, const float* beta,
-                                    const BatchNormDims& d, float momentum, float eps, bool accumulate,
+                                    const BatchNormDims& d, float momentum, float eps, bool accumulate, double* scratch,
                                     cudaStream_t stream);
 Status BatchNormForwardEvalCuda(float* y, const float* x, const float* gamma, const float* beta,
                                 const float* running_mean, const float* running_var, const BatchNormDims& d, float eps,
                                 bool accumulate, cudaStream_t stream);
 Status BatchNormBackwardCuda(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                              const float* gamma, const float* save_mean, const float* save_inv_std,
-                             const BatchNormDims& d, bool accumulate_param_grads, cudaStream_t stream);
+                             const BatchNormDims& d, bool accumulate_param_grads, double* scratch, cudaStream_t stream);
 
 // ---- Tensor entry points -------------------------------------------------------------------------------------
 // Per-layer tensors: gamma/beta are parameters (views into the model's flat buffer), running_* are model
