@@ -193,20 +193,22 @@ int SuperviseSlurmElastic(const LaunchOptions& opts, const LaunchEnv& env) {
     }
     const std::string when = "elastic attempt " + std::to_string(attempt + 1) + "; " + std::to_string(failures) +
                              " of " + std::to_string(opts.max_restarts) + " restarts used";
-    ReportFailure(cause, router, cmd, when);
     if (lost.empty() || lost.size() == active.size()) {
+      ReportFailure(cause, router, cmd, when);
       record("failure", {});
       const int exit_code = AfterFailure(code, 0, failures, opts.max_restarts, who);
       if (exit_code >= 0) return exit_code;
       ++failures;
       continue;
     }
-    record("lost_host", lost);
-    for (const std::string& h : lost) hosts.Drop(h, ElasticHosts::Clock::now());
+    // The lost node first: the rank reported below is one that lost its peers there, not the cause.
     DT_LOG_WARN(kLauncher,
                 "lost node(s) {} of Slurm job {}: restarting on the nodes the job still holds from the newest "
                 "checkpoint (not counted against --max-restarts; Slurm gives a running job no node back)",
                 Join(lost), *job);
+    ReportFailure(cause, router, cmd, when);
+    record("lost_host", lost);
+    for (const std::string& h : lost) hosts.Drop(h, ElasticHosts::Clock::now());
   }
 }
 

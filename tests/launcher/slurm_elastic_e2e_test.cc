@@ -135,6 +135,9 @@ TEST_F(SlurmElastic, LosesANodeFinishesOnTwoSameSamplesAndWeights) {
   EXPECT_NE(out.find("srun: error: Node failure on n3"), std::string::npos) << out;
   EXPECT_NE(out.find("lost node(s) n3 of Slurm job"), std::string::npos) << out;
   EXPECT_NE(out.find("(elastic attempt 1; 0 of 0 restarts used)"), std::string::npos) << out;
+  EXPECT_LT(out.find("lost node(s) n3 of Slurm job"), out.find("(elastic attempt 1; 0 of 0 restarts used)"))
+      << "the lost node is named before the failure report of a rank that lost its peers there\n"
+      << out;
   EXPECT_NE(out.find("elastic attempt 2 on 2 node(s)"), std::string::npos) << out;
   EXPECT_NE(out.find("--nodes=2 --nodelist=n1,n2 --ntasks-per-node=1 --ntasks=2"), std::string::npos) << out;
   EXPECT_NE(out.find("--set data.batch_size=96 --set train.grad_accum_steps=2"), std::string::npos) << out;
