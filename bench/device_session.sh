@@ -16,10 +16,13 @@
 #   gpt2comm   GPT-2 124M on 1 GPU, then 2 GPUs under NCCL CTA limits, bucket sizes and bf16 gradient compression
 #   zero1   GPT-2 124M on 2 GPUs with and without dist.zero1: optimizer memory and tokens/s
 #   telemetry  NVML telemetry in metrics.jsonl vs nvidia-smi in the same run; the idle-GPU warning
+#   idleexit  --idle-exit on a GPU kept idle by a starved host (loader and trainer share a core with a busy loop):
+#           checkpoint + exit 75, then the resume finishes
 #   prometheus  GPT-2 on up to 2 GPUs with run.prometheus_port: /metrics scraped every second; GPU series vs nvidia-smi
 #   hf      `dtrain ckpt export --format hf` loaded by transformers, logits vs dtrain's (bench/hf_export_check.sh)
 #   tb      TensorBoard's own reader over a run's event file (tests/tools/read_tensorboard.py)
 # Usage (on the GPU machine, from the repo root): OUT=/some/dir STAGES="tests gpt2" bench/device_session.sh
+# (BUILD_TARGETS="dtrain ..." builds only those targets, for stages that need no test binaries.)
 # Logs go to $OUT/logs.tgz (the device returns few files); a summary is printed.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
@@ -36,7 +39,7 @@ nvidia-smi -L | tee $OUT/gpus.txt
 
 t0=$(date +%s)
 cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > $OUT/build.log 2>&1 &&
-  ninja -C build-dev -j$(nproc) >> $OUT/build.log 2>&1 || { grep -B2 -A12 'error' $OUT/build.log | head -80; exit 1; }
+  ninja -C build-dev -j$(nproc) ${BUILD_TARGETS:-} >> $OUT/build.log 2>&1 || { grep -B2 -A12 'error' $OUT/build.log | head -80; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 BIN=build-dev/dtrain
 step_line() { grep -E "step [0-9]+/" "$1" | tail -1 | sed 's/.*\] //'; }
@@ -267,6 +270,33 @@ PY
   echo "idle GPU run rc=$?: $(grep -c 'paying for an idle GPU' $OUT/mlp_idle.log) idle warning(s):"
   grep -m1 'paying for an idle GPU' $OUT/mlp_idle.log | sed 's/.*\] //'
   grep -m2 'gpu [0-9]*%' $OUT/mlp_idle.log | sed 's/.*\] //'
+fi
+
+if has idleexit; then
+  # --idle-exit on a GPU held idle on purpose: the MLP's input pipeline (one reader thread, one batch of prefetch) and
+  # the trainer share CPU core 0 with a busy loop, so the GPU waits for the host most of the time. Under 50% busy for
+  # 3 s, the job must say so, checkpoint and exit 75; the same command without the flag (and without the busy loop)
+  # must resume from that checkpoint and finish.
+  idle_run() {
+    taskset -c 0 $BIN launch --nproc-per-node 1 configs/fashion_mnist_mlp.yaml --set train.device=cuda \
+      --set data.workers=1 --set data.prefetch=1 --set train.epochs=300 --set train.eval=false \
+      --set run.gpu_idle_util_pct=50 --set run.gpu_idle_s=3 --set train.log_every=2000 \
+      --set run.dir=$OUT/mlp_idle_exit "$@"
+  }
+  taskset -c 0 sh -c 'while :; do :; done' & hog=$!
+  nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 500 > $OUT/idle_smi.csv 2>&1 &
+  smi=$!
+  idle_run --idle-exit > $OUT/idle_exit.log 2>&1
+  echo "idle-exit run rc=$? (expected 75)"
+  kill $hog $smi
+  grep -m1 'paying for an idle GPU' $OUT/idle_exit.log | sed 's/.*\] //'
+  grep -m1 'checkpoint of step' $OUT/idle_exit.log | sed 's/.*\] //'
+  grep -m3 'gpu [0-9]*%' $OUT/idle_exit.log | sed 's/.*\] //' | cut -c1-220
+  echo "nvidia-smi util during it: $(cut -d, -f2 $OUT/idle_smi.csv | tr -d ' ' | tr '\n' ' ')"
+  ls $OUT/mlp_idle_exit/checkpoints | tr '\n' ' '; echo
+  idle_run > $OUT/idle_resume.log 2>&1
+  echo "resume without --idle-exit rc=$? (expected 0): $(grep -m1 'resumed from' $OUT/idle_resume.log | sed 's/.*\] //')"
+  step_line $OUT/idle_resume.log | cut -c1-200
 fi
 
 if has prometheus; then

@@ -150,6 +150,10 @@ CLI::App* AddLaunchCommand(CLI::App* parent, LaunchOptions* o) {
          "start over in a run directory that holds checkpoints: move them aside first (= --set "
          "checkpoint.overwrite=true; without it such a start is refused)")
       ->trigger_on_parse();
+  app->add_flag_callback(
+         "--idle-exit", [o] { o->sets.push_back("run.gpu_idle_exit=true"); },
+         "a GPU idle for run.gpu_idle_s stops the job: checkpoint, then exit 75 (= --set run.gpu_idle_exit=true)")
+      ->trigger_on_parse();
   app->add_option_function<std::string>(
          "--set", [o](const std::string& v) { o->sets.push_back(v); }, "override a config key; repeatable")
       ->type_name("key=value")

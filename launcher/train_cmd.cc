@@ -160,6 +160,10 @@ CLI::App* AddTrainCommand(CLI::App* parent, TrainArgs* out) {
          "start over in a run directory that holds checkpoints: move them aside first (= --set "
          "checkpoint.overwrite=true)")
       ->trigger_on_parse();
+  app->add_flag_callback(
+         "--idle-exit", [out] { out->overrides.push_back("run.gpu_idle_exit=true"); },
+         "a GPU idle for run.gpu_idle_s stops the run: checkpoint, then exit 75 (= --set run.gpu_idle_exit=true)")
+      ->trigger_on_parse();
   app->add_option("CONFIG", out->config, "a YAML config (configs/*.yaml)");
   app->callback([out] {
     if (out->config.empty()) FailParse("missing CONFIG (usage: dtrain train CONFIG [--set key=value ...])");

@@ -3,11 +3,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <sstream>
+#include <thread>
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "runtime/checkpoint/preemption.h"
 
 namespace dtrain::runtime {
 namespace {
@@ -30,9 +33,10 @@ Status FaultInjector::Parse(const std::string& spec, FaultInjector* out) {
   std::string item;
   const Status bad =
       Status::InvalidArgument("DTRAIN_FAULT='" + spec +
-                              "': expected rank=R,step=S,[attempt=A,]action=error|kill|hang|kill_in_ckpt"
-                              "[,phase=snapshot|data|before_manifest|manifest|latest|retention (kill_in_ckpt)]");
-  bool have_phase = false;
+                              "': expected rank=R,step=S,[attempt=A,]action=error|kill|hang|pause|kill_in_ckpt"
+                              "[,seconds=N (pause)][,phase=snapshot|data|before_manifest|manifest|latest|retention "
+                              "(kill_in_ckpt)]");
+  bool have_phase = false, have_seconds = false;
   while (std::getline(ss, item, ',')) {
     const auto eq = item.find('=');
     if (eq == std::string::npos) return bad;
@@ -44,15 +48,21 @@ Status FaultInjector::Parse(const std::string& spec, FaultInjector* out) {
       f.step_ = n;
     } else if (key == "attempt" && ParseInt(value, &n)) {
       f.attempt_ = n;
-    } else if (key == "action" && (value == "error" || value == "kill" || value == "hang" || value == "kill_in_ckpt")) {
+    } else if (key == "action" && (value == "error" || value == "kill" || value == "hang" || value == "pause" ||
+                                   value == "kill_in_ckpt")) {
       f.action_ = value;
+    } else if (key == "seconds" && ParseInt(value, &n) && n >= 0) {
+      f.pause_s_ = n;
+      have_seconds = true;
     } else if (key == "phase" && ParseCheckpointPhase(value, &f.phase_)) {
       have_phase = true;
     } else {
       return bad;
     }
   }
-  if (f.action_.empty() || (have_phase && f.action_ != "kill_in_ckpt")) return bad;
+  if (f.action_.empty() || (have_phase && f.action_ != "kill_in_ckpt") || (have_seconds && f.action_ != "pause")) {
+    return bad;
+  }
   *out = f;
   return Status::OK();
 }
@@ -87,6 +97,13 @@ Status FaultInjector::AtStep(int rank, int64_t step) const {
   }
   if (action_ == "hang") {
     for (;;) ::pause();
+  }
+  if (action_ == "pause") {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(pause_s_);
+    while (Preemption::Requested() == 0 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return Status::OK();
   }
   return Status::Internal("injected fault (DTRAIN_FAULT=" + spec_ + ") at step " + std::to_string(step));
 }

@@ -9,8 +9,11 @@
 //     action  error  the worker returns Status::Internal("injected fault ...") and exits 1
 //             kill   the worker SIGKILLs itself (a crash: no cleanup, no message)
 //             hang   the worker sleeps forever (peers block in the next collective)
+//             pause  the worker sleeps until a preemption signal arrives, at most `seconds` (default 60), then
+//                    goes on (an attempt held open until the launcher asks for its checkpoint)
 //             kill_in_ckpt  the worker SIGKILLs itself while writing the checkpoint of step S, at
 //                    the point `phase` of the save (a crash in the middle of a save)
+//     seconds pause only: the longest sleep
 //     phase   kill_in_ckpt only: snapshot | data | before_manifest (default) | manifest | latest |
 //             retention — the points of CheckpointManager::Save (runtime/checkpoint/checkpoint.h, CheckpointPhase)
 //
@@ -44,6 +47,7 @@ class FaultInjector {
   int rank_ = -1;
   int64_t step_ = 0;
   int64_t attempt_ = -1;  // -1: every attempt
+  int64_t pause_s_ = 60;  // action pause
   std::string action_;
   CheckpointPhase phase_ = CheckpointPhase::kBeforeManifest;
   std::string spec_;

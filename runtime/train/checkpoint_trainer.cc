@@ -386,14 +386,18 @@ Status Trainer::TakeSnapshotBuffers(const std::vector<std::pair<std::string, con
   return Status::OK();
 }
 
-Status Trainer::AgreePreempted(int64_t step, bool* preempted) {
+Status Trainer::AgreePreempted(int64_t step, std::string* why) {
   comm::WatchdogScope armed(watchdog_, "step " + std::to_string(step) + " preemption check (flag all-reduce)");
-  std::vector<double> v = {static_cast<double>(Preemption::Requested())};
+  std::vector<double> v = {static_cast<double>(Preemption::Requested()), gpu_idle_stop_ ? 1.0 : 0.0};
   DT_RETURN_IF_ERROR(AllReduceHost(&v, comm::ReduceOp::kMax));
-  *preempted = v[0] > 0;
-  if (*preempted && rank_ == 0) {
+  *why = v[0] > 0 ? "preemption signal received" : v[1] > 0 ? "a GPU was idle (run.gpu_idle_exit)" : "";
+  if (v[0] > 0 && rank_ == 0) {
     DT_LOG_WARN(kRuntime, "preemption signal {} ({}): saving a checkpoint and exiting with code 75",
                 static_cast<int>(v[0]), strsignal(static_cast<int>(v[0])));
+  } else if (v[1] > 0 && rank_ == 0) {
+    DT_LOG_WARN(kRuntime,
+                "a GPU has been idle for run.gpu_idle_s with run.gpu_idle_exit set: saving a checkpoint "
+                "and exiting with code 75");
   }
   return Status::OK();
 }

@@ -118,6 +118,7 @@ Status Trainer::Setup() {
   if (ctx_.is_cuda() && cfg_.run().gpu_sample_s() > 0) {  // each rank watches its own GPU
     const Status st = GpuTelemetry::StartForCudaDevice(ctx_.device_index(), cfg_.run().gpu_sample_s(), &gpu_);
     if (!st.ok() && rank_ == 0) DT_LOG_INFO(kRuntime, "{}", st.message());
+    gpu_alarm_ = GpuAlarm({cfg_.run().gpu_idle_util_pct(), cfg_.run().gpu_idle_s(), cfg_.run().gpu_idle_exit()});
   }
 
   if (rank_ == 0) {
@@ -356,20 +357,20 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
 
 void Trainer::WarnAboutGpu(const GpuWindow& w, double window_s) {
   const std::string name = "GPU " + std::to_string(ctx_.device_index()) + " (rank " + std::to_string(rank_) + ")";
-  gpu_idle_s_ = w.util_pct < cfg_.run().gpu_idle_util_pct() ? gpu_idle_s_ + window_s : 0;
-  if (gpu_idle_s_ >= cfg_.run().gpu_idle_s() && !gpu_idle_warned_) {
-    DT_LOG_WARN(kRuntime,
-                "{} has been under {:.0f}% busy for {:.0f} s ({:.0f}% now): you are paying for an idle GPU; the "
-                "progress line's step breakdown says where the time goes (data wait: raise data.workers)",
-                name, cfg_.run().gpu_idle_util_pct(), gpu_idle_s_, w.util_pct);
+  const GpuAlarmEvents ev = gpu_alarm_.Observe(w, window_s);
+  if (!ev.idle.empty()) {
+    DT_LOG_WARN(
+        kRuntime,
+        "{} has been {}: you are paying for an idle GPU; the progress line's step breakdown says where the "
+        "time goes (data wait: raise data.workers){}",
+        name, ev.idle,
+        cfg_.run().gpu_idle_exit() ? "; run.gpu_idle_exit is set: saving a checkpoint and exiting with code 75" : "");
   }
-  gpu_idle_warned_ = gpu_idle_s_ >= cfg_.run().gpu_idle_s();
-  const std::string throttle = w.ThrottleText();
-  if (!throttle.empty() && throttle != gpu_throttle_warned_) {
+  gpu_idle_stop_ = gpu_idle_stop_ || ev.stop;
+  if (!ev.throttle.empty()) {
     DT_LOG_WARN(kRuntime, "{} is slowed down by the driver: {} (SM clock {:.0f} MHz, {:.0f} W, {:.0f} C)", name,
-                throttle, w.sm_clock_mhz, w.power_w, w.temp_c);
+                ev.throttle, w.sm_clock_mhz, w.power_w, w.temp_c);
   }
-  gpu_throttle_warned_ = throttle;
 }
 
 void Trainer::Progress(int64_t step, double* elapsed_s, double* eta_s) const {
@@ -518,14 +519,14 @@ Status Trainer::RunLoop(TrainSummary* summary) {
     if (ckpt_ == nullptr) continue;
     if (ck.every_steps() > 0 && step % ck.every_steps() == 0) ClearProgressBar();  // the save logs a line
     // A signal during the last step changes nothing: the end-of-training save and exit 0 follow.
-    bool preempted = false;
-    if (step < total_steps_) DT_RETURN_IF_ERROR(AgreePreempted(step, &preempted));
-    if (preempted) {
+    std::string stop_why;
+    if (step < total_steps_) DT_RETURN_IF_ERROR(AgreePreempted(step, &stop_why));
+    if (!stop_why.empty()) {
       DT_RETURN_IF_ERROR(SaveCheckpoint(step, next, /*sync=*/true));
       // Peers wait until rank 0's checkpoint is durable: a rank exiting early makes mpirun end the job.
       if (host_comm_ != nullptr && world_ > 1) DT_RETURN_IF_ERROR(host_comm_->Barrier());
-      return Status::Preempted("preemption signal received: checkpoint of step " + std::to_string(step) + " saved in " +
-                               ckpt_->url() + "; run the same command again to resume");
+      return Status::Preempted(stop_why + ": checkpoint of step " + std::to_string(step) + " saved in " + ckpt_->url() +
+                               "; run the same command again to resume");
     }
     if ((ck.every_steps() > 0 && step % ck.every_steps() == 0) || (ck.at_end() && step == total_steps_)) {
       DT_RETURN_IF_ERROR(SaveCheckpoint(step, next, /*sync=*/!ck.async()));

@@ -49,6 +49,7 @@
 #include "runtime/checkpoint/snapshot_pool.h"
 #include "runtime/checkpoint/store_owner.h"
 #include "runtime/observe/device_trace.h"
+#include "runtime/observe/gpu_alarm.h"
 #include "runtime/observe/gpu_telemetry.h"
 #include "runtime/observe/metrics.h"
 #include "runtime/observe/phase_timer.h"
@@ -126,8 +127,9 @@ class Trainer {
   void StartSnapshotPool();
   // Fills snapshot_ for `sources`: from the pool (waiting for it: *alloc_wait_s), else allocated now.
   Status TakeSnapshotBuffers(const std::vector<std::pair<std::string, const Tensor*>>& sources, double* alloc_wait_s);
-  // True on every rank when any rank received a preemption signal (a MAX all-reduce after `step`).
-  Status AgreePreempted(int64_t step, bool* preempted);
+  // Why every rank stops after `step` ("" = it does not): any rank received a preemption signal or, with
+  // run.gpu_idle_exit, found its GPU idle (a MAX all-reduce, so the ranks agree).
+  Status AgreePreempted(int64_t step, std::string* why);
   proto::CheckpointManifest BuildManifest(int64_t step, const data::SamplerState& pos) const;
 
   proto::Config cfg_;
@@ -156,13 +158,13 @@ class Trainer {
   double ckpt_stall_s_ = 0;                // checkpoint stall since the last progress line
   std::string last_verdict_;  // the kind of the last step-time verdict ("communication-bound"): warned when it changes
   bool data_warned_ = false;  // the last interval waited too long for data (warned once until it recovers)
-  // GPU telemetry of this rank's GPU (null: off or no NVML); idle time so far and what was warned about.
+  // GPU telemetry of this rank's GPU (null: off or no NVML) and its idle/throttle alarms.
   std::unique_ptr<GpuTelemetry> gpu_;
   std::unique_ptr<PrometheusFeed> prom_;  // run.prometheus_port > 0, each node's local rank 0
-  double gpu_idle_s_ = 0;
-  bool gpu_idle_warned_ = false;
-  std::string gpu_throttle_warned_;
-  // Warns once when the GPU sits idle for run.gpu_idle_s, and when the driver starts throttling it.
+  GpuAlarm gpu_alarm_{GpuAlarmOptions()};
+  bool gpu_idle_stop_ = false;  // run.gpu_idle_exit and this rank's GPU went idle: stop like on a preemption
+  // Warns once when the GPU sits idle for run.gpu_idle_s (and with run.gpu_idle_exit asks the run to stop), and when
+  // the driver starts throttling it.
   void WarnAboutGpu(const GpuWindow& w, double window_s);
   // Progress of this attempt: its start (Now()) and the live terminal bar (rank 0 with stderr a terminal).
   double loop_start_s_ = 0, last_bar_s_ = 0;

@@ -72,6 +72,12 @@ TEST(LaunchOptionsTest, ResumeIsShorthandForTheCheckpointResumeKey) {
   EXPECT_FALSE(ParseLaunchArgs({"cfg.yaml", "--resume"}, &o).ok());
 }
 
+TEST(LaunchOptionsTest, IdleExitIsShorthandForTheGpuIdleExitKey) {
+  LaunchOptions o;
+  ASSERT_TRUE(ParseLaunchArgs({"cfg.yaml", "--set", "a.b=1", "--idle-exit"}, &o).ok());
+  EXPECT_EQ(o.sets, (std::vector<std::string>{"a.b=1", "run.gpu_idle_exit=true"}));
+}
+
 TEST(LaunchOptionsTest, TorchrunUnderscoreSpellingsAreAliases) {
   LaunchOptions o;
   ASSERT_TRUE(ParseLaunchArgs({"--nproc_per_node", "3", "--max_restarts=2", "--nnodes", "1", "c.yaml"}, &o).ok());
