@@ -51,7 +51,7 @@ Status FaultInjector::Parse(const std::string& spec, FaultInjector* out) {
     } else if (key == "action" && (value == "error" || value == "kill" || value == "hang" || value == "pause" ||
                                    value == "kill_in_ckpt")) {
       f.action_ = value;
-    } else if (key == "seconds" && ParseInt(value, &n) && n >= 0) {
+    } else if (key == "seconds" && ParseInt(value, &n)) {  // ParseInt refuses negatives
       f.pause_s_ = n;
       have_seconds = true;
     } else if (key == "phase" && ParseCheckpointPhase(value, &f.phase_)) {
