@@ -50,11 +50,9 @@ Status ElasticAttempt(const LaunchOptions& opts, const LaunchEnv& env, const std
   LaunchCommand probe;
   DT_RETURN_IF_ERROR(BuildLaunchCommand(o, env, attempt, &probe));
   const int world = probe.placement.world_size();
-  BatchPlan plan;
-  DT_RETURN_IF_ERROR(PlanBatch(cfg.data().batch_size(), cfg.train().grad_accum_steps(), full_world, world,
-                               opts.elastic_batch == "per-gpu" ? ElasticBatch::kPerGpu : ElasticBatch::kGlobal, &plan));
-  o.sets.push_back("data.batch_size=" + std::to_string(plan.batch_size));
-  o.sets.push_back("train.grad_accum_steps=" + std::to_string(plan.grad_accum_steps));
+  DT_RETURN_IF_ERROR(AttemptBatchSets(cfg, full_world, world,
+                                      opts.elastic_batch == "per-gpu" ? ElasticBatch::kPerGpu : ElasticBatch::kGlobal,
+                                      &o.sets));
   return BuildLaunchCommand(o, env, attempt, cmd);
 }
 

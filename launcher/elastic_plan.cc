@@ -1,5 +1,7 @@
 #include "launcher/elastic_plan.h"
 
+#include "core/check.h"
+
 namespace dtrain::launcher {
 
 Status ParseNodeRange(const std::string& text, int* min_nodes, int* max_nodes, bool* elastic) {
@@ -39,6 +41,19 @@ Status PlanBatch(int64_t batch_size, int64_t grad_accum_steps, int full_world, i
   int64_t accum = (share + batch_size - 1) / batch_size;  // the fewest micro-steps of at most batch_size
   while (share % accum != 0) ++accum;
   *out = BatchPlan{share / accum, accum};
+  return Status::OK();
+}
+
+Status AttemptBatchSets(const proto::Config& cfg, int full_world, int world, ElasticBatch mode,
+                        std::vector<std::string>* sets) {
+  const int64_t batch = cfg.data().batch_size(), accum = cfg.train().grad_accum_steps();
+  BatchPlan plan;
+  DT_RETURN_IF_ERROR(PlanBatch(batch, accum, full_world, world, mode, &plan));
+  sets->push_back("data.batch_size=" + std::to_string(plan.batch_size));
+  sets->push_back("train.grad_accum_steps=" + std::to_string(plan.grad_accum_steps));
+  if (mode == ElasticBatch::kPerGpu && cfg.schedule().samples_per_step() == 0) {
+    sets->push_back("schedule.samples_per_step=" + std::to_string(batch * accum * full_world));
+  }
   return Status::OK();
 }
 

@@ -9,8 +9,9 @@
 //     step, hence of samples seen) and the checkpointed data position (global samples consumed) mean the same:
 //     the per-rank share G / W is split into grad_accum_steps micro-steps of at most the configured
 //     data.batch_size each (the fewest micro-steps that divide the share). W must divide G.
-//   per-gpu: data.batch_size and grad_accum_steps stay; the global batch scales with W (the LR schedule then
-//     counts steps of different sizes: say so to users).
+//   per-gpu: data.batch_size and grad_accum_steps stay; the global batch scales with W. The schedule then counts
+//     samples: schedule.samples_per_step is set to the full host set's global batch (unless the config sets it), so
+//     the LR, train.max_steps and the run's length follow samples seen as in an uninterrupted run on MAX hosts.
 
 #include <chrono>
 #include <cstdint>
@@ -21,6 +22,7 @@
 
 #include "core/status.h"
 #include "launcher/hostfile.h"
+#include "proto/config.pb.h"
 
 namespace dtrain::launcher {
 
@@ -38,6 +40,11 @@ struct BatchPlan {
 // ranks. InvalidArgument naming the sizes when the global batch cannot be kept (world does not divide it).
 Status PlanBatch(int64_t batch_size, int64_t grad_accum_steps, int full_world, int world, ElasticBatch mode,
                  BatchPlan* out);
+
+// The config overrides (`--set KEY=VALUE`) of an attempt at `world` ranks of the job `cfg` planned for `full_world`
+// ranks: data.batch_size and train.grad_accum_steps from PlanBatch, and in per-gpu mode schedule.samples_per_step.
+Status AttemptBatchSets(const proto::Config& cfg, int full_world, int world, ElasticBatch mode,
+                        std::vector<std::string>* sets);
 
 // The host set of an elastic job. Hosts come from the hostfile (or --hosts) in its order; a host is dropped
 // when it is lost and may rejoin once the probe finds it reachable again, no sooner than `rejoin_after` after

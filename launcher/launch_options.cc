@@ -81,7 +81,7 @@ CLI::App* AddLaunchCommand(CLI::App* parent, LaunchOptions* o) {
       });
   app->add_option("--elastic-batch", o->elastic_batch,
                   "with --nnodes MIN:MAX: keep the global batch (grad accumulation adjusted; default) or the per-GPU "
-                  "batch across host-set changes")
+                  "batch across host-set changes (then the LR schedule and the run length count samples)")
       ->type_name("global|per-gpu")
       ->check(OneOf({"global", "per-gpu"}));
   app->add_option("--rejoin-after", o->rejoin_after,

@@ -124,12 +124,9 @@ int SuperviseSlurmElastic(const LaunchOptions& opts, const LaunchEnv& env) {
     o.nproc_given = true;
     o.srun_nodelist.clear();
     for (const HostSlots& h : active) o.srun_nodelist.push_back(h.name);
-    BatchPlan plan;
-    DT_RETURN_IF_ERROR(PlanBatch(cfg.data().batch_size(), cfg.train().grad_accum_steps(), full_world, o.nnodes * nproc,
-                                 opts.elastic_batch == "per-gpu" ? ElasticBatch::kPerGpu : ElasticBatch::kGlobal,
-                                 &plan));
-    o.sets.push_back("data.batch_size=" + std::to_string(plan.batch_size));
-    o.sets.push_back("train.grad_accum_steps=" + std::to_string(plan.grad_accum_steps));
+    DT_RETURN_IF_ERROR(AttemptBatchSets(cfg, full_world, o.nnodes * nproc,
+                                        opts.elastic_batch == "per-gpu" ? ElasticBatch::kPerGpu : ElasticBatch::kGlobal,
+                                        &o.sets));
     return BuildLaunchCommand(o, env, attempt, cmd);
   };
   if (opts.dry_run) {

@@ -36,16 +36,14 @@ Status LrSchedule::Create(const std::string& kind, double base_lr, int64_t warmu
   return Status::OK();
 }
 
-double LrSchedule::LrAt(int64_t step) const {
+double LrSchedule::LrAt(double step) const {
   if (step < 0) step = 0;
-  if (step < warmup_steps_) {
-    return base_lr_ * static_cast<double>(step + 1) / static_cast<double>(warmup_steps_);
-  }
+  const auto warmup = static_cast<double>(warmup_steps_), total = static_cast<double>(total_steps_);
+  if (step < warmup) return base_lr_ * (step + 1) / warmup;
   if (kind_ == Kind::kConstant) return base_lr_;
   const double min_lr = base_lr_ * min_lr_ratio_;
-  const int64_t decay_steps = total_steps_ - warmup_steps_;
-  if (step >= total_steps_ || decay_steps <= 0) return min_lr;
-  const double progress = static_cast<double>(step - warmup_steps_) / static_cast<double>(decay_steps);
+  if (step >= total || total_steps_ <= warmup_steps_) return min_lr;
+  const double progress = (step - warmup) / (total - warmup);
   return min_lr + (base_lr_ - min_lr) * 0.5 * (1.0 + std::cos(kPi * progress));
 }
 

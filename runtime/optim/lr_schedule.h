@@ -1,5 +1,5 @@
 #pragma once
-// LrSchedule: the learning rate of each optimizer step, a pure function of the step index.
+// LrSchedule: the learning rate of each optimizer step, a pure function of the schedule step.
 //
 //   kind "constant": linear warmup, then base_lr forever.
 //   kind "cosine":   linear warmup, then cosine decay from base_lr to min_lr_ratio * base_lr, reached
@@ -8,7 +8,9 @@
 // base_lr * (s + 1) / warmup_steps, so the first step uses base_lr / warmup_steps and step
 // warmup_steps - 1 uses base_lr. For s in [warmup_steps, total_steps] the cosine kind gives
 //   min + (base - min) * (1 + cos(pi * (s - warmup_steps) / (total_steps - warmup_steps))) / 2.
-// `step` is the 0-based index of the update about to run (Optimizer::step() before Step()).
+// `step` is the 0-based index of the update about to run (Optimizer::step() before Step()), or, with
+// schedule.samples_per_step, samples seen / samples_per_step: a fraction between two whole steps lies on the same
+// curves (for a whole step both give the same double).
 // Immutable after Create(): LrAt() is thread-safe.
 
 #include <cstdint>
@@ -32,7 +34,7 @@ class LrSchedule {
                        double min_lr_ratio, std::unique_ptr<LrSchedule>* out);
 
   // The LR for 0-based step `step` (negative steps are treated as 0).
-  double LrAt(int64_t step) const;
+  double LrAt(double step) const;
 
   Kind kind() const { return kind_; }
   double base_lr() const { return base_lr_; }

@@ -223,6 +223,7 @@ Status Trainer::Restore(const LoadedCheckpoint& ck, RestoreSink& sink) {
     DT_RETURN_IF_ERROR(train_loader_->Restore({cfg_.train().seed(), d.epoch(), d.samples_in_epoch()}));
   }
   start_step_ = last_step_ = m.step();
+  samples_seen_ = d.samples_consumed();
   return Status::OK();
 }
 
@@ -237,14 +238,14 @@ proto::CheckpointManifest Trainer::BuildManifest(int64_t step, const data::Sampl
   lr->set_warmup_steps(schedule_->warmup_steps());
   lr->set_total_steps(schedule_->total_steps());
   lr->set_min_lr(schedule_->min_lr());
-  lr->set_next_lr(schedule_->LrAt(step));
+  lr->set_next_lr(StepLr(step));
   proto::DataLoaderState* d = m.mutable_data();
   d->set_seed(pos.seed);
   d->set_shuffle(cfg_.data().shuffle());
   d->set_epoch(pos.epoch);
   d->set_samples_in_epoch(pos.consumed);
   d->set_global_batch(cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_);
-  d->set_samples_consumed(step * d->global_batch());
+  d->set_samples_consumed(samples_seen_);
   for (const models::ParamInfo& p : model_->param_infos()) {
     proto::ParamSlice* s = m.add_params();
     s->set_name(p.name);

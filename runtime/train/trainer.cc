@@ -110,7 +110,7 @@ Status Trainer::Setup() {
   }
   const auto& s = cfg_.schedule();
   DT_RETURN_IF_ERROR(
-      LrSchedule::Create(s.kind(), cfg_.optim().lr(), s.warmup_steps(), total_steps_, s.min_lr_ratio(), &schedule_));
+      LrSchedule::Create(s.kind(), cfg_.optim().lr(), s.warmup_steps(), ScheduleSteps(), s.min_lr_ratio(), &schedule_));
 
   DT_RETURN_IF_ERROR(Tensor::Empty({1, 1}, DType::kF32, ctx_.allocator(), &loss_acc_));
   DT_RETURN_IF_ERROR(loss_acc_.SetZero(ctx_.stream()));
@@ -133,9 +133,10 @@ Status Trainer::Setup() {
     DT_RETURN_IF_ERROR(TraceWriter::Create(TraceFilePath(cfg_.run().dir(), rank_), rank_, &trace_));
     device_trace_ = std::make_unique<DeviceTrace>(trace_.get(), ctx_);
   }
+  DT_RETURN_IF_ERROR(SetupCheckpoint());
+  total_steps_ = EndStep();
   DT_LOG_INFO(kRuntime, "model {}: {} parameters in {} tensors; {} steps, global batch {}", cfg_.model().kind(),
               model_->params().numel(), model_->param_infos().size(), total_steps_, d.batch_size() * accum * world_);
-  DT_RETURN_IF_ERROR(SetupCheckpoint());
   PrometheusRunInfo info;
   info.rank = rank_;
   info.world = world_;
@@ -201,7 +202,8 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
   }
   DT_RETURN_IF_ERROR(phases_->Switch(kPhaseOptim));
   TraceSpan optim_span(trace_now_, TraceTrack::kHost, "optimizer (queue)", "optim");
-  DT_RETURN_IF_ERROR(updater_->Step(schedule_->LrAt(step)));
+  last_lr_ = StepLr(step);
+  DT_RETURN_IF_ERROR(updater_->Step(last_lr_));
   if (dev) {
     // The optimizer starts once the compute stream has joined the collectives (compute_end is earlier).
     DT_RETURN_IF_ERROR(dev->Record(ctx_.stream(), &optim_end));
@@ -225,7 +227,8 @@ Status Trainer::GraphedStep(int64_t step, double* data_seconds) {
   }
   // One phase for the whole replay: forward, backward and the optimizer are inside the graph.
   DT_RETURN_IF_ERROR(phases_->Switch(kPhaseCompute));
-  DT_RETURN_IF_ERROR(updater_->StageStep(schedule_->LrAt(step)));
+  last_lr_ = StepLr(step);
+  DT_RETURN_IF_ERROR(updater_->StageStep(last_lr_));
   // The step's device work, as TrainStep queues it eagerly (no loss scaler here: see StepGraph::Blocker).
   auto body = [&]() -> Status {
     DT_RETURN_IF_ERROR(model_->grads().SetZero(ctx_.stream()));
@@ -319,7 +322,7 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
   p.fwd_bwd_ms = std::max(0.0, phase_ms[kPhaseCompute] * per_step - (ctx_.is_cuda() ? 0.0 : p.comm_exposed_ms));
   p.optim_ms = phase_ms[kPhaseOptim] * per_step;
   p.ckpt_stall_ms = 1e3 * ckpt_s / interval_steps;
-  const double lr = schedule_->LrAt(step - 1);
+  const double lr = last_lr_;
   const int64_t global_batch = cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_;
   const double samples_per_s = interval_steps * global_batch / interval_s;
   // Every metric of the interval, once, for the three sinks (progress line, TensorBoard, metrics.jsonl).
@@ -495,6 +498,7 @@ Status Trainer::RunLoop(TrainSummary* summary) {
     DT_RETURN_IF_ERROR(fault_.AtStep(rank_, step));
     DT_RETURN_IF_ERROR(TrainStep(step, &data_s));
     last_step_ = ++step;
+    samples_seen_ += global_batch;
     ++interval_steps;
     if (step == start_step_ + 1) {
       // This attempt's first completed step (one device sync, once): where `dtrain report`'s time to recover ends.
@@ -536,9 +540,11 @@ Status Trainer::RunLoop(TrainSummary* summary) {
   if (last_eval_step != step) DT_RETURN_IF_ERROR(evaluate(std::min(epoch, cfg_.train().epochs() - 1)));
   if (writer_) DT_RETURN_IF_ERROR(writer_->Wait());  // the last asynchronous save is durable (or its error)
   summary->steps = step;
-  summary->samples = step * global_batch;
+  summary->samples = samples_seen_;
   summary->seconds = train_seconds;
-  summary->samples_per_s = train_seconds > 0 ? summary->samples / train_seconds : 0;
+  // This attempt's throughput (a resumed run's earlier steps took no time here).
+  summary->samples_per_s =
+      train_seconds > 0 ? static_cast<double>((step - start_step_) * global_batch) / train_seconds : 0;
   if (rank_ == 0) DT_RETURN_IF_ERROR(ExportParams(cfg_.run().dir() + "/final.safetensors"));
   return Status::OK();
 }

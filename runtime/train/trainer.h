@@ -104,6 +104,14 @@ class Trainer {
   data::SamplerState DataPosition() const;
   // True when a whole optimizer step (grad_accum_steps global batches) fits in the rest of `s.epoch`.
   bool StepFits(const data::SamplerState& s) const;
+  // The LR schedule's length in schedule steps: train.epochs x the steps of an epoch (of schedule.samples_per_step
+  // samples when set), capped at train.max_steps.
+  int64_t ScheduleSteps() const;
+  // The step this attempt ends after, from the restored position at this world size's global batch: the end of the
+  // last epoch, or where train.max_steps is reached (optimizer steps; with schedule.samples_per_step, samples seen).
+  int64_t EndStep() const;
+  // The LR of the step about to run (the schedule at `step`, or at samples seen / schedule.samples_per_step).
+  double StepLr(int64_t step) const;
   // Sets every parameter from a safetensors file (model.init_from): all names present, shapes equal, no extras.
   Status ImportParams(const std::string& path);
   // Writes the parameters as <name>: tensor to a safetensors file (loadable by PyTorch).
@@ -142,6 +150,7 @@ class Trainer {
   std::unique_ptr<data::Loader> train_loader_, eval_loader_;  // eval_loader_ null without eval
   std::unique_ptr<data::SyntheticTokens> synthetic_;          // instead of train_loader_
   int64_t train_samples_ = 0;                                 // samples per epoch (n)
+  int64_t steps_per_epoch_ = 0;                               // optimizer steps of an epoch at this global batch
   std::unique_ptr<models::Model> model_;
   // Gradients in, new parameters out: the exchange, the optimizer and its state, loss scaling (fp16).
   std::unique_ptr<ParameterUpdater> updater_;
@@ -152,7 +161,7 @@ class Trainer {
   TraceWriter* trace_now_ = nullptr;           // trace_ while the current step is in the trace window
   std::unique_ptr<DeviceTrace> device_trace_;  // stream spans (compute, per-bucket collectives) into trace_
   FaultInjector fault_;
-  int64_t total_steps_ = 0;
+  int64_t total_steps_ = 0;  // this attempt ends after this step (EndStep())
   std::unique_ptr<PhaseTimer> phases_;
   std::unique_ptr<StepGraph> step_graph_;  // null when steps cannot be graphed (StepGraph::Blocker)
   double ckpt_stall_s_ = 0;                // checkpoint stall since the last progress line
@@ -179,7 +188,9 @@ class Trainer {
 
   // Where Run() starts (after a resume): optimizer steps done; the loaders are restored already.
   int64_t start_step_ = 0;
-  int64_t last_step_ = 0;                                 // optimizer steps done so far
+  int64_t last_step_ = 0;     // optimizer steps done so far
+  int64_t samples_seen_ = 0;  // global training samples of those steps (the batch may have changed at a resume)
+  double last_lr_ = 0;        // the LR of the last step (StepLr)
   std::unique_ptr<RunLock> run_lock_;                     // rank 0: run.dir is this job's
   std::unique_ptr<CheckpointManager> ckpt_;               // null when checkpointing is off
   std::unique_ptr<StoreOwner> store_owner_;               // rank 0, s3:// checkpoint roots (borrows ckpt_'s store)

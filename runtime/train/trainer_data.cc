@@ -1,6 +1,7 @@
 // The trainer's input (runtime/train/trainer.h): dataset resolution, loaders, epochs, evaluation.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -108,7 +109,6 @@ Status Trainer::SetupData() {
     synthetic_ = std::make_unique<data::SyntheticTokens>();
     DT_RETURN_IF_ERROR(data::SyntheticTokens::Create(ctx_, d.batch_size(), g.max_seq_len(), g.vocab_size(),
                                                      cfg_.train().seed() + rank_, /*distinct=*/8, synthetic_.get()));
-    total_steps_ = cfg_.train().max_steps();
     return Status::OK();
   }
   data::LoaderOptions lo;
@@ -140,19 +140,21 @@ Status Trainer::SetupData() {
     DT_RETURN_IF_ERROR(data::Loader::Create(eo, &ctx_, &eval_loader_).WithContext("evaluation data"));
   }
 
-  int64_t steps_per_epoch = 0;
   for (data::SamplerState s{lo.seed, 0, 0}; StepFits(s); s.consumed += accum * d.batch_size() * world_) {
-    ++steps_per_epoch;
+    ++steps_per_epoch_;
   }
-  if (steps_per_epoch == 0) {
+  if (steps_per_epoch_ == 0) {
     return Status::InvalidArgument("data.batch_size x train.grad_accum_steps x world size (" +
                                    std::to_string(d.batch_size() * accum * world_) + ") exceeds the " +
                                    std::to_string(train_samples_) + " training samples: no full step fits in an epoch");
   }
-  total_steps_ = cfg_.train().epochs() * steps_per_epoch;
-  if (cfg_.train().max_steps() > 0) total_steps_ = std::min(total_steps_, cfg_.train().max_steps());
+  const int64_t sps = cfg_.schedule().samples_per_step();
+  if (sps > train_samples_) {
+    return Status::InvalidArgument("schedule.samples_per_step " + std::to_string(sps) + " exceeds the " +
+                                   std::to_string(train_samples_) + " training samples of an epoch");
+  }
   DT_LOG_INFO(kRuntime, "data: {} training samples, {} steps per epoch, {} reader threads, prefetch {}", train_samples_,
-              steps_per_epoch, lo.num_threads, lo.prefetch_depth);
+              steps_per_epoch_, lo.num_threads, lo.prefetch_depth);
   return Status::OK();
 }
 
@@ -171,6 +173,41 @@ bool Trainer::StepFits(const data::SamplerState& s) const {
   const int64_t g = cfg_.data().batch_size() * world_, accum = cfg_.train().grad_accum_steps();
   if (cfg_.data().remainder() == "pad") return s.consumed + (accum - 1) * g < train_samples_;
   return train_samples_ - s.consumed >= accum * g;
+}
+
+int64_t Trainer::ScheduleSteps() const {
+  const int64_t max_steps = cfg_.train().max_steps(), sps = cfg_.schedule().samples_per_step();
+  if (synthetic_) return max_steps;
+  const bool pad = cfg_.data().remainder() == "pad";
+  const int64_t per_epoch = sps == 0 ? steps_per_epoch_ : pad ? (train_samples_ + sps - 1) / sps : train_samples_ / sps;
+  const int64_t steps = cfg_.train().epochs() * per_epoch;
+  return max_steps > 0 ? std::min(steps, max_steps) : steps;
+}
+
+int64_t Trainer::EndStep() const {
+  const int64_t epochs = cfg_.train().epochs(), max_steps = cfg_.train().max_steps();
+  const int64_t global = cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_;
+  int64_t left = std::numeric_limits<int64_t>::max();  // synthetic data: no epochs
+  if (!synthetic_) {
+    data::SamplerState s = DataPosition();
+    left = 0;
+    if (s.epoch < epochs) {
+      for (; StepFits(s); s.consumed += global) ++left;  // the rest of this epoch
+      left += (epochs - s.epoch - 1) * steps_per_epoch_;
+    }
+  }
+  if (max_steps > 0) {
+    const int64_t sps = cfg_.schedule().samples_per_step();
+    const int64_t to_max = sps == 0 ? max_steps - start_step_ : (max_steps * sps - samples_seen_ + global - 1) / global;
+    left = std::min(left, std::max<int64_t>(to_max, 0));
+  }
+  return start_step_ + left;
+}
+
+double Trainer::StepLr(int64_t step) const {
+  const int64_t sps = cfg_.schedule().samples_per_step();
+  return schedule_->LrAt(sps == 0 ? static_cast<double>(step)
+                                  : static_cast<double>(samples_seen_) / static_cast<double>(sps));
 }
 
 Status Trainer::Evaluate(double* loss, double* accuracy) {

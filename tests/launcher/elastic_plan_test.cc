@@ -70,6 +70,27 @@ TEST(ElasticPlanTest, GlobalBatchIsKeptWithTheFewestMicroSteps) {
   EXPECT_NE(st.message().find("the global batch 100"), std::string::npos) << st.message();
 }
 
+// An attempt's overrides: the planned batch; in per-gpu mode also the schedule in samples of the full host set's
+// global batch (unless the config has its own), so the LR and the run's length follow samples seen.
+TEST(ElasticPlanTest, AttemptOverridesCountTheScheduleInSamplesForAPerGpuBatch) {
+  proto::Config cfg;
+  cfg.mutable_data()->set_batch_size(64);
+  cfg.mutable_train()->set_grad_accum_steps(1);
+  std::vector<std::string> sets;
+  ASSERT_TRUE(AttemptBatchSets(cfg, 3, 2, ElasticBatch::kGlobal, &sets).ok());
+  EXPECT_EQ(sets, (std::vector<std::string>{"data.batch_size=48", "train.grad_accum_steps=2"}));
+  sets.clear();
+  ASSERT_TRUE(AttemptBatchSets(cfg, 3, 2, ElasticBatch::kPerGpu, &sets).ok());
+  EXPECT_EQ(sets, (std::vector<std::string>{"data.batch_size=64", "train.grad_accum_steps=1",
+                                            "schedule.samples_per_step=192"}));
+  sets.clear();
+  cfg.mutable_schedule()->set_samples_per_step(1000);
+  ASSERT_TRUE(AttemptBatchSets(cfg, 3, 3, ElasticBatch::kPerGpu, &sets).ok());
+  EXPECT_EQ(sets, (std::vector<std::string>{"data.batch_size=64", "train.grad_accum_steps=1"}));
+  sets.clear();
+  EXPECT_EQ(AttemptBatchSets(cfg, 2, 3, ElasticBatch::kGlobal, &sets).code(), Status::Code::kInvalidArgument);
+}
+
 // A host that gave a spot notice still answers until it is reclaimed: it counts as back only after a probe found it
 // gone once.
 TEST(ElasticPlanTest, ANoticedHostMustVanishBeforeItMayRejoin) {

@@ -1,6 +1,6 @@
 // End-to-end tests of checkpoint/resume through the real binary (CPU, Fashion-MNIST CI config):
-// exact resume after a failure through `dtrain launch --max-restarts`, resume at another world size,
-// a worker killed in the middle of a save, and `dtrain ckpt`.
+// exact resume after a failure through `dtrain launch --max-restarts`, resume at another world size (the same global
+// batch, and a per-GPU batch with the schedule in samples), a worker killed in the middle of a save, and `dtrain ckpt`.
 
 #include <gtest/gtest.h>
 
@@ -14,6 +14,7 @@
 
 #include "core/device_context.h"
 #include "tests/testing/safetensors_diff.h"
+#include "tests/testing/sample_log_check.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::testing {
@@ -28,11 +29,12 @@ const std::string kCommon =
 
 bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
 
-// The "loss" field of a metrics line, as written (compared as text: bit-exact runs print the same).
-std::string LossText(const std::string& line) {
-  const auto p = line.find("\"loss\":");
+// The `key` field of a metrics line, as written (compared as text: bit-exact runs print the same).
+std::string FieldText(const std::string& line, const std::string& key) {
+  const auto p = line.find("\"" + key + "\":");
   return p == std::string::npos ? "" : line.substr(p, line.find(',', p) - p);
 }
+std::string LossText(const std::string& line) { return FieldText(line, "loss"); }
 
 // 2N steps uninterrupted vs. N steps, a failure, a restart by the launcher that resumes, N more: the
 // same parameters bit for bit and the same loss lines (the same samples in the same steps, the same
@@ -83,6 +85,65 @@ TEST(ResumeE2E, TwoRanksResumeExactlyAfterAFailureAndAtAnotherWorldSize) {
   EXPECT_EQ(other.exit_code, 0) << other.output;
   EXPECT_NE(other.output.find("2560 samples into the epoch"), std::string::npos) << other.output;
   EXPECT_NE(other.output.find("global batch was 128, now 96"), std::string::npos) << other.output;
+}
+
+// A global batch that changes at a resume (what `dtrain launch --elastic-batch per-gpu` does when a host goes) with
+// schedule.samples_per_step: the LR, the run's length and train.max_steps follow samples seen. 2 ranks x 64 for 40
+// steps, then 1 rank x 64: each later step is half a schedule step, so every second step's LR is the uninterrupted
+// run's LR of a whole step, exactly; the run ends after the same 2 epochs of samples, each sample used once, in the
+// same 128-sample groups as the uninterrupted run's steps.
+TEST(ResumeE2E, PerGpuBatchAtAnotherWorldSizeKeepsTheScheduleAndLengthInSamples) {
+  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  TempDir dir;
+  const std::string d = dir.path();
+  const std::string args =
+      kCiConfig +
+      " --set train.device=cpu --set train.eval=false --set train.log_every=1 --set train.epochs=2"
+      " --set data.batch_size=64 --set schedule.samples_per_step=128"
+      " --set checkpoint.every_steps=40 --set checkpoint.keep_every=40 --set checkpoint.async=false";
+  const std::string launch = DtrainBin() + " launch --nproc-per-node 2 ";
+  RunCommand("mkdir -p " + d + "/full/samples " + d + "/part/samples");
+  ProcessResult full =
+      RunCommand("DTRAIN_SAMPLE_LOG=" + d + "/full/samples " + launch + args + " --set run.dir=" + d + "/full");
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  EXPECT_NE(full.output.find("done: 156 steps, 19968 samples"), std::string::npos) << full.output;  // 2 x 78 x 128
+  ProcessResult part = RunCommand("DTRAIN_SAMPLE_LOG=" + d + "/part/samples DTRAIN_FAULT=step=45,action=error " +
+                                  launch + args + " --set run.dir=" + d + "/part");
+  ASSERT_NE(part.exit_code, 0) << part.output;
+  // One rank resumes step 40 (5120 samples): 76 steps of 64 to the end of epoch 1, 156 in epoch 2.
+  ProcessResult one = RunCommand("DTRAIN_SAMPLE_LOG=" + d + "/part/samples DTRAIN_RESTART_COUNT=1 " + DtrainBin() +
+                                 " train " + args + " --set run.dir=" + d + "/part");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("global batch was 128, now 64"), std::string::npos) << one.output;
+  EXPECT_NE(one.output.find("done: 272 steps, 19968 samples"), std::string::npos) << one.output;
+
+  const auto lf = Lines(ReadFile(d + "/full/metrics.jsonl"), "\"kind\":\"train\"");
+  ASSERT_EQ(lf.size(), 156u);
+  auto lp = Lines(ReadFile(d + "/part/metrics.jsonl"), "\"kind\":\"train\"");
+  ASSERT_EQ(lp.size(), 45u + 232u);  // attempt 1: steps 1..45; attempt 2: steps 41..272
+  lp.erase(lp.begin(), lp.begin() + 45);
+  for (int64_t s = 41; s <= 272; s += 2) {  // step s ran at schedule step 40 + (s - 41) / 2: full's step (s + 41) / 2
+    const std::string& mine = lp[s - 41];
+    EXPECT_NE(mine.find("\"step\":" + std::to_string(s) + ","), std::string::npos) << mine;
+    EXPECT_EQ(FieldText(mine, "lr"), FieldText(lf[(s + 41) / 2 - 1], "lr")) << "step " << s;
+  }
+  EXPECT_NE(FieldText(lp[1], "lr"), FieldText(lp[0], "lr"));  // the half steps lie between
+
+  const std::vector<SampleRecord> counted = CountedRecords(ReadSampleLogs(d + "/part/samples"));
+  for (const auto& [epoch, once_more] : UsesPerEpoch(counted)) {
+    EXPECT_EQ(once_more.first, 9984) << "epoch " << epoch << ": samples used exactly once";
+    EXPECT_EQ(once_more.second, 0) << "epoch " << epoch << ": samples used more than once";
+  }
+  EXPECT_TRUE(SamplesByStep(counted, 128) == SamplesByStep(CountedRecords(ReadSampleLogs(d + "/full/samples")), 128));
+  ProcessResult inspect = RunCommand(DtrainBin() + " ckpt inspect " + d + "/part/checkpoints");
+  EXPECT_NE(inspect.output.find("19968 consumed, global batch 64"), std::string::npos) << inspect.output;
+
+  // train.max_steps counts schedule steps too: 100 x 128 samples = step 40 + 120 steps of 64.
+  ProcessResult capped = RunCommand(DtrainBin() + " train " + args + " --set train.max_steps=100" +
+                                    " --set checkpoint.resume=40 --set checkpoint.url=" + d +
+                                    "/part/checkpoints --set run.dir=" + d + "/capped");
+  ASSERT_EQ(capped.exit_code, 0) << capped.output;
+  EXPECT_NE(capped.output.find("done: 160 steps, 12800 samples"), std::string::npos) << capped.output;
 }
 
 // kill -9 while the checkpoint of step 20 is being written (its data files are there, its manifest

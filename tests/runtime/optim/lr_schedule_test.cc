@@ -55,13 +55,26 @@ TEST(LrSchedule, ConstantWithAndWithoutWarmup) {
   EXPECT_DOUBLE_EQ(s->LrAt(100), 0.004);
 }
 
+// Schedule steps counted in samples (schedule.samples_per_step): a position between two whole steps lies on the same
+// warmup line and cosine curve.
+TEST(LrSchedule, FractionalStepsLieOnTheSameCurves) {
+  std::unique_ptr<LrSchedule> s;
+  ASSERT_TRUE(LrSchedule::Create("cosine", 0.1, 10, 110, 0.1, &s).ok());
+  EXPECT_DOUBLE_EQ(s->LrAt(4.5), 0.1 * 5.5 / 10);  // warmup: linear between steps 4 and 5
+  EXPECT_DOUBLE_EQ(s->LrAt(60.0), (0.1 + 0.01) / 2);
+  const double mid = (s->LrAt(35) + s->LrAt(36)) / 2;
+  EXPECT_NEAR(s->LrAt(35.5), mid, 1e-5);  // on the curve, not on the chord: 5.5e-6 apart
+  EXPECT_LT(s->LrAt(35.5), s->LrAt(35));
+  EXPECT_GT(s->LrAt(35.5), s->LrAt(36));
+}
+
 TEST(LrSchedule, WarmupLongerThanTheRunIsClippedToIt) {
   for (const char* kind : {"cosine", "constant"}) {
     std::unique_ptr<LrSchedule> s;
     ASSERT_TRUE(LrSchedule::Create(kind, 0.1, 100, 50, 0.0, &s).ok()) << kind;
     EXPECT_EQ(s->warmup_steps(), 50) << kind;
-    EXPECT_DOUBLE_EQ(s->LrAt(0), 0.1 / 50) << kind;   // rises over the whole run
-    EXPECT_DOUBLE_EQ(s->LrAt(49), 0.1) << kind;       // and reaches the base LR at its last step
+    EXPECT_DOUBLE_EQ(s->LrAt(0), 0.1 / 50) << kind;  // rises over the whole run
+    EXPECT_DOUBLE_EQ(s->LrAt(49), 0.1) << kind;      // and reaches the base LR at its last step
   }
 }
 
