@@ -62,6 +62,33 @@ __device__ __forceinline__ void StoreV(T* p, const float (&f)[V]) {
   }
 }
 
+// V floats at p (f32 parameters or partial sums beside 16-bit activations): V / 4 128-bit accesses when V % 4 == 0
+// (p then 16-byte aligned), else V scalar ones.
+template <int V>
+__device__ __forceinline__ void LoadF32(const float* p, float (&f)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < V; i += 4) {
+      const float4 q = *reinterpret_cast<const float4*>(p + i);
+      f[i] = q.x, f[i + 1] = q.y, f[i + 2] = q.z, f[i + 3] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) f[i] = p[i];
+  }
+}
+
+template <int V>
+__device__ __forceinline__ void StoreF32(float* p, const float (&f)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < V; i += 4) *reinterpret_cast<float4*>(p + i) = make_float4(f[i], f[i + 1], f[i + 2], f[i + 3]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) p[i] = f[i];
+  }
+}
+
 __device__ __forceinline__ float WarpSum(float v) {
   for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;
