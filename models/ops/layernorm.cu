@@ -1,8 +1,9 @@
 // LayerNorm kernels, f32, bf16 and fp16 activations (fp32 math, f32 gamma/beta/mean/rstd and parameter gradients).
 // Row kernels use one warp per row with V-element (128-bit when aligned) accesses of x, y, dy, dx and gamma/beta;
 // the row is re-read from L1/L2 rather than held in registers, so any C works. The backward of rows up to
-// 4 * 32 * V columns (GPT-2's 768 and 1024 in bf16) is one fused pass: dx plus per-block dgamma/dbeta partial sums,
-// added up in block order by a small finish kernel; wider rows take a dx pass and a column-tile pass.
+// 4 * 32 * V columns with 128-bit accesses (GPT-2's 768 and 1024 in bf16) is one fused pass, rows double-buffered
+// in shared memory: dx plus per-block dgamma/dbeta partial sums, added up in block order by a small finish kernel;
+// other rows take a dx pass and a column-tile pass.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -18,6 +19,9 @@ namespace dtrain::ops {
 
 namespace {
 
+using detail::CpAsync16;
+using detail::CpAsyncCommit;
+using detail::CpAsyncWait;
 using detail::LoadF32;
 using detail::LoadV;
 using detail::StoreF32;
@@ -161,18 +165,42 @@ __global__ void LayerNormForwardCachedKernel(T* y, float* mean, float* rstd, con
   }
 }
 
-// The fused backward, for C <= kSlots * 32 * V: block b takes rows [b * kFusedRows, (b + 1) * kFusedRows), warp w
-// of it rows w, w + kRowsPerBlock, ... of those. Each lane owns the same columns in every row (those of the dx
-// kernel, visited in the same order: dx is bitwise the dx kernel's), so it keeps their gamma and its dgamma/dbeta
-// sums in registers. The block's 8 warps then add their sums in a fixed tree (4 + 4, 2 + 2, 1 + 1) and write them
-// to part[b][2C]; LayerNormParamsFinishKernel adds the blocks in order. Bitwise reproducible.
-template <int V, int kSlots, typename T>
+// The fused backward, for C <= kSlots * 32 * V with 128-bit accesses (V = 16 / sizeof(T)): block b takes rows
+// [b * kFusedRows, (b + 1) * kFusedRows), warp w of it rows w, w + kRowsPerBlock, ... of those. Each lane owns the
+// same columns in every row (the dx kernel's, visited in the same order: dx is bitwise the dx kernel's), so it keeps
+// their gamma and its dgamma/dbeta sums in registers. While a warp works on one row from its shared stage, its next
+// row (x, dy, and dx when accumulating) is in flight into the other stage through cp.async; each lane reads back only
+// the 16-byte pieces it copied, so its own wait is all the synchronisation a stage needs. Then the block's warps add
+// their sums in a fixed tree (4 + 4, 2 + 2, 1 + 1) and write them to part[b][2C]; LayerNormParamsFinishKernel adds
+// the blocks in order. Bitwise reproducible.
+template <int kSlots, typename T>
+constexpr size_t FusedSharedBytes() {
+  constexpr size_t kCols = kSlots * 32 * (16 / sizeof(T));
+  constexpr size_t stages = kRowsPerBlock * 2 * 3 * kCols * sizeof(T), red = kRowsPerBlock / 2 * 2 * kCols * 4;
+  return stages > red ? stages : red;
+}
+
+template <int kSlots, typename T>
 __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
     LayerNormBackwardFusedKernel(T* dx, float* part, const T* x, const float* gamma, const float* mean,
                                  const float* rstd, const T* dy, int64_t n, int64_t c, bool accumulate) {
+  constexpr int V = 16 / sizeof(T);
   constexpr int kCols = kSlots * 32 * V;
-  __shared__ __align__(16) float red[kRowsPerBlock / 2][2 * kCols];
+  extern __shared__ __align__(16) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  T* stages = reinterpret_cast<T*>(smem) + warp * 2 * 3 * kCols;  // [2][x, dy, dx][kCols] of this warp
+  auto fetch = [&](int64_t row, int stage) {
+    T* dst = stages + stage * 3 * kCols;
+#pragma unroll
+    for (int it = 0; it < kSlots; ++it) {
+      const int64_t j = (int64_t{it} * 32 + lane) * V;
+      if (j >= c) continue;
+      CpAsync16(dst + j, x + row * c + j, true);
+      CpAsync16(dst + kCols + j, dy + row * c + j, true);
+      if (accumulate) CpAsync16(dst + 2 * kCols + j, dx + row * c + j, true);
+    }
+    CpAsyncCommit();
+  };
   float gam[kSlots][V], sg[kSlots][V], sb[kSlots][V];
 #pragma unroll
   for (int it = 0; it < kSlots; ++it) {
@@ -181,19 +209,26 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
     const int64_t j = (int64_t{it} * 32 + lane) * V;
     if (j < c) LoadF32<V>(gamma + j, gam[it]);
   }
-  const int64_t row1 = min(n, (blockIdx.x + int64_t{1}) * kFusedRows);
-  for (int64_t row = blockIdx.x * kFusedRows + warp; row < row1; row += kRowsPerBlock) {
-    const T* xr = x + row * c;
-    const T* dyr = dy + row * c;
+  const int64_t first = blockIdx.x * kFusedRows + warp, row1 = min(n, (blockIdx.x + int64_t{1}) * kFusedRows);
+  if (first < row1) fetch(first, 0);
+  int stage = 0;
+  for (int64_t row = first; row < row1; row += kRowsPerBlock, stage ^= 1) {
+    if (row + kRowsPerBlock < row1) {
+      fetch(row + kRowsPerBlock, stage ^ 1);
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    const T* xs = stages + stage * 3 * kCols;
     const float mu = mean[row], rs = rstd[row];
     float sum_g = 0.f, sum_gx = 0.f;
 #pragma unroll
     for (int it = 0; it < kSlots; ++it) {
-      const int64_t j = (int64_t{it} * 32 + lane) * V;
+      const int j = (it * 32 + lane) * V;
       if (j >= c) continue;
       float xv[V], d[V];
-      LoadV<V>(xr + j, xv);
-      LoadV<V>(dyr + j, d);
+      LoadV<V>(xs + j, xv);
+      LoadV<V>(xs + kCols + j, d);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         const float g = d[k] * gam[it][k];
@@ -207,28 +242,30 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
     T* dxr = dx + row * c;
 #pragma unroll
     for (int it = 0; it < kSlots; ++it) {
-      const int64_t j = (int64_t{it} * 32 + lane) * V;
+      const int j = (it * 32 + lane) * V;
       if (j >= c) continue;
       float xv[V], d[V];
-      LoadV<V>(xr + j, xv);  // the row again, from L1
-      LoadV<V>(dyr + j, d);
+      LoadV<V>(xs + j, xv);
+      LoadV<V>(xs + kCols + j, d);
 #pragma unroll
       for (int k = 0; k < V; ++k) d[k] = rs * (d[k] * gam[it][k] - mean_g - (xv[k] - mu) * rs * mean_gx);
       if (accumulate) {
-        LoadV<V>(dxr + j, xv);
+        LoadV<V>(xs + 2 * kCols + j, xv);
 #pragma unroll
         for (int k = 0; k < V; ++k) d[k] += xv[k];
       }
       StoreV<V>(dxr + j, d);
     }
   }
+  __syncthreads();  // the stages become the reduction's buffer: red[kRowsPerBlock / 2][2 * kCols]
+  float* red = reinterpret_cast<float*>(smem);
   for (int half = kRowsPerBlock / 2; half > 0; half /= 2) {
     if (warp >= half && warp < 2 * half) {
 #pragma unroll
       for (int it = 0; it < kSlots; ++it) {
         const int j = (it * 32 + lane) * V;
-        StoreF32<V>(&red[warp - half][j], sg[it]);
-        StoreF32<V>(&red[warp - half][kCols + j], sb[it]);
+        StoreF32<V>(red + (warp - half) * 2 * kCols + j, sg[it]);
+        StoreF32<V>(red + (warp - half) * 2 * kCols + kCols + j, sb[it]);
       }
     }
     __syncthreads();
@@ -237,8 +274,8 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
       for (int it = 0; it < kSlots; ++it) {
         const int j = (it * 32 + lane) * V;
         float tg[V], tb[V];
-        LoadF32<V>(&red[warp][j], tg);
-        LoadF32<V>(&red[warp][kCols + j], tb);
+        LoadF32<V>(red + warp * 2 * kCols + j, tg);
+        LoadF32<V>(red + warp * 2 * kCols + kCols + j, tb);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
           sg[it][k] += tg[k];
@@ -357,17 +394,16 @@ Status LaunchForward(T* y, float* mean, float* rstd, const T* x, const float* ga
   return Status::OK();
 }
 
-template <int V, typename T>
-void LaunchFused(int64_t slots, T* dx, float* part, const T* x, const float* gamma, const float* mean,
-                 const float* rstd, const T* dy, int64_t n, int64_t c, bool accumulate_dx, cudaStream_t stream) {
-  const unsigned blocks = static_cast<unsigned>(FusedBlocks(n));
-  if (slots <= 3) {
-    LayerNormBackwardFusedKernel<V, 3>
-        <<<blocks, kRowsPerBlock * 32, 0, stream>>>(dx, part, x, gamma, mean, rstd, dy, n, c, accumulate_dx);
-  } else {
-    LayerNormBackwardFusedKernel<V, 4>
-        <<<blocks, kRowsPerBlock * 32, 0, stream>>>(dx, part, x, gamma, mean, rstd, dy, n, c, accumulate_dx);
-  }
+template <int kSlots, typename T>
+Status LaunchFused(T* dx, float* part, const T* x, const float* gamma, const float* mean, const float* rstd,
+                   const T* dy, int64_t n, int64_t c, bool accumulate_dx, cudaStream_t stream) {
+  constexpr size_t kBytes = FusedSharedBytes<kSlots, T>();
+  const auto kernel = LayerNormBackwardFusedKernel<kSlots, T>;
+  DT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
+  kernel<<<static_cast<unsigned>(FusedBlocks(n)), kRowsPerBlock * 32, kBytes, stream>>>(dx, part, x, gamma, mean, rstd,
+                                                                                        dy, n, c, accumulate_dx);
+  DT_CUDA_CHECK_LAUNCH();
+  return Status::OK();
 }
 
 template <typename T>
@@ -377,15 +413,10 @@ Status LaunchBackward(T* dx, float* dgamma, float* dbeta, const T* x, const floa
   if (n == 0 || c == 0) return Status::OK();
   constexpr int kV = 16 / sizeof(T);
   const dim3 finish_grid(static_cast<unsigned>((2 * c + 31) / 32)), finish_block(32, kFinishLanes);
-  const int fused_v = detail::VecWidth<T>(c, {dx, x, dy, gamma, scratch});
-  const int64_t slots = (c + 32 * fused_v - 1) / (32 * fused_v);
-  if (scratch != nullptr && slots <= 4) {
-    if (fused_v == kV) {
-      LaunchFused<kV>(slots, dx, scratch, x, gamma, mean, rstd, dy, n, c, accumulate_dx, stream);
-    } else {
-      LaunchFused<1>(slots, dx, scratch, x, gamma, mean, rstd, dy, n, c, accumulate_dx, stream);
-    }
-    DT_CUDA_CHECK_LAUNCH();
+  const int64_t slots = (c + 32 * kV - 1) / (32 * kV);
+  if (scratch != nullptr && slots <= 4 && detail::VecWidth<T>(c, {dx, x, dy, gamma, scratch}) == kV) {
+    DT_RETURN_IF_ERROR(slots <= 3 ? LaunchFused<3>(dx, scratch, x, gamma, mean, rstd, dy, n, c, accumulate_dx, stream)
+                                  : LaunchFused<4>(dx, scratch, x, gamma, mean, rstd, dy, n, c, accumulate_dx, stream));
     LayerNormParamsFinishKernel<<<finish_grid, finish_block, 0, stream>>>(dgamma, dbeta, scratch, FusedBlocks(n), c);
     DT_CUDA_CHECK_LAUNCH();
     return Status::OK();

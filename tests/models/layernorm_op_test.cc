@@ -154,8 +154,8 @@ TEST(LayerNorm, AcceptsLeadingDimsAndRejectsMismatchedShapes) {
 
 // GPU vs the CPU f64 reference on f32 inputs; rows have means up to ~6 (two-pass variance). Tolerances, all
 // max abs err <= tol * scale: y and dx 1e-5; dgamma/dbeta (fp32 sums over N rows, accumulated onto a random
-// base) 1e-5; mean and rstd 1e-5. Shapes take both backward paths: fused (C <= 4 * 32 * V: 33 and 1 scalar, 256 and
-// 512 128-bit, 1000 rows = 16 blocks of partial sums) and two-pass (768 and 1000 columns in f32).
+// base) 1e-5; mean and rstd 1e-5. Shapes take both backward paths: fused (128-bit rows of C <= 4 * 32 * 4: 256 and
+// 512; 1000 rows = 16 blocks of partial sums) and two-pass (33 and 1 scalar, 768 and 1000 wider).
 TEST(LayerNormCuda, MatchesCpuReference) {
   DT_SKIP_WITHOUT_CUDA();
   auto cpu = Cpu();

@@ -108,8 +108,9 @@ TYPED_TEST(HalfOps, AddIsTheRoundedSumAlsoInPlace) {
 // Tolerances: y and dx (16-bit outputs) max abs <= 2.5 kTol * scale (one rounding of O(1..4) values plus fp32
 // row sums); mean, rstd <= 1e-5 relative; dgamma, dbeta (f32 column sums of exact 16-bit products) relative
 // Frobenius <= 1e-4. The parameter gradients are bitwise reproducible. Shapes: the fused backward in 3 and 4 column
-// slots a lane, scalar (C = 100, 7) and 128-bit (768, 1024; 2048 rows are 32 blocks of partial sums), and the
-// two-pass backward of wider rows (1536); dx lands on a residual gradient (accumulate_dx) in some, as in GPT-2.
+// slots a lane (768, 1024; 2048 rows are 32 blocks of partial sums, each warp's rows double-buffered), and the
+// two-pass backward of scalar (C = 100, 7) and wider (1536) rows; dx lands on a residual gradient (accumulate_dx) in
+// some, as in GPT-2.
 TYPED_TEST(HalfOps, LayerNormMatchesCpuAndIsDeterministic) {
   for (const auto& [n, c, acc] : {std::tuple<int64_t, int64_t, bool>{37, 100, false},
                                   {300, 768, false},
