@@ -11,6 +11,8 @@
 #   pernode GPT-2 124M on 2 GPUs: two per-node launchers (--node-rank 0/1, one GPU each, no mpirun) vs `dtrain
 #           launch`, tokens/s side by side; then node 1's worker is killed and both launchers must stop (issue 23)
 #   gpt2probe  kernels of a GPT-2 step by total time (ncu) and PyTorch's (torch.profiler)
+#   lnprobe    bench/layernorm_bench (bf16 layer norm at GPT-2's shapes vs a device copy), then the layer-norm
+#           kernels of 3 GPT-2 steps by total time (ncu, those kernels only)
 #   cnnprobe   kernels of a Fashion-MNIST CNN step by total time (ncu; 20 graphed steps after warm-up)
 #   gpt2loss   GPT-2 loss curves, dtrain vs PyTorch, same init and tokens: 200 steps, PNG to $OUT
 #   gpt2comm   GPT-2 124M on 1 GPU, then 2 GPUs under NCCL CTA limits, bucket sizes and bf16 gradient compression
@@ -66,7 +68,8 @@ if has gputests; then
   [[ -n ${GPU_TEST_BINS:-} ]] && read -ra bins <<< "$GPU_TEST_BINS"
   for b in "${bins[@]}"; do
     [[ $b == *_mpi_test || $b == *_e2e_test ]] && continue
-    $b --gtest_filter='*Cuda*:*Gpu*:*GPU*:*CUDA*' > $OUT/$(basename $b).gpu.log 2>&1
+    # (HalfOps: the typed 16-bit op tests, every one of them on the GPU.)
+    $b --gtest_filter='*Cuda*:*Gpu*:*GPU*:*CUDA*:HalfOps*' > $OUT/$(basename $b).gpu.log 2>&1
     rc=$?; ok=$(grep -c '\[       OK' $OUT/$(basename $b).gpu.log); sk=$(grep -c '\[  SKIPPED \]' $OUT/$(basename $b).gpu.log)
     [[ $ok -gt 0 || $sk -gt 0 || $rc -ne 0 ]] && echo "$(basename $b): rc=$rc gpu cases ok=$ok skipped=$sk"
     grep -E "^\[  FAILED|Failure|Expected|Which is|actual" $OUT/$(basename $b).gpu.log | head -8
@@ -184,6 +187,18 @@ if has gpt2probe; then
   fi
   python3 bench/gpt2_torch.py --compile --steps 10 --profile > $OUT/torch_prof.log 2>&1
   echo "torch.compile profile rc=$?"; grep -E "Name|^ *[a-zA-Z_].*%" $OUT/torch_prof.log | head -34 | cut -c1-170
+fi
+
+if has lnprobe; then
+  build-dev/bench/layernorm_bench | tee $OUT/layernorm_bench.txt
+  if command -v ncu >/dev/null; then
+    timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw -k regex:LayerNorm \
+      --nvtx --nvtx-include "train_step/" --log-file $OUT/ncu_ln.csv $BIN train $GPT2 --set train.max_steps=3 --set schedule.warmup_steps=0 \
+      --set run.dir=$OUT/gpt2_ln_prof_run > $OUT/ncu_ln_run.log 2>&1
+    echo "ncu rc=$?"; python3 bench/kernel_profile.py $OUT/ncu_ln.csv 3 | tee $OUT/kern_ln.txt | head -12
+  else
+    echo "no ncu on this machine"
+  fi
 fi
 
 if has cnnprobe; then

@@ -19,6 +19,7 @@
 
 #include "core/check.h"
 #include "core/status.h"
+#include "models/ops/bf16_vec.cuh"
 
 namespace dtrain::ops::flash {
 
@@ -82,9 +83,7 @@ __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint3
   }
 }
 
-__device__ __forceinline__ uint32_t SharedAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+using detail::SharedAddr;
 
 // ---- shared -> register fragments (ldmatrix; each lane passes one 16-byte row address) --------------------------
 
@@ -160,17 +159,9 @@ __device__ __forceinline__ void MmaMix(float (&acc)[HS / 8][4], const float (&x)
 
 // ---- global <-> shared -------------------------------------------------------------------------------------------
 
-// 16 bytes global -> shared, bypassing L1; zero-filled (nothing read) when !valid.
-__device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SharedAddr(dst)), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+using detail::CpAsync16;
+using detail::CpAsyncCommit;
+using detail::CpAsyncWait;
 
 // Queues the copy of rows row0 .. row0 + kTile - 1 of src (row stride `stride` elements, HS columns, 16-byte
 // aligned) into the shared tile sm; rows >= t are zero-filled. Whole CTA; the caller commits and waits.

@@ -9,10 +9,13 @@
 // precision: x, y, dy, dx 16-bit; gamma, beta, mean, rstd, dgamma, dbeta f32; fp32 math; 16-bit buffers are
 // uint16_t raw bits): one warp per row for y and dx (128-bit accesses when C and the pointers allow), and a fixed-order
 // column reduction (no atomics, bitwise deterministic) for dgamma/dbeta. With `scratch` (of
-// LayerNormBackwardScratchFloats(n, c) floats) that reduction is split over row chunks (enough blocks for GPT-2's
-// 16384 x 768), without it one block reduces each 32 columns. Queued on `stream`. The Tensor entry points check
-// shapes/dtypes/devices (InvalidArgument naming the shapes), take scratch from ctx's allocator, and dispatch
-// CPU f32/f64 -> *Cpu, CUDA f32 -> *Cuda, CUDA bf16 -> *CudaBf16, CUDA f16 -> *CudaF16. Outputs must not alias inputs.
+// LayerNormBackwardScratchFloats(n, c) floats), 128-bit accesses (C a multiple of V = 16 / element size, aligned
+// pointers) and C <= 4 * 32 * V (GPT-2's 768 and 1024 in bf16), the backward is one pass over x and dy that also
+// leaves per-block dgamma/dbeta partial sums in scratch, added in block order by a small second kernel; otherwise a
+// dx pass and a column reduction split over row chunks (without scratch: one block per 32 columns). Queued on
+// `stream`. The Tensor entry points check shapes/dtypes/devices (InvalidArgument naming the shapes), take scratch
+// from ctx's allocator, and dispatch CPU f32/f64 -> *Cpu, CUDA f32 -> *Cuda, CUDA bf16 -> *CudaBf16, CUDA f16 ->
+// *CudaF16. Outputs must not alias inputs.
 
 #include <cstdint>
 

@@ -154,7 +154,8 @@ TEST(LayerNorm, AcceptsLeadingDimsAndRejectsMismatchedShapes) {
 
 // GPU vs the CPU f64 reference on f32 inputs; rows have means up to ~6 (two-pass variance). Tolerances, all
 // max abs err <= tol * scale: y and dx 1e-5; dgamma/dbeta (fp32 sums over N rows, accumulated onto a random
-// base) 1e-5; mean and rstd 1e-5.
+// base) 1e-5; mean and rstd 1e-5. Shapes take both backward paths: fused (128-bit rows of C <= 4 * 32 * 4: 256 and
+// 512; 1000 rows = 16 blocks of partial sums) and two-pass (33 and 1 scalar, 768 and 1000 wider).
 TEST(LayerNormCuda, MatchesCpuReference) {
   DT_SKIP_WITHOUT_CUDA();
   auto cpu = Cpu();
@@ -164,7 +165,8 @@ TEST(LayerNormCuda, MatchesCpuReference) {
     for (double& e : v) e = static_cast<float>(e);
     return v;
   };
-  for (const auto& [n, c] : {std::pair<int64_t, int64_t>{257, 768}, {64, 33}, {3, 1}, {9, 1000}, {130, 512}}) {
+  for (const auto& [n, c] :
+       {std::pair<int64_t, int64_t>{257, 768}, {64, 33}, {3, 1}, {9, 1000}, {130, 512}, {1000, 256}}) {
     auto x = RandomVector(n * c, n + c, -2, 2);
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t j = 0; j < c; ++j) x[i * c + j] += static_cast<double>(i % 7);

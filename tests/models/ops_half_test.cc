@@ -107,13 +107,22 @@ TYPED_TEST(HalfOps, AddIsTheRoundedSumAlsoInPlace) {
 // LayerNorm in 16 bits (f32 gamma/beta/stats/param grads) vs the f64 CPU reference on rounded x and dy.
 // Tolerances: y and dx (16-bit outputs) max abs <= 2.5 kTol * scale (one rounding of O(1..4) values plus fp32
 // row sums); mean, rstd <= 1e-5 relative; dgamma, dbeta (f32 column sums of exact 16-bit products) relative
-// Frobenius <= 1e-4. The parameter gradients are bitwise reproducible.
+// Frobenius <= 1e-4. The parameter gradients are bitwise reproducible. Shapes: the fused backward in 3 and 4 column
+// slots a lane (768, 1024; 2048 rows are 32 blocks of partial sums, each warp's rows double-buffered), and the
+// two-pass backward of scalar (C = 100, 7) and wider (1536) rows; dx lands on a residual gradient (accumulate_dx) in
+// some, as in GPT-2.
 TYPED_TEST(HalfOps, LayerNormMatchesCpuAndIsDeterministic) {
-  for (const auto& [n, c] : {std::pair<int64_t, int64_t>{37, 100}, {300, 768}, {5, 7}, {16, 1536}}) {
+  for (const auto& [n, c, acc] : {std::tuple<int64_t, int64_t, bool>{37, 100, false},
+                                  {300, 768, false},
+                                  {5, 7, true},
+                                  {16, 1536, true},
+                                  {2048, 768, true},
+                                  {100, 1024, false}}) {
     const auto x = Round<TypeParam>(RandomVector(n * c, n + c, -2, 3)),
                dy = Round<TypeParam>(RandomVector(n * c, n * c, -1, 1));
     const auto gamma = RandomVector(c, 1, 0.5, 1.5), beta = RandomVector(c, 2), g0 = RandomVector(c, 3);
     const auto b0 = RandomVector(c, 4);
+    const auto dx0 = acc ? Round<TypeParam>(RandomVector(n * c, 5)) : std::vector<double>(n * c, 0);
     std::vector<double> want[7], got[7];  // y, mean, rstd, dx, dgamma, dbeta, dgamma again
     for (const bool on_gpu : {false, true}) {
       DeviceContext& ctx = on_gpu ? *this->gpu_ : *this->cpu_;
@@ -124,13 +133,13 @@ TYPED_TEST(HalfOps, LayerNormMatchesCpuAndIsDeterministic) {
       DT_ASSERT_OK(Make(ctx, par, {c}, gamma, &tg));
       DT_ASSERT_OK(Make(ctx, par, {c}, beta, &tb));
       DT_ASSERT_OK(Make(ctx, act, {n, c}, std::vector<double>(n * c, 0), &ty));
-      DT_ASSERT_OK(Make(ctx, act, {n, c}, std::vector<double>(n * c, 0), &tdx));
+      DT_ASSERT_OK(Make(ctx, act, {n, c}, dx0, &tdx));
       DT_ASSERT_OK(Make(ctx, par, {n}, std::vector<double>(n, 0), &tm));
       DT_ASSERT_OK(Make(ctx, par, {n}, std::vector<double>(n, 0), &tr));
       DT_ASSERT_OK(Make(ctx, par, {c}, g0, &tdg));
       DT_ASSERT_OK(Make(ctx, par, {c}, b0, &tdb));
       DT_ASSERT_OK(LayerNormForward(ctx, tx, tg, tb, 1e-5f, &ty, &tm, &tr));
-      DT_ASSERT_OK(LayerNormBackward(ctx, tx, tg, tm, tr, tdy, &tdx, &tdg, &tdb));
+      DT_ASSERT_OK(LayerNormBackward(ctx, tx, tg, tm, tr, tdy, &tdx, &tdg, &tdb, acc));
       auto* out = on_gpu ? got : want;
       int i = 0;
       for (const Tensor* t : {&ty, &tm, &tr, &tdx, &tdg, &tdb}) DT_ASSERT_OK(Get(ctx, *t, &out[i++]));
