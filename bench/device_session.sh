@@ -350,10 +350,10 @@ if has restore; then
     echo "$t rc=$? ok=$(grep -c '\[       OK' $OUT/$t.log) skipped=$(grep -c '\[  SKIPPED \]' $OUT/$t.log)"
     grep -E "^\[  FAILED|Failure" $OUT/$t.log | head -8
   done
+  echo "--- resume of GPT-2 124M through the trainer"
+  REPS=${REPS:-3} OUT=$OUT/restore_trainer bench/ckpt_restore_bench.sh build-dev 2>&1 | tee $OUT/restore_trainer.log
   for th in ${RESTORE_THREADS:-4}; do
     echo "--- ckpt_io_bench load-device, $th threads"
     DT_BENCH_THREADS=$th LOAD=load-device REPS=${REPS:-3} bench/ckpt_local_bench.sh build-dev 2>&1 | tee $OUT/restore_local_$th.log
   done
-  echo "--- resume of GPT-2 124M through the trainer"
-  REPS=${REPS:-3} OUT=$OUT/restore_trainer bench/ckpt_restore_bench.sh build-dev 2>&1 | tee $OUT/restore_trainer.log
 fi
