@@ -5,17 +5,22 @@
 //   ckpt_io_bench get  URL KEY FILE     Storage::GetInto of KEY into memory, then compared with FILE (not timed)
 //   ckpt_io_bench save URL STEP FILE N  CheckpointManager::Save of FILE's bytes as N files (the optimizer
 //                                       state's shape: params + moments), CRC32C and manifest included
-//   ckpt_io_bench load URL STEP         CheckpointManager::Load into a LoadSink of 4 KiB-aligned buffers that are
-//                                       not zero-filled (the restore path: runtime/train/restore_sink.h), every
-//                                       file read in chunks and its CRC32C checked; buffers allocated in the timing
-//   ckpt_io_bench load-reuse URL STEP   as load, timing a second load into the buffers of a first (untimed) one: the
-//                                       trainer's case on a GPU, whose pinned buffers are allocated beforehand
+//   ckpt_io_bench load URL STEP         CheckpointManager::Load into the trainer's RestoreSink
+//                                       (runtime/train/restore_sink.h), every file read in chunks, its CRC32C checked
+//                                       and put into a host tensor of its own, as the CPU trainer reads straight into
+//                                       its parameters and optimizer state. Those exist and are written before a
+//                                       restore, so here too the tensors are allocated and written BEFORE the timing
+//   ckpt_io_bench load-fresh URL STEP   as load, the tensors allocated in the timing and not written before (their
+//                                       pages faulted in by the reads): not the trainer's case, for comparison
+//   ckpt_io_bench load-device URL STEP  (CUDA builds) as load into device tensors (allocated before the timing, as
+//                                       the GPU trainer's state is): each chunk read into a pinned staging buffer of
+//                                       the sink and copied on to the GPU; timed until the copies are done
 //   ckpt_io_bench load-strings URL STEP CheckpointManager::Load into LoadedCheckpoint::files (std::string: zero-
 //                                       filled first; the path of the tools: `dtrain ckpt verify/export`)
 // Env: DT_BENCH_PART_MB (S3 part/range size, and the restore chunk size, default 16), DT_BENCH_PARALLEL (S3
 // connections per file, and the restore threads on S3, default 8), DT_BENCH_THREADS (restore threads; default 4 on
-// a local disk), DT_BENCH_UNSIGNED=1 (S3 bodies as UNSIGNED-PAYLOAD, as curl sends them). Prints one line: "<mode>
-// <bytes> bytes <seconds> s <MB/s> MB/s". Exit 1 on any error.
+// a local disk; the sink gets that many + 2 staging buffers), DT_BENCH_UNSIGNED=1 (S3 bodies as UNSIGNED-PAYLOAD, as
+// curl sends them). Prints one line: "<mode> <bytes> bytes <seconds> s <MB/s> MB/s". Exit 1 on any error.
 
 #include <algorithm>
 #include <chrono>
@@ -26,7 +31,11 @@
 #include <string>
 #include <vector>
 
+#include "core/allocator.h"
+#include "core/check.h"
+#include "core/tensor.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/train/restore_sink.h"
 #include "storage/storage.h"
 
 namespace {
@@ -52,39 +61,36 @@ int64_t EnvInt(const char* name, int64_t dflt) {
   return v != nullptr && *v != '\0' ? std::atoll(v) : dflt;
 }
 
-// The restore path's sink: one 4 KiB-aligned buffer per file, as pinned host memory would be, never zero-filled.
-class AlignedSink : public dtrain::runtime::LoadSink {
- public:
-  ~AlignedSink() override {
-    for (char* p : buffers_) std::free(p);
+// The state a `load` restores into: one f32 tensor per data file of the step (from a listing), each a StateSlice
+// taking the whole file, allocated from `alloc` and, unless `fresh`, written once as a trainer's state is (host
+// memory only: device memory has no first-touch faults).
+Status MakeState(dtrain::storage::Storage* store, int64_t step, dtrain::Allocator* alloc, bool fresh,
+                 std::vector<std::unique_ptr<dtrain::Tensor>>* tensors, std::vector<dtrain::runtime::StateSlice>* out) {
+  const std::string dir = dtrain::runtime::CheckpointManager::StepDir(step) + "/";
+  std::vector<dtrain::storage::ObjectInfo> objects;
+  DT_RETURN_IF_ERROR(store->List(dir, &objects));
+  for (const auto& o : objects) {
+    const std::string name = o.key.substr(dir.size());
+    if (name == "manifest.pb") continue;
+    const int64_t numel = static_cast<int64_t>(o.size / 4);
+    tensors->push_back(std::make_unique<dtrain::Tensor>());
+    DT_RETURN_IF_ERROR(dtrain::Tensor::Empty({numel}, dtrain::DType::kF32, alloc, tensors->back().get()));
+    if (!fresh && !tensors->back()->is_cuda()) DT_RETURN_IF_ERROR(tensors->back()->SetZero());
+    out->push_back({name, numel, 0, numel, tensors->back().get(), 0});
   }
-  Status Buffer(size_t index, const dtrain::proto::CheckpointFile& f, char** out) override {
-    if (index < buffers_.size() && sizes_[index] >= f.size()) {  // a second load (load-reuse): the same buffer
-      *out = buffers_[index];
-      return Status::OK();
-    }
-    *out = static_cast<char*>(std::aligned_alloc(4096, (f.size() + 4095) / 4096 * 4096 + 4096));
-    if (*out == nullptr) return Status::Unavailable("out of memory");
-    buffers_.push_back(*out);
-    sizes_.push_back(f.size());
-    return Status::OK();
-  }
-
- private:
-  std::vector<char*> buffers_;
-  std::vector<uint64_t> sizes_;
-};
+  return Status::OK();
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  const bool load = mode == "load" || mode == "load-reuse" || mode == "load-strings";
+  const bool load = mode == "load" || mode == "load-fresh" || mode == "load-device" || mode == "load-strings";
   const int want = mode == "put" || mode == "get" ? 5 : mode == "save" ? 6 : load ? 4 : -1;
   if (want < 0 || argc != want) {
     std::fprintf(stderr,
-                 "usage: ckpt_io_bench put|get URL KEY FILE | save URL STEP FILE NFILES | load|load-reuse|load-strings "
-                 "URL STEP\n");
+                 "usage: ckpt_io_bench put|get URL KEY FILE | save URL STEP FILE NFILES | "
+                 "load|load-fresh|load-device|load-strings URL STEP\n");
     return 2;
   }
   dtrain::storage::StorageOptions opts;
@@ -114,10 +120,23 @@ int main(int argc, char** argv) {
   }
   std::string got;
   uint64_t bytes = 0;
-  AlignedSink sink;
-  if (mode == "load-reuse") {  // the buffers allocated and their pages touched, untimed
-    dtrain::runtime::LoadedCheckpoint first;
-    st = mgr.Load(std::atoll(argv[3]), &first, &sink);
+  // load, load-device: the state and the sink before the timing (the trainer's exist before its restore).
+  dtrain::CpuAllocator host_alloc, pinned_alloc(/*pinned=*/true);
+  dtrain::CudaCachingAllocator device_alloc(0);
+  std::vector<std::unique_ptr<dtrain::Tensor>> tensors;
+  std::vector<dtrain::runtime::StateSlice> slices;
+  std::unique_ptr<dtrain::runtime::RestoreSink> sink;
+  const bool device = mode == "load-device";
+  auto make_sink = [&]() -> Status {
+    DT_RETURN_IF_ERROR(MakeState(&mgr.store(), std::atoll(argv[3]),
+                                 device ? static_cast<dtrain::Allocator*>(&device_alloc) : &host_alloc,
+                                 mode == "load-fresh", &tensors, &slices));
+    return dtrain::runtime::RestoreSink::Create(slices, device ? 0 : -1, device ? &pinned_alloc : &host_alloc,
+                                                ckpt_opts.restore_chunk_bytes,
+                                                static_cast<size_t>(ckpt_opts.restore_threads) + 2, &sink);
+  };
+  if (mode == "load" || device) {
+    st = make_sink();
     if (!st.ok()) return Fail(mode, st);
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -144,8 +163,11 @@ int main(int argc, char** argv) {
     st = mgr.Save(m, blobs);
     bytes = data.size();
   } else {
+    if (mode == "load-fresh") st = make_sink();
     dtrain::runtime::LoadedCheckpoint loaded;
-    st = mgr.Load(std::atoll(argv[3]), &loaded, mode == "load-strings" ? nullptr : &sink);
+    if (st.ok()) st = mgr.Load(std::atoll(argv[3]), &loaded, sink.get());
+    if (st.ok() && sink) st = sink->Finish();
+    if (st.ok() && sink && sink->in_place().size() != slices.size()) st = Status::Internal("a file not in place");
     for (const auto& f : loaded.manifest.files()) bytes += f.size();
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

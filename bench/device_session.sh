@@ -23,6 +23,9 @@
 #   prometheus  GPT-2 on up to 2 GPUs with run.prometheus_port: /metrics scraped every second; GPU series vs nvidia-smi
 #   hf      `dtrain ckpt export --format hf` loaded by transformers, logits vs dtrain's (bench/hf_export_check.sh)
 #   tb      TensorBoard's own reader over a run's event file (tests/tools/read_tensorboard.py)
+#   restore the restore path on this GPU (issue 22): its tests (the CUDA staging case among them), then
+#           ckpt_io_bench load-device (reads + CRC32C + copies to the GPU) vs cat/dd (bench/ckpt_local_bench.sh), and a
+#           resume of GPT-2 124M through the trainer vs cat/dd (bench/ckpt_restore_bench.sh)
 # Usage (on the GPU machine, from the repo root): OUT=/some/dir STAGES="tests gpt2" bench/device_session.sh
 # (BUILD_TARGETS="dtrain ..." builds only those targets, for stages that need no test binaries.)
 # Logs go to $OUT/logs.tgz (the device returns few files); a summary is printed.
@@ -354,4 +357,18 @@ fi
 if has tb; then
   run=$(ls -d $OUT/mlp_gpu $OUT/gpt2_1 2>/dev/null | head -1)
   [[ -n $run ]] && python3 tests/tools/read_tensorboard.py $run > $OUT/tb.log 2>&1; echo "tensorboard read-back rc=$?: $(tail -3 $OUT/tb.log | tr '\n' ' ')"
+fi
+
+if has restore; then
+  for t in train_restore_sink_test checkpoint_chunked_read_test checkpoint_checkpoint_test; do
+    build-dev/tests/$t > $OUT/$t.log 2>&1
+    echo "$t rc=$? ok=$(grep -c '\[       OK' $OUT/$t.log) skipped=$(grep -c '\[  SKIPPED \]' $OUT/$t.log)"
+    grep -E "^\[  FAILED|Failure" $OUT/$t.log | head -8
+  done
+  echo "--- resume of GPT-2 124M through the trainer"
+  REPS=${REPS:-3} OUT=$OUT/restore_trainer bench/ckpt_restore_bench.sh build-dev 2>&1 | tee $OUT/restore_trainer.log
+  for th in ${RESTORE_THREADS:-4}; do
+    echo "--- ckpt_io_bench load-device, $th threads"
+    DT_BENCH_THREADS=$th LOAD=load-device REPS=${REPS:-3} bench/ckpt_local_bench.sh build-dev 2>&1 | tee $OUT/restore_local_$th.log
+  done
 fi

@@ -58,15 +58,23 @@ Status CheckParamSlices(const std::string& dir, const proto::CheckpointManifest&
 class StringSink : public LoadSink {
  public:
   explicit StringSink(std::map<std::string, std::string>* files) : files_(files) {}
-  Status Buffer(size_t, const proto::CheckpointFile& f, char** out) override {
-    std::string& s = (*files_)[f.name()];
-    s.resize(f.size());
-    *out = s.data();
+  Status Begin(const proto::CheckpointManifest& m) override {
+    for (const proto::CheckpointFile& f : m.files()) {
+      std::string& s = (*files_)[f.name()];
+      s.resize(f.size());
+      data_.push_back(s.data());
+    }
     return Status::OK();
   }
+  Status Acquire(size_t file, uint64_t offset, uint64_t, char** out) override {
+    *out = data_[file] + offset;
+    return Status::OK();
+  }
+  Status Release(size_t, uint64_t, uint64_t, char*, bool) override { return Status::OK(); }
 
  private:
   std::map<std::string, std::string>* files_;
+  std::vector<char*> data_;  // by manifest index
 };
 
 }  // namespace
@@ -274,21 +282,15 @@ Status CheckpointManager::Load(int64_t step, LoadedCheckpoint* out, LoadSink* si
                               std::to_string(f.size()));
     }
   }
-  // Every buffer first (the sizes are checked), then all files in chunks over a few threads.
+  // The sink first (the sizes are checked), then all files in chunks over a few threads.
   StringSink strings(&out->files);
   if (sink == nullptr) sink = &strings;
   std::vector<ChunkedFile> files;
-  for (int i = 0; i < m.files_size(); ++i) {
-    const proto::CheckpointFile& f = m.files(i);
-    ChunkedFile cf{dir + "/" + f.name(), f.size(), f.crc32c(), nullptr};
-    st = sink->Buffer(static_cast<size_t>(i), f, &cf.dst);
-    if (!st.ok()) break;
-    files.push_back(std::move(cf));
-  }
+  for (const proto::CheckpointFile& f : m.files()) files.push_back({dir + "/" + f.name(), f.size(), f.crc32c()});
+  st = sink->Begin(m);
   if (st.ok()) {
     const ChunkedReadOptions read_opts{opts_.restore_chunk_bytes, static_cast<size_t>(opts_.restore_threads)};
-    st = ReadChunked(store_.get(), files, read_opts,
-                     [sink](size_t file, uint64_t offset, uint64_t size) { return sink->OnChunk(file, offset, size); });
+    st = ReadChunked(store_.get(), files, read_opts, sink);
   }
   if (!st.ok()) {
     out->files.clear();

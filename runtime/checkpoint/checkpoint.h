@@ -36,6 +36,7 @@
 
 #include "core/status.h"
 #include "proto/checkpoint.pb.h"
+#include "runtime/checkpoint/chunked_read.h"
 #include "storage/storage.h"
 
 namespace dtrain::runtime {
@@ -85,20 +86,16 @@ struct LoadedCheckpoint {
   std::map<std::string, std::string> files;  // name -> contents, each verified (empty when a LoadSink took them)
 };
 
-// Where Load puts the files' bytes, and who sees them as they arrive: the restore path of runtime/train reads
-// into pinned buffers without zero-filling them and copies each chunk on to the device while later chunks are
-// still being read. Without a sink, Load fills LoadedCheckpoint::files (std::string: zero-filled first).
-class LoadSink {
+// Where Load puts the files' bytes, chunk by chunk (runtime/checkpoint/chunked_read.h: Acquire gives a chunk's
+// buffer, Release hands it back filled and checksummed; the file indexes are the manifest's): the restore path of
+// runtime/train puts each chunk straight into the training state, through a few pinned staging buffers on a GPU.
+// A chunk handed back is not verified yet: if Load then fails, everything handed over so far is void (the sink must
+// undo or ignore it). Without a sink, Load fills LoadedCheckpoint::files (std::string: zero-filled first).
+class LoadSink : public ChunkSink {
  public:
-  virtual ~LoadSink() = default;
-  // The buffer for file `index` of the manifest (f.size() bytes; 4 KiB-aligned lets a local disk read straight
-  // into it). Called on Load's thread for every file, before any is read; the sink owns the buffer, which must
-  // stay valid until Load returns. An error ends the Load.
-  virtual Status Buffer(size_t index, const proto::CheckpointFile& f, char** out) = 0;
-  // Bytes [offset, offset + size) of file `index` are in its buffer and their CRC32C is computed, but compared
-  // with the manifest only once the whole file is in: if Load then fails, everything handed over so far is void
-  // (the sink must undo or ignore it). Called on the reader threads, concurrently for different chunks.
-  virtual Status OnChunk(size_t index, uint64_t offset, uint64_t size) { return Status::OK(); }
+  // Called on Load's thread once per Load, before any chunk, with the manifest (its files' sizes checked against
+  // the store's). An error ends the Load.
+  virtual Status Begin(const proto::CheckpointManifest& m) = 0;
 };
 
 class CheckpointManager {

@@ -40,7 +40,7 @@ Status ParameterUpdater::SaveState(std::vector<std::pair<std::string, const Tens
 }
 
 Status ParameterUpdater::RestoreState(const proto::CheckpointManifest& m, const std::map<std::string, Tensor>& files,
-                                      const std::string& where) {
+                                      const std::string& where, const std::set<std::string>& in_place) {
   if (m.optimizer() != options().name) {
     return Status::InvalidArgument(where + " was saved with optimizer '" + m.optimizer() + "', the config says '" +
                                    options().name + "'");
@@ -49,6 +49,7 @@ Status ParameterUpdater::RestoreState(const proto::CheckpointManifest& m, const 
   std::map<std::string, Tensor> full;
   for (const std::string& name : state_names()) {
     const std::string file = name + ".bin";
+    if (in_place.count(file) != 0) continue;
     const auto it = files.find(file);
     if (it == files.end()) return Status::DataLoss(where + ": no " + file + " in the checkpoint");
     if (it->second.numel() != numel_ || it->second.dtype() != DType::kF32) {
@@ -58,9 +59,20 @@ Status ParameterUpdater::RestoreState(const proto::CheckpointManifest& m, const 
     }
     full[name] = it->second;
   }
-  DT_RETURN_IF_ERROR(LoadState(full).WithContext(where));
+  if (!full.empty()) DT_RETURN_IF_ERROR(LoadState(full).WithContext(where));
   set_step(m.optimizer_step());
   if (scaler_ && m.has_loss_scaler()) DT_RETURN_IF_ERROR(scaler_->Restore(ctx_, m.loss_scaler()));
+  return Status::OK();
+}
+
+Status ParameterUpdater::ResetState() {
+  std::vector<StateSlice> slices;
+  StateSlices(&slices);
+  std::set<Tensor*> zeroed;
+  for (const StateSlice& s : slices) {
+    if (zeroed.insert(s.dst).second) DT_RETURN_IF_ERROR(s.dst->SetZero(ctx_.stream()));
+  }
+  set_step(0);
   return Status::OK();
 }
 

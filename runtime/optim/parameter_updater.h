@@ -20,7 +20,9 @@
 //
 // Checkpoints hold the FULL optimizer state whatever the strategy, so any strategy restores any checkpoint
 // at any world size: SaveState (a collective: every rank calls it) gives the state tensors to write and fills
-// the manifest's optimizer fields; RestoreState takes the saved files and keeps what this rank needs.
+// the manifest's optimizer fields; RestoreState takes the saved files and keeps what this rank needs. A restore
+// that streams the files straight into the state asks StateSlices where each file's elements go, and tells
+// RestoreState which files are in place already.
 //
 // Ownership: borrows the DeviceContext, the model and the communicator given to the factory (all outlive the
 // updater); owns the reducer/optimizer state, the comm stream and the loss scaler. Not thread-safe: call
@@ -30,6 +32,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +47,7 @@
 #include "runtime/observe/device_trace.h"
 #include "runtime/optim/loss_scaler.h"
 #include "runtime/optim/optimizer.h"
+#include "runtime/optim/state_slice.h"
 
 namespace dtrain::runtime {
 
@@ -93,8 +97,16 @@ class ParameterUpdater {
   // their contents as f32 host tensors; `where` names the checkpoint in errors. Checks the optimizer name and
   // each state file's size (numel of the params), loads this rank's part, the update count and the loss scaler
   // state. The work is queued on the compute stream: the caller synchronizes it before `files` go away.
+  // `in_place` names the state files whose StateSlices were written already (they need no entry in `files`).
   Status RestoreState(const proto::CheckpointManifest& m, const std::map<std::string, Tensor>& files,
-                      const std::string& where);
+                      const std::string& where, const std::set<std::string>& in_place = {});
+  // Where this rank keeps the elements of each full state file ("exp_avg.bin", ...; the tensors are the state
+  // itself, valid for the updater's lifetime). A restore may write them directly, on any stream, while nothing
+  // else runs on the state; it then calls RestoreState with those files in `in_place`.
+  virtual void StateSlices(std::vector<StateSlice>* out) = 0;
+  // The state as created (zeros) and the update count 0, for a run that starts afresh after a restore that failed
+  // had written into the StateSlices. Queued on the compute stream.
+  Status ResetState();
 
  protected:
   ParameterUpdater(DeviceContext& ctx, int64_t numel, std::unique_ptr<LossScaler> scaler);

@@ -54,6 +54,13 @@ void ReplicatedUpdater::DescribeSharding(proto::ShardingState* out) const {
   out->set_shard_numel(0);
 }
 
+void ReplicatedUpdater::StateSlices(std::vector<StateSlice>* out) {
+  out->clear();
+  for (const auto& [name, tensor] : optimizer_->state()) {
+    out->push_back({name + ".bin", tensor->numel(), 0, tensor->numel(), tensor, 0});
+  }
+}
+
 Status ReplicatedUpdater::LoadState(const std::map<std::string, Tensor>& full) {
   for (const auto& [name, tensor] : optimizer_->state()) {
     const auto it = full.find(name);

@@ -37,6 +37,7 @@ class ReplicatedUpdater : public ParameterUpdater {
 
   const OptimizerOptions& options() const override { return optimizer_->options(); }
   int64_t step() const override { return optimizer_->step(); }
+  void StateSlices(std::vector<StateSlice>* out) override;
 
  protected:
   Status GatherState(std::vector<std::pair<std::string, const Tensor*>>* state) override;

@@ -41,6 +41,7 @@ class ShardedUpdater : public ParameterUpdater {
 
   const OptimizerOptions& options() const override { return zero1_->options(); }
   int64_t step() const override { return zero1_->step(); }
+  void StateSlices(std::vector<StateSlice>* out) override { zero1_->StateSlices(out); }
 
  protected:
   Status GatherState(std::vector<std::pair<std::string, const Tensor*>>* state) override;

@@ -432,6 +432,20 @@ Status Zero1Optimizer::LoadState(const std::map<std::string, Tensor>& full) {
   return ctx_->Synchronize();
 }
 
+void Zero1Optimizer::StateSlices(std::vector<StateSlice>* out) {
+  out->clear();
+  std::vector<std::pair<std::string, Tensor*>> states = {{adamw_ ? "exp_avg" : "momentum_buffer", &state0_}};
+  if (adamw_) states.emplace_back("exp_avg_sq", &state1_);
+  const int64_t total = model_->params().numel();
+  for (const auto& [name, shard] : states) {
+    for (const Zero1Bucket& b : buckets_) {
+      int64_t first = 0, count = 0;
+      OwnedRange(b, &first, &count);
+      if (count > 0) out->push_back({name + ".bin", total, first, count, shard, b.shard_offset});
+    }
+  }
+}
+
 size_t Zero1Optimizer::state_bytes() const {
   return static_cast<size_t>(shard_numel_) * sizeof(float) * (adamw_ ? 2 : 1);
 }

@@ -80,6 +80,7 @@
 #include "runtime/optim/bucket_readiness.h"
 #include "runtime/optim/comm_stream.h"
 #include "runtime/optim/optimizer.h"
+#include "runtime/optim/state_slice.h"
 
 namespace dtrain::runtime {
 
@@ -140,6 +141,9 @@ class Zero1Optimizer {
   // Takes this rank's slices of full flat f32 tensors (any device; names as above, all required).
   // Synchronizes the compute stream before returning, so `full` may be freed afterwards. No collective.
   Status LoadState(const std::map<std::string, Tensor>& full);
+  // Where LoadState puts each full state file's elements ("exp_avg.bin", ...): one slice per bucket this rank owns
+  // a part of, into the shards (ParameterUpdater::StateSlices).
+  void StateSlices(std::vector<StateSlice>* out);
 
   // Bytes of optimizer state held by this rank (shards of exp_avg/exp_avg_sq or momentum_buffer).
   size_t state_bytes() const;

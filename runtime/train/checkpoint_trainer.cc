@@ -99,32 +99,30 @@ Status Trainer::SetupCheckpoint() {
   if (probe_failed[0] != 0)
     return Status::FailedPrecondition("the checkpoint storage preflight failed on rank 0: " + url);
   Preemption::InstallHandlers();
-  if (rank_ == 0) {
-    writer_ = std::make_unique<CheckpointWriter>();
-    StartSnapshotPool();
-  }
+  if (rank_ == 0) writer_ = std::make_unique<CheckpointWriter>();
 
   // Every rank reads the store itself (a shared file system or object storage); they must agree. The files go
-  // into the sink's host buffers (pinned; rank 0 reuses the snapshot pool's), params.bin on into the parameters
-  // chunk by chunk while the rest is still being read (runtime/train/restore_sink.h).
+  // straight into the parameters and the optimizer state (this rank's shards under ZeRO-1) chunk by chunk as they
+  // are read: on a GPU through a few pinned staging buffers, on the CPU into the tensors themselves
+  // (runtime/train/restore_sink.h).
   const double restore_t0 = NowS();
-  // Sync point: the parameters' initialisation (queued on the compute stream) is done before the sink's copy
-  // stream writes into them.
+  // Sync point: the state's initialisation (queued on the compute stream) is done before the sink writes into it.
   DT_RETURN_IF_ERROR(ctx_.Synchronize());
+  const int64_t numel = model_->params().numel();
+  std::vector<StateSlice> slices;
+  updater_->StateSlices(&slices);
+  slices.push_back({"params.bin", numel, 0, numel, &model_->params(), 0});
   std::unique_ptr<RestoreSink> sink;
-  auto take_pool = [this]() {
-    RestoreSink::Buffers buffers;
-    double waited_s = 0;
-    if (snapshot_pool_ && !snapshot_pool_->Take(&buffers, &waited_s).ok()) buffers.clear();  // allocated anew then
-    snapshot_pool_.reset();
-    return buffers;
-  };
-  DT_RETURN_IF_ERROR(RestoreSink::Create(&model_->params(), ctx_.is_cuda() ? ctx_.device_index() : -1,
-                                         ctx_.pinned_allocator(), std::move(take_pool), &sink));
+  DT_RETURN_IF_ERROR(RestoreSink::Create(std::move(slices), ctx_.is_cuda() ? ctx_.device_index() : -1,
+                                         ctx_.pinned_allocator(), o.restore_chunk_bytes,
+                                         static_cast<size_t>(o.restore_threads) + 2, &sink));
   ResumePlan plan;
   const Status planned = PlanResume(ckpt_.get(), {resume, ck.overwrite(), rank_ == 0, sink.get()}, &plan);
-  DT_RETURN_IF_ERROR(sink->Finish());  // the parameter copies of every load tried, failed ones too
+  DT_RETURN_IF_ERROR(sink->Finish());  // the copies of every load tried, failed ones too
   DT_RETURN_IF_ERROR(planned);
+  // Rank 0's snapshot buffers for the saves, allocated in the background from here on (not during the reads: the
+  // page-locking would compete with them; a save that comes first waits for it, and says so).
+  if (rank_ == 0) StartSnapshotPool();
   const double read_s = NowS() - restore_t0;
   if (rank_ == 0 && !plan.note.empty()) DT_LOG_WARN(kRuntime, "{}", plan.note);
   ckpt_->set_run_id(plan.run_id);
@@ -139,32 +137,31 @@ Status Trainer::SetupCheckpoint() {
                                       "): every rank must see the same storage (use a shared directory or s3://)");
   }
   if (!plan.resume) {
-    if (sink->touched_params()) {
-      // A load that failed verification had copied chunks into the parameters: a fresh start begins from the
-      // initial ones again (a failed load restores nothing).
-      DT_LOG_WARN(kRuntime, "a checkpoint that failed to load had been copied in part: parameters initialised again");
+    if (sink->touched()) {
+      // A load that failed verification had written chunks into the state: a fresh start begins from the initial
+      // parameters and optimizer state again (a failed load restores nothing).
+      DT_LOG_WARN(kRuntime,
+                  "a checkpoint that failed to load had been copied in part: parameters initialised again, optimizer "
+                  "state reset");
       DT_RETURN_IF_ERROR(model_->InitParams(cfg_.train().seed()));
       if (!cfg_.model().init_from().empty()) DT_RETURN_IF_ERROR(ImportParams(cfg_.model().init_from()));
+      DT_RETURN_IF_ERROR(updater_->ResetState());
     }
-    if (rank_ == 0) {
-      snapshot_ = sink->TakeBuffers();  // taken from the pool for a load that was tried: the first save's buffers
-      DT_LOG_INFO(kRuntime, "no checkpoint in {}: starting from step 0 (run {})", url, plan.run_id);
-    }
+    if (rank_ == 0) DT_LOG_INFO(kRuntime, "no checkpoint in {}: starting from step 0 (run {})", url, plan.run_id);
     return Status::OK();
   }
   const double copy_t0 = NowS();
   DT_RETURN_IF_ERROR(Restore(loaded, *sink));
   const double copy_s = NowS() - copy_t0;
   if (rank_ == 0) {
-    snapshot_ = sink->TakeBuffers();  // the pinned restore buffers become the first save's snapshot buffers
-    // Restore time: list + manifest + every file read in chunks and CRC-checked (params.bin copied into the model
-    // meanwhile), then the rest copied into the model.
+    // Restore time: list + manifest + every file read in chunks and CRC-checked (copied into the state meanwhile),
+    // then what is left copied into the model (files without a place in the state: the model's buffers).
     const double restore_s = NowS() - restore_t0;
     uint64_t bytes = 0;
     for (const proto::CheckpointFile& f : loaded.manifest.files()) bytes += f.size();
     DT_LOG_INFO(kRuntime,
-                "restored {}/{}: {:.1f} MiB in {:.3f} s ({:.0f} MiB/s): read and verified in {:.3f} s (the parameters "
-                "copied into the model meanwhile), the rest copied in {:.3f} s",
+                "restored {}/{}: {:.1f} MiB in {:.3f} s ({:.0f} MiB/s): read and verified in {:.3f} s (copied into "
+                "the parameters and optimizer state meanwhile), the rest copied in {:.3f} s",
                 url, loaded.dir, bytes / 1048576.0, restore_s, bytes / 1048576.0 / std::max(restore_s, 1e-9), read_s,
                 copy_s);
     DT_RETURN_IF_ERROR(metrics_.Write(JsonLine()
@@ -197,11 +194,12 @@ Status Trainer::Restore(const LoadedCheckpoint& ck, RestoreSink& sink) {
     }
     return dst->CopyFrom(it->second, ctx_.stream());
   };
-  if (!sink.params_copied()) DT_RETURN_IF_ERROR(copy_in("params.bin", &model_->params()));
-  // The optimizer state (saved full, by any strategy at any world size), its update count and the loss scaler.
-  DT_RETURN_IF_ERROR(updater_->RestoreState(m, files, ck.dir));
+  if (sink.in_place().count("params.bin") == 0) DT_RETURN_IF_ERROR(copy_in("params.bin", &model_->params()));
+  // The optimizer state (saved full, by any strategy at any world size; in place unless it did not fit), its update
+  // count and the loss scaler.
+  DT_RETURN_IF_ERROR(updater_->RestoreState(m, files, ck.dir, sink.in_place()));
   for (auto& [name, tensor] : model_->buffers()) DT_RETURN_IF_ERROR(copy_in("buffer." + name + ".bin", tensor));
-  DT_RETURN_IF_ERROR(ctx_.Synchronize());  // the host buffers are reused as snapshot buffers after this
+  DT_RETURN_IF_ERROR(ctx_.Synchronize());  // the copies out of the sink's host buffers are done before it goes
   // The data position is global (seed, epoch, samples consumed in the epoch): the sampler continues
   // with exactly the samples not yet consumed, also at another world size or batch size.
   const auto& d = m.data();
@@ -367,14 +365,14 @@ Status Trainer::TakeSnapshotBuffers(const std::vector<std::pair<std::string, con
     }
     snapshot_pool_.reset();
   }
-  // The buffers held already (the restore's, when it took the pool's) serve if they lead with this layout.
+  // The pool's buffers serve if they lead with this layout.
   bool match = snapshot_.size() >= sources.size();
   for (size_t i = 0; match && i < sources.size(); ++i) {
     match = snapshot_[i].first == sources[i].first && snapshot_[i].second.numel() == sources[i].second->numel();
   }
   snapshot_checked_ = true;
   if (match) {
-    snapshot_.resize(sources.size());  // spares of the restore that no file used
+    snapshot_.resize(sources.size());
     return Status::OK();
   }
   if (!snapshot_.empty()) DT_LOG_WARN(kRuntime, "the snapshot layout differs from the one foreseen: allocating now");

@@ -1,29 +1,42 @@
 #pragma once
 // RestoreSink: where a resuming trainer's CheckpointManager::Load puts the checkpoint (the LoadSink of
-// runtime/checkpoint/checkpoint.h): one host buffer per file, never zero-filled — pinned on a CUDA build, and the
-// snapshot buffers (runtime/checkpoint/snapshot_pool.h) where their name and size match a file, so that the same
-// pinned memory serves the restore and then the first save — and params.bin copied on into the model's parameters
-// chunk by chunk while later chunks are still being read: cudaMemcpyAsync on a side stream of its own on a CUDA
-// build, memcpy on the reader thread (while the chunk is in cache) on the CPU.
+// runtime/checkpoint/checkpoint.h): straight into the training state, chunk by chunk, while later chunks are still
+// being read — no host copy of the whole checkpoint is made.
 //
-// A failed Load restores nothing, but chunks copied before the failure was known are in the parameters by then:
-// touched_params() says so, and the trainer initialises them again when no checkpoint loads in the end.
+// The state is given as StateSlices (runtime/optim/state_slice.h: params.bin into the parameters, the optimizer
+// state files into the optimizer's tensors or this rank's ZeRO-1 shards). A file whose name has slices, all
+// expecting its size, goes to them:
+//   - one slice taking the whole file into a host tensor: read straight into that tensor (the CPU trainer: its
+//     parameters and optimizer state exist and are written already, so no page is faulted in during the read);
+//   - otherwise through a few staging buffers of `slot_bytes` (pinned on a CUDA build, allocated as first needed,
+//     at most `max_slots`): each chunk is read into one, checksummed there while in cache, and copied on into its
+//     slices — cudaMemcpyAsync on a copy stream of the sink's own for device tensors (the buffer is reused once
+//     that copy is done), memcpy for host ones.
+// Every other file (no slices, or another size: the trainer then reports the mismatch) is read into a host buffer
+// of its own (Files()), never zero-filled.
 //
-// Ownership: owns the buffers (TakeBuffers hands them over); borrows `params` and the allocator, which must outlive
-// it. Thread-safety: Buffer/Finish/Files/TakeBuffers from the owner thread; OnChunk from Load's reader threads.
+// A failed Load restores nothing, but chunks written before the failure was known are in the state by then:
+// touched() says so, and the trainer initialises the state again when no checkpoint loads in the end (a later Load
+// that succeeds writes every slice of its files completely).
+//
+// Ownership: owns the staging and host buffers; borrows the slices' tensors and the allocator, which must outlive
+// it. Thread-safety: Begin/Finish/Files/in_place from the owner thread; Acquire/Release from Load's reader threads.
 
 #include <atomic>
-#include <functional>
+#include <condition_variable>
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "core/allocator.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/optim/state_slice.h"
 #if DT_HAVE_CUDA
 #include "core/cuda_handles.h"
 #endif
@@ -32,43 +45,64 @@ namespace dtrain::runtime {
 
 class RestoreSink : public LoadSink {
  public:
-  using Buffers = std::vector<std::pair<std::string, Tensor>>;  // file name -> f32 host tensor
-
-  // `params`: the model's flat f32 parameters (device or host); `device`: its CUDA device, -1 on the CPU;
-  // `alloc`: allocates the buffers that `reuse` does not provide. `reuse` (may be empty) is called once, at the
-  // first Buffer call (so nothing waits for it when there is nothing to load); its tensors are taken over.
-  static Status Create(Tensor* params, int device, Allocator* alloc, std::function<Buffers()> reuse,
-                       std::unique_ptr<RestoreSink>* out);
+  // `device`: the CUDA device of the device tensors among the slices, -1 when there are none. `alloc` allocates
+  // the staging and host buffers. `slot_bytes` >= the Load's chunk size; `max_slots` >= 1 (the reader threads and
+  // a few more keep them all busy).
+  static Status Create(std::vector<StateSlice> slices, int device, Allocator* alloc, uint64_t slot_bytes,
+                       size_t max_slots, std::unique_ptr<RestoreSink>* out);
   ~RestoreSink() override;
 
-  Status Buffer(size_t index, const proto::CheckpointFile& f, char** out) override;
-  Status OnChunk(size_t index, uint64_t offset, uint64_t size) override;
+  Status Begin(const proto::CheckpointManifest& m) override;
+  Status Acquire(size_t file, uint64_t offset, uint64_t size, char** out) override;
+  Status Release(size_t file, uint64_t offset, uint64_t size, char* buf, bool filled) override;
 
-  // Waits for the copies into the parameters. Call after every Load, before the buffers or the parameters are used.
+  // Waits for the copies into the state. Call after every Load, before the state or Files() is used.
   Status Finish();
-  // The files of the last Load: name -> f32 host tensor (valid while the sink lives; after a successful Load).
+  // The files of the last Load that went to host buffers: name -> f32 host tensor (valid while the sink lives).
   std::map<std::string, Tensor> Files() const;
-  // params.bin of the last Load went into the parameters (with its size: the caller copies nothing more of it).
-  bool params_copied() const { return params_file_ >= 0; }
-  // Some Load, failed or not, wrote into the parameters.
-  bool touched_params() const { return touched_.load(); }
-  // Gives up every buffer, those of the last Load first in manifest order (the snapshot buffers of the first save).
-  Buffers TakeBuffers();
+  // The files of the last Load that went into their slices (complete once that Load succeeded and Finish returned).
+  const std::set<std::string>& in_place() const { return in_place_; }
+  // Some Load, failed or not, wrote into a slice.
+  bool touched() const { return touched_.load(); }
+  // Staging buffers allocated so far.
+  size_t slots() const { return slots_.size(); }
 
  private:
-  RestoreSink(Tensor* params, int device, Allocator* alloc, std::function<Buffers()> reuse)
-      : params_(params), device_(device), alloc_(alloc), reuse_(std::move(reuse)) {}
-
-  Tensor* params_;
-  int device_;
-  Allocator* alloc_;
-  std::function<Buffers()> reuse_;          // until called
-  Buffers spare_;                           // reusable tensors not given to a file
-  std::vector<Buffers::value_type> files_;  // by manifest index
-  int params_file_ = -1;                    // index of params.bin when its chunks go into the parameters
-  std::atomic<bool> touched_{false};
+  struct Route {  // where one file of the Load goes
+    std::string name;
+    std::vector<const StateSlice*> slices;  // empty: into `host`
+    char* direct = nullptr;                 // the one host tensor taking the whole file, read into directly
+    Tensor host;
+  };
+  struct Slot {
+    Tensor buf;
 #if DT_HAVE_CUDA
-  CudaStream copy_stream_;  // the parameter copies (CUDA builds)
+    CudaEvent copied;  // recorded after the copies out of buf
+#endif
+  };
+
+  RestoreSink(std::vector<StateSlice> slices, int device, Allocator* alloc, uint64_t slot_bytes, size_t max_slots)
+      : slices_(std::move(slices)), device_(device), alloc_(alloc), slot_bytes_(slot_bytes), max_slots_(max_slots) {}
+  Status TakeSlot(Slot** out);
+  void GiveSlot(Slot* slot);
+  Status CopyOut(const Route& r, uint64_t offset, uint64_t size, const char* buf, Slot* slot);
+
+  const std::vector<StateSlice> slices_;
+  const int device_;
+  Allocator* const alloc_;
+  const uint64_t slot_bytes_;
+  const size_t max_slots_;
+  std::vector<Route> routes_;  // by manifest index, for the current Load
+  std::set<std::string> in_place_;
+  std::atomic<bool> touched_{false};
+
+  std::mutex mu_;  // guards slots_, free_, busy_
+  std::condition_variable slot_freed_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<Slot*> free_;
+  std::map<const char*, Slot*> busy_;  // buffer -> its slot, between Acquire and Release
+#if DT_HAVE_CUDA
+  CudaStream copy_stream_;  // the copies into device tensors
 #endif
 };
 

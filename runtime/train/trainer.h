@@ -125,13 +125,12 @@ class Trainer {
 
   // Checkpointing (runtime/checkpoint_trainer.cc).
   Status SetupCheckpoint();
-  // From a loaded checkpoint whose files are in `sink` (params.bin already in the parameters when
-  // sink.params_copied()).
+  // From a loaded checkpoint whose files are in the state already (sink.in_place()) or in `sink`'s host buffers.
   Status Restore(const LoadedCheckpoint& ck, RestoreSink& sink);
   // Saves the state after `step` steps, the data position being (epoch, cursor). Rank 0 writes; other
   // ranks return at once. `sync` waits until the checkpoint is durable.
   Status SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool sync);
-  // Rank 0: starts allocating the snapshot buffers in the background (SnapshotPool), at setup.
+  // Rank 0: starts allocating the snapshot buffers in the background (SnapshotPool), at setup after the restore.
   void StartSnapshotPool();
   // Fills snapshot_ for `sources`: from the pool (waiting for it: *alloc_wait_s), else allocated now.
   Status TakeSnapshotBuffers(const std::vector<std::pair<std::string, const Tensor*>>& sources, double* alloc_wait_s);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -67,6 +68,27 @@ struct ChunkLog {
   }
 };
 
+// ReadChunked's sink over one buffer per file (given), logging the chunks handed back filled.
+class BufferSink : public ChunkSink {
+ public:
+  explicit BufferSink(std::vector<char*> dst) : dst_(std::move(dst)) {}
+  Status Acquire(size_t file, uint64_t offset, uint64_t, char** out) override {
+    ++acquired;
+    *out = dst_[file] + offset;
+    return Status::OK();
+  }
+  Status Release(size_t file, uint64_t offset, uint64_t size, char* buf, bool filled) override {
+    ++released;
+    EXPECT_EQ(buf, dst_[file] + offset);
+    return filled ? log.Add(file, offset, size) : Status::OK();
+  }
+  ChunkLog log;
+  std::atomic<int> acquired{0}, released{0};  // every buffer handed out comes back, filled or not
+
+ private:
+  std::vector<char*> dst_;
+};
+
 class ChunkedReadTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(storage::Storage::Open("file://" + dir_.path(), {}, &store_).ok()); }
@@ -82,22 +104,22 @@ TEST_F(ChunkedReadTest, ReadsExactlyTheBytesIntoAlignedAndUnalignedBuffers) {
     std::vector<std::string> contents;
     std::vector<AlignedBuf> buffers;
     std::vector<ChunkedFile> files;
+    std::vector<char*> dst;
     for (size_t i = 0; i < kSizes.size(); ++i) {
       contents.push_back(RandomBytes(kSizes[i], 100 + i));
       Put("f" + std::to_string(i), contents.back());
       buffers.push_back(Aligned(kSizes[i] + misalign));
-      files.push_back(
-          {"f" + std::to_string(i), kSizes[i], Crc32c(contents[i].data(), kSizes[i]), buffers.back().get() + misalign});
+      files.push_back({"f" + std::to_string(i), kSizes[i], Crc32c(contents[i].data(), kSizes[i])});
+      dst.push_back(buffers.back().get() + misalign);
     }
-    ChunkLog log;
-    const Status st = ReadChunked(store_.get(), files, {kChunk, 3},
-                                  [&](size_t f, uint64_t off, uint64_t n) { return log.Add(f, off, n); });
+    BufferSink sink(dst);
+    const Status st = ReadChunked(store_.get(), files, {kChunk, 3}, &sink);
     ASSERT_TRUE(st.ok()) << st.ToString();
     for (size_t i = 0; i < kSizes.size(); ++i) {
-      EXPECT_EQ(std::string(files[i].dst, kSizes[i]), contents[i]) << "size " << kSizes[i] << " misalign " << misalign;
-      EXPECT_TRUE(log.Tiles(i, kSizes[i])) << "size " << kSizes[i];
+      EXPECT_EQ(std::string(dst[i], kSizes[i]), contents[i]) << "size " << kSizes[i] << " misalign " << misalign;
+      EXPECT_TRUE(sink.log.Tiles(i, kSizes[i])) << "size " << kSizes[i];
     }
-    EXPECT_EQ(log.chunks[6].size(), 16u);  // 16 chunks of the 16-chunk file
+    EXPECT_EQ(sink.log.chunks[6].size(), 16u);  // 16 chunks of the 16-chunk file
   }
 }
 
@@ -108,9 +130,10 @@ TEST_F(ChunkedReadTest, CorruptChunkInTheMiddleIsDataLossNamingTheFile) {
   bad[5 * kChunk + 17] ^= 0x20;  // one bit in chunk 5 of 11
   Put("b.bin", bad);
   AlignedBuf a = Aligned(good.size()), b = Aligned(big.size());
-  const std::vector<ChunkedFile> files = {{"a.bin", good.size(), Crc32c(good.data(), good.size()), a.get()},
-                                          {"b.bin", big.size(), Crc32c(big.data(), big.size()), b.get()}};
-  const Status st = ReadChunked(store_.get(), files, {kChunk, 4}, nullptr);
+  const std::vector<ChunkedFile> files = {{"a.bin", good.size(), Crc32c(good.data(), good.size())},
+                                          {"b.bin", big.size(), Crc32c(big.data(), big.size())}};
+  BufferSink sink({a.get(), b.get()});
+  const Status st = ReadChunked(store_.get(), files, {kChunk, 4}, &sink);
   EXPECT_EQ(st.code(), Status::Code::kDataLoss);
   EXPECT_NE(st.message().find("b.bin: CRC32C "), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("(corrupt data)"), std::string::npos) << st.message();
@@ -121,34 +144,44 @@ TEST_F(ChunkedReadTest, FileShorterOrLongerThanExpectedOrMissingIsDataLoss) {
   Put("x.bin", bytes);
   AlignedBuf buf = Aligned(bytes.size() + kChunk);
   for (uint64_t expect : {bytes.size() - 1, bytes.size() + 1, bytes.size() + kChunk}) {
-    const Status st = ReadChunked(store_.get(), {{"x.bin", expect, 0, buf.get()}}, {kChunk, 2}, nullptr);
+    BufferSink sink({buf.get()});
+    const Status st = ReadChunked(store_.get(), {{"x.bin", expect, 0}}, {kChunk, 2}, &sink);
     EXPECT_EQ(st.code(), Status::Code::kDataLoss) << expect;
+    EXPECT_GT(sink.acquired.load(), 0);
+    EXPECT_EQ(sink.acquired.load(), sink.released.load());
+    EXPECT_TRUE(sink.log.chunks.empty());  // a size mismatch is seen at every chunk: none handed back filled
     EXPECT_NE(st.message().find("x.bin: " + std::to_string(bytes.size()) + " bytes, the manifest says " +
                                 std::to_string(expect)),
               std::string::npos)
         << st.message();
   }
-  const Status st = ReadChunked(store_.get(), {{"gone.bin", 10, 0, buf.get()}}, {kChunk, 2}, nullptr);
+  BufferSink sink({buf.get()});
+  const Status st = ReadChunked(store_.get(), {{"gone.bin", 10, 0}}, {kChunk, 2}, &sink);
   EXPECT_EQ(st.code(), Status::Code::kDataLoss);
   EXPECT_NE(st.message().find("gone.bin: missing"), std::string::npos) << st.message();
 }
 
-// A sink with aligned buffers of its own, as the trainer's (pinned there).
+// A sink with aligned buffers of its own, as the trainer's staging buffers (pinned there).
 class TestSink : public LoadSink {
  public:
-  Status Buffer(size_t index, const proto::CheckpointFile& f, char** out) override {
-    buffers_[index] = Aligned(f.size());
-    names_[index] = f.name();
-    *out = buffers_[index].get();
+  Status Begin(const proto::CheckpointManifest& m) override {
+    ++begins;
+    for (int i = 0; i < m.files_size(); ++i) buffers_[i] = Aligned(m.files(i).size());
     return Status::OK();
   }
-  Status OnChunk(size_t index, uint64_t offset, uint64_t size) override { return log.Add(index, offset, size); }
+  Status Acquire(size_t index, uint64_t offset, uint64_t, char** out) override {
+    *out = buffers_[index].get() + offset;
+    return Status::OK();
+  }
+  Status Release(size_t index, uint64_t offset, uint64_t size, char*, bool filled) override {
+    return filled ? log.Add(index, offset, size) : Status::OK();
+  }
   std::string Bytes(size_t index, size_t n) { return std::string(buffers_[index].get(), n); }
   ChunkLog log;
+  int begins = 0;
 
  private:
   std::map<size_t, AlignedBuf> buffers_;
-  std::map<size_t, std::string> names_;
 };
 
 std::unique_ptr<CheckpointManager> OpenManager(const std::string& dir) {
@@ -179,6 +212,7 @@ TEST(ChunkedLoad, LoadIntoASinkAndIntoStringsGiveTheSavedBytes) {
   Status st = m->Load(5, &ck, &sink);
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_TRUE(ck.files.empty());  // the sink holds them
+  EXPECT_EQ(sink.begins, 1);
   ASSERT_EQ(ck.manifest.files_size(), static_cast<int>(kSizes.size()));
   for (size_t i = 0; i < kSizes.size(); ++i) {
     EXPECT_EQ(sink.Bytes(i, kSizes[i]), contents[i]) << "size " << kSizes[i];

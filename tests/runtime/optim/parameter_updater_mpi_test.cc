@@ -233,6 +233,49 @@ TEST_F(ParameterUpdaterMpiTest, BothStrategiesGiveTheSameParamsAndStateAndRestor
   EXPECT_NE(st.message().find("saved with optimizer 'sgd'"), std::string::npos) << st.ToString();
 }
 
+// The restore that streams files into the state: writing each file's bytes where StateSlices says (a whole tensor
+// replicated, this rank's bucket ranges sharded) and telling RestoreState they are in place restores the same state
+// as RestoreState from the files; ResetState then gives the state as created (zeros, no updates).
+TEST_F(ParameterUpdaterMpiTest, StateSlicesTakeTheFullFilesAndResetStateUndoesThem) {
+  Worker trained;
+  ASSERT_TRUE(trained.Init(*ctx_, MakeConfig(false, "fp32"), comm_.get()).ok());
+  for (int64_t s = 0; s < 4; ++s) ASSERT_TRUE(trained.Step(*ctx_, s, r_).ok());
+  proto::CheckpointManifest m;
+  const auto files = SaveFiles(*ctx_, *trained.updater, &m);
+  for (bool zero1 : {false, true}) {
+    SCOPED_TRACE(zero1);
+    Worker w;
+    ASSERT_TRUE(w.Init(*ctx_, MakeConfig(zero1, "fp32"), comm_.get()).ok());
+    std::vector<StateSlice> slices;
+    w.updater->StateSlices(&slices);
+    int64_t taken = 0;
+    for (const StateSlice& sl : slices) {
+      ASSERT_EQ(sl.file_numel, trained.model->params().numel());
+      ASSERT_EQ(files.count(sl.file), 1u) << sl.file;
+      std::memcpy(sl.dst->data<float>() + sl.dst_offset,
+                  reinterpret_cast<const float*>(files.at(sl.file).data()) + sl.file_offset, sl.numel * 4);
+      taken += sl.numel;
+    }
+    // Replicated: both files whole; sharded: this rank's part of both (the ranks' parts tile each file).
+    std::vector<double> total = {static_cast<double>(taken)};
+    Tensor t = Tensor::Wrap(total.data(), {1}, DType::kF64, DeviceType::kCPU);
+    if (zero1) {
+      ASSERT_TRUE(comm_->AllReduce(&t, comm::ReduceOp::kSum, nullptr).ok());
+    }
+    EXPECT_EQ(total[0], 2.0 * static_cast<double>(trained.model->params().numel()));
+    const Status st = w.updater->RestoreState(m, {}, "ck", {"exp_avg.bin", "exp_avg_sq.bin"});
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(w.updater->step(), 4);
+    proto::CheckpointManifest back;
+    EXPECT_EQ(SaveFiles(*ctx_, *w.updater, &back), files);  // bitwise
+    ASSERT_TRUE(w.updater->ResetState().ok());
+    EXPECT_EQ(w.updater->step(), 0);
+    for (const auto& [name, bytes] : SaveFiles(*ctx_, *w.updater, &back)) {
+      EXPECT_EQ(bytes, std::string(bytes.size(), '\0')) << name;
+    }
+  }
+}
+
 // fp16 loss scaling with ZeRO-1 (refused before the seam): the sharded path unscales, clips and skips exactly
 // like the replicated reference, and an overflow on one rank makes EVERY rank skip that step.
 TEST_F(ParameterUpdaterMpiTest, Fp16WithZero1SkipsTheSameStepsAsReplicated) {

@@ -1,10 +1,12 @@
-// RestoreSink on the CPU: CheckpointManager::Load into it gives every file's bytes, params.bin copied into the
-// parameters chunk by chunk during the load, reused buffers taken where name and size match, and a load that fails
-// after the parameters were written is reported as having touched them.
+// RestoreSink on the CPU over real files: CheckpointManager::Load puts every file straight into its StateSlices —
+// read directly into a host tensor that takes a whole file, through the staging buffers into slices of a file (a
+// ZeRO-1 shard) — a file of another size goes to a host buffer of its own, and a load that fails after the state
+// was written (a flipped byte, a truncated file) says so and names the file.
 
 #include "runtime/train/restore_sink.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <fstream>
@@ -21,6 +23,7 @@ namespace {
 using testing::TempDir;
 
 constexpr int64_t kNumel = 10000;  // 40,000 bytes: 10 chunks of 4 KiB
+constexpr uint64_t kChunk = 4096;
 
 std::vector<float> Values(int64_t n, float base) {
   std::vector<float> v(n);
@@ -32,94 +35,164 @@ class RestoreSinkTest : public ::testing::Test {
  protected:
   void SetUp() override {
     CheckpointOptions o;
-    o.restore_chunk_bytes = 4096;
+    o.restore_chunk_bytes = kChunk;
     o.restore_threads = 3;
     ASSERT_TRUE(CheckpointManager::Open("file://" + dir_.path(), {}, o, &mgr_).ok());
-    ASSERT_TRUE(Tensor::Empty({kNumel}, DType::kF32, &alloc_, &params_).ok());
-    std::memset(params_.data(), 0, kNumel * sizeof(float));
+    for (Tensor* t : {&params_, &state_}) {
+      ASSERT_TRUE(Tensor::Empty({kNumel}, DType::kF32, &alloc_, t).ok());
+      ASSERT_TRUE(t->SetZero().ok());
+    }
     proto::CheckpointManifest m;
     m.set_step(3);
     ASSERT_TRUE(mgr_->Save(m, {{"params.bin", saved_params_.data(), kNumel * 4, kNumel},
-                               {"exp_avg.bin", saved_state_.data(), kNumel * 4, kNumel}})
+                               {"exp_avg.bin", saved_state_.data(), kNumel * 4, kNumel},
+                               {"buffer.x.bin", saved_small_.data(), 12, 3}})
                     .ok());
   }
-  TempDir dir_;
-  CpuAllocator alloc_{/*pinned=*/CudaDeviceCount() > 0};  // page-locking needs a driver, as in DeviceContext
-  std::unique_ptr<CheckpointManager> mgr_;
-  Tensor params_;
-  const std::vector<float> saved_params_ = Values(kNumel, 1.0f), saved_state_ = Values(kNumel, -7.0f);
-};
-
-TEST_F(RestoreSinkTest, LoadFillsTheBuffersAndCopiesTheParametersDuringTheReads) {
-  // A reusable buffer for exp_avg.bin (name and size match) and one that matches nothing.
-  Tensor reuse_state, reuse_other;
-  ASSERT_TRUE(Tensor::Empty({kNumel}, DType::kF32, &alloc_, &reuse_state).ok());
-  ASSERT_TRUE(Tensor::Empty({5}, DType::kF32, &alloc_, &reuse_other).ok());
-  int reuse_calls = 0;
-  std::unique_ptr<RestoreSink> sink;
-  ASSERT_TRUE(RestoreSink::Create(
-                  &params_, -1, &alloc_,
-                  [&] {
-                    ++reuse_calls;
-                    return RestoreSink::Buffers{{"exp_avg.bin", reuse_state}, {"x.bin", reuse_other}};
-                  },
-                  &sink)
-                  .ok());
-  EXPECT_EQ(reuse_calls, 0);  // nothing taken before there is something to load
-  LoadedCheckpoint ck;
-  Status st = mgr_->Load(3, &ck, sink.get());
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  ASSERT_TRUE(sink->Finish().ok());
-  EXPECT_EQ(reuse_calls, 1);
-  EXPECT_TRUE(sink->params_copied());
-  EXPECT_TRUE(sink->touched_params());
-  EXPECT_EQ(std::memcmp(params_.data(), saved_params_.data(), kNumel * 4), 0);
-  const auto files = sink->Files();
-  ASSERT_EQ(files.size(), 2u);
-  EXPECT_EQ(files.at("exp_avg.bin").data(), reuse_state.data());  // the reused buffer
-  EXPECT_EQ(std::memcmp(files.at("exp_avg.bin").data(), saved_state_.data(), kNumel * 4), 0);
-  EXPECT_EQ(std::memcmp(files.at("params.bin").data(), saved_params_.data(), kNumel * 4), 0);
-  // Every buffer handed back, the loaded ones first in manifest order, then the unused spare.
-  const RestoreSink::Buffers back = sink->TakeBuffers();
-  ASSERT_EQ(back.size(), 3u);
-  EXPECT_EQ(back[0].first, "params.bin");
-  EXPECT_EQ(back[1].first, "exp_avg.bin");
-  EXPECT_EQ(back[2].first, "x.bin");
-}
-
-TEST_F(RestoreSinkTest, FailedLoadAfterTheParametersWereWrittenSaysSo) {
-  const std::string path = dir_.path() + "/step-00000003/exp_avg.bin";
-  {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(kNumel * 4 - 1);
+  std::unique_ptr<RestoreSink> Sink(std::vector<StateSlice> slices, size_t max_slots = 4) {
+    std::unique_ptr<RestoreSink> sink;
+    EXPECT_TRUE(RestoreSink::Create(std::move(slices), -1, &alloc_, kChunk, max_slots, &sink).ok());
+    return sink;
+  }
+  void Corrupt(const std::string& file, int64_t at) {
+    std::fstream f(dir_.path() + "/step-00000003/" + file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(at);
     f.put('\x55');
   }
-  std::unique_ptr<RestoreSink> sink;
-  ASSERT_TRUE(RestoreSink::Create(&params_, -1, &alloc_, nullptr, &sink).ok());
+  TempDir dir_;
+  CpuAllocator alloc_;
+  std::unique_ptr<CheckpointManager> mgr_;
+  Tensor params_, state_;
+  const std::vector<float> saved_params_ = Values(kNumel, 1.0f), saved_state_ = Values(kNumel, -7.0f),
+                           saved_small_ = Values(3, 5.0f);
+};
+
+TEST_F(RestoreSinkTest, WholeFilesAreReadStraightIntoTheirTensors) {
+  auto sink = Sink({{"params.bin", kNumel, 0, kNumel, &params_, 0}, {"exp_avg.bin", kNumel, 0, kNumel, &state_, 0}});
+  LoadedCheckpoint ck;
+  const Status st = mgr_->Load(3, &ck, sink.get());
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_TRUE(sink->Finish().ok());
+  EXPECT_EQ(std::memcmp(params_.data(), saved_params_.data(), kNumel * 4), 0);
+  EXPECT_EQ(std::memcmp(state_.data(), saved_state_.data(), kNumel * 4), 0);
+  EXPECT_EQ(sink->in_place(), (std::set<std::string>{"params.bin", "exp_avg.bin"}));
+  EXPECT_TRUE(sink->touched());
+  EXPECT_EQ(sink->slots(), 0u);  // no staging: the reads went into the tensors
+  // The file without slices: a host buffer of its own.
+  const auto files = sink->Files();
+  ASSERT_EQ(files.size(), 1u);
+  ASSERT_EQ(files.at("buffer.x.bin").numel(), 3);
+  EXPECT_EQ(std::memcmp(files.at("buffer.x.bin").data(), saved_small_.data(), 12), 0);
+}
+
+TEST_F(RestoreSinkTest, SlicesOfAFileGoThroughTheStagingBuffers) {
+  // A shard as ZeRO-1 holds one: two ranges of exp_avg.bin (crossing chunk boundaries) packed one after the other,
+  // with one staging buffer for three reader threads (they take turns).
+  const int64_t a0 = 1000, an = 3000, b0 = 7001, bn = 2999;
+  Tensor shard;
+  ASSERT_TRUE(Tensor::Empty({an + bn}, DType::kF32, &alloc_, &shard).ok());
+  ASSERT_TRUE(shard.SetZero().ok());
+  auto sink = Sink({{"exp_avg.bin", kNumel, a0, an, &shard, 0}, {"exp_avg.bin", kNumel, b0, bn, &shard, an}},
+                   /*max_slots=*/1);
+  LoadedCheckpoint ck;
+  const Status st = mgr_->Load(3, &ck, sink.get());
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_TRUE(sink->Finish().ok());
+  EXPECT_EQ(sink->slots(), 1u);
+  EXPECT_EQ(std::memcmp(shard.data<float>(), saved_state_.data() + a0, an * 4), 0);
+  EXPECT_EQ(std::memcmp(shard.data<float>() + an, saved_state_.data() + b0, bn * 4), 0);
+  EXPECT_EQ(sink->in_place(), (std::set<std::string>{"exp_avg.bin"}));
+  EXPECT_EQ(sink->Files().count("params.bin"), 1u);
+}
+
+TEST_F(RestoreSinkTest, AFileOfAnotherSizeGoesToAHostBufferAndTouchesNothing) {
+  Tensor small;
+  ASSERT_TRUE(Tensor::Empty({kNumel - 1}, DType::kF32, &alloc_, &small).ok());
+  auto sink = Sink({{"params.bin", kNumel - 1, 0, kNumel - 1, &small, 0}});
+  LoadedCheckpoint ck;
+  ASSERT_TRUE(mgr_->Load(3, &ck, sink.get()).ok());
+  EXPECT_TRUE(sink->in_place().empty());  // the trainer's copy reports the size mismatch instead
+  EXPECT_FALSE(sink->touched());
+  EXPECT_EQ(sink->Files().at("params.bin").numel(), kNumel);
+  proto::CheckpointManifest odd;
+  proto::CheckpointFile* f = odd.add_files();
+  f->set_name("odd.bin");
+  f->set_size(6);
+  const Status st = sink->Begin(odd);
+  EXPECT_EQ(st.code(), Status::Code::kDataLoss);
+  EXPECT_NE(st.message().find("odd.bin: 6 bytes, not a whole number of f32 values"), std::string::npos);
+}
+
+TEST_F(RestoreSinkTest, AFailedLoadAfterTheStateWasWrittenSaysSoAndNamesTheFile) {
+  for (size_t slots : {size_t{0}, size_t{2}}) {  // 0: the whole-file slice (direct); 2: slices through staging
+    SCOPED_TRACE(slots);
+    Corrupt("exp_avg.bin", kNumel * 4 - 1);
+    auto sink =
+        slots == 0
+            ? Sink({{"params.bin", kNumel, 0, kNumel, &params_, 0}})
+            : Sink({{"params.bin", kNumel, 0, 5000, &params_, 0}, {"params.bin", kNumel, 5000, 5000, &params_, 5000}},
+                   slots);
+    LoadedCheckpoint ck;
+    const Status st = mgr_->Load(3, &ck, sink.get());
+    EXPECT_EQ(st.code(), Status::Code::kDataLoss);
+    EXPECT_NE(st.message().find("step-00000003/exp_avg.bin: CRC32C"), std::string::npos) << st.message();
+    ASSERT_TRUE(sink->Finish().ok());
+    EXPECT_TRUE(sink->touched());  // params.bin was read into the parameters before exp_avg.bin failed
+  }
+  // Truncated: named with both sizes before anything is read, so nothing is touched.
+  ASSERT_EQ(::truncate((dir_.path() + "/step-00000003/params.bin").c_str(), kNumel * 4 - 4), 0);
+  auto sink = Sink({{"params.bin", kNumel, 0, kNumel, &params_, 0}});
   LoadedCheckpoint ck;
   const Status st = mgr_->Load(3, &ck, sink.get());
   EXPECT_EQ(st.code(), Status::Code::kDataLoss);
-  EXPECT_NE(st.message().find("exp_avg.bin: CRC32C"), std::string::npos) << st.message();
-  ASSERT_TRUE(sink->Finish().ok());
-  EXPECT_TRUE(sink->touched_params());  // params.bin was read and copied before exp_avg.bin failed
+  EXPECT_NE(st.message().find("params.bin: " + std::to_string(kNumel * 4 - 4) + " bytes, the manifest says " +
+                              std::to_string(kNumel * 4)),
+            std::string::npos)
+      << st.message();
+  EXPECT_FALSE(sink->touched());
 }
 
-TEST_F(RestoreSinkTest, ParametersOfAnotherSizeAreNotCopiedAndPartialFloatsAreDataLoss) {
-  Tensor small;
-  ASSERT_TRUE(Tensor::Empty({kNumel - 1}, DType::kF32, &alloc_, &small).ok());
+// The GPU trainer's path: device tensors, every chunk through a pinned staging buffer and cudaMemcpyAsync, a whole
+// file and a file's two ranges (a shard) alike; with 2 buffers for 3 reader threads they are reused after their
+// copies.
+TEST_F(RestoreSinkTest, CudaSlicesAreCopiedThroughPinnedStagingBuffers) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  CudaCachingAllocator device_alloc(0);
+  CpuAllocator pinned(/*pinned=*/true);
+  Tensor params, shard;
+  ASSERT_TRUE(Tensor::Empty({kNumel}, DType::kF32, &device_alloc, &params).ok());
+  ASSERT_TRUE(Tensor::Empty({6000}, DType::kF32, &device_alloc, &shard).ok());
   std::unique_ptr<RestoreSink> sink;
-  ASSERT_TRUE(RestoreSink::Create(&small, -1, &alloc_, nullptr, &sink).ok());
+  ASSERT_TRUE(RestoreSink::Create({{"params.bin", kNumel, 0, kNumel, &params, 0},
+                                   {"exp_avg.bin", kNumel, 0, 3000, &shard, 3000},
+                                   {"exp_avg.bin", kNumel, 7000, 3000, &shard, 0}},
+                                  0, &pinned, kChunk, 2, &sink)
+                  .ok());
   LoadedCheckpoint ck;
-  ASSERT_TRUE(mgr_->Load(3, &ck, sink.get()).ok());
-  EXPECT_FALSE(sink->params_copied());  // the trainer's copy reports the size mismatch instead
-  EXPECT_FALSE(sink->touched_params());
-  proto::CheckpointFile odd;
-  odd.set_name("odd.bin");
-  odd.set_size(6);
-  char* out = nullptr;
-  const Status st = sink->Buffer(0, odd, &out);
-  EXPECT_EQ(st.code(), Status::Code::kDataLoss);
-  EXPECT_NE(st.message().find("odd.bin: 6 bytes, not a whole number of f32 values"), std::string::npos);
+  const Status st = mgr_->Load(3, &ck, sink.get());
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_TRUE(sink->Finish().ok());
+  EXPECT_EQ(sink->slots(), 2u);
+  EXPECT_EQ(sink->in_place(), (std::set<std::string>{"params.bin", "exp_avg.bin"}));
+  std::vector<float> p(kNumel), sh(6000);
+  ASSERT_TRUE(Tensor::Wrap(p.data(), {kNumel}, DType::kF32, DeviceType::kCPU).CopyFrom(params).ok());
+  ASSERT_TRUE(Tensor::Wrap(sh.data(), {6000}, DType::kF32, DeviceType::kCPU).CopyFrom(shard).ok());
+  EXPECT_EQ(p, saved_params_);
+  EXPECT_EQ(std::vector<float>(sh.begin(), sh.begin() + 3000),
+            std::vector<float>(saved_state_.begin() + 7000, saved_state_.end()));
+  EXPECT_EQ(std::vector<float>(sh.begin() + 3000, sh.end()),
+            std::vector<float>(saved_state_.begin(), saved_state_.begin() + 3000));
+}
+
+TEST_F(RestoreSinkTest, AChunkLargerThanTheStagingBuffersIsRefused) {
+  std::unique_ptr<RestoreSink> sink;
+  ASSERT_TRUE(
+      RestoreSink::Create({{"params.bin", kNumel, 1, kNumel - 1, &params_, 1}}, -1, &alloc_, kChunk / 2, 2, &sink)
+          .ok());
+  LoadedCheckpoint ck;
+  const Status st = mgr_->Load(3, &ck, sink.get());
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("a chunk of 4096 bytes, the slots hold 2048"), std::string::npos) << st.message();
 }
 
 }  // namespace
