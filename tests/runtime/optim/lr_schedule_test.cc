@@ -85,7 +85,7 @@ TEST(LrSchedule, CreateRejectsBadCombinations) {
   };
   const auto kBad = Status::Code::kInvalidArgument;
   EXPECT_EQ(code("linear", 0.1, 0, 10, 0.0), kBad);
-  EXPECT_EQ(code("cosine", 0.1, 0, 0, 0.0), kBad);      // cosine needs a total
+  EXPECT_EQ(code("cosine", 0.1, 0, 0, 0.0), kBad);  // cosine needs a total
   EXPECT_EQ(code("cosine", -0.1, 0, 10, 0.0), kBad);
   EXPECT_EQ(code("cosine", 0.1, -1, 10, 0.0), kBad);
   EXPECT_EQ(code("cosine", 0.1, 0, 10, 1.5), kBad);
