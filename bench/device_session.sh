@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # One device call: build with the project's CMake, then the stages named in $STAGES (default: all):
 #   tests   the whole ctest suite (GPU tests run here, not skipped) and the 2-rank NCCL tests
-#   gputests  only the GPU cases of the test binaries (no full ctest), and the CUDA-graph e2e tests
+#   gputests  only the GPU cases of the test binaries (no full ctest; $GPU_TEST_BINS: those binaries only), and the
+#           CUDA-graph e2e tests ($E2E_FILTER: a gtest filter for them)
 #   mlp     Fashion-MNIST MLP on 1 GPU through the loader: accuracy, samples/s, data wait share
 #   loader  bench/loader.sh: dtrain's loader alone vs PyTorch DataLoader (pinned, to the GPU)
-#   cnn     Fashion-MNIST CNN on 1 and 2 GPUs vs PyTorch (bench/cnn_torch.py)
+#   cnn     Fashion-MNIST CNN on 1 and 2 GPUs vs PyTorch (bench/cnn_torch.py); dtrain in each of $CNN_PRECISIONS
+#   convs   bench/conv_algos and bench/conv_fe: cuDNN's legacy API vs its graph API on the CNN's convolutions
 #   gpt2    GPT-2 124M tokens/s, MFU, memory: dtrain 1 and 2 GPUs vs PyTorch eager / torch.compile / DDP
 #   gpt2big GPT-2 350M on 1 GPU: dtrain vs torch.compile
 #   graphs  the MLP with and without CUDA graphs (step time, data wait)
@@ -78,7 +80,7 @@ if has gputests; then
     grep -E "^\[  FAILED|Failure|Expected|Which is|actual" $OUT/$(basename $b).gpu.log | head -8
   done
   grep -h "^\[attention" $OUT/models_attention_op_test.gpu.log
-  build-dev/tests/train_step_graph_e2e_test > $OUT/step_graph_e2e.log 2>&1
+  build-dev/tests/train_step_graph_e2e_test ${E2E_FILTER:+--gtest_filter=$E2E_FILTER} > $OUT/step_graph_e2e.log 2>&1
   echo "train_step_graph_e2e_test rc=$? ok=$(grep -c '\[       OK' $OUT/step_graph_e2e.log) skipped=$(grep -c '\[  SKIPPED \]' $OUT/step_graph_e2e.log)"
   grep -E "^\[  FAILED|Failure|Expected|Which is|max \|" $OUT/step_graph_e2e.log | head -12
 fi
@@ -102,9 +104,18 @@ if has loader; then
   done
 fi
 
+if has convs; then
+  build-dev/bench/conv_algos 128 50 > $OUT/conv_algos.log 2>&1; echo "conv_algos rc=$?"; tail -4 $OUT/conv_algos.log
+  build-dev/bench/conv_fe 128 > $OUT/conv_fe.log 2>&1; echo "conv_fe rc=$?"; tail -1 $OUT/conv_fe.log
+fi
+
 if has cnn; then
-  $BIN train configs/fashion_mnist_cnn.yaml --set train.device=cuda --set run.dir=$OUT/cnn_gpu > $OUT/cnn_gpu.log 2>&1
-  echo "cnn 1 GPU rc=$?: $(step_line $OUT/cnn_gpu.log)"; grep -E "eval \|" $OUT/cnn_gpu.log | tail -3 | sed 's/.*\] //'
+  for prec in ${CNN_PRECISIONS:-auto fp32}; do  # auto: bf16 channels-last on a GPU
+    $BIN train configs/fashion_mnist_cnn.yaml --set train.device=cuda --set train.precision=$prec \
+      --set run.dir=$OUT/cnn_gpu_$prec > $OUT/cnn_gpu_$prec.log 2>&1
+    echo "cnn 1 GPU precision=$prec rc=$?: $(step_line $OUT/cnn_gpu_$prec.log)"
+    grep -E "eval \||done:" $OUT/cnn_gpu_$prec.log | tail -3 | sed 's/.*\] //'
+  done
   if [[ $NGPU -ge 2 ]]; then
     $BIN launch --nproc-per-node gpu configs/fashion_mnist_cnn.yaml --set run.dir=$OUT/cnn_gpu2 > $OUT/cnn_gpu2.log 2>&1
     echo "cnn 2 GPU rc=$?: $(step_line $OUT/cnn_gpu2.log)"; grep -E "eval \|" $OUT/cnn_gpu2.log | tail -1 | sed 's/.*\] //'

@@ -52,6 +52,8 @@ Status Cnn::Create(DeviceContext& ctx, const CnnOptions& opts, std::unique_ptr<C
   for (int64_t c : opts.channels) DT_CHECK_ARG(c > 0, "Cnn: stage widths must be positive");
   DT_CHECK_ARG(opts.dtype == DType::kF32 || (opts.dtype == DType::kF64 && !ctx.is_cuda()),
                "Cnn supports f32 (CPU, CUDA) and f64 (CPU only)");
+  DT_CHECK_ARG(opts.precision == Precision::kFp32 || (opts.precision == Precision::kBf16 && ctx.is_cuda()),
+               "Cnn: precision bf16 needs a CUDA device (the CPU path is fp32); fp16 is not implemented for the CNN");
   std::unique_ptr<Cnn> m(new Cnn(ctx, opts));  // private constructor
   m->conv_cache_ = std::make_unique<ops::Conv2dCache>(ctx.allocator());
 
@@ -114,6 +116,12 @@ Status Cnn::BindViews() {
     running_offset += 2 * c;
     DT_RETURN_IF_ERROR(Tensor::Empty({c}, opts_.dtype, ctx_.allocator(), &u->bn.t.save_mean));
     DT_RETURN_IF_ERROR(Tensor::Empty({c}, opts_.dtype, ctx_.allocator(), &u->bn.t.save_inv_std));
+    if (bf16()) {
+      const Conv& cv = u->conv;
+      for (Tensor* t : {&u->conv.wb, &u->conv.dwb}) {
+        DT_RETURN_IF_ERROR(Tensor::Empty({cv.cout, cv.kernel, cv.kernel, cv.cin}, DType::kBF16, ctx_.allocator(), t));
+      }
+    }
   }
   DT_RETURN_IF_ERROR(view(params_, fc_w_index_, &fc_w_));
   DT_RETURN_IF_ERROR(view(params_, fc_w_index_ + 1, &fc_b_));
@@ -186,6 +194,11 @@ Status Cnn::AllocUnit(int64_t batch, int64_t size, ConvBn* u) {
 Status Cnn::EnsureActivations(int64_t batch) {
   if (batch == batch_) return Status::OK();
   batch_ = -1;
+  if (bf16()) {
+    DT_RETURN_IF_ERROR(EnsureActivationsBf16(batch));
+    batch_ = batch;
+    return Status::OK();
+  }
   auto alloc = [&](const std::vector<int64_t>& shape, Tensor* t) {
     return Tensor::Empty(shape, opts_.dtype, ctx_.allocator(), t);
   };
@@ -254,15 +267,19 @@ Status Cnn::Forward(const Tensor& inputs, const Tensor& targets) {
   DT_RETURN_IF_ERROR(EnsureActivations(batch));
   DT_RETURN_IF_ERROR(inputs.Reshape({batch, c, s, s}, &x_));
 
-  DT_RETURN_IF_ERROR(ConvForward(stem_.conv, x_, &stem_.c));
-  DT_RETURN_IF_ERROR(BnForward(stem_.bn, stem_.c, &stem_b_, false));
-  DT_RETURN_IF_ERROR(ops::ReluForward(ctx_, stem_b_, &stem_out_));
-  const Tensor* a = &stem_out_;
-  for (Block& blk : blocks_) {
-    DT_RETURN_IF_ERROR(BlockForward(blk, *a));
-    a = &blk.out;
+  if (bf16()) {
+    DT_RETURN_IF_ERROR(ForwardBf16(batch));
+  } else {
+    DT_RETURN_IF_ERROR(ConvForward(stem_.conv, x_, &stem_.c));
+    DT_RETURN_IF_ERROR(BnForward(stem_.bn, stem_.c, &stem_b_, false));
+    DT_RETURN_IF_ERROR(ops::ReluForward(ctx_, stem_b_, &stem_out_));
+    const Tensor* a = &stem_out_;
+    for (Block& blk : blocks_) {
+      DT_RETURN_IF_ERROR(BlockForward(blk, *a));
+      a = &blk.out;
+    }
+    DT_RETURN_IF_ERROR(ops::GlobalAvgPoolForward(ctx_, *a, &pooled_));
   }
-  DT_RETURN_IF_ERROR(ops::GlobalAvgPoolForward(ctx_, *a, &pooled_));
   // logits = pooled @ W^T + b
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, pooled_, false, fc_w_, true, &logits_));
   DT_RETURN_IF_ERROR(ops::BiasAdd(ctx_, fc_b_, &logits_));
@@ -321,6 +338,7 @@ Status Cnn::Backward(float loss_scale, const GradReadyFn& on_ready) {
     DT_RETURN_IF_ERROR(on_ready(fc_w_index_));
   }
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dlogits_, false, fc_w_, false, &dpooled_));
+  if (bf16()) return BackwardBf16(on_ready);
   DT_RETURN_IF_ERROR(ops::GlobalAvgPoolBackward(ctx_, dpooled_, &blocks_.back().dout));
   for (size_t i = blocks_.size(); i-- > 0;) {
     const Tensor& x = i == 0 ? stem_out_ : blocks_[i - 1].out;

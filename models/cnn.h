@@ -28,6 +28,12 @@
 // Inputs f32 [B, in_channels*image_size^2] or [B, in_channels, image_size, image_size]; targets i32 [B].
 // Supports f32 on CPU and CUDA (cuDNN convolutions, see models/ops/conv2d.h) and f64 on the CPU (gradient
 // checks). Activations are (re)allocated when the batch size changes (served from the caching allocator).
+//
+// Precision::kBf16 (CUDA only; cnn_bf16.cc): activations are bf16 and channels-last ([B, H, W, C]), convolutions
+// run on tensor cores through cuDNN's graph API (bf16 in, fp32 accumulation), batch norm is fused with the ReLU
+// and the residual add that follow it (models/ops/batchnorm_nhwc.h). Parameters, gradients, BN statistics, the
+// pooled features, the head and the loss stay f32: each step casts the conv weights to bf16 [K, R, S, C] working
+// copies, and each bf16 weight gradient is added to the f32 gradient ([K, C, R, S], the same flat layout as fp32).
 
 #include <memory>
 #include <string>
@@ -47,6 +53,7 @@ struct CnnOptions {
   int64_t blocks_per_stage = 1;
   int64_t num_classes = 10;
   DType dtype = DType::kF32;  // kF64 only on the CPU
+  Precision precision = Precision::kFp32;  // kBf16: CUDA and dtype f32 only (see above)
 };
 
 class Cnn final : public Model {
@@ -73,6 +80,7 @@ class Cnn final : public Model {
     int64_t cin = 0, cout = 0, kernel = 0, stride = 1, pad = 0;
     int index = -1;  // parameter index of the weight
     Tensor w, dw;
+    Tensor wb, dwb;  // bf16 only: [cout, k, k, cin] working copy of w, and the bf16 gradient before it joins dw
   };
   struct Bn {
     int index = -1;  // parameter index of gamma; beta is index + 1
@@ -89,8 +97,8 @@ class Cnn final : public Model {
     ConvBn u1, u2, proj;
     bool has_proj = false;
     int64_t out_size = 0;         // output H = W
-    Tensor b1, r1, db1, dr1;      // BN1 output, ReLU output, and their gradients
-    Tensor sum, out, dsum, dout;  // skip + BN2 output, ReLU of it, and their gradients
+    Tensor b1, r1, db1, dr1;      // BN1 output, ReLU output, and their gradients (bf16: r1 and dr1 only)
+    Tensor sum, out, dsum, dout;  // skip + BN2 output, ReLU of it, and their gradients (bf16: sum = projection BN)
   };
 
   Cnn(DeviceContext& ctx, const CnnOptions& opts) : ctx_(ctx), opts_(opts) {}
@@ -106,6 +114,16 @@ class Cnn final : public Model {
   Status ConvBnBackward(ConvBn& u, const Tensor& x, const Tensor& dy, const GradReadyFn& on_ready);
   Status BlockForward(Block& blk, const Tensor& x);
   Status BlockBackward(Block& blk, const Tensor& x, Tensor* dx, const GradReadyFn& on_ready);
+  // The bf16 channels-last step (cnn_bf16.cc): the same layers and parameter order as the fp32 one above.
+  bool bf16() const { return opts_.precision == Precision::kBf16; }
+  Status EnsureActivationsBf16(int64_t batch);
+  Status ForwardBf16(int64_t batch);  // from x_ (f32 NCHW) to losses_ and dlogits_
+  Status BackwardBf16(const GradReadyFn& on_ready);  // from dpooled_ to every parameter's gradient
+  Status UnitForwardBf16(ConvBn& u, const Tensor& x, const Tensor* residual, bool relu, Tensor* y);
+  // BN backward (from the unit's output gradient `dout`, masked by ReLU where `out` is given; `dg` receives the
+  // masked gradient), then conv backward filter into the f32 gradient; announces the unit's three params.
+  Status UnitBackwardBf16(ConvBn& u, const Tensor& x, const Tensor& dout, const Tensor* out, Tensor* dg,
+                          const GradReadyFn& on_ready);
 
   DeviceContext& ctx_;
   CnnOptions opts_;
@@ -120,6 +138,7 @@ class Cnn final : public Model {
   bool backward_ready_ = false;  // the last Forward ran in training mode
   int64_t batch_ = -1;
   Tensor x_;                                        // the caller's inputs, viewed as [B, C, H, W]
+  Tensor xb_;                                       // bf16 only: x_ as bf16 [B, H, W, C]
   Tensor stem_b_, stem_out_, stem_db_, stem_dout_;  // stem BN output, ReLU output, gradients
   Tensor pooled_, dpooled_, logits_, dlogits_, losses_;
 };

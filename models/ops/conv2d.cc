@@ -1,5 +1,6 @@
 #include "models/ops/conv2d.h"
 
+#include <string>
 #include <vector>
 
 #include "core/check.h"
@@ -10,6 +11,7 @@ namespace dtrain::ops {
 namespace detail {
 #if DT_HAVE_CUDA
 int64_t CudnnConvPlanCount(const CudnnConvPlans* plans);  // conv2d.cu
+int64_t FeConvGeometryCount(const FeConvPlans* plans);    // conv2d_fe.cc
 #endif
 }  // namespace detail
 
@@ -115,7 +117,8 @@ Conv2dCache::~Conv2dCache() = default;
 
 int64_t Conv2dCache::num_plans() const {
 #if DT_HAVE_CUDA
-  return plans_ ? detail::CudnnConvPlanCount(plans_.get()) : 0;
+  return (plans_ ? detail::CudnnConvPlanCount(plans_.get()) : 0) +
+         (fe_plans_ ? detail::FeConvGeometryCount(fe_plans_.get()) : 0);
 #else
   return 0;
 #endif
@@ -127,26 +130,45 @@ namespace {
 
 enum class Dir { kForward, kBackwardData, kBackwardFilter };
 
-// Checks x [N,C,H,W], w [K,C,R,S], y [N,K,OH,OW] (whichever of them is the output) and fills `g`.
+// "[2,4,5,5]"
+std::string Dims(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i > 0 ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Checks x, w, y (whichever of them is the output) and fills `g`. f32/f64 are NCHW: x [N,C,H,W], w [K,C,R,S],
+// y [N,K,OH,OW]; bf16 is NHWC: x [N,H,W,C], w [K,R,S,C], y [N,OH,OW,K].
 Status CheckConvArgs(const DeviceContext& ctx, const char* op, const Tensor& x, const Tensor& w, const Tensor& y,
                      int64_t stride, int64_t pad, Conv2dGeometry* g) {
   DT_CHECK_ARG(x.ndim() == 4 && w.ndim() == 4 && y.ndim() == 4,
                op << ": x " << x.ToString() << ", w " << w.ToString() << ", y " << y.ToString() << " must be 4-D");
   DT_CHECK_ARG(stride >= 1 && pad >= 0, op << ": stride " << stride << " must be >= 1 and pad " << pad << " >= 0");
-  *g = Conv2dGeometry{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(2), w.dim(3), stride, pad};
-  DT_CHECK_ARG(w.dim(1) == g->c && g->h + 2 * pad >= g->r && g->w + 2 * pad >= g->s,
-               op << ": filter " << w.ToString() << " does not fit input " << x.ToString() << " with pad " << pad);
-  DT_CHECK_ARG(y.dim(0) == g->n && y.dim(1) == g->k && y.dim(2) == g->out_h() && y.dim(3) == g->out_w(),
-               op << ": output " << y.ToString() << " should be [" << g->n << "," << g->k << "," << g->out_h() << ","
-                  << g->out_w() << "] for x " << x.ToString() << ", w " << w.ToString() << ", stride " << stride
-                  << ", pad " << pad);
+  // The dtype picks the layout, so it is checked before the shapes are read.
   DT_CHECK_ARG(x.dtype() == w.dtype() && y.dtype() == w.dtype(),
                op << ": dtypes differ: " << x.ToString() << ", " << w.ToString() << ", " << y.ToString());
+  const bool nhwc = x.dtype() == DType::kBF16;
+  const char* layout = nhwc ? " (bf16 is NHWC: x [N,H,W,C], w [K,R,S,C], y [N,OH,OW,K])" : "";
+  if (nhwc) {
+    *g = Conv2dGeometry{x.dim(0), x.dim(3), x.dim(1), x.dim(2), w.dim(0), w.dim(1), w.dim(2), stride, pad};
+  } else {
+    *g = Conv2dGeometry{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(2), w.dim(3), stride, pad};
+  }
+  const int64_t w_c = nhwc ? w.dim(3) : w.dim(1);
+  DT_CHECK_ARG(
+      w_c == g->c && g->h + 2 * pad >= g->r && g->w + 2 * pad >= g->s,
+      op << ": filter " << w.ToString() << " does not fit input " << x.ToString() << " with pad " << pad << layout);
+  const std::vector<int64_t> y_shape = nhwc ? std::vector<int64_t>{g->n, g->out_h(), g->out_w(), g->k}
+                                            : std::vector<int64_t>{g->n, g->k, g->out_h(), g->out_w()};
+  DT_CHECK_ARG(y.shape() == y_shape, op << ": output " << y.ToString() << " should be " << Dims(y_shape) << " for x "
+                                        << x.ToString() << ", w " << w.ToString() << ", stride " << stride << ", pad "
+                                        << pad << layout);
   DT_CHECK_ARG(x.device() == ctx.type() && w.device() == ctx.type() && y.device() == ctx.type(),
                op << ": " << x.ToString() << ", " << w.ToString() << ", " << y.ToString() << " not all on "
                   << DeviceName(ctx.type()));
   if (ctx.is_cuda()) {
-    DT_CHECK_ARG(x.dtype() == DType::kF32, op << ": CUDA supports f32 only, got " << x.ToString());
+    DT_CHECK_ARG(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16,
+                 op << ": CUDA supports f32 (NCHW) and bf16 (NHWC), got " << x.ToString());
   } else {
     DT_CHECK_ARG(x.dtype() == DType::kF32 || x.dtype() == DType::kF64,
                  op << ": CPU supports f32/f64, got " << x.ToString());
@@ -181,6 +203,20 @@ Status Run(DeviceContext& ctx, Conv2dCache* cache, Dir dir, const char* op, cons
   }
 #if DT_HAVE_CUDA
   DT_CHECK_ARG(cache != nullptr && ctx.cudnn() != nullptr, op << ": a CUDA context needs a Conv2dCache and cuDNN");
+  if (x.dtype() == DType::kBF16) {
+    switch (dir) {
+      case Dir::kForward:
+        return Conv2dForwardCudaBf16(*ctx.cudnn(), cache, y.data<uint16_t>(), x.data<uint16_t>(), w.data<uint16_t>(), g,
+                                     accumulate);
+      case Dir::kBackwardData:
+        return Conv2dBackwardDataCudaBf16(*ctx.cudnn(), cache, x.data<uint16_t>(), y.data<uint16_t>(),
+                                          w.data<uint16_t>(), g, accumulate);
+      case Dir::kBackwardFilter:
+        return Conv2dBackwardFilterCudaBf16(*ctx.cudnn(), cache, w.data<uint16_t>(), x.data<uint16_t>(),
+                                            y.data<uint16_t>(), g, accumulate);
+    }
+    return Status::Internal("unreachable");
+  }
   switch (dir) {
     case Dir::kForward:
       return Conv2dForwardCuda(*ctx.cudnn(), cache, y.data<float>(), x.data<float>(), w.data<float>(), g, accumulate);

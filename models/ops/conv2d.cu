@@ -11,6 +11,8 @@
 #include "core/logging.h"
 #include "core/nvtx.h"
 #include "models/ops/conv2d.h"
+#include "models/ops/conv2d_fe.h"
+#include "models/ops/elementwise.h"
 
 namespace dtrain::ops {
 
@@ -170,6 +172,26 @@ struct CudnnConvAccess {
     return Status::OK();
   }
   static void* workspace(const Conv2dCache& cache) { return cache.ws_bytes_ > 0 ? cache.workspace_.data() : nullptr; }
+
+  // bf16: one direction through the graph API (conv2d_fe.h). With `accumulate`, the result goes to a scratch
+  // buffer of `out_numel` elements first and is then added to `out` (the graph's output is always overwritten).
+  static Status RunBf16(const CudnnHandle& cudnn, Conv2dCache* cache, detail::ConvDirection dir,
+                        const Conv2dGeometry& g, const uint16_t* a, const uint16_t* b, uint16_t* out,
+                        int64_t out_numel, bool accumulate) {
+    if (!cache->fe_plans_) {
+      cache->fe_plans_ = decltype(cache->fe_plans_)(detail::NewFeConvPlans(), detail::DeleteFeConvPlans);
+    }
+    Tensor scratch;
+    if (accumulate) DT_RETURN_IF_ERROR(Tensor::Empty({out_numel}, DType::kBF16, cache->alloc_, &scratch));
+    uint16_t* dst = accumulate ? scratch.data<uint16_t>() : out;
+    DT_RETURN_IF_ERROR(detail::FeConvRun(cudnn.get(), cache->fe_plans_.get(), cache->alloc_, &cache->workspace_,
+                                         &cache->ws_bytes_, dir, g, a, b, dst));
+    if (!accumulate) return Status::OK();
+    cudaStream_t stream = nullptr;
+    DT_CUDNN_CHECK(cudnnGetStream(cudnn.get(), &stream));
+    // The scratch block returns to the stream-ordered cache when this returns; the add below is queued first.
+    return AddCudaBf16(out, out, dst, out_numel, stream);
+  }
 };
 
 Status Conv2dForwardCuda(const CudnnHandle& cudnn, Conv2dCache* cache, float* y, const float* x, const float* w,
@@ -203,6 +225,29 @@ Status Conv2dBackwardFilterCuda(const CudnnHandle& cudnn, Conv2dCache* cache, fl
   DT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn.get(), &alpha, p->x, x, p->y, dy, p->conv, p->bwd_filter,
                                                 CudnnConvAccess::workspace(*cache), p->bwd_filter_ws, &beta, p->w, dw));
   return Status::OK();
+}
+
+// ---- bf16, channels-last (cuDNN's graph API) -----------------------------------------------------------------
+
+Status Conv2dForwardCudaBf16(const CudnnHandle& cudnn, Conv2dCache* cache, uint16_t* y, const uint16_t* x,
+                             const uint16_t* w, const Conv2dGeometry& g, bool accumulate) {
+  DT_NVTX_FN();
+  return CudnnConvAccess::RunBf16(cudnn, cache, detail::ConvDirection::kForward, g, x, w, y,
+                                  g.n * g.k * g.out_h() * g.out_w(), accumulate);
+}
+
+Status Conv2dBackwardDataCudaBf16(const CudnnHandle& cudnn, Conv2dCache* cache, uint16_t* dx, const uint16_t* dy,
+                                  const uint16_t* w, const Conv2dGeometry& g, bool accumulate) {
+  DT_NVTX_FN();
+  return CudnnConvAccess::RunBf16(cudnn, cache, detail::ConvDirection::kBackwardData, g, dy, w, dx,
+                                  g.n * g.c * g.h * g.w, accumulate);
+}
+
+Status Conv2dBackwardFilterCudaBf16(const CudnnHandle& cudnn, Conv2dCache* cache, uint16_t* dw, const uint16_t* x,
+                                    const uint16_t* dy, const Conv2dGeometry& g, bool accumulate) {
+  DT_NVTX_FN();
+  return CudnnConvAccess::RunBf16(cudnn, cache, detail::ConvDirection::kBackwardFilter, g, dy, x, dw,
+                                  g.k * g.c * g.r * g.s, accumulate);
 }
 
 }  // namespace dtrain::ops

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <vector>
 
@@ -376,6 +377,104 @@ TEST(CnnCuda, BackwardIsBitwiseReproducible) {
     DT_ASSERT_OK(Fetch(*gpu, m->grads(), &g[rep]));
   }
   EXPECT_EQ(g[0], g[1]);
+}
+
+// The bf16 channels-last step against the CPU's fp32 one, from the same init on the same batch. bf16 rounds every
+// activation (8 bits of mantissa: ~2e-3 relative each) through 7 convolutions and batch norms, so the tolerances are
+// bf16's, not fp32's: relative Frobenius error 3e-2 on logits, eval logits and the whole gradient, 1e-1 on each
+// parameter's gradient (batch norm's beta and gamma gradients are sums with cancellation), and the running
+// statistics within 3e-2 of their scale. The errors are printed, so a run shows how much room there is.
+TEST(CnnCuda, Bf16ChannelsLastMatchesCpuFp32) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto cpu = Cpu();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  CnnOptions o;  // the Fashion-MNIST shape, narrower
+  o.channels = {8, 16, 32};
+  CnnOptions ob = o;
+  ob.precision = Precision::kBf16;
+  auto mc = Make(*cpu, o, 9), mg = Make(*gpu, ob, 9);
+  ASSERT_TRUE(mc && mg);
+  const Batch batch = MakeBatch(o, 16, 4), eval = MakeBatch(o, 10, 8);
+  Tensor xc, yc, xg, yg, exc, eyc, exg, eyg;
+  ASSERT_NO_FATAL_FAILURE(ToDevice(*cpu, o, batch, &xc, &yc, true));
+  ASSERT_NO_FATAL_FAILURE(ToDevice(*gpu, o, batch, &xg, &yg, true));
+  ASSERT_NO_FATAL_FAILURE(ToDevice(*cpu, o, eval, &exc, &eyc));
+  ASSERT_NO_FATAL_FAILURE(ToDevice(*gpu, o, eval, &exg, &eyg));
+  std::vector<double> grads[2], logits[2], losses[2], eval_logits[2];
+  std::vector<std::vector<double>> running[2];
+  Cnn* models[2] = {mc.get(), mg.get()};
+  DeviceContext* ctxs[2] = {cpu.get(), gpu.get()};
+  for (int d = 0; d < 2; ++d) {
+    DT_ASSERT_OK(models[d]->Forward(d == 0 ? xc : xg, d == 0 ? yc : yg));
+    DT_ASSERT_OK(models[d]->Backward(1.0f, nullptr));
+    DT_ASSERT_OK(Fetch(*ctxs[d], models[d]->grads(), &grads[d]));
+    DT_ASSERT_OK(Fetch(*ctxs[d], models[d]->logits(), &logits[d]));
+    DT_ASSERT_OK(Fetch(*ctxs[d], models[d]->losses(), &losses[d]));
+    for (const auto& [name, t] : models[d]->buffers()) {
+      running[d].emplace_back();
+      DT_ASSERT_OK(Fetch(*ctxs[d], *t, &running[d].back()));
+    }
+    models[d]->set_training(false);
+    DT_ASSERT_OK(models[d]->Forward(d == 0 ? exc : exg, d == 0 ? eyc : eyg));
+    DT_ASSERT_OK(Fetch(*ctxs[d], models[d]->logits(), &eval_logits[d]));
+  }
+  const double e_logits = testing::RelFrobenius(logits[1], logits[0]);
+  const double e_eval = testing::RelFrobenius(eval_logits[1], eval_logits[0]);
+  const double e_grads = testing::RelFrobenius(grads[1], grads[0]);
+  std::printf("bf16 vs fp32: logits %.2e, eval logits %.2e, all gradients %.2e (relative Frobenius)\n", e_logits,
+              e_eval, e_grads);
+  EXPECT_LE(e_logits, 3e-2);
+  EXPECT_LE(e_eval, 3e-2);
+  EXPECT_LE(e_grads, 3e-2);
+  EXPECT_LE(testing::MaxAbsDiff(losses[1], losses[0]), 3e-2 * testing::Scale(losses[0]));
+  for (const ParamInfo& info : mc->param_infos()) {
+    const std::vector<double> a(grads[0].begin() + info.offset, grads[0].begin() + info.offset + info.numel);
+    const std::vector<double> b(grads[1].begin() + info.offset, grads[1].begin() + info.offset + info.numel);
+    const double e = testing::RelFrobenius(b, a);
+    std::printf("  %-22s %.2e\n", info.name.c_str(), e);
+    EXPECT_LE(e, 1e-1) << info.name;
+  }
+  for (size_t i = 0; i < running[0].size(); ++i) {
+    EXPECT_LE(testing::MaxAbsDiff(running[1][i], running[0][i]), 3e-2 * testing::Scale(running[0][i])) << i;
+  }
+}
+
+// The bf16 step is bitwise reproducible too (deterministic cuDNN engines, fixed-order batch-norm sums), at the
+// real shape and batch.
+TEST(CnnCuda, Bf16BackwardIsBitwiseReproducible) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  CnnOptions o;
+  o.precision = Precision::kBf16;
+  auto m = Make(*gpu, o, 1);
+  ASSERT_TRUE(m);
+  const Batch batch = MakeBatch(o, 128, 2);
+  Tensor x, y;
+  ASSERT_NO_FATAL_FAILURE(ToDevice(*gpu, o, batch, &x, &y));
+  std::vector<double> g[2];
+  for (int rep = 0; rep < 2; ++rep) {
+    DT_ASSERT_OK(m->grads().SetZero(gpu->stream()));
+    DT_ASSERT_OK(m->Forward(x, y));
+    DT_ASSERT_OK(m->Backward(1.0f, nullptr));
+    DT_ASSERT_OK(Fetch(*gpu, m->grads(), &g[rep]));
+  }
+  EXPECT_EQ(g[0], g[1]);
+  double norm = 0;
+  for (double v : g[0]) norm += v * v;
+  EXPECT_GT(norm, 0);
+}
+
+// bf16 is a GPU path: a CPU context refuses it by name.
+TEST(Cnn, Bf16NeedsCuda) {
+  auto cpu = Cpu();
+  CnnOptions o = Tiny();
+  o.precision = Precision::kBf16;
+  std::unique_ptr<Cnn> m;
+  const Status st = Cnn::Create(*cpu, o, &m);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("precision bf16 needs a CUDA device"), std::string::npos) << st.ToString();
 }
 
 }  // namespace

@@ -1,12 +1,17 @@
 // Tests of models/ops/conv2d: closed forms, the im2col reference against the defining 7-loop sum, f64 gradient
 // checks of backward data/filter, accumulate semantics, shape errors, and CPU-vs-cuDNN agreement with a
-// documented tolerance (plus bitwise reproducibility and plan caching on the GPU).
+// documented tolerance (plus bitwise reproducibility and plan caching on the GPU), for f32 NCHW and for bf16
+// channels-last (NHWC) at the CNN's real geometries, batch 128 (train) and 1000 (eval).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "comm/bf16.h"
+#include "core/check.h"
 #include "core/device_context.h"
 #include "models/ops/conv2d.h"
 #include "tests/testing/grad_check.h"
@@ -247,6 +252,337 @@ TEST(Conv2dCuda, BackwardIsBitwiseReproducible) {
   EXPECT_EQ(dw1, dw2);
   EXPECT_EQ(dx1, dx2);
   EXPECT_EQ(cache.num_plans(), 1);
+}
+
+// ---- bf16, channels last (NHWC) --------------------------------------------------------------------------------
+
+// The CNN's convolutions at its training batch: the stem (C = 1), the 3x3 convs of each stage, the stride-2 3x3
+// and 1x1 (projection) convs between stages.
+std::vector<Conv2dGeometry> CnnGeometries() {
+  return {
+      {128, 1, 28, 28, 32, 3, 3, 1, 1},    // stem, C = 1
+      {128, 32, 28, 28, 32, 3, 3, 1, 1},   // stage 1
+      {128, 32, 28, 28, 64, 3, 3, 2, 1},   // 28 -> 14
+      {128, 32, 28, 28, 64, 1, 1, 2, 0},   // projection 28 -> 14
+      {128, 64, 14, 14, 64, 3, 3, 1, 1},   // stage 2
+      {128, 64, 14, 14, 128, 3, 3, 2, 1},  // 14 -> 7
+      {128, 64, 14, 14, 128, 1, 1, 2, 0},  // projection 14 -> 7
+      {128, 128, 7, 7, 128, 3, 3, 1, 1},   // stage 3
+  };
+}
+
+// A 4-D tensor by its NCHW sizes (x: N,C,H,W; w: K,C,R,S; y: N,K,OH,OW); its NHWC shape is [d0,d2,d3,d1].
+struct Dims4 {
+  int64_t d0, d1, d2, d3;
+  std::vector<int64_t> nhwc() const { return {d0, d2, d3, d1}; }
+  int64_t numel() const { return d0 * d1 * d2 * d3; }
+};
+Dims4 XDims(const Conv2dGeometry& g) { return {g.n, g.c, g.h, g.w}; }
+Dims4 WDims(const Conv2dGeometry& g) { return {g.k, g.c, g.r, g.s}; }
+Dims4 YDims(const Conv2dGeometry& g) { return {g.n, g.k, g.out_h(), g.out_w()}; }
+
+// Host permutations, written out independently of models/ops/layout.
+std::vector<double> ToNhwc(const Dims4& d, const std::vector<double>& v) {
+  std::vector<double> out(v.size());
+  for (int64_t a = 0; a < d.d0; ++a)
+    for (int64_t b = 0; b < d.d1; ++b)
+      for (int64_t c = 0; c < d.d2; ++c)
+        for (int64_t e = 0; e < d.d3; ++e)
+          out[((a * d.d2 + c) * d.d3 + e) * d.d1 + b] = v[((a * d.d1 + b) * d.d2 + c) * d.d3 + e];
+  return out;
+}
+std::vector<double> ToNchw(const Dims4& d, const std::vector<double>& v) {
+  std::vector<double> out(v.size());
+  for (int64_t a = 0; a < d.d0; ++a)
+    for (int64_t b = 0; b < d.d1; ++b)
+      for (int64_t c = 0; c < d.d2; ++c)
+        for (int64_t e = 0; e < d.d3; ++e)
+          out[((a * d.d1 + b) * d.d2 + c) * d.d3 + e] = v[((a * d.d2 + c) * d.d3 + e) * d.d1 + b];
+  return out;
+}
+
+double RoundBf16(double x) { return comm::Bf16ToF32(comm::F32ToBf16(static_cast<float>(x))); }
+std::vector<double> RandomBf16(int64_t n, uint64_t seed) {
+  std::vector<double> v = RandomVector(n, seed);
+  for (double& x : v) x = RoundBf16(x);
+  return v;
+}
+
+// bf16 tensors on the device from/to raw bits (no conversion op involved). `values` must be bf16-exact.
+Status PutBf16(DeviceContext& ctx, const std::vector<int64_t>& shape, const std::vector<double>& values, Tensor* out) {
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) bits[i] = comm::F32ToBf16(static_cast<float>(values[i]));
+  DT_RETURN_IF_ERROR(Tensor::Empty(shape, DType::kBF16, ctx.allocator(), out));
+  DT_RETURN_IF_ERROR(out->CopyFrom(Tensor::Wrap(bits.data(), shape, DType::kBF16, DeviceType::kCPU), ctx.stream()));
+  return ctx.Synchronize();  // `bits` dies at return
+}
+Status GetBits(DeviceContext& ctx, const Tensor& t, std::vector<uint16_t>* bits) {
+  bits->assign(static_cast<size_t>(t.numel()), 0);
+  Tensor view = Tensor::Wrap(bits->data(), t.shape(), DType::kBF16, DeviceType::kCPU);
+  DT_RETURN_IF_ERROR(view.CopyFrom(t, ctx.stream()));
+  return ctx.Synchronize();
+}
+
+// Dims of the inputs a, b and the output of a direction (forward: x, w -> y; data: dy, w -> dx; filter: x, dy -> dw).
+struct DirDims {
+  Dims4 a, b, out;
+};
+DirDims DimsOf(Dir dir, const Conv2dGeometry& g) {
+  switch (dir) {
+    case Dir::kForward:
+      return {XDims(g), WDims(g), YDims(g)};
+    case Dir::kData:
+      return {YDims(g), WDims(g), XDims(g)};
+    case Dir::kFilter:
+      break;
+  }
+  return {XDims(g), YDims(g), WDims(g)};
+}
+
+// Runs one direction in bf16 NHWC on the GPU. a, b, init: bf16-exact values in NCHW order (the test's reference
+// order); `init` is the output's initial content (NaN poison when null). Returns the output in NCHW order and its
+// raw NHWC bits.
+void RunConvBf16(DeviceContext& gpu, Conv2dCache* cache, Dir dir, const Conv2dGeometry& g, const std::vector<double>& a,
+                 const std::vector<double>& b, const std::vector<double>* init, bool accumulate,
+                 std::vector<double>* out_nchw, std::vector<uint16_t>* out_bits = nullptr) {
+  const DirDims d = DimsOf(dir, g);
+  Tensor ta, tb, to;
+  DT_ASSERT_OK(PutBf16(gpu, d.a.nhwc(), ToNhwc(d.a, a), &ta));
+  DT_ASSERT_OK(PutBf16(gpu, d.b.nhwc(), ToNhwc(d.b, b), &tb));
+  if (init != nullptr) {
+    DT_ASSERT_OK(PutBf16(gpu, d.out.nhwc(), ToNhwc(d.out, *init), &to));
+  } else {
+    DT_ASSERT_OK(PutBf16(gpu, d.out.nhwc(), std::vector<double>(d.out.numel(), NAN), &to));
+  }
+  switch (dir) {
+    case Dir::kForward:
+      DT_ASSERT_OK(Conv2dForward(gpu, cache, ta, tb, g.stride, g.pad, &to, accumulate));
+      break;
+    case Dir::kData:
+      DT_ASSERT_OK(Conv2dBackwardData(gpu, cache, ta, tb, g.stride, g.pad, &to, accumulate));
+      break;
+    case Dir::kFilter:
+      DT_ASSERT_OK(Conv2dBackwardFilter(gpu, cache, ta, tb, g.stride, g.pad, &to, accumulate));
+      break;
+  }
+  std::vector<uint16_t> bits;
+  DT_ASSERT_OK(GetBits(gpu, to, &bits));
+  std::vector<double> nhwc(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) nhwc[i] = comm::Bf16ToF32(bits[i]);
+  *out_nchw = ToNchw(d.out, nhwc);
+  if (out_bits != nullptr) *out_bits = std::move(bits);
+}
+
+// The f64 CPU reference (NCHW, overwrite).
+std::vector<double> RefConv(Dir dir, const Conv2dGeometry& g, const std::vector<double>& a,
+                            const std::vector<double>& b) {
+  std::vector<double> out(static_cast<size_t>(DimsOf(dir, g).out.numel()));
+  switch (dir) {
+    case Dir::kForward:
+      Conv2dForwardCpu<double>(out.data(), a.data(), b.data(), g, false);
+      break;
+    case Dir::kData:
+      Conv2dBackwardDataCpu<double>(out.data(), a.data(), b.data(), g, false);
+      break;
+    case Dir::kFilter:
+      Conv2dBackwardFilterCpu<double>(out.data(), a.data(), b.data(), g, false);
+      break;
+  }
+  return out;
+}
+
+std::string Describe(Dir dir, const Conv2dGeometry& g, bool accumulate) {
+  const char* names[] = {"forward", "backward data", "backward filter"};
+  return std::string(names[static_cast<int>(dir)]) + (accumulate ? " (accumulate)" : "") + " n" + std::to_string(g.n) +
+         " c" + std::to_string(g.c) + " " + std::to_string(g.h) + "x" + std::to_string(g.w) + " k" +
+         std::to_string(g.k) + " " + std::to_string(g.r) + "x" + std::to_string(g.s) + " stride " +
+         std::to_string(g.stride) + " pad " + std::to_string(g.pad);
+}
+
+// Tolerances of bf16 against the f64 reference on the same bf16 inputs. Products of bf16 values are exact in fp32
+// and cuDNN sums them in fp32 (relative error ~ terms * 2^-24, at most 1e-3 for the longest sum here, 100352 terms
+// of backward filter, and far less in practice); the output is then rounded once to bf16 (8 significant bits:
+// |error| <= 2^-8 |y|, ~2^-8/sqrt(3) ~ 2e-3 rms relative). With accumulate there may be a second rounding (the
+// conv result, then its sum with the old output). So:
+//   relative Frobenius ||gpu - ref|| / ||ref|| <= 1e-2 (expected ~1.5e-3),
+//   max |gpu - ref| <= 2^-6 * max(1, max |ref|) (four half-ulps of the largest value),
+// both orders of magnitude below the O(1) error of a wrong index or layout, and of fp32 inputs mistaken for bf16.
+constexpr double kBf16RelFro = 1e-2;
+constexpr double kBf16MaxAbs = 1.0 / 64;
+
+void ExpectBf16Close(const std::vector<double>& got, const std::vector<double>& ref, const std::string& what) {
+  EXPECT_LE(testing::RelFrobenius(got, ref), kBf16RelFro) << what;
+  EXPECT_LE(testing::MaxAbsDiff(got, ref), kBf16MaxAbs * testing::Scale(ref)) << what;
+}
+
+// Every direction, overwrite (NaN-poisoned output) and accumulate, at the small odd geometries (channel counts that
+// are not multiples of 8) and the CNN's real ones, against the f64 reference.
+TEST(Conv2dCuda, Bf16NhwcMatchesCpuF64) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  Conv2dCache cache(gpu->allocator());
+  std::vector<Conv2dGeometry> geos = Geometries();
+  for (const Conv2dGeometry& g : CnnGeometries()) geos.push_back(g);
+  uint64_t seed = 5000;
+  for (const Conv2dGeometry& g : geos) {
+    const auto x = RandomBf16(XDims(g).numel(), ++seed), w = RandomBf16(WDims(g).numel(), ++seed);
+    const auto dy = RandomBf16(YDims(g).numel(), ++seed);
+    for (Dir dir : {Dir::kForward, Dir::kData, Dir::kFilter}) {
+      const std::vector<double>& a = dir == Dir::kData ? dy : x;
+      const std::vector<double>& b = dir == Dir::kForward || dir == Dir::kData ? w : dy;
+      const std::vector<double> ref = RefConv(dir, g, a, b);
+      std::vector<double> got;
+      ASSERT_NO_FATAL_FAILURE(RunConvBf16(*gpu, &cache, dir, g, a, b, nullptr, false, &got));
+      ExpectBf16Close(got, ref, Describe(dir, g, false));
+
+      const auto init = RandomBf16(static_cast<int64_t>(ref.size()), ++seed);
+      std::vector<double> want(ref.size());
+      for (size_t i = 0; i < ref.size(); ++i) want[i] = init[i] + ref[i];
+      ASSERT_NO_FATAL_FAILURE(RunConvBf16(*gpu, &cache, dir, g, a, b, &init, true, &got));
+      ExpectBf16Close(got, want, Describe(dir, g, true));
+    }
+  }
+  EXPECT_EQ(cache.num_plans(), static_cast<int64_t>(geos.size()));  // one plan per geometry, reused
+}
+
+// The eval batch (1000 images) plans its own algorithms; images are independent in the forward, so the first and
+// last 8 images are checked against the reference on just those images.
+TEST(Conv2dCuda, Bf16EvalBatchForward) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  Conv2dCache cache(gpu->allocator());
+  uint64_t seed = 7000;
+  for (Conv2dGeometry g : {CnnGeometries()[0], CnnGeometries()[3], CnnGeometries()[7]}) {
+    g.n = 1000;
+    const auto x = RandomBf16(XDims(g).numel(), ++seed), w = RandomBf16(WDims(g).numel(), ++seed);
+    std::vector<double> got;
+    ASSERT_NO_FATAL_FAILURE(RunConvBf16(*gpu, &cache, Dir::kForward, g, x, w, nullptr, false, &got));
+    Conv2dGeometry g8 = g;
+    g8.n = 8;
+    const int64_t x_img = g.c * g.h * g.w, y_img = g.k * g.out_h() * g.out_w();
+    for (int64_t first : {int64_t{0}, g.n - 8}) {
+      const std::vector<double> xs(x.begin() + first * x_img, x.begin() + (first + 8) * x_img);
+      const std::vector<double> ref = RefConv(Dir::kForward, g8, xs, w);
+      const std::vector<double> part(got.begin() + first * y_img, got.begin() + (first + 8) * y_img);
+      ExpectBf16Close(part, ref, Describe(Dir::kForward, g, false) + ", images from " + std::to_string(first));
+    }
+  }
+  EXPECT_EQ(cache.num_plans(), 3);
+}
+
+// Deterministic algorithms: each direction, run twice with two caches (the heuristics choose the same algorithm
+// again), gives bit-identical bf16 results at every CNN geometry, with and without accumulate. A failure here means
+// cuDNN offered no deterministic algorithm for that geometry and direction (conv2d logs a warning naming it).
+TEST(Conv2dCuda, Bf16IsBitwiseReproducible) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  Conv2dCache cache1(gpu->allocator()), cache2(gpu->allocator());
+  uint64_t seed = 9000;
+  for (const Conv2dGeometry& g : CnnGeometries()) {
+    const auto x = RandomBf16(XDims(g).numel(), ++seed), w = RandomBf16(WDims(g).numel(), ++seed);
+    const auto dy = RandomBf16(YDims(g).numel(), ++seed);
+    for (Dir dir : {Dir::kForward, Dir::kData, Dir::kFilter}) {
+      const std::vector<double>& a = dir == Dir::kData ? dy : x;
+      const std::vector<double>& b = dir == Dir::kForward || dir == Dir::kData ? w : dy;
+      const auto init = RandomBf16(DimsOf(dir, g).out.numel(), ++seed);
+      for (bool accumulate : {false, true}) {
+        const std::vector<double>* in = accumulate ? &init : nullptr;
+        std::vector<double> v1, v2;
+        std::vector<uint16_t> bits1, bits2;
+        ASSERT_NO_FATAL_FAILURE(RunConvBf16(*gpu, &cache1, dir, g, a, b, in, accumulate, &v1, &bits1));
+        ASSERT_NO_FATAL_FAILURE(RunConvBf16(*gpu, &cache2, dir, g, a, b, in, accumulate, &v2, &bits2));
+        EXPECT_TRUE(bits1 == bits2) << Describe(dir, g, accumulate) << ": not bitwise reproducible";
+      }
+    }
+  }
+  EXPECT_EQ(cache1.num_plans(), static_cast<int64_t>(CnnGeometries().size()));
+}
+
+// The plan key includes the dtype: one geometry in f32 (NCHW) and bf16 (NHWC) through one cache gives two plans,
+// each with its own descriptors, and both still agree with the reference.
+TEST(Conv2dCuda, F32AndBf16OfOneGeometryArePlannedApart) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto cpu = Cpu();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  Conv2dCache cache(gpu->allocator()), cpu_cache(cpu->allocator());
+  const Conv2dGeometry g{16, 32, 14, 14, 64, 3, 3, 2, 1};
+  const auto x = RandomBf16(XDims(g).numel(), 1), w = RandomBf16(WDims(g).numel(), 2);
+  std::vector<double> f32, bf16, ref;
+  ASSERT_NO_FATAL_FAILURE(
+      RunConv(*gpu, &cache, Dir::kForward, DType::kF32, g, x, w, Nan(YDims(g).numel()), false, &f32));
+  EXPECT_EQ(cache.num_plans(), 1);
+  ASSERT_NO_FATAL_FAILURE(RunConvBf16(*gpu, &cache, Dir::kForward, g, x, w, nullptr, false, &bf16));
+  EXPECT_EQ(cache.num_plans(), 2);
+  ASSERT_NO_FATAL_FAILURE(
+      RunConv(*gpu, &cache, Dir::kForward, DType::kF32, g, x, w, Nan(YDims(g).numel()), false, &f32));
+  EXPECT_EQ(cache.num_plans(), 2);
+  ref = RefConv(Dir::kForward, g, x, w);
+  EXPECT_LE(testing::RelFrobenius(f32, ref), 1e-5);  // fp32 FMA on bf16-exact inputs
+  ExpectBf16Close(bf16, ref, "bf16");
+}
+
+// bf16 shapes are read as NHWC. The shape checks come before the device/dtype support check, so this runs on the
+// CPU (where bf16 itself is then refused).
+TEST(Conv2d, Bf16ShapesAreNhwc) {
+  auto cpu = Cpu();
+  Conv2dCache cache(cpu->allocator());
+  const auto make = [&](const std::vector<int64_t>& shape, Tensor* t) {
+    return Tensor::Empty(shape, DType::kBF16, cpu->allocator(), t);
+  };
+  Tensor x, w, y, y_nchw, w_kcrs, y_f32;
+  DT_ASSERT_OK(make({2, 5, 5, 3}, &x));       // N,H,W,C
+  DT_ASSERT_OK(make({4, 3, 3, 3}, &w));       // K,R,S,C
+  DT_ASSERT_OK(make({2, 3, 3, 4}, &y));       // N,OH,OW,K for stride 2 pad 1
+  DT_ASSERT_OK(make({2, 4, 3, 3}, &y_nchw));  // the NCHW shape of y
+  DT_ASSERT_OK(make({4, 3, 3, 2}, &w_kcrs));  // C = 2 in the last dim: does not match x's C = 3
+  DT_ASSERT_OK(Tensor::Empty({2, 3, 3, 4}, DType::kF32, cpu->allocator(), &y_f32));
+  // Right shapes: only the device is wrong.
+  Status st = Conv2dForward(*cpu, &cache, x, w, 2, 1, &y);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("CPU supports f32/f64"), std::string::npos) << st.ToString();
+  st = Conv2dBackwardData(*cpu, &cache, y, w, 2, 1, &x);
+  EXPECT_NE(st.message().find("CPU supports f32/f64"), std::string::npos) << st.ToString();
+  st = Conv2dBackwardFilter(*cpu, &cache, x, y, 2, 1, &w);
+  EXPECT_NE(st.message().find("CPU supports f32/f64"), std::string::npos) << st.ToString();
+  // NCHW y: named, with the NHWC shape it should have.
+  st = Conv2dForward(*cpu, &cache, x, w, 2, 1, &y_nchw);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("bf16[2,4,3,3]"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("should be [2,3,3,4]"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("NHWC"), std::string::npos) << st.ToString();
+  st = Conv2dBackwardData(*cpu, &cache, y_nchw, w, 2, 1, &x);
+  EXPECT_NE(st.message().find("bf16[2,4,3,3]"), std::string::npos) << st.ToString();
+  // Filter channels are its last dim.
+  st = Conv2dForward(*cpu, &cache, x, w_kcrs, 2, 1, &y);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("bf16[4,3,3,2]"), std::string::npos) << st.ToString();
+  // Mixed dtypes.
+  st = Conv2dForward(*cpu, &cache, x, w, 2, 1, &y_f32);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("dtypes differ"), std::string::npos) << st.ToString();
+}
+
+TEST(Conv2dCuda, Bf16RejectsNchwShapes) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  Conv2dCache cache(gpu->allocator());
+  const Conv2dGeometry g{2, 3, 5, 5, 4, 3, 3, 1, 1};
+  Tensor x, w, y, y_nchw;
+  DT_ASSERT_OK(PutBf16(*gpu, {2, 5, 5, 3}, RandomBf16(150, 1), &x));
+  DT_ASSERT_OK(PutBf16(*gpu, {4, 3, 3, 3}, RandomBf16(108, 2), &w));
+  DT_ASSERT_OK(PutBf16(*gpu, {2, 5, 5, 4}, std::vector<double>(200, 0.0), &y));
+  DT_ASSERT_OK(PutBf16(*gpu, {2, 4, 5, 5}, std::vector<double>(200, 0.0), &y_nchw));
+  DT_ASSERT_OK(Conv2dForward(*gpu, &cache, x, w, g.stride, g.pad, &y));
+  const Status st = Conv2dForward(*gpu, &cache, x, w, g.stride, g.pad, &y_nchw);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("bf16[2,4,5,5]"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("[2,5,5,4]"), std::string::npos) << st.ToString();
+  EXPECT_EQ(cache.num_plans(), 1);  // the failed call planned nothing
 }
 
 }  // namespace

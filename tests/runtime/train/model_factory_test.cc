@@ -70,7 +70,25 @@ TEST(ModelFactoryTest, BuiltinKindsStillBuildAndTakePrecedence) {
   bf16.mutable_train()->set_precision("bf16");
   const Status st = BuildModel(bf16, *ctx, &m);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
-  EXPECT_NE(st.message().find("model.kind gpt2 only"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("mlp trains in fp32"), std::string::npos) << st.ToString();
+  // The CNN has a bf16 path, on a GPU only; it has no fp16 one.
+  proto::Config cnn = ConfigOfKind("cnn");
+  proto::CnnConfig* c = cnn.mutable_model()->mutable_cnn();
+  c->set_in_channels(1);
+  c->set_image_size(8);
+  c->add_channels(4);
+  c->set_blocks_per_stage(1);
+  c->set_num_classes(3);
+  cnn.mutable_train()->set_precision("bf16");
+  const Status cnn_st = BuildModel(cnn, *ctx, &m);
+  EXPECT_EQ(cnn_st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(cnn_st.message().find("bf16 needs a GPU"), std::string::npos) << cnn_st.ToString();
+  cnn.mutable_train()->set_precision("fp16");
+  const Status fp16_st = BuildModel(cnn, *ctx, &m);
+  EXPECT_NE(fp16_st.message().find("fp16 is not implemented for model.kind cnn"), std::string::npos)
+      << fp16_st.ToString();
+  cnn.mutable_train()->set_precision("auto");  // auto on the CPU: fp32
+  DT_ASSERT_OK(BuildModel(cnn, *ctx, &m));
 }
 
 TEST(ModelFactoryTest, RegistrationRejectsBadNamesBuiltinsDuplicatesAndEmptyFactories) {

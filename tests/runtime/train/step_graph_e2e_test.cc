@@ -3,8 +3,8 @@
 // equal bit for bit (the graph replays the eager kernels; the optimizer's staged constants are the argument path's):
 // the MLP (cuBLASLt GEMMs), GPT-2 bf16 with gradient accumulation and dtrain's deterministic flash attention.
 // Across an epoch's evaluation the graph is dropped and captured again. cuDNN picks its convolution and attention
-// algorithms per process (and their backward may sum in a varying order), so the CNN and GPT-2 with cuDNN
-// attention are compared within a tolerance. fp16 (host-side loss scaling) stays eager and says why. GPU only.
+// algorithms per process (and their backward may sum in a varying order), so the fp32 CNN and GPT-2 with cuDNN
+// attention are compared within a tolerance; the bf16 CNN's graph-API plans are fixed by heuristics: bit for bit. fp16 (host-side loss scaling) stays eager and says why. GPU only.
 
 #include <gtest/gtest.h>
 
@@ -117,9 +117,22 @@ TEST(StepGraphE2E, Gpt2CudnnAttentionGraphedMatchesEager) {
   ExpectGraphedCloseToEager("DTRAIN_ATTENTION=cudnn", kGpt2 + " --set train.max_steps=30");
 }
 
-TEST(StepGraphE2E, CnnGraphedMatchesEager) {
+TEST(StepGraphE2E, CnnFp32GraphedMatchesEager) {
   DT_SKIP_WITHOUT_GPU();
-  ExpectGraphedCloseToEager("", kConfigs + "fashion_mnist_cnn.yaml --set train.max_steps=100 --set train.log_every=50");
+  ExpectGraphedCloseToEager("", kConfigs + "fashion_mnist_cnn.yaml --set train.max_steps=100 --set train.log_every=50" +
+                                    " --set train.precision=fp32");
+}
+
+// The bf16 channels-last CNN (train.precision auto on a GPU): cuDNN's graph-API plans come from heuristics, not
+// timing, and only deterministic engines are taken, so the graph replays exactly the eager step's kernels.
+TEST(StepGraphE2E, CnnBf16GraphedEqualsEagerBitwise) {
+  DT_SKIP_WITHOUT_GPU();
+  TempDir dir;
+  const std::string run = kConfigs + "fashion_mnist_cnn.yaml --set train.max_steps=100 --set train.log_every=50";
+  const std::string out = Train("", run, true, dir.path() + "/graph");
+  Train("", run, false, dir.path() + "/eager");
+  EXPECT_EQ(Count(out, "CUDA graph: step 3 captured"), 1) << out;
+  ExpectBitwiseEqual(dir.path() + "/graph", dir.path() + "/eager");
 }
 
 TEST(StepGraphE2E, Fp16LossScalingStaysEagerAndSaysWhy) {
