@@ -380,10 +380,16 @@ TEST(CnnCuda, BackwardIsBitwiseReproducible) {
 }
 
 // The bf16 channels-last step against the CPU's fp32 one, from the same init on the same batch. bf16 rounds every
-// activation (8 bits of mantissa: ~2e-3 relative each) through 7 convolutions and batch norms, so the tolerances are
-// bf16's, not fp32's: relative Frobenius error 3e-2 on logits, eval logits and the whole gradient, 1e-1 on each
-// parameter's gradient (batch norm's beta and gamma gradients are sums with cancellation), and the running
-// statistics within 3e-2 of their scale. The errors are printed, so a run shows how much room there is.
+// activation (8 bits of mantissa: ~2e-3 relative each), so the tolerances are bf16's, not fp32's. The forward is
+// close (logits 3.1e-3, eval logits 1.8e-3 on an H200); the gradients are not as close, for a reason of batch
+// norm's backward: dx = A (g - mean g) - D (x - mean x) is a small difference of two large terms (here the head's
+// gradient is nearly constant over each 7x7 map), and x is the bf16-stored convolution output, so its rounding is
+// amplified; PyTorch autocast stores the same bf16 tensor. Measured on an H200: 2.5e-2 at the last batch norms'
+// gamma and beta, 9e-2 one convolution further, 0.13-0.19 from there to the stem, 0.109 over the whole gradient
+// (cosine similarity ~0.994). Bounds: 3e-2 on the logits and eval logits, 0.2 on the whole gradient, 0.3 on each
+// parameter's (a wrong or missing gradient path gives errors near 1), 1e-2 on the head's; running statistics
+// within 3e-2 of their scale. Convergence is the real check: 8 epochs of bf16 reach the fp32 run's test accuracy
+// (bench/results/2026-12-02-cnn-bf16-channels-last-h200.md). The errors are printed.
 TEST(CnnCuda, Bf16ChannelsLastMatchesCpuFp32) {
   DT_SKIP_WITHOUT_CUDA();
   auto cpu = Cpu();
@@ -426,14 +432,14 @@ TEST(CnnCuda, Bf16ChannelsLastMatchesCpuFp32) {
               e_eval, e_grads);
   EXPECT_LE(e_logits, 3e-2);
   EXPECT_LE(e_eval, 3e-2);
-  EXPECT_LE(e_grads, 3e-2);
+  EXPECT_LE(e_grads, 0.2);
   EXPECT_LE(testing::MaxAbsDiff(losses[1], losses[0]), 3e-2 * testing::Scale(losses[0]));
   for (const ParamInfo& info : mc->param_infos()) {
     const std::vector<double> a(grads[0].begin() + info.offset, grads[0].begin() + info.offset + info.numel);
     const std::vector<double> b(grads[1].begin() + info.offset, grads[1].begin() + info.offset + info.numel);
     const double e = testing::RelFrobenius(b, a);
     std::printf("  %-22s %.2e\n", info.name.c_str(), e);
-    EXPECT_LE(e, 1e-1) << info.name;
+    EXPECT_LE(e, info.name.rfind("fc.", 0) == 0 ? 1e-2 : 0.3) << info.name;
   }
   for (size_t i = 0; i < running[0].size(); ++i) {
     EXPECT_LE(testing::MaxAbsDiff(running[1][i], running[0][i]), 3e-2 * testing::Scale(running[0][i])) << i;
