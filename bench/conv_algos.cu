@@ -30,13 +30,13 @@ namespace {
       std::exit(1);                                                                              \
     }                                                                                            \
   } while (0)
-#define DK(cmd)                                                                                     \
-  do {                                                                                              \
-    cudnnStatus_t s_ = (cmd);                                                                       \
-    if (s_ != CUDNN_STATUS_SUCCESS) {                                                               \
+#define DK(cmd)                                                                                   \
+  do {                                                                                            \
+    cudnnStatus_t s_ = (cmd);                                                                     \
+    if (s_ != CUDNN_STATUS_SUCCESS) {                                                             \
       std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #cmd, cudnnGetErrorString(s_)); \
-      std::exit(1);                                                                                 \
-    }                                                                                               \
+      std::exit(1);                                                                               \
+    }                                                                                             \
   } while (0)
 
 struct Geo {
@@ -76,7 +76,10 @@ const Perf* First(const Perf* p, int n) {
 }
 
 const char* MathName(cudnnMathType_t m) {
-  return m == CUDNN_FMA_MATH ? "fma" : m == CUDNN_TENSOR_OP_MATH ? "tensor" : m == CUDNN_DEFAULT_MATH ? "default" : "conv";
+  return m == CUDNN_FMA_MATH         ? "fma"
+         : m == CUDNN_TENSOR_OP_MATH ? "tensor"
+         : m == CUDNN_DEFAULT_MATH   ? "default"
+                                     : "conv";
 }
 
 template <typename F>
@@ -137,31 +140,38 @@ int main(int argc, char** argv) {
       cudnnConvolutionFwdAlgoPerf_t fp[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
       DK(cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &cnt, fp));
       if (const auto* f = First(fp, cnt)) {
-        const float us = TimeUs([&] { DK(cudnnConvolutionForward(h, &alpha, xd, x, wd, w, cd, f->algo, ws, ws_bytes,
-                                                                 &beta, yd, y)); }, reps);
+        const float us = TimeUs(
+            [&] { DK(cudnnConvolutionForward(h, &alpha, xd, x, wd, w, cd, f->algo, ws, ws_bytes, &beta, yd, y)); },
+            reps);
         totals[mi] += us;
         std::printf("%-26s %-14s %-12s %5d %-7s %9.1f\n", geo, m.name, "forward", f->algo, MathName(f->mathType), us);
       } else {
         std::printf("%-26s %-14s %-12s  none\n", geo, m.name, "forward");
       }
       cudnnConvolutionBwdDataAlgoPerf_t dp[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-      DK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, yd, cd, xd, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &cnt, dp));
+      DK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, yd, cd, xd, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &cnt,
+                                                     dp));
       if (const auto* d = First(dp, cnt)) {
-        const float us = TimeUs([&] { DK(cudnnConvolutionBackwardData(h, &alpha, wd, w, yd, y, cd, d->algo, ws,
-                                                                      ws_bytes, &beta, xd, x)); }, reps);
+        const float us = TimeUs(
+            [&] { DK(cudnnConvolutionBackwardData(h, &alpha, wd, w, yd, y, cd, d->algo, ws, ws_bytes, &beta, xd, x)); },
+            reps);
         totals[mi] += us;
         std::printf("%-26s %-14s %-12s %5d %-7s %9.1f\n", geo, m.name, "bwd data", d->algo, MathName(d->mathType), us);
       } else {
         std::printf("%-26s %-14s %-12s  none\n", geo, m.name, "bwd data");
       }
       cudnnConvolutionBwdFilterAlgoPerf_t bp[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-      DK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd, yd, cd, wd, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-                                                       &cnt, bp));
+      DK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd, yd, cd, wd, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &cnt,
+                                                       bp));
       if (const auto* b = First(bp, cnt)) {
-        const float us = TimeUs([&] { DK(cudnnConvolutionBackwardFilter(h, &alpha, xd, x, yd, y, cd, b->algo, ws,
-                                                                        ws_bytes, &beta, wd, w)); }, reps);
+        const float us = TimeUs(
+            [&] {
+              DK(cudnnConvolutionBackwardFilter(h, &alpha, xd, x, yd, y, cd, b->algo, ws, ws_bytes, &beta, wd, w));
+            },
+            reps);
         totals[mi] += us;
-        std::printf("%-26s %-14s %-12s %5d %-7s %9.1f\n", geo, m.name, "bwd filter", b->algo, MathName(b->mathType), us);
+        std::printf("%-26s %-14s %-12s %5d %-7s %9.1f\n", geo, m.name, "bwd filter", b->algo, MathName(b->mathType),
+                    us);
       } else {
         std::printf("%-26s %-14s %-12s  none\n", geo, m.name, "bwd filter");
       }
@@ -174,8 +184,10 @@ int main(int argc, char** argv) {
       cudnnDestroyConvolutionDescriptor(cd);
     }
   }
-  std::printf("sum of all directions and geometries, batch %d (one training step's convolutions, the stem's data\n"
-              "gradient included, which the CNN skips):\n", n);
+  std::printf(
+      "sum of all directions and geometries, batch %d (one training step's convolutions, the stem's data\n"
+      "gradient included, which the CNN skips):\n",
+      n);
   for (int mi = 0; mi < 3; ++mi) std::printf("  %-14s %9.1f us\n", kModes[mi].name, totals[mi]);
   return 0;
 }

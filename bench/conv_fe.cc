@@ -84,29 +84,46 @@ int main(int argc, char** argv) {
     void* w = Random(geo.k * geo.c * geo.r * geo.r, rng);
     void* y = Random(n * geo.k * oh * oh, rng);
     for (int dir = 0; dir < 3; ++dir) {
-      auto make = [&](std::shared_ptr<fe::graph::Tensor_attributes>* a, std::shared_ptr<fe::graph::Tensor_attributes>* b,
+      auto make = [&](std::shared_ptr<fe::graph::Tensor_attributes>* a,
+                      std::shared_ptr<fe::graph::Tensor_attributes>* b,
                       std::shared_ptr<fe::graph::Tensor_attributes>* out) {
         auto g = std::make_shared<fe::graph::Graph>();
         g->set_io_data_type(fe::DataType_t::BFLOAT16)
             .set_intermediate_data_type(fe::DataType_t::FLOAT)
             .set_compute_data_type(fe::DataType_t::FLOAT);
-        auto X = fe::graph::Tensor_attributes().set_dim({n, geo.c, geo.h, geo.h}).set_stride(NhwcStride(geo.c, geo.h, geo.h));
-        auto W = fe::graph::Tensor_attributes().set_dim({geo.k, geo.c, geo.r, geo.r}).set_stride(NhwcStride(geo.c, geo.r, geo.r));
+        auto X = fe::graph::Tensor_attributes()
+                     .set_dim({n, geo.c, geo.h, geo.h})
+                     .set_stride(NhwcStride(geo.c, geo.h, geo.h));
+        auto W = fe::graph::Tensor_attributes()
+                     .set_dim({geo.k, geo.c, geo.r, geo.r})
+                     .set_stride(NhwcStride(geo.c, geo.r, geo.r));
         auto Y = fe::graph::Tensor_attributes().set_dim({n, geo.k, oh, oh}).set_stride(NhwcStride(geo.k, oh, oh));
         if (dir == 0) {
           *a = g->tensor(X.set_name("x"));
           *b = g->tensor(W.set_name("w"));
-          *out = g->conv_fprop(*a, *b, fe::graph::Conv_fprop_attributes().set_padding({pad, pad}).set_stride({geo.stride, geo.stride}).set_dilation({1, 1}));
+          *out = g->conv_fprop(*a, *b,
+                               fe::graph::Conv_fprop_attributes()
+                                   .set_padding({pad, pad})
+                                   .set_stride({geo.stride, geo.stride})
+                                   .set_dilation({1, 1}));
           (*out)->set_dim(Y.get_dim()).set_stride(Y.get_stride());
         } else if (dir == 1) {
           *a = g->tensor(Y.set_name("dy"));
           *b = g->tensor(W.set_name("w"));
-          *out = g->conv_dgrad(*a, *b, fe::graph::Conv_dgrad_attributes().set_padding({pad, pad}).set_stride({geo.stride, geo.stride}).set_dilation({1, 1}));
+          *out = g->conv_dgrad(*a, *b,
+                               fe::graph::Conv_dgrad_attributes()
+                                   .set_padding({pad, pad})
+                                   .set_stride({geo.stride, geo.stride})
+                                   .set_dilation({1, 1}));
           (*out)->set_dim(X.get_dim()).set_stride(X.get_stride());
         } else {
           *a = g->tensor(Y.set_name("dy"));
           *b = g->tensor(X.set_name("x"));
-          *out = g->conv_wgrad(*a, *b, fe::graph::Conv_wgrad_attributes().set_padding({pad, pad}).set_stride({geo.stride, geo.stride}).set_dilation({1, 1}));
+          *out = g->conv_wgrad(*a, *b,
+                               fe::graph::Conv_wgrad_attributes()
+                                   .set_padding({pad, pad})
+                                   .set_stride({geo.stride, geo.stride})
+                                   .set_dilation({1, 1}));
           (*out)->set_dim(W.get_dim()).set_stride(W.get_stride());
         }
         (*out)->set_output(true);
@@ -142,7 +159,10 @@ int main(int argc, char** argv) {
       char name[64];
       std::snprintf(name, sizeof(name), "%ldx%ld %ld->%ld %ldx%ld s%ld", (long)geo.h, (long)geo.h, (long)geo.c,
                     (long)geo.k, (long)geo.r, (long)geo.r, (long)geo.stride);
-      std::printf("%-22s %-10s %8.1f %8.1f %6ld  %s\n", name, dir == 0 ? "forward" : dir == 1 ? "bwd data" : "bwd filter",
+      std::printf("%-22s %-10s %8.1f %8.1f %6ld  %s\n", name,
+                  dir == 0   ? "forward"
+                  : dir == 1 ? "bwd data"
+                             : "bwd filter",
                   heur, best, (long)g2->get_execution_plan_count(), plan.c_str());
     }
     cudaFree(x);

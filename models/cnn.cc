@@ -36,7 +36,7 @@ double Normal(SplitMix64& rng) {
 void Cnn::AddConvBn(const std::string& conv_name, const std::string& bn_name, int64_t cin, int64_t cout, int64_t kernel,
                     int64_t stride, ConvBn* u) {
   int64_t offset = infos_.empty() ? 0 : infos_.back().offset + infos_.back().numel;
-  u->conv = Conv{cin, cout, kernel, stride, (kernel - 1) / 2, static_cast<int>(infos_.size()), Tensor(), Tensor()};
+  u->conv = Conv{cin, cout, kernel, stride, (kernel - 1) / 2, static_cast<int>(infos_.size()), {}, {}, {}, {}};
   infos_.push_back({conv_name + ".weight", {cout, cin, kernel, kernel}, offset, cout * cin * kernel * kernel});
   offset += cout * cin * kernel * kernel;
   u->bn.index = static_cast<int>(infos_.size());

@@ -52,7 +52,7 @@ struct CnnOptions {
   std::vector<int64_t> channels = {32, 64, 128};
   int64_t blocks_per_stage = 1;
   int64_t num_classes = 10;
-  DType dtype = DType::kF32;  // kF64 only on the CPU
+  DType dtype = DType::kF32;               // kF64 only on the CPU
   Precision precision = Precision::kFp32;  // kBf16: CUDA and dtype f32 only (see above)
 };
 
@@ -117,7 +117,7 @@ class Cnn final : public Model {
   // The bf16 channels-last step (cnn_bf16.cc): the same layers and parameter order as the fp32 one above.
   bool bf16() const { return opts_.precision == Precision::kBf16; }
   Status EnsureActivationsBf16(int64_t batch);
-  Status ForwardBf16(int64_t batch);  // from x_ (f32 NCHW) to losses_ and dlogits_
+  Status ForwardBf16(int64_t batch);                 // from x_ (f32 NCHW) to losses_ and dlogits_
   Status BackwardBf16(const GradReadyFn& on_ready);  // from dpooled_ to every parameter's gradient
   Status UnitForwardBf16(ConvBn& u, const Tensor& x, const Tensor* residual, bool relu, Tensor* y);
   // BN backward (from the unit's output gradient `dout`, masked by ReLU where `out` is given; `dg` receives the

@@ -90,8 +90,8 @@ Status Cnn::UnitBackwardBf16(ConvBn& u, const Tensor& x, const Tensor& dout, con
     DT_RETURN_IF_ERROR(on_ready(u.bn.index + 1));
     DT_RETURN_IF_ERROR(on_ready(u.bn.index));
   }
-  DT_RETURN_IF_ERROR(ops::Conv2dBackwardFilter(ctx_, conv_cache_.get(), x, u.dc, u.conv.stride, u.conv.pad,
-                                               &u.conv.dwb));
+  DT_RETURN_IF_ERROR(
+      ops::Conv2dBackwardFilter(ctx_, conv_cache_.get(), x, u.dc, u.conv.stride, u.conv.pad, &u.conv.dwb));
   // The f32 gradient [K, C, R, S] accumulates (micro-steps); the bf16 one [K, R, S, C] is this micro-step's.
   DT_RETURN_IF_ERROR(ops::NhwcToNchw(ctx_, u.conv.dwb, &u.conv.dw, /*accumulate=*/true));
   return on_ready ? on_ready(u.conv.index) : Status::OK();
@@ -114,12 +114,12 @@ Status Cnn::BackwardBf16(const GradReadyFn& on_ready) {
       DT_RETURN_IF_ERROR(UnitBackwardBf16(blk.proj, x, blk.dsum, nullptr, nullptr, on_ready));
       DT_RETURN_IF_ERROR(ops::Conv2dBackwardData(ctx_, conv_cache_.get(), blk.proj.dc, blk.proj.conv.wb,
                                                  blk.proj.conv.stride, blk.proj.conv.pad, dx));
-      DT_RETURN_IF_ERROR(ops::Conv2dBackwardData(ctx_, conv_cache_.get(), blk.u1.dc, blk.u1.conv.wb,
-                                                 blk.u1.conv.stride, blk.u1.conv.pad, dx, /*accumulate=*/true));
+      DT_RETURN_IF_ERROR(ops::Conv2dBackwardData(ctx_, conv_cache_.get(), blk.u1.dc, blk.u1.conv.wb, blk.u1.conv.stride,
+                                                 blk.u1.conv.pad, dx, /*accumulate=*/true));
     } else {
       // dx = conv1^T(dc1) + dsum (the identity skip)
-      DT_RETURN_IF_ERROR(ops::Conv2dBackwardData(ctx_, conv_cache_.get(), blk.u1.dc, blk.u1.conv.wb,
-                                                 blk.u1.conv.stride, blk.u1.conv.pad, dx));
+      DT_RETURN_IF_ERROR(ops::Conv2dBackwardData(ctx_, conv_cache_.get(), blk.u1.dc, blk.u1.conv.wb, blk.u1.conv.stride,
+                                                 blk.u1.conv.pad, dx));
       DT_RETURN_IF_ERROR(ops::Add(ctx_, *dx, blk.dsum, dx));
     }
   }

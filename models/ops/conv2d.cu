@@ -176,8 +176,8 @@ struct CudnnConvAccess {
   // bf16: one direction through the graph API (conv2d_fe.h). With `accumulate`, the result goes to a scratch
   // buffer of `out_numel` elements first and is then added to `out` (the graph's output is always overwritten).
   static Status RunBf16(const CudnnHandle& cudnn, Conv2dCache* cache, detail::ConvDirection dir,
-                        const Conv2dGeometry& g, const uint16_t* a, const uint16_t* b, uint16_t* out,
-                        int64_t out_numel, bool accumulate) {
+                        const Conv2dGeometry& g, const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t out_numel,
+                        bool accumulate) {
     if (!cache->fe_plans_) {
       cache->fe_plans_ = decltype(cache->fe_plans_)(detail::NewFeConvPlans(), detail::DeleteFeConvPlans);
     }

@@ -41,7 +41,9 @@ int64_t FeConvGeometryCount(const FeConvPlans* plans) { return static_cast<int64
 namespace {
 
 const char* DirectionName(ConvDirection d) {
-  return d == ConvDirection::kForward ? "forward" : d == ConvDirection::kBackwardData ? "backward data" : "backward filter";
+  return d == ConvDirection::kForward        ? "forward"
+         : d == ConvDirection::kBackwardData ? "backward data"
+                                             : "backward filter";
 }
 
 Status FromFe(fe::error_t e, ConvDirection dir, const char* what) {
@@ -75,24 +77,24 @@ Status Build(cudnnHandle_t handle, ConvDirection dir, const Conv2dGeometry& g, F
   const fe::graph::Tensor_attributes* out_shape = nullptr;
   switch (dir) {
     case ConvDirection::kForward:
-      out = graph->conv_fprop(graph->tensor(fe::graph::Tensor_attributes(x).set_uid(kUidA)),
-                              graph->tensor(fe::graph::Tensor_attributes(w).set_uid(kUidB)),
-                              fe::graph::Conv_fprop_attributes().set_padding(pad).set_stride(stride).set_dilation(
-                                  dilation));
+      out = graph->conv_fprop(
+          graph->tensor(fe::graph::Tensor_attributes(x).set_uid(kUidA)),
+          graph->tensor(fe::graph::Tensor_attributes(w).set_uid(kUidB)),
+          fe::graph::Conv_fprop_attributes().set_padding(pad).set_stride(stride).set_dilation(dilation));
       out_shape = &y;
       break;
     case ConvDirection::kBackwardData:
-      out = graph->conv_dgrad(graph->tensor(fe::graph::Tensor_attributes(y).set_uid(kUidA)),
-                              graph->tensor(fe::graph::Tensor_attributes(w).set_uid(kUidB)),
-                              fe::graph::Conv_dgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(
-                                  dilation));
+      out = graph->conv_dgrad(
+          graph->tensor(fe::graph::Tensor_attributes(y).set_uid(kUidA)),
+          graph->tensor(fe::graph::Tensor_attributes(w).set_uid(kUidB)),
+          fe::graph::Conv_dgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(dilation));
       out_shape = &x;
       break;
     case ConvDirection::kBackwardFilter:
-      out = graph->conv_wgrad(graph->tensor(fe::graph::Tensor_attributes(y).set_uid(kUidA)),
-                              graph->tensor(fe::graph::Tensor_attributes(x).set_uid(kUidB)),
-                              fe::graph::Conv_wgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(
-                                  dilation));
+      out = graph->conv_wgrad(
+          graph->tensor(fe::graph::Tensor_attributes(y).set_uid(kUidA)),
+          graph->tensor(fe::graph::Tensor_attributes(x).set_uid(kUidB)),
+          fe::graph::Conv_wgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(dilation));
       out_shape = &w;
       break;
   }
@@ -103,8 +105,8 @@ Status Build(cudnnHandle_t handle, ConvDirection dir, const Conv2dGeometry& g, F
       .set_data_type(fe::DataType_t::BFLOAT16);
   DT_RETURN_IF_ERROR(FromFe(graph->validate(), dir, "validate"));
   DT_RETURN_IF_ERROR(FromFe(graph->build_operation_graph(handle), dir, "build_operation_graph"));
-  DT_RETURN_IF_ERROR(
-      FromFe(graph->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), dir, "create_execution_plans"));
+  DT_RETURN_IF_ERROR(FromFe(graph->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), dir,
+                            "create_execution_plans"));
   graph->deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
   DT_RETURN_IF_ERROR(FromFe(graph->check_support(handle), dir, "check_support"));
   DT_RETURN_IF_ERROR(FromFe(graph->build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), dir, "build_plans"));
@@ -120,9 +122,8 @@ Status Build(cudnnHandle_t handle, ConvDirection dir, const Conv2dGeometry& g, F
 
 }  // namespace
 
-Status FeConvRun(cudnnHandle_t handle, FeConvPlans* plans, Allocator* alloc, Tensor* workspace,
-                 size_t* workspace_bytes, ConvDirection dir, const Conv2dGeometry& g, const void* a, const void* b,
-                 void* out) {
+Status FeConvRun(cudnnHandle_t handle, FeConvPlans* plans, Allocator* alloc, Tensor* workspace, size_t* workspace_bytes,
+                 ConvDirection dir, const Conv2dGeometry& g, const void* a, const void* b, void* out) {
   const FeKey key = {g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride, g.pad};
   FePlan& p = plans->plans[key][static_cast<int>(dir)];
   if (p.graph == nullptr && p.status.ok()) {

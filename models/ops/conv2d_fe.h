@@ -42,9 +42,8 @@ int64_t FeConvGeometryCount(const FeConvPlans* plans);  // geometries seen (each
 //   kBackwardFilter: out = dw from a = dy, b = x
 // `workspace` (u8, `*workspace_bytes` long) is shared by every plan of the cache: it is grown (never shrunk) from
 // `alloc` when a new plan needs more.
-Status FeConvRun(cudnnHandle_t handle, FeConvPlans* plans, Allocator* alloc, Tensor* workspace,
-                 size_t* workspace_bytes, ConvDirection dir, const Conv2dGeometry& g, const void* a, const void* b,
-                 void* out);
+Status FeConvRun(cudnnHandle_t handle, FeConvPlans* plans, Allocator* alloc, Tensor* workspace, size_t* workspace_bytes,
+                 ConvDirection dir, const Conv2dGeometry& g, const void* a, const void* b, void* out);
 
 }  // namespace detail
 }  // namespace dtrain::ops

@@ -45,11 +45,13 @@ Status BuildBuiltin(const proto::Config& config, DeviceContext& ctx, std::unique
   const proto::ModelConfig& cfg = config.model();
   const std::string& precision = config.train().precision();
   if (cfg.kind() == "mlp" && precision != "auto" && precision != "fp32") {
-    return Status::InvalidArgument("train.precision: " + precision +
-                                   " is implemented for model.kind gpt2 and cnn; mlp trains in fp32 (use auto or fp32)");
+    return Status::InvalidArgument(
+        "train.precision: " + precision +
+        " is implemented for model.kind gpt2 and cnn; mlp trains in fp32 (use auto or fp32)");
   }
   if (cfg.kind() == "cnn" && precision == "fp16") {
-    return Status::InvalidArgument("train.precision: fp16 is not implemented for model.kind cnn (use auto, fp32 or bf16)");
+    return Status::InvalidArgument(
+        "train.precision: fp16 is not implemented for model.kind cnn (use auto, fp32 or bf16)");
   }
   if (cfg.kind() == "mlp") {
     models::MlpOptions opts;
@@ -69,7 +71,8 @@ Status BuildBuiltin(const proto::Config& config, DeviceContext& ctx, std::unique
     opts.channels.assign(cfg.cnn().channels().begin(), cfg.cnn().channels().end());
     opts.blocks_per_stage = cfg.cnn().blocks_per_stage();
     opts.num_classes = cfg.cnn().num_classes();
-    // auto: bf16 channels-last on a GPU (faster at the same accuracy: bench/results/2026-12-02-cnn-bf16-channels-last-h200.md).
+    // auto: bf16 channels-last on a GPU (faster at the same accuracy:
+    // bench/results/2026-12-02-cnn-bf16-channels-last-h200.md).
     if (precision == "bf16" || (precision == "auto" && ctx.is_cuda())) opts.precision = models::Precision::kBf16;
     if (opts.precision == models::Precision::kBf16 && !ctx.is_cuda()) {
       return Status::InvalidArgument("train.precision: bf16 needs a GPU; the CNN's CPU path is fp32");

@@ -17,7 +17,6 @@
 #include "core/device_context.h"
 #include "models/ops/batchnorm.h"
 #include "models/ops/batchnorm_nhwc.h"
-#include "models/ops/elementwise.h"
 #include "tests/testing/grad_check.h"
 #include "tests/testing/half_round.h"
 
@@ -38,28 +37,15 @@ struct Dev {
   bool misalign = false;
 };
 
-// A tensor of `dt` on ctx holding v; bf16 goes through an f32 tensor and Cast (round to nearest even).
+// A tensor of `dt` on ctx holding v (bf16: rounded to nearest even). `misalign`: the tensor starts one element into
+// its allocation (not 16-byte aligned: the CUDA scalar path).
 Status Make(DeviceContext& ctx, DType dt, const Shape& shape, const Vec& v, Tensor* out, bool misalign = false) {
-  if (misalign) {
-    Tensor base;
-    Vec padded(1, 0.0);
-    padded.insert(padded.end(), v.begin(), v.end());
-    DT_RETURN_IF_ERROR(Make(ctx, dt, {static_cast<int64_t>(padded.size())}, padded, &base));
-    return base.View(1, shape, out);
-  }
-  if (dt != DType::kBF16) return MakeTensor(ctx, dt, shape, v, out);
-  Tensor f;
-  DT_RETURN_IF_ERROR(MakeTensor(ctx, DType::kF32, shape, v, &f));
-  DT_RETURN_IF_ERROR(Tensor::Empty(shape, dt, ctx.allocator(), out));
-  return Cast(ctx, f, out);
-}
-
-Status Get(DeviceContext& ctx, const Tensor& t, Vec* out) {
-  if (t.dtype() != DType::kBF16) return Fetch(ctx, t, out);
-  Tensor f;
-  DT_RETURN_IF_ERROR(Tensor::Empty(t.shape(), DType::kF32, ctx.allocator(), &f));
-  DT_RETURN_IF_ERROR(Cast(ctx, t, &f));
-  return Fetch(ctx, f, out);
+  if (!misalign) return MakeTensor(ctx, dt, shape, v, out);
+  Tensor base;
+  Vec padded(1, 0.0);
+  padded.insert(padded.end(), v.begin(), v.end());
+  DT_RETURN_IF_ERROR(MakeTensor(ctx, dt, {static_cast<int64_t>(padded.size())}, padded, &base));
+  return base.View(1, shape, out);
 }
 
 Vec Bf16(Vec v) {
@@ -97,10 +83,10 @@ void ToDevice(const Dev& d, const HostBn& h, BatchNormTensors* t) {
 }
 
 void ToHost(const Dev& d, const BatchNormTensors& t, HostBn* h) {
-  DT_ASSERT_OK(Get(*d.ctx, t.running_mean, &h->running_mean));
-  DT_ASSERT_OK(Get(*d.ctx, t.running_var, &h->running_var));
-  DT_ASSERT_OK(Get(*d.ctx, t.save_mean, &h->save_mean));
-  DT_ASSERT_OK(Get(*d.ctx, t.save_inv_std, &h->save_inv_std));
+  DT_ASSERT_OK(Fetch(*d.ctx, t.running_mean, &h->running_mean));
+  DT_ASSERT_OK(Fetch(*d.ctx, t.running_var, &h->running_var));
+  DT_ASSERT_OK(Fetch(*d.ctx, t.save_mean, &h->save_mean));
+  DT_ASSERT_OK(Fetch(*d.ctx, t.save_inv_std, &h->save_inv_std));
 }
 
 // Training forward: y = act(BN(x) + residual) (residual when non-null); bn updated in place.
@@ -112,7 +98,7 @@ void Train(const Dev& d, const Shape& shape, const Vec& x, const Vec* residual, 
   if (residual != nullptr) DT_ASSERT_OK(Make(*d.ctx, d.act, shape, *residual, &tr, d.misalign));
   DT_ASSERT_OK(Make(*d.ctx, d.act, shape, Vec(x.size(), NAN), &ty, d.misalign));
   DT_ASSERT_OK(BatchNormNhwcForwardTraining(*d.ctx, tx, &t, residual ? &tr : nullptr, relu, &ty));
-  DT_ASSERT_OK(Get(*d.ctx, ty, y));
+  DT_ASSERT_OK(Fetch(*d.ctx, ty, y));
   ASSERT_NO_FATAL_FAILURE(ToHost(d, t, bn));
 }
 
@@ -124,7 +110,7 @@ void Eval(const Dev& d, const Shape& shape, const Vec& x, const Vec* residual, b
   if (residual != nullptr) DT_ASSERT_OK(Make(*d.ctx, d.act, shape, *residual, &tr, d.misalign));
   DT_ASSERT_OK(Make(*d.ctx, d.act, shape, Vec(x.size(), NAN), &ty, d.misalign));
   DT_ASSERT_OK(BatchNormNhwcForwardEval(*d.ctx, tx, t, residual ? &tr : nullptr, relu, &ty));
-  DT_ASSERT_OK(Get(*d.ctx, ty, y));
+  DT_ASSERT_OK(Fetch(*d.ctx, ty, y));
 }
 
 struct Grads {
@@ -148,10 +134,10 @@ void Backward(const Dev& d, const Shape& shape, const Vec& x, const Vec& dout, c
   DT_ASSERT_OK(Make(*d.ctx, d.par, {c}, dparam_init, &tdbeta));
   DT_ASSERT_OK(BatchNormNhwcBackward(*d.ctx, tx, tdout, out ? &tout : nullptr, t, &tdx, want_dg ? &tdg : nullptr,
                                      &tdgamma, &tdbeta, accumulate));
-  DT_ASSERT_OK(Get(*d.ctx, tdx, &g->dx));
-  if (want_dg) DT_ASSERT_OK(Get(*d.ctx, tdg, &g->dg));
-  DT_ASSERT_OK(Get(*d.ctx, tdgamma, &g->dgamma));
-  DT_ASSERT_OK(Get(*d.ctx, tdbeta, &g->dbeta));
+  DT_ASSERT_OK(Fetch(*d.ctx, tdx, &g->dx));
+  if (want_dg) DT_ASSERT_OK(Fetch(*d.ctx, tdg, &g->dg));
+  DT_ASSERT_OK(Fetch(*d.ctx, tdgamma, &g->dgamma));
+  DT_ASSERT_OK(Fetch(*d.ctx, tdbeta, &g->dbeta));
 }
 
 std::unique_ptr<DeviceContext> Cpu() {
@@ -375,13 +361,13 @@ void ExpectInPlaceMatches(const Dev& d, const Shape& shape, uint64_t seed) {
   DT_ASSERT_OK(Make(*d.ctx, d.par, {c}, Vec(c, 0.0), &tdbeta));
   DT_ASSERT_OK(BatchNormNhwcForwardTraining(*d.ctx, tx, &t, &tr, true, &tr));  // y = tr
   Vec got_y, got_dx, got_dg, got_dgamma, got_dbeta;
-  DT_ASSERT_OK(Get(*d.ctx, tr, &got_y));
+  DT_ASSERT_OK(Fetch(*d.ctx, tr, &got_y));
   EXPECT_EQ(got_y, y);
   DT_ASSERT_OK(BatchNormNhwcBackward(*d.ctx, tx, tdy, &tr, t, &tx, &tdy, &tdgamma, &tdbeta, false));  // dx = tx
-  DT_ASSERT_OK(Get(*d.ctx, tx, &got_dx));
-  DT_ASSERT_OK(Get(*d.ctx, tdy, &got_dg));
-  DT_ASSERT_OK(Get(*d.ctx, tdgamma, &got_dgamma));
-  DT_ASSERT_OK(Get(*d.ctx, tdbeta, &got_dbeta));
+  DT_ASSERT_OK(Fetch(*d.ctx, tx, &got_dx));
+  DT_ASSERT_OK(Fetch(*d.ctx, tdy, &got_dg));
+  DT_ASSERT_OK(Fetch(*d.ctx, tdgamma, &got_dgamma));
+  DT_ASSERT_OK(Fetch(*d.ctx, tdbeta, &got_dbeta));
   EXPECT_EQ(got_dx, want.dx);
   EXPECT_EQ(got_dg, want.dg);
   EXPECT_EQ(got_dgamma, want.dgamma);

@@ -304,6 +304,28 @@ TEST(Cnn, LearnsASmallFixedBatch) {
   EXPECT_EQ(correct, 24);
 }
 
+// One training step (forward, backward) of (x, y), then an eval-mode forward of (ex, ey): everything the
+// CPU-vs-GPU comparisons below look at.
+struct StepOutputs {
+  std::vector<double> grads, logits, losses, eval_logits;
+  std::vector<std::vector<double>> running;
+};
+void StepAndEval(DeviceContext& ctx, Cnn& m, const Tensor& x, const Tensor& y, const Tensor& ex, const Tensor& ey,
+                 StepOutputs* out) {
+  DT_ASSERT_OK(m.Forward(x, y));
+  DT_ASSERT_OK(m.Backward(1.0f, nullptr));
+  DT_ASSERT_OK(Fetch(ctx, m.grads(), &out->grads));
+  DT_ASSERT_OK(Fetch(ctx, m.logits(), &out->logits));
+  DT_ASSERT_OK(Fetch(ctx, m.losses(), &out->losses));
+  for (const auto& [name, t] : m.buffers()) {
+    out->running.emplace_back();
+    DT_ASSERT_OK(Fetch(ctx, *t, &out->running.back()));
+  }
+  m.set_training(false);
+  DT_ASSERT_OK(m.Forward(ex, ey));
+  DT_ASSERT_OK(Fetch(ctx, m.logits(), &out->eval_logits));
+}
+
 // The whole model, CPU vs cuDNN, from the same init on the same batch: losses, logits, every gradient and the
 // running statistics. fp32 on both sides with different summation orders, amplified a little by batch norm's
 // 1/std (std ~ 0.3..1 here): we allow relative Frobenius error 1e-4 on logits and gradients and
@@ -327,34 +349,21 @@ TEST(CnnCuda, MatchesCpu) {
   DT_ASSERT_OK(Fetch(*cpu, mc->params(), &pc));
   DT_ASSERT_OK(Fetch(*gpu, mg->params(), &pg));
   EXPECT_EQ(pc, pg);  // identical init on both devices
-  std::vector<double> grads[2], logits[2], losses[2], eval_logits[2];
-  std::vector<std::vector<double>> running[2];
-  Cnn* models[2] = {mc.get(), mg.get()};
-  DeviceContext* ctxs[2] = {cpu.get(), gpu.get()};
-  for (int d = 0; d < 2; ++d) {
-    DT_ASSERT_OK(models[d]->Forward(d == 0 ? xc : xg, d == 0 ? yc : yg));
-    DT_ASSERT_OK(models[d]->Backward(1.0f, nullptr));
-    DT_ASSERT_OK(Fetch(*ctxs[d], models[d]->grads(), &grads[d]));
-    DT_ASSERT_OK(Fetch(*ctxs[d], models[d]->logits(), &logits[d]));
-    DT_ASSERT_OK(Fetch(*ctxs[d], models[d]->losses(), &losses[d]));
-    for (const auto& [name, t] : models[d]->buffers()) {
-      running[d].emplace_back();
-      DT_ASSERT_OK(Fetch(*ctxs[d], *t, &running[d].back()));
-    }
-    models[d]->set_training(false);
-    DT_ASSERT_OK(models[d]->Forward(d == 0 ? exc : exg, d == 0 ? eyc : eyg));
-    DT_ASSERT_OK(Fetch(*ctxs[d], models[d]->logits(), &eval_logits[d]));
-  }
-  EXPECT_LE(testing::RelFrobenius(logits[1], logits[0]), 1e-4);
-  EXPECT_LE(testing::MaxAbsDiff(losses[1], losses[0]), 1e-4 * testing::Scale(losses[0]));
-  EXPECT_LE(testing::RelFrobenius(eval_logits[1], eval_logits[0]), 1e-4);
+  StepOutputs cpu_out, gpu_out;
+  ASSERT_NO_FATAL_FAILURE(StepAndEval(*cpu, *mc, xc, yc, exc, eyc, &cpu_out));
+  ASSERT_NO_FATAL_FAILURE(StepAndEval(*gpu, *mg, xg, yg, exg, eyg, &gpu_out));
+  const std::vector<double>* grads[2] = {&cpu_out.grads, &gpu_out.grads};
+  EXPECT_LE(testing::RelFrobenius(gpu_out.logits, cpu_out.logits), 1e-4);
+  EXPECT_LE(testing::MaxAbsDiff(gpu_out.losses, cpu_out.losses), 1e-4 * testing::Scale(cpu_out.losses));
+  EXPECT_LE(testing::RelFrobenius(gpu_out.eval_logits, cpu_out.eval_logits), 1e-4);
   for (const ParamInfo& info : mc->param_infos()) {
-    const std::vector<double> a(grads[0].begin() + info.offset, grads[0].begin() + info.offset + info.numel);
-    const std::vector<double> b(grads[1].begin() + info.offset, grads[1].begin() + info.offset + info.numel);
+    const std::vector<double> a(grads[0]->begin() + info.offset, grads[0]->begin() + info.offset + info.numel);
+    const std::vector<double> b(grads[1]->begin() + info.offset, grads[1]->begin() + info.offset + info.numel);
     EXPECT_LE(testing::RelFrobenius(b, a), 1e-4) << info.name;
   }
-  for (size_t i = 0; i < running[0].size(); ++i) {
-    EXPECT_LE(testing::MaxAbsDiff(running[1][i], running[0][i]), 1e-4 * testing::Scale(running[0][i])) << i;
+  for (size_t i = 0; i < cpu_out.running.size(); ++i) {
+    EXPECT_LE(testing::MaxAbsDiff(gpu_out.running[i], cpu_out.running[i]), 1e-4 * testing::Scale(cpu_out.running[i]))
+        << i;
   }
   EXPECT_GT(mg->conv_cache().num_plans(), 0);
 }
@@ -407,42 +416,29 @@ TEST(CnnCuda, Bf16ChannelsLastMatchesCpuFp32) {
   ASSERT_NO_FATAL_FAILURE(ToDevice(*gpu, o, batch, &xg, &yg, true));
   ASSERT_NO_FATAL_FAILURE(ToDevice(*cpu, o, eval, &exc, &eyc));
   ASSERT_NO_FATAL_FAILURE(ToDevice(*gpu, o, eval, &exg, &eyg));
-  std::vector<double> grads[2], logits[2], losses[2], eval_logits[2];
-  std::vector<std::vector<double>> running[2];
-  Cnn* models[2] = {mc.get(), mg.get()};
-  DeviceContext* ctxs[2] = {cpu.get(), gpu.get()};
-  for (int d = 0; d < 2; ++d) {
-    DT_ASSERT_OK(models[d]->Forward(d == 0 ? xc : xg, d == 0 ? yc : yg));
-    DT_ASSERT_OK(models[d]->Backward(1.0f, nullptr));
-    DT_ASSERT_OK(Fetch(*ctxs[d], models[d]->grads(), &grads[d]));
-    DT_ASSERT_OK(Fetch(*ctxs[d], models[d]->logits(), &logits[d]));
-    DT_ASSERT_OK(Fetch(*ctxs[d], models[d]->losses(), &losses[d]));
-    for (const auto& [name, t] : models[d]->buffers()) {
-      running[d].emplace_back();
-      DT_ASSERT_OK(Fetch(*ctxs[d], *t, &running[d].back()));
-    }
-    models[d]->set_training(false);
-    DT_ASSERT_OK(models[d]->Forward(d == 0 ? exc : exg, d == 0 ? eyc : eyg));
-    DT_ASSERT_OK(Fetch(*ctxs[d], models[d]->logits(), &eval_logits[d]));
-  }
-  const double e_logits = testing::RelFrobenius(logits[1], logits[0]);
-  const double e_eval = testing::RelFrobenius(eval_logits[1], eval_logits[0]);
-  const double e_grads = testing::RelFrobenius(grads[1], grads[0]);
+  StepOutputs cpu_out, gpu_out;
+  ASSERT_NO_FATAL_FAILURE(StepAndEval(*cpu, *mc, xc, yc, exc, eyc, &cpu_out));
+  ASSERT_NO_FATAL_FAILURE(StepAndEval(*gpu, *mg, xg, yg, exg, eyg, &gpu_out));
+  const std::vector<double>* grads[2] = {&cpu_out.grads, &gpu_out.grads};
+  const double e_logits = testing::RelFrobenius(gpu_out.logits, cpu_out.logits);
+  const double e_eval = testing::RelFrobenius(gpu_out.eval_logits, cpu_out.eval_logits);
+  const double e_grads = testing::RelFrobenius(gpu_out.grads, cpu_out.grads);
   std::printf("bf16 vs fp32: logits %.2e, eval logits %.2e, all gradients %.2e (relative Frobenius)\n", e_logits,
               e_eval, e_grads);
   EXPECT_LE(e_logits, 3e-2);
   EXPECT_LE(e_eval, 3e-2);
   EXPECT_LE(e_grads, 0.2);
-  EXPECT_LE(testing::MaxAbsDiff(losses[1], losses[0]), 3e-2 * testing::Scale(losses[0]));
+  EXPECT_LE(testing::MaxAbsDiff(gpu_out.losses, cpu_out.losses), 3e-2 * testing::Scale(cpu_out.losses));
   for (const ParamInfo& info : mc->param_infos()) {
-    const std::vector<double> a(grads[0].begin() + info.offset, grads[0].begin() + info.offset + info.numel);
-    const std::vector<double> b(grads[1].begin() + info.offset, grads[1].begin() + info.offset + info.numel);
+    const std::vector<double> a(grads[0]->begin() + info.offset, grads[0]->begin() + info.offset + info.numel);
+    const std::vector<double> b(grads[1]->begin() + info.offset, grads[1]->begin() + info.offset + info.numel);
     const double e = testing::RelFrobenius(b, a);
     std::printf("  %-22s %.2e\n", info.name.c_str(), e);
     EXPECT_LE(e, info.name.rfind("fc.", 0) == 0 ? 1e-2 : 0.3) << info.name;
   }
-  for (size_t i = 0; i < running[0].size(); ++i) {
-    EXPECT_LE(testing::MaxAbsDiff(running[1][i], running[0][i]), 3e-2 * testing::Scale(running[0][i])) << i;
+  for (size_t i = 0; i < cpu_out.running.size(); ++i) {
+    EXPECT_LE(testing::MaxAbsDiff(gpu_out.running[i], cpu_out.running[i]), 3e-2 * testing::Scale(cpu_out.running[i]))
+        << i;
   }
 }
 

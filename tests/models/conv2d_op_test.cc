@@ -20,6 +20,7 @@ namespace dtrain::ops {
 namespace {
 
 using testing::Fetch;
+using testing::FetchBf16Bits;
 using testing::MakeTensor;
 using testing::RandomVector;
 
@@ -308,21 +309,6 @@ std::vector<double> RandomBf16(int64_t n, uint64_t seed) {
   return v;
 }
 
-// bf16 tensors on the device from/to raw bits (no conversion op involved). `values` must be bf16-exact.
-Status PutBf16(DeviceContext& ctx, const std::vector<int64_t>& shape, const std::vector<double>& values, Tensor* out) {
-  std::vector<uint16_t> bits(values.size());
-  for (size_t i = 0; i < values.size(); ++i) bits[i] = comm::F32ToBf16(static_cast<float>(values[i]));
-  DT_RETURN_IF_ERROR(Tensor::Empty(shape, DType::kBF16, ctx.allocator(), out));
-  DT_RETURN_IF_ERROR(out->CopyFrom(Tensor::Wrap(bits.data(), shape, DType::kBF16, DeviceType::kCPU), ctx.stream()));
-  return ctx.Synchronize();  // `bits` dies at return
-}
-Status GetBits(DeviceContext& ctx, const Tensor& t, std::vector<uint16_t>* bits) {
-  bits->assign(static_cast<size_t>(t.numel()), 0);
-  Tensor view = Tensor::Wrap(bits->data(), t.shape(), DType::kBF16, DeviceType::kCPU);
-  DT_RETURN_IF_ERROR(view.CopyFrom(t, ctx.stream()));
-  return ctx.Synchronize();
-}
-
 // Dims of the inputs a, b and the output of a direction (forward: x, w -> y; data: dy, w -> dx; filter: x, dy -> dw).
 struct DirDims {
   Dims4 a, b, out;
@@ -347,12 +333,12 @@ void RunConvBf16(DeviceContext& gpu, Conv2dCache* cache, Dir dir, const Conv2dGe
                  std::vector<double>* out_nchw, std::vector<uint16_t>* out_bits = nullptr) {
   const DirDims d = DimsOf(dir, g);
   Tensor ta, tb, to;
-  DT_ASSERT_OK(PutBf16(gpu, d.a.nhwc(), ToNhwc(d.a, a), &ta));
-  DT_ASSERT_OK(PutBf16(gpu, d.b.nhwc(), ToNhwc(d.b, b), &tb));
+  DT_ASSERT_OK(MakeTensor(gpu, DType::kBF16, d.a.nhwc(), ToNhwc(d.a, a), &ta));
+  DT_ASSERT_OK(MakeTensor(gpu, DType::kBF16, d.b.nhwc(), ToNhwc(d.b, b), &tb));
   if (init != nullptr) {
-    DT_ASSERT_OK(PutBf16(gpu, d.out.nhwc(), ToNhwc(d.out, *init), &to));
+    DT_ASSERT_OK(MakeTensor(gpu, DType::kBF16, d.out.nhwc(), ToNhwc(d.out, *init), &to));
   } else {
-    DT_ASSERT_OK(PutBf16(gpu, d.out.nhwc(), std::vector<double>(d.out.numel(), NAN), &to));
+    DT_ASSERT_OK(MakeTensor(gpu, DType::kBF16, d.out.nhwc(), std::vector<double>(d.out.numel(), NAN), &to));
   }
   switch (dir) {
     case Dir::kForward:
@@ -366,7 +352,7 @@ void RunConvBf16(DeviceContext& gpu, Conv2dCache* cache, Dir dir, const Conv2dGe
       break;
   }
   std::vector<uint16_t> bits;
-  DT_ASSERT_OK(GetBits(gpu, to, &bits));
+  DT_ASSERT_OK(FetchBf16Bits(gpu, to, &bits));
   std::vector<double> nhwc(bits.size());
   for (size_t i = 0; i < bits.size(); ++i) nhwc[i] = comm::Bf16ToF32(bits[i]);
   *out_nchw = ToNchw(d.out, nhwc);
@@ -573,10 +559,10 @@ TEST(Conv2dCuda, Bf16RejectsNchwShapes) {
   Conv2dCache cache(gpu->allocator());
   const Conv2dGeometry g{2, 3, 5, 5, 4, 3, 3, 1, 1};
   Tensor x, w, y, y_nchw;
-  DT_ASSERT_OK(PutBf16(*gpu, {2, 5, 5, 3}, RandomBf16(150, 1), &x));
-  DT_ASSERT_OK(PutBf16(*gpu, {4, 3, 3, 3}, RandomBf16(108, 2), &w));
-  DT_ASSERT_OK(PutBf16(*gpu, {2, 5, 5, 4}, std::vector<double>(200, 0.0), &y));
-  DT_ASSERT_OK(PutBf16(*gpu, {2, 4, 5, 5}, std::vector<double>(200, 0.0), &y_nchw));
+  DT_ASSERT_OK(MakeTensor(*gpu, DType::kBF16, {2, 5, 5, 3}, RandomBf16(150, 1), &x));
+  DT_ASSERT_OK(MakeTensor(*gpu, DType::kBF16, {4, 3, 3, 3}, RandomBf16(108, 2), &w));
+  DT_ASSERT_OK(MakeTensor(*gpu, DType::kBF16, {2, 5, 5, 4}, std::vector<double>(200, 0.0), &y));
+  DT_ASSERT_OK(MakeTensor(*gpu, DType::kBF16, {2, 4, 5, 5}, std::vector<double>(200, 0.0), &y_nchw));
   DT_ASSERT_OK(Conv2dForward(*gpu, &cache, x, w, g.stride, g.pad, &y));
   const Status st = Conv2dForward(*gpu, &cache, x, w, g.stride, g.pad, &y_nchw);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);

@@ -22,6 +22,8 @@ namespace dtrain::ops {
 namespace {
 
 using testing::Fetch;
+using testing::FetchBf16Bits;
+using testing::MakeBf16FromBits;
 using testing::MakeTensor;
 using testing::RandomVector;
 
@@ -63,19 +65,6 @@ std::unique_ptr<DeviceContext> Cpu() {
   std::unique_ptr<DeviceContext> ctx;
   EXPECT_TRUE(DeviceContext::CreateCpu(&ctx).ok());
   return ctx;
-}
-
-// bf16 tensors as raw bits, copied to/from the device without conversion (independent of ops::Cast).
-Status PutBf16(DeviceContext& ctx, const std::vector<int64_t>& shape, std::vector<uint16_t> bits, Tensor* out) {
-  DT_RETURN_IF_ERROR(Tensor::Empty(shape, DType::kBF16, ctx.allocator(), out));
-  DT_RETURN_IF_ERROR(out->CopyFrom(Tensor::Wrap(bits.data(), shape, DType::kBF16, DeviceType::kCPU), ctx.stream()));
-  return ctx.Synchronize();  // `bits` dies at return
-}
-Status GetBf16(DeviceContext& ctx, const Tensor& t, std::vector<uint16_t>* bits) {
-  bits->assign(static_cast<size_t>(t.numel()), 0);
-  Tensor view = Tensor::Wrap(bits->data(), t.shape(), DType::kBF16, DeviceType::kCPU);
-  DT_RETURN_IF_ERROR(view.CopyFrom(t, ctx.stream()));
-  return ctx.Synchronize();
 }
 
 float FromBits(uint32_t u) {
@@ -209,10 +198,10 @@ TEST_F(LayoutCuda, NchwToNhwcRoundsF32ToBf16BitExactly) {
     DT_ASSERT_OK(Tensor::Empty(s.nchw(), DType::kF32, gpu_->allocator(), &in));
     std::vector<float> host = x;
     DT_ASSERT_OK(in.CopyFrom(Tensor::Wrap(host.data(), s.nchw(), DType::kF32, DeviceType::kCPU), gpu_->stream()));
-    DT_ASSERT_OK(PutBf16(*gpu_, s.nhwc(), std::vector<uint16_t>(s.numel(), 0x7fc1), &out));  // NaN poison
+    DT_ASSERT_OK(MakeBf16FromBits(*gpu_, s.nhwc(), std::vector<uint16_t>(s.numel(), 0x7fc1), &out));  // NaN poison
     DT_ASSERT_OK(NchwToNhwc(*gpu_, in, &out));
     std::vector<uint16_t> got;
-    DT_ASSERT_OK(GetBf16(*gpu_, out, &got));
+    DT_ASSERT_OK(FetchBf16Bits(*gpu_, out, &got));
     // The CPU reference (f32 permutation) then the host rounding of comm/bf16.h.
     std::vector<float> perm(x.size());
     NchwToNhwcCpu(perm.data(), x.data(), s.n, s.c, s.h, s.w);
@@ -246,7 +235,7 @@ TEST_F(LayoutCuda, NhwcToNchwWidensBf16ExactlyAndAccumulatesInF32) {
     NhwcToNchwCpu(want_acc.data(), widened.data(), s.n, s.c, s.h, s.w, /*accumulate=*/true);  // one f32 add
 
     Tensor in, out;
-    DT_ASSERT_OK(PutBf16(*gpu_, s.nhwc(), bits, &in));
+    DT_ASSERT_OK(MakeBf16FromBits(*gpu_, s.nhwc(), bits, &in));
     DT_ASSERT_OK(MakeTensor(*gpu_, DType::kF32, s.nchw(), std::vector<double>(s.numel(), NAN), &out));
     DT_ASSERT_OK(NhwcToNchw(*gpu_, in, &out, /*accumulate=*/false));
     std::vector<double> got;

@@ -10,7 +10,6 @@
 
 #include "core/check.h"
 #include "core/device_context.h"
-#include "models/ops/elementwise.h"
 #include "models/ops/pool.h"
 #include "tests/testing/grad_check.h"
 #include "tests/testing/half_round.h"
@@ -116,29 +115,15 @@ TEST(GlobalAvgPoolCuda, MatchesCpu) {
 using Shape = std::vector<int64_t>;
 using Vec = std::vector<double>;
 
-// A tensor of `dt` on ctx holding v; bf16 goes through an f32 tensor and Cast. `misalign`: the tensor starts one
-// element into its allocation (not 16-byte aligned: the CUDA scalar path).
+// A tensor of `dt` on ctx holding v (bf16: rounded to nearest even). `misalign`: the tensor starts one element into
+// its allocation (not 16-byte aligned: the CUDA scalar path).
 Status MakeAny(DeviceContext& ctx, DType dt, const Shape& shape, const Vec& v, Tensor* out, bool misalign = false) {
-  if (misalign) {
-    Tensor base;
-    Vec padded(1, 0.0);
-    padded.insert(padded.end(), v.begin(), v.end());
-    DT_RETURN_IF_ERROR(MakeAny(ctx, dt, {static_cast<int64_t>(padded.size())}, padded, &base));
-    return base.View(1, shape, out);
-  }
-  if (dt != DType::kBF16) return MakeTensor(ctx, dt, shape, v, out);
-  Tensor f;
-  DT_RETURN_IF_ERROR(MakeTensor(ctx, DType::kF32, shape, v, &f));
-  DT_RETURN_IF_ERROR(Tensor::Empty(shape, dt, ctx.allocator(), out));
-  return Cast(ctx, f, out);
-}
-
-Status GetAny(DeviceContext& ctx, const Tensor& t, Vec* out) {
-  if (t.dtype() != DType::kBF16) return Fetch(ctx, t, out);
-  Tensor f;
-  DT_RETURN_IF_ERROR(Tensor::Empty(t.shape(), DType::kF32, ctx.allocator(), &f));
-  DT_RETURN_IF_ERROR(Cast(ctx, t, &f));
-  return Fetch(ctx, f, out);
+  if (!misalign) return MakeTensor(ctx, dt, shape, v, out);
+  Tensor base;
+  Vec padded(1, 0.0);
+  padded.insert(padded.end(), v.begin(), v.end());
+  DT_RETURN_IF_ERROR(MakeTensor(ctx, dt, {static_cast<int64_t>(padded.size())}, padded, &base));
+  return base.View(1, shape, out);
 }
 
 // x [N,H,W,C] of `map_dt` -> y [N,C] of `vec_dt`.
@@ -148,7 +133,7 @@ void ForwardNhwc(DeviceContext& ctx, DType map_dt, DType vec_dt, const Shape& sh
   DT_ASSERT_OK(MakeAny(ctx, map_dt, shape, x, &tx, misalign));
   DT_ASSERT_OK(MakeAny(ctx, vec_dt, {shape[0], shape[3]}, Vec(shape[0] * shape[3], NAN), &ty));
   DT_ASSERT_OK(GlobalAvgPoolNhwcForward(ctx, tx, &ty));
-  DT_ASSERT_OK(GetAny(ctx, ty, y));
+  DT_ASSERT_OK(Fetch(ctx, ty, y));
 }
 
 void BackwardNhwc(DeviceContext& ctx, DType map_dt, DType vec_dt, const Shape& shape, const Vec& dy, Vec* dx,
@@ -157,7 +142,7 @@ void BackwardNhwc(DeviceContext& ctx, DType map_dt, DType vec_dt, const Shape& s
   DT_ASSERT_OK(MakeAny(ctx, vec_dt, {shape[0], shape[3]}, dy, &tdy));
   DT_ASSERT_OK(MakeAny(ctx, map_dt, shape, Vec(Tensor::NumelOf(shape), NAN), &tdx, misalign));
   DT_ASSERT_OK(GlobalAvgPoolNhwcBackward(ctx, tdy, &tdx));
-  DT_ASSERT_OK(GetAny(ctx, tdx, dx));
+  DT_ASSERT_OK(Fetch(ctx, tdx, dx));
 }
 
 TEST(GlobalAvgPoolNhwcCpu, ClosedForm) {

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <random>
 #include <sstream>
+#include <type_traits>
+
+#include "comm/bf16.h"
 
 namespace dtrain::testing {
 
@@ -58,7 +61,14 @@ namespace {
 
 template <typename T>
 Status CopyIn(DeviceContext& ctx, const std::vector<double>& values, Tensor* out) {
-  std::vector<T> host(values.begin(), values.end());
+  std::vector<T> host(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if constexpr (std::is_same_v<T, uint16_t>) {
+      host[i] = comm::F32ToBf16(static_cast<float>(values[i]));  // bf16: round to nearest even
+    } else {
+      host[i] = static_cast<T>(values[i]);
+    }
+  }
   const Tensor view = Tensor::Wrap(host.data(), out->shape(), out->dtype(), DeviceType::kCPU);
   Status st = out->CopyFrom(view, ctx.stream());
   if (!st.ok()) return st;
@@ -71,7 +81,14 @@ Status CopyOut(DeviceContext& ctx, const Tensor& t, std::vector<double>* out) {
   Tensor view = Tensor::Wrap(host.data(), t.shape(), t.dtype(), DeviceType::kCPU);
   Status st = view.CopyFrom(t, ctx.stream());
   if (st.ok()) st = ctx.Synchronize();
-  out->assign(host.begin(), host.end());
+  out->resize(host.size());
+  for (size_t i = 0; i < host.size(); ++i) {
+    if constexpr (std::is_same_v<T, uint16_t>) {
+      (*out)[i] = comm::Bf16ToF32(host[i]);
+    } else {
+      (*out)[i] = static_cast<double>(host[i]);
+    }
+  }
   return st;
 }
 
@@ -92,6 +109,8 @@ Status MakeTensor(DeviceContext& ctx, DType dtype, const std::vector<int64_t>& s
       return CopyIn<double>(ctx, values, out);
     case DType::kI32:
       return CopyIn<int32_t>(ctx, values, out);
+    case DType::kBF16:
+      return CopyIn<uint16_t>(ctx, values, out);
     default:
       return Status::InvalidArgument(std::string("MakeTensor: unsupported dtype ") + DTypeName(dtype));
   }
@@ -105,6 +124,8 @@ Status Fetch(DeviceContext& ctx, const Tensor& t, std::vector<double>* out) {
       return CopyOut<double>(ctx, t, out);
     case DType::kI32:
       return CopyOut<int32_t>(ctx, t, out);
+    case DType::kBF16:
+      return CopyOut<uint16_t>(ctx, t, out);
     default:
       return Status::InvalidArgument("Fetch: unsupported tensor " + t.ToString());
   }
@@ -135,6 +156,27 @@ double Scale(const std::vector<double>& v) {
   double m = 1.0;
   for (double e : v) m = std::max(m, std::fabs(e));
   return m;
+}
+
+Status MakeBf16FromBits(DeviceContext& ctx, const std::vector<int64_t>& shape, const std::vector<uint16_t>& bits,
+                        Tensor* out) {
+  if (static_cast<int64_t>(bits.size()) != Tensor::NumelOf(shape)) {
+    return Status::InvalidArgument("MakeBf16FromBits: " + std::to_string(bits.size()) + " values for " +
+                                   std::to_string(Tensor::NumelOf(shape)) + " elements");
+  }
+  Status st = Tensor::Empty(shape, DType::kBF16, ctx.allocator(), out);
+  if (!st.ok()) return st;
+  std::vector<uint16_t> host = bits;
+  st = out->CopyFrom(Tensor::Wrap(host.data(), shape, DType::kBF16, DeviceType::kCPU), ctx.stream());
+  return st.ok() ? ctx.Synchronize() : st;  // `host` dies at return
+}
+
+Status FetchBf16Bits(DeviceContext& ctx, const Tensor& t, std::vector<uint16_t>* bits) {
+  if (t.dtype() != DType::kBF16) return Status::InvalidArgument("FetchBf16Bits: not bf16: " + t.ToString());
+  bits->assign(static_cast<size_t>(t.numel()), 0);
+  Tensor view = Tensor::Wrap(bits->data(), t.shape(), DType::kBF16, DeviceType::kCPU);
+  Status st = view.CopyFrom(t, ctx.stream());
+  return st.ok() ? ctx.Synchronize() : st;
 }
 
 }  // namespace dtrain::testing

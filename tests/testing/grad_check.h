@@ -46,12 +46,17 @@ double Dot(const std::vector<double>& w, const std::vector<double>& y);
 
 // ---- tensors ------------------------------------------------------------------------------------------------
 
-// A new tensor of `shape` and `dtype` (f32, f64 or i32) on ctx's device, holding `values` converted from double
-// (values.size() must equal the element count). Synchronizes ctx's stream.
+// A new tensor of `shape` and `dtype` (f32, f64, i32 or bf16) on ctx's device, holding `values` converted from
+// double (bf16: rounded to nearest even on the host, comm/bf16.h; values.size() must equal the element count).
+// Synchronizes ctx's stream.
 Status MakeTensor(DeviceContext& ctx, DType dtype, const std::vector<int64_t>& shape, const std::vector<double>& values,
                   Tensor* out);
-// The elements of `t` (f32, f64 or i32, on any device) converted to double. Synchronizes ctx's stream.
+// The elements of `t` (f32, f64, i32 or bf16, on any device) converted to double. Synchronizes ctx's stream.
 Status Fetch(DeviceContext& ctx, const Tensor& t, std::vector<double>* out);
+// bf16 tensors as raw bits (NaN payloads, ties and bitwise comparisons), copied without any conversion.
+Status MakeBf16FromBits(DeviceContext& ctx, const std::vector<int64_t>& shape, const std::vector<uint16_t>& bits,
+                        Tensor* out);
+Status FetchBf16Bits(DeviceContext& ctx, const Tensor& t, std::vector<uint16_t>* bits);
 
 // Max |a_i - b_i| (infinite on NaN or a size mismatch) and the relative Frobenius error ||a - b|| / ||b||.
 double MaxAbsDiff(const std::vector<double>& a, const std::vector<double>& b);

@@ -4,7 +4,8 @@
 // the MLP (cuBLASLt GEMMs), GPT-2 bf16 with gradient accumulation and dtrain's deterministic flash attention.
 // Across an epoch's evaluation the graph is dropped and captured again. cuDNN picks its convolution and attention
 // algorithms per process (and their backward may sum in a varying order), so the fp32 CNN and GPT-2 with cuDNN
-// attention are compared within a tolerance; the bf16 CNN's graph-API plans are fixed by heuristics: bit for bit. fp16 (host-side loss scaling) stays eager and says why. GPU only.
+// attention are compared within a tolerance; the bf16 CNN's graph-API plans are fixed by heuristics: bit for bit. fp16
+// (host-side loss scaling) stays eager and says why. GPU only.
 
 #include <gtest/gtest.h>
 
