@@ -20,7 +20,7 @@
 //     from the cudnnGet*Algorithm_v7 heuristics, chosen once per geometry and cached in a Conv2dCache; backward data
 //     and backward filter take only algorithms cuDNN reports as CUDNN_DETERMINISTIC (every forward algorithm is).
 //   - Conv2d*CudaBf16 (bf16 NHWC): cuDNN's graph API through the vendored cudnn-frontend (models/ops/conv2d_fe.h:
-//     on an H200 its engines run the CNN's bf16 convolutions 3.5x faster than the legacy API's), fp32 compute,
+//     on an H200 its engines run the CNN's bf16 convolutions 3-3.5x faster than the legacy API's), fp32 compute,
 //     tensor cores; heuristics mode A, deterministic engines only, one plan per (geometry, direction) cached in the
 //     Conv2dCache. The result is the fp32 sum rounded once to bf16; with `accumulate` it is computed into a scratch
 //     buffer and then added to the old output in fp32 (rounded once more).

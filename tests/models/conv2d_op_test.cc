@@ -458,9 +458,9 @@ TEST(Conv2dCuda, Bf16EvalBatchForward) {
   EXPECT_EQ(cache.num_plans(), 3);
 }
 
-// Deterministic algorithms: each direction, run twice with two caches (the heuristics choose the same algorithm
-// again), gives bit-identical bf16 results at every CNN geometry, with and without accumulate. A failure here means
-// cuDNN offered no deterministic algorithm for that geometry and direction (conv2d logs a warning naming it).
+// Deterministic engines: each direction, run twice with two caches (the graph API's heuristics choose the same plan
+// again, non-deterministic engines deselected), gives bit-identical bf16 results at every CNN geometry, with and
+// without accumulate.
 TEST(Conv2dCuda, Bf16IsBitwiseReproducible) {
   DT_SKIP_WITHOUT_CUDA();
   std::unique_ptr<DeviceContext> gpu;
