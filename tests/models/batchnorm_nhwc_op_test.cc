@@ -40,12 +40,7 @@ struct Dev {
 // A tensor of `dt` on ctx holding v (bf16: rounded to nearest even). `misalign`: the tensor starts one element into
 // its allocation (not 16-byte aligned: the CUDA scalar path).
 Status Make(DeviceContext& ctx, DType dt, const Shape& shape, const Vec& v, Tensor* out, bool misalign = false) {
-  if (!misalign) return MakeTensor(ctx, dt, shape, v, out);
-  Tensor base;
-  Vec padded(1, 0.0);
-  padded.insert(padded.end(), v.begin(), v.end());
-  DT_RETURN_IF_ERROR(MakeTensor(ctx, dt, {static_cast<int64_t>(padded.size())}, padded, &base));
-  return base.View(1, shape, out);
+  return misalign ? testing::MakeTensorAt(ctx, dt, shape, v, 1, out) : MakeTensor(ctx, dt, shape, v, out);
 }
 
 Vec Bf16(Vec v) {

@@ -368,13 +368,15 @@ TEST(CnnCuda, MatchesCpu) {
   EXPECT_GT(mg->conv_cache().num_plans(), 0);
 }
 
-// Deterministic cuDNN algorithms and fixed-order reductions: two identical steps give bit-identical gradients.
-TEST(CnnCuda, BackwardIsBitwiseReproducible) {
-  DT_SKIP_WITHOUT_CUDA();
+// Two identical steps at the real shape and batch give bit-identical, non-zero gradients (deterministic cuDNN
+// algorithms or engines, fixed-order reductions).
+void ExpectStepBitwiseReproducible(Precision precision) {
   std::unique_ptr<DeviceContext> gpu;
   DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
   CnnOptions o;
+  o.precision = precision;
   auto m = Make(*gpu, o, 1);
+  ASSERT_TRUE(m);
   const Batch batch = MakeBatch(o, 128, 2);
   Tensor x, y;
   ASSERT_NO_FATAL_FAILURE(ToDevice(*gpu, o, batch, &x, &y));
@@ -386,6 +388,14 @@ TEST(CnnCuda, BackwardIsBitwiseReproducible) {
     DT_ASSERT_OK(Fetch(*gpu, m->grads(), &g[rep]));
   }
   EXPECT_EQ(g[0], g[1]);
+  double norm = 0;
+  for (double v : g[0]) norm += v * v;
+  EXPECT_GT(norm, 0);
+}
+
+TEST(CnnCuda, BackwardIsBitwiseReproducible) {
+  DT_SKIP_WITHOUT_CUDA();
+  ExpectStepBitwiseReproducible(Precision::kFp32);
 }
 
 // The bf16 channels-last step against the CPU's fp32 one, from the same init on the same batch. bf16 rounds every
@@ -442,30 +452,10 @@ TEST(CnnCuda, Bf16ChannelsLastMatchesCpuFp32) {
   }
 }
 
-// The bf16 step is bitwise reproducible too (deterministic cuDNN engines, fixed-order batch-norm sums), at the
-// real shape and batch.
+// The bf16 channels-last step too.
 TEST(CnnCuda, Bf16BackwardIsBitwiseReproducible) {
   DT_SKIP_WITHOUT_CUDA();
-  std::unique_ptr<DeviceContext> gpu;
-  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
-  CnnOptions o;
-  o.precision = Precision::kBf16;
-  auto m = Make(*gpu, o, 1);
-  ASSERT_TRUE(m);
-  const Batch batch = MakeBatch(o, 128, 2);
-  Tensor x, y;
-  ASSERT_NO_FATAL_FAILURE(ToDevice(*gpu, o, batch, &x, &y));
-  std::vector<double> g[2];
-  for (int rep = 0; rep < 2; ++rep) {
-    DT_ASSERT_OK(m->grads().SetZero(gpu->stream()));
-    DT_ASSERT_OK(m->Forward(x, y));
-    DT_ASSERT_OK(m->Backward(1.0f, nullptr));
-    DT_ASSERT_OK(Fetch(*gpu, m->grads(), &g[rep]));
-  }
-  EXPECT_EQ(g[0], g[1]);
-  double norm = 0;
-  for (double v : g[0]) norm += v * v;
-  EXPECT_GT(norm, 0);
+  ExpectStepBitwiseReproducible(Precision::kBf16);
 }
 
 // bf16 is a GPU path: a CPU context refuses it by name.

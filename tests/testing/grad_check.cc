@@ -158,6 +158,15 @@ double Scale(const std::vector<double>& v) {
   return m;
 }
 
+Status MakeTensorAt(DeviceContext& ctx, DType dtype, const std::vector<int64_t>& shape,
+                    const std::vector<double>& values, int64_t offset, Tensor* out) {
+  std::vector<double> padded(static_cast<size_t>(offset), 0.0);
+  padded.insert(padded.end(), values.begin(), values.end());
+  Tensor base;
+  Status st = MakeTensor(ctx, dtype, {static_cast<int64_t>(padded.size())}, padded, &base);
+  return st.ok() ? base.View(offset, shape, out) : st;
+}
+
 Status MakeBf16FromBits(DeviceContext& ctx, const std::vector<int64_t>& shape, const std::vector<uint16_t>& bits,
                         Tensor* out) {
   if (static_cast<int64_t>(bits.size()) != Tensor::NumelOf(shape)) {

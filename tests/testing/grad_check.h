@@ -53,6 +53,10 @@ Status MakeTensor(DeviceContext& ctx, DType dtype, const std::vector<int64_t>& s
                   Tensor* out);
 // The elements of `t` (f32, f64, i32 or bf16, on any device) converted to double. Synchronizes ctx's stream.
 Status Fetch(DeviceContext& ctx, const Tensor& t, std::vector<double>* out);
+// MakeTensor's tensor placed `offset` elements into a larger allocation (offset 1: not 16-byte aligned, the path of
+// a kernel's scalar fallback).
+Status MakeTensorAt(DeviceContext& ctx, DType dtype, const std::vector<int64_t>& shape,
+                    const std::vector<double>& values, int64_t offset, Tensor* out);
 // bf16 tensors as raw bits (NaN payloads, ties and bitwise comparisons), copied without any conversion.
 Status MakeBf16FromBits(DeviceContext& ctx, const std::vector<int64_t>& shape, const std::vector<uint16_t>& bits,
                         Tensor* out);
