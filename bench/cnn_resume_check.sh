@@ -3,6 +3,7 @@
 # the same run through `dtrain launch`. GPU machine, repo root: OUT=/some/dir bash bench/cnn_resume_check.sh
 # (builds build-dev/dtrain; Fashion-MNIST from /usr/share/datasets or .device-carry/fashion-mnist).
 set -u
+status=0
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
 DATA=/usr/share/datasets/fashion-mnist
 if [[ ! -f $DATA/train-images-idx3-ubyte.gz ]]; then mkdir -p $DATA && cp .device-carry/fashion-mnist/*.gz $DATA/; fi
@@ -13,7 +14,9 @@ $B train $C --set run.dir=/tmp/a > $OUT/a.log 2>&1; echo "uninterrupted rc=$?"
 DTRAIN_FAULT="step=500,action=kill" $B train $C --set run.dir=/tmp/b > $OUT/b1.log 2>&1; echo "killed at step 500 rc=$?"
 $B train $C --set run.dir=/tmp/b > $OUT/b2.log 2>&1; echo "resumed rc=$?"
 grep -hE "resum|restor" $OUT/b2.log | head -3 | sed 's/.*\] //'
-cmp /tmp/a/final.safetensors /tmp/b/final.safetensors && echo "final.safetensors: BITWISE EQUAL"
+if cmp /tmp/a/final.safetensors /tmp/b/final.safetensors; then echo "final.safetensors: BITWISE EQUAL"
+else echo "final.safetensors: the resumed run DIFFERS from the uninterrupted one"; status=1; fi
 grep -h "done:" $OUT/a.log $OUT/b2.log | sed 's/.*\] //'
 $B launch --nproc-per-node gpu $C --set run.dir=/tmp/c > $OUT/c.log 2>&1; echo "dtrain launch rc=$?"
 grep -hE "done:|eval \|" $OUT/c.log | tail -2 | sed 's/.*\] //'
+exit $status

@@ -93,12 +93,7 @@ Status Cnn::BindViews() {
   auto view = [&](const Tensor& flat, int index, Tensor* out) {
     return flat.View(infos_[index].offset, infos_[index].shape, out);
   };
-  std::vector<ConvBn*> units = {&stem_};
-  for (Block& blk : blocks_) {
-    if (blk.has_proj) units.push_back(&blk.proj);
-    units.push_back(&blk.u1);
-    units.push_back(&blk.u2);
-  }
+  const std::vector<ConvBn*> units = Units();
   int64_t running_numel = 0;
   for (ConvBn* u : units) running_numel += 2 * u->conv.cout;
   DT_RETURN_IF_ERROR(Tensor::Empty({running_numel}, opts_.dtype, ctx_.allocator(), &running_));
@@ -129,17 +124,21 @@ Status Cnn::BindViews() {
   return view(grads_, fc_w_index_ + 1, &dfc_b_);
 }
 
+std::vector<Cnn::ConvBn*> Cnn::Units() {
+  std::vector<ConvBn*> units = {&stem_};
+  for (Block& blk : blocks_) {
+    if (blk.has_proj) units.push_back(&blk.proj);
+    units.push_back(&blk.u1);
+    units.push_back(&blk.u2);
+  }
+  return units;
+}
+
 std::vector<std::pair<std::string, Tensor*>> Cnn::buffers() {
   std::vector<std::pair<std::string, Tensor*>> out;
-  auto add = [&](ConvBn& u) {
-    out.emplace_back(u.bn.name + ".running_mean", &u.bn.t.running_mean);
-    out.emplace_back(u.bn.name + ".running_var", &u.bn.t.running_var);
-  };
-  add(stem_);
-  for (Block& blk : blocks_) {
-    if (blk.has_proj) add(blk.proj);
-    add(blk.u1);
-    add(blk.u2);
+  for (ConvBn* u : Units()) {
+    out.emplace_back(u->bn.name + ".running_mean", &u->bn.t.running_mean);
+    out.emplace_back(u->bn.name + ".running_var", &u->bn.t.running_var);
   }
   return out;
 }

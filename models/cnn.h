@@ -105,6 +105,8 @@ class Cnn final : public Model {
   // Appends the parameters of a conv+BN unit to infos_ and fills its geometry.
   void AddConvBn(const std::string& conv_name, const std::string& bn_name, int64_t cin, int64_t cout, int64_t kernel,
                  int64_t stride, ConvBn* u);
+  // Every conv+BN unit in parameter order (stem, then per block: projection, conv1, conv2).
+  std::vector<ConvBn*> Units();
   Status BindViews();
   Status EnsureActivations(int64_t batch);
   Status AllocUnit(int64_t batch, int64_t size, ConvBn* u);

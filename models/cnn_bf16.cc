@@ -58,12 +58,7 @@ Status Cnn::ForwardBf16(int64_t batch) {
   DT_NVTX_RANGE("cnn.forward_bf16");
   // The step's bf16 operands: the images and this step's weights, channels-last.
   DT_RETURN_IF_ERROR(ops::NchwToNhwc(ctx_, x_, &xb_));
-  DT_RETURN_IF_ERROR(ops::NchwToNhwc(ctx_, stem_.conv.w, &stem_.conv.wb));
-  for (Block& blk : blocks_) {
-    for (ConvBn* u : {&blk.u1, &blk.u2, &blk.proj}) {
-      if (u != &blk.proj || blk.has_proj) DT_RETURN_IF_ERROR(ops::NchwToNhwc(ctx_, u->conv.w, &u->conv.wb));
-    }
-  }
+  for (ConvBn* u : Units()) DT_RETURN_IF_ERROR(ops::NchwToNhwc(ctx_, u->conv.w, &u->conv.wb));
   DT_RETURN_IF_ERROR(UnitForwardBf16(stem_, xb_, nullptr, /*relu=*/true, &stem_out_));
   const Tensor* a = &stem_out_;
   for (Block& blk : blocks_) {

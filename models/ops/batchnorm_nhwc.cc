@@ -12,6 +12,24 @@ namespace dtrain::ops {
 // The references walk the rows in order and keep one double accumulator per channel, so each channel's sums are in
 // row order (the same order as batchnorm.cc's per-channel loops over an NCHW map).
 
+namespace {
+
+// y = act((x - mean) * scale + beta + residual), act = ReLU when `relu` (NaN stays NaN); residual may be null.
+template <typename T>
+void ApplyCpu(T* y, const T* x, const T* residual, const T* mean, const T* scale, const T* beta, int64_t m, int64_t c,
+              bool relu) {
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const int64_t k = r * c + ch;
+      T v = (x[k] - mean[ch]) * scale[ch] + beta[ch];
+      if (residual != nullptr) v += residual[k];
+      y[k] = relu && v < T(0) ? T(0) : v;
+    }
+  }
+}
+
+}  // namespace
+
 template <typename T>
 void BatchNormNhwcForwardTrainingCpu(T* y, T* save_mean, T* save_inv_std, T* running_mean, T* running_var, const T* x,
                                      const T* residual, const T* gamma, const T* beta, int64_t m, int64_t c, T momentum,
@@ -41,14 +59,7 @@ void BatchNormNhwcForwardTrainingCpu(T* y, T* save_mean, T* save_inv_std, T* run
     mean_t[ch] = static_cast<T>(mean);
     scale[ch] = gamma[ch] * static_cast<T>(inv_std);
   }
-  for (int64_t r = 0; r < m; ++r) {
-    for (int64_t ch = 0; ch < c; ++ch) {
-      const int64_t k = r * c + ch;
-      T v = (x[k] - mean_t[ch]) * scale[ch] + beta[ch];
-      if (residual != nullptr) v += residual[k];
-      y[k] = relu && v < T(0) ? T(0) : v;  // NaN stays NaN
-    }
-  }
+  ApplyCpu(y, x, residual, mean_t.data(), scale.data(), beta, m, c, relu);
 }
 
 template <typename T>
@@ -58,14 +69,7 @@ void BatchNormNhwcForwardEvalCpu(T* y, const T* x, const T* residual, const T* g
   for (int64_t ch = 0; ch < c; ++ch) {
     scale[ch] = static_cast<T>(gamma[ch] / std::sqrt(static_cast<double>(running_var[ch]) + eps));
   }
-  for (int64_t r = 0; r < m; ++r) {
-    for (int64_t ch = 0; ch < c; ++ch) {
-      const int64_t k = r * c + ch;
-      T v = (x[k] - running_mean[ch]) * scale[ch] + beta[ch];
-      if (residual != nullptr) v += residual[k];
-      y[k] = relu && v < T(0) ? T(0) : v;  // NaN stays NaN
-    }
-  }
+  ApplyCpu(y, x, residual, running_mean, scale.data(), beta, m, c, relu);
 }
 
 template <typename T>

@@ -326,19 +326,19 @@ void StepAndEval(DeviceContext& ctx, Cnn& m, const Tensor& x, const Tensor& y, c
   DT_ASSERT_OK(Fetch(ctx, m.logits(), &out->eval_logits));
 }
 
-// The whole model, CPU vs cuDNN, from the same init on the same batch: losses, logits, every gradient and the
-// running statistics. fp32 on both sides with different summation orders, amplified a little by batch norm's
-// 1/std (std ~ 0.3..1 here): we allow relative Frobenius error 1e-4 on logits and gradients and
-// max |gpu - cpu| <= 1e-4 * max(1, max |cpu|) on losses and running stats. Then one eval-mode forward (batch
-// size changes: a second set of cuDNN plans) with the same tolerance.
-TEST(CnnCuda, MatchesCpu) {
-  DT_SKIP_WITHOUT_CUDA();
+// The CPU-vs-GPU setup of the comparisons below: the Fashion-MNIST shape, narrower, the same init on both devices
+// (checked: the init is generated on the host) with the GPU model in `gpu_precision`; each runs StepAndEval on the
+// same 16-image batch and 10-image eval batch. Fills both outputs and the parameter layout.
+void RunCpuAndGpu(Precision gpu_precision, std::vector<ParamInfo>* infos, StepOutputs* cpu_out, StepOutputs* gpu_out) {
   auto cpu = Cpu();
   std::unique_ptr<DeviceContext> gpu;
   DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
-  CnnOptions o;  // the Fashion-MNIST shape, narrower
+  CnnOptions o;
   o.channels = {8, 16, 32};
-  auto mc = Make(*cpu, o, 9), mg = Make(*gpu, o, 9);
+  CnnOptions og = o;
+  og.precision = gpu_precision;
+  auto mc = Make(*cpu, o, 9), mg = Make(*gpu, og, 9);
+  ASSERT_TRUE(mc && mg);
   const Batch batch = MakeBatch(o, 16, 4), eval = MakeBatch(o, 10, 8);
   Tensor xc, yc, xg, yg, exc, eyc, exg, eyg;
   ASSERT_NO_FATAL_FAILURE(ToDevice(*cpu, o, batch, &xc, &yc, true));
@@ -349,23 +349,37 @@ TEST(CnnCuda, MatchesCpu) {
   DT_ASSERT_OK(Fetch(*cpu, mc->params(), &pc));
   DT_ASSERT_OK(Fetch(*gpu, mg->params(), &pg));
   EXPECT_EQ(pc, pg);  // identical init on both devices
+  ASSERT_NO_FATAL_FAILURE(StepAndEval(*cpu, *mc, xc, yc, exc, eyc, cpu_out));
+  ASSERT_NO_FATAL_FAILURE(StepAndEval(*gpu, *mg, xg, yg, exg, eyg, gpu_out));
+  EXPECT_GT(mg->conv_cache().num_plans(), 0);
+  *infos = mc->param_infos();
+}
+
+// Parameter `info`'s slice of a flat gradient.
+std::vector<double> Slice(const std::vector<double>& flat, const ParamInfo& info) {
+  return std::vector<double>(flat.begin() + info.offset, flat.begin() + info.offset + info.numel);
+}
+
+// The whole model, CPU vs cuDNN, from the same init on the same batch: losses, logits, every gradient and the
+// running statistics. fp32 on both sides with different summation orders, amplified a little by batch norm's
+// 1/std (std ~ 0.3..1 here): we allow relative Frobenius error 1e-4 on logits and gradients and
+// max |gpu - cpu| <= 1e-4 * max(1, max |cpu|) on losses and running stats. Then one eval-mode forward (batch
+// size changes: a second set of cuDNN plans) with the same tolerance.
+TEST(CnnCuda, MatchesCpu) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::vector<ParamInfo> infos;
   StepOutputs cpu_out, gpu_out;
-  ASSERT_NO_FATAL_FAILURE(StepAndEval(*cpu, *mc, xc, yc, exc, eyc, &cpu_out));
-  ASSERT_NO_FATAL_FAILURE(StepAndEval(*gpu, *mg, xg, yg, exg, eyg, &gpu_out));
-  const std::vector<double>* grads[2] = {&cpu_out.grads, &gpu_out.grads};
+  ASSERT_NO_FATAL_FAILURE(RunCpuAndGpu(Precision::kFp32, &infos, &cpu_out, &gpu_out));
   EXPECT_LE(testing::RelFrobenius(gpu_out.logits, cpu_out.logits), 1e-4);
   EXPECT_LE(testing::MaxAbsDiff(gpu_out.losses, cpu_out.losses), 1e-4 * testing::Scale(cpu_out.losses));
   EXPECT_LE(testing::RelFrobenius(gpu_out.eval_logits, cpu_out.eval_logits), 1e-4);
-  for (const ParamInfo& info : mc->param_infos()) {
-    const std::vector<double> a(grads[0]->begin() + info.offset, grads[0]->begin() + info.offset + info.numel);
-    const std::vector<double> b(grads[1]->begin() + info.offset, grads[1]->begin() + info.offset + info.numel);
-    EXPECT_LE(testing::RelFrobenius(b, a), 1e-4) << info.name;
+  for (const ParamInfo& info : infos) {
+    EXPECT_LE(testing::RelFrobenius(Slice(gpu_out.grads, info), Slice(cpu_out.grads, info)), 1e-4) << info.name;
   }
   for (size_t i = 0; i < cpu_out.running.size(); ++i) {
     EXPECT_LE(testing::MaxAbsDiff(gpu_out.running[i], cpu_out.running[i]), 1e-4 * testing::Scale(cpu_out.running[i]))
         << i;
   }
-  EXPECT_GT(mg->conv_cache().num_plans(), 0);
 }
 
 // Two identical steps at the real shape and batch give bit-identical, non-zero gradients (deterministic cuDNN
@@ -411,25 +425,9 @@ TEST(CnnCuda, BackwardIsBitwiseReproducible) {
 // (bench/results/2026-12-02-cnn-bf16-channels-last-h200.md). The errors are printed.
 TEST(CnnCuda, Bf16ChannelsLastMatchesCpuFp32) {
   DT_SKIP_WITHOUT_CUDA();
-  auto cpu = Cpu();
-  std::unique_ptr<DeviceContext> gpu;
-  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
-  CnnOptions o;  // the Fashion-MNIST shape, narrower
-  o.channels = {8, 16, 32};
-  CnnOptions ob = o;
-  ob.precision = Precision::kBf16;
-  auto mc = Make(*cpu, o, 9), mg = Make(*gpu, ob, 9);
-  ASSERT_TRUE(mc && mg);
-  const Batch batch = MakeBatch(o, 16, 4), eval = MakeBatch(o, 10, 8);
-  Tensor xc, yc, xg, yg, exc, eyc, exg, eyg;
-  ASSERT_NO_FATAL_FAILURE(ToDevice(*cpu, o, batch, &xc, &yc, true));
-  ASSERT_NO_FATAL_FAILURE(ToDevice(*gpu, o, batch, &xg, &yg, true));
-  ASSERT_NO_FATAL_FAILURE(ToDevice(*cpu, o, eval, &exc, &eyc));
-  ASSERT_NO_FATAL_FAILURE(ToDevice(*gpu, o, eval, &exg, &eyg));
+  std::vector<ParamInfo> infos;
   StepOutputs cpu_out, gpu_out;
-  ASSERT_NO_FATAL_FAILURE(StepAndEval(*cpu, *mc, xc, yc, exc, eyc, &cpu_out));
-  ASSERT_NO_FATAL_FAILURE(StepAndEval(*gpu, *mg, xg, yg, exg, eyg, &gpu_out));
-  const std::vector<double>* grads[2] = {&cpu_out.grads, &gpu_out.grads};
+  ASSERT_NO_FATAL_FAILURE(RunCpuAndGpu(Precision::kBf16, &infos, &cpu_out, &gpu_out));
   const double e_logits = testing::RelFrobenius(gpu_out.logits, cpu_out.logits);
   const double e_eval = testing::RelFrobenius(gpu_out.eval_logits, cpu_out.eval_logits);
   const double e_grads = testing::RelFrobenius(gpu_out.grads, cpu_out.grads);
@@ -439,10 +437,8 @@ TEST(CnnCuda, Bf16ChannelsLastMatchesCpuFp32) {
   EXPECT_LE(e_eval, 3e-2);
   EXPECT_LE(e_grads, 0.2);
   EXPECT_LE(testing::MaxAbsDiff(gpu_out.losses, cpu_out.losses), 3e-2 * testing::Scale(cpu_out.losses));
-  for (const ParamInfo& info : mc->param_infos()) {
-    const std::vector<double> a(grads[0]->begin() + info.offset, grads[0]->begin() + info.offset + info.numel);
-    const std::vector<double> b(grads[1]->begin() + info.offset, grads[1]->begin() + info.offset + info.numel);
-    const double e = testing::RelFrobenius(b, a);
+  for (const ParamInfo& info : infos) {
+    const double e = testing::RelFrobenius(Slice(gpu_out.grads, info), Slice(cpu_out.grads, info));
     std::printf("  %-22s %.2e\n", info.name.c_str(), e);
     EXPECT_LE(e, info.name.rfind("fc.", 0) == 0 ? 1e-2 : 0.3) << info.name;
   }
