@@ -9,7 +9,8 @@
 #   convs   bench/conv_algos and bench/conv_fe: cuDNN's legacy API vs its graph API on the CNN's convolutions
 #   gpt2    GPT-2 124M tokens/s, MFU, memory: dtrain 1 and 2 GPUs vs PyTorch eager / torch.compile / DDP
 #   gpt2big GPT-2 350M on 1 GPU: dtrain vs torch.compile
-#   graphs  the MLP with and without CUDA graphs (step time, data wait)
+#   graphs  the MLP with and without CUDA graphs (step time, data wait over every interval; $MLP_PREFETCH: also
+#           with each of these data.prefetch depths)
 #   pernode GPT-2 124M on 2 GPUs: two per-node launchers (--node-rank 0/1, one GPU each, no mpirun) vs `dtrain
 #           launch`, tokens/s side by side; then node 1's worker is killed and both launchers must stop (issue 23)
 #   gpt2probe  kernels of a GPT-2 step by total time (ncu) and PyTorch's (torch.profiler)
@@ -90,6 +91,12 @@ if has graphs; then
     $BIN train configs/fashion_mnist_mlp.yaml --set train.device=cuda --set train.cuda_graphs=$g --set run.dir=$OUT/mlp_g$g > $OUT/mlp_g$g.log 2>&1
     echo "mlp 1 GPU cuda_graphs=$g rc=$?: $(step_line $OUT/mlp_g$g.log)"; grep -E "eval \|" $OUT/mlp_g$g.log | tail -1 | sed 's/.*\] //'
   done
+  # The data wait over every interval of the runs, not only the last progress line's (bench/data_share.py).
+  for p in ${MLP_PREFETCH:-}; do
+    $BIN train configs/fashion_mnist_mlp.yaml --set train.device=cuda --set data.prefetch=$p --set run.dir=$OUT/mlp_p$p > $OUT/mlp_p$p.log 2>&1
+    echo "mlp 1 GPU data.prefetch=$p rc=$?: $(step_line $OUT/mlp_p$p.log)"
+  done
+  python3 bench/data_share.py $OUT/mlp_gtrue $OUT/mlp_gfalse $(for p in ${MLP_PREFETCH:-}; do echo $OUT/mlp_p$p; done)
 fi
 
 if has mlp; then

@@ -55,8 +55,13 @@ Status CudaCachingAllocator::Allocate(size_t bytes, void** ptr) {
 #if DT_HAVE_CUDA
   const size_t size = RoundSize(bytes);
   std::lock_guard<std::mutex> lock(mu_);
+  const bool capture_thread = capturing_ && std::this_thread::get_id() == capture_thread_;
+  auto own = capture_thread ? capture_free_.find(size) : capture_free_.end();
   auto it = free_blocks_.find(size);
-  if (it != free_blocks_.end()) {
+  if (own != capture_free_.end()) {
+    *ptr = own->second;
+    capture_free_.erase(own);
+  } else if (it != free_blocks_.end()) {
     *ptr = it->second;
     free_blocks_.erase(it);
   } else {
@@ -80,7 +85,7 @@ Status CudaCachingAllocator::Allocate(size_t bytes, void** ptr) {
     stats_.bytes_reserved += static_cast<int64_t>(size);
   }
   live_blocks_[*ptr] = size;
-  if (capturing_ && std::this_thread::get_id() == capture_thread_) captured_.insert(*ptr);
+  if (capture_thread) captured_.insert(*ptr);
   stats_.bytes_in_use += static_cast<int64_t>(size);
   if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
   return Status::OK();
@@ -100,8 +105,12 @@ void CudaCachingAllocator::Free(void* ptr) {
     return;
   }
   stats_.bytes_in_use -= static_cast<int64_t>(it->second);
-  if (capturing_ && std::this_thread::get_id() == capture_thread_ && captured_.count(ptr) == 0) ++foreign_frees_;
-  free_blocks_.emplace(it->second, ptr);
+  if (capturing_ && captured_.count(ptr) > 0) {
+    capture_free_.emplace(it->second, ptr);  // the graph's: never handed to another thread
+  } else {
+    if (capturing_ && std::this_thread::get_id() == capture_thread_) ++foreign_frees_;
+    free_blocks_.emplace(it->second, ptr);
+  }
   live_blocks_.erase(it);
 }
 
@@ -132,25 +141,24 @@ CudaCachingAllocator::~CudaCachingAllocator() {
   EmptyCacheLocked();
 }
 
-void CudaCachingAllocator::BeginCapture() {
+void CudaCachingAllocator::BeginCapture(std::vector<Block> pool) {
   std::lock_guard<std::mutex> lock(mu_);
   capturing_ = true;
   capture_thread_ = std::this_thread::get_id();
   captured_.clear();
+  capture_free_.clear();
+  for (const auto& [block, size] : pool) {
+    captured_.insert(block);
+    capture_free_.emplace(size, block);
+  }
   foreign_frees_ = 0;
 }
 
-Status CudaCachingAllocator::EndCapture(std::vector<std::pair<void*, size_t>>* held) {
+Status CudaCachingAllocator::EndCapture(std::vector<Block>* held) {
   std::lock_guard<std::mutex> lock(mu_);
   held->clear();
-  for (auto it = free_blocks_.begin(); it != free_blocks_.end();) {
-    if (captured_.count(it->second) == 0) {
-      ++it;
-      continue;
-    }
-    held->emplace_back(it->second, it->first);
-    it = free_blocks_.erase(it);
-  }
+  for (const auto& [size, block] : capture_free_) held->emplace_back(block, size);
+  capture_free_.clear();
   capturing_ = false;
   captured_.clear();
   if (foreign_frees_ == 0) return Status::OK();
@@ -158,7 +166,7 @@ Status CudaCachingAllocator::EndCapture(std::vector<std::pair<void*, size_t>>* h
                                     " device block(s) allocated before the capture (a replay would write them)");
 }
 
-void CudaCachingAllocator::ReleaseHeld(const std::vector<std::pair<void*, size_t>>& held) {
+void CudaCachingAllocator::ReleaseHeld(const std::vector<Block>& held) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [block, size] : held) free_blocks_.emplace(size, block);
 }

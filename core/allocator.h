@@ -75,15 +75,18 @@ class CudaCachingAllocator final : public Allocator {
 
   // CUDA graph capture (core/cuda_graph.h). A graph replays the addresses its capture used, so the blocks a captured
   // region allocates must stay out of everyone else's hands while the graph lives.
-  // BeginCapture: from now until EndCapture, the blocks the CALLING thread allocates are recorded (other threads'
-  // allocations, e.g. a loader's, are not).
-  // EndCapture: the recorded blocks that are free again are taken out of the cache into *held (still counted as
-  // reserved); give them back with ReleaseHeld once the graph is destroyed. FailedPrecondition (held filled
-  // anyway) when the thread freed, during the capture, a block allocated before it: a replay would write memory
-  // the cache may since have handed to someone else.
-  void BeginCapture();
-  Status EndCapture(std::vector<std::pair<void*, size_t>>* held);
-  void ReleaseHeld(const std::vector<std::pair<void*, size_t>>& held);
+  // BeginCapture: from now until EndCapture, the blocks the CALLING thread allocates are recorded as captured (other
+  // threads' allocations, e.g. a loader's, are not). `pool` (moved from; may be empty) are blocks held by graphs whose
+  // replays never overlap this one's: the capture may reuse them. Captured and pool blocks freed during the capture
+  // go to a free list of the capture's own, which only the capturing thread allocates from.
+  // EndCapture: that free list — the pool's blocks and the captured blocks free again — goes into *held (still counted
+  // as reserved); give them back with ReleaseHeld once no graph uses them. FailedPrecondition (held filled anyway)
+  // when the thread freed, during the capture, a block allocated before it: a replay would write memory the cache may
+  // since have handed to someone else.
+  using Block = std::pair<void*, size_t>;  // address, rounded size
+  void BeginCapture(std::vector<Block> pool = {});
+  Status EndCapture(std::vector<Block>* held);
+  void ReleaseHeld(const std::vector<Block>& held);
 
  private:
   void EmptyCacheLocked();
@@ -96,7 +99,8 @@ class CudaCachingAllocator final : public Allocator {
   // Capture state (BeginCapture .. EndCapture).
   bool capturing_ = false;
   std::thread::id capture_thread_;
-  std::unordered_set<void*> captured_;  // blocks the capturing thread allocated during the capture
+  std::unordered_set<void*> captured_;  // pool blocks and blocks the capturing thread allocated during the capture
+  std::multimap<size_t, void*> capture_free_;  // of those, the free ones (only the capturing thread takes them)
   int64_t foreign_frees_ = 0;           // blocks it freed during the capture that were allocated before it
 };
 

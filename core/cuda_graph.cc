@@ -1,16 +1,28 @@
 #if DT_HAVE_CUDA
 #include "core/cuda_graph.h"
 
+#include "core/check.h"
 #include "core/cuda_check.h"
 #include "core/logging.h"
 
 namespace dtrain {
 
-Status CudaGraph::Capture(cudaStream_t stream, CudaCachingAllocator* alloc, const std::function<Status()>& body,
-                          std::unique_ptr<CudaGraph>* out) {
+CudaGraphPool::~CudaGraphPool() {
+  if (alloc_ != nullptr) alloc_->ReleaseHeld(blocks_);
+}
+
+size_t CudaGraphPool::bytes() const {
+  size_t n = 0;
+  for (const auto& block : blocks_) n += block.second;
+  return n;
+}
+
+Status CudaGraph::Capture(cudaStream_t stream, std::shared_ptr<CudaGraphPool> pool,
+                          const std::function<Status()>& body, std::unique_ptr<CudaGraph>* out) {
+  DT_CHECK_ARG(pool != nullptr, "CudaGraph::Capture: null pool");
   std::unique_ptr<CudaGraph> g(new CudaGraph());  // private constructor
-  g->alloc_ = alloc;
-  if (alloc != nullptr) alloc->BeginCapture();
+  CudaCachingAllocator* alloc = pool->alloc_;
+  if (alloc != nullptr) alloc->BeginCapture(std::move(pool->blocks_));
   cudaError_t begin = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed);
   Status st = begin == cudaSuccess
                   ? body()
@@ -26,9 +38,11 @@ Status CudaGraph::Capture(cudaStream_t stream, CudaCachingAllocator* alloc, cons
   cudaGetLastError();  // capture errors are not sticky; clear the last-error slot they leave
   g->graph_ = graph;   // destroyed with g on any error below
   if (alloc != nullptr) {
-    const Status held = alloc->EndCapture(&g->held_);
+    // Back into the pool even when the capture failed: its other graphs may use any of these blocks.
+    const Status held = alloc->EndCapture(&pool->blocks_);
     if (st.ok()) st = held;
   }
+  g->pool_ = std::move(pool);
   if (!st.ok()) return st;
   DT_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &g->num_nodes_));
   DT_CUDA_CHECK(cudaGraphInstantiate(&g->exec_, graph, 0));
@@ -50,7 +64,6 @@ CudaGraph::~CudaGraph() {
   }
   if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
   if (graph_ != nullptr) cudaGraphDestroy(graph_);
-  if (alloc_ != nullptr) alloc_->ReleaseHeld(held_);
 }
 
 }  // namespace dtrain

@@ -9,9 +9,11 @@
 // before each Launch, and inputs must live in buffers whose addresses stay fixed. Host-side effects of `body`
 // happen once, at capture, not at each replay.
 //
-// Memory: device blocks that `alloc` hands to the capturing thread during the capture are held by the graph
-// (CudaCachingAllocator::BeginCapture/EndCapture) and go back to the cache when the graph is destroyed, after
-// its last replay has finished on the device.
+// Memory: device blocks the allocator hands to the capturing thread during the capture, and that are free again at
+// its end, are held in the graph's CudaGraphPool (CudaCachingAllocator::BeginCapture/EndCapture). Graphs whose
+// replays never overlap (all launched on one stream) can share one pool: each capture reuses the blocks the pool
+// already holds, so they hold about what the largest of them needs. The blocks go back to the cache when the last
+// graph of the pool is destroyed, after its last replay has finished on the device.
 //
 // Capture runs in cudaStreamCaptureModeThreadLocal: other threads (the data loader, the checkpoint writer) keep
 // using CUDA normally; an unsafe call on the capturing thread fails the capture. A failed capture leaves the
@@ -31,11 +33,27 @@
 
 namespace dtrain {
 
+// Device memory held for graphs (see Memory above). Shared by the graphs captured into it.
+class CudaGraphPool {
+ public:
+  // `alloc`: where the blocks come from and go back to; null for graphs that allocate nothing.
+  explicit CudaGraphPool(CudaCachingAllocator* alloc) : alloc_(alloc) {}
+  ~CudaGraphPool();
+  CudaGraphPool(const CudaGraphPool&) = delete;
+  CudaGraphPool& operator=(const CudaGraphPool&) = delete;
+  size_t bytes() const;
+
+ private:
+  friend class CudaGraph;
+  CudaCachingAllocator* alloc_;
+  std::vector<CudaCachingAllocator::Block> blocks_;
+};
+
 class CudaGraph {
  public:
-  // Captures `body` on `stream` and instantiates the graph. `alloc` may be null (no memory is then held:
-  // `body` must allocate nothing). Nothing runs on the device until Launch.
-  static Status Capture(cudaStream_t stream, CudaCachingAllocator* alloc, const std::function<Status()>& body,
+  // Captures `body` on `stream` and instantiates the graph, its memory held in `pool` (must not be null; a pool
+  // without an allocator: `body` must allocate nothing). Nothing runs on the device until Launch.
+  static Status Capture(cudaStream_t stream, std::shared_ptr<CudaGraphPool> pool, const std::function<Status()>& body,
                         std::unique_ptr<CudaGraph>* out);
   ~CudaGraph();
   CudaGraph(const CudaGraph&) = delete;
@@ -51,8 +69,7 @@ class CudaGraph {
   cudaGraphExec_t exec_ = nullptr;
   cudaStream_t last_stream_ = nullptr;  // where the last replay was queued (synchronized before teardown)
   size_t num_nodes_ = 0;
-  CudaCachingAllocator* alloc_ = nullptr;
-  std::vector<std::pair<void*, size_t>> held_;
+  std::shared_ptr<CudaGraphPool> pool_;  // released after the last replay (the destructor synchronizes)
 };
 
 }  // namespace dtrain

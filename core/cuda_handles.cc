@@ -79,6 +79,17 @@ Status CudaEvent::Synchronize() const {
   return Status::OK();
 }
 
+Status CudaEvent::Done(bool* done) const {
+  const cudaError_t e = cudaEventQuery(e_);
+  *done = e == cudaSuccess;
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();  // "not ready" is no error: keep it out of the next launch check
+    return Status::OK();
+  }
+  DT_CUDA_CHECK(e);
+  return Status::OK();
+}
+
 // 32 MiB: what cuBLASLt's heuristics want for large Hopper GEMMs.
 constexpr size_t kLtWorkspaceBytes = 32u << 20;
 

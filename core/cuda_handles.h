@@ -49,6 +49,8 @@ class CudaEvent {
   // Makes `stream` wait (on the device, no host sync) for the work recorded in this event.
   Status Block(cudaStream_t stream) const;
   Status Synchronize() const;
+  // *done: the recorded work has finished (cudaEventQuery; no wait).
+  Status Done(bool* done) const;
 
  private:
   cudaEvent_t e_ = nullptr;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <system_error>
@@ -34,7 +35,7 @@ struct Loader::Impl {
   std::condition_variable cv_free;   // readers: a slot was freed, or stop
   std::condition_variable cv_ready;  // consumer: a batch is ready, or an error
   std::vector<LoaderSlot> slots;
-  std::vector<int> free_slots;
+  std::deque<int> free_slots;  // oldest first: its copy to the device is the likeliest to be done
   std::map<int64_t, int> ready;  // batch sequence number -> slot
   int64_t next_claim = 0, next_deliver = 0;
   int held = -1;  // slot of the batch last returned by Next()
@@ -42,12 +43,18 @@ struct Loader::Impl {
   Status error;
   std::vector<std::thread> threads;
 #if DT_HAVE_CUDA
+  // Device buffer i holds the batches whose delivery number is i modulo their count.
+  struct DeviceBuffer {
+    Tensor inputs, targets;
+    CudaEvent h2d_done;  // the copy into this buffer finished (the compute stream waits on it)
+    CudaEvent released;  // the compute work reading this buffer's last batch was queued before this
+    bool released_recorded = false;
+  };
   CudaStream copy_stream;
-  Tensor dev_inputs[2], dev_targets[2];
-  CudaEvent h2d_done[2];  // copy into device buffer i finished (the compute stream waits on it)
-  CudaEvent released[2];  // compute work that read device buffer i was enqueued before this
-  bool released_recorded[2] = {false, false};
-  int64_t delivered = 0;  // batches handed out so far (device buffer = delivered % 2)
+  std::vector<DeviceBuffer> dev;
+  int64_t uploaded = 0;   // batches whose copy is queued (delivered or delivered + 1)
+  int64_t delivered = 0;  // batches handed out
+  int ahead = -1;         // slot of the batch copied ahead of its delivery (uploaded == delivered + 1), or -1
 #endif
 };
 
@@ -84,6 +91,8 @@ Status Loader::Create(const LoaderOptions& opts, DeviceContext* ctx, std::unique
   DT_CHECK_ARG(opts.num_threads >= 1 && opts.num_threads <= 256, "loader: num_threads " << opts.num_threads);
   DT_CHECK_ARG(opts.prefetch_depth >= 1 && opts.prefetch_depth <= 1024,
                "loader: prefetch_depth " << opts.prefetch_depth);
+  DT_CHECK_ARG(opts.device_buffers >= 2 && opts.device_buffers <= 64,
+               "loader: device_buffers " << opts.device_buffers << " (expected 2 to 64)");
   std::unique_ptr<Loader> l(new Loader());  // private constructor
   l->opts_ = opts;
   l->ctx_ = ctx;
@@ -127,11 +136,12 @@ Status Loader::Create(const LoaderOptions& opts, DeviceContext* ctx, std::unique
 #if DT_HAVE_CUDA
   if (ctx->is_cuda()) {
     DT_RETURN_IF_ERROR(CudaStream::Create(&im.copy_stream));
-    for (int i = 0; i < 2; ++i) {
-      DT_RETURN_IF_ERROR(Tensor::Empty(in_shape, in_dtype, ctx->allocator(), &im.dev_inputs[i]));
-      DT_RETURN_IF_ERROR(Tensor::Empty(tgt_shape, DType::kI32, ctx->allocator(), &im.dev_targets[i]));
-      DT_RETURN_IF_ERROR(CudaEvent::Create(&im.h2d_done[i]));
-      DT_RETURN_IF_ERROR(CudaEvent::Create(&im.released[i]));
+    im.dev.resize(static_cast<size_t>(opts.device_buffers));
+    for (Impl::DeviceBuffer& d : im.dev) {
+      DT_RETURN_IF_ERROR(Tensor::Empty(in_shape, in_dtype, ctx->allocator(), &d.inputs));
+      DT_RETURN_IF_ERROR(Tensor::Empty(tgt_shape, DType::kI32, ctx->allocator(), &d.targets));
+      DT_RETURN_IF_ERROR(CudaEvent::Create(&d.h2d_done));
+      DT_RETURN_IF_ERROR(CudaEvent::Create(&d.released));
     }
   }
 #endif
@@ -231,8 +241,8 @@ Status Loader::Start() {
         std::unique_lock<std::mutex> lk(im.mu);
         im.cv_free.wait(lk, [&im] { return im.stop || !im.free_slots.empty(); });
         if (im.stop) return;
-        slot = im.free_slots.back();
-        im.free_slots.pop_back();
+        slot = im.free_slots.front();
+        im.free_slots.pop_front();
         seq = im.next_claim++;
         sampler_.Next(&im.slots[slot].batch);  // sampler order = claim order = delivery order
         im.slots[slot].after = sampler_.state();
@@ -275,6 +285,10 @@ void Loader::Stop() {
   im.ready.clear();
   im.held = -1;
   im.next_claim = im.next_deliver = 0;
+#if DT_HAVE_CUDA
+  im.ahead = -1;  // its copy may still run: the next copy into that buffer queues behind it
+  im.uploaded = im.delivered;
+#endif
 }
 
 Status Loader::Restore(const SamplerState& state) {
@@ -284,61 +298,116 @@ Status Loader::Restore(const SamplerState& state) {
   return Start();
 }
 
+Status Loader::TakeReady(bool block, int* slot) {
+  Impl& im = *impl_;
+  *slot = -1;
+  std::unique_lock<std::mutex> lk(im.mu);
+  if (block) {
+    im.cv_ready.wait(lk, [&im] { return !im.error.ok() || im.stop || im.ready.count(im.next_deliver) > 0; });
+  }
+  auto it = im.ready.find(im.next_deliver);
+  if (it == im.ready.end()) {
+    if (!block) return Status::OK();  // not decoded yet (or a reader failed: the blocking call says so)
+    if (!im.error.ok()) return im.error;
+    return Status::Aborted("loader: stopped");
+  }
+  *slot = it->second;
+  im.ready.erase(it);
+  ++im.next_deliver;
+  return Status::OK();
+}
+
+void Loader::FreeSlot(int slot) {
+  Impl& im = *impl_;
+  std::lock_guard<std::mutex> lk(im.mu);
+  im.free_slots.push_back(slot);
+  im.cv_free.notify_one();
+}
+
+#if DT_HAVE_CUDA
+Status Loader::Upload(int slot) {
+  Impl& im = *impl_;
+  Impl::DeviceBuffer& d = im.dev[static_cast<size_t>(im.uploaded % static_cast<int64_t>(im.dev.size()))];
+  const cudaStream_t copy = im.copy_stream.get();
+  if (d.released_recorded) DT_RETURN_IF_ERROR(d.released.Block(copy));  // its last batch's readers were queued
+  LoaderSlot& s = im.slots[slot];
+  DT_RETURN_IF_ERROR(d.inputs.CopyFrom(s.inputs, copy));
+  DT_RETURN_IF_ERROR(d.targets.CopyFrom(s.targets, copy));
+  DT_RETURN_IF_ERROR(s.copied.Record(copy));
+  s.copy_pending = true;  // read by the next reader of this slot, after the mutex hand-off
+  DT_RETURN_IF_ERROR(d.h2d_done.Record(copy));
+  ++im.uploaded;
+  return Status::OK();
+}
+#endif
+
 Status Loader::Next(Batch* b) {
   const auto t0 = std::chrono::steady_clock::now();
   Impl& im = *impl_;
+  if (im.held >= 0) {  // the previous batch is released (its pinned slot may be refilled)
+    FreeSlot(im.held);
+    im.held = -1;
+  }
   int slot = -1;
-  {
-    std::unique_lock<std::mutex> lk(im.mu);
-    if (im.held >= 0) {  // the previous batch is released (its pinned slot may be refilled)
-      im.free_slots.push_back(im.held);
-      im.held = -1;
-      im.cv_free.notify_one();
+#if DT_HAVE_CUDA
+  if (ctx_->is_cuda()) {
+    // Device sync points, no host wait: (1) the batch handed out device_buffers - 1 calls ago has had its compute
+    // work queued by now (the validity contract), so its buffer's release is recorded here; (2) a copy waits for
+    // the release of the buffer it overwrites; (3) the compute stream waits for the copy of what it gets, unless
+    // that copy has already finished.
+    const cudaStream_t compute = ctx_->stream();
+    const int64_t n = static_cast<int64_t>(im.dev.size());
+    if (im.delivered + 1 >= n) {
+      Impl::DeviceBuffer& old = im.dev[static_cast<size_t>((im.delivered + 1) % n)];
+      DT_RETURN_IF_ERROR(old.released.Record(compute));
+      old.released_recorded = true;
     }
-    im.cv_ready.wait(lk, [&im] { return !im.error.ok() || im.stop || im.ready.count(im.next_deliver) > 0; });
-    if (!im.error.ok()) return im.error;
-    if (im.ready.count(im.next_deliver) == 0) return Status::Aborted("loader: stopped");
-    slot = im.ready[im.next_deliver];
-    im.ready.erase(im.next_deliver++);
-    im.held = slot;
+    if (im.ahead >= 0) {
+      slot = im.ahead;
+      im.ahead = -1;
+    } else {
+      DT_RETURN_IF_ERROR(TakeReady(/*block=*/true, &slot));
+      DT_RETURN_IF_ERROR(Upload(slot));
+    }
+    Impl::DeviceBuffer& d = im.dev[static_cast<size_t>(im.delivered % n)];
+    bool copied = false;  // normally true: the copy was queued a step ago
+    DT_RETURN_IF_ERROR(d.h2d_done.Done(&copied));
+    if (!copied) DT_RETURN_IF_ERROR(d.h2d_done.Block(compute));
+    b->inputs = d.inputs;
+    b->targets = d.targets;
+    ++im.delivered;
+  }
+#endif
+  if (!ctx_->is_cuda()) {
+    DT_RETURN_IF_ERROR(TakeReady(/*block=*/true, &slot));
+    b->inputs = im.slots[slot].inputs;
+    b->targets = im.slots[slot].targets;
   }
   LoaderSlot& s = im.slots[slot];
   b->epoch = s.batch.epoch;
   b->position = s.batch.position;
   b->num_real = s.batch.num_real;
   b->indices = s.batch.indices;
-  if (sample_log_) DT_RETURN_IF_ERROR(sample_log_->Append(b->epoch, b->position, b->indices, b->num_real));
-  if (!ctx_->is_cuda()) {
-    b->inputs = s.inputs;
-    b->targets = s.targets;
-  }
-#if DT_HAVE_CUDA
+  state_ = s.after;
+  // On the CPU the batch is a view of the slot: it is freed at the next call. On CUDA the batch is on the device;
+  // the slot goes back now (a reader refilling it first waits for its copy).
   if (ctx_->is_cuda()) {
-    // Sync points, all on the device (no host wait):
-    // 1. the batch handed out by the previous Next() is released: compute work reading its device
-    //    buffer has been enqueued by now, so an event recorded here marks its end;
-    // 2. the copy stream waits for the release of the buffer it overwrites (two batches ago);
-    // 3. the compute stream waits for the copy into it.
-    const cudaStream_t compute = ctx_->stream(), copy = im.copy_stream.get();
-    if (im.delivered > 0) {
-      const int prev = static_cast<int>((im.delivered - 1) % 2);
-      DT_RETURN_IF_ERROR(im.released[prev].Record(compute));
-      im.released_recorded[prev] = true;
+    FreeSlot(slot);
+  } else {
+    im.held = slot;
+  }
+  if (sample_log_) DT_RETURN_IF_ERROR(sample_log_->Append(b->epoch, b->position, b->indices, b->num_real));
+#if DT_HAVE_CUDA
+  // The next batch's copy, queued now when it is decoded: it runs while the GPU works on this one.
+  if (ctx_->is_cuda()) {
+    int next = -1;
+    DT_RETURN_IF_ERROR(TakeReady(/*block=*/false, &next));
+    if (next >= 0) {
+      DT_RETURN_IF_ERROR(Upload(next));
+      im.ahead = next;
     }
-    const int d = static_cast<int>(im.delivered % 2);
-    if (im.released_recorded[d]) DT_RETURN_IF_ERROR(im.released[d].Block(copy));
-    DT_RETURN_IF_ERROR(im.dev_inputs[d].CopyFrom(s.inputs, copy));
-    DT_RETURN_IF_ERROR(im.dev_targets[d].CopyFrom(s.targets, copy));
-    DT_RETURN_IF_ERROR(s.copied.Record(copy));
-    s.copy_pending = true;  // read by the next reader of this slot, after the mutex hand-off
-    DT_RETURN_IF_ERROR(im.h2d_done[d].Record(copy));
-    DT_RETURN_IF_ERROR(im.h2d_done[d].Block(compute));
-    b->inputs = im.dev_inputs[d];
-    b->targets = im.dev_targets[d];
-    ++im.delivered;
   }
 #endif
-  state_ = s.after;
   b->wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++stats_.batches;
   stats_.wait_seconds += b->wait_seconds;

@@ -10,12 +10,17 @@
 //   2. It preads each record, decodes it (images: (p/255 - mean)/std as f32, then the optional
 //      augmentation; tokens: i32 inputs tok[0, L-1) and targets tok[1, L)) into the slot.
 //   3. Next() hands out batches strictly in sampler order, whichever thread finished first.
-//      On the CPU the batch tensors are views of the pinned slot. On CUDA, Next() enqueues the H2D
-//      copy on the loader's own copy stream into one of two device buffers, records an event, and
-//      makes the context's compute stream wait on it (cudaStreamWaitEvent: no host sync). The copy
-//      stream first waits for the compute work that used the device buffer two batches ago, and a
-//      reader synchronises on a slot's copy event before refilling that slot.
-// Batch tensors are valid until the next call of Next() or Restore().
+//      On the CPU the batch tensors are views of the pinned slot, valid until the next Next() or Restore().
+//      On CUDA the batch is copied (H2D, on the loader's own copy stream) into one of `device_buffers` device
+//      buffers used in rotation, and the context's compute stream waits on the copy's event (cudaStreamWaitEvent:
+//      no host sync). The copy is issued one batch ahead: when Next() hands out batch k and batch k+1 is
+//      already decoded, k+1's copy is queued at once, so it runs while the GPU computes on batch k. The buffer a
+//      copy overwrites was last handed out device_buffers batches earlier; the copy stream first waits for the
+//      compute work the consumer had queued on it by the time it asked for the batch that followed it by
+//      device_buffers - 1. So on CUDA a batch's tensors stay valid (fixed addresses, unchanged contents) until the
+//      (device_buffers - 1)-th later call of Next(): a CUDA-graph step of A micro-batches takes A batches before
+//      queueing any work on them and needs device_buffers >= A + 1. A reader synchronises on a slot's copy event
+//      before refilling that slot.
 //
 // Determinism. The sequence of batches depends only on the sampler state and options, never on
 // thread timing; augmentation draws from SplitMix64 seeded by (seed, epoch, sample index).
@@ -66,6 +71,7 @@ struct LoaderOptions {
   RemainderPolicy remainder = RemainderPolicy::kDrop;
   int num_threads = 4;            // reader threads, >= 1
   int prefetch_depth = 4;         // batches decoded ahead of the consumer, >= 1
+  int device_buffers = 2;         // CUDA: device batch buffers used in rotation (see Next), in [2, 64]
   bool verify_checksums = false;  // read every shard whole at Create (Dataset::Verify)
   ImageAugment augment;           // optional; images only
   std::string sample_log;         // debug/test: record each delivered batch's samples in this file (data/sample_log.h)
@@ -89,15 +95,15 @@ struct LoaderStats {
 class Loader {
  public:
   // Opens the dataset (every shard checked, see Dataset::Open), builds the sampler, allocates the
-  // pinned pool (and on CUDA the copy stream, events and two device batches) and starts the readers.
+  // pinned pool (and on CUDA the copy stream, events and the device batches) and starts the readers.
   // `ctx` must outlive the loader. InvalidArgument for bad options; errors of Dataset::Open.
   static Status Create(const LoaderOptions& opts, DeviceContext* ctx, std::unique_ptr<Loader>* out);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  // The next batch in sampler order (blocking while it is being read). On error (a reader failed)
-  // returns that error, now and on every later call.
+  // The next batch in sampler order (blocking while it is being read); how long its tensors stay valid: see the
+  // file comment. On error (a reader failed) returns that error, now and on every later call.
   Status Next(Batch* b);
 
   // Position after the last batch returned by Next(): restoring it continues right after it.
@@ -114,6 +120,10 @@ class Loader {
   Loader() = default;
   Status Start();  // launches the reader threads on the current sampler position
   void Stop();     // stops and joins them; drops prefetched batches
+  // The slot of the next batch in sampler order (waiting for it when `block`; else -1 when it is not decoded yet).
+  Status TakeReady(bool block, int* slot);
+  void FreeSlot(int slot);
+  Status Upload(int slot);  // CUDA: queues the slot's copy into the next device buffer
 
   LoaderOptions opts_;
   DeviceContext* ctx_ = nullptr;

@@ -7,9 +7,34 @@
 
 namespace dtrain::runtime {
 
+// One graph and the input addresses it reads (inputs, targets of each micro-batch, in order).
+struct StepGraph::Captured {
+  std::vector<const void*> addresses;
+#if DT_HAVE_CUDA
+  std::unique_ptr<CudaGraph> graph;
+#endif
+};
+
+namespace {
+
+std::vector<const void*> Addresses(const std::vector<StepGraph::MicroBatch>& batches) {
+  std::vector<const void*> a;
+  for (const auto& b : batches) {
+    a.push_back(b.inputs.data());
+    a.push_back(b.targets.data());
+  }
+  return a;
+}
+
+}  // namespace
+
 std::string StepGraph::Blocker(const proto::Config& cfg, const DeviceContext& ctx, const ParameterUpdater& updater) {
   if (!ctx.is_cuda()) return "CPU run";
   if (!cfg.train().cuda_graphs()) return "train.cuda_graphs is false";
+  if (cfg.train().grad_accum_steps() > kMaxAccum) {
+    return "train.grad_accum_steps " + std::to_string(cfg.train().grad_accum_steps()) + " is above " +
+           std::to_string(kMaxAccum) + " (a graphed step keeps every micro-batch in its own device buffer)";
+  }
 #if !DT_HAVE_CUDA
   return "built without CUDA";
 #else
@@ -17,45 +42,67 @@ std::string StepGraph::Blocker(const proto::Config& cfg, const DeviceContext& ct
 #endif
 }
 
-StepGraph::StepGraph(DeviceContext& ctx, int64_t accum) : ctx_(ctx), inputs_(accum), targets_(accum) {}
+StepGraph::StepGraph(DeviceContext& ctx) : ctx_(ctx) {}
 
 StepGraph::~StepGraph() = default;
 
 bool StepGraph::WantStep() {
   if (off_) return false;
-  if (captured() || eager_steps_ >= kEagerSteps) return true;
+  if (!graphs_.empty() || eager_steps_ >= kEagerSteps) return true;
   ++eager_steps_;
   return false;
 }
 
-Status StepGraph::Stage(int64_t m, const Tensor& inputs, const Tensor& targets) {
-  DT_CHECK_ARG(m >= 0 && m < static_cast<int64_t>(inputs_.size()),
-               "StepGraph: micro-batch " << m << " of " << inputs_.size());
-  auto stage = [&](const Tensor& src, Tensor* dst, const char* what) -> Status {
-    if (!dst->defined()) DT_RETURN_IF_ERROR(Tensor::Empty(src.shape(), src.dtype(), ctx_.allocator(), dst));
-    if (src.shape() != dst->shape() || src.dtype() != dst->dtype()) {
-      return Status::InvalidArgument(std::string("CUDA graph step: the batch's ") + what + " " + src.ToString() +
-                                     " differ from the captured " + dst->ToString() +
+Status StepGraph::CheckShapes(const std::vector<MicroBatch>& batches) {
+  if (shapes_.empty()) {
+    shapes_ = batches;
+    return Status::OK();
+  }
+  DT_CHECK_ARG(batches.size() == shapes_.size(),
+               "CUDA graph step: " << batches.size() << " micro-batches, the captured step has " << shapes_.size());
+  auto same = [](const Tensor& a, const Tensor& b) { return a.shape() == b.shape() && a.dtype() == b.dtype(); };
+  for (size_t m = 0; m < batches.size(); ++m) {
+    const MicroBatch& b = batches[m];
+    const MicroBatch& c = shapes_[m];
+    if (!same(b.inputs, c.inputs) || !same(b.targets, c.targets)) {
+      return Status::InvalidArgument("CUDA graph step: micro-batch " + std::to_string(m) + " is " +
+                                     b.inputs.ToString() + " / " + b.targets.ToString() + ", the captured step's " +
+                                     c.inputs.ToString() + " / " + c.targets.ToString() +
                                      " (training batches must keep one shape; set train.cuda_graphs: false)");
     }
-    return dst->CopyFrom(src, ctx_.stream());
-  };
-  DT_RETURN_IF_ERROR(stage(inputs, &inputs_[m], "inputs"));
-  return stage(targets, &targets_[m], "targets");
+  }
+  return Status::OK();
 }
 
-Status StepGraph::Run(const std::function<Status()>& body, std::string* off_reason) {
+Status StepGraph::Run(const std::vector<MicroBatch>& batches, const Body& body, bool* captured,
+                      std::string* off_reason) {
+  *captured = false;
   off_reason->clear();
+  DT_RETURN_IF_ERROR(CheckShapes(batches));
 #if DT_HAVE_CUDA
-  if (graph_ == nullptr) {
-    const Status st = CudaGraph::Capture(ctx_.stream(), ctx_.device_allocator(), body, &graph_);
-    if (!st.ok()) {
-      off_ = true;
-      *off_reason = st.message();
-      return body();  // nothing of the failed capture was queued: this step runs eagerly
-    }
+  const std::vector<const void*> key = Addresses(batches);
+  for (const Captured& g : graphs_) {
+    if (g.addresses == key) return g.graph->Launch(ctx_.stream());
   }
-  return graph_->Launch(ctx_.stream());
+  if (graphs_.size() == kMaxGraphs) {
+    Reset();  // their held memory back to the cache
+    off_ = true;
+    *off_reason = "the step's inputs came from more than " + std::to_string(kMaxGraphs) +
+                  " different device buffers (one graph each)";
+    return body(batches);
+  }
+  if (pool_ == nullptr) pool_ = std::make_shared<CudaGraphPool>(ctx_.device_allocator());
+  Captured g;
+  g.addresses = key;
+  const Status st = CudaGraph::Capture(ctx_.stream(), pool_, [&] { return body(batches); }, &g.graph);
+  if (!st.ok()) {
+    off_ = true;
+    *off_reason = st.message();
+    return body(batches);  // nothing of the failed capture was queued: this step runs eagerly
+  }
+  graphs_.push_back(std::move(g));
+  *captured = true;
+  return graphs_.back().graph->Launch(ctx_.stream());
 #else
   (void)body;
   return Status::Unavailable("StepGraph: built without CUDA");
@@ -63,23 +110,25 @@ Status StepGraph::Run(const std::function<Status()>& body, std::string* off_reas
 }
 
 void StepGraph::Reset() {
-#if DT_HAVE_CUDA
-  graph_.reset();
-#endif
+  graphs_.clear();
+  pool_.reset();  // the graphs synchronized with their last replays: the blocks go back to the cache
+  shapes_.clear();
   eager_steps_ = 0;
 }
 
-bool StepGraph::captured() const {
-#if DT_HAVE_CUDA
-  return graph_ != nullptr;
-#else
-  return false;
-#endif
-}
+size_t StepGraph::num_graphs() const { return graphs_.size(); }
 
 size_t StepGraph::num_nodes() const {
 #if DT_HAVE_CUDA
-  return graph_ != nullptr ? graph_->num_nodes() : 0;
+  return graphs_.empty() ? 0 : graphs_.back().graph->num_nodes();
+#else
+  return 0;
+#endif
+}
+
+size_t StepGraph::held_bytes() const {
+#if DT_HAVE_CUDA
+  return pool_ == nullptr ? 0 : pool_->bytes();
 #else
   return 0;
 #endif

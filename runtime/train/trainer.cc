@@ -104,7 +104,7 @@ Status Trainer::Setup() {
               updater_->placement());
   const std::string graph_blocker = StepGraph::Blocker(cfg_, ctx_, *updater_);
   if (graph_blocker.empty()) {
-    step_graph_ = std::make_unique<StepGraph>(ctx_, accum);
+    step_graph_ = std::make_unique<StepGraph>(ctx_);
   } else if (ctx_.is_cuda() && rank_ == 0) {
     DT_LOG_INFO(kRuntime, "CUDA graphs off: {}", graph_blocker);
   }
@@ -219,40 +219,45 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
 Status Trainer::GraphedStep(int64_t step, double* data_seconds) {
   const int64_t accum = cfg_.train().grad_accum_steps();
   DT_RETURN_IF_ERROR(phases_->Switch(kPhaseData));
-  for (int64_t m = 0; m < accum; ++m) {
+  // The graph reads the micro-batches in the loader's device buffers (they stay put for 2 * accum - 1 more batches:
+  // SetupData), no staging copy.
+  std::vector<StepGraph::MicroBatch> batches(static_cast<size_t>(accum));
+  for (StepGraph::MicroBatch& mb : batches) {
     data::Batch batch;
     DT_RETURN_IF_ERROR(NextBatch(&batch));
     *data_seconds += batch.wait_seconds;
-    DT_RETURN_IF_ERROR(step_graph_->Stage(m, batch.inputs, batch.targets));
+    mb = {batch.inputs, batch.targets};
   }
   // One phase for the whole replay: forward, backward and the optimizer are inside the graph.
   DT_RETURN_IF_ERROR(phases_->Switch(kPhaseCompute));
   last_lr_ = StepLr(step);
   DT_RETURN_IF_ERROR(updater_->StageStep(last_lr_));
   // The step's device work, as TrainStep queues it eagerly (no loss scaler here: see StepGraph::Blocker).
-  auto body = [&]() -> Status {
+  auto body = [&](const std::vector<StepGraph::MicroBatch>& mbs) -> Status {
     DT_RETURN_IF_ERROR(model_->grads().SetZero(ctx_.stream()));
-    for (int64_t m = 0; m < accum; ++m) {
+    for (size_t m = 0; m < mbs.size(); ++m) {
       Tensor x;
-      DT_RETURN_IF_ERROR(model_->InputsFromBatch(step_graph_->inputs(m), &x));
-      DT_RETURN_IF_ERROR(model_->Forward(x, step_graph_->targets(m)));
+      DT_RETURN_IF_ERROR(model_->InputsFromBatch(mbs[m].inputs, &x));
+      DT_RETURN_IF_ERROR(model_->Forward(x, mbs[m].targets));
       DT_RETURN_IF_ERROR(model_->AddMeanLoss(ctx_, 1.0f / static_cast<float>(accum), &loss_acc_));
       models::GradReadyFn on_ready;
-      if (m + 1 == accum) on_ready = [this](int i) { return updater_->OnGradReady(i); };
+      if (m + 1 == mbs.size()) on_ready = [this](int i) { return updater_->OnGradReady(i); };
       DT_RETURN_IF_ERROR(model_->Backward(1.0f / static_cast<float>(accum), on_ready));
     }
     DT_RETURN_IF_ERROR(updater_->Finalize());
     return updater_->ApplyStep();
   };
-  const bool first = !step_graph_->captured();
+  bool captured = false;
   std::string off_reason;
-  DT_RETURN_IF_ERROR(step_graph_->Run(body, &off_reason));
+  DT_RETURN_IF_ERROR(step_graph_->Run(batches, body, &captured, &off_reason));
   if (!off_reason.empty()) {
     DT_LOG_WARN(kRuntime, "CUDA graphs off for this run (rank {}): capturing step {} failed: {}; steps run eagerly",
                 rank_, step + 1, off_reason);
-  } else if (first && rank_ == 0) {
-    DT_LOG_INFO(kRuntime, "CUDA graph: step {} captured ({} nodes); later steps replay it", step + 1,
-                step_graph_->num_nodes());
+  } else if (captured && rank_ == 0) {
+    DT_LOG_INFO(kRuntime,
+                "CUDA graph: step {} captured ({} nodes; graph {} for the loader's rotating input buffers, {:.1f} MiB "
+                "held by all); later steps replay it",
+                step + 1, step_graph_->num_nodes(), step_graph_->num_graphs(), step_graph_->held_bytes() / 1048576.0);
   }
   return phases_->EndStep();
 }

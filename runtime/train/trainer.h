@@ -93,7 +93,7 @@ class Trainer {
   Status Setup();
   Status RunLoop(TrainSummary* summary);  // Run() without the start/end metrics records
   Status TrainStep(int64_t step, double* data_seconds);
-  // TrainStep through the step's CUDA graph (step_graph_): stage the micro-batches, replay (or capture).
+  // TrainStep through the step's CUDA graphs (step_graph_): take the micro-batches, replay (or capture).
   Status GraphedStep(int64_t step, double* data_seconds);
   Status Evaluate(double* loss, double* accuracy);
 

@@ -107,8 +107,10 @@ Status Trainer::SetupData() {
     }
     const auto& g = cfg_.model().gpt2();
     synthetic_ = std::make_unique<data::SyntheticTokens>();
+    // 2 * accum distinct batches: a graphed step starts at one of two input sets, as with the loader's buffers.
+    const int distinct = static_cast<int>(2 * std::min<int64_t>(accum, StepGraph::kMaxAccum));
     DT_RETURN_IF_ERROR(data::SyntheticTokens::Create(ctx_, d.batch_size(), g.max_seq_len(), g.vocab_size(),
-                                                     cfg_.train().seed() + rank_, /*distinct=*/8, synthetic_.get()));
+                                                     cfg_.train().seed() + rank_, distinct, synthetic_.get()));
     return Status::OK();
   }
   data::LoaderOptions lo;
@@ -120,6 +122,9 @@ Status Trainer::SetupData() {
   lo.remainder = d.remainder() == "pad" ? data::RemainderPolicy::kPad : data::RemainderPolicy::kDrop;
   lo.num_threads = static_cast<int>(d.workers());
   lo.prefetch_depth = static_cast<int>(d.prefetch());
+  // A graphed step takes all its micro-batches before queueing work on them (runtime/train/step_graph.h): they must
+  // stay in the device buffers meanwhile, and 2 * accum buffers make every step start at one of two buffer sets.
+  lo.device_buffers = static_cast<int>(2 * std::min<int64_t>(accum, StepGraph::kMaxAccum));
   if (d.augment()) lo.augment = data::RandomCropFlip(/*pad=*/4, /*hflip=*/true, /*fill=*/0.f);
   lo.sample_log = SampleLogPath(rank_);
   DT_RETURN_IF_ERROR(ResolveDataset(d, /*train=*/true, &lo.dataset_dir));
@@ -137,6 +142,7 @@ Status Trainer::SetupData() {
     eo.augment = nullptr;
     eo.sample_log.clear();
     eo.num_threads = std::max<int>(1, lo.num_threads / 2);
+    eo.device_buffers = 2;  // evaluation queues each batch's work before taking the next
     DT_RETURN_IF_ERROR(data::Loader::Create(eo, &ctx_, &eval_loader_).WithContext("evaluation data"));
   }
 

@@ -317,10 +317,15 @@ TEST(LoaderTest, BadOptionsAndMissingDataset) {
   EXPECT_EQ(Loader::Create(o, ctx.get(), &l).code(), Status::Code::kInvalidArgument);
   o.num_threads = 1;
   o.world = 3;  // 10 samples make no global batch of 12 under kDrop
-  const Status st = Loader::Create(o, ctx.get(), &l);
+  Status st = Loader::Create(o, ctx.get(), &l);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(st.message().find(dir.path()), std::string::npos) << st.ToString();
   o.world = 1;
+  o.device_buffers = 1;
+  st = Loader::Create(o, ctx.get(), &l);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("device_buffers 1"), std::string::npos) << st.ToString();
+  o.device_buffers = 2;
   o.dataset_dir = dir.File("missing");
   EXPECT_EQ(Loader::Create(o, ctx.get(), &l).code(), Status::Code::kNotFound);
 }
@@ -348,6 +353,49 @@ TEST_F(FashionLoaderTest, CudaBatchesEqualCpuBatches) {
     ASSERT_TRUE(gpu->Synchronize().ok());
     EXPECT_EQ(0, std::memcmp(host_in.data(), c.inputs.data(), c.inputs.nbytes())) << "step " << step;
     EXPECT_EQ(0, std::memcmp(host_tg.data(), c.targets.data(), c.targets.nbytes())) << "step " << step;
+  }
+}
+
+// GPU: with device_buffers = 4 a batch stays valid for 3 later Next() calls (a graphed step of 3 micro-batches takes
+// all of them before queueing work), also across a Restore that drops a batch copied ahead.
+TEST_F(FashionLoaderTest, CudaDeviceBuffersHoldBatchesForTheContractedCalls) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the H2D copy-stream path needs a GPU";
+  std::unique_ptr<DeviceContext> gpu;
+  ASSERT_TRUE(DeviceContext::CreateCuda(0, &gpu).ok());
+  auto cpu = Cpu();
+  LoaderOptions o = Opts();
+  o.device_buffers = 4;
+  std::unique_ptr<Loader> lg, lc;
+  ASSERT_TRUE(Loader::Create(o, gpu.get(), &lg).ok());
+  ASSERT_TRUE(Loader::Create(o, cpu.get(), &lc).ok());
+  SamplerState mark;
+  for (int group = 0; group < 12; ++group) {
+    if (group == 6) {  // back to where group 4 started: the batch copied ahead is dropped
+      ASSERT_TRUE(lg->Restore(mark).ok());
+      ASSERT_TRUE(lc->Restore(mark).ok());
+    }
+    if (group == 4) mark = lg->state();
+    Batch g[3];
+    for (Batch& b : g) ASSERT_TRUE(lg->Next(&b).ok());
+    // Only now is work queued on the three batches: copies to the host on the compute stream.
+    std::vector<std::vector<float>> in(3);
+    std::vector<std::vector<int32_t>> tg(3);
+    for (int i = 0; i < 3; ++i) {
+      in[i].resize(static_cast<size_t>(g[i].inputs.numel()));
+      tg[i].resize(static_cast<size_t>(g[i].targets.numel()));
+      Tensor hi = Tensor::Wrap(in[i].data(), g[i].inputs.shape(), DType::kF32, DeviceType::kCPU);
+      Tensor ht = Tensor::Wrap(tg[i].data(), g[i].targets.shape(), DType::kI32, DeviceType::kCPU);
+      ASSERT_TRUE(hi.CopyFrom(g[i].inputs, gpu->stream()).ok());
+      ASSERT_TRUE(ht.CopyFrom(g[i].targets, gpu->stream()).ok());
+    }
+    ASSERT_TRUE(gpu->Synchronize().ok());
+    for (int i = 0; i < 3; ++i) {
+      Batch c;
+      ASSERT_TRUE(lc->Next(&c).ok());
+      ASSERT_EQ(g[i].indices, c.indices) << "group " << group << " batch " << i;
+      EXPECT_EQ(0, std::memcmp(in[i].data(), c.inputs.data(), c.inputs.nbytes())) << "group " << group << " " << i;
+      EXPECT_EQ(0, std::memcmp(tg[i].data(), c.targets.data(), c.targets.nbytes())) << "group " << group << " " << i;
+    }
   }
 }
 

@@ -631,7 +631,7 @@ TEST(AttentionCuda, CudnnReplaysInACudaGraph) {
     DT_ASSERT_OK(gpu->Synchronize());
     std::unique_ptr<CudaGraph> graph;
     DT_ASSERT_OK(CudaGraph::Capture(
-        gpu->stream(), gpu->device_allocator(),
+        gpu->stream(), std::make_shared<CudaGraphPool>(gpu->device_allocator()),
         [&]() -> Status {
           DT_RETURN_IF_ERROR(
               CudnnAttentionForward(*gpu, dt, tout.data(), tlse.data<float>(), tqkv.data(), s.b, s.t, s.nh, s.hs));

@@ -2,10 +2,11 @@
 // with train.cuda_graphs false. Where the kernels are the same in both runs the parameters after N steps must be
 // equal bit for bit (the graph replays the eager kernels; the optimizer's staged constants are the argument path's):
 // the MLP (cuBLASLt GEMMs), GPT-2 bf16 with gradient accumulation and dtrain's deterministic flash attention.
-// Across an epoch's evaluation the graph is dropped and captured again. cuDNN picks its convolution and attention
-// algorithms per process (and their backward may sum in a varying order), so the fp32 CNN and GPT-2 with cuDNN
-// attention are compared within a tolerance; the bf16 CNN's graph-API plans are fixed by heuristics: bit for bit. fp16
-// (host-side loss scaling) stays eager and says why. GPU only.
+// The step reads its micro-batches where the loader put them: one graph per set of the loader's rotating device
+// buffers, also with gradient accumulation. Across an epoch's evaluation the graphs are dropped and captured again.
+// cuDNN picks its convolution and attention algorithms per process (and their backward may sum in a varying order),
+// so the fp32 CNN and GPT-2 with cuDNN attention are compared within a tolerance; the bf16 CNN's graph-API plans are
+// fixed by heuristics: bit for bit. fp16 (host-side loss scaling) stays eager and says why. GPU only.
 
 #include <gtest/gtest.h>
 
@@ -85,8 +86,25 @@ TEST(StepGraphE2E, MlpGraphedEqualsEagerBitwiseAcrossAnEpoch) {
   const std::string run = kConfigs + "fashion_mnist_mlp.yaml --set train.max_steps=1000 --set train.log_every=100";
   const std::string out = Train("", run, true, dir.path() + "/graph");
   Train("", run, false, dir.path() + "/eager");
+  // One graph per set of the loader's device buffers: steps 3 and 4 read the two buffers.
   EXPECT_EQ(Count(out, "CUDA graph: step 3 captured"), 1) << out;
-  EXPECT_GE(Count(out, "captured ("), 2) << "no new capture after the epoch's evaluation\n" << out;
+  EXPECT_EQ(Count(out, "CUDA graph: step 4 captured"), 1) << out;
+  EXPECT_EQ(Count(out, "graph 3 for"), 0) << out;
+  EXPECT_GE(Count(out, "captured ("), 4) << "no new captures after the epoch's evaluation\n" << out;
+  ExpectBitwiseEqual(dir.path() + "/graph", dir.path() + "/eager");
+}
+
+// Three micro-batches a step from the loader: the graphed step takes all three before queueing any work on them
+// (the loader keeps 6 device buffers), and steps alternate between two buffer sets.
+TEST(StepGraphE2E, MlpGraphedEqualsEagerBitwiseWithOddAccumulation) {
+  DT_SKIP_WITHOUT_GPU();
+  TempDir dir;
+  const std::string run = kConfigs + "fashion_mnist_mlp.yaml --set train.max_steps=300 --set train.grad_accum_steps=3";
+  const std::string out = Train("", run, true, dir.path() + "/graph");
+  Train("", run, false, dir.path() + "/eager");
+  EXPECT_EQ(Count(out, "CUDA graph: step 3 captured"), 1) << out;
+  EXPECT_EQ(Count(out, "CUDA graph: step 4 captured"), 1) << out;
+  EXPECT_EQ(Count(out, "graph 3 for"), 0) << out;
   ExpectBitwiseEqual(dir.path() + "/graph", dir.path() + "/eager");
 }
 
