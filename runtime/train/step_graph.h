@@ -42,7 +42,7 @@ class StepGraph {
   // Eager steps after the start and after each Reset() before a capture.
   static constexpr int64_t kEagerSteps = 2;
   // Graphs kept at once: one per input buffer set. The trainer gives the loader 2 * accum device buffers (and
-  // synthetic data 2 * accum batches), so a step's micro-batches come from one of two sets.
+  // synthetic data as many buffers), so a step's micro-batches come from one of two sets.
   static constexpr size_t kMaxGraphs = 4;
   // Above this train.grad_accum_steps the step is not graphed (the loader would need too many device buffers).
   static constexpr int64_t kMaxAccum = 32;

@@ -79,6 +79,13 @@ void ExpectBitwiseEqual(const std::string& a, const std::string& b) {
 #define DT_SKIP_WITHOUT_GPU() \
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the CUDA graph step needs a GPU"
 
+// One graph per set of the loader's device buffers: steps 3 and 4 read the two sets, no third graph follows.
+void ExpectTwoGraphs(const std::string& out) {
+  EXPECT_EQ(Count(out, "CUDA graph: step 3 captured"), 1) << out;
+  EXPECT_EQ(Count(out, "CUDA graph: step 4 captured"), 1) << out;
+  EXPECT_EQ(Count(out, "graph 3 for"), 0) << out;
+}
+
 // 1000 MLP steps cross the end of epoch 1 (937 steps of 64): the evaluation drops the graph, a new one follows.
 TEST(StepGraphE2E, MlpGraphedEqualsEagerBitwiseAcrossAnEpoch) {
   DT_SKIP_WITHOUT_GPU();
@@ -86,10 +93,7 @@ TEST(StepGraphE2E, MlpGraphedEqualsEagerBitwiseAcrossAnEpoch) {
   const std::string run = kConfigs + "fashion_mnist_mlp.yaml --set train.max_steps=1000 --set train.log_every=100";
   const std::string out = Train("", run, true, dir.path() + "/graph");
   Train("", run, false, dir.path() + "/eager");
-  // One graph per set of the loader's device buffers: steps 3 and 4 read the two buffers.
-  EXPECT_EQ(Count(out, "CUDA graph: step 3 captured"), 1) << out;
-  EXPECT_EQ(Count(out, "CUDA graph: step 4 captured"), 1) << out;
-  EXPECT_EQ(Count(out, "graph 3 for"), 0) << out;
+  ExpectTwoGraphs(out);
   EXPECT_GE(Count(out, "captured ("), 4) << "no new captures after the epoch's evaluation\n" << out;
   ExpectBitwiseEqual(dir.path() + "/graph", dir.path() + "/eager");
 }
@@ -102,9 +106,7 @@ TEST(StepGraphE2E, MlpGraphedEqualsEagerBitwiseWithOddAccumulation) {
   const std::string run = kConfigs + "fashion_mnist_mlp.yaml --set train.max_steps=300 --set train.grad_accum_steps=3";
   const std::string out = Train("", run, true, dir.path() + "/graph");
   Train("", run, false, dir.path() + "/eager");
-  EXPECT_EQ(Count(out, "CUDA graph: step 3 captured"), 1) << out;
-  EXPECT_EQ(Count(out, "CUDA graph: step 4 captured"), 1) << out;
-  EXPECT_EQ(Count(out, "graph 3 for"), 0) << out;
+  ExpectTwoGraphs(out);
   ExpectBitwiseEqual(dir.path() + "/graph", dir.path() + "/eager");
 }
 
