@@ -147,9 +147,11 @@ void CudaCachingAllocator::BeginCapture(std::vector<Block> pool) {
   capture_thread_ = std::this_thread::get_id();
   captured_.clear();
   capture_free_.clear();
+  capture_pool_.clear();
   for (const auto& [block, size] : pool) {
     captured_.insert(block);
     capture_free_.emplace(size, block);
+    capture_pool_.push_back(block);
   }
   foreign_frees_ = 0;
 }
@@ -161,9 +163,18 @@ Status CudaCachingAllocator::EndCapture(std::vector<Block>* held) {
   capture_free_.clear();
   capturing_ = false;
   captured_.clear();
-  if (foreign_frees_ == 0) return Status::OK();
-  return Status::FailedPrecondition("the captured work freed " + std::to_string(foreign_frees_) +
-                                    " device block(s) allocated before the capture (a replay would write them)");
+  int64_t kept = 0;  // pool blocks still allocated: the pool's other graphs replay into them
+  for (void* block : capture_pool_) kept += live_blocks_.count(block);
+  capture_pool_.clear();
+  if (foreign_frees_ > 0) {
+    return Status::FailedPrecondition("the captured work freed " + std::to_string(foreign_frees_) +
+                                      " device block(s) allocated before the capture (a replay would write them)");
+  }
+  if (kept > 0) {
+    return Status::FailedPrecondition("the captured work kept " + std::to_string(kept) +
+                                      " device block(s) that an earlier graph of its pool replays into");
+  }
+  return Status::OK();
 }
 
 void CudaCachingAllocator::ReleaseHeld(const std::vector<Block>& held) {

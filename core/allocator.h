@@ -81,8 +81,8 @@ class CudaCachingAllocator final : public Allocator {
   // go to a free list of the capture's own, which only the capturing thread allocates from.
   // EndCapture: that free list — the pool's blocks and the captured blocks free again — goes into *held (still counted
   // as reserved); give them back with ReleaseHeld once no graph uses them. FailedPrecondition (held filled anyway)
-  // when the thread freed, during the capture, a block allocated before it: a replay would write memory the cache may
-  // since have handed to someone else.
+  // when the thread freed, during the capture, a block allocated before it, or kept a pool block allocated at the
+  // end: a replay (of this graph, or of the earlier ones) would write memory someone else owns.
   using Block = std::pair<void*, size_t>;  // address, rounded size
   void BeginCapture(std::vector<Block> pool = {});
   Status EndCapture(std::vector<Block>* held);
@@ -101,6 +101,7 @@ class CudaCachingAllocator final : public Allocator {
   std::thread::id capture_thread_;
   std::unordered_set<void*> captured_;  // pool blocks and blocks the capturing thread allocated during the capture
   std::multimap<size_t, void*> capture_free_;  // of those, the free ones (only the capturing thread takes them)
+  std::vector<void*> capture_pool_;            // the pool blocks the capture started with
   int64_t foreign_frees_ = 0;           // blocks it freed during the capture that were allocated before it
 };
 

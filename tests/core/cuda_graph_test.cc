@@ -1,7 +1,8 @@
 // CudaGraph and its memory pool (core/cuda_graph.h) with the caching allocator (core/allocator.h): the blocks a
 // capture allocates and frees stay in the pool (no later allocation and no other thread gets them while a graph
 // lives), a second graph captured into the same pool reuses them instead of holding its own, both replay what they
-// captured, and the blocks go back to the cache with the last graph. GPU only.
+// captured, and the blocks go back to the cache with the last graph; a capture that keeps a block of its pool is
+// refused. GPU only.
 #include <gtest/gtest.h>
 
 #if DT_HAVE_CUDA
@@ -110,6 +111,25 @@ TEST_F(CudaGraphTest, PoolHoldsCaptureBlocksAndSharesThemBetweenGraphs) {
   alloc_->Free(again);
   alloc_->Free(out1);
   alloc_->Free(out2);
+}
+
+// A second capture that keeps a block the first graph replays into would share it with its owner: refused.
+TEST_F(CudaGraphTest, KeepingAPoolBlockFailsTheCapture) {
+  void *out = nullptr, *temp = nullptr, *kept = nullptr;
+  ASSERT_TRUE(alloc_->Allocate(kOut, &out).ok());
+  auto pool = std::make_shared<CudaGraphPool>(alloc_.get());
+  std::unique_ptr<CudaGraph> g1, g2;
+  ASSERT_TRUE(CudaGraph::Capture(stream_, pool, Body(1, out, &temp), &g1).ok());
+  const Status st = CudaGraph::Capture(
+      stream_, pool, [&]() -> Status { return alloc_->Allocate(kTemp, &kept); }, &g2);
+  EXPECT_EQ(kept, temp);
+  EXPECT_EQ(st.code(), Status::Code::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("an earlier graph of its pool"), std::string::npos) << st.ToString();
+  EXPECT_EQ(g2, nullptr);
+  g1.reset();
+  pool.reset();
+  alloc_->Free(kept);
+  alloc_->Free(out);
 }
 
 TEST_F(CudaGraphTest, FreeingABlockFromBeforeTheCaptureFailsIt) {
