@@ -133,8 +133,10 @@ int main(int argc, char** argv) {
       1e6 * (stats1.wait_seconds - stats0.wait_seconds) / static_cast<double>(stats1.batches - stats0.batches));
 
   // The graphed step's host sequence.
-  std::printf("\n| model graph (40 spin kernels) | Switch(data) | Next | Switch(compute) | StageStep | launch | EndStep | "
-              "host total | device step | data share |\n| --- |" " ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf(
+      "\n| model graph (40 spin kernels) | Switch(data) | Next | Switch(compute) | StageStep | launch | EndStep | "
+      "host total | device step | data share |\n| --- |"
+      " ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   std::unique_ptr<dtrain::runtime::StagedArgs> args;
   Ok(dtrain::runtime::StagedArgs::Create(*ctx, 64, &args));
   for (long long step_ns : {20000LL, 80000LL}) {

@@ -102,7 +102,7 @@ class CudaCachingAllocator final : public Allocator {
   std::unordered_set<void*> captured_;  // pool blocks and blocks the capturing thread allocated during the capture
   std::multimap<size_t, void*> capture_free_;  // of those, the free ones (only the capturing thread takes them)
   std::vector<void*> capture_pool_;            // the pool blocks the capture started with
-  int64_t foreign_frees_ = 0;           // blocks it freed during the capture that were allocated before it
+  int64_t foreign_frees_ = 0;                  // blocks it freed during the capture that were allocated before it
 };
 
 }  // namespace dtrain

@@ -17,8 +17,8 @@ size_t CudaGraphPool::bytes() const {
   return n;
 }
 
-Status CudaGraph::Capture(cudaStream_t stream, std::shared_ptr<CudaGraphPool> pool,
-                          const std::function<Status()>& body, std::unique_ptr<CudaGraph>* out) {
+Status CudaGraph::Capture(cudaStream_t stream, std::shared_ptr<CudaGraphPool> pool, const std::function<Status()>& body,
+                          std::unique_ptr<CudaGraph>* out) {
   DT_CHECK_ARG(pool != nullptr, "CudaGraph::Capture: null pool");
   std::unique_ptr<CudaGraph> g(new CudaGraph());  // private constructor
   CudaCachingAllocator* alloc = pool->alloc_;

@@ -35,7 +35,7 @@ struct Loader::Impl {
   std::condition_variable cv_free;   // readers: a slot was freed, or stop
   std::condition_variable cv_ready;  // consumer: a batch is ready, or an error
   std::vector<LoaderSlot> slots;
-  std::deque<int> free_slots;  // oldest first: its copy to the device is the likeliest to be done
+  std::deque<int> free_slots;    // oldest first: its copy to the device is the likeliest to be done
   std::map<int64_t, int> ready;  // batch sequence number -> slot
   int64_t next_claim = 0, next_deliver = 0;
   int held = -1;  // slot of the batch last returned by Next()

@@ -94,7 +94,8 @@ Status StepGraph::Run(const std::vector<MicroBatch>& batches, const Body& body, 
   if (pool_ == nullptr) pool_ = std::make_shared<CudaGraphPool>(ctx_.device_allocator());
   Captured g;
   g.addresses = key;
-  const Status st = CudaGraph::Capture(ctx_.stream(), pool_, [&] { return body(batches); }, &g.graph);
+  const Status st = CudaGraph::Capture(
+      ctx_.stream(), pool_, [&] { return body(batches); }, &g.graph);
   if (!st.ok()) {
     off_ = true;
     *off_reason = st.message();

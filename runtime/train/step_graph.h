@@ -84,11 +84,11 @@ class StepGraph {
   Status CheckShapes(const std::vector<MicroBatch>& batches);
 
   DeviceContext& ctx_;
-  std::vector<Captured> graphs_;     // in capture order
+  std::vector<Captured> graphs_;         // in capture order
   std::shared_ptr<CudaGraphPool> pool_;  // their memory (null until the first capture)
-  std::vector<MicroBatch> shapes_;   // the first captured step's batches (shapes and dtypes are what count)
-  int64_t eager_steps_ = 0;          // since the start or the last Reset
-  bool off_ = false;                 // a capture failed: eager for the rest of the run
+  std::vector<MicroBatch> shapes_;       // the first captured step's batches (shapes and dtypes are what count)
+  int64_t eager_steps_ = 0;              // since the start or the last Reset
+  bool off_ = false;                     // a capture failed: eager for the rest of the run
 };
 
 }  // namespace dtrain::runtime

@@ -6,13 +6,12 @@
 #include <gtest/gtest.h>
 
 #if DT_HAVE_CUDA
-#include "core/cuda_graph.h"
-
 #include <cstdint>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "core/cuda_graph.h"
 #include "core/device_context.h"
 
 namespace dtrain {
@@ -73,14 +72,15 @@ TEST_F(CudaGraphTest, PoolHoldsCaptureBlocksAndSharesThemBetweenGraphs) {
   // Another thread allocating during a capture gets a block of the cache, not the capture's.
   void* from_thread = nullptr;
   auto body3 = Body(3, out2, &temp3);
-  ASSERT_TRUE(CudaGraph::Capture(stream_, pool,
-                                 [&]() -> Status {
-                                   Status st = body3();  // temp3 is free again, in the capture's own list
-                                   std::thread t([&] { st = alloc_->Allocate(kTemp, &from_thread); });
-                                   t.join();
-                                   return st;
-                                 },
-                                 &g3)
+  ASSERT_TRUE(CudaGraph::Capture(
+                  stream_, pool,
+                  [&]() -> Status {
+                    Status st = body3();  // temp3 is free again, in the capture's own list
+                    std::thread t([&] { st = alloc_->Allocate(kTemp, &from_thread); });
+                    t.join();
+                    return st;
+                  },
+                  &g3)
                   .ok());
   EXPECT_EQ(temp3, temp1);
   EXPECT_NE(from_thread, temp1);
