@@ -52,9 +52,8 @@ struct Loader::Impl {
   };
   CudaStream copy_stream;
   std::vector<DeviceBuffer> dev;
-  int64_t uploaded = 0;   // batches whose copy is queued (delivered or delivered + 1)
   int64_t delivered = 0;  // batches handed out
-  int ahead = -1;         // slot of the batch copied ahead of its delivery (uploaded == delivered + 1), or -1
+  int ahead = -1;         // slot of the next batch when its copy is already queued, or -1
 #endif
 };
 
@@ -287,7 +286,6 @@ void Loader::Stop() {
   im.next_claim = im.next_deliver = 0;
 #if DT_HAVE_CUDA
   im.ahead = -1;  // its copy may still run: the next copy into that buffer queues behind it
-  im.uploaded = im.delivered;
 #endif
 }
 
@@ -327,7 +325,8 @@ void Loader::FreeSlot(int slot) {
 #if DT_HAVE_CUDA
 Status Loader::Upload(int slot) {
   Impl& im = *impl_;
-  Impl::DeviceBuffer& d = im.dev[static_cast<size_t>(im.uploaded % static_cast<int64_t>(im.dev.size()))];
+  // Copies are queued only when every handed-out batch has its copy: this one is batch number `delivered`.
+  Impl::DeviceBuffer& d = im.dev[static_cast<size_t>(im.delivered % static_cast<int64_t>(im.dev.size()))];
   const cudaStream_t copy = im.copy_stream.get();
   if (d.released_recorded) DT_RETURN_IF_ERROR(d.released.Block(copy));  // its last batch's readers were queued
   LoaderSlot& s = im.slots[slot];
@@ -336,7 +335,6 @@ Status Loader::Upload(int slot) {
   DT_RETURN_IF_ERROR(s.copied.Record(copy));
   s.copy_pending = true;  // read by the next reader of this slot, after the mutex hand-off
   DT_RETURN_IF_ERROR(d.h2d_done.Record(copy));
-  ++im.uploaded;
   return Status::OK();
 }
 #endif

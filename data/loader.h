@@ -123,7 +123,7 @@ class Loader {
   // The slot of the next batch in sampler order (waiting for it when `block`; else -1 when it is not decoded yet).
   Status TakeReady(bool block, int* slot);
   void FreeSlot(int slot);
-  Status Upload(int slot);  // CUDA: queues the slot's copy into the next device buffer
+  Status Upload(int slot);  // CUDA: queues the slot's copy into the device buffer of batch number `delivered`
 
   LoaderOptions opts_;
   DeviceContext* ctx_ = nullptr;
