@@ -84,23 +84,23 @@ Status StepGraph::Run(const std::vector<MicroBatch>& batches, const Body& body, 
   for (const Captured& g : graphs_) {
     if (g.addresses == key) return g.graph->Launch(ctx_.stream());
   }
-  if (graphs_.size() == kMaxGraphs) {
-    Reset();  // their held memory back to the cache
+  // Graphs off for the rest of the run (their memory back to the cache); this step runs eagerly.
+  auto turn_off = [&](const std::string& why) {
+    Reset();
     off_ = true;
-    *off_reason = "the step's inputs came from more than " + std::to_string(kMaxGraphs) +
-                  " different device buffers (one graph each)";
+    *off_reason = why;
     return body(batches);
+  };
+  if (graphs_.size() == kMaxGraphs) {
+    return turn_off("the step's inputs came from more than " + std::to_string(kMaxGraphs) +
+                    " different device buffers (one graph each)");
   }
   if (pool_ == nullptr) pool_ = std::make_shared<CudaGraphPool>(ctx_.device_allocator());
   Captured g;
   g.addresses = key;
   const Status st = CudaGraph::Capture(
       ctx_.stream(), pool_, [&] { return body(batches); }, &g.graph);
-  if (!st.ok()) {
-    off_ = true;
-    *off_reason = st.message();
-    return body(batches);  // nothing of the failed capture was queued: this step runs eagerly
-  }
+  if (!st.ok()) return turn_off(st.message());  // nothing of the failed capture was queued
   graphs_.push_back(std::move(g));
   *captured = true;
   return graphs_.back().graph->Launch(ctx_.stream());
