@@ -16,6 +16,7 @@
 #   gpt2probe  kernels of a GPT-2 step by total time (ncu) and PyTorch's (torch.profiler)
 #   lnprobe    bench/layernorm_bench (bf16 layer norm at GPT-2's shapes vs a device copy), then the layer-norm
 #           kernels of 3 GPT-2 steps by total time (ncu, those kernels only)
+#   kprobe     the kernels of 3 GPT-2 steps whose names match $KREGEX, by total time (ncu)
 #   cnnprobe   kernels of a Fashion-MNIST CNN step by total time (ncu; 20 graphed steps after warm-up)
 #   gpt2loss   GPT-2 loss curves, dtrain vs PyTorch, same init and tokens: 200 steps, PNG to $OUT
 #   gpt2comm   GPT-2 124M on 1 GPU, then 2 GPUs under NCCL CTA limits, bucket sizes and bf16 gradient compression
@@ -210,16 +211,25 @@ if has gpt2probe; then
   echo "torch.compile profile rc=$?"; grep -E "Name|^ *[a-zA-Z_].*%" $OUT/torch_prof.log | head -34 | cut -c1-170
 fi
 
-if has lnprobe; then
-  build-dev/bench/layernorm_bench | tee $OUT/layernorm_bench.txt
+# ncu over 3 GPT-2 steps, only the kernels whose names match $1 (a regex), summed by name into $OUT/kern_$2.txt.
+kernel_probe() {
   if command -v ncu >/dev/null; then
-    timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw -k regex:LayerNorm \
-      --nvtx --nvtx-include "train_step/" --log-file $OUT/ncu_ln.csv $BIN train $GPT2 --set train.max_steps=3 --set schedule.warmup_steps=0 \
-      --set run.dir=$OUT/gpt2_ln_prof_run > $OUT/ncu_ln_run.log 2>&1
-    echo "ncu rc=$?"; python3 bench/kernel_profile.py $OUT/ncu_ln.csv 3 | tee $OUT/kern_ln.txt | head -12
+    timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw -k regex:$1 \
+      --nvtx --nvtx-include "train_step/" --log-file $OUT/ncu_$2.csv $BIN train $GPT2 --set train.max_steps=3 --set schedule.warmup_steps=0 \
+      --set run.dir=$OUT/gpt2_$2_prof_run > $OUT/ncu_$2_run.log 2>&1
+    echo "ncu rc=$?"; python3 bench/kernel_profile.py $OUT/ncu_$2.csv 3 | tee $OUT/kern_$2.txt | head -12
   else
     echo "no ncu on this machine"
   fi
+}
+
+if has lnprobe; then
+  build-dev/bench/layernorm_bench | tee $OUT/layernorm_bench.txt
+  kernel_probe LayerNorm ln
+fi
+
+if has kprobe; then
+  kernel_probe "${KREGEX:?kprobe needs KREGEX}" kprobe
 fi
 
 if has cnnprobe; then

@@ -1,5 +1,7 @@
 // Softmax cross-entropy and argmax, one block per row, for f32 logits (f32 dlogits) and bf16 / fp16 logits (f32
-// losses, 16-bit dlogits). 128-bit loads when V and the pointers allow; columns >= valid_cols are padding.
+// losses, 16-bit dlogits). 128-bit loads when V and the pointers allow; columns >= valid_cols are padding. Rows of
+// more than 512 vectors and at most 112 KB (GPT-2's 50304 bf16 columns) take the row kernel, which reads the logits
+// once; others the streaming kernel, which reads them twice.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -16,39 +18,60 @@ namespace dtrain::ops {
 
 namespace {
 
+using detail::CpAsync16;
+using detail::CpAsyncCommit;
+using detail::CpAsyncWait;
 using detail::LoadV;
 using detail::StoreV;
 using detail::ToF32;
 
-constexpr int kMaxThreads = 256;
+constexpr int kMaxThreads = 256;  // streaming kernel and argmax: threads per row
 constexpr int kMaxWarps = kMaxThreads / 32;
+constexpr int kRowThreads = 512;           // row kernel: threads per row (2 blocks an SM)
+constexpr int64_t kRowBytes = 112 * 1024;  // row kernel: the largest row (2 fit in an SM's 228 KB of shared memory)
 
 // Merges the running (max, sum of exp(x - max)) pair (m, s) with (m2, s2). Empty pairs are (-inf, 0).
 __device__ void MergeMaxSum(float& m, float& s, float m2, float s2) {
   const float mn = fmaxf(m, m2);
   if (mn == -INFINITY) {  // both empty or -inf: avoid exp(-inf - -inf) = NaN, but keep a NaN input visible
-    if (isnan(m) || isnan(m2)) s = NAN;
+    s = isnan(m) || isnan(m2) ? NAN : s + s2;  // symmetric, so every lane of a butterfly agrees
     return;
   }
   s = s * expf(m - mn) + s2 * expf(m2 - mn);
   m = mn;
 }
 
-// Block-wide (max, sum) reduction; every thread gets the result. blockDim.x is a multiple of 32, <= kMaxThreads.
-__device__ void BlockMaxSum(float& m, float& s) {
-  __shared__ float sh_m[kMaxWarps], sh_s[kMaxWarps];
+// Butterfly over a warp: every lane ends with the same pair (the merge is symmetric in its operands).
+__device__ void WarpMaxSum(float& m, float& s) {
   for (int off = 16; off > 0; off /= 2) {
     MergeMaxSum(m, s, __shfl_xor_sync(0xffffffffu, m, off), __shfl_xor_sync(0xffffffffu, s, off));
   }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+}
+
+// Block-wide (max, sum) reduction in a fixed tree (warps, then warp 0 over the warps' pairs); every thread gets the
+// result. blockDim.x is a multiple of 32, <= 1024.
+__device__ void BlockMaxSum(float& m, float& s) {
+  __shared__ float sh_m[32], sh_s[32];
+  WarpMaxSum(m, s);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) {
     sh_m[warp] = m;
     sh_s[warp] = s;
   }
   __syncthreads();
-  m = -INFINITY;
-  s = 0.f;
-  for (int w = 0; w < warps; ++w) MergeMaxSum(m, s, sh_m[w], sh_s[w]);  // same fixed order in every thread
+  if (warp == 0) {
+    const bool has = lane < static_cast<int>(blockDim.x / 32);
+    m = has ? sh_m[lane] : -INFINITY;
+    s = has ? sh_s[lane] : 0.f;
+    WarpMaxSum(m, s);
+    if (lane == 0) {  // warp 0 has read every slot (the shuffles above are after its reads)
+      sh_m[0] = m;
+      sh_s[0] = s;
+    }
+  }
+  __syncthreads();
+  m = sh_m[0];
+  s = sh_s[0];
 }
 
 // Folds one value into a thread's running (max, sum of exp(x - max)) with one exp: -inf adds nothing, NaN
@@ -62,27 +85,57 @@ __device__ __forceinline__ void OnlineAdd(float& m, float& s, float f) {
   }
 }
 
-// One block per row: one online pass for (max, sum) over the valid columns, then the loss and (optionally) the
-// gradient row. from_losses: the row's logsumexp is losses[row] + x[t] (the losses of an earlier call on these
-// logits, read, not written), so only the gradient pass runs. dlogits may alias logits: the target logit is read,
-// and every thread has read its elements, before a barrier (BlockMaxSum's, or the one after sh_lse); the gradient
-// pass reads each chunk before the same thread overwrites it.
+// What the kernels share about a row: its target logit x[t] (thread 0 only; others 0) and whether t is a class.
+struct RowTarget {
+  int32_t t;
+  bool valid;  // an invalid target poisons the row (x[t] is never read out of bounds)
+  float xt;
+};
+template <typename T>
+__device__ RowTarget ReadTarget(const T* x, const int32_t* targets, int64_t valid_cols) {
+  const int32_t t = targets[blockIdx.x];
+  const bool valid = t >= 0 && t < valid_cols;
+  return {t, valid, valid && threadIdx.x == 0 ? ToF32(x[t]) : 0.f};
+}
+
+// from_losses: the row's (m, s) as (logsumexp, 1), with logsumexp = losses[row] + x[t] (thread 0 reads it, a barrier
+// hands it to all). Every thread reaches the barrier.
+__device__ void LseFromLoss(const float* losses, const RowTarget& rt, float& m, float& s) {
+  __shared__ float sh_lse;
+  if (threadIdx.x == 0) sh_lse = rt.valid ? losses[blockIdx.x] + rt.xt : NAN;
+  __syncthreads();
+  m = sh_lse;
+  s = 1.f;
+}
+
+// The V gradient values at columns [j, j + V) in place of the logits f: (softmax - onehot) * grad_scale with
+// softmax = exp(x - m) / s; 0 in padded columns; NaN everywhere for an invalid target.
+template <int V>
+__device__ __forceinline__ void GradV(float (&f)[V], int64_t j, float m, float inv_s, const RowTarget& rt,
+                                      int64_t valid_cols, float grad_scale) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int64_t col = j + k;
+    const float p = col < valid_cols ? (expf(f[k] - m) * inv_s - (col == rt.t ? 1.f : 0.f)) * grad_scale : 0.f;
+    f[k] = rt.valid ? p : NAN;
+  }
+}
+
+// Streaming kernel, one block per row: one online pass for (max, sum) over the valid columns, then the loss and
+// (optionally) the gradient row in a second pass over the logits. from_losses: only the gradient pass (the losses of
+// an earlier call on these logits are read, not written). dlogits may alias logits: the target logit is read, and
+// every thread has read its elements, before a barrier (BlockMaxSum's, or LseFromLoss's); the gradient pass reads
+// each chunk before the same thread overwrites it.
 template <int V, typename T>
 __global__ void SoftmaxXentKernel(float* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t v,
                                   int64_t valid_cols, float grad_scale, bool from_losses) {
   const int64_t row = blockIdx.x;
   const T* x = logits + row * v;
-  const int32_t t = targets[row];
-  const bool valid = t >= 0 && t < valid_cols;  // never read x[t] out of bounds; an invalid target poisons the row
-  const float xt = valid && threadIdx.x == 0 ? ToF32(x[t]) : 0.f;
+  const RowTarget rt = ReadTarget(x, targets, valid_cols);
   float m = -INFINITY, s = 0.f;
   float f[V];
-  if (from_losses) {  // m = logsumexp, s = 1: p = exp(x - lse)
-    __shared__ float sh_lse;
-    if (threadIdx.x == 0) sh_lse = valid ? losses[row] + xt : NAN;
-    __syncthreads();
-    m = sh_lse;
-    s = 1.f;
+  if (from_losses) {
+    LseFromLoss(losses, rt, m, s);
   } else {
     for (int64_t j = threadIdx.x * int64_t{V}; j < valid_cols; j += int64_t{blockDim.x} * V) {
       LoadV<V>(x + j, f);  // j + V <= v: V divides v (the launcher's choice)
@@ -92,20 +145,65 @@ __global__ void SoftmaxXentKernel(float* losses, T* dlogits, const T* logits, co
       }
     }
     BlockMaxSum(m, s);
-    if (threadIdx.x == 0) losses[row] = valid ? logf(s) + m - xt : NAN;
+    if (threadIdx.x == 0) losses[row] = rt.valid ? logf(s) + m - rt.xt : NAN;
     if (dlogits == nullptr) return;
   }
   T* dx = dlogits + row * v;
   const float inv_s = 1.f / s;
   for (int64_t j = threadIdx.x * int64_t{V}; j < v; j += int64_t{blockDim.x} * V) {
     LoadV<V>(x + j, f);
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const int64_t col = j + k;
-      const float p = col < valid_cols ? (expf(f[k] - m) * inv_s - (col == t ? 1.f : 0.f)) * grad_scale : 0.f;
-      f[k] = valid ? p : NAN;
-    }
+    GradV<V>(f, j, m, inv_s, rt, valid_cols, grad_scale);
     StoreV<V>(dx + j, f);
+  }
+}
+
+// Row kernel, one block of kRowThreads per row of at most kRowBytes (V * sizeof(T) = 16): each thread copies its
+// 128-bit vectors of the row (i = threadIdx.x + k * kRowThreads) into shared memory with cp.async and works on them
+// there, so the logits are read from memory once (the streaming kernel reads GPT-2's rows twice, and with 8 rows an SM
+// in flight the second read misses L2). Per thread the max comes first, then the sum of exp(x - max): one exp per
+// column for the sum and one for the gradient. Same results contract and aliasing rule as the streaming kernel.
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads, 2)
+    SoftmaxXentRowKernel(float* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t v,
+                         int64_t valid_cols, float grad_scale, bool from_losses) {
+  constexpr int V = 16 / sizeof(T);
+  extern __shared__ int4 sh_row[];  // v / V vectors
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * v;
+  const int nvec = static_cast<int>(v / V);
+  for (int i = threadIdx.x; i < nvec; i += kRowThreads) CpAsync16(&sh_row[i], x + int64_t{i} * V, true);
+  CpAsyncCommit();
+  const RowTarget rt = ReadTarget(x, targets, valid_cols);
+  CpAsyncWait<0>();  // a thread reads back only the vectors it copied itself: no barrier needed
+  float m = -INFINITY, s = 0.f;
+  float f[V];
+  if (from_losses) {
+    LseFromLoss(losses, rt, m, s);
+  } else {
+    for (int i = threadIdx.x; i < nvec; i += kRowThreads) {
+      LoadV<V>(reinterpret_cast<const T*>(&sh_row[i]), f);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        if (int64_t{i} * V + k < valid_cols) m = fmaxf(m, f[k]);  // NaN is skipped here and poisons the sum below
+      }
+    }
+    for (int i = threadIdx.x; i < nvec; i += kRowThreads) {
+      LoadV<V>(reinterpret_cast<const T*>(&sh_row[i]), f);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        if (int64_t{i} * V + k < valid_cols && f[k] != -INFINITY) s += expf(f[k] - m);  // -inf adds nothing
+      }
+    }
+    BlockMaxSum(m, s);
+    if (threadIdx.x == 0) losses[row] = rt.valid ? logf(s) + m - rt.xt : NAN;
+    if (dlogits == nullptr) return;
+  }
+  T* dx = dlogits + row * v;
+  const float inv_s = 1.f / s;
+  for (int i = threadIdx.x; i < nvec; i += kRowThreads) {
+    LoadV<V>(reinterpret_cast<const T*>(&sh_row[i]), f);
+    GradV<V>(f, int64_t{i} * V, m, inv_s, rt, valid_cols, grad_scale);
+    StoreV<V>(dx + int64_t{i} * V, f);
   }
 }
 
@@ -161,8 +259,15 @@ Status LaunchXent(float* losses, T* dlogits, const T* logits, const int32_t* tar
   DT_RETURN_IF_ERROR(CheckSizes("SoftmaxCrossEntropyCuda", b, v, valid_cols));
   if (b == 0) return Status::OK();
   constexpr int kV = 16 / sizeof(T);
-  if (detail::VecWidth<T>(v, {logits, dlogits}) == kV) {
-    SoftmaxXentKernel<kV><<<static_cast<unsigned>(b), ThreadsFor(v / kV), 0, stream>>>(
+  const bool vec = detail::VecWidth<T>(v, {logits, dlogits}) == kV;
+  const int64_t vecs = v / kV, bytes = v * static_cast<int64_t>(sizeof(T));
+  if (vec && vecs > kRowThreads && bytes <= kRowBytes) {
+    auto* kernel = SoftmaxXentRowKernel<T>;
+    DT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    kernel<<<static_cast<unsigned>(b), kRowThreads, static_cast<size_t>(bytes), stream>>>(
+        losses, dlogits, logits, targets, v, valid_cols, grad_scale, from_losses);
+  } else if (vec) {
+    SoftmaxXentKernel<kV><<<static_cast<unsigned>(b), ThreadsFor(vecs), 0, stream>>>(
         losses, dlogits, logits, targets, v, valid_cols, grad_scale, from_losses);
   } else {
     SoftmaxXentKernel<1><<<static_cast<unsigned>(b), ThreadsFor(v), 0, stream>>>(losses, dlogits, logits, targets, v,

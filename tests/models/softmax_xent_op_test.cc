@@ -208,14 +208,16 @@ TEST(SoftmaxXent, RejectsBadTargetsAndShapes) {
   EXPECT_NE(no_dl.message().find("SoftmaxCrossEntropyBackward: dlogits is null"), std::string::npos) << no_dl.message();
 }
 
-// GPU vs the CPU f64 reference on f32 logits in [-8, 8], for V from one warp (10) to GPT-2's 50257.
+// GPU vs the CPU f64 reference on f32 logits in [-8, 8], for V from one warp (10) to GPT-2's 50257. 16384 and
+// 28672 columns (64 KB and 112 KB rows) take the row kernel, the others (28676: 4 bytes over) the streaming kernel.
 // Tolerances: losses max abs err <= 1e-5 * scale; dlogits (|value| <= grad_scale <= 1) max abs err <= 1e-6.
 TEST(SoftmaxXentCuda, MatchesCpuReference) {
   DT_SKIP_WITHOUT_CUDA();
   auto cpu = Cpu();
   std::unique_ptr<DeviceContext> gpu;
   DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
-  for (const auto& [b, v] : {std::pair<int64_t, int64_t>{64, 10}, {33, 1000}, {5, 50257}, {2, 1}}) {
+  for (const auto& [b, v] :
+       {std::pair<int64_t, int64_t>{64, 10}, {33, 1000}, {5, 50257}, {2, 1}, {3, 16384}, {2, 28672}, {2, 28676}}) {
     auto logits = RandomVector(b * v, b + v, -8, 8);
     for (double& x : logits) x = static_cast<float>(x);
     std::vector<double> targets(b);
@@ -230,10 +232,11 @@ TEST(SoftmaxXentCuda, MatchesCpuReference) {
 }
 
 // The backward from saved losses (one pass) against the fused call's dlogits in f64 on the CPU, for plain and padded
-// rows (GPT-2's 50304 / 50257 included); on `gpu` (when given) in f32, in place over the logits.
+// rows (GPT-2's 50304 / 50257 included); on `gpu` (when given) in f32, in place over the logits (16384 columns: the
+// row kernel).
 void CheckBackwardFromLosses(DeviceContext& cpu, DeviceContext* gpu) {
   for (const auto& [b, v, u] :
-       {std::tuple<int64_t, int64_t, int64_t>{33, 1000, 1000}, {5, 50304, 50257}, {7, 1003, 1000}}) {
+       {std::tuple<int64_t, int64_t, int64_t>{33, 1000, 1000}, {5, 50304, 50257}, {7, 1003, 1000}, {3, 16384, 16000}}) {
     auto logits = RandomVector(b * v, b + v, -8, 8);
     for (double& x : logits) x = static_cast<float>(x);
     std::vector<double> targets(b);
@@ -275,17 +278,21 @@ TEST(SoftmaxXentCuda, BackwardFromLossesMatchesCpu) {
 }
 
 // On the GPU an out-of-range target cannot be an error: its row gets a NaN loss and NaN dlogits, others are fine.
+// V = 4 takes the streaming kernel, V = 8192 the row kernel.
 TEST(SoftmaxXentCuda, BadTargetPoisonsOnlyItsRow) {
   DT_SKIP_WITHOUT_CUDA();
   std::unique_ptr<DeviceContext> gpu;
   DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
-  std::vector<double> losses, dl;
-  DT_ASSERT_OK(RunXent(*gpu, DType::kF32, 3, 4, std::vector<double>(12, 1.0), {1, 4, -1}, 1.f, &losses, &dl));
-  EXPECT_NEAR(losses[0], std::log(4.0), 1e-6);
-  EXPECT_TRUE(std::isnan(losses[1]) && std::isnan(losses[2]));
-  for (int j = 0; j < 4; ++j) {
-    EXPECT_FALSE(std::isnan(dl[j]));
-    EXPECT_TRUE(std::isnan(dl[4 + j]) && std::isnan(dl[8 + j]));
+  for (const int64_t v : {4, 8192}) {
+    std::vector<double> losses, dl;
+    const double bad = static_cast<double>(v);
+    DT_ASSERT_OK(RunXent(*gpu, DType::kF32, 3, v, std::vector<double>(3 * v, 1.0), {1, bad, -1}, 1.f, &losses, &dl));
+    EXPECT_NEAR(losses[0], std::log(static_cast<double>(v)), 1e-5) << v;
+    EXPECT_TRUE(std::isnan(losses[1]) && std::isnan(losses[2])) << v;
+    for (int64_t j = 0; j < v; ++j) {
+      ASSERT_FALSE(std::isnan(dl[j])) << v << " col " << j;
+      ASSERT_TRUE(std::isnan(dl[v + j]) && std::isnan(dl[2 * v + j])) << v << " col " << j;
+    }
   }
 }
 
