@@ -75,13 +75,23 @@ __global__ void BiasGradKernel(float* out, const T* dy, int64_t m, int64_t n, in
   }
 }
 
+// Block (32, kFinishGroups): lane (x, y) adds chunks y, y + kFinishGroups, ... of column blockIdx.x * 32 + x (all
+// its loads independent: one memory round trip), then row y = 0 adds the groups' sums in order. Fixed order:
+// bitwise reproducible.
+constexpr int kFinishGroups = 8;
 __global__ void BiasGradFinishKernel(float* dbias, const float* chunks, int64_t num_chunks, int64_t n,
                                      bool accumulate) {
-  const int64_t col = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (col >= n) return;
+  __shared__ float partial[kFinishGroups][32];
+  const int64_t col = blockIdx.x * int64_t{32} + threadIdx.x;
   float total = 0.f;
-#pragma unroll 16
-  for (int64_t c = 0; c < num_chunks; ++c) total += chunks[c * n + col];  // fixed order; unrolled loads overlap
+  if (col < n) {
+#pragma unroll 8
+    for (int64_t c = threadIdx.y; c < num_chunks; c += kFinishGroups) total += chunks[c * n + col];
+  }
+  partial[threadIdx.y][threadIdx.x] = total;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= n) return;
+  for (int g = 1; g < kFinishGroups; ++g) total += partial[g][threadIdx.x];
   dbias[col] = accumulate ? dbias[col] + total : total;
 }
 
@@ -117,9 +127,8 @@ Status LaunchBiasGrad(float* dbias, const T* dy, int64_t m, int64_t n, bool accu
   }
   DT_CUDA_CHECK_LAUNCH();
   if (chunks > 1) {
-    // 64 threads a block: a 768-wide bias spreads over 12 SMs instead of 3.
-    BiasGradFinishKernel<<<static_cast<unsigned>((n + 63) / 64), 64, 0, stream>>>(dbias, scratch, chunks, n,
-                                                                                  accumulate);
+    BiasGradFinishKernel<<<static_cast<unsigned>((n + 31) / 32), dim3(32, kFinishGroups), 0, stream>>>(
+        dbias, scratch, chunks, n, accumulate);
     DT_CUDA_CHECK_LAUNCH();
   }
   return Status::OK();

@@ -157,11 +157,22 @@ __global__ void SoftmaxXentKernel(float* losses, T* dlogits, const T* logits, co
   }
 }
 
+// 2^x in one MUFU instruction (ex2.approx.ftz: ~2 ulp; 2^-inf = 0, results below 2^-126 flush to 0).
+__device__ __forceinline__ float Exp2Approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+constexpr float kLog2e = 1.4426950408889634f;
+
 // Row kernel, one block of kRowThreads per row of at most kRowBytes (V * sizeof(T) = 16): each thread copies its
 // 128-bit vectors of the row (i = threadIdx.x + k * kRowThreads) into shared memory with cp.async and works on them
-// there, so the logits are read from memory once (the streaming kernel reads GPT-2's rows twice, and with 8 rows an SM
-// in flight the second read misses L2). Per thread the max comes first, then the sum of exp(x - max): one exp per
-// column for the sum and one for the gradient. Same results contract and aliasing rule as the streaming kernel.
+// there, so the logits are read from memory once. It is written for instruction count, which bounds the streaming
+// kernel on GPT-2's logits (about 30 instructions a column): exp(x - m) is one FFMA and one ex2.approx, the vectors
+// wholly inside the classes and away from the target skip the per-column checks, and the per-thread max comes before
+// the sum (no rescaling). Same results contract and aliasing rule as the streaming kernel; the exp is ex2.approx
+// (relative error ~1e-6 where the streaming kernel's expf is ~1e-7).
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads, 2)
     SoftmaxXentRowKernel(float* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t v,
@@ -175,6 +186,8 @@ __global__ void __launch_bounds__(kRowThreads, 2)
   CpAsyncCommit();
   const RowTarget rt = ReadTarget(x, targets, valid_cols);
   CpAsyncWait<0>();  // a thread reads back only the vectors it copied itself: no barrier needed
+  // Vectors [0, full) hold only classes; the rest hold padding (and the last classes when V does not divide U).
+  const int full = static_cast<int>(valid_cols / V);
   float m = -INFINITY, s = 0.f;
   float f[V];
   if (from_losses) {
@@ -183,15 +196,18 @@ __global__ void __launch_bounds__(kRowThreads, 2)
     for (int i = threadIdx.x; i < nvec; i += kRowThreads) {
       LoadV<V>(reinterpret_cast<const T*>(&sh_row[i]), f);
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        if (int64_t{i} * V + k < valid_cols) m = fmaxf(m, f[k]);  // NaN is skipped here and poisons the sum below
+      for (int k = 0; k < V; ++k) {  // fmaxf skips NaN; the sum below picks it up
+        if (i < full || int64_t{i} * V + k < valid_cols) m = fmaxf(m, f[k]);
       }
     }
+    // exp(x - m) = 2^(x log2e - m log2e); -inf columns give 2^-inf = 0, NaN stays NaN. A thread with no finite
+    // column keeps the empty pair (-inf, 0) unless it saw a NaN.
+    const float neg_m2 = m == -INFINITY ? 0.f : -m * kLog2e;
     for (int i = threadIdx.x; i < nvec; i += kRowThreads) {
       LoadV<V>(reinterpret_cast<const T*>(&sh_row[i]), f);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        if (int64_t{i} * V + k < valid_cols && f[k] != -INFINITY) s += expf(f[k] - m);  // -inf adds nothing
+        if (i < full || int64_t{i} * V + k < valid_cols) s += Exp2Approx(fmaf(f[k], kLog2e, neg_m2));
       }
     }
     BlockMaxSum(m, s);
@@ -199,10 +215,22 @@ __global__ void __launch_bounds__(kRowThreads, 2)
     if (dlogits == nullptr) return;
   }
   T* dx = dlogits + row * v;
-  const float inv_s = 1.f / s;
+  const float neg_m2 = -m * kLog2e, inv_s = 1.f / s, scale = inv_s * grad_scale;
+  const int target_vec = rt.valid ? rt.t / V : -1;
   for (int i = threadIdx.x; i < nvec; i += kRowThreads) {
     LoadV<V>(reinterpret_cast<const T*>(&sh_row[i]), f);
-    GradV<V>(f, int64_t{i} * V, m, inv_s, rt, valid_cols, grad_scale);
+    if (i < full && i != target_vec && rt.valid) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) f[k] = Exp2Approx(fmaf(f[k], kLog2e, neg_m2)) * scale;
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const int64_t col = int64_t{i} * V + k;
+        const float e = Exp2Approx(fmaf(f[k], kLog2e, neg_m2));
+        const float p = col >= valid_cols ? 0.f : col == rt.t ? (e * inv_s - 1.f) * grad_scale : e * scale;
+        f[k] = rt.valid ? p : NAN;
+      }
+    }
     StoreV<V>(dx + int64_t{i} * V, f);
   }
 }
