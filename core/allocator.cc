@@ -148,10 +148,11 @@ void CudaCachingAllocator::BeginCapture(std::vector<Block> pool) {
   captured_.clear();
   capture_free_.clear();
   capture_pool_.clear();
-  for (const auto& [block, size] : pool) {
+  for (const auto& [block, size] : pool) {  // held (in use) until now: free for this capture
     captured_.insert(block);
     capture_free_.emplace(size, block);
     capture_pool_.push_back(block);
+    stats_.bytes_in_use -= static_cast<int64_t>(size);
   }
   foreign_frees_ = 0;
 }
@@ -159,7 +160,11 @@ void CudaCachingAllocator::BeginCapture(std::vector<Block> pool) {
 Status CudaCachingAllocator::EndCapture(std::vector<Block>* held) {
   std::lock_guard<std::mutex> lock(mu_);
   held->clear();
-  for (const auto& [size, block] : capture_free_) held->emplace_back(block, size);
+  for (const auto& [size, block] : capture_free_) {
+    held->emplace_back(block, size);
+    stats_.bytes_in_use += static_cast<int64_t>(size);
+  }
+  if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
   capture_free_.clear();
   capturing_ = false;
   captured_.clear();
@@ -179,7 +184,10 @@ Status CudaCachingAllocator::EndCapture(std::vector<Block>* held) {
 
 void CudaCachingAllocator::ReleaseHeld(const std::vector<Block>& held) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [block, size] : held) free_blocks_.emplace(size, block);
+  for (const auto& [block, size] : held) {
+    free_blocks_.emplace(size, block);
+    stats_.bytes_in_use -= static_cast<int64_t>(size);
+  }
 }
 
 AllocatorStats CudaCachingAllocator::stats() const {

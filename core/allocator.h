@@ -50,7 +50,7 @@ class CpuAllocator final : public Allocator {
 
 struct AllocatorStats {
   int64_t device_mallocs = 0;  // cudaMalloc calls so far
-  int64_t bytes_in_use = 0;    // handed out and not freed
+  int64_t bytes_in_use = 0;    // handed out and not freed, plus the blocks CUDA graphs hold (nobody else can have them)
   int64_t peak_bytes_in_use = 0;
   int64_t bytes_reserved = 0;  // in use + cached
 };
@@ -79,10 +79,11 @@ class CudaCachingAllocator final : public Allocator {
   // threads' allocations, e.g. a loader's, are not). `pool` (moved from; may be empty) are blocks held by graphs whose
   // replays never overlap this one's: the capture may reuse them. Captured and pool blocks freed during the capture
   // go to a free list of the capture's own, which only the capturing thread allocates from.
-  // EndCapture: that free list — the pool's blocks and the captured blocks free again — goes into *held (still counted
-  // as reserved); give them back with ReleaseHeld once no graph uses them. FailedPrecondition (held filled anyway)
-  // when the thread freed, during the capture, a block allocated before it, or kept a pool block allocated at the
-  // end: a replay (of this graph, or of the earlier ones) would write memory someone else owns.
+  // EndCapture: that free list — the pool's blocks and the captured blocks free again — goes into *held (counted as in
+  // use and reserved: a graph's memory shows in the peak); give them back with ReleaseHeld once no graph uses them.
+  // FailedPrecondition (held filled anyway) when the thread freed, during the capture, a block allocated before it, or
+  // kept a pool block allocated at the end: a replay (of this graph, or of the earlier ones) would write memory someone
+  // else owns.
   using Block = std::pair<void*, size_t>;  // address, rounded size
   void BeginCapture(std::vector<Block> pool = {});
   Status EndCapture(std::vector<Block>* held);

@@ -58,8 +58,12 @@ TEST_F(CudaGraphTest, PoolHoldsCaptureBlocksAndSharesThemBetweenGraphs) {
   ASSERT_TRUE(alloc_->Allocate(kOut, &out2).ok());
   auto pool = std::make_shared<CudaGraphPool>(alloc_.get());
   std::unique_ptr<CudaGraph> g1, g2, g3;
+  const int64_t outs = alloc_->stats().bytes_in_use,
+                held = static_cast<int64_t>(CudaCachingAllocator::RoundSize(kTemp));
   ASSERT_TRUE(CudaGraph::Capture(stream_, pool, Body(1, out1, &temp1), &g1).ok());
   EXPECT_EQ(pool->bytes(), CudaCachingAllocator::RoundSize(kTemp));
+  // What the graphs hold counts as in use (the trainer's peak memory shows it).
+  EXPECT_EQ(alloc_->stats().bytes_in_use, outs + held);
   // The held block is nobody else's while the graph lives.
   void* other = nullptr;
   ASSERT_TRUE(alloc_->Allocate(kTemp, &other).ok());
@@ -69,6 +73,7 @@ TEST_F(CudaGraphTest, PoolHoldsCaptureBlocksAndSharesThemBetweenGraphs) {
   ASSERT_TRUE(CudaGraph::Capture(stream_, pool, Body(2, out2, &temp2), &g2).ok());
   EXPECT_EQ(temp2, temp1);
   EXPECT_EQ(pool->bytes(), CudaCachingAllocator::RoundSize(kTemp));
+  EXPECT_EQ(alloc_->stats().bytes_in_use, outs + held);
   // Another thread allocating during a capture gets a block of the cache, not the capture's.
   void* from_thread = nullptr;
   auto body3 = Body(3, out2, &temp3);
@@ -103,6 +108,7 @@ TEST_F(CudaGraphTest, PoolHoldsCaptureBlocksAndSharesThemBetweenGraphs) {
   EXPECT_NE(other, temp1);
   alloc_->Free(other);
   g2.reset();
+  EXPECT_EQ(alloc_->stats().bytes_in_use, outs);
   void* again = nullptr;  // the cache has two free blocks of this size now: `other` and the graphs' one
   ASSERT_TRUE(alloc_->Allocate(kTemp, &other).ok());
   ASSERT_TRUE(alloc_->Allocate(kTemp, &again).ok());
