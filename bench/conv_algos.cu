@@ -1,6 +1,6 @@
 // conv_algos: what cuDNN offers for the Fashion-MNIST CNN's convolutions (configs/fashion_mnist_cnn.yaml) in three
 // modes, and what each direction costs with the algorithm dtrain would pick (the heuristics' first deterministic one
-// that runs, as models/ops/conv2d.cu chooses):
+// that runs, as kernels/conv2d.cu chooses):
 //
 //   f32 NCHW FMA    (dtrain's fp32 path: exact fp32, no tensor cores)
 //   f32 NCHW TF32   (CUDNN_DEFAULT_MATH: what PyTorch runs for fp32 convolutions by default)

@@ -1,4 +1,4 @@
-// layernorm_bench: dtrain's bf16 layer-norm launchers (models/ops/layernorm.h) timed at GPT-2's shapes, next to a
+// layernorm_bench: dtrain's bf16 layer-norm launchers (kernels/layernorm.h) timed at GPT-2's shapes, next to a
 // device-to-device copy of the same bytes measured in the same process (the memory ceiling).
 //
 //   layernorm_bench [rows=16384] [reps=200]      (C = 768 and 1024)
@@ -17,7 +17,7 @@
 #include <random>
 #include <vector>
 
-#include "models/ops/layernorm.h"
+#include "kernels/layernorm.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 # (examples/custom_model/). Layout under P:
 #
 #   bin/dtrain
-#   lib/libdtrain_{core,proto,storage,models,comm,data,config,observe,checkpoint,optim,train,launcher}.a
+#   lib/libdtrain_{core,proto,storage,kernels,models,comm,data,config,observe,checkpoint,optim,train,launcher}.a
 #   include/dtrain/<repo path>.h           e.g. include/dtrain/models/model.h, include/dtrain/core/tensor.h,
 #   include/dtrain/proto/<name>.pb.h         generated; the .proto schemas beside them
 #   lib/cmake/dtrain/dtrainConfig.cmake    + dtrainConfigVersion.cmake, dtrainTargets*.cmake, FindNCCL/FindCUDNN
@@ -11,7 +11,7 @@
 # include/dtrain is the include directory of the exported targets, so headers keep including each
 # other by their repository path ("core/status.h") and a user's code does the same.
 # Targets (namespace dtrain::): dtrain (everything: launcher, the runtime wings and all below them), and one per
-# library: core proto storage models comm data config observe checkpoint optim train launcher (plus options: definitions such as
+# library: core proto storage kernels models comm data config observe checkpoint optim train launcher (plus options: definitions such as
 # DT_HAVE_CUDA that the headers depend on). Dependencies are found again by dtrainConfig.cmake.
 # Included at the end of the top-level CMakeLists.txt, once every target exists.
 
@@ -20,8 +20,8 @@ include(CMakePackageConfigHelpers)
 
 set(DT_INSTALL_INCLUDEDIR include/dtrain)  # = the INSTALL_INTERFACE include dir of dtrain_options
 set(DT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/dtrain)
-set(_dt_folders core runtime models data storage comm launcher)  # header folders (runtime/ holds the wings)
-set(_dt_libs dtrain_core dtrain_proto dtrain_storage dtrain_models dtrain_comm dtrain_data dtrain_config
+set(_dt_folders core runtime kernels models data storage comm launcher)  # header folders (runtime/ holds the wings)
+set(_dt_libs dtrain_core dtrain_proto dtrain_storage dtrain_kernels dtrain_models dtrain_comm dtrain_data dtrain_config
   dtrain_observe dtrain_checkpoint dtrain_optim dtrain_train dtrain_launcher)
 
 # The umbrella target: dtrain::dtrain.

@@ -81,7 +81,7 @@ class BlasHandles {
 };
 
 // A cuDNN handle bound to one stream (the context's compute stream). cuDNN calls made with it are
-// queued on that stream; callers pass their own workspace (models/ops/conv2d.h keeps one).
+// queued on that stream; callers pass their own workspace (kernels/conv2d.h keeps one).
 class CudnnHandle {
  public:
   CudnnHandle() = default;

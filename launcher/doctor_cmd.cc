@@ -8,7 +8,7 @@
 #include "core/check.h"
 #include "core/device_context.h"
 #include "core/random.h"
-#include "models/ops/matmul.h"
+#include "kernels/matmul.h"
 #if DT_HAVE_CUDA
 #include <nccl.h>
 

@@ -6,12 +6,12 @@
 #include "core/check.h"
 #include "core/nvtx.h"
 #include "core/random.h"
-#include "models/ops/bias.h"
-#include "models/ops/matmul.h"
-#include "models/ops/pool.h"
-#include "models/ops/reduce.h"
-#include "models/ops/relu.h"
-#include "models/ops/softmax_xent.h"
+#include "kernels/bias.h"
+#include "kernels/matmul.h"
+#include "kernels/pool.h"
+#include "kernels/reduce.h"
+#include "kernels/relu.h"
+#include "kernels/softmax_xent.h"
 
 namespace dtrain::models {
 

@@ -26,12 +26,12 @@
 // every rank keeps its own (from its local batches); like PyTorch DDP, rank 0's are the ones to save or broadcast.
 //
 // Inputs f32 [B, in_channels*image_size^2] or [B, in_channels, image_size, image_size]; targets i32 [B].
-// Supports f32 on CPU and CUDA (cuDNN convolutions, see models/ops/conv2d.h) and f64 on the CPU (gradient
+// Supports f32 on CPU and CUDA (cuDNN convolutions, see kernels/conv2d.h) and f64 on the CPU (gradient
 // checks). Activations are (re)allocated when the batch size changes (served from the caching allocator).
 //
 // Precision::kBf16 (CUDA only; cnn_bf16.cc): activations are bf16 and channels-last ([B, H, W, C]), convolutions
 // run on tensor cores through cuDNN's graph API (bf16 in, fp32 accumulation), batch norm is fused with the ReLU
-// and the residual add that follow it (models/ops/batchnorm_nhwc.h). Parameters, gradients, BN statistics, the
+// and the residual add that follow it (kernels/batchnorm_nhwc.h). Parameters, gradients, BN statistics, the
 // pooled features, the head and the loss stay f32: each step casts the conv weights to bf16 [K, R, S, C] working
 // copies, and each bf16 weight gradient is added to the f32 gradient ([K, C, R, S], the same flat layout as fp32).
 
@@ -41,8 +41,8 @@
 #include <vector>
 
 #include "models/model.h"
-#include "models/ops/batchnorm.h"
-#include "models/ops/conv2d.h"
+#include "kernels/batchnorm.h"
+#include "kernels/conv2d.h"
 
 namespace dtrain::models {
 

@@ -6,10 +6,10 @@
 #include "core/check.h"
 #include "core/nvtx.h"
 #include "models/cnn.h"
-#include "models/ops/batchnorm_nhwc.h"
-#include "models/ops/elementwise.h"
-#include "models/ops/layout.h"
-#include "models/ops/pool.h"
+#include "kernels/batchnorm_nhwc.h"
+#include "kernels/elementwise.h"
+#include "kernels/layout.h"
+#include "kernels/pool.h"
 
 namespace dtrain::models {
 

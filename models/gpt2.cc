@@ -7,13 +7,13 @@
 #include "core/check.h"
 #include "core/nvtx.h"
 #include "core/random.h"
-#include "models/ops/attention.h"
-#include "models/ops/bias.h"
-#include "models/ops/elementwise.h"
-#include "models/ops/embedding.h"
-#include "models/ops/layernorm.h"
-#include "models/ops/matmul.h"
-#include "models/ops/softmax_xent.h"
+#include "kernels/attention.h"
+#include "kernels/bias.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/softmax_xent.h"
 
 namespace dtrain::models {
 

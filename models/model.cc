@@ -3,8 +3,8 @@
 #include <vector>
 
 #include "core/check.h"
-#include "models/ops/matmul.h"
-#include "models/ops/softmax_xent.h"
+#include "kernels/matmul.h"
+#include "kernels/softmax_xent.h"
 
 namespace dtrain::models {
 

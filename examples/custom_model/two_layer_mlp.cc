@@ -4,7 +4,7 @@
 //   ./custom_trainer launch --nproc-per-node 2 fashion_mnist_two_layer.yaml --set train.device=cpu
 //
 // TwoLayerMlp: logits = relu(x W1^T + b1) W2^T + b2 with softmax cross-entropy, written with
-// dtrain's ops (models/ops/*.h), so the same code runs on the CPU and, in a CUDA build of dtrain, on
+// dtrain's ops (kernels/*.h), so the same code runs on the CPU and, in a CUDA build of dtrain, on
 // the GPU. It follows the models::Model contract (models/model.h): one flat f32 parameter buffer and
 // one flat gradient buffer in forward order, gradients ACCUMULATED in Backward, and each parameter
 // announced to `on_ready` as soon as its gradient is final (that is what lets the runtime all-reduce
@@ -24,11 +24,11 @@
 #include "core/random.h"
 #include "launcher/cli.h"
 #include "models/model.h"
-#include "models/ops/bias.h"
-#include "models/ops/matmul.h"
-#include "models/ops/reduce.h"
-#include "models/ops/relu.h"
-#include "models/ops/softmax_xent.h"
+#include "kernels/bias.h"
+#include "kernels/matmul.h"
+#include "kernels/reduce.h"
+#include "kernels/relu.h"
+#include "kernels/softmax_xent.h"
 #include "runtime/train/model_factory.h"
 
 namespace {

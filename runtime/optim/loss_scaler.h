@@ -9,7 +9,7 @@
 //      (averaged) gradient, in f32 (fp16 activation gradients stay in range, f32 master gradients never overflow).
 //   2. The gradient all-reduce (GradientReducer::Finalize): afterwards every rank holds the SAME gradient.
 //   3. Optimizer::Step(..., scaler): the global sum of squares of the gradient (the reduction grad clipping already
-//      does) feeds ops::LossScaleStep (models/ops/loss_scale.h) on the device: found_inf = it is not finite; the
+//      does) feeds ops::LossScaleStep (kernels/loss_scale.h) on the device: found_inf = it is not finite; the
 //      update multiplier = clip coefficient of the unscaled norm / s; the update kernels are a no-op when found_inf
 //      (params and optimizer state unchanged); the scale and counters are updated on the device.
 // Ranks agree without an extra collective: the check reads the all-reduced gradient, identical on every rank, so
@@ -34,7 +34,7 @@
 #include "core/device_context.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "models/ops/loss_scale.h"
+#include "kernels/loss_scale.h"
 #include "proto/checkpoint.pb.h"
 
 namespace dtrain {
@@ -89,7 +89,7 @@ class LossScaler {
   Status Sync();  // waits for the pending state copy, if any, and refreshes host_
 
   ops::LossScaleHyper hyper_;
-  Tensor state_;      // f32[ops::kLossScaleStateSize] on the device (see models/ops/loss_scale.h)
+  Tensor state_;      // f32[ops::kLossScaleStateSize] on the device (see kernels/loss_scale.h)
   Tensor found_inf_;  // view of state_[kLossScaleFoundInf]
   Tensor staging_;    // pinned host copy of state_ (CUDA), written by the last Update
 #if DT_HAVE_CUDA

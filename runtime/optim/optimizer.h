@@ -25,7 +25,7 @@
 #include "core/device_context.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "models/ops/optim_update.h"
+#include "kernels/optim_update.h"
 
 namespace dtrain::runtime {
 

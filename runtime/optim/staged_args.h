@@ -1,7 +1,7 @@
 #pragma once
 // StagedArgs: a small device buffer the host refreshes once per step on the compute stream — the optimizer's
 // per-step constants (LR, bias corrections) that a replayed CUDA graph reads from device memory (see
-// models/ops/optim_update.h, "Staged hyper-parameters").
+// kernels/optim_update.h, "Staged hyper-parameters").
 //
 // Stage() writes the bytes into the next slot of a ring of pinned host slots and queues the slot's copy into the
 // device buffer on ctx.stream(): no host sync, no pageable copy. A slot is written again only after its previous

@@ -6,8 +6,8 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "core/nvtx.h"
-#include "models/ops/optim_update.h"
-#include "models/ops/reduce.h"
+#include "kernels/optim_update.h"
+#include "kernels/reduce.h"
 #include "runtime/optim/loss_scaler.h"
 
 namespace dtrain::runtime {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/device_context.h"
-#include "models/ops/optim_update.h"
+#include "kernels/optim_update.h"
 #include "tests/testing/grad_check.h"
 
 namespace dtrain::models {

@@ -1,0 +1,107 @@
+// CUDA kernels of kernels/optim_update.h: fused SGD-momentum and AdamW updates (one pass over
+// params, grads and state) and the clip coefficient computed on the device. The arithmetic matches
+// the CPU references in optim_update.cc operation for operation (up to FMA contraction).
+#include <algorithm>
+
+#include "core/cuda_check.h"
+#include "core/nvtx.h"
+#include "kernels/optim_update.h"
+
+namespace dtrain::ops {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 8192;  // grid-stride beyond this
+
+int GridFor(int64_t n) { return static_cast<int>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, kMaxBlocks)); }
+
+// The effective gradient multiplier; `scale` (device scalar, nullable) is read once per thread.
+__device__ __forceinline__ float GradMultiplier(float grad_scale, const float* scale) {
+  return grad_scale * (scale != nullptr ? *scale : 1.0f);
+}
+
+// True when the optional device flag asks to skip the update (every thread reads it; no divergence).
+__device__ __forceinline__ bool Skip(const float* skip) { return skip != nullptr && *skip != 0.0f; }
+
+__global__ void SgdKernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ momentum_buf,
+                          int64_t n, SgdKernelArgs args, const SgdKernelArgs* __restrict__ staged,
+                          const float* __restrict__ scale, const float* __restrict__ skip) {
+  if (Skip(skip)) return;
+  const SgdKernelArgs a = staged != nullptr ? *staged : args;
+  const float s = GradMultiplier(a.grad_scale, scale);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float p = params[i];
+    float g = grads[i] * s;
+    if (a.weight_decay != 0.0f) g += a.weight_decay * p;
+    const float buf = a.momentum * momentum_buf[i] + g;
+    momentum_buf[i] = buf;
+    params[i] = p - a.lr * (a.nesterov ? g + a.momentum * buf : buf);
+  }
+}
+
+__global__ void AdamWKernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ exp_avg,
+                            float* __restrict__ exp_avg_sq, int64_t n, AdamWKernelArgs args,
+                            const AdamWKernelArgs* __restrict__ staged, const float* __restrict__ scale,
+                            const float* __restrict__ skip) {
+  if (Skip(skip)) return;
+  const AdamWKernelArgs a = staged != nullptr ? *staged : args;
+  const float s = GradMultiplier(a.grad_scale, scale);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float g = grads[i] * s;
+    const float p = params[i] * a.decay;
+    const float m = a.beta1 * exp_avg[i] + a.one_minus_b1 * g;
+    const float v = a.beta2 * exp_avg_sq[i] + a.one_minus_b2 * (g * g);
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    const float denom = sqrtf(v) / a.bc2_sqrt + a.eps;
+    params[i] = p - a.step_size * (m / denom);
+  }
+}
+
+__global__ void GradClipCoefKernel(const float* __restrict__ sum_squares, float max_norm, bool clip,
+                                   float* __restrict__ norm, float* __restrict__ coef) {
+  const float nrm = sqrtf(*sum_squares);
+  *norm = nrm;
+  if (!clip) {
+    *coef = 1.0f;
+    return;
+  }
+  const float c = max_norm / (nrm + 1e-6f);
+  *coef = c > 1.0f ? 1.0f : c;  // NaN stays NaN
+}
+
+}  // namespace
+
+Status SgdUpdateCuda(float* params, const float* grads, float* momentum_buf, int64_t n, const SgdHyper& h,
+                     const float* scale, cudaStream_t stream, const float* skip, const SgdKernelArgs* staged) {
+  DT_NVTX_FN();
+  DT_CHECK_ARG(n >= 0, "negative element count " << n);
+  if (n == 0) return Status::OK();
+  SgdKernel<<<GridFor(n), kThreads, 0, stream>>>(params, grads, momentum_buf, n, StagedArgsFor(h), staged, scale, skip);
+  DT_CUDA_CHECK_LAUNCH();
+  return Status::OK();
+}
+
+Status AdamWUpdateCuda(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, int64_t n,
+                       const AdamWHyper& h, const float* scale, cudaStream_t stream, const float* skip,
+                       const AdamWKernelArgs* staged) {
+  DT_NVTX_FN();
+  DT_CHECK_ARG(n >= 0, "negative element count " << n);
+  DT_CHECK_ARG(h.step >= 1, "AdamW step counts from 1, got " << h.step);
+  if (n == 0) return Status::OK();
+  AdamWKernel<<<GridFor(n), kThreads, 0, stream>>>(params, grads, exp_avg, exp_avg_sq, n, StagedArgsFor(h), staged,
+                                                   scale, skip);
+  DT_CUDA_CHECK_LAUNCH();
+  return Status::OK();
+}
+
+Status GradClipCoefCuda(const float* sum_squares, double max_norm, float* norm, float* coef, cudaStream_t stream) {
+  DT_NVTX_FN();
+  GradClipCoefKernel<<<1, 1, 0, stream>>>(sum_squares, static_cast<float>(max_norm), max_norm > 0.0, norm, coef);
+  DT_CUDA_CHECK_LAUNCH();
+  return Status::OK();
+}
+
+}  // namespace dtrain::ops
