@@ -208,6 +208,8 @@ Status DetectDistEnvFrom(const std::map<std::string, std::string>& env, DistEnv*
   if (d.restart_count < 0) {
     return Status::InvalidArgument("DTRAIN_RESTART_COUNT=" + std::to_string(d.restart_count) + " is negative");
   }
+  d.launched = Has(env, "DTRAIN_RESTART_COUNT") && !env.at("DTRAIN_RESTART_COUNT").empty();
+  d.slurm_job = Has(env, "SLURM_JOB_ID") && !env.at("SLURM_JOB_ID").empty();
   DT_RETURN_IF_ERROR(ParseOptionalInt(env, "SLURM_RESTART_COUNT", &d.requeue_count));
   if (d.requeue_count < 0) {
     return Status::InvalidArgument("SLURM_RESTART_COUNT=" + std::to_string(d.requeue_count) + " is negative");

@@ -41,6 +41,8 @@ struct DistEnv {
   int master_port = 29500;
   int restart_count = 0;          // DTRAIN_RESTART_COUNT: restarts by `dtrain launch` within this job run
   int requeue_count = 0;          // SLURM_RESTART_COUNT: requeues of the Slurm job (each starts the launcher afresh)
+  bool launched = false;          // DTRAIN_RESTART_COUNT is set: `dtrain launch` started this worker
+  bool slurm_job = false;         // SLURM_JOB_ID is set: this worker runs inside a Slurm job
   std::string source = "single";  // "torchrun" | "ompi" | "slurm" | "single"
 };
 

@@ -44,7 +44,7 @@ class [[nodiscard]] Status {
   Code code() const { return code_; }
   const std::string& message() const { return msg_; }
 
-  // "InvalidArgument: configs/x.yaml: key 'optim.lr': expected a number, got 'abc'".
+  // "InvalidArgument: configs/fashion_mnist_mlp.yaml: key 'optim.lr': expected a number, got 'abc'".
   std::string ToString() const;
 
   // Returns a copy with `context + ": "` prepended to the message (used to add file/rank names).

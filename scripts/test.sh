@@ -2,8 +2,8 @@
 # The test suite, from a fresh machine (CI runs exactly this: .ci/run). Stages, in this order:
 #   main   the README's first command as a newcomer runs it: scripts/run.sh --set train.epochs=1 (installs
 #          only the main job's packages, builds without tests, trains the MLP with `dtrain launch`)
-#   plain  install the test packages too, build with the tests, check the layering
-#          (scripts/check_layers.py), run every test with ctest; GPU tests skip
+#   plain  install the test packages too, build with the tests, check the layering and the paths comments name
+#          (scripts/check_layers.py, scripts/check_comment_paths.py), run every test with ctest; GPU tests skip
 #          with a reason when no GPU is visible. Extra arguments go to this ctest.
 #   asan   scripts/sanitize.sh asan: the unit tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   fuzz   scripts/fuzz.sh 30: every libFuzzer target for 30 s, two at a time (on the ASan build)
@@ -19,7 +19,8 @@ if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_
 # (Inside `if`, bash ignores set -e: each stage chains its steps with &&.)
 main() { scripts/run.sh --set train.epochs=1; }
 plain() {
-  scripts/install_deps.sh --test && python3 scripts/check_layers.py && scripts/build.sh -DDT_BUILD_TESTS=ON &&
+  scripts/install_deps.sh --test && python3 scripts/check_layers.py && python3 scripts/check_comment_paths.py &&
+    scripts/build.sh -DDT_BUILD_TESTS=ON &&
     ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "${JOBS:-$(nproc)}" "$@"
 }
 asan() { scripts/sanitize.sh asan; }

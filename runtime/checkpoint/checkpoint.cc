@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cinttypes>
 #include <climits>
 #include <cstdio>
@@ -14,11 +13,13 @@
 #include <set>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/crc32c.h"
 #include "core/logging.h"
 #include "core/parallel_for.h"
 #include "core/sealed_bytes.h"
 #include "runtime/checkpoint/chunked_read.h"
+#include "storage/scheme.h"
 
 namespace dtrain::runtime {
 namespace {
@@ -31,11 +32,6 @@ constexpr const char* kPrefix = "step-";
 constexpr size_t kParallelFiles = 4;
 
 constexpr const char* kPhaseNames[] = {"snapshot", "data", "before_manifest", "manifest", "latest", "retention"};
-
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Every parameter slice must lie inside params.bin (sized by its manifest entry; the file itself is
 // checked against that entry), so tools can copy slices out without further checks.
@@ -99,21 +95,10 @@ Status CheckpointManager::Open(const std::string& url, const storage::StorageOpt
   return Status::OK();
 }
 
-bool CheckpointManager::LocalDir(const std::string& url, std::string* dir) {
-  static const std::string kFile = "file://";
-  if (url.compare(0, kFile.size(), kFile) == 0) {
-    *dir = url.substr(kFile.size());
-    return true;
-  }
-  if (url.find("://") != std::string::npos) return false;
-  *dir = url;
-  return true;
-}
-
 Status CheckpointManager::OpenExisting(const std::string& url, const storage::StorageOptions& storage_opts,
                                        std::unique_ptr<CheckpointManager>* out) {
   std::string dir;
-  if (LocalDir(url, &dir) && !dir.empty()) {
+  if (storage::LocalDir(url, &dir) && !dir.empty()) {
     struct stat st;
     if (::stat(dir.c_str(), &st) != 0) {
       return Status::InvalidArgument("no such checkpoint directory '" + dir + "' (" + std::strerror(errno) + ")");
@@ -148,7 +133,8 @@ Status CheckpointManager::Save(proto::CheckpointManifest manifest, const std::ve
   const int64_t step = manifest.step();
   const std::string dir = StepDir(step);
   manifest.clear_files();
-  if (manifest.created_unix_ms() <= 0) manifest.set_created_unix_ms(NowUnixMs());  // Load requires it
+  if (manifest.created_unix_ms() <= 0)
+    manifest.set_created_unix_ms(static_cast<int64_t>(1e3 * WallSeconds()));  // Load requires it
   std::set<std::string> names;
   DT_RETURN_IF_ERROR(AtPhase(CheckpointPhase::kSnapshot, step));
   for (const CheckpointBlob& b : blobs) {

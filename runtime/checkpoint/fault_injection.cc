@@ -67,11 +67,9 @@ Status FaultInjector::Parse(const std::string& spec, FaultInjector* out) {
   return Status::OK();
 }
 
-Status FaultInjector::FromEnv(FaultInjector* out) {
+Status FaultInjector::FromEnv(int64_t attempt, FaultInjector* out) {
   const char* env = std::getenv("DTRAIN_FAULT");
   DT_RETURN_IF_ERROR(Parse(env != nullptr ? env : "", out));
-  const char* restart = std::getenv("DTRAIN_RESTART_COUNT");
-  const int64_t attempt = restart != nullptr ? std::strtoll(restart, nullptr, 10) : 0;
   if (out->attempt_ >= 0 && out->attempt_ != attempt) *out = FaultInjector();
   return Status::OK();
 }

@@ -34,8 +34,9 @@ class FaultInjector {
  public:
   // Parses `spec` (the variable's value; empty = disabled).
   static Status Parse(const std::string& spec, FaultInjector* out);
-  // Parses $DTRAIN_FAULT (disabled when its `attempt` differs from $DTRAIN_RESTART_COUNT, unset = 0).
-  static Status FromEnv(FaultInjector* out);
+  // Parses $DTRAIN_FAULT (a test switch, read here only), disabled when its `attempt` differs from `attempt` (the
+  // worker's DTRAIN_RESTART_COUNT, from comm::DistEnv).
+  static Status FromEnv(int64_t attempt, FaultInjector* out);
 
   // Called by the trainer at the start of every step (actions error, kill, hang).
   Status AtStep(int rank, int64_t step) const;

@@ -4,7 +4,7 @@
 //
 // The signal handler only stores the signal number in a lock-free atomic (async-signal-safe); the
 // trainer polls Requested() at every step boundary and the ranks agree on it with a one-element MAX
-// all-reduce (runtime/trainer.cc), so every rank stops after the same step, rank 0 saves, and all
+// all-reduce (runtime/train/trainer.cc), so every rank stops after the same step, rank 0 saves, and all
 // exit 75. The flag is process-wide by nature (signals are): the one piece of global state in the
 // runtime, set only by the handler and by Raise() (tests, a metadata watcher).
 

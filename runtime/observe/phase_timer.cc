@@ -1,8 +1,7 @@
 #include "runtime/observe/phase_timer.h"
 
-#include <chrono>
-
 #include "core/check.h"
+#include "core/clock.h"
 #if DT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -11,15 +10,6 @@
 #endif
 
 namespace dtrain::runtime {
-namespace {
-
-double NowMs() {
-  using Clock = std::chrono::steady_clock;
-  return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
-
 PhaseTimer::PhaseTimer(DeviceContext& ctx, int phases) : ctx_(ctx), phases_(phases), host_ms_(phases, 0.0) {}
 PhaseTimer::~PhaseTimer() = default;
 
@@ -33,7 +23,7 @@ Status PhaseTimer::Mark() {
     return events_[next_event_++]->Record(ctx_.stream());
   }
 #endif
-  const double now = NowMs();
+  const double now = 1e3 * MonotonicSeconds();
   if (current_ >= 0) host_ms_[current_] += now - last_host_;
   last_host_ = now;
   return Status::OK();

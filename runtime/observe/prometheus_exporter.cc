@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/clock.h"
 #include "core/logging.h"
 
 namespace dtrain::runtime {
@@ -20,8 +21,6 @@ constexpr size_t kMaxHead = 8192;
 double Seconds(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(t - std::chrono::steady_clock::now()).count();
 }
-
-double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // Milliseconds left until `deadline` for poll(), at least 0.
 int MsLeft(std::chrono::steady_clock::time_point deadline) {
@@ -181,7 +180,7 @@ void PrometheusExporter::Serve(int fd) {
   std::string body;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    body = FormatPrometheusText(samples_, UnixNow());
+    body = FormatPrometheusText(samples_, WallSeconds());
   }
   WriteAll(fd, PrometheusHttpReply(head, body), deadline);
 }

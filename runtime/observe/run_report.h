@@ -1,7 +1,7 @@
 #pragma once
 // The run summary: what a run cost and where its time went, from <run_dir>/metrics.jsonl.
 //
-// metrics.jsonl is written by rank 0 (runtime/trainer.cc), one JSON object per line, appended across
+// metrics.jsonl is written by rank 0 (runtime/train/trainer.cc), one JSON object per line, appended across
 // the restarts of a run directory. Records used here ("kind"):
 //   start       time, restart (DTRAIN_RESTART_COUNT), resume_step (0 = fresh), world, device, total_steps,
 //               global_batch (samples per step)

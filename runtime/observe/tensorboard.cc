@@ -1,11 +1,11 @@
 #include "runtime/observe/tensorboard.h"
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/crc32c.h"
 #include "core/logging.h"
 #include "proto/tensorboard.pb.h"
@@ -40,17 +40,11 @@ std::string FrameTfRecord(const std::string& data) {
   return out;
 }
 
-double WallTimeNow() {
-  const auto us =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch());
-  return static_cast<double>(us.count()) * 1e-6;
-}
-
 Status EventWriter::Create(const std::string& dir, std::unique_ptr<EventWriter>* out) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::IoError("cannot create TensorBoard directory '" + dir + "': " + ec.message());
-  const double now = WallTimeNow();
+  const double now = WallSeconds();
   char stamp[32];
   std::snprintf(stamp, sizeof(stamp), "%010lld", static_cast<long long>(now));
   const std::string path = dir + "/events.out.tfevents." + stamp + "." + log::Hostname();

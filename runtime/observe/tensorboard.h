@@ -38,7 +38,7 @@ class EventWriter {
   EventWriter& operator=(const EventWriter&) = delete;
 
   // One Event{wall_time, step, summary{tag, simple_value}}. The value is stored as a float (TF's
-  // simple_value). wall_time is Unix seconds (WallTimeNow() for "now").
+  // simple_value). wall_time is Unix seconds (core/clock.h WallSeconds() for "now").
   Status AddScalar(const std::string& tag, int64_t step, double value, double wall_time);
 
   // Several scalars of one step in a single Event (one record, one flush).
@@ -63,8 +63,5 @@ uint32_t MaskedCrc32c(const void* data, size_t n);
 
 // One TFRecord: header, `data`, footer (see the file comment).
 std::string FrameTfRecord(const std::string& data);
-
-// Unix time in seconds with microsecond resolution.
-double WallTimeNow();
 
 }  // namespace dtrain::runtime

@@ -37,6 +37,8 @@ TEST(DistEnvTest, EmptyEnvironmentIsSingleProcess) {
   EXPECT_EQ(d.master_addr, "127.0.0.1");
   EXPECT_EQ(d.master_port, 29500);
   EXPECT_EQ(d.restart_count, 0);
+  EXPECT_FALSE(d.launched);
+  EXPECT_FALSE(d.slurm_job);
 }
 
 TEST(DistEnvTest, TorchrunVariables) {
@@ -57,6 +59,8 @@ TEST(DistEnvTest, TorchrunVariables) {
   EXPECT_EQ(d.master_addr, "node-a");
   EXPECT_EQ(d.master_port, 29611);
   EXPECT_EQ(d.restart_count, 3);
+  EXPECT_TRUE(d.launched);
+  EXPECT_FALSE(d.slurm_job);
 }
 
 TEST(DistEnvTest, TorchrunDefaultsToOneNode) {
@@ -124,6 +128,13 @@ TEST(DistEnvTest, SlurmVariables) {
             2);
   EXPECT_EQ(MustDetect({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_NTASKS_PER_NODE", "2"}}).local_world_size,
             2);
+}
+
+TEST(DistEnvTest, SlurmJobAndRequeueCount) {
+  const DistEnv d = MustDetect({{"SLURM_JOB_ID", "77"}, {"SLURM_RESTART_COUNT", "2"}});
+  EXPECT_TRUE(d.slurm_job);
+  EXPECT_EQ(d.requeue_count, 2);
+  EXPECT_FALSE(d.launched);
 }
 
 TEST(DistEnvTest, MalformedValuesNameTheVariable) {

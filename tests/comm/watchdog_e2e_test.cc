@@ -14,13 +14,11 @@
 namespace dtrain::testing {
 namespace {
 
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
 
 TEST(WatchdogE2E, HungPeerEndsTheJobWithAnErrorNamingTheCollective) {
-  if (!std::ifstream(kData + "/train-images-idx3-ubyte.gz").good()) {
-    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
-  }
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const auto t0 = std::chrono::steady_clock::now();
   ProcessResult r =

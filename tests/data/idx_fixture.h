@@ -11,28 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/fixtures.h"
+
 namespace dtrain::data::fixture {
 
-// A fresh directory under the gtest temp dir, removed with its contents on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = ::testing::TempDir() + "dtrain_data_XXXXXX";
-    if (mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using ::dtrain::testing::TempDir;  // tests/testing/fixtures.h
 
 // Magic (big-endian), dims (big-endian uint32), payload.
 inline std::vector<uint8_t> IdxBytes(uint32_t magic, const std::vector<uint32_t>& dims,

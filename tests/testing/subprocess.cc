@@ -42,17 +42,6 @@ std::string DtrainBin() {
 #endif
 }
 
-TempDir::TempDir() {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string templ = std::string(tmp != nullptr ? tmp : "/tmp") + "/dtrain_test_XXXXXX";
-  if (mkdtemp(templ.data()) != nullptr) path_ = templ;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-}
-
 std::string ReadFile(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::stringstream ss;

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/fixtures.h"  // TempDir, which most process tests use
+
 namespace dtrain::testing {
 
 struct ProcessResult {
@@ -18,19 +20,6 @@ ProcessResult RunCommand(const std::string& command);
 
 // $DTRAIN_BIN, else the build's dtrain (DT_DTRAIN_BIN, defined by tests/CMakeLists.txt).
 std::string DtrainBin();
-
-// A fresh directory under $TMPDIR (or /tmp), removed with its contents by the destructor.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Reads a whole file ("" when it cannot be read).
 std::string ReadFile(const std::string& path);

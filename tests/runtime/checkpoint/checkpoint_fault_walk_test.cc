@@ -241,14 +241,12 @@ TEST(CheckpointPhases, StorageFaultsNameTheOperationAndKey) {
 
 // ---- the real binary --------------------------------------------------------------------------
 
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
 // 30 steps, a checkpoint every 10 (the one of step 30 at the end), the newest 2 kept.
 const std::string kArgs =
     " --set train.device=cpu --set train.eval=false --set train.log_every=10 --set train.max_steps=30"
     " --set checkpoint.every_steps=10 --set checkpoint.keep_last=2";
-
-bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
 
 struct WalkCase {
   std::string name;
@@ -300,7 +298,7 @@ std::vector<WalkCase> Cases() {
 }
 
 TEST(CheckpointFaultWalkE2E, EveryPhaseKilledOrFaultedResumesBitIdentical) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string d = dir.path();
   const std::string train = testing::DtrainBin() + " train " + kCiConfig + kArgs;

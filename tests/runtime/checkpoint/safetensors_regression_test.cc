@@ -1,5 +1,5 @@
 // Regressions found by fuzz/safetensors_fuzzer.cc (scripts/fuzz.sh). Each test names the failure the
-// fuzzer reported before the fix in runtime/safetensors.cc.
+// fuzzer reported before the fix in runtime/checkpoint/safetensors.cc.
 
 #include <gtest/gtest.h>
 

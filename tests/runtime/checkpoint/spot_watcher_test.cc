@@ -13,6 +13,7 @@
 
 #include "runtime/checkpoint/preemption.h"
 #include "tests/testing/fake_http_server.h"
+#include "tests/testing/fixtures.h"
 
 namespace dtrain::runtime {
 namespace {
@@ -40,17 +41,6 @@ class FakeMetadata {
   }};
 };
 
-// Waits until pred() or the deadline; returns whether pred() held.
-template <typename Pred>
-bool WaitFor(Pred pred, double seconds) {
-  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  while (Clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return pred();
-}
-
 double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 TEST(SpotWatcher, RejectsEmptyUrlAndNonPositiveInterval) {
@@ -66,13 +56,13 @@ TEST(SpotWatcher, RaisesSigtermWithinOnePollOfTheNoticeAndNotBefore) {
   std::unique_ptr<SpotWatcher> w;
   ASSERT_TRUE(SpotWatcher::Create({server.url(), 0.1}, &w).ok());
   // 404s: at least 5 polls answered (0.1 s apart), and no flag.
-  ASSERT_TRUE(WaitFor([&] { return server.requests() >= 5; }, 5.0));
+  ASSERT_TRUE(testing::WaitUntil([&] { return server.requests() >= 5; }, 5.0));
   EXPECT_EQ(Preemption::Requested(), 0);
   EXPECT_FALSE(w->noticed());
 
   const auto switched = Clock::now();
   server.set_notice(true);
-  ASSERT_TRUE(WaitFor([] { return Preemption::Requested() != 0; }, 5.0));
+  ASSERT_TRUE(testing::WaitUntil([] { return Preemption::Requested() != 0; }, 5.0));
   const double latency = SecondsSince(switched);
   EXPECT_LT(latency, 1.0) << "one poll interval (0.1 s) plus a loopback request";
   EXPECT_EQ(Preemption::Requested(), SIGTERM);
@@ -102,7 +92,7 @@ TEST(SpotWatcher, DestructorReturnsWithin100msBetweenPolls) {
   FakeMetadata server;
   std::unique_ptr<SpotWatcher> w;
   ASSERT_TRUE(SpotWatcher::Create({server.url(), 3600.0}, &w).ok());
-  ASSERT_TRUE(WaitFor([&] { return server.requests() >= 1; }, 5.0));  // now waiting an hour for the next poll
+  ASSERT_TRUE(testing::WaitUntil([&] { return server.requests() >= 1; }, 5.0));  // now waiting an hour for the next poll
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const auto t = Clock::now();
   w.reset();

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/crc32c.h"
 #include "core/logging.h"
 #include "proto/tensorboard.pb.h"
@@ -76,7 +77,7 @@ TEST(TensorBoardTest, FrameMatchesIndependentEncoding) {
 TEST(TensorBoardTest, WritesReadableEventFile) {
   testing::TempDir tmp;
   const std::string dir = tmp.path() + "/run/tensorboard";  // created with its parent
-  const double before = WallTimeNow();
+  const double before = WallSeconds();
   {
     std::unique_ptr<EventWriter> w;
     ASSERT_TRUE(EventWriter::Create(dir, &w).ok());

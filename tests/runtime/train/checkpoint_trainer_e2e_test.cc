@@ -15,16 +15,14 @@
 namespace dtrain::testing {
 namespace {
 
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
 const std::string kCommon =
     " --set train.device=cpu --set train.eval=false --set train.log_every=10 --set train.max_steps=20"
     " --set checkpoint.every_steps=10";
 
-bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
-
 TEST(RestoreE2E, ACheckpointFailingAfterItsParametersWereCopiedRestoresNothing) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string d = dir.path();
   const std::string train = DtrainBin() + " train " + kCiConfig + kCommon;
@@ -59,7 +57,7 @@ TEST(RestoreE2E, ACheckpointFailingAfterItsParametersWereCopiedRestoresNothing) 
 // A resume reads straight into the state; the snapshot pool, started after it, serves the next save: nothing is
 // allocated at the save, and the restore is timed split into read + verify and copy.
 TEST(RestoreE2E, TheSaveAfterAResumeTakesTheBackgroundSnapshotBuffers) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string train = DtrainBin() + " train " + kCiConfig + kCommon + " --set run.dir=" + dir.path();
   ProcessResult first = RunCommand(train);

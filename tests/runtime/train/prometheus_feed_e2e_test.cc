@@ -24,7 +24,7 @@
 namespace dtrain::testing {
 namespace {
 
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
 
 // `dtrain launch` in the background; SIGTERM (the preemption path: checkpoint, exit 75) and reaped by Stop() or the
@@ -81,9 +81,7 @@ bool InJsonl(double value, const std::vector<std::string>& records, const std::s
 }
 
 TEST(PrometheusFeedE2E, RealPrometheusScrapesStepTimeAndLossOfATwoRankCpuRun) {
-  if (!std::ifstream(kData + "/train-images-idx3-ubyte.gz").good()) {
-    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
-  }
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   const int port = FreeLoopbackPort();
   ASSERT_GT(port, 0);
   PrometheusServer prom("127.0.0.1:" + std::to_string(port), "1s");
@@ -138,9 +136,7 @@ TEST(PrometheusFeedE2E, RealPrometheusScrapesStepTimeAndLossOfATwoRankCpuRun) {
 
 // A port another process holds: the worker stops at start with exit 2 and one line naming the key and addr:port.
 TEST(PrometheusFeedE2E, APortAlreadyTakenIsAUsageErrorNamingTheKeyAndPort) {
-  if (!std::ifstream(kData + "/train-images-idx3-ubyte.gz").good()) {
-    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
-  }
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   const int holder = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a = {};
   a.sin_family = AF_INET;
