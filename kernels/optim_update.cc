@@ -134,7 +134,7 @@ Status CheckDType(const Tensor& t) {
 }
 
 // An optional device scalar like params (`scale` or `skip`).
-Status CheckScale(const DeviceContext& ctx, const Tensor& params, const Tensor* scale, const char* what = "scale") {
+Status CheckScale(const DeviceContext& ctx, const Tensor& params, const Tensor* scale, const char* what) {
   if (scale == nullptr) return Status::OK();
   return CheckLike(ctx, params, *scale, 1, what);
 }
@@ -142,15 +142,6 @@ Status CheckScale(const DeviceContext& ctx, const Tensor& params, const Tensor* 
 template <typename T>
 const T* ScalePtr(const Tensor* scale) {
   return scale != nullptr ? scale->data<T>() : nullptr;
-}
-
-// A staged-args buffer for a CUDA update (optim_update.h): on the params' device, large enough.
-[[maybe_unused]] Status CheckStaged(const Tensor& params, const Tensor* staged) {
-  if (staged == nullptr) return Status::OK();
-  DT_CHECK_ARG(staged->device() == params.device() && staged->nbytes() >= kStagedArgsBytes,
-               "staged optimizer args " << staged->ToString() << " must hold " << kStagedArgsBytes << " bytes on "
-                                        << DeviceName(params.device()));
-  return Status::OK();
 }
 
 Status EnsureScalarLike(DeviceContext& ctx, const Tensor& like, Tensor* t, const char* what) {
@@ -161,16 +152,33 @@ Status EnsureScalarLike(DeviceContext& ctx, const Tensor& like, Tensor* t, const
 
 }  // namespace
 
-Status SgdUpdate(DeviceContext& ctx, const SgdHyper& h, Tensor* params, const Tensor& grads, Tensor* momentum_buf,
-                 const Tensor* scale, const Tensor* skip, const Tensor* staged) {
-  DT_CHECK_ARG(params != nullptr && momentum_buf != nullptr, "null params or momentum_buf");
+Status CheckUpdateTensors(const DeviceContext& ctx, const Tensor* params, const Tensor& grads,
+                          std::initializer_list<UpdateStateArg> state, const Tensor* scale, const Tensor* skip,
+                          const Tensor* staged) {
+  DT_CHECK_ARG(params != nullptr, "params is null");
   const int64_t n = params->numel();
   DT_RETURN_IF_ERROR(CheckLike(ctx, *params, *params, n, "params"));
   DT_RETURN_IF_ERROR(CheckDType(*params));
   DT_RETURN_IF_ERROR(CheckLike(ctx, *params, grads, n, "grads"));
-  DT_RETURN_IF_ERROR(CheckLike(ctx, *params, *momentum_buf, n, "momentum_buf"));
-  DT_RETURN_IF_ERROR(CheckScale(ctx, *params, scale));
+  for (const UpdateStateArg& s : state) {
+    DT_CHECK_ARG(s.tensor != nullptr, s.name << " is null");
+    DT_RETURN_IF_ERROR(CheckLike(ctx, *params, *s.tensor, n, s.name));
+  }
+  DT_RETURN_IF_ERROR(CheckScale(ctx, *params, scale, "scale"));
   DT_RETURN_IF_ERROR(CheckScale(ctx, *params, skip, "skip"));
+  if (staged != nullptr) {
+    // A staged-args buffer (see "Staged hyper-parameters"): on the params' device, large enough.
+    DT_CHECK_ARG(staged->device() == params->device() && staged->nbytes() >= kStagedArgsBytes,
+                 "staged optimizer args " << staged->ToString() << " must hold " << kStagedArgsBytes << " bytes on "
+                                          << DeviceName(params->device()));
+  }
+  return Status::OK();
+}
+
+Status SgdUpdate(DeviceContext& ctx, const SgdHyper& h, Tensor* params, const Tensor& grads, Tensor* momentum_buf,
+                 const Tensor* scale, const Tensor* skip, const Tensor* staged) {
+  DT_RETURN_IF_ERROR(CheckUpdateTensors(ctx, params, grads, {{"momentum_buf", momentum_buf}}, scale, skip, staged));
+  const int64_t n = params->numel();
   if (params->device() == DeviceType::kCPU) {
     if (params->dtype() == DType::kF64) {
       SgdUpdateCpu(params->data<double>(), grads.data<double>(), momentum_buf->data<double>(), n, h,
@@ -182,7 +190,6 @@ Status SgdUpdate(DeviceContext& ctx, const SgdHyper& h, Tensor* params, const Te
     return Status::OK();
   }
 #if DT_HAVE_CUDA
-  DT_RETURN_IF_ERROR(CheckStaged(*params, staged));
   return SgdUpdateCuda(params->data<float>(), grads.data<float>(), momentum_buf->data<float>(), n, h,
                        ScalePtr<float>(scale), ctx.stream(), ScalePtr<float>(skip),
                        staged != nullptr ? static_cast<const SgdKernelArgs*>(staged->data()) : nullptr);
@@ -193,16 +200,10 @@ Status SgdUpdate(DeviceContext& ctx, const SgdHyper& h, Tensor* params, const Te
 
 Status AdamWUpdate(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, const Tensor& grads, Tensor* exp_avg,
                    Tensor* exp_avg_sq, const Tensor* scale, const Tensor* skip, const Tensor* staged) {
-  DT_CHECK_ARG(params != nullptr && exp_avg != nullptr && exp_avg_sq != nullptr, "null params or state");
   DT_CHECK_ARG(h.step >= 1, "AdamW step counts from 1, got " << h.step);
+  DT_RETURN_IF_ERROR(
+      CheckUpdateTensors(ctx, params, grads, {{"exp_avg", exp_avg}, {"exp_avg_sq", exp_avg_sq}}, scale, skip, staged));
   const int64_t n = params->numel();
-  DT_RETURN_IF_ERROR(CheckLike(ctx, *params, *params, n, "params"));
-  DT_RETURN_IF_ERROR(CheckDType(*params));
-  DT_RETURN_IF_ERROR(CheckLike(ctx, *params, grads, n, "grads"));
-  DT_RETURN_IF_ERROR(CheckLike(ctx, *params, *exp_avg, n, "exp_avg"));
-  DT_RETURN_IF_ERROR(CheckLike(ctx, *params, *exp_avg_sq, n, "exp_avg_sq"));
-  DT_RETURN_IF_ERROR(CheckScale(ctx, *params, scale));
-  DT_RETURN_IF_ERROR(CheckScale(ctx, *params, skip, "skip"));
   if (params->device() == DeviceType::kCPU) {
     if (params->dtype() == DType::kF64) {
       AdamWUpdateCpu(params->data<double>(), grads.data<double>(), exp_avg->data<double>(), exp_avg_sq->data<double>(),
@@ -214,7 +215,6 @@ Status AdamWUpdate(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, cons
     return Status::OK();
   }
 #if DT_HAVE_CUDA
-  DT_RETURN_IF_ERROR(CheckStaged(*params, staged));
   return AdamWUpdateCuda(params->data<float>(), grads.data<float>(), exp_avg->data<float>(), exp_avg_sq->data<float>(),
                          n, h, ScalePtr<float>(scale), ctx.stream(), ScalePtr<float>(skip),
                          staged != nullptr ? static_cast<const AdamWKernelArgs*>(staged->data()) : nullptr);

@@ -17,6 +17,7 @@
 // queued on ctx.stream(); nothing here synchronizes the host.
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "core/cuda_fwd.h"
 #include "core/device_context.h"
@@ -114,6 +115,18 @@ Status GradClipCoefCuda(const float* sum_squares, double max_norm, float* norm, 
 // All tensors on ctx's device with one dtype; params, grads and state have the same numel; `scale`
 // and `skip` (nullable) are 1-element tensors. `staged` (nullable; used on CUDA only): a device tensor of at
 // least kStagedArgsBytes holding StagedArgsFor(h) by the time the kernel runs.
+//
+// The checks every fused update's tensor-level entry runs (these and any other optimizer's, e.g.
+// kernels/lion_update.h), with the rules above: params non-null, f32 (CUDA) or f32/f64 (CPU), on ctx's device;
+// grads and each `state` tensor (non-null, named for the error) like params with its numel; scale, skip and
+// staged as above. InvalidArgument naming the offending tensor.
+struct UpdateStateArg {
+  const char* name;
+  const Tensor* tensor;
+};
+Status CheckUpdateTensors(const DeviceContext& ctx, const Tensor* params, const Tensor& grads,
+                          std::initializer_list<UpdateStateArg> state, const Tensor* scale, const Tensor* skip,
+                          const Tensor* staged);
 Status SgdUpdate(DeviceContext& ctx, const SgdHyper& h, Tensor* params, const Tensor& grads, Tensor* momentum_buf,
                  const Tensor* scale = nullptr, const Tensor* skip = nullptr, const Tensor* staged = nullptr);
 Status AdamWUpdate(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, const Tensor& grads, Tensor* exp_avg,

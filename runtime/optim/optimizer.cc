@@ -4,32 +4,11 @@
 
 #include "core/check.h"
 #include "core/nvtx.h"
-#include "kernels/optim_update.h"
 #include "kernels/reduce.h"
 #include "runtime/optim/loss_scaler.h"
 #include "runtime/optim/staged_args.h"
 
 namespace dtrain::runtime {
-
-ops::SgdHyper SgdHyperFor(const OptimizerOptions& opts, double lr) {
-  ops::SgdHyper h;
-  h.lr = lr;
-  h.momentum = opts.momentum;
-  h.weight_decay = opts.weight_decay;
-  h.nesterov = opts.nesterov;
-  return h;
-}
-
-ops::AdamWHyper AdamWHyperFor(const OptimizerOptions& opts, double lr, int64_t step) {
-  ops::AdamWHyper h;
-  h.lr = lr;
-  h.beta1 = opts.beta1;
-  h.beta2 = opts.beta2;
-  h.eps = opts.eps;
-  h.weight_decay = opts.weight_decay;
-  h.step = step;
-  return h;
-}
 
 Optimizer::~Optimizer() = default;
 
@@ -37,32 +16,16 @@ Status Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, int64
                          std::unique_ptr<Optimizer>* out) {
   DT_CHECK_ARG(out != nullptr, "out is null");
   DT_CHECK_ARG(num_params > 0, "the optimizer needs at least one parameter, got " << num_params);
-  DT_CHECK_ARG(std::isfinite(opts.lr) && opts.lr >= 0.0, "lr must be finite and >= 0, got " << opts.lr);
-  DT_CHECK_ARG(opts.weight_decay >= 0.0, "weight_decay must be >= 0, got " << opts.weight_decay);
-  DT_CHECK_ARG(std::isfinite(opts.grad_clip) && opts.grad_clip >= 0.0,
-               "grad_clip must be finite and >= 0 (0 = off), got " << opts.grad_clip);
   std::unique_ptr<Optimizer> o(new Optimizer());  // private constructor: make_unique cannot reach it
-  if (opts.name == "sgd") {
-    o->kind_ = Kind::kSgd;
-    DT_CHECK_ARG(opts.momentum >= 0.0 && opts.momentum <= 1.0, "sgd momentum must be in [0, 1], got " << opts.momentum);
-    DT_CHECK_ARG(!opts.nesterov || opts.momentum > 0.0, "nesterov needs momentum > 0");
-  } else if (opts.name == "adamw") {
-    o->kind_ = Kind::kAdamW;
-    DT_CHECK_ARG(opts.beta1 >= 0.0 && opts.beta1 < 1.0, "adamw beta1 must be in [0, 1), got " << opts.beta1);
-    DT_CHECK_ARG(opts.beta2 >= 0.0 && opts.beta2 < 1.0, "adamw beta2 must be in [0, 1), got " << opts.beta2);
-    DT_CHECK_ARG(opts.eps >= 0.0, "adamw eps must be >= 0, got " << opts.eps);
-  } else {
-    return Status::InvalidArgument("unknown optimizer '" + opts.name + "' (expected sgd|adamw)");
-  }
+  DT_RETURN_IF_ERROR(CreateOptimAlgorithm(opts, &o->spec_, &o->algo_));
   o->opts_ = opts;
   o->num_params_ = num_params;
   o->device_ = ctx.type();
   // State starts at zero (PyTorch's lazily created buffers behave identically from step 1).
-  DT_RETURN_IF_ERROR(Tensor::Empty({num_params}, DType::kF32, ctx.allocator(), &o->state0_));
-  DT_RETURN_IF_ERROR(o->state0_.SetZero(ctx.stream()));
-  if (o->kind_ == Kind::kAdamW) {
-    DT_RETURN_IF_ERROR(Tensor::Empty({num_params}, DType::kF32, ctx.allocator(), &o->state1_));
-    DT_RETURN_IF_ERROR(o->state1_.SetZero(ctx.stream()));
+  o->state_.resize(o->spec_->state_names.size());
+  for (Tensor& t : o->state_) {
+    DT_RETURN_IF_ERROR(Tensor::Empty({num_params}, DType::kF32, ctx.allocator(), &t));
+    DT_RETURN_IF_ERROR(t.SetZero(ctx.stream()));
   }
   DT_RETURN_IF_ERROR(Tensor::Empty({1}, DType::kF32, ctx.allocator(), &o->sum_squares_));
   DT_RETURN_IF_ERROR(Tensor::Empty({1}, DType::kF32, ctx.allocator(), &o->norm_));
@@ -98,15 +61,9 @@ Status Optimizer::Stage(DeviceContext& ctx, double lr, LossScaler* scaler) {
     DT_RETURN_IF_ERROR(scaler->state(&before));  // skips up to the previous step (see loss_scaler.h: no stall)
     skipped = before.skipped_steps;
   }
-  if (kind_ == Kind::kSgd) {
-    sgd_ = SgdHyperFor(opts_, lr);
-    const ops::SgdKernelArgs a = ops::StagedArgsFor(sgd_);
-    DT_RETURN_IF_ERROR(args_->Stage(ctx, &a, sizeof(a)));
-  } else {
-    adamw_ = AdamWHyperFor(opts_, lr, step_ + 1 - skipped);
-    const ops::AdamWKernelArgs a = ops::StagedArgsFor(adamw_);
-    DT_RETURN_IF_ERROR(args_->Stage(ctx, &a, sizeof(a)));
-  }
+  StagedConstants constants;
+  algo_->Prepare(lr, step_ + 1 - skipped, &constants);
+  DT_RETURN_IF_ERROR(args_->Stage(ctx, constants.bytes, constants.size));
   ++step_;
   staged_ = true;
   return Status::OK();
@@ -134,19 +91,17 @@ Status Optimizer::Apply(DeviceContext& ctx, Tensor& params, Tensor& grads, LossS
   }
 
   // The kernels read this update's constants from the staged buffer (the CPU path takes them from the host).
-  const Tensor* staged = &args_->device();
-  if (kind_ == Kind::kSgd) {
-    DT_RETURN_IF_ERROR(ops::SgdUpdate(ctx, sgd_, &params, grads, &state0_, scale, skip, staged));
-  } else {
-    DT_RETURN_IF_ERROR(ops::AdamWUpdate(ctx, adamw_, &params, grads, &state0_, &state1_, scale, skip, staged));
-  }
+  std::vector<Tensor*> state;
+  for (Tensor& t : state_) state.push_back(&t);
+  DT_RETURN_IF_ERROR(algo_->Update(ctx, &params, grads, state, scale, skip, &args_->device()));
   has_norm_ = true;
   return Status::OK();
 }
 
 std::vector<std::pair<std::string, Tensor*>> Optimizer::state() {
-  if (kind_ == Kind::kSgd) return {{"momentum_buffer", &state0_}};
-  return {{"exp_avg", &state0_}, {"exp_avg_sq", &state1_}};
+  std::vector<std::pair<std::string, Tensor*>> out;
+  for (size_t i = 0; i < state_.size(); ++i) out.emplace_back(spec_->state_names[i], &state_[i]);
+  return out;
 }
 
 Status Optimizer::LastGradNorm(DeviceContext& ctx, float* norm) {

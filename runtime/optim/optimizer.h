@@ -1,12 +1,12 @@
 #pragma once
-// Optimizer: SGD (momentum, optional Nesterov) and AdamW over the model's flat parameter buffer,
-// with optional global-norm gradient clipping. PyTorch semantics: torch.optim.SGD (dampening 0,
-// coupled weight decay), torch.optim.AdamW (decoupled weight decay, amsgrad off) and
-// torch.nn.utils.clip_grad_norm_ (coef = min(1, clip / (norm + 1e-6))).
+// Optimizer: one optimizer algorithm (runtime/optim/optim_algorithm.h: SGD, AdamW, ...) over the model's whole
+// flat parameter buffer, with optional global-norm gradient clipping (torch.nn.utils.clip_grad_norm_: coef =
+// min(1, clip / (norm + 1e-6))). The replicated ParameterUpdater's optimizer; Zero1Optimizer runs the same
+// algorithms over a shard.
 //
-// Ownership: owns its state tensors (SGD: momentum_buffer; AdamW: exp_avg, exp_avg_sq), allocated
-// once in Create from ctx.allocator(), zero-initialised, on ctx's device. Params and grads belong to
-// the caller (the model) and must be flat f32 tensors of num_params elements on the same device.
+// Ownership: owns its state tensors (the algorithm's state names, e.g. SGD: momentum_buffer; AdamW: exp_avg,
+// exp_avg_sq), allocated once in Create from ctx.allocator(), zero-initialised, on ctx's device. Params and grads
+// belong to the caller (the model) and must be flat f32 tensors of num_params elements on the same device.
 //
 // Streams: Step() queues all its work on ctx.stream() and never synchronizes the host. The global
 // gradient norm is reduced on the device into a device scalar every step (one extra read of the
@@ -25,33 +25,17 @@
 #include "core/device_context.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "kernels/optim_update.h"
+#include "runtime/optim/optim_algorithm.h"
+#include "runtime/optim/optimizer_options.h"
 
 namespace dtrain::runtime {
 
 class LossScaler;
 class StagedArgs;
 
-struct OptimizerOptions {
-  std::string name = "adamw";  // "adamw" | "sgd"
-  double lr = 1e-3;            // the base LR; Step() takes the scheduled LR of each step
-  double momentum = 0.9;       // sgd, in [0, 1]
-  double beta1 = 0.9;          // adamw, in [0, 1)
-  double beta2 = 0.999;        // adamw, in [0, 1)
-  double eps = 1e-8;           // adamw, >= 0
-  double weight_decay = 0.0;   // sgd: added to the gradient (coupled); adamw: p *= 1 - lr * wd
-  bool nesterov = false;       // sgd; needs momentum > 0
-  double grad_clip = 0.0;      // max global L2 norm of the gradient; 0 = off
-};
-
-// The update kernels' hyper-parameters for one step with the scheduled `lr` (AdamW: bias-correction step
-// `step`, counting from 1). Shared by Optimizer and Zero1Optimizer.
-ops::SgdHyper SgdHyperFor(const OptimizerOptions& opts, double lr);
-ops::AdamWHyper AdamWHyperFor(const OptimizerOptions& opts, double lr, int64_t step);
-
 class Optimizer {
  public:
-  // InvalidArgument for an unknown name, out-of-range hyper-parameters or num_params <= 0.
+  // InvalidArgument for an unknown algorithm name, out-of-range hyper-parameters or num_params <= 0.
   static Status Create(DeviceContext& ctx, const OptimizerOptions& opts, int64_t num_params,
                        std::unique_ptr<Optimizer>* out);
   ~Optimizer();
@@ -60,10 +44,11 @@ class Optimizer {
   // micro-steps by the caller; GradientReducer::Finalize() must have run). grads are not modified.
   // Computes the global L2 norm of grads; if grad_clip > 0 and the norm exceeds it, the gradient is
   // scaled by clip / (norm + 1e-6) inside the update. `lr` is the scheduled LR for this step
-  // (LrSchedule::LrAt(step())). AdamW uses bias-correction step step() + 1. Increments step().
+  // (LrSchedule::LrAt(step())). The algorithm's update number is step() + 1 (AdamW's bias correction). Increments
+  // step().
   // With `scaler` (nullable): grads are scaled by scaler's current scale; the update uses grads / scale, the norm
   // and the clip see the unscaled gradient, a non-finite gradient makes the update a no-op (decided on the device,
-  // no host sync), and AdamW's bias-correction step is step() + 1 - skipped steps (applied updates only). step()
+  // no host sync), and the update number is step() + 1 - skipped steps (applied updates only). step()
   // still counts every call.
   Status Step(DeviceContext& ctx, Tensor& params, Tensor& grads, double lr, LossScaler* scaler = nullptr);
 
@@ -80,9 +65,9 @@ class Optimizer {
   // For checkpoint restore: the next Step() is update number s + 1. Negative values become 0.
   void set_step(int64_t s) { step_ = s < 0 ? 0 : s; }
 
-  // The state to checkpoint, as named flat f32 tensors of num_params elements (PyTorch names):
-  // sgd {"momentum_buffer"}, adamw {"exp_avg", "exp_avg_sq"}. Restore by copying into them. The
-  // pointers stay valid for the optimizer's lifetime.
+  // The state to checkpoint, as named flat f32 tensors of num_params elements, in the order and with the names of
+  // the algorithm's spec (OptimAlgorithmSpec::state_names). Restore by copying into them. The pointers stay valid
+  // for the optimizer's lifetime.
   std::vector<std::pair<std::string, Tensor*>> state();
 
   // The global gradient norm (before clipping; unscaled with a LossScaler, then inf/NaN on a skipped step) of the
@@ -94,24 +79,20 @@ class Optimizer {
   int64_t num_params() const { return num_params_; }
 
  private:
-  enum class Kind { kSgd, kAdamW };
   Optimizer() = default;
   Status CheckTensor(const DeviceContext& ctx, const Tensor& t, const char* what) const;
 
   OptimizerOptions opts_;
-  Kind kind_ = Kind::kAdamW;
+  const OptimAlgorithmSpec* spec_ = nullptr;
+  std::unique_ptr<OptimAlgorithm> algo_;  // holds the constants of the staged update (Stage)
   int64_t num_params_ = 0;
   DeviceType device_ = DeviceType::kCPU;
   int64_t step_ = 0;
   bool has_norm_ = false;
-  Tensor state0_;                          // sgd: momentum_buffer; adamw: exp_avg
-  Tensor state1_;                          // adamw: exp_avg_sq
+  std::vector<Tensor> state_;              // one per spec_->state_names
   Tensor sum_squares_, norm_, clip_coef_;  // device scalars, written every Step()
-  // The hyper-parameters of the staged update (Stage), on the host and in device memory.
-  ops::SgdHyper sgd_;
-  ops::AdamWHyper adamw_;
   bool staged_ = false;
-  std::unique_ptr<StagedArgs> args_;
+  std::unique_ptr<StagedArgs> args_;  // the staged update's constants in device memory
 };
 
 }  // namespace dtrain::runtime

@@ -2,6 +2,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "runtime/optim/optim_algorithm.h"
 #include "runtime/optim/replicated_updater.h"
 #include "runtime/optim/sharded_updater.h"
 
@@ -24,8 +25,9 @@ Status ParameterUpdater::Step(double lr) {
 }
 
 std::vector<std::string> ParameterUpdater::state_names() const {
-  if (options().name == "sgd") return {"momentum_buffer"};
-  return {"exp_avg", "exp_avg_sq"};
+  // The name was found when the optimizer was made.
+  const OptimAlgorithmSpec* spec = FindOptimAlgorithm(options().name);
+  return spec != nullptr ? spec->state_names : std::vector<std::string>{};
 }
 
 Status ParameterUpdater::SaveState(std::vector<std::pair<std::string, const Tensor*>>* state,

@@ -87,7 +87,7 @@ class ParameterUpdater {
   // --- Checkpoints ---
   virtual const OptimizerOptions& options() const = 0;
   virtual int64_t step() const = 0;  // optimizer updates so far
-  // The full state's names (PyTorch's: sgd {"momentum_buffer"}, adamw {"exp_avg", "exp_avg_sq"}).
+  // The full state's names: the algorithm's (OptimAlgorithmSpec::state_names; e.g. adamw {"exp_avg", "exp_avg_sq"}).
   std::vector<std::string> state_names() const;
   // A collective (every rank calls it): *state = the full flat f32 state tensors by name, on the device, valid
   // until the next Step or SaveState (copies queued on the compute stream read them correctly); and the

@@ -98,18 +98,12 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
   DT_CHECK_ARG(grad_comm->device_type() == ctx.type(), "the " << comm::BackendName(grad_comm->backend())
                                                               << " communicator cannot reduce " << grads.ToString()
                                                               << " (CUDA grads need nccl, CPU grads need mpi)");
-  {
-    // The hyper-parameters obey Optimizer's rules: validate them with its factory (a 1-element probe).
-    std::unique_ptr<Optimizer> probe;
-    DT_RETURN_IF_ERROR(Optimizer::Create(ctx, opts, 1, &probe));
-  }
-
   std::unique_ptr<Zero1Optimizer> z(new Zero1Optimizer());  // private constructor
+  DT_RETURN_IF_ERROR(CreateOptimAlgorithm(opts, &z->spec_, &z->algo_));
   z->ctx_ = &ctx;
   z->model_ = &model;
   z->comm_ = grad_comm;
   z->opts_ = opts;
-  z->adamw_ = opts.name == "adamw";
   z->rank_ = rank;
   z->world_ = world;
   const auto& infos = model.param_infos();
@@ -128,10 +122,10 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
   // The state starts at zero (torch's lazy init). Its padding slot (the tiny bucket's, on ranks that own
   // no element of it) is never read or written by the update.
   const int64_t s = z->shard_numel_;
-  for (Tensor* t : {&z->state0_, &z->state1_}) {
-    if (t == &z->state1_ && !z->adamw_) continue;
-    DT_RETURN_IF_ERROR(Tensor::Empty({s}, DType::kF32, ctx.allocator(), t));
-    DT_RETURN_IF_ERROR(t->SetZero(ctx.stream()));
+  z->state_.resize(z->spec_->state_names.size());
+  for (Tensor& t : z->state_) {
+    DT_RETURN_IF_ERROR(Tensor::Empty({s}, DType::kF32, ctx.allocator(), &t));
+    DT_RETURN_IF_ERROR(t.SetZero(ctx.stream()));
   }
   if (params.numel() % world != 0) {
     for (Tensor* t : {&z->grad_pad_, &z->param_pad_}) {
@@ -357,7 +351,7 @@ Status Zero1Optimizer::Step(DeviceContext& ctx, double lr, LossScaler* scaler) {
     DT_RETURN_IF_ERROR(stream_->JoinCompute(kNormGap));
     if (scaler != nullptr) {
       // As Optimizer::Step: the multiplier (1 / loss scale, times the clip coefficient of the unscaled norm)
-      // and the skip flag; AdamW's bias correction counts applied updates only.
+      // and the skip flag; the update number counts applied updates only.
       LossScalerState before;
       DT_RETURN_IF_ERROR(scaler->state(&before));
       skipped = before.skipped_steps;
@@ -370,23 +364,21 @@ Status Zero1Optimizer::Step(DeviceContext& ctx, double lr, LossScaler* scaler) {
   }
 
   // 2. The fused update in place over each bucket's owned range of params and grads, with the state
-  // shards' matching slices.
-  const ops::AdamWHyper ah = AdamWHyperFor(opts_, lr, step_ + 1 - skipped);
-  const ops::SgdHyper sh = SgdHyperFor(opts_, lr);
+  // shards' matching slices. The constants go to the kernels as arguments (no staged buffer: ZeRO-1's step
+  // is not captured in a CUDA graph).
+  algo_->Prepare(lr, step_ + 1 - skipped, /*staged=*/nullptr);
+  std::vector<Tensor> views(state_.size());
+  std::vector<Tensor*> state;
+  for (Tensor& v : views) state.push_back(&v);
   for (const Zero1Bucket& b : buckets_) {
     int64_t first = 0, count = 0;
     OwnedRange(b, &first, &count);
     if (count == 0) continue;
-    Tensor p, g, s0, s1;
+    Tensor p, g;
     DT_RETURN_IF_ERROR(params.View(first, {count}, &p));
     DT_RETURN_IF_ERROR(grads.View(first, {count}, &g));
-    DT_RETURN_IF_ERROR(state0_.View(b.shard_offset, {count}, &s0));
-    if (adamw_) {
-      DT_RETURN_IF_ERROR(state1_.View(b.shard_offset, {count}, &s1));
-      DT_RETURN_IF_ERROR(ops::AdamWUpdate(ctx, ah, &p, g, &s0, &s1, scale, skip));
-    } else {
-      DT_RETURN_IF_ERROR(ops::SgdUpdate(ctx, sh, &p, g, &s0, scale, skip));
-    }
+    for (size_t i = 0; i < state_.size(); ++i) DT_RETURN_IF_ERROR(state_[i].View(b.shard_offset, {count}, &views[i]));
+    DT_RETURN_IF_ERROR(algo_->Update(ctx, &p, g, state, scale, skip, /*staged=*/nullptr));
   }
   ++step_;
 
@@ -397,22 +389,19 @@ Status Zero1Optimizer::Step(DeviceContext& ctx, double lr, LossScaler* scaler) {
 Status Zero1Optimizer::GatherState(std::vector<std::pair<std::string, Tensor>>* full) {
   DT_CHECK_ARG(full != nullptr, "full is null");
   full->clear();
-  std::vector<std::pair<std::string, const Tensor*>> states = {{adamw_ ? "exp_avg" : "momentum_buffer", &state0_}};
-  if (adamw_) states.emplace_back("exp_avg_sq", &state1_);
-  for (const auto& [name, shard] : states) {
+  for (size_t i = 0; i < state_.size(); ++i) {
     Tensor t;
     DT_RETURN_IF_ERROR(Tensor::Empty({model_->params().numel()}, DType::kF32, ctx_->allocator(), &t));
-    DT_RETURN_IF_ERROR(AllGather(shard, &t, kUntimed));
-    full->emplace_back(name, t);
+    DT_RETURN_IF_ERROR(AllGather(&state_[i], &t, kUntimed));
+    full->emplace_back(spec_->state_names[i], t);
   }
   return Status::OK();
 }
 
 Status Zero1Optimizer::LoadState(const std::map<std::string, Tensor>& full) {
-  std::vector<std::pair<std::string, Tensor*>> states = {{adamw_ ? "exp_avg" : "momentum_buffer", &state0_}};
-  if (adamw_) states.emplace_back("exp_avg_sq", &state1_);
   const int64_t total = model_->params().numel();
-  for (const auto& [name, shard] : states) {
+  for (size_t i = 0; i < state_.size(); ++i) {
+    const std::string& name = spec_->state_names[i];
     const auto it = full.find(name);
     if (it == full.end()) return Status::InvalidArgument("LoadState: no '" + name + "' for optimizer " + opts_.name);
     const Tensor& src = it->second;
@@ -424,7 +413,7 @@ Status Zero1Optimizer::LoadState(const std::map<std::string, Tensor>& full) {
       if (count == 0) continue;
       Tensor from, to;
       DT_RETURN_IF_ERROR(src.View(first, {count}, &from));
-      DT_RETURN_IF_ERROR(shard->View(b.shard_offset, {count}, &to));
+      DT_RETURN_IF_ERROR(state_[i].View(b.shard_offset, {count}, &to));
       DT_RETURN_IF_ERROR(to.CopyFrom(from, ctx_->stream()));
     }
   }
@@ -434,21 +423,17 @@ Status Zero1Optimizer::LoadState(const std::map<std::string, Tensor>& full) {
 
 void Zero1Optimizer::StateSlices(std::vector<StateSlice>* out) {
   out->clear();
-  std::vector<std::pair<std::string, Tensor*>> states = {{adamw_ ? "exp_avg" : "momentum_buffer", &state0_}};
-  if (adamw_) states.emplace_back("exp_avg_sq", &state1_);
   const int64_t total = model_->params().numel();
-  for (const auto& [name, shard] : states) {
+  for (size_t i = 0; i < state_.size(); ++i) {
     for (const Zero1Bucket& b : buckets_) {
       int64_t first = 0, count = 0;
       OwnedRange(b, &first, &count);
-      if (count > 0) out->push_back({name + ".bin", total, first, count, shard, b.shard_offset});
+      if (count > 0) out->push_back({spec_->state_names[i] + ".bin", total, first, count, &state_[i], b.shard_offset});
     }
   }
 }
 
-size_t Zero1Optimizer::state_bytes() const {
-  return static_cast<size_t>(shard_numel_) * sizeof(float) * (adamw_ ? 2 : 1);
-}
+size_t Zero1Optimizer::state_bytes() const { return static_cast<size_t>(shard_numel_) * sizeof(float) * state_.size(); }
 
 size_t Zero1Optimizer::shard_buffer_bytes() const {
   size_t bytes = 0;

@@ -32,7 +32,7 @@
 //   3. Step(ctx, lr): over this rank's owned ranges of the model's params and grads (views, one
 //      launch per bucket) with the matching views of the state shards: the sum of squared gradients
 //      (accumulated per bucket) is all-reduced (only when grad_clip > 0: the global norm over ALL
-//      ranks), then the fused SGD/AdamW update (optim_update.h semantics, bias correction step() + 1)
+//      ranks), then the optimizer algorithm's fused update (runtime/optim/optim_algorithm.h; update number step() + 1)
 //      writes the owned params in place, then every bucket is all-gathered in place into the model's
 //      params(). The model's params are the source of truth: a restore or broadcast of params
 //      between steps is honoured. FailedPrecondition when no synced Finalize ran since the previous Step.
@@ -55,7 +55,7 @@
 // Equivalence: with W ranks the result equals GradientReducer (average) + Optimizer on the full
 // buffer except (a) reduce-scatter may sum in another order than all-reduce (bitwise equal for MPI
 // with 2 ranks) and (b) the norm is a sum of per-bucket, per-rank partial sums, each added into an
-// f32 accumulator: relative error ~1e-7 in the clip coefficient. tests/runtime/zero1_mpi_test.cc
+// f32 accumulator: relative error ~1e-7 in the clip coefficient. tests/runtime/optim/zero1_mpi_test.cc
 // measures the difference.
 //
 // Ownership: borrows ctx, the model (its params/grads storage, written in place) and the communicator;
@@ -79,7 +79,8 @@
 #include "runtime/observe/device_trace.h"
 #include "runtime/optim/bucket_readiness.h"
 #include "runtime/optim/comm_stream.h"
-#include "runtime/optim/optimizer.h"
+#include "runtime/optim/optim_algorithm.h"
+#include "runtime/optim/optimizer_options.h"
 #include "runtime/optim/state_slice.h"
 
 namespace dtrain::runtime {
@@ -125,7 +126,7 @@ class Zero1Optimizer {
   // The sharded update with the scheduled `lr`, then the parameter all-gather (see the contract). With
   // `scaler` (fp16, nullable) as Optimizer::Step: the grads are loss-scaled, the update unscales them, clips on
   // the unscaled global norm and is skipped on every rank when any rank's shard holds an inf/NaN (the
-  // all-reduced sum of squares is the shared found-inf flag); AdamW's bias correction counts applied updates.
+  // all-reduced sum of squares is the shared found-inf flag); the update number counts applied updates.
   Status Step(DeviceContext& ctx, double lr, LossScaler* scaler = nullptr);
 
   // Optimizer::step() semantics: updates so far; set_step for a restore.
@@ -133,8 +134,8 @@ class Zero1Optimizer {
   void set_step(int64_t s) { step_ = s < 0 ? 0 : s; }
   const OptimizerOptions& options() const { return opts_; }
 
-  // The full optimizer state as Optimizer::state() names it (sgd {"momentum_buffer"}, adamw
-  // {"exp_avg", "exp_avg_sq"}), each a new flat f32 tensor of the model's numel on ctx's device,
+  // The full optimizer state as Optimizer::state() names it (the algorithm's state names, in order), each a new
+  // flat f32 tensor of the model's numel on ctx's device,
   // filled on EVERY rank. A collective. Queued like Step: the compute stream waits for the gathers,
   // so a copy queued on it afterwards reads the complete state.
   Status GatherState(std::vector<std::pair<std::string, Tensor>>* full);
@@ -145,7 +146,7 @@ class Zero1Optimizer {
   // a part of, into the shards (ParameterUpdater::StateSlices).
   void StateSlices(std::vector<StateSlice>* out);
 
-  // Bytes of optimizer state held by this rank (shards of exp_avg/exp_avg_sq or momentum_buffer).
+  // Bytes of optimizer state held by this rank (a shard of each state tensor).
   size_t state_bytes() const;
   // Bytes of the other buffers this object allocates on ctx's device: the tiny bucket's padded grad
   // and param buffers (world elements each, only when numel % world != 0) and three f32 scalars —
@@ -183,11 +184,12 @@ class Zero1Optimizer {
   models::Model* model_ = nullptr;
   comm::Communicator* comm_ = nullptr;
   OptimizerOptions opts_;
-  bool adamw_ = true;
+  const OptimAlgorithmSpec* spec_ = nullptr;
+  std::unique_ptr<OptimAlgorithm> algo_;
   int rank_ = 0, world_ = 1;
   std::vector<Zero1Bucket> buckets_;
   int64_t shard_numel_ = 0;
-  Tensor state0_, state1_;                 // shard layout; state0 = exp_avg | momentum
+  std::vector<Tensor> state_;              // one per spec_->state_names, in the shard layout
   Tensor grad_pad_, param_pad_;            // the tiny bucket's padded buffers (world elements)
   Tensor sum_squares_, norm_, clip_coef_;  // device scalars
   DeviceTrace* trace_ = nullptr;

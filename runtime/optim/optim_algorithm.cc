@@ -1,0 +1,55 @@
+#include "runtime/optim/optim_algorithm.h"
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace dtrain::runtime {
+
+// Each in its own runtime/optim/<name>_algorithm.cc.
+const OptimAlgorithmSpec& SgdAlgorithm();
+const OptimAlgorithmSpec& AdamWAlgorithm();
+
+namespace {
+
+// The registered algorithms: one line each.
+using SpecFn = const OptimAlgorithmSpec& (*)();
+constexpr SpecFn kAlgorithms[] = {
+    &SgdAlgorithm,
+    &AdamWAlgorithm,
+};
+
+}  // namespace
+
+const OptimAlgorithmSpec* FindOptimAlgorithm(const std::string& name) {
+  for (SpecFn spec : kAlgorithms) {
+    if (spec().name == name) return &spec();
+  }
+  return nullptr;
+}
+
+std::vector<std::string> OptimAlgorithmNames() {
+  std::vector<std::string> names;
+  for (SpecFn spec : kAlgorithms) names.push_back(spec().name);
+  return names;
+}
+
+Status CreateOptimAlgorithm(const OptimizerOptions& opts, const OptimAlgorithmSpec** spec,
+                            std::unique_ptr<OptimAlgorithm>* out) {
+  DT_CHECK_ARG(spec != nullptr && out != nullptr, "spec and out must not be null");
+  DT_CHECK_ARG(std::isfinite(opts.lr) && opts.lr >= 0.0, "lr must be finite and >= 0, got " << opts.lr);
+  DT_CHECK_ARG(opts.weight_decay >= 0.0, "weight_decay must be >= 0, got " << opts.weight_decay);
+  DT_CHECK_ARG(std::isfinite(opts.grad_clip) && opts.grad_clip >= 0.0,
+               "grad_clip must be finite and >= 0 (0 = off), got " << opts.grad_clip);
+  const OptimAlgorithmSpec* found = FindOptimAlgorithm(opts.name);
+  if (found == nullptr) {
+    std::string known;
+    for (const std::string& name : OptimAlgorithmNames()) known += (known.empty() ? "" : "|") + name;
+    return Status::InvalidArgument("unknown optimizer '" + opts.name + "' (expected " + known + ")");
+  }
+  DT_RETURN_IF_ERROR(found->create(opts, out));
+  *spec = found;
+  return Status::OK();
+}
+
+}  // namespace dtrain::runtime

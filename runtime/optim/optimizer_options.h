@@ -1,0 +1,23 @@
+#pragma once
+// OptimizerOptions: the optimizer's hyper-parameters, as the config's `optim` section gives them
+// (runtime/optim/parameter_updater.h: OptimizerOptionsFromConfig). Which fields an algorithm reads, and the
+// ranges it accepts, are stated in the algorithm's file (runtime/optim/*_algorithm.cc, listed in
+// optim_algorithm.cc); lr, weight_decay and grad_clip are checked for every algorithm.
+
+#include <string>
+
+namespace dtrain::runtime {
+
+struct OptimizerOptions {
+  std::string name = "adamw";  // a registered algorithm (FindOptimAlgorithm): sgd | adamw | ...
+  double lr = 1e-3;            // the base LR; Step() takes the scheduled LR of each step
+  double momentum = 0.9;       // sgd, in [0, 1]
+  double beta1 = 0.9;          // moment coefficients, in [0, 1): adamw's, or those of an algorithm whose file
+  double beta2 = 0.999;        // says it reads them
+  double eps = 1e-8;           // adamw, >= 0
+  double weight_decay = 0.0;   // >= 0; sgd: added to the gradient (coupled); adamw: p *= 1 - lr * wd (decoupled)
+  bool nesterov = false;       // sgd; needs momentum > 0
+  double grad_clip = 0.0;      // max global L2 norm of the gradient; 0 = off
+};
+
+}  // namespace dtrain::runtime

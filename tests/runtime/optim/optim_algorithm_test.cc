@@ -1,0 +1,180 @@
+// Tests of the optimizer-algorithm seam (runtime/optim/optim_algorithm.h): the registered names and the checkpoint
+// state names (unchanged, so old checkpoints resume), the shared hyper-parameter checks, and, for EVERY registered
+// algorithm, that the update of a buffer cut into ranges (as ZeRO-1 cuts it) equals the update of the whole buffer.
+#include "runtime/optim/optim_algorithm.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "models/mlp.h"
+#include "runtime/optim/parameter_updater.h"
+#include "tests/testing/grad_check.h"
+
+namespace dtrain::runtime {
+namespace {
+
+std::unique_ptr<DeviceContext> CpuContext() {
+  std::unique_ptr<DeviceContext> ctx;
+  EXPECT_TRUE(DeviceContext::CreateCpu(&ctx).ok());
+  return ctx;
+}
+
+std::unique_ptr<OptimAlgorithm> Make(const OptimizerOptions& o) {
+  const OptimAlgorithmSpec* spec = nullptr;
+  std::unique_ptr<OptimAlgorithm> algo;
+  const Status st = CreateOptimAlgorithm(o, &spec, &algo);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return algo;
+}
+
+TEST(OptimAlgorithm, BuiltInsAreRegisteredFirstInOrder) {
+  const std::vector<std::string> names = OptimAlgorithmNames();
+  ASSERT_GE(names.size(), 2u);
+  EXPECT_EQ(names[0], "sgd");
+  EXPECT_EQ(names[1], "adamw");
+  for (const std::string& name : names) {
+    const OptimAlgorithmSpec* spec = FindOptimAlgorithm(name);
+    ASSERT_NE(spec, nullptr) << name;
+    EXPECT_EQ(spec->name, name);
+    EXPECT_FALSE(spec->state_names.empty()) << name;
+    EXPECT_EQ(std::count(names.begin(), names.end(), name), 1) << name << " registered twice";
+  }
+  EXPECT_EQ(FindOptimAlgorithm("adam"), nullptr);
+}
+
+// The checkpoints' state files are these names + ".bin": they must never change.
+TEST(OptimAlgorithm, CheckpointStateNamesAreUnchanged) {
+  EXPECT_EQ(FindOptimAlgorithm("sgd")->state_names, (std::vector<std::string>{"momentum_buffer"}));
+  EXPECT_EQ(FindOptimAlgorithm("adamw")->state_names, (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
+
+  // And through the updater the trainer holds: the names it saves and the manifest's optimizer.
+  auto ctx = CpuContext();
+  for (const char* name : {"sgd", "adamw"}) {
+    proto::Config cfg;
+    cfg.mutable_optim()->set_name(name);
+    cfg.mutable_optim()->set_lr(0.1);
+    cfg.mutable_optim()->set_beta1(0.9);
+    cfg.mutable_optim()->set_beta2(0.999);
+    std::unique_ptr<models::Mlp> model;
+    models::MlpOptions mo;
+    mo.input_dim = 4;
+    mo.hidden = {3};
+    mo.num_classes = 2;
+    DT_ASSERT_OK(models::Mlp::Create(*ctx, mo, &model));
+    std::unique_ptr<ParameterUpdater> updater;
+    DT_ASSERT_OK(MakeParameterUpdater(cfg, *ctx, *model, nullptr, 0, 1, &updater));
+    EXPECT_EQ(updater->state_names(), FindOptimAlgorithm(name)->state_names) << name;
+    std::vector<std::pair<std::string, const Tensor*>> state;
+    proto::CheckpointManifest m;
+    DT_ASSERT_OK(updater->SaveState(&state, &m));
+    std::vector<std::string> saved;
+    for (const auto& [n, t] : state) {
+      saved.push_back(n);
+      EXPECT_EQ(t->numel(), model->params().numel()) << n;
+    }
+    EXPECT_EQ(saved, FindOptimAlgorithm(name)->state_names) << name;
+    EXPECT_EQ(m.optimizer(), name);
+  }
+}
+
+TEST(OptimAlgorithm, UnknownNamesAndSharedHyperParametersAreRefused) {
+  const OptimAlgorithmSpec* spec = nullptr;
+  std::unique_ptr<OptimAlgorithm> algo;
+  OptimizerOptions o;
+  o.name = "lamb";
+  const Status st = CreateOptimAlgorithm(o, &spec, &algo);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("unknown optimizer 'lamb' (expected sgd|adamw"), std::string::npos) << st.message();
+  for (const std::string& name : OptimAlgorithmNames()) {
+    OptimizerOptions ok;
+    ok.name = name;
+    EXPECT_TRUE(CreateOptimAlgorithm(ok, &spec, &algo).ok()) << name;
+    EXPECT_EQ(spec, FindOptimAlgorithm(name));
+    for (int field = 0; field < 3; ++field) {
+      OptimizerOptions bad = ok;
+      (field == 0 ? bad.lr : field == 1 ? bad.weight_decay : bad.grad_clip) = -0.5;
+      EXPECT_EQ(CreateOptimAlgorithm(bad, &spec, &algo).code(), Status::Code::kInvalidArgument) << name << field;
+    }
+  }
+}
+
+// The per-step constants fit a StagedArgs buffer, for every algorithm.
+TEST(OptimAlgorithm, StagedConstantsFitTheBuffer) {
+  for (const std::string& name : OptimAlgorithmNames()) {
+    OptimizerOptions o;
+    o.name = name;
+    auto algo = Make(o);
+    ASSERT_NE(algo, nullptr);
+    StagedConstants c;
+    algo->Prepare(0.01, 1, &c);
+    EXPECT_GT(c.size, 0u) << name;
+    EXPECT_LE(c.size, ops::kStagedArgsBytes) << name;
+  }
+}
+
+// ZeRO-1 updates each rank's owned ranges separately: for every algorithm, the update of a buffer cut into
+// uneven ranges must be bitwise the update of the whole buffer, step after step (with a gradient scale).
+TEST(OptimAlgorithm, RangesUpdateLikeTheWholeBuffer) {
+  auto ctx = CpuContext();
+  constexpr int64_t kN = 37;
+  const int64_t cuts[] = {0, 5, 6, 30, kN};  // ranges of 5, 1, 24 and 7 elements
+  for (const std::string& name : OptimAlgorithmNames()) {
+    SCOPED_TRACE(name);
+    OptimizerOptions o;
+    o.name = name;
+    o.weight_decay = 0.05;
+    auto whole = Make(o), cut = Make(o);
+    ASSERT_TRUE(whole && cut);
+    const size_t ns = FindOptimAlgorithm(name)->state_names.size();
+    std::vector<Tensor> pw(1), pc(1), sw(ns), sc(ns);
+    Tensor scale;
+    const auto p0 = testing::RandomVector(kN, 1);
+    DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {kN}, p0, &pw[0]));
+    DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {kN}, p0, &pc[0]));
+    DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {1}, {0.5}, &scale));
+    for (size_t i = 0; i < ns; ++i) {
+      DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {kN}, std::vector<double>(kN, 0.0), &sw[i]));
+      DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {kN}, std::vector<double>(kN, 0.0), &sc[i]));
+    }
+    for (int step = 1; step <= 3; ++step) {
+      Tensor g;
+      DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {kN}, testing::RandomVector(kN, 10 + step), &g));
+      whole->Prepare(0.01 * step, step, nullptr);
+      cut->Prepare(0.01 * step, step, nullptr);
+      std::vector<Tensor*> state;
+      for (Tensor& t : sw) state.push_back(&t);
+      DT_ASSERT_OK(whole->Update(*ctx, &pw[0], g, state, &scale, nullptr, nullptr));
+      for (size_t r = 0; r + 1 < std::size(cuts); ++r) {
+        const int64_t first = cuts[r], count = cuts[r + 1] - cuts[r];
+        Tensor p, gv;
+        std::vector<Tensor> views(ns);
+        std::vector<Tensor*> vs;
+        DT_ASSERT_OK(pc[0].View(first, {count}, &p));
+        DT_ASSERT_OK(g.View(first, {count}, &gv));
+        for (size_t i = 0; i < ns; ++i) {
+          DT_ASSERT_OK(sc[i].View(first, {count}, &views[i]));
+          vs.push_back(&views[i]);
+        }
+        DT_ASSERT_OK(cut->Update(*ctx, &p, gv, vs, &scale, nullptr, nullptr));
+      }
+    }
+    std::vector<double> a, b;
+    DT_ASSERT_OK(testing::Fetch(*ctx, pw[0], &a));
+    DT_ASSERT_OK(testing::Fetch(*ctx, pc[0], &b));
+    EXPECT_EQ(a, b);
+    EXPECT_GT(testing::MaxAbsDiff(a, p0), 1e-3) << "the updates moved the parameters";
+    for (size_t i = 0; i < ns; ++i) {
+      DT_ASSERT_OK(testing::Fetch(*ctx, sw[i], &a));
+      DT_ASSERT_OK(testing::Fetch(*ctx, sc[i], &b));
+      EXPECT_EQ(a, b) << FindOptimAlgorithm(name)->state_names[i];
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::runtime
