@@ -1,12 +1,12 @@
 // The trainer's checkpoint glue (runtime/train/trainer.h): resume in Setup(), async save, preemption.
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/logging.h"
 #include "core/nvtx.h"
 #include "runtime/checkpoint/preemption.h"
@@ -14,7 +14,9 @@
 #include "runtime/checkpoint/store_owner.h"
 #include "runtime/config/config.h"
 #include "runtime/train/trainer.h"
+#include "storage/config_options.h"
 #include "storage/probe.h"
+#include "storage/scheme.h"
 #if DT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -25,30 +27,15 @@
 namespace dtrain::runtime {
 namespace {
 
-double NowS() {
-  using Clock = std::chrono::steady_clock;
-  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-}
-
 // Which run of the job this is, by the counters that apply: DTRAIN_RESTART_COUNT when `dtrain
 // launch` started the workers (its restarts), SLURM_RESTART_COUNT inside a Slurm job (its requeues;
 // Slurm sets it only from the first requeue on, so unset means 0). "" when neither applies.
-std::string RestartCounts() {
+std::string RestartCounts(const comm::DistEnv& env) {
   std::string out;
-  const char* launch = std::getenv("DTRAIN_RESTART_COUNT");
-  if (launch != nullptr && *launch != '\0') out = std::string("DTRAIN_RESTART_COUNT=") + launch;
-  const char* job = std::getenv("SLURM_JOB_ID");
-  if (job != nullptr && *job != '\0') {
-    const char* requeue = std::getenv("SLURM_RESTART_COUNT");
-    out += std::string(out.empty() ? "" : ", ") +
-           "SLURM_RESTART_COUNT=" + (requeue != nullptr && *requeue != '\0' ? requeue : "0");
-  }
+  if (env.launched) out = "DTRAIN_RESTART_COUNT=" + std::to_string(env.restart_count);
+  if (env.slurm_job)
+    out += std::string(out.empty() ? "" : ", ") + "SLURM_RESTART_COUNT=" + std::to_string(env.requeue_count);
   return out;
-}
-
-double WallSeconds() {
-  using Clock = std::chrono::system_clock;
-  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
 }
 
 bool IsStepNumber(const std::string& s) {
@@ -69,26 +56,19 @@ Status Trainer::SetupCheckpoint() {
   o.keep_last = ck.keep_last();
   o.keep_every = ck.keep_every();
   o.at_phase = [this](CheckpointPhase phase, int64_t step) { return fault_.AtCheckpointWrite(rank_, step, phase); };
-  storage::StorageOptions so;
-  so.endpoint = ck.s3_endpoint();
-  so.region = ck.s3_region();
-  so.path_style = ck.s3_path_style();
-  so.multipart_threshold = static_cast<uint64_t>(ck.s3_multipart_threshold_mb()) << 20;
-  so.part_size = static_cast<uint64_t>(ck.s3_part_size_mb()) << 20;
-  so.parallel_parts = static_cast<int>(ck.s3_parallel_parts());
-  so.unsigned_payload = ck.s3_unsigned_payload();
-  so.retry_budget_s = ck.s3_retry_budget_s();
-  if (url.rfind("s3://", 0) == 0) {  // restore chunks as the ranged GETs of one object: part size, connections
-    o.restore_chunk_bytes = so.part_size;
-    o.restore_threads = so.parallel_parts;
-  }
+  const storage::StorageOptions so = storage::OptionsFromConfig(cfg_.storage());
+  const storage::Scheme* scheme = nullptr;
+  DT_RETURN_IF_ERROR(storage::FindScheme(url, &scheme).WithContext("checkpoint.url"));
+  const storage::TransferPlan transfer = scheme->transfer(so);  // s3: ranged GETs of part_size, parallel_parts at once
+  o.restore_chunk_bytes = transfer.chunk_bytes;
+  o.restore_threads = transfer.parallelism;
   DT_RETURN_IF_ERROR(CheckpointManager::Open(url, so, o, &ckpt_));
   // Storage preflight before the first step, not at the first save: rank 0 writes, reads back and deletes a probe
   // object (bucket, credentials, write access), and every rank learns the verdict.
   Status probe = rank_ == 0 ? storage::ProbeStorage(&ckpt_->store(), "") : Status::OK();
   // An object-store root has no file lock (the run directory's RunLock does not reach it): rank 0 takes its owner
   // object instead (runtime/checkpoint/store_owner.h), so two jobs never write one root.
-  if (probe.ok() && rank_ == 0 && url.rfind("s3://", 0) == 0) {
+  if (probe.ok() && rank_ == 0 && scheme->traits.needs_owner) {
     std::string took_over;
     probe = StoreOwner::Acquire(&ckpt_->store(), {}, &store_owner_, &took_over);
     if (probe.ok() && !took_over.empty()) DT_LOG_WARN(kRuntime, "{}", took_over);
@@ -105,7 +85,7 @@ Status Trainer::SetupCheckpoint() {
   // straight into the parameters and the optimizer state (this rank's shards under ZeRO-1) chunk by chunk as they
   // are read: on a GPU through a few pinned staging buffers, on the CPU into the tensors themselves
   // (runtime/train/restore_sink.h).
-  const double restore_t0 = NowS();
+  const double restore_t0 = MonotonicSeconds();
   // Sync point: the state's initialisation (queued on the compute stream) is done before the sink writes into it.
   DT_RETURN_IF_ERROR(ctx_.Synchronize());
   const int64_t numel = model_->params().numel();
@@ -123,7 +103,7 @@ Status Trainer::SetupCheckpoint() {
   // Rank 0's snapshot buffers for the saves, allocated in the background from here on (not during the reads: the
   // page-locking would compete with them; a save that comes first waits for it, and says so).
   if (rank_ == 0) StartSnapshotPool();
-  const double read_s = NowS() - restore_t0;
+  const double read_s = MonotonicSeconds() - restore_t0;
   if (rank_ == 0 && !plan.note.empty()) DT_LOG_WARN(kRuntime, "{}", plan.note);
   ckpt_->set_run_id(plan.run_id);
   const LoadedCheckpoint& loaded = plan.loaded;
@@ -150,13 +130,13 @@ Status Trainer::SetupCheckpoint() {
     if (rank_ == 0) DT_LOG_INFO(kRuntime, "no checkpoint in {}: starting from step 0 (run {})", url, plan.run_id);
     return Status::OK();
   }
-  const double copy_t0 = NowS();
+  const double copy_t0 = MonotonicSeconds();
   DT_RETURN_IF_ERROR(Restore(loaded, *sink));
-  const double copy_s = NowS() - copy_t0;
+  const double copy_s = MonotonicSeconds() - copy_t0;
   if (rank_ == 0) {
     // Restore time: list + manifest + every file read in chunks and CRC-checked (copied into the state meanwhile),
     // then what is left copied into the model (files without a place in the state: the model's buffers).
-    const double restore_s = NowS() - restore_t0;
+    const double restore_s = MonotonicSeconds() - restore_t0;
     uint64_t bytes = 0;
     for (const proto::CheckpointFile& f : loaded.manifest.files()) bytes += f.size();
     DT_LOG_INFO(kRuntime,
@@ -164,15 +144,15 @@ Status Trainer::SetupCheckpoint() {
                 "the parameters and optimizer state meanwhile), the rest copied in {:.3f} s",
                 url, loaded.dir, bytes / 1048576.0, restore_s, bytes / 1048576.0 / std::max(restore_s, 1e-9), read_s,
                 copy_s);
-    DT_RETURN_IF_ERROR(metrics_.Write(JsonLine()
-                                          .Add("kind", std::string("restore"))
-                                          .Add("step", loaded.manifest.step())
-                                          .Add("time", WallSeconds())
-                                          .Add("restore_s", restore_s)
-                                          .Add("read_s", read_s)
-                                          .Add("copy_s", copy_s)
-                                          .Add("bytes", static_cast<int64_t>(bytes))));
-    const std::string counts = RestartCounts();
+    DT_RETURN_IF_ERROR(reporter_->Write(JsonLine()
+                                            .Add("kind", std::string("restore"))
+                                            .Add("step", loaded.manifest.step())
+                                            .Add("time", WallSeconds())
+                                            .Add("restore_s", restore_s)
+                                            .Add("read_s", read_s)
+                                            .Add("copy_s", copy_s)
+                                            .Add("bytes", static_cast<int64_t>(bytes))));
+    const std::string counts = RestartCounts(env_);
     DT_LOG_INFO(kRuntime,
                 "resumed from {}/{}: step {}, epoch {}, {} samples into the epoch (saved by {} rank(s), now {}){}", url,
                 loaded.dir, start_step_, loaded.manifest.data().epoch() + 1, loaded.manifest.data().samples_in_epoch(),
@@ -253,9 +233,7 @@ proto::CheckpointManifest Trainer::BuildManifest(int64_t step, const data::Sampl
   }
   m.set_config_yaml(ConfigToYaml(cfg_));
   m.set_dtrain_version(DTRAIN_VERSION);
-  m.set_created_unix_ms(
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count());
+  m.set_created_unix_ms(static_cast<int64_t>(1e3 * WallSeconds()));
   return m;
 }
 
@@ -265,10 +243,10 @@ Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool
   std::vector<std::pair<std::string, const Tensor*>> state;
   proto::CheckpointManifest built = BuildManifest(step, pos);
   DT_RETURN_IF_ERROR(updater_->SaveState(&state, &built));
-  if (prom_) prom_->OnCheckpoint(step, WallSeconds());
+  reporter_->OnCheckpoint(step);
   if (rank_ != 0) return Status::OK();  // params and the full optimizer state are on every rank: rank 0 writes
   DT_NVTX_RANGE("checkpoint_snapshot");
-  const double t0 = NowS();
+  const double t0 = MonotonicSeconds();
   double waited = 0;
   // At most one save in flight: its snapshot buffers are reused, so wait for it (measured).
   Status prev = writer_->Wait(&waited);
@@ -297,7 +275,7 @@ Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool
       DT_RETURN_IF_ERROR(snapshot_done_->Synchronize());  // sync point: the snapshot copies are done
     }
 #endif
-    const double w0 = NowS();
+    const double w0 = MonotonicSeconds();
     std::vector<CheckpointBlob> blobs;
     uint64_t bytes = 0;
     for (const auto& [name, t] : snapshot_) {
@@ -306,7 +284,7 @@ Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool
     }
     const std::string what = "checkpoint step " + std::to_string(manifest.step()) + " to " + ckpt_->url();
     DT_RETURN_IF_ERROR(ckpt_->Save(manifest, blobs).WithContext(what));
-    const double s = NowS() - w0;
+    const double s = MonotonicSeconds() - w0;
     DT_LOG_INFO(kRuntime, "{}/{}: {:.1f} MiB written in {:.3f} s ({:.0f} MiB/s)", ckpt_->url(),
                 CheckpointManager::StepDir(manifest.step()), bytes / 1048576.0, s,
                 bytes / 1048576.0 / std::max(s, 1e-9));
@@ -317,7 +295,7 @@ Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool
   } else {
     DT_RETURN_IF_ERROR(writer_->Submit(std::move(job)));
   }
-  const double stall_ms = 1e3 * (NowS() - t0), wait_ms = 1e3 * waited;
+  const double stall_ms = 1e3 * (MonotonicSeconds() - t0), wait_ms = 1e3 * waited;
   ckpt_stall_s_ += stall_ms / 1e3;
   DT_LOG_INFO(kRuntime, "checkpoint step {}: training stalled {:.2f} ms ({}; {:.2f} ms waiting for the previous save)",
               step, stall_ms, sync ? "synchronous save" : "snapshot, write in the background", wait_ms);
@@ -327,14 +305,14 @@ Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool
                 "since the start): waited {:.1f} ms for them",
                 step, 1e3 * alloc_wait_s);
   }
-  return metrics_.Write(JsonLine()
-                            .Add("kind", std::string("checkpoint"))
-                            .Add("step", step)
-                            .Add("time", WallSeconds())
-                            .Add("stall_ms", stall_ms)
-                            .Add("wait_ms", wait_ms)
-                            .Add("alloc_wait_ms", 1e3 * alloc_wait_s)
-                            .Add("async", static_cast<int64_t>(sync ? 0 : 1)));
+  return reporter_->Write(JsonLine()
+                              .Add("kind", std::string("checkpoint"))
+                              .Add("step", step)
+                              .Add("time", WallSeconds())
+                              .Add("stall_ms", stall_ms)
+                              .Add("wait_ms", wait_ms)
+                              .Add("alloc_wait_ms", 1e3 * alloc_wait_s)
+                              .Add("async", static_cast<int64_t>(sync ? 0 : 1)));
 }
 
 void Trainer::StartSnapshotPool() {
@@ -387,7 +365,7 @@ Status Trainer::TakeSnapshotBuffers(const std::vector<std::pair<std::string, con
 
 Status Trainer::AgreePreempted(int64_t step, std::string* why) {
   comm::WatchdogScope armed(watchdog_, "step " + std::to_string(step) + " preemption check (flag all-reduce)");
-  std::vector<double> v = {static_cast<double>(Preemption::Requested()), gpu_idle_stop_ ? 1.0 : 0.0};
+  std::vector<double> v = {static_cast<double>(Preemption::Requested()), reporter_->gpu_idle_stop() ? 1.0 : 0.0};
   DT_RETURN_IF_ERROR(AllReduceHost(&v, comm::ReduceOp::kMax));
   *why = v[0] > 0 ? "preemption signal received" : v[1] > 0 ? "a GPU was idle (run.gpu_idle_exit)" : "";
   if (v[0] > 0 && rank_ == 0) {

@@ -29,6 +29,14 @@ std::vector<ProgressMetric> IntervalMetrics(double loss, double lr, double sampl
   return out;
 }
 
+void AddGradNorm(double grad_norm, std::vector<ProgressMetric>* metrics) {
+  if (!std::isfinite(grad_norm)) return;
+  auto at = metrics->begin();
+  while (at != metrics->end() && std::strcmp(at->key, "loss") != 0) ++at;
+  if (at != metrics->end()) ++at;
+  metrics->insert(at, {"grad_norm", "train", grad_norm, "gnorm %.4f"});
+}
+
 void AddGpuMetrics(double util_pct, double mem_used_mib, double power_w, const GpuWindow& own,
                    std::vector<ProgressMetric>* metrics) {
   metrics->push_back({"gpu_util_pct", "gpu", util_pct, "gpu %.0f%%"});

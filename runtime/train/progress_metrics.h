@@ -29,6 +29,10 @@ struct ProgressMetric {
 std::vector<ProgressMetric> IntervalMetrics(double loss, double lr, double samples_per_s, int64_t tokens_per_sample,
                                             const StepPhases& p, double peak_mem_mib);
 
+// Inserts the global gradient norm right after the loss, when it is finite (NaN: not known, no entry): the line
+// shows "gnorm %.4f" (llm.c's "norm"), metrics.jsonl and TensorBoard "grad_norm" (train/grad_norm).
+void AddGradNorm(double grad_norm, std::vector<ProgressMetric>* metrics);
+
 // Appends the GPU telemetry of the interval: utilization, memory used and power averaged over the ranks (their
 // means), and this rank's temperature and SM clock (`own`); the line shows "gpu N%" and "gpu mem N MiB".
 void AddGpuMetrics(double util_pct, double mem_used_mib, double power_w, const GpuWindow& own,

@@ -1,12 +1,9 @@
 #include "runtime/train/trainer.h"
 
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -14,13 +11,12 @@
 
 #include "core/allocator.h"
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/nvtx.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/config/config.h"
-#include "runtime/observe/run_report.h"
 #include "runtime/observe/step_breakdown.h"
 #include "runtime/train/model_factory.h"
-#include "runtime/train/progress_metrics.h"
 #include "runtime/train/step_graph.h"
 #include "runtime/train/weights_metadata.h"
 #if DT_HAVE_CUDA
@@ -35,20 +31,6 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
 }
-
-double Now() {
-  using Clock = std::chrono::steady_clock;
-  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-}
-
-// Unix time in seconds, for metrics records.
-double WallTime() {
-  using Clock = std::chrono::system_clock;
-  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-}
-
-// Data wait above this share of the step time gets a warning (the GPU should never wait for input).
-constexpr double kDataWaitWarnShare = 0.05;
 
 // The PhaseTimer's phases of a step.
 enum { kPhaseData, kPhaseCompute, kPhaseComm, kPhaseOptim, kNumPhases };
@@ -72,12 +54,13 @@ Trainer::Trainer(const proto::Config& cfg, DeviceContext& ctx) : cfg_(cfg), ctx_
 Trainer::~Trainer() = default;
 
 Status Trainer::Create(const proto::Config& cfg, DeviceContext& ctx, comm::Communicator* grad_comm,
-                       comm::Communicator* host_comm, int rank, int world, std::unique_ptr<Trainer>* out) {
+                       comm::Communicator* host_comm, const comm::DistEnv& env, std::unique_ptr<Trainer>* out) {
   std::unique_ptr<Trainer> t(new Trainer(cfg, ctx));  // private constructor
   t->grad_comm_ = grad_comm;
   t->host_comm_ = host_comm;
-  t->rank_ = rank;
-  t->world_ = world;
+  t->env_ = env;
+  t->rank_ = env.rank;
+  t->world_ = env.world_size;
   DT_RETURN_IF_ERROR(t->Setup());
   *out = std::move(t);
   return Status::OK();
@@ -85,7 +68,7 @@ Status Trainer::Create(const proto::Config& cfg, DeviceContext& ctx, comm::Commu
 
 Status Trainer::Setup() {
   const auto& d = cfg_.data();
-  DT_RETURN_IF_ERROR(FaultInjector::FromEnv(&fault_));
+  DT_RETURN_IF_ERROR(FaultInjector::FromEnv(env_.restart_count, &fault_));
   if (rank_ == 0) {  // one job per run.dir, held until the trainer goes (runtime/checkpoint/run_lock.h)
     std::string took_over;
     DT_RETURN_IF_ERROR(RunLock::Acquire(cfg_.run().dir(), &run_lock_, &took_over));
@@ -115,19 +98,17 @@ Status Trainer::Setup() {
   DT_RETURN_IF_ERROR(Tensor::Empty({1, 1}, DType::kF32, ctx_.allocator(), &loss_acc_));
   DT_RETURN_IF_ERROR(loss_acc_.SetZero(ctx_.stream()));
 
-  if (ctx_.is_cuda() && cfg_.run().gpu_sample_s() > 0) {  // each rank watches its own GPU
-    const Status st = GpuTelemetry::StartForCudaDevice(ctx_.device_index(), cfg_.run().gpu_sample_s(), &gpu_);
-    if (!st.ok() && rank_ == 0) DT_LOG_INFO(kRuntime, "{}", st.message());
-    gpu_alarm_ = GpuAlarm({cfg_.run().gpu_idle_util_pct(), cfg_.run().gpu_idle_s(), cfg_.run().gpu_idle_exit()});
-  }
-
   if (rank_ == 0) {
     DT_RETURN_IF_ERROR(MakeDirs(cfg_.run().dir()));
     std::ofstream(cfg_.run().dir() + "/config.yaml") << ConfigToYaml(cfg_);
-    DT_RETURN_IF_ERROR(metrics_.Open(cfg_.run().dir() + "/metrics.jsonl"));
-    if (cfg_.run().tensorboard())
-      DT_RETURN_IF_ERROR(EventWriter::Create(cfg_.run().dir() + "/tensorboard", &tensorboard_));
   }
+  ReporterIdentity who;
+  who.rank = rank_;
+  who.world = world_;
+  who.cuda = ctx_.is_cuda();
+  who.device_index = ctx_.device_index();
+  who.model = cfg_.model().kind();
+  DT_RETURN_IF_ERROR(RunReporter::Create(cfg_, who, &reporter_));
   if (cfg_.run().trace_steps() > 0) {
     DT_RETURN_IF_ERROR(MakeDirs(cfg_.run().dir() + "/trace"));
     DT_RETURN_IF_ERROR(TraceWriter::Create(TraceFilePath(cfg_.run().dir(), rank_), rank_, &trace_));
@@ -137,14 +118,7 @@ Status Trainer::Setup() {
   total_steps_ = EndStep();
   DT_LOG_INFO(kRuntime, "model {}: {} parameters in {} tensors; {} steps, global batch {}", cfg_.model().kind(),
               model_->params().numel(), model_->param_infos().size(), total_steps_, d.batch_size() * accum * world_);
-  PrometheusRunInfo info;
-  info.rank = rank_;
-  info.world = world_;
-  info.device = ctx_.is_cuda() ? "cuda" : "cpu";
-  info.model = cfg_.model().kind();
-  info.start_step = start_step_;
-  info.total_steps = total_steps_;
-  return PrometheusFeed::Start(cfg_, info, &prom_);
+  return reporter_->SetPlan(start_step_, total_steps_);
 }
 
 Status Trainer::TrainStep(int64_t step, double* data_seconds) {
@@ -276,12 +250,11 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
   DT_RETURN_IF_ERROR(host.CopyFrom(loss_acc_, ctx_.stream()));
   DT_RETURN_IF_ERROR(ctx_.Synchronize());
   // Measured after the sync: the host queues steps ahead of the device, so only now is the interval's work done.
-  const double interval_s = Now() - interval_start;
+  const double interval_s = MonotonicSeconds() - interval_start;
   DT_RETURN_IF_ERROR(loss_acc_.SetZero(ctx_.stream()));
   // Loss and data wait are averaged over the ranks (one slow loader stalls every rank's collectives), and so is
   // what the GPUs said (v[2..5]: summed over the ranks whose telemetry read anything).
-  const GpuWindow gpu = gpu_ ? gpu_->TakeWindow() : GpuWindow();
-  if (gpu.samples > 0) WarnAboutGpu(gpu, interval_s);
+  const GpuWindow gpu = reporter_->TakeGpuWindow(interval_s);
   const double read = gpu.samples > 0 ? 1.0 : 0.0;
   std::vector<double> v = {acc / static_cast<double>(interval_steps),
                            data_s,
@@ -291,11 +264,8 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
                            read};
   DT_RETURN_IF_ERROR(AllReduceHost(&v));
   // Every rank's GPU telemetry for the node endpoints (each shows its node's GPUs): one gather as a sum all-reduce.
-  std::vector<double> gpu_slots;
-  if (cfg_.run().prometheus_port() > 0 && cfg_.run().gpu_sample_s() > 0) {
-    PackGpuSlot(ThisHost(), rank_, world_, ctx_.device_index(), gpu, &gpu_slots);
-    DT_RETURN_IF_ERROR(AllReduceHost(&gpu_slots));
-  }
+  std::vector<double> gpu_slots = reporter_->GpuSlots(gpu);
+  if (!gpu_slots.empty()) DT_RETURN_IF_ERROR(AllReduceHost(&gpu_slots));
   *mean_loss = v[0] / world_;
   if (!std::isfinite(*mean_loss)) {
     return Status::FailedPrecondition("training diverged: loss is " + std::to_string(*mean_loss) + " at step " +
@@ -314,8 +284,14 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
     peak_mib = a->stats().peak_bytes_in_use / 1048576.0;
     a->ResetPeak();
   }
-  if (rank_ != 0 && !prom_) return Status::OK();  // the breakdown below is rank 0's line, and a node's endpoint
-  StepPhases p;
+  if (!reporter_->wants_intervals()) return Status::OK();  // rank 0's line, and a node's endpoint
+  IntervalRecord r;
+  r.epoch = epoch + 1;
+  r.step = step;
+  r.loss = *mean_loss;
+  r.lr = last_lr_;
+  r.gpu_slots = std::move(gpu_slots);
+  StepPhases& p = r.phases;
   const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(timed_steps, 1));
   p.step_ms = 1e3 * interval_s / interval_steps;
   // Data wait: on the GPU the device time the compute stream stalled for input (its wait on the
@@ -327,80 +303,20 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
   p.fwd_bwd_ms = std::max(0.0, phase_ms[kPhaseCompute] * per_step - (ctx_.is_cuda() ? 0.0 : p.comm_exposed_ms));
   p.optim_ms = phase_ms[kPhaseOptim] * per_step;
   p.ckpt_stall_ms = 1e3 * ckpt_s / interval_steps;
-  const double lr = last_lr_;
   const int64_t global_batch = cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_;
-  const double samples_per_s = interval_steps * global_batch / interval_s;
-  // Every metric of the interval, once, for the three sinks (progress line, TensorBoard, metrics.jsonl).
-  const int64_t tokens_per_sample = cfg_.model().kind() == "gpt2" ? cfg_.model().gpt2().max_seq_len() : 0;
-  std::vector<ProgressMetric> metrics = IntervalMetrics(*mean_loss, lr, samples_per_s, tokens_per_sample, p, peak_mib);
-  if (v[5] > 0) AddGpuMetrics(v[2] / v[5], v[3] / v[5], v[4] / v[5], gpu, &metrics);
-  if (prom_) prom_->OnProgress(epoch + 1, step, metrics, gpu_slots);
-  if (rank_ != 0) return Status::OK();
-  double elapsed_s = 0, eta_s = 0;
-  Progress(step, &elapsed_s, &eta_s);
-  ClearProgressBar();
-  DT_LOG_INFO(kRuntime, "{}",
-              ProgressLine(epoch + 1, cfg_.train().epochs(), step, total_steps_, metrics, p, elapsed_s, eta_s));
-  // Each bottleneck is warned about once, when it appears (and again only after it went away and came back).
-  const bool data_behind = p.data_ms > kDataWaitWarnShare * p.step_ms;
-  if (data_behind && !data_warned_) {
-    DT_LOG_WARN(kRuntime,
-                "input pipeline behind: waited {:.2f} ms per step for data ({:.0f}% of the step) with data.workers={} "
-                "and data.prefetch={}: raise them, or check the storage the shards are read from",
-                p.data_ms, 100.0 * p.data_ms / p.step_ms, cfg_.data().workers(), cfg_.data().prefetch());
+  r.samples_per_s = interval_steps * global_batch / interval_s;
+  const int64_t tokens_per_sample = TokensPerSample(cfg_);
+  r.tokens_per_sample = tokens_per_sample;
+  r.peak_mem_mib = peak_mib;
+  if (v[5] > 0) {
+    r.gpu_ranks = static_cast<int>(v[5]);
+    r.gpu_util_pct = v[2] / v[5];
+    r.gpu_mem_used_mib = v[3] / v[5];
+    r.gpu_power_w = v[4] / v[5];
   }
-  data_warned_ = data_behind;
-  const std::string verdict = StepVerdict(p);
-  const std::string verdict_kind = verdict.substr(0, verdict.find(':'));  // "communication-bound", ...
-  if (!verdict.empty() && verdict.rfind("compute-bound", 0) != 0 && verdict_kind != last_verdict_) {
-    DT_LOG_WARN(kRuntime, "step time: {}", verdict);
-  }
-  last_verdict_ = verdict_kind;
-  if (tensorboard_) DT_RETURN_IF_ERROR(tensorboard_->AddScalars(step, WallTime(), TensorBoardScalars(metrics)));
-  JsonLine record;
-  record.Add("kind", std::string("train")).Add("epoch", epoch + 1).Add("step", step).Add("time", WallTime());
-  AddMetrics(metrics, &record);
-  return metrics_.Write(record.Add("verdict", verdict));
-}
-
-void Trainer::WarnAboutGpu(const GpuWindow& w, double window_s) {
-  const std::string name = "GPU " + std::to_string(ctx_.device_index()) + " (rank " + std::to_string(rank_) + ")";
-  const GpuAlarmEvents ev = gpu_alarm_.Observe(w, window_s);
-  if (!ev.idle.empty()) {
-    DT_LOG_WARN(
-        kRuntime,
-        "{} has been {}: you are paying for an idle GPU; the progress line's step breakdown says where the "
-        "time goes (data wait: raise data.workers){}",
-        name, ev.idle,
-        cfg_.run().gpu_idle_exit() ? "; run.gpu_idle_exit is set: saving a checkpoint and exiting with code 75" : "");
-  }
-  gpu_idle_stop_ = gpu_idle_stop_ || ev.stop;
-  if (!ev.throttle.empty()) {
-    DT_LOG_WARN(kRuntime, "{} is slowed down by the driver: {} (SM clock {:.0f} MHz, {:.0f} W, {:.0f} C)", name,
-                ev.throttle, w.sm_clock_mhz, w.power_w, w.temp_c);
-  }
-}
-
-void Trainer::Progress(int64_t step, double* elapsed_s, double* eta_s) const {
-  *elapsed_s = Now() - loop_start_s_;
-  const int64_t done = step - start_step_;
-  *eta_s = done > 0 ? *elapsed_s / static_cast<double>(done) * static_cast<double>(total_steps_ - step) : 0;
-}
-
-void Trainer::DrawProgressBar(int64_t step) {
-  if (!live_bar_ || Now() - last_bar_s_ < 0.25) return;
-  last_bar_s_ = Now();
-  double elapsed_s = 0, eta_s = 0;
-  Progress(step, &elapsed_s, &eta_s);  // host-side: the device may be a few queued steps behind
-  std::fprintf(stderr, "\r\033[K%s", ProgressBar(step, total_steps_, elapsed_s, eta_s).c_str());
-  std::fflush(stderr);
-  bar_shown_ = true;
-}
-
-void Trainer::ClearProgressBar() {
-  if (!bar_shown_) return;
-  std::fputs("\r\033[K", stderr);
-  bar_shown_ = false;
+  r.gpu = gpu;
+  // r.grad_norm stays NaN (not known): the updater does not report the step's norm yet.
+  return reporter_->ReportInterval(r);
 }
 
 Status Trainer::Run(TrainSummary* summary) {
@@ -420,32 +336,27 @@ Status Trainer::Run(TrainSummary* summary) {
     return Status::OK();
   }
   if (rank_ == 0) {
-    const char* restart = std::getenv("DTRAIN_RESTART_COUNT");
-    DT_RETURN_IF_ERROR(
-        metrics_.Write(JsonLine()
-                           .Add("kind", std::string("start"))
-                           .Add("time", WallTime())
-                           .Add("restart", static_cast<int64_t>(restart ? std::atoll(restart) : 0))
-                           .Add("resume_step", start_step_)
-                           .Add("world", static_cast<int64_t>(world_))
-                           .Add("device", std::string(ctx_.is_cuda() ? "cuda" : "cpu"))
-                           .Add("total_steps", total_steps_)
-                           .Add("global_batch", cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_)));
+    DT_RETURN_IF_ERROR(reporter_->Write(
+        JsonLine()
+            .Add("kind", std::string("start"))
+            .Add("time", WallSeconds())
+            .Add("restart", static_cast<int64_t>(env_.restart_count))
+            .Add("resume_step", start_step_)
+            .Add("world", static_cast<int64_t>(world_))
+            .Add("device", std::string(ctx_.is_cuda() ? "cuda" : "cpu"))
+            .Add("total_steps", total_steps_)
+            .Add("global_batch", cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_)));
   }
   Status st = RunLoop(summary);
   if (rank_ == 0) {
     const char* how = st.ok() ? "done" : st.code() == Status::Code::kPreempted ? "preempted" : "failed";
-    Status w = metrics_.Write(JsonLine()
-                                  .Add("kind", std::string("end"))
-                                  .Add("time", WallTime())
-                                  .Add("step", last_step_)
-                                  .Add("status", std::string(how)));
+    Status w = reporter_->Write(JsonLine()
+                                    .Add("kind", std::string("end"))
+                                    .Add("time", WallSeconds())
+                                    .Add("step", last_step_)
+                                    .Add("status", std::string(how)));
     if (st.ok()) st = w;
-    RunSummary run;  // every attempt of this run directory so far
-    if (LoadRunSummary(metrics_.path(), &run).ok()) {
-      DT_LOG_INFO(kRuntime, "run summary ({}):\n{}", metrics_.path(),
-                  FormatRunSummary(run, cfg_.run().price_per_gpu_hour()));
-    }
+    reporter_->LogRunSummary();
   }
   if (trace_) {
     Status t = trace_->Close();
@@ -463,31 +374,15 @@ Status Trainer::RunLoop(TrainSummary* summary) {
   const auto& ck = cfg_.checkpoint();
   int64_t step = start_step_, last_eval_step = -1;
   int64_t epoch = DataPosition().epoch;
-  double train_seconds = 0, t_interval = Now(), data_s = 0;
+  double train_seconds = 0, t_interval = MonotonicSeconds(), data_s = 0;
   int64_t interval_steps = 0;
   auto evaluate = [&](int64_t ep) -> Status {
     if (!cfg_.train().eval() || !eval_loader_) return Status::OK();
     DT_RETURN_IF_ERROR(Evaluate(&summary->eval_loss, &summary->eval_accuracy));
     last_eval_step = step;
-    if (rank_ != 0) return Status::OK();
-    ClearProgressBar();
-    DT_LOG_INFO(kRuntime, "epoch {}/{} eval | loss {:.4f} | accuracy {:.2f}%", ep + 1, cfg_.train().epochs(),
-                summary->eval_loss, 100.0 * summary->eval_accuracy);
-    if (tensorboard_) {
-      DT_RETURN_IF_ERROR(tensorboard_->AddScalars(
-          step, WallTime(), {{"eval/loss", summary->eval_loss}, {"eval/accuracy", summary->eval_accuracy}}));
-    }
-    return metrics_.Write(JsonLine()
-                              .Add("kind", std::string("eval"))
-                              .Add("epoch", ep + 1)
-                              .Add("step", step)
-                              .Add("time", WallTime())
-                              .Add("eval_loss", summary->eval_loss)
-                              .Add("eval_accuracy", summary->eval_accuracy));
+    return reporter_->ReportEval(ep + 1, step, summary->eval_loss, summary->eval_accuracy);
   };
-  loop_start_s_ = Now();
-  // The live bar: a terminal only (under mpirun or in a log file the progress lines are the record).
-  live_bar_ = rank_ == 0 && isatty(STDERR_FILENO) && std::getenv("DTRAIN_NO_PROGRESS_BAR") == nullptr;
+  reporter_->StartLoop();
   while (step < total_steps_) {
     data::SamplerState pos = DataPosition();
     if (pos.epoch == epoch && !StepFits(pos)) {
@@ -509,24 +404,24 @@ Status Trainer::RunLoop(TrainSummary* summary) {
       // This attempt's first completed step (one device sync, once): where `dtrain report`'s time to recover ends.
       DT_RETURN_IF_ERROR(ctx_.Synchronize());
       if (rank_ == 0) {
-        DT_RETURN_IF_ERROR(metrics_.Write(
-            JsonLine().Add("kind", std::string("first_step")).Add("step", step).Add("time", WallTime())));
+        DT_RETURN_IF_ERROR(reporter_->Write(
+            JsonLine().Add("kind", std::string("first_step")).Add("step", step).Add("time", WallSeconds())));
       }
     }
-    DrawProgressBar(step);
+    reporter_->Tick(step);
     if (store_owner_ && store_owner_->Due()) DT_RETURN_IF_ERROR(store_owner_->Refresh());  // the root's heartbeat
     const data::SamplerState next = DataPosition();
     const bool epoch_end = next.epoch != epoch || !StepFits(next);
     if (step % log_every == 0 || step == total_steps_ || epoch_end) {
       // LogProgress synchronizes, then takes the interval's wall time: it covers all of its device work.
       DT_RETURN_IF_ERROR(LogProgress(epoch, step, t_interval, interval_steps, data_s, &summary->last_train_loss));
-      train_seconds += Now() - t_interval;
-      t_interval = Now();
+      train_seconds += MonotonicSeconds() - t_interval;
+      t_interval = MonotonicSeconds();
       data_s = 0;
       interval_steps = 0;
     }
     if (ckpt_ == nullptr) continue;
-    if (ck.every_steps() > 0 && step % ck.every_steps() == 0) ClearProgressBar();  // the save logs a line
+    if (ck.every_steps() > 0 && step % ck.every_steps() == 0) reporter_->ClearBar();  // the save logs a line
     // A signal during the last step changes nothing: the end-of-training save and exit 0 follow.
     std::string stop_why;
     if (step < total_steps_) DT_RETURN_IF_ERROR(AgreePreempted(step, &stop_why));
@@ -541,7 +436,7 @@ Status Trainer::RunLoop(TrainSummary* summary) {
       DT_RETURN_IF_ERROR(SaveCheckpoint(step, next, /*sync=*/!ck.async()));
     }
   }
-  ClearProgressBar();
+  reporter_->ClearBar();
   if (last_eval_step != step) DT_RETURN_IF_ERROR(evaluate(std::min(epoch, cfg_.train().epochs() - 1)));
   if (writer_) DT_RETURN_IF_ERROR(writer_->Wait());  // the last asynchronous save is durable (or its error)
   summary->steps = step;

@@ -1,7 +1,7 @@
 #pragma once
 // Trainer: the training loop of one worker (`dtrain train`).
 //
-// Input (runtime/trainer_data.cc): a data::Loader over a sharded dataset — Fashion-MNIST's IDX files
+// Input (runtime/train/trainer_data.cc): a data::Loader over a sharded dataset — Fashion-MNIST's IDX files
 // converted once into shards under data.cache_dir, a local `dtrain data` dataset, or an s3:// one
 // fetched into that cache (data/remote_cache.h) — or, for throughput runs, SyntheticTokens. The
 // training order is the data::Sampler's (seed, epoch, samples consumed globally), which is also the
@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/dist_env.h"
 #include "comm/watchdog.h"
 #include "core/device_context.h"
 #include "data/loader.h"
@@ -49,16 +50,12 @@
 #include "runtime/checkpoint/snapshot_pool.h"
 #include "runtime/checkpoint/store_owner.h"
 #include "runtime/observe/device_trace.h"
-#include "runtime/observe/gpu_alarm.h"
-#include "runtime/observe/gpu_telemetry.h"
-#include "runtime/observe/metrics.h"
 #include "runtime/observe/phase_timer.h"
-#include "runtime/observe/tensorboard.h"
 #include "runtime/observe/trace.h"
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/optim/parameter_updater.h"
-#include "runtime/train/prometheus_feed.h"
 #include "runtime/train/restore_sink.h"
+#include "runtime/train/run_reporter.h"
 #include "runtime/train/step_graph.h"
 
 namespace dtrain {
@@ -80,8 +77,10 @@ struct TrainSummary {
 
 class Trainer {
  public:
+  // `env` is the worker's identity (rank, world, restart and requeue counts), read from the environment once by
+  // comm::DetectDistEnv; the trainer reads no environment variable of its own for it.
   static Status Create(const proto::Config& cfg, DeviceContext& ctx, comm::Communicator* grad_comm,
-                       comm::Communicator* host_comm, int rank, int world, std::unique_ptr<Trainer>* out);
+                       comm::Communicator* host_comm, const comm::DistEnv& env, std::unique_ptr<Trainer>* out);
   ~Trainer();
   // Optional: arms `wd` around every section that may block on peers (each step, each progress sync,
   // each evaluation), so a hung collective is reported instead of waited on. Borrowed; outlives the trainer.
@@ -97,7 +96,7 @@ class Trainer {
   Status GraphedStep(int64_t step, double* data_seconds);
   Status Evaluate(double* loss, double* accuracy);
 
-  // Input (runtime/trainer_data.cc).
+  // Input (runtime/train/trainer_data.cc).
   Status SetupData();
   Status NextBatch(data::Batch* b);
   // The position of the next training batch; (seed, 0, 0) for synthetic data.
@@ -116,14 +115,15 @@ class Trainer {
   Status ImportParams(const std::string& path);
   // Writes the parameters as <name>: tensor to a safetensors file (loadable by PyTorch).
   Status ExportParams(const std::string& path);
-  // Waits for the device, then logs the interval that began at `interval_start` (Now() seconds) with
-  // `interval_steps` steps: its wall time covers all of their device work.
+  // Waits for the device, then measures the interval that began at `interval_start` (MonotonicSeconds()) with
+  // `interval_steps` steps (its wall time covers all of their device work), reduces it over the ranks and hands it to
+  // the reporter.
   Status LogProgress(int64_t epoch, int64_t step, double interval_start, int64_t interval_steps, double data_s,
                      double* mean_loss);
   // Sums `values` across ranks (no-op for one process).
   Status AllReduceHost(std::vector<double>* values, comm::ReduceOp op = comm::ReduceOp::kSum);
 
-  // Checkpointing (runtime/checkpoint_trainer.cc).
+  // Checkpointing (runtime/train/checkpoint_trainer.cc).
   Status SetupCheckpoint();
   // From a loaded checkpoint whose files are in the state already (sink.in_place()) or in `sink`'s host buffers.
   Status Restore(const LoadedCheckpoint& ck, RestoreSink& sink);
@@ -145,6 +145,7 @@ class Trainer {
   comm::Communicator* host_comm_ = nullptr;
   comm::Watchdog* watchdog_ = nullptr;
   int rank_ = 0, world_ = 1;
+  comm::DistEnv env_;  // rank_ and world_ come from it; its restart/requeue counts go to metrics and logs
 
   std::unique_ptr<data::Loader> train_loader_, eval_loader_;  // eval_loader_ null without eval
   std::unique_ptr<data::SyntheticTokens> synthetic_;          // instead of train_loader_
@@ -154,8 +155,8 @@ class Trainer {
   // Gradients in, new parameters out: the exchange, the optimizer and its state, loss scaling (fp16).
   std::unique_ptr<ParameterUpdater> updater_;
   std::unique_ptr<LrSchedule> schedule_;
-  MetricsWriter metrics_;
-  std::unique_ptr<EventWriter> tensorboard_;   // rank 0 with run.tensorboard
+  // Progress line, metrics.jsonl, TensorBoard, Prometheus, GPU telemetry and alarms, the live bar.
+  std::unique_ptr<RunReporter> reporter_;
   std::unique_ptr<TraceWriter> trace_;         // every rank with run.trace_steps > 0
   TraceWriter* trace_now_ = nullptr;           // trace_ while the current step is in the trace window
   std::unique_ptr<DeviceTrace> device_trace_;  // stream spans (compute, per-bucket collectives) into trace_
@@ -164,24 +165,6 @@ class Trainer {
   std::unique_ptr<PhaseTimer> phases_;
   std::unique_ptr<StepGraph> step_graph_;  // null when steps cannot be graphed (StepGraph::Blocker)
   double ckpt_stall_s_ = 0;                // checkpoint stall since the last progress line
-  std::string last_verdict_;  // the kind of the last step-time verdict ("communication-bound"): warned when it changes
-  bool data_warned_ = false;  // the last interval waited too long for data (warned once until it recovers)
-  // GPU telemetry of this rank's GPU (null: off or no NVML) and its idle/throttle alarms.
-  std::unique_ptr<GpuTelemetry> gpu_;
-  std::unique_ptr<PrometheusFeed> prom_;  // run.prometheus_port > 0, each node's local rank 0
-  GpuAlarm gpu_alarm_{GpuAlarmOptions()};
-  bool gpu_idle_stop_ = false;  // run.gpu_idle_exit and this rank's GPU went idle: stop like on a preemption
-  // Warns once when the GPU sits idle for run.gpu_idle_s (and with run.gpu_idle_exit asks the run to stop), and when
-  // the driver starts throttling it.
-  void WarnAboutGpu(const GpuWindow& w, double window_s);
-  // Progress of this attempt: its start (Now()) and the live terminal bar (rank 0 with stderr a terminal).
-  double loop_start_s_ = 0, last_bar_s_ = 0;
-  bool live_bar_ = false, bar_shown_ = false;
-  // Elapsed seconds of this attempt and the estimated seconds left after `step`.
-  void Progress(int64_t step, double* elapsed_s, double* eta_s) const;
-  // Redraws the live bar at most every 0.25 s; ClearProgressBar erases it before a log line.
-  void DrawProgressBar(int64_t step);
-  void ClearProgressBar();
 
   Tensor loss_acc_;  // [1,1] += mean loss of each micro-batch / accum (Model::AddMeanLoss, on the device)
 
