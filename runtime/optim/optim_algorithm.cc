@@ -9,6 +9,7 @@ namespace dtrain::runtime {
 // Each in its own runtime/optim/<name>_algorithm.cc.
 const OptimAlgorithmSpec& SgdAlgorithm();
 const OptimAlgorithmSpec& AdamWAlgorithm();
+const OptimAlgorithmSpec& LionAlgorithm();
 
 namespace {
 
@@ -17,6 +18,7 @@ using SpecFn = const OptimAlgorithmSpec& (*)();
 constexpr SpecFn kAlgorithms[] = {
     &SgdAlgorithm,
     &AdamWAlgorithm,
+    &LionAlgorithm,
 };
 
 }  // namespace

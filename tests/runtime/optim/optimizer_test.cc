@@ -1,5 +1,6 @@
-// Tests of runtime/optimizer: SGD and AdamW steps against hand-computed values, clipping to the
-// clip value, step/state handling for checkpoints, and CPU-vs-CUDA agreement.
+// Tests of runtime/optim/optimizer: SGD, AdamW and Lion steps against hand-computed values, clipping to the
+// clip value, step/state handling for checkpoints, CPU-vs-CUDA agreement, and CUDA-graph replay of every
+// registered algorithm reading each step's constants from the staged buffer.
 #include "runtime/optim/optimizer.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,9 @@
 
 #include "core/device_context.h"
 #include "core/tensor.h"
+#if DT_HAVE_CUDA
+#include "core/cuda_graph.h"
+#endif
 
 namespace dtrain::runtime {
 namespace {
@@ -62,6 +66,43 @@ TEST(Optimizer, CreateRejectsBadOptions) {
   EXPECT_EQ(code(o), kBad);
   EXPECT_EQ(code(Sgd(0.0, /*nesterov=*/true)), kBad);
   EXPECT_EQ(code(Sgd(1.5)), kBad);
+  o = OptimizerOptions();
+  o.name = "lion";
+  EXPECT_EQ(code(o), Status::Code::kOk);
+  o.beta2 = 1.0;
+  EXPECT_EQ(code(o), kBad);
+  o.beta2 = 0.99;
+  o.beta1 = -0.1;
+  EXPECT_EQ(code(o), kBad);
+}
+
+TEST(Optimizer, LionTwoStepsByHandWithDecayAndClipping) {
+  // g = (3, -4, 0) has norm 5, clipped to 1: g' = (0.6, -0.8, 0). beta1 0.9, beta2 0.99, lr 0.1, wd 0.5.
+  // Step 1: c = 0.1 g' -> sign (1, -1, 0); p = 0.95 p - 0.1 sign; m = 0.01 g' = (0.006, -0.008, 0).
+  // Step 2 (lr 0.2, g = -g): c = 0.9 m - 0.1 g' = (-0.0546, 0.0728, 0) -> sign (-1, 1, 0); p = 0.9 p - 0.2 sign;
+  // m = 0.99 m - 0.01 g' = (-0.00006, 0.00008, 0).
+  auto ctx = CpuContext();
+  OptimizerOptions o;
+  o.name = "lion";
+  o.beta2 = 0.99;
+  o.weight_decay = 0.5;
+  o.grad_clip = 1.0;
+  auto opt = MakeOptimizer(*ctx, o, 3);
+  std::vector<float> p = {1.0f, 2.0f, -1.0f}, g = {3.0f, -4.0f, 0.0f};
+  Tensor tp = HostTensor(p), tg = HostTensor(g);
+  ASSERT_TRUE(opt->Step(*ctx, tp, tg, 0.1).ok());
+  const float p1[] = {0.95f * 1.0f - 0.1f, 0.95f * 2.0f + 0.1f, 0.95f * -1.0f};
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(p[i], p1[i], 1e-6f) << i;
+  g = {-3.0f, 4.0f, 0.0f};
+  ASSERT_TRUE(opt->Step(*ctx, tp, tg, 0.2).ok());
+  const float p2[] = {0.9f * p1[0] + 0.2f, 0.9f * p1[1] - 0.2f, 0.9f * p1[2]};
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(p[i], p2[i], 1e-6f) << i;
+  auto st = opt->state();
+  ASSERT_EQ(st.size(), 1u);
+  EXPECT_EQ(st[0].first, "exp_avg");
+  EXPECT_NEAR(st[0].second->data<float>()[0], -0.00006f, 1e-8f);
+  EXPECT_NEAR(st[0].second->data<float>()[1], 0.00008f, 1e-8f);
+  EXPECT_EQ(st[0].second->data<float>()[2], 0.0f);
 }
 
 TEST(Optimizer, AdamWTwoStepsByHandWithChangingLr) {
@@ -216,12 +257,16 @@ TEST(OptimizerCuda, MatchesCpu) {
     EXPECT_TRUE(d.CopyFrom(HostTensor(h), gpu->stream()).ok());
     return d;
   };
-  for (const char* name : {"sgd", "adamw"}) {
+  for (const char* name : {"sgd", "adamw", "lion"}) {
     OptimizerOptions o;
     o.name = name;
     o.nesterov = true;
     o.weight_decay = 0.01;
     o.grad_clip = 50.0;  // the random grads have norm ~ sqrt(n) = 224: clipping is active
+    // Lion without clipping: its update is the sign of c, so an ulp of difference in the clip coefficient (the
+    // norm is summed in another order on the GPU) could flip an element whose c is ~0 by a whole lr. Without a
+    // coefficient the kernel gives the CPU's bits (tests/kernels/lion_update_op_test.cc).
+    if (o.name == "lion") o.grad_clip = 0.0;
     auto oc = MakeOptimizer(*cpu, o, n);
     auto og = MakeOptimizer(*gpu, o, n);
     std::vector<float> p(n), g(n);
@@ -252,6 +297,60 @@ TEST(OptimizerCuda, MatchesCpu) {
       }
     }
   }
+}
+
+// CUDA graphs: Apply captured once and replayed after each Stage gives, for every registered algorithm, bitwise
+// the parameters of eager Steps with the same changing LRs — the replays read each step's constants (LR, bias
+// corrections) from the staged buffer, not the values frozen at capture.
+TEST(OptimizerCuda, GraphReplayReadsEachStepsConstants) {
+#if DT_HAVE_CUDA
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: graph replay needs a GPU";
+  std::unique_ptr<DeviceContext> gpu;
+  ASSERT_TRUE(DeviceContext::CreateCuda(0, &gpu).ok());
+  const int64_t n = 4099;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> p0(n), g(n);
+  for (auto& x : p0) x = dist(rng);
+  for (auto& x : g) x = dist(rng);
+  auto to_device = [&](std::vector<float>& h) {
+    Tensor d;
+    EXPECT_TRUE(Tensor::Empty({n}, DType::kF32, gpu->allocator(), &d).ok());
+    EXPECT_TRUE(d.CopyFrom(HostTensor(h), gpu->stream()).ok());
+    return d;
+  };
+  for (const std::string& name : OptimAlgorithmNames()) {
+    OptimizerOptions o;
+    o.name = name;
+    o.weight_decay = 0.01;
+    o.grad_clip = 10.0;
+    auto eager = MakeOptimizer(*gpu, o, n);
+    auto graphed = MakeOptimizer(*gpu, o, n);
+    Tensor pe = to_device(p0), pg = to_device(p0), grads = to_device(g);
+    ASSERT_TRUE(gpu->Synchronize().ok());
+    auto pool = std::make_shared<CudaGraphPool>(gpu->device_allocator());
+    std::unique_ptr<CudaGraph> graph;
+    ASSERT_TRUE(graphed->Stage(*gpu, 0.1).ok());
+    ASSERT_TRUE(CudaGraph::Capture(
+                    gpu->stream(), pool, [&] { return graphed->Apply(*gpu, pg, grads); }, &graph)
+                    .ok());
+    for (int s = 0; s < 4; ++s) {
+      const double lr = 0.1 / (1 << s);
+      if (s > 0) ASSERT_TRUE(graphed->Stage(*gpu, lr).ok());
+      ASSERT_TRUE(graph->Launch(gpu->stream()).ok());
+      ASSERT_TRUE(eager->Step(*gpu, pe, grads, lr).ok());
+    }
+    std::vector<float> be(n), bg(n);
+    Tensor the = HostTensor(be), thg = HostTensor(bg);
+    ASSERT_TRUE(the.CopyFrom(pe, gpu->stream()).ok());
+    ASSERT_TRUE(thg.CopyFrom(pg, gpu->stream()).ok());
+    ASSERT_TRUE(gpu->Synchronize().ok());
+    EXPECT_EQ(bg, be) << name;
+    EXPECT_NE(be, p0) << name;
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
 }
 
 }  // namespace

@@ -145,6 +145,16 @@ OptimizerOptions Sgd() {
   return o;
 }
 
+OptimizerOptions Lion() {
+  OptimizerOptions o;
+  o.name = "lion";
+  o.lr = 1e-3;
+  o.beta2 = 0.99;
+  o.weight_decay = 0.1;
+  o.grad_clip = 0.05;
+  return o;
+}
+
 // max |a - b| / max(1, max |b|).
 double RelDiff(DeviceContext& ctx, const Tensor& a, const Tensor& b) {
   std::vector<double> va, vb;
@@ -210,6 +220,17 @@ TEST_F(Zero1MpiTest, SgdMatchesDataParallel) {
   }
 }
 
+// Lion's step is lr * sign(c) per element: a sum-order difference can only show where c is ~0 (none here).
+TEST_F(Zero1MpiTest, LionMatchesDataParallel) {
+  for (size_t bytes : kBucketBytes) {
+    for (int accum : {1, 2}) {
+      const double d = TrainBoth(Lion(), bytes, accum, 12);
+      EXPECT_LE(d, kTol) << "bucket_bytes " << bytes << " accum " << accum;
+      if (r_ == 0) std::printf("lion bucket_bytes %zu accum %d: max rel |dp| = %.3g\n", bytes, accum, d);
+    }
+  }
+}
+
 TEST_F(Zero1MpiTest, StateBytesIsFullOverWorld) {
   Sharded z;
   DT_ASSERT_OK(z.Init(*ctx_, comm_.get(), AdamW(), 64));
@@ -224,12 +245,15 @@ TEST_F(Zero1MpiTest, StateBytesIsFullOverWorld) {
   Sharded s;
   DT_ASSERT_OK(s.Init(*ctx_, comm_.get(), Sgd(), 64));
   EXPECT_EQ(s.zero->state_bytes(), static_cast<size_t>(4 * shard));
+  Sharded l;
+  DT_ASSERT_OK(l.Init(*ctx_, comm_.get(), Lion(), 64));
+  EXPECT_EQ(l.zero->state_bytes(), static_cast<size_t>(4 * shard));
 }
 
 // In place: besides the state shards ZeRO-1 allocates only the tiny bucket's two padded buffers (world
 // floats each, when numel % world != 0) and three f32 scalars.
 TEST_F(Zero1MpiTest, AllocatesOnlyPaddingAndScalarsBesidesTheState) {
-  for (const OptimizerOptions& oo : {AdamW(), Sgd()}) {
+  for (const OptimizerOptions& oo : {AdamW(), Sgd(), Lion()}) {
     for (size_t bytes : kBucketBytes) {
       Sharded z;
       DT_ASSERT_OK(z.Init(*ctx_, comm_.get(), oo, bytes));
@@ -278,7 +302,7 @@ TEST_F(Zero1MpiTest, FinalizeLeavesTheAverageInOwnedRanges) {
 
 // GatherState reassembles exactly the state plain data parallelism holds; LoadState takes it back.
 TEST_F(Zero1MpiTest, GatheredStateEqualsOptimizerStateAndRoundTrips) {
-  for (const OptimizerOptions& oo : {AdamW(), Sgd()}) {
+  for (const OptimizerOptions& oo : {AdamW(), Sgd(), Lion()}) {
     DataParallel dp;
     Sharded z;
     DT_ASSERT_OK(dp.Init(*ctx_, comm_.get(), oo, 64));
@@ -388,7 +412,7 @@ class Zero1GpuTest : public Zero1MpiTest {
 };
 
 TEST_F(Zero1GpuTest, MatchesDataParallelOnNccl) {
-  for (const OptimizerOptions& oo : {AdamW(), Sgd()}) {
+  for (const OptimizerOptions& oo : {AdamW(), Sgd(), Lion()}) {
     for (size_t bytes : kBucketBytes) {
       DataParallel dp;
       Sharded z;

@@ -175,7 +175,7 @@ TEST(Zero1SingleProcessTest, EqualsOptimizer) {
   std::unique_ptr<DeviceContext> ctx;
   DT_ASSERT_OK(DeviceContext::CreateCpu(&ctx));
   for (const double bucket_mb : {1.0, 0.0}) {
-    for (const char* name : {"adamw", "sgd"}) {
+    for (const char* name : {"adamw", "sgd", "lion"}) {
       LoopbackCommunicator comm;
       const double tol = bucket_mb > 0 ? 0.0 : 1e-6;
       OptimizerOptions oo;
