@@ -168,7 +168,8 @@ TEST(ConfigTest, OutOfRangeValuesAreRejected) {
 }
 
 TEST(ConfigTest, StringChoicesAreEnforced) {
-  EXPECT_EQ(ErrorOf("optim:\n  name: adam\n"), "x.yaml:2: key 'optim.name': expected one of sgd|adamw, got 'adam'");
+  EXPECT_EQ(ErrorOf("optim:\n  name: adam\n"),
+            "x.yaml:2: key 'optim.name': expected one of sgd|adamw|lion, got 'adam'");
   EXPECT_EQ(ErrorOf("train:\n  device: 'gpu'\n"),
             "x.yaml:2: key 'train.device': expected one of auto|cpu|cuda, got the quoted string 'gpu'");
   EXPECT_EQ(MustParse("train:\n  device: \"cuda\"\n").train().device(), "cuda");  // quoting a string is fine
