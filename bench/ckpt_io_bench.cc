@@ -36,6 +36,7 @@
 #include "core/tensor.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/train/restore_sink.h"
+#include "storage/scheme.h"
 #include "storage/storage.h"
 
 namespace {
@@ -102,9 +103,11 @@ int main(int argc, char** argv) {
   Status st = dtrain::storage::Storage::Open(argv[2], opts, &store);
   if (!st.ok()) return Fail("open", st);
   dtrain::runtime::CheckpointOptions ckpt_opts;
-  const bool s3 = std::string(argv[2]).rfind("s3://", 0) == 0;
+  const dtrain::storage::Scheme* scheme = nullptr;
+  st = dtrain::storage::FindScheme(argv[2], &scheme);
+  if (!st.ok()) return Fail("open", st);
   ckpt_opts.restore_chunk_bytes = opts.part_size;
-  ckpt_opts.restore_threads = static_cast<int>(EnvInt("DT_BENCH_THREADS", s3 ? opts.parallel_parts : 4));
+  ckpt_opts.restore_threads = static_cast<int>(EnvInt("DT_BENCH_THREADS", scheme->transfer(opts).parallelism));
   dtrain::runtime::CheckpointManager mgr(std::move(store), ckpt_opts);
   mgr.set_run_id("bench");
 

@@ -3,7 +3,7 @@
 # (scripts/s3_test_server.sh, memstore). One object of SIZE bytes (default 1,493,277,696: GPT-2 124M's
 # params + two AdamW moments in f32):
 #   upload    dtrain Storage::Put (multipart, P parts in flight, SigV4 with each part's SHA-256; and once more
-#             with UNSIGNED-PAYLOAD, as curl sends, checkpoint.s3_unsigned_payload)
+#             with UNSIGNED-PAYLOAD, as curl sends, storage.unsigned_payload)
 #             vs one `curl -T` PUT (SigV4, UNSIGNED-PAYLOAD: curl hashes nothing)
 #             vs P parallel `curl` UploadPart PUTs of the same parts (create + parts + complete, UNSIGNED-PAYLOAD)
 #   download  dtrain Storage::GetInto (P ranged GETs in flight, into memory, then compared with the file)

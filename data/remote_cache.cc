@@ -142,8 +142,6 @@ Status DownloadShard(storage::Storage& store, const std::string& key, uint64_t b
 
 }  // namespace
 
-bool IsRemoteUrl(const std::string& url) { return url.rfind("s3://", 0) == 0; }
-
 std::string DefaultCacheDir() {
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') return std::string(x) + "/dtrain";
   if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') return std::string(h) + "/.cache/dtrain";

@@ -1,6 +1,6 @@
 #pragma once
-// Remote datasets: a local, size-bounded cache of sharded datasets kept in object storage
-// (s3://bucket/prefix, or any URL storage::Storage::Open accepts).
+// Remote datasets: a local, size-bounded cache of sharded datasets kept in object storage (a URL of a remote scheme,
+// storage/scheme.h: s3://bucket/prefix).
 //
 // FetchDataset(url) makes the dataset at `url` (manifest.pb + shard files, docs/data_format.md)
 // available as a local directory that data::Dataset opens with pread, page-cache friendly:
@@ -43,9 +43,6 @@ struct FetchStats {
   uint64_t bytes_downloaded = 0;
   int64_t range_requests = 0;
 };
-
-// True for URLs that name object storage rather than a local directory (s3://...).
-bool IsRemoteUrl(const std::string& url);
 
 // See the file comment. `*local_dir` is the cached dataset directory.
 Status FetchDataset(const std::string& url, const RemoteCacheOptions& opts, std::string* local_dir,

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "storage/scheme.h"
 #include "storage/storage.h"
 
 namespace dtrain::storage {
@@ -51,5 +52,8 @@ class FileStorage : public Storage {
   const std::string url_;
   std::atomic<uint64_t> tmp_counter_{0};
 };
+
+// The file scheme: file:///abs/dir or a plain path (absolute or relative); local, no owner object.
+extern const Scheme kFileScheme;
 
 }  // namespace dtrain::storage

@@ -51,6 +51,11 @@ Status S3Storage::Open(const std::string& url, const StorageOptions& opts, std::
   s->bucket_ = rest.substr(0, slash);
   s->prefix_ = slash == std::string::npos ? "" : rest.substr(slash + 1);
   while (!s->prefix_.empty() && s->prefix_.back() == '/') s->prefix_.pop_back();
+  if (s->bucket_.find('@') != std::string::npos) {  // s3://key:secret@bucket: never echo it
+    return Status::InvalidArgument("storage URL '" + RedactUrl(url) +
+                                   "': credentials do not belong in the URL (set AWS_ACCESS_KEY_ID and "
+                                   "AWS_SECRET_ACCESS_KEY)");
+  }
   if (s->bucket_.empty() || s->bucket_.size() > 63 ||
       s->bucket_.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789.-_") != std::string::npos) {
     return Status::InvalidArgument("storage URL '" + url + "': bad bucket name '" + s->bucket_ + "'");
@@ -302,5 +307,17 @@ Status S3Storage::ListMultipartUploads(const std::string& key_prefix, std::vecto
   }
   return Status::OK();
 }
+
+// ---- the s3 scheme (storage/scheme.h) ------------------------------------------------------------------
+
+namespace {
+
+// A restore reads an object as ranged GETs of part_size, parallel_parts in flight (one connection each).
+TransferPlan S3Transfer(const StorageOptions& opts) { return {opts.part_size, opts.parallel_parts}; }
+
+}  // namespace
+
+const Scheme kS3Scheme = {"s3",        "s3://bucket/prefix", {/*remote=*/true, /*needs_owner=*/true}, &S3Storage::Open,
+                          &S3Transfer, /*local_dir=*/nullptr};
 
 }  // namespace dtrain::storage

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "storage/scheme.h"
 #include "storage/storage.h"
 
 namespace dtrain::storage {
@@ -125,5 +126,8 @@ class S3Storage : public Storage {
   int cut_times_ = 0;
   std::unique_ptr<detail::HttpClient> http_;
 };
+
+// The s3 scheme: s3://bucket[/prefix]; remote, its checkpoint roots need an owner object.
+extern const Scheme kS3Scheme;
 
 }  // namespace dtrain::storage

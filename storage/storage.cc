@@ -5,34 +5,15 @@
 
 #include "core/check.h"
 #include "storage/fault_storage.h"
-#include "storage/file_storage.h"
-#include "storage/s3_storage.h"
+#include "storage/scheme.h"
 
 namespace dtrain::storage {
-namespace {
-
-Status OpenBackend(const std::string& url, const StorageOptions& opts, std::unique_ptr<Storage>* out) {
-  static const std::string kFile = "file://";
-  static const std::string kS3 = "s3://";
-  if (url.compare(0, kS3.size(), kS3) == 0) return S3Storage::Open(url, opts, out);
-  if (url.compare(0, kFile.size(), kFile) == 0) {
-    const std::string path = url.substr(kFile.size());
-    if (path.empty() || path[0] != '/') {
-      return Status::InvalidArgument("storage URL '" + url + "': file:// needs an absolute path (file:///abs/dir)");
-    }
-    return FileStorage::Open(path, url, out);
-  }
-  if (url.find("://") != std::string::npos) {
-    return Status::InvalidArgument("storage URL '" + url + "': unknown scheme (file:// or s3://)");
-  }
-  return FileStorage::Open(url, url, out);
-}
-
-}  // namespace
 
 Status Storage::Open(const std::string& url, const StorageOptions& opts, std::unique_ptr<Storage>* out) {
+  const Scheme* scheme = nullptr;
+  DT_RETURN_IF_ERROR(FindScheme(url, &scheme));
   std::unique_ptr<Storage> store;
-  DT_RETURN_IF_ERROR(OpenBackend(url, opts, &store));
+  DT_RETURN_IF_ERROR(scheme->open(url, opts, &store));
   // Tests of failure handling: DTRAIN_STORAGE_FAULT wraps the store (storage/fault_storage.h).
   DT_RETURN_IF_ERROR(FaultStorage::WrapFromEnv(&store));
   *out = std::move(store);

@@ -2,10 +2,11 @@
 // Storage: a flat key -> bytes object store behind one small interface, so checkpoints (and the data
 // loader's remote shards) work the same on local disk and on S3-compatible object storage.
 //
-// URLs (Storage::Open):
+// URLs (Storage::Open), one scheme each (storage/scheme.h: the table, the traits, adding a scheme):
 //   file:///abs/dir or /abs/dir or rel/dir   local directory; keys are relative paths below it
 //   s3://bucket/prefix                       AWS S3, Alibaba OSS, MinIO, Ceph RGW (storage/s3_storage.h);
 //                                            keys are object names below `prefix/`
+// An unknown scheme is InvalidArgument naming the URL and the known schemes.
 // With DTRAIN_STORAGE_FAULT set, Open wraps the store in a FaultStorage that fails, hangs or truncates
 // the calls it selects (storage/fault_storage.h; for tests of failure handling only).
 //

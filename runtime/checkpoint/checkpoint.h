@@ -107,8 +107,6 @@ class CheckpointManager {
   // ("no such checkpoint directory ...") and nothing is created.
   static Status OpenExisting(const std::string& url, const storage::StorageOptions& storage_opts,
                              std::unique_ptr<CheckpointManager>* out);
-  // The local directory of a file:// URL or a plain path (true), or false for s3:// and other schemes.
-  static bool LocalDir(const std::string& url, std::string* dir);
   CheckpointManager(std::unique_ptr<storage::Storage> store, CheckpointOptions opts);
 
   static std::string StepDir(int64_t step);                         // "step-00000123"

@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "storage/scheme.h"
 
 namespace dtrain::runtime {
 namespace {
@@ -33,7 +34,7 @@ std::string UtcStamp() {
 // Moves every checkpoint out of the store's way (see the header) and says what it did.
 Status MoveAside(CheckpointManager* ckpt, const std::vector<CheckpointEntry>& entries, std::string* note) {
   std::string dir;
-  if (CheckpointManager::LocalDir(ckpt->url(), &dir)) {
+  if (storage::LocalDir(ckpt->url(), &dir)) {
     while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
     const std::string aside = dir + ".overwritten-" + UtcStamp();
     if (std::rename(dir.c_str(), aside.c_str()) != 0) {

@@ -1,8 +1,9 @@
 #pragma once
 // StoreOwner: one job per object-store checkpoint root. RunLock (run_lock.h) guards a local run directory with a
-// file lock; an `s3://` checkpoint.url has no locks, and the S3 API offers no compare-and-swap that Ceph RGW (the
-// server dtrain is tested against) honours on PUT. So rank 0 keeps an owner object, `<root>/.dtrain-owner`, with a
-// heartbeat, and checks it the way a lease is checked without consensus:
+// file lock; an object store (a scheme whose traits say needs_owner, storage/scheme.h: s3://) has no locks, and the
+// S3 API offers no compare-and-swap that Ceph RGW (the server dtrain is tested against) honours on PUT. So rank 0
+// keeps an owner object, `<root>/.dtrain-owner`, with a heartbeat, and checks it the way a lease is checked without
+// consensus:
 //   1. read it: held by another job with a heartbeat younger than `ttl_s` -> refuse (InvalidArgument: exit 2),
 //      naming the holder (host, pid, start, heartbeat age); older -> take it over, saying whose it was;
 //   2. write ours (a random token, host, pid, start and heartbeat times), wait `settle_s`, read it back: another

@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string_view>
 #include <system_error>
 
 #include "core/check.h"
+#include "core/logging.h"
 #include "runtime/config/yaml.h"
 
 namespace dtrain::runtime {
@@ -265,13 +267,41 @@ std::string UnknownKey(const pb::Descriptor* d, const std::string& prefix, const
   return "unknown key '" + key + "' (" + KnownKeys(d, prefix) + ")";
 }
 
-Status ApplyMap(const YamlNode& node, pb::Message* m, const std::string& prefix, const std::string& source);
+// Renamed keys: each (renamed_from) old dotted key -> the dotted key of its field now; and the old keys a YAML
+// document holds, applied after the whole document (ApplyRenamed).
+struct Renames {
+  struct Found {
+    std::string from, to;
+    const YamlNode* value;
+    Origin at;
+  };
+  std::map<std::string, std::string> to;
+  std::vector<Found> found;
+};
 
-Status SetField(const YamlNode& v, pb::Message* m, const FD* f, const std::string& key, const Origin& at) {
+void CollectRenames(const pb::Descriptor* d, const std::string& prefix, Renames* r) {
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FD* f = d->field(i);
+    const std::string key = Join(prefix, f->name());
+    if (f->cpp_type() == FD::CPPTYPE_MESSAGE && !f->is_repeated()) CollectRenames(f->message_type(), key, r);
+    const std::string& old = f->options().GetExtension(dtrain::proto::renamed_from);
+    for (std::size_t start = 0; !old.empty() && start <= old.size();) {
+      const std::size_t bar = std::min(old.find('|', start), old.size());
+      r->to[old.substr(start, bar - start)] = key;
+      start = bar + 1;
+    }
+  }
+}
+
+Status ApplyMap(const YamlNode& node, pb::Message* m, const std::string& prefix, const std::string& source,
+                Renames* renames);
+
+Status SetField(const YamlNode& v, pb::Message* m, const FD* f, const std::string& key, const Origin& at,
+                Renames* renames = nullptr) {
   if (f->cpp_type() == FD::CPPTYPE_MESSAGE && !f->is_repeated()) {
     if (v.IsNull()) return Status::OK();  // `optim:` with nothing under it keeps the defaults
     if (v.kind != Kind::kMap) return KeyError(at, key, "expected a mapping, got " + Got(v));
-    return ApplyMap(v, m->GetReflection()->MutableMessage(m, f), key, at.source);
+    return ApplyMap(v, m->GetReflection()->MutableMessage(m, f), key, at.source, renames);
   }
   if (!f->is_repeated()) {
     Scalar value;
@@ -295,13 +325,18 @@ Status SetField(const YamlNode& v, pb::Message* m, const FD* f, const std::strin
   return Status::OK();
 }
 
-Status ApplyMap(const YamlNode& node, pb::Message* m, const std::string& prefix, const std::string& source) {
+Status ApplyMap(const YamlNode& node, pb::Message* m, const std::string& prefix, const std::string& source,
+                Renames* renames) {
   const pb::Descriptor* d = m->GetDescriptor();
   for (const YamlEntry& e : node.entries) {
     const std::string key = Join(prefix, e.key);
     const FD* f = d->FindFieldByName(e.key);
+    if (f == nullptr && renames != nullptr && renames->to.count(key) != 0) {
+      renames->found.push_back({key, renames->to.at(key), &e.value, Origin{source, e.value.line}});
+      continue;
+    }
     if (f == nullptr) return Status::InvalidArgument(Origin{source, e.line}.Str() + ": " + UnknownKey(d, prefix, key));
-    DT_RETURN_IF_ERROR(SetField(e.value, m, f, key, Origin{source, e.value.line}));
+    DT_RETURN_IF_ERROR(SetField(e.value, m, f, key, Origin{source, e.value.line}, renames));
   }
   return Status::OK();
 }
@@ -326,14 +361,19 @@ Status ApplyDefaults(pb::Message* m, const std::string& prefix) {
   return Status::OK();
 }
 
-// "--set a.b=c": walks the dotted key through the schema, then sets the leaf from the YAML value.
-Status ApplyOverride(const std::string& override_text, pb::Message* root) {
+// "--set a.b=c": walks the dotted key through the schema, then sets the leaf from the YAML value. A renamed key
+// sets its field now, with a warning.
+Status ApplyOverride(const std::string& override_text, const Renames& renames, pb::Message* root) {
   const std::string source = "--set " + override_text;
   const std::size_t eq = override_text.find('=');
   if (eq == std::string::npos || eq == 0) {
     return Status::InvalidArgument(source + ": expected key=value, e.g. --set optim.lr=0.01");
   }
-  const std::string path = override_text.substr(0, eq);
+  std::string path = override_text.substr(0, eq);
+  if (renames.to.count(path) != 0) {
+    DT_LOG_WARN(kRuntime, "{}: key '{}' is deprecated, set as '{}' (use that name)", source, path, renames.to.at(path));
+    path = renames.to.at(path);
+  }
   pb::Message* m = root;
   const FD* f = nullptr;
   std::string prefix;
@@ -454,6 +494,54 @@ void Render(const pb::Message& m, const pb::Message* base, int indent, std::stri
   }
 }
 
+// ---- renamed keys, applied after the document ---------------------------------------------
+
+// The message holding the field of the dotted key `path` (one the schema has), and the field.
+const FD* FieldAt(const std::string& path, pb::Message** m) {
+  for (std::size_t start = 0;;) {
+    const std::size_t dot = path.find('.', start);
+    const std::size_t end = dot == std::string::npos ? path.size() : dot;
+    const FD* f = (*m)->GetDescriptor()->FindFieldByName(path.substr(start, end - start));
+    if (dot == std::string::npos) return f;
+    *m = (*m)->GetReflection()->MutableMessage(*m, f);
+    start = dot + 1;
+  }
+}
+
+// Each old key of the document sets its field, with one warning naming them all. An old key at the field's default
+// says nothing (a config rendered before the rename holds every old key); old and new keys that give one field
+// different values are an error naming both.
+Status ApplyRenamed(const Renames& renames, const std::string& source, pb::Message* root) {
+  if (renames.found.empty()) return Status::OK();
+  std::unique_ptr<pb::Message> defaults(root->New());
+  DT_RETURN_IF_ERROR(ApplyDefaults(defaults.get(), ""));
+  std::map<std::string, std::string> set_by;  // new key -> the old key that set it
+  std::string names;
+  for (const Renames::Found& r : renames.found) {
+    names += (names.empty() ? "" : ", ") + r.from + " -> " + r.to;
+    pb::Message* m = root;
+    pb::Message* d = defaults.get();
+    const FD* f = FieldAt(r.to, &m);
+    FieldAt(r.to, &d);
+    std::unique_ptr<pb::Message> scratch(m->New());
+    DT_RETURN_IF_ERROR(SetField(*r.value, scratch.get(), f, r.from, r.at));
+    const std::string value = ScalarText(*scratch, f, -1);
+    const std::string now = ScalarText(*m, f, -1);
+    const std::string def = ScalarText(*d, f, -1);
+    if (value == def || value == now) continue;
+    if (now != def) {
+      const std::string other = set_by.count(r.to) != 0 ? set_by[r.to] : r.to;
+      return KeyError(r.at, r.from,
+                      "renamed to '" + r.to + "', gives " + value + " but '" + other + "' gives " + now +
+                          ": keep only '" + r.to + "'");
+    }
+    DT_RETURN_IF_ERROR(SetField(*r.value, m, f, r.from, r.at));
+    set_by[r.to] = r.from;
+  }
+  DT_LOG_WARN(kRuntime, "{}: deprecated keys, read under their new names: {}", source, names);
+  return Status::OK();
+}
+
 }  // namespace
 
 Status ParseConfig(const std::string& yaml_text, const std::string& source_name,
@@ -467,8 +555,11 @@ Status ParseConfig(const std::string& yaml_text, const std::string& source_name,
                                    ": expected a mapping of sections (model, data, ...) at the top level, got " +
                                    YamlKindName(root.kind));
   }
-  DT_RETURN_IF_ERROR(ApplyMap(root, out, "", source_name));
-  for (const std::string& o : overrides) DT_RETURN_IF_ERROR(ApplyOverride(o, out));
+  Renames renames;
+  CollectRenames(out->GetDescriptor(), "", &renames);
+  DT_RETURN_IF_ERROR(ApplyMap(root, out, "", source_name, &renames));
+  DT_RETURN_IF_ERROR(ApplyRenamed(renames, source_name, out));
+  for (const std::string& o : overrides) DT_RETURN_IF_ERROR(ApplyOverride(o, renames, out));
   return Status::OK();
 }
 

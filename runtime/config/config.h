@@ -11,6 +11,11 @@
 //   "configs/x.yaml:12: key 'optim.lr': expected a number in [0, 10], got 'fast'"
 //   "configs/x.yaml:3: unknown key 'optim.lrr' (known keys of 'optim': name, lr, ...)"
 //   "--set optim.lr=fast: key 'optim.lr': expected a number in [0, 10], got 'fast'"
+// Renamed keys: a field's (dtrain.proto.renamed_from) lists its old dotted keys ("data.s3_endpoint|..."). In the
+// document an old key sets its field after the rest of the document, with one warning naming every old key; an old
+// key at the field's default says nothing (a config rendered before the rename holds every old key), and old and
+// new keys giving one field different values are an error naming both. `--set old.key=v` sets the field, warning.
+// Only singular scalar fields may be renamed.
 // Checks: strict scalars (integers reject "1.5", "abc", trailing junk and out-of-range values; bools
 // are exactly true/false; numbers and bools must not be quoted), (min)/(max) bounds (for repeated
 // fields (min) bounds both each item and the number of items), (choices) "a|b|c" for strings.

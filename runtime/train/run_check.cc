@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "data/manifest.h"
 #include "runtime/train/model_factory.h"
+#include "storage/scheme.h"
 
 namespace dtrain::runtime {
 namespace {
@@ -70,9 +71,12 @@ Status CheckFashionMnist(const proto::Config& cfg, RunCheck* out) {
   return Status::OK();
 }
 
-Status CheckShards(const proto::Config& cfg, const std::string& key, const std::string& dir, bool train,
+Status CheckShards(const proto::Config& cfg, const std::string& key, const std::string& url, bool train,
                    RunCheck* out) {
-  if (dir.rfind("s3://", 0) == 0) return Status::OK();  // checked by the workers once downloaded
+  const storage::Scheme* scheme = nullptr;
+  DT_RETURN_IF_ERROR(storage::FindScheme(url, &scheme).WithContext(key));
+  std::string dir;
+  if (!storage::LocalDir(url, &dir)) return Status::OK();  // a remote dataset: checked by the workers once fetched
   proto::DatasetManifest m;
   DT_RETURN_IF_ERROR(data::ReadManifest(dir, &m).WithContext(key));
   const auto& s = m.schema();

@@ -17,6 +17,8 @@
 #include "data/manifest.h"
 #include "data/remote_cache.h"
 #include "runtime/train/trainer.h"
+#include "storage/config_options.h"
+#include "storage/scheme.h"
 
 namespace dtrain::runtime {
 namespace {
@@ -61,8 +63,9 @@ Status FashionMnistShards(const proto::DataConfig& d, bool train, std::string* d
   return Status::OK();
 }
 
-// The local dataset directory for the training (train) or evaluation split; "" = no such split.
-Status ResolveDataset(const proto::DataConfig& d, bool train, std::string* dir) {
+// The local dataset directory for the training (train) or evaluation split; "" = no such split. A dataset in a remote
+// store (storage/scheme.h) is fetched into the local shard cache first.
+Status ResolveDataset(const proto::DataConfig& d, const proto::StorageConfig& s, bool train, std::string* dir) {
   if (d.dataset() == "fashion_mnist") return FashionMnistShards(d, train, dir);
   const std::string& url = train ? d.train_shards() : d.test_shards();
   if (url.empty()) {
@@ -70,16 +73,11 @@ Status ResolveDataset(const proto::DataConfig& d, bool train, std::string* dir) 
     if (train) return Status::InvalidArgument("data.train_shards is empty: dataset 'shards' needs a dataset URL");
     return Status::OK();
   }
-  if (!data::IsRemoteUrl(url)) {
-    *dir = url.rfind("file://", 0) == 0 ? url.substr(7) : url;
-    return Status::OK();
-  }
+  if (storage::LocalDir(url, dir)) return Status::OK();
   data::RemoteCacheOptions o;
   o.cache_dir = CacheDir(d);
   o.limit_bytes = static_cast<uint64_t>(d.cache_limit_mb()) << 20;
-  o.storage.endpoint = d.s3_endpoint();
-  o.storage.region = d.s3_region();
-  o.storage.path_style = d.s3_path_style();
+  o.storage = storage::OptionsFromConfig(s);
   return data::FetchDataset(url, o, dir).WithContext(train ? "data.train_shards" : "data.test_shards");
 }
 
@@ -129,12 +127,12 @@ Status Trainer::SetupData() {
   lo.device_buffers = static_cast<int>(2 * std::min<int64_t>(accum, StepGraph::kMaxAccum));
   if (d.augment()) lo.augment = data::RandomCropFlip(/*pad=*/4, /*hflip=*/true, /*fill=*/0.f);
   lo.sample_log = SampleLogPath(rank_);
-  DT_RETURN_IF_ERROR(ResolveDataset(d, /*train=*/true, &lo.dataset_dir));
+  DT_RETURN_IF_ERROR(ResolveDataset(d, cfg_.storage(), /*train=*/true, &lo.dataset_dir));
   DT_RETURN_IF_ERROR(data::Loader::Create(lo, &ctx_, &train_loader_).WithContext("training data"));
   train_samples_ = train_loader_->dataset().size();
 
   std::string eval_dir;
-  if (cfg_.train().eval()) DT_RETURN_IF_ERROR(ResolveDataset(d, /*train=*/false, &eval_dir));
+  if (cfg_.train().eval()) DT_RETURN_IF_ERROR(ResolveDataset(d, cfg_.storage(), /*train=*/false, &eval_dir));
   if (!eval_dir.empty()) {
     data::LoaderOptions eo = lo;
     eo.dataset_dir = eval_dir;

@@ -6,6 +6,7 @@
 #include "data/fashion_mnist.h"
 #include "data/manifest.h"
 #include "runtime/config/config.h"
+#include "storage/scheme.h"
 
 namespace dtrain::runtime {
 namespace {
@@ -50,12 +51,13 @@ Status WeightsMetadata(const proto::Config& cfg, std::map<std::string, std::stri
                          : std::to_string(model.cnn().in_channels()) + "x" + std::to_string(model.cnn().image_size()) +
                                "x" + std::to_string(model.cnn().image_size());
   double mean = 0, std = 0;
+  std::string shards_dir;  // a local dataset's (a remote one's manifest is not read here)
   if (cfg.data().dataset() == "fashion_mnist") {
     mean = data::kFashionMnistMean;
     std = data::kFashionMnistStd;
-  } else if (cfg.data().dataset() == "shards" && cfg.data().train_shards().rfind("s3://", 0) != 0) {
+  } else if (cfg.data().dataset() == "shards" && storage::LocalDir(cfg.data().train_shards(), &shards_dir)) {
     proto::DatasetManifest dm;
-    if (data::ReadManifest(cfg.data().train_shards(), &dm).ok()) {
+    if (data::ReadManifest(shards_dir, &dm).ok()) {
       mean = dm.schema().pixel_mean();
       std = dm.schema().pixel_std();
     }

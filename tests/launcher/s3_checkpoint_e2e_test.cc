@@ -31,7 +31,7 @@ const std::string kBucket = "dtrain-ckpt";
 const std::string kArgs =
     " --set train.device=cpu --set train.eval=false --set train.log_every=1 --set train.max_steps=6"
     " --set schedule.warmup_steps=2 --set checkpoint.every_steps=3 --set model.mlp.hidden=[2048,1024]"
-    " --set checkpoint.s3_multipart_threshold_mb=8 --set checkpoint.s3_part_size_mb=5";
+    " --set storage.multipart_threshold_mb=8 --set storage.part_size_mb=5";
 constexpr uint64_t kPartSize = 5ull << 20;
 
 bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
@@ -85,7 +85,7 @@ class S3CheckpointE2E : public ::testing::Test {
   // `dtrain train` of the CI config with checkpoints in s3://kBucket/<prefix>.
   std::string Train(const std::string& prefix, const std::string& run_dir) const {
     return DtrainBin() + " train " + kCiConfig + kArgs + " --set checkpoint.url=s3://" + kBucket + "/" + prefix +
-           " --set checkpoint.s3_endpoint=" + S3Server().endpoint + " --set run.dir=" + run_dir;
+           " --set storage.endpoint=" + S3Server().endpoint + " --set run.dir=" + run_dir;
   }
 };
 
@@ -166,7 +166,7 @@ TEST_F(S3CheckpointE2E, WrongSecretFailsFastNamingTheUrlWithoutLeakingIt) {
 
 // The storage server goes away while training runs (RGW stopped once the checkpoint of step 3 is
 // complete): the next save fails after the storage layer's retries (connection refused, jittered backoff
-// until checkpoint.s3_retry_budget_s, 3 s here, is spent) and, as runtime/checkpoint/checkpoint_writer.h documents for
+// until storage.retry_budget_s, 3 s here, is spent) and, as runtime/checkpoint/checkpoint_writer.h documents for
 // asynchronous saves, the error surfaces at the save after it: the run exits non-zero with an IoError naming the URL
 // and the endpoint. Stops the server: keep this test last in the file.
 TEST_F(S3CheckpointE2E, ServerGoneDuringTrainingFailsTheRunNamingTheEndpoint) {
@@ -176,7 +176,7 @@ TEST_F(S3CheckpointE2E, ServerGoneDuringTrainingFailsTheRunNamingTheEndpoint) {
   ProcessResult r;
   std::thread child([&] {
     r = RunCommand(Env(S3Server().secret) + Train("run3", dir.path() + "/run") +
-                   " --set train.max_steps=15 --set checkpoint.s3_retry_budget_s=3");
+                   " --set train.max_steps=15 --set storage.retry_budget_s=3");
   });
   const auto t0 = std::chrono::steady_clock::now();
   storage::ObjectInfo info;

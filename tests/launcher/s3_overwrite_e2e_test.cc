@@ -39,8 +39,7 @@ TEST(S3OverwriteE2E, ResumeNeverIsRefusedAndOverwriteDeletesTheOldCheckpointsFir
       "env -u AWS_ENDPOINT_URL -u AWS_ENDPOINT_URL_S3 -u AWS_SESSION_TOKEN AWS_ACCESS_KEY_ID=" + S3Server().access +
       " AWS_SECRET_ACCESS_KEY=" + S3Server().secret + " ";
   const std::string train = env + DtrainBin() + " train " + kCiConfig + kArgs + " --set checkpoint.url=" + url +
-                            " --set checkpoint.s3_endpoint=" + S3Server().endpoint + " --set run.dir=" + dir.path() +
-                            "/run";
+                            " --set storage.endpoint=" + S3Server().endpoint + " --set run.dir=" + dir.path() + "/run";
   ProcessResult first = RunCommand(train + " --set train.max_steps=6");
   ASSERT_EQ(first.exit_code, 0) << first.output;
 

@@ -43,7 +43,7 @@ TEST(S3OwnerE2E, ALiveOwnerRefusesTheJobAndAStaleOneIsTakenOver) {
       "env -u AWS_ENDPOINT_URL -u AWS_ENDPOINT_URL_S3 -u AWS_SESSION_TOKEN AWS_ACCESS_KEY_ID=" + S3Server().access +
       " AWS_SECRET_ACCESS_KEY=" + S3Server().secret + " " + DtrainBin() + " train " + kCiConfig +
       " --set train.device=cpu --set train.eval=false --set train.max_steps=3 --set schedule.warmup_steps=2" +
-      " --set checkpoint.url=" + url + " --set checkpoint.s3_endpoint=" + S3Server().endpoint +
+      " --set checkpoint.url=" + url + " --set storage.endpoint=" + S3Server().endpoint +
       " --set run.dir=" + dir.path() + "/run";
 
   plant(5);  // another job, alive 5 s ago

@@ -128,7 +128,7 @@ TEST(SecretLeakE2E, NoSecretInAnyOutputAndNoListenerBeyondLoopback) {
            " launch --nproc-per-node 2 --log-dir " + d + "/" + name + "/logs " + kCiConfig +
            " --set train.device=cpu --set train.log_every=5 --set train.max_steps=20 --set checkpoint.every_steps=5"
            " --set checkpoint.url=s3://" +
-           kBucket + "/" + name + " --set checkpoint.s3_endpoint=" + endpoint + " --set run.dir=" + d + "/" + name;
+           kBucket + "/" + name + " --set storage.endpoint=" + endpoint + " --set run.dir=" + d + "/" + name;
   };
 
   // 1. A good run; `ss -ltnp` is sampled while it trains.

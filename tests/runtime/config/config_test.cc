@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/log_capture.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::runtime {
@@ -122,7 +123,7 @@ TEST(ConfigTest, UnknownKeysListTheKnownOnes) {
             "eps, weight_decay, grad_clip)");
   EXPECT_EQ(ErrorOf("modle:\n  kind: mlp\n"),
             "x.yaml:1: unknown key 'modle' (known top-level keys: model, data, optim, schedule, train, run, dist, "
-            "checkpoint)");
+            "checkpoint, storage)");
 }
 
 TEST(ConfigTest, WrongTypesAreRejectedWithTheKey) {
@@ -339,6 +340,129 @@ TEST(ConfigTest, MutatedConfigsFailCleanlyOrRoundTrip) {
     ASSERT_TRUE(MessageDifferencer::Equals(c, back)) << text;
   }
   EXPECT_GT(ok, 100);  // many mutations land in comments or keep values valid
+}
+
+// ---- the storage section and its renamed keys ---------------------------------------------------
+
+TEST(ConfigTest, StorageSectionDefaultsAndKeys) {
+  Config c = MustParse("");
+  EXPECT_EQ(c.storage().endpoint(), "");
+  EXPECT_EQ(c.storage().region(), "");
+  EXPECT_TRUE(c.storage().path_style());
+  EXPECT_EQ(c.storage().multipart_threshold_mb(), 64);
+  EXPECT_EQ(c.storage().part_size_mb(), 16);
+  EXPECT_EQ(c.storage().parallel_parts(), 8);
+  EXPECT_DOUBLE_EQ(c.storage().retry_budget_s(), 60);
+  EXPECT_FALSE(c.storage().unsigned_payload());
+  c = MustParse(
+      "storage:\n  endpoint: http://127.0.0.1:7480\n  region: eu-west-1\n  path_style: false\n"
+      "  multipart_threshold_mb: 8\n  part_size_mb: 5\n  parallel_parts: 2\n  retry_budget_s: 3\n"
+      "  unsigned_payload: true\n");
+  EXPECT_EQ(c.storage().endpoint(), "http://127.0.0.1:7480");
+  EXPECT_EQ(c.storage().region(), "eu-west-1");
+  EXPECT_FALSE(c.storage().path_style());
+  EXPECT_EQ(c.storage().multipart_threshold_mb(), 8);
+  EXPECT_EQ(c.storage().part_size_mb(), 5);
+  EXPECT_EQ(c.storage().parallel_parts(), 2);
+  EXPECT_DOUBLE_EQ(c.storage().retry_budget_s(), 3);
+  EXPECT_TRUE(c.storage().unsigned_payload());
+  EXPECT_NE(ErrorOf("storage:\n  part_size_mb: 4\n").find("key 'storage.part_size_mb': expected an integer >= 5"),
+            std::string::npos);
+  const std::string yaml = ConfigToYaml(c);
+  EXPECT_NE(yaml.find("storage:\n  endpoint: \"http://127.0.0.1:7480\"\n"), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find("s3_"), std::string::npos) << yaml;  // the old keys are never written
+}
+
+// Every old key of the data and checkpoint sections still sets its storage key, with one warning naming them.
+TEST(ConfigTest, OldStorageKeysAreReadUnderTheirNewNames) {
+  dtrain::testing::LogCapture log;
+  const Config c = MustParse(
+      "data:\n  s3_region: eu-west-1\ncheckpoint:\n  s3_endpoint: http://127.0.0.1:7480\n  s3_path_style: false\n"
+      "  s3_multipart_threshold_mb: 8\n  s3_part_size_mb: 5\n  s3_parallel_parts: 2\n  s3_retry_budget_s: 3\n"
+      "  s3_unsigned_payload: true\n");
+  EXPECT_EQ(c.storage().endpoint(), "http://127.0.0.1:7480");
+  EXPECT_EQ(c.storage().region(), "eu-west-1");
+  EXPECT_FALSE(c.storage().path_style());
+  EXPECT_EQ(c.storage().multipart_threshold_mb(), 8);
+  EXPECT_EQ(c.storage().part_size_mb(), 5);
+  EXPECT_EQ(c.storage().parallel_parts(), 2);
+  EXPECT_DOUBLE_EQ(c.storage().retry_budget_s(), 3);
+  EXPECT_TRUE(c.storage().unsigned_payload());
+  EXPECT_NE(log.text().find("x.yaml: deprecated keys, read under their new names: data.s3_region -> storage.region, "
+                            "checkpoint.s3_endpoint -> storage.endpoint"),
+            std::string::npos)
+      << log.text();
+  // --set with an old key sets the new one (overrides apply in order, the last wins).
+  const Config o =
+      MustParse("storage:\n  endpoint: http://a\n", {"checkpoint.s3_endpoint=http://b", "data.s3_region=r"});
+  EXPECT_EQ(o.storage().endpoint(), "http://b");
+  EXPECT_EQ(o.storage().region(), "r");
+  EXPECT_NE(log.text().find("--set checkpoint.s3_endpoint=http://b: key 'checkpoint.s3_endpoint' is deprecated, set "
+                            "as 'storage.endpoint'"),
+            std::string::npos)
+      << log.text();
+}
+
+// A config written before the rename (the one stored in an old checkpoint) holds every old key, mostly at its
+// default: those say nothing, so data.s3_endpoint "" does not undo checkpoint.s3_endpoint.
+TEST(ConfigTest, OldStorageKeysAtTheirDefaultSayNothing) {
+  const Config c = MustParse(
+      "data:\n  s3_endpoint: \"\"\n  s3_region: \"\"\n  s3_path_style: true\ncheckpoint:\n"
+      "  s3_endpoint: \"http://x:1\"\n  s3_region: \"\"\n  s3_path_style: true\n  s3_part_size_mb: 16\n"
+      "storage:\n  part_size_mb: 32\n");
+  EXPECT_EQ(c.storage().endpoint(), "http://x:1");
+  EXPECT_EQ(c.storage().region(), "");
+  EXPECT_TRUE(c.storage().path_style());
+  EXPECT_EQ(c.storage().part_size_mb(), 32);  // the old key at its default leaves the new key's value
+  // The same value under both names is no conflict.
+  EXPECT_EQ(MustParse("checkpoint:\n  s3_region: r\nstorage:\n  region: r\n").storage().region(), "r");
+}
+
+// Every (renamed_from) key is a key the schema no longer has (else it would never be read as the new one), on a
+// singular scalar field.
+TEST(ConfigTest, RenamedKeysAreNotLiveKeys) {
+  using FD = google::protobuf::FieldDescriptor;
+  std::vector<const google::protobuf::Descriptor*> todo{Config::descriptor()};
+  int renamed = 0;
+  while (!todo.empty()) {
+    const google::protobuf::Descriptor* d = todo.back();
+    todo.pop_back();
+    for (int i = 0; i < d->field_count(); ++i) {
+      const FD* f = d->field(i);
+      if (f->cpp_type() == FD::CPPTYPE_MESSAGE) todo.push_back(f->message_type());
+      std::stringstream olds(f->options().GetExtension(dtrain::proto::renamed_from));
+      for (std::string old; std::getline(olds, old, '|');) {
+        ++renamed;
+        EXPECT_NE(f->cpp_type(), FD::CPPTYPE_MESSAGE) << f->full_name();
+        EXPECT_FALSE(f->is_repeated()) << f->full_name();
+        const google::protobuf::Descriptor* walk = Config::descriptor();
+        const FD* live = nullptr;
+        std::stringstream parts(old);
+        for (std::string part; walk != nullptr && std::getline(parts, part, '.');) {
+          live = walk->FindFieldByName(part);
+          walk = live != nullptr ? live->message_type() : nullptr;
+        }
+        EXPECT_EQ(live, nullptr) << old << " (renamed to " << f->full_name() << ") is still a key of the schema";
+      }
+    }
+  }
+  EXPECT_EQ(renamed, 11);  // data.s3_* (3) and checkpoint.s3_* (8), now storage.*
+}
+
+TEST(ConfigTest, OldAndNewStorageKeysThatDisagreeAreAnError) {
+  EXPECT_EQ(ErrorOf("data:\n  s3_endpoint: http://a\ncheckpoint:\n  s3_endpoint: http://b\n"),
+            "x.yaml:4: key 'checkpoint.s3_endpoint': renamed to 'storage.endpoint', gives \"http://b\" but "
+            "'data.s3_endpoint' gives \"http://a\": keep only 'storage.endpoint'");
+  EXPECT_EQ(ErrorOf("checkpoint:\n  s3_parallel_parts: 4\nstorage:\n  parallel_parts: 2\n"),
+            "x.yaml:2: key 'checkpoint.s3_parallel_parts': renamed to 'storage.parallel_parts', gives 4 but "
+            "'storage.parallel_parts' gives 2: keep only 'storage.parallel_parts'");
+  // An old key's value is checked as the new key's, and the error names the old key.
+  EXPECT_NE(ErrorOf("checkpoint:\n  s3_part_size_mb: 4\n")
+                .find("x.yaml:2: key 'checkpoint.s3_part_size_mb': "
+                      "expected an integer >= 5, got '4'"),
+            std::string::npos);
+  // Old keys are only those the schema names in (renamed_from).
+  EXPECT_NE(ErrorOf("checkpoint:\n  s3_bucket: b\n").find("unknown key 'checkpoint.s3_bucket'"), std::string::npos);
 }
 
 }  // namespace

@@ -186,7 +186,7 @@ proto::Config PromConfig(int port) {
   cfg.mutable_run()->set_dir("/nonexistent/run");
   cfg.mutable_run()->set_prometheus_port(port);
   cfg.mutable_run()->set_prometheus_addr("127.0.0.1");
-  cfg.mutable_checkpoint()->set_s3_endpoint("http://secret-endpoint.example");
+  cfg.mutable_storage()->set_endpoint("http://secret-endpoint.example");
   return cfg;
 }
 
