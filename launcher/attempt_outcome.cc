@@ -13,17 +13,11 @@ int UsageError(const Status& st) {
   return kExitUsage;
 }
 
-int ExitCodeFor(const Status& st) {
-  switch (st.code()) {
-    case Status::Code::kOk:
-      return kExitOk;
-    case Status::Code::kInvalidArgument:
-    case Status::Code::kNotFound:
-      return UsageError(st);
-    default:
-      std::fprintf(stderr, "dtrain launch: error: %s\n", st.ToString().c_str());
-      return kExitFailure;
-  }
+int LaunchError(const Status& st) {
+  const int code = ExitCodeFor(st);
+  if (code == kExitUsage) return UsageError(st);
+  if (code != kExitOk) std::fprintf(stderr, "dtrain launch: error: %s\n", st.ToString().c_str());
+  return code;
 }
 
 RankExit RootCause(const OutputRouter& router, const LaunchCommand& cmd, const AttemptResult& result) {

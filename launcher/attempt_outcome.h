@@ -1,7 +1,7 @@
 #pragma once
 // What the supervising loops of `dtrain launch` (launcher/launch.cc, launcher/elastic_launch.cc) make of an attempt's
-// end: the exit code for a Status, the root cause, the restart decision and the failure report. Shared so that the
-// plain, per-node and elastic loops report and decide alike.
+// end: the exit code for the launcher's own error, the root cause, the restart decision and the failure report. Shared
+// so that the plain, per-node and elastic loops report and decide alike.
 
 #include <string>
 
@@ -14,8 +14,9 @@ namespace dtrain::launcher {
 
 // Prints "dtrain launch: error: MESSAGE" to stderr; returns kExitUsage.
 int UsageError(const Status& st);
-// 0 for OK; a usage error (2) for InvalidArgument/NotFound; else the error printed and kExitFailure.
-int ExitCodeFor(const Status& st);
+// An error of the launcher itself (not of a rank): printed as one "dtrain launch: error: ..." line (the message
+// alone for a usage error), then mapped by ExitCodeFor (launcher/exit_codes.h) as every command's Status is.
+int LaunchError(const Status& st);
 
 // The root cause of a failed attempt, completed from what the launcher knows itself (the host of the rank; the
 // process manager's exit code when no rank reported one).

@@ -29,21 +29,6 @@ constexpr const char* kFooter =
     "\n"
     "example: dtrain launch --nproc-per-node 2 configs/fashion_mnist_mlp.yaml\n";
 
-int ExitCodeFor(const Status& st) {
-  switch (st.code()) {
-    case Status::Code::kOk:
-      return kExitOk;
-    case Status::Code::kInvalidArgument:
-    case Status::Code::kNotFound:
-    case Status::Code::kDataLoss:
-      return kExitUsage;  // bad input: a restart would not fix it
-    case Status::Code::kPreempted:
-      return kExitPreempted;
-    default:
-      return kExitFailure;
-  }
-}
-
 int Report(const Status& st) {
   // A handled preemption is the expected end of a spot/Slurm attempt (exit 75: requeue), not an error.
   if (st.code() == Status::Code::kPreempted) {

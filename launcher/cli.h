@@ -15,7 +15,7 @@
 // binary (/proc/self/exe; DTRAIN_WORKER_BIN overrides), so the workers know the same models. On
 // several nodes the program must exist at the same path on every host.
 //
-// Main is the only place a Status becomes a process exit code (launcher/exit_codes.h): 0 done,
+// A command's Status becomes its exit code by ExitCodeFor (launcher/exit_codes.h), as in `dtrain launch`: 0 done,
 // 1 failure, 2 usage/config/data error, 75 preempted (checkpoint saved), 128+N killed by signal N.
 // Errors of a command that ran are printed to stderr as one "dtrain: error: ..." line. argc/argv are
 // handed to MPI_Init by `train` and `bench`, as the process got them. Call it once per process, from the main thread.

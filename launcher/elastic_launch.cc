@@ -102,7 +102,7 @@ int SuperviseElastic(const LaunchOptions& opts, const LaunchEnv& env) {
   ElasticHosts hosts(opts.elastic_min, opts.elastic_max, std::chrono::seconds(opts.rejoin_after));
   std::vector<HostSlots> listed, active;
   st = ListHosts(opts, &listed);
-  if (!st.ok()) return ExitCodeFor(st);
+  if (!st.ok()) return LaunchError(st);
   hosts.SetListed(listed);
   st = hosts.Active(&active);
   if (!st.ok()) return UsageError(st);
@@ -116,7 +116,7 @@ int SuperviseElastic(const LaunchOptions& opts, const LaunchEnv& env) {
   full_opts.hosts = HostList(active);
   full_opts.hostfile.clear();
   st = BuildLaunchCommand(full_opts, env, 0, &full);
-  if (!st.ok()) return ExitCodeFor(st);
+  if (!st.ok()) return LaunchError(st);
   const int full_world = full.placement.world_size();
   if (opts.dry_run) {
     std::printf("%s\n", FormatCommandLine(full).c_str());
@@ -124,7 +124,7 @@ int SuperviseElastic(const LaunchOptions& opts, const LaunchEnv& env) {
   }
   std::unique_ptr<SupervisorScope> scope;
   st = SupervisorScope::Create(&scope);
-  if (!st.ok()) return ExitCodeFor(st);
+  if (!st.ok()) return LaunchError(st);
   AttemptLog log(cfg.run().dir());
   int failures = 0;  // attempts that count against --max-restarts
   for (int attempt = 0;; ++attempt) {
@@ -140,7 +140,7 @@ int SuperviseElastic(const LaunchOptions& opts, const LaunchEnv& env) {
     }
     LaunchCommand cmd;
     st = ElasticAttempt(opts, env, active, full_world, cfg, attempt, &cmd);
-    if (!st.ok()) return ExitCodeFor(st);
+    if (!st.ok()) return LaunchError(st);
     const int world = cmd.placement.world_size();
     DT_LOG_INFO(kLauncher, "elastic attempt {} on {} host(s), world size {}: {}", attempt + 1, active.size(), world,
                 FormatCommandLine(cmd));
@@ -164,7 +164,7 @@ int SuperviseElastic(const LaunchOptions& opts, const LaunchEnv& env) {
       if (!silent.empty()) noticed = UnixAt(watch.lost_at());
       if (grow && silent.empty()) noticed = UnixAt(watch.grow_asked_at());
     }
-    if (!st.ok()) return ExitCodeFor(st);
+    if (!st.ok()) return LaunchError(st);
     if (noticed == 0) noticed = UnixNow();
     auto record = [&](const std::string& reason, const std::vector<std::string>& lost) {
       log.Write(attempt, active, world, start, noticed, reason, lost);

@@ -12,6 +12,11 @@
 //   128+S a worker (the root-cause rank) or the launcher itself was ended by signal S (137 = SIGKILL,
 //        143 = SIGTERM), the shell convention.
 //   other the root-cause rank's own exit code, passed through by `dtrain launch`.
+//
+// ExitCodeFor below is the one place a Status becomes one of these codes: every command of launcher/cli.cc and
+// every error of `dtrain launch` itself (launcher/attempt_outcome.h) go through it.
+
+#include "core/status.h"
 
 namespace dtrain::launcher {
 
@@ -23,5 +28,9 @@ constexpr int kExitSignalBase = 128;
 
 // The exit code a shell reports for a process ended by `signal`.
 constexpr int ExitCodeForSignal(int signal) { return kExitSignalBase + signal; }
+
+// The exit code of a command that ended with `st`: 0 for OK; kExitUsage for bad input that a restart would not fix
+// (InvalidArgument, NotFound, DataLoss); kExitPreempted for Preempted; else kExitFailure. Prints nothing.
+int ExitCodeFor(const Status& st);
 
 }  // namespace dtrain::launcher

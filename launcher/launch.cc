@@ -85,12 +85,12 @@ Status CheckRunBeforeStart(const LaunchOptions& opts, const LaunchEnv& env, cons
 int Supervise(const LaunchOptions& opts, const LaunchEnv& env) {
   std::unique_ptr<SupervisorScope> scope;
   Status st = SupervisorScope::Create(&scope);
-  if (!st.ok()) return ExitCodeFor(st);
+  if (!st.ok()) return LaunchError(st);
   const int attempts = opts.max_restarts + 1;
   for (int attempt = 0; attempt < attempts; ++attempt) {
     LaunchCommand cmd;
     st = BuildLaunchCommand(opts, env, attempt, &cmd);
-    if (!st.ok()) return ExitCodeFor(st);
+    if (!st.ok()) return LaunchError(st);
     DT_LOG_INFO(kLauncher, "attempt {} of {}: {}", attempt + 1, attempts, FormatCommandLine(cmd));
     OutputRouter::Options ropts;
     ropts.backend = cmd.backend;
@@ -99,7 +99,7 @@ int Supervise(const LaunchOptions& opts, const LaunchEnv& env) {
     OutputRouter router(ropts);
     AttemptResult result;
     st = RunAttempt(cmd, opts.grace_seconds, scope.get(), &router, &result);
-    if (!st.ok()) return ExitCodeFor(st);
+    if (!st.ok()) return LaunchError(st);
     if (!router.log_error().empty()) DT_LOG_WARN(kLauncher, "--log-dir: {}", router.log_error());
     if (result.exit_code == kExitOk) {
       // Also after a signal: one that arrives while the ranks finish leaves nothing to save or resume.
@@ -125,12 +125,12 @@ int Supervise(const LaunchOptions& opts, const LaunchEnv& env) {
 int SuperviseNode(const LaunchOptions& opts, const LaunchEnv& env) {
   std::unique_ptr<SupervisorScope> scope;
   Status st = SupervisorScope::Create(&scope);
-  if (!st.ok()) return ExitCodeFor(st);
+  if (!st.ok()) return LaunchError(st);
   const int attempts = opts.max_restarts + 1;
   for (int attempt = 0; attempt < attempts; ++attempt) {
     LaunchCommand cmd;
     st = BuildLaunchCommand(opts, env, attempt, &cmd);
-    if (!st.ok()) return ExitCodeFor(st);
+    if (!st.ok()) return LaunchError(st);
     std::unique_ptr<NodeLink> link;
     if (opts.nnodes > 1) {
       NodeLinkOptions lo;
@@ -143,7 +143,7 @@ int SuperviseNode(const LaunchOptions& opts, const LaunchEnv& env) {
       DT_LOG_INFO(kLauncher, "node {} of {}: joining the other nodes' launchers (node 0 listens on {}:{})",
                   opts.node_rank, opts.nnodes, lo.master_addr, lo.port);
       st = NodeLink::Join(lo, &link);
-      if (!st.ok()) return ExitCodeFor(st);
+      if (!st.ok()) return LaunchError(st);
     }
     DT_LOG_INFO(kLauncher, "attempt {} of {}, node {} of {}: {}", attempt + 1, attempts, opts.node_rank, opts.nnodes,
                 FormatCommandLine(cmd));
@@ -155,7 +155,7 @@ int SuperviseNode(const LaunchOptions& opts, const LaunchEnv& env) {
     OutputRouter router(ropts);
     NodeAttemptResult result;
     st = RunNodeAttempt(cmd, opts.grace_seconds, env.hostname, scope.get(), &router, link.get(), &result);
-    if (!st.ok()) return ExitCodeFor(st);
+    if (!st.ok()) return LaunchError(st);
     link.reset();  // sends the failure or "done" still queued
     if (!router.log_error().empty()) DT_LOG_WARN(kLauncher, "--log-dir: {}", router.log_error());
     if (result.exit_code == kExitOk) {
@@ -193,7 +193,7 @@ int RunLaunch(const std::vector<std::string>& args) {
 int LaunchWith(const LaunchOptions& opts) {
   LaunchEnv env;
   Status st = ProbeLaunchEnv(&env);
-  if (!st.ok()) return ExitCodeFor(st);
+  if (!st.ok()) return LaunchError(st);
   if (opts.elastic_min > 0) {
     // Under Slurm without a host list the allocation is the host set (srun); else mpirun over the listed hosts.
     const bool listed = !opts.hosts.empty() || !opts.hostfile.empty();
@@ -208,13 +208,13 @@ int LaunchWith(const LaunchOptions& opts) {
   }
   LaunchCommand cmd;
   st = BuildLaunchCommand(opts, env, 0, &cmd);
-  if (!st.ok()) return ExitCodeFor(st);
+  if (!st.ok()) return LaunchError(st);
   // The whole run is checked here, once, before any rank starts (runtime/train/run_check.h) — when the workers
   // are this binary: another worker program (DTRAIN_WORKER_BIN) reads its config its own way and checks it.
   st = env.worker_bin == env.self_bin ? CheckRunBeforeStart(opts, env, cmd) : Status::OK();
   if (!st.ok()) {
     std::fprintf(stderr, "dtrain launch: error: %s\n", st.ToString().c_str());
-    return kExitUsage;
+    return ExitCodeFor(st);  // as `dtrain train` would exit on the same error
   }
   if (opts.dry_run) {
     std::printf("%s\n", FormatCommandLine(cmd).c_str());
@@ -223,11 +223,11 @@ int LaunchWith(const LaunchOptions& opts) {
   }
   if (!opts.log_dir.empty()) {
     st = MakeDirs(opts.log_dir);
-    if (!st.ok()) return ExitCodeFor(st);
+    if (!st.ok()) return LaunchError(st);
   }
   if (cmd.backend == Backend::kNode) return SuperviseNode(opts, env);
   st = CheckInPath(cmd.argv[0]);
-  if (!st.ok()) return ExitCodeFor(st);
+  if (!st.ok()) return LaunchError(st);
   st = ProbeSshHosts(cmd.ssh_hosts);
   if (!st.ok()) return UsageError(st);  // not restartable: a host that cannot be reached
   return Supervise(opts, env);

@@ -34,8 +34,8 @@
 
 namespace dtrain::launcher {
 
-// Runs `dtrain launch` with parsed options; returns the process exit code. The one place besides
-// main() that turns Status into an exit code (usage errors: one line on stderr, 2).
+// Runs `dtrain launch` with parsed options; returns the process exit code. The launcher's own errors are one
+// line on stderr and the code ExitCodeFor (launcher/exit_codes.h) gives every command's Status.
 int LaunchWith(const LaunchOptions& opts);
 
 // Parses the arguments after "launch" (launcher/launch_options.h), then as above; --help prints the

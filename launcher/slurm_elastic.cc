@@ -101,7 +101,7 @@ int SuperviseSlurmElastic(const LaunchOptions& opts, const LaunchEnv& env) {
   if (!st.ok()) return UsageError(st);
   std::vector<std::string> nodes;
   st = JobNodes(*job, &nodes);
-  if (!st.ok()) return ExitCodeFor(st);
+  if (!st.ok()) return LaunchError(st);
   ElasticHosts hosts(opts.elastic_min, opts.elastic_max, std::chrono::seconds(0));
   std::vector<HostSlots> listed, active;
   for (const std::string& n : nodes) listed.push_back({n, nproc});
@@ -132,13 +132,13 @@ int SuperviseSlurmElastic(const LaunchOptions& opts, const LaunchEnv& env) {
   if (opts.dry_run) {
     LaunchCommand cmd;
     st = attempt_command(0, &cmd);
-    if (!st.ok()) return ExitCodeFor(st);
+    if (!st.ok()) return LaunchError(st);
     std::printf("%s\n", FormatCommandLine(cmd).c_str());
     return kExitOk;
   }
   std::unique_ptr<SupervisorScope> scope;
   st = SupervisorScope::Create(&scope);
-  if (!st.ok()) return ExitCodeFor(st);
+  if (!st.ok()) return LaunchError(st);
   AttemptLog log(cfg.run().dir());
   int failures = 0;  // attempts that count against --max-restarts
   for (int attempt = 0;; ++attempt) {
@@ -149,7 +149,7 @@ int SuperviseSlurmElastic(const LaunchOptions& opts, const LaunchEnv& env) {
     }
     LaunchCommand cmd;
     st = attempt_command(attempt, &cmd);
-    if (!st.ok()) return ExitCodeFor(st);
+    if (!st.ok()) return LaunchError(st);
     const int world = cmd.placement.world_size();
     DT_LOG_INFO(kLauncher, "elastic attempt {} on {} node(s) of Slurm job {}, world size {}: {}", attempt + 1,
                 active.size(), *job, world, FormatCommandLine(cmd));
@@ -161,7 +161,7 @@ int SuperviseSlurmElastic(const LaunchOptions& opts, const LaunchEnv& env) {
     AttemptResult result;
     const double start = UnixNow();
     st = RunAttempt(cmd, opts.grace_seconds, scope.get(), &router, &result);
-    if (!st.ok()) return ExitCodeFor(st);
+    if (!st.ok()) return LaunchError(st);
     const double noticed = UnixNow();
     const auto record = [&](const std::string& reason, const std::vector<std::string>& lost) {
       log.Write(attempt, active, world, start, noticed, reason, lost);
