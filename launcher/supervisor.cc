@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +17,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "launcher/child_set.h"
 #include "launcher/exit_codes.h"
 
 extern char** environ;
@@ -30,9 +30,6 @@ using Clock = std::chrono::steady_clock;
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGPIPE};
 // The byte SupervisorScope::RequestStop() writes to the self-pipe (no signal has number 0).
 constexpr unsigned char kStopRequest = 0;
-constexpr auto kPollInterval = std::chrono::milliseconds(100);
-// How long the pipes may stay open after mpirun is reaped and its leftovers are killed.
-constexpr auto kDrainTime = std::chrono::seconds(2);
 
 // The write end of the self-pipe. The only mutable global of the launcher: a signal handler has
 // no other way to reach the supervising loop.
@@ -279,121 +276,98 @@ SupervisorScope::~SupervisorScope() {
 
 // --- RunAttempt --------------------------------------------------------------------------------
 
+namespace {
+
+// The process manager's attempt on the child-set loop: one child (mpirun/srun), its output to the router, the
+// launcher's signals handled as in steps 3-4 of supervisor.h.
+class ManagerAttempt : public ChildSetPolicy {
+ public:
+  ManagerAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* scope, OutputRouter* router,
+                 AttemptResult* result)
+      : cmd_(cmd), grace_seconds_(grace_seconds), scope_(scope), router_(router), result_(result) {}
+
+  void OnOutput(size_t /*i*/, bool from_stderr, const char* data, size_t size) override {
+    router_->Feed(from_stderr, data, size);
+  }
+
+  void OnSignal(int sig, ChildSet* set) override {
+    if (set->reaped(0)) return;
+    const pid_t pid = set->pid(0);
+    StopEscalation* esc = set->escalation();
+    if (sig == kStopRequest) {
+      if (scope_->ConsumeStopRequest() && result_->stop_signal == 0) {
+        result_->stop_requested = true;
+        kill(pid, SIGTERM);
+        esc->Interrupt(Clock::now());
+      }
+    } else if (sig == SIGUSR1) {
+      // No grace timer: the ranks decide (checkpoint, then exit 75); the job may take its time.
+      kill(pid, SIGUSR1);
+      const int local = SignalSession(pid, SIGUSR1, /*ranks_only=*/true);
+      DT_LOG_WARN(kLauncher, "SIGUSR1: forwarded to every rank ({}, and directly to {} local rank processes)",
+                  cmd_.argv[0], local);
+    } else if (result_->stop_signal == 0 && sig == SIGTERM) {
+      // SIGTERM is how schedulers and spot shutdowns stop a job: give the ranks the grace period
+      // to checkpoint and exit 75 themselves (local ranks get SIGTERM directly, remote ones
+      // SIGUSR1 through mpirun), then stop the job (step 4).
+      result_->stop_signal = sig;
+      const int local = SignalSession(pid, SIGTERM, /*ranks_only=*/true);
+      kill(pid, SIGUSR1);
+      DT_LOG_WARN(kLauncher,
+                  "SIGTERM: every rank may checkpoint and exit ({} local rank processes signalled); "
+                  "the job is stopped if it still runs in {} s",
+                  local, grace_seconds_);
+      esc->Interrupt(Clock::now());
+    } else if (result_->stop_signal == 0) {
+      DT_LOG_WARN(kLauncher, "{}: stopping the job", SignalName(sig));
+      result_->stop_signal = sig;
+      kill(pid, SIGTERM);
+      esc->Interrupt(Clock::now());
+    } else {
+      DT_LOG_WARN(kLauncher, "second {}: killing the job now", SignalName(sig));
+      esc->KillNow(Clock::now());
+    }
+  }
+
+  void OnExit(size_t /*i*/, int exit_code, int /*term_signal*/, ChildSet* /*set*/) override {
+    result_->exit_code = exit_code;
+  }
+
+  void OnRound(ChildSet* set) override {
+    if (router_->failure_seen()) set->escalation()->Interrupt(Clock::now());
+  }
+
+  void Escalate(StopEscalation::State state, ChildSet* set) override {
+    if (state == StopEscalation::State::kTerminating) {
+      DT_LOG_WARN(kLauncher, "{} did not exit {}s after the failure/signal: SIGTERM to its process group", cmd_.argv[0],
+                  grace_seconds_);
+      kill(-set->pid(0), SIGTERM);
+    } else {
+      DT_LOG_WARN(kLauncher, "{} still running: SIGKILL to its process group", cmd_.argv[0]);
+      kill(-set->pid(0), SIGKILL);
+    }
+    result_->escalated = true;
+  }
+
+ private:
+  const LaunchCommand& cmd_;
+  const int grace_seconds_;
+  SupervisorScope* scope_;
+  OutputRouter* router_;
+  AttemptResult* result_;
+};
+
+}  // namespace
+
 Status RunAttempt(const LaunchCommand& cmd, int grace_seconds, SupervisorScope* scope, OutputRouter* router,
                   AttemptResult* result) {
   *result = AttemptResult();
   (void)scope->ConsumeStopRequest();  // one left from an attempt that ended on its own is not for this one
   SessionChild child;
   DT_RETURN_IF_ERROR(SpawnSession(cmd.argv, cmd.env_set, SIGTERM, &child));
-  const auto grace = std::chrono::seconds(grace_seconds);
-  // Escalation: 0 idle, 1 SIGTERM to the group at `deadline`, 2 SIGKILL at `deadline`, 3 done.
-  int stage = 0;
-  auto deadline = Clock::time_point::max();
-  auto arm = [&] {
-    if (stage == 0) {
-      stage = 1;
-      deadline = Clock::now() + grace;
-    }
-  };
-  bool reaped = false;
-  auto reaped_at = Clock::time_point::max();
-  while (!(reaped && child.out_fd < 0 && child.err_fd < 0)) {
-    auto now = Clock::now();
-    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(kPollInterval);
-    if (deadline != Clock::time_point::max()) {
-      wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now));
-    }
-    pollfd fds[3] = {{child.out_fd, POLLIN, 0}, {child.err_fd, POLLIN, 0}, {scope->signal_fd(), POLLIN, 0}};
-    poll(fds, 3, std::max<int>(0, static_cast<int>(wait.count())));
-
-    for (int i = 0; i < 2; ++i) {
-      int& fd = i == 0 ? child.out_fd : child.err_fd;
-      if (fd < 0 || (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-      char buf[65536];
-      const ssize_t n = read(fd, buf, sizeof(buf));
-      if (n > 0) {
-        router->Feed(i == 1, buf, static_cast<size_t>(n));
-      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        close(fd);
-        fd = -1;
-      }
-    }
-
-    unsigned char sig = 0;
-    while (read(scope->signal_fd(), &sig, 1) == 1) {
-      if (reaped) continue;
-      if (sig == kStopRequest) {
-        if (scope->ConsumeStopRequest() && result->stop_signal == 0) {
-          result->stop_requested = true;
-          kill(child.pid, SIGTERM);
-          arm();
-        }
-      } else if (sig == SIGUSR1) {
-        // No grace timer: the ranks decide (checkpoint, then exit 75); the job may take its time.
-        kill(child.pid, SIGUSR1);
-        const int local = SignalSession(child.pid, SIGUSR1, /*ranks_only=*/true);
-        DT_LOG_WARN(kLauncher, "SIGUSR1: forwarded to every rank ({}, and directly to {} local rank processes)",
-                    cmd.argv[0], local);
-      } else if (result->stop_signal == 0 && sig == SIGTERM) {
-        // SIGTERM is how schedulers and spot shutdowns stop a job: give the ranks the grace period
-        // to checkpoint and exit 75 themselves (local ranks get SIGTERM directly, remote ones
-        // SIGUSR1 through mpirun), then stop the job (step 4).
-        result->stop_signal = sig;
-        const int local = SignalSession(child.pid, SIGTERM, /*ranks_only=*/true);
-        kill(child.pid, SIGUSR1);
-        DT_LOG_WARN(kLauncher,
-                    "SIGTERM: every rank may checkpoint and exit ({} local rank processes signalled); "
-                    "the job is stopped if it still runs in {} s",
-                    local, grace_seconds);
-        arm();
-      } else if (result->stop_signal == 0) {
-        DT_LOG_WARN(kLauncher, "{}: stopping the job", SignalName(sig));
-        result->stop_signal = sig;
-        kill(child.pid, SIGTERM);
-        arm();
-      } else {
-        DT_LOG_WARN(kLauncher, "second {}: killing the job now", SignalName(sig));
-        stage = 2;
-        deadline = Clock::now();
-      }
-    }
-    if (router->failure_seen()) arm();
-
-    now = Clock::now();
-    if (!reaped && now >= deadline && stage == 1) {
-      DT_LOG_WARN(kLauncher, "{} did not exit {}s after the failure/signal: SIGTERM to its process group", cmd.argv[0],
-                  grace_seconds);
-      kill(-child.pid, SIGTERM);
-      result->escalated = true;
-      stage = 2;
-      deadline = now + grace;
-    } else if (!reaped && now >= deadline && stage == 2) {
-      DT_LOG_WARN(kLauncher, "{} still running: SIGKILL to its process group", cmd.argv[0]);
-      kill(-child.pid, SIGKILL);
-      result->escalated = true;
-      stage = 3;
-      deadline = Clock::time_point::max();
-    }
-
-    if (!reaped) {
-      int status = 0;
-      const pid_t r = waitpid(child.pid, &status, WNOHANG);
-      if (r == child.pid || (r < 0 && errno == ECHILD)) {
-        reaped = true;
-        reaped_at = now;
-        result->exit_code = r == child.pid ? ExitCodeOfWaitStatus(status) : kExitFailure;
-        // mpirun waits for its ranks, so whatever of the job still runs now is a leftover (e.g. a
-        // rank's own child); it may hold the pipes open. Data already in the pipes stays readable.
-        SweepOrphans(child.pid);
-      }
-    } else if (now - reaped_at > kDrainTime) {
-      for (int* fd : {&child.out_fd, &child.err_fd}) {
-        if (*fd >= 0) close(*fd);
-        *fd = -1;
-      }
-    }
-  }
-  SweepOrphans(child.pid);  // anything that closed its pipes and lived on
+  ManagerAttempt policy(cmd, grace_seconds, scope, router, result);
+  ChildSet set({child}, std::chrono::seconds(grace_seconds));
+  set.Run(scope, &policy);
   router->Finish();
   return Status::OK();
 }

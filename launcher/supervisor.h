@@ -1,5 +1,6 @@
 #pragma once
-// Supervisor: runs one attempt of the process-manager command (mpirun or srun) and watches it.
+// Supervisor: runs one attempt of the process-manager command (mpirun or srun) and watches it, on the one child-set
+// loop of the launcher (launcher/child_set.h; steps 4-5 below are its StopEscalation and its sweep).
 //
 // Process tree and cleanup, in order:
 //  1. The launcher makes itself a child subreaper (PR_SET_CHILD_SUBREAPER, for the lifetime of a
