@@ -192,14 +192,7 @@ Status Trainer::Restore(const LoadedCheckpoint& ck, RestoreSink& sink) {
     DT_LOG_WARN(kRuntime, "{}: saved with train.seed={} data.shuffle={}, now {} {}: the sample order differs", ck.dir,
                 d.seed(), d.shuffle(), cfg_.train().seed(), cfg_.data().shuffle());
   }
-  if (train_loader_) {
-    if (d.samples_in_epoch() > train_samples_) {
-      return Status::InvalidArgument(ck.dir + " stopped " + std::to_string(d.samples_in_epoch()) +
-                                     " samples into an epoch, but the training data has only " +
-                                     std::to_string(train_samples_) + " samples: another dataset?");
-    }
-    DT_RETURN_IF_ERROR(train_loader_->Restore({cfg_.train().seed(), d.epoch(), d.samples_in_epoch()}));
-  }
+  DT_RETURN_IF_ERROR(data_->Restore({cfg_.train().seed(), d.epoch(), d.samples_in_epoch()}).WithContext(ck.dir));
   start_step_ = last_step_ = m.step();
   samples_seen_ = d.samples_consumed();
   return Status::OK();

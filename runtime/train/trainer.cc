@@ -74,7 +74,7 @@ Status Trainer::Setup() {
     DT_RETURN_IF_ERROR(RunLock::Acquire(cfg_.run().dir(), &run_lock_, &took_over));
     if (!took_over.empty()) DT_LOG_WARN(kRuntime, "{}", took_over);
   }
-  DT_RETURN_IF_ERROR(SetupData());
+  DT_RETURN_IF_ERROR(MakeDataSource(cfg_, ctx_, env_, &data_));
   const int64_t accum = cfg_.train().grad_accum_steps();
 
   DT_RETURN_IF_ERROR(BuildModel(cfg_, ctx_, &model_));
@@ -144,7 +144,7 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
     {
       TraceSpan span(trace_now_, TraceTrack::kHost, "data wait", "data");
       DT_RETURN_IF_ERROR(phases_->Switch(kPhaseData));
-      DT_RETURN_IF_ERROR(NextBatch(&batch));
+      DT_RETURN_IF_ERROR(data_->Next(&batch));
       DT_RETURN_IF_ERROR(phases_->Switch(kPhaseCompute));
     }
     TraceSpan span(trace_now_, TraceTrack::kHost, "forward+backward (queue)", "compute");
@@ -194,11 +194,11 @@ Status Trainer::GraphedStep(int64_t step, double* data_seconds) {
   const int64_t accum = cfg_.train().grad_accum_steps();
   DT_RETURN_IF_ERROR(phases_->Switch(kPhaseData));
   // The graph reads the micro-batches in the loader's device buffers (they stay put for 2 * accum - 1 more batches:
-  // SetupData), no staging copy.
+  // data_source.h), no staging copy.
   std::vector<StepGraph::MicroBatch> batches(static_cast<size_t>(accum));
   for (StepGraph::MicroBatch& mb : batches) {
     data::Batch batch;
-    DT_RETURN_IF_ERROR(NextBatch(&batch));
+    DT_RETURN_IF_ERROR(data_->Next(&batch));
     *data_seconds += batch.wait_seconds;
     mb = {batch.inputs, batch.targets};
   }
@@ -373,22 +373,22 @@ Status Trainer::RunLoop(TrainSummary* summary) {
   summary->eval_loss = summary->eval_accuracy = std::numeric_limits<double>::quiet_NaN();
   const auto& ck = cfg_.checkpoint();
   int64_t step = start_step_, last_eval_step = -1;
-  int64_t epoch = DataPosition().epoch;
+  int64_t epoch = data_->Position().epoch;
   double train_seconds = 0, t_interval = MonotonicSeconds(), data_s = 0;
   int64_t interval_steps = 0;
   auto evaluate = [&](int64_t ep) -> Status {
-    if (!cfg_.train().eval() || !eval_loader_) return Status::OK();
+    if (!cfg_.train().eval() || !data_->has_eval()) return Status::OK();
     DT_RETURN_IF_ERROR(Evaluate(&summary->eval_loss, &summary->eval_accuracy));
     last_eval_step = step;
     return reporter_->ReportEval(ep + 1, step, summary->eval_loss, summary->eval_accuracy);
   };
   reporter_->StartLoop();
   while (step < total_steps_) {
-    data::SamplerState pos = DataPosition();
-    if (pos.epoch == epoch && !StepFits(pos)) {
+    data::SamplerState pos = data_->Position();
+    if (pos.epoch == epoch && !data_->StepFits(pos)) {
       // The rest of the epoch cannot fill a step (kDrop with grad_accum_steps > 1): skip to the next.
       pos = {pos.seed, epoch + 1, 0};
-      DT_RETURN_IF_ERROR(train_loader_->Restore(pos));
+      DT_RETURN_IF_ERROR(data_->Restore(pos));
     }
     if (pos.epoch != epoch) {  // the previous epoch is complete
       DT_RETURN_IF_ERROR(evaluate(epoch));
@@ -410,8 +410,8 @@ Status Trainer::RunLoop(TrainSummary* summary) {
     }
     reporter_->Tick(step);
     if (store_owner_ && store_owner_->Due()) DT_RETURN_IF_ERROR(store_owner_->Refresh());  // the root's heartbeat
-    const data::SamplerState next = DataPosition();
-    const bool epoch_end = next.epoch != epoch || !StepFits(next);
+    const data::SamplerState next = data_->Position();
+    const bool epoch_end = next.epoch != epoch || !data_->StepFits(next);
     if (step % log_every == 0 || step == total_steps_ || epoch_end) {
       // LogProgress synchronizes, then takes the interval's wall time: it covers all of its device work.
       DT_RETURN_IF_ERROR(LogProgress(epoch, step, t_interval, interval_steps, data_s, &summary->last_train_loss));

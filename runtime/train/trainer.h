@@ -1,10 +1,8 @@
 #pragma once
 // Trainer: the training loop of one worker (`dtrain train`).
 //
-// Input (runtime/train/trainer_data.cc): a data::Loader over a sharded dataset — Fashion-MNIST's IDX files
-// converted once into shards under data.cache_dir, a local `dtrain data` dataset, or an s3:// one
-// fetched into that cache (data/remote_cache.h) — or, for throughput runs, SyntheticTokens. The
-// training order is the data::Sampler's (seed, epoch, samples consumed globally), which is also the
+// Input: a DataSource (runtime/train/data_source.h) — the data::Loader over a sharded dataset, or synthetic tokens for
+// throughput runs; the trainer never asks which. Its position (seed, epoch, samples consumed globally) is the
 // checkpointed data position. An epoch ends when the rest of it cannot fill a whole optimizer step.
 //
 // Per optimizer step: zero grads -> for each of grad_accum_steps micro-batches {take the loader's
@@ -15,8 +13,9 @@
 // synchronizes with the device only at log points and evaluation. Time blocked on input is logged
 // per step, and a warning names the cause when it exceeds 5% of the step.
 //
-// Rank 0 prints the progress line, writes <run.dir>/metrics.jsonl and <run.dir>/config.yaml, and at
-// the end the trained parameters to <run.dir>/final.safetensors.
+// Rank 0 writes <run.dir>/config.yaml and at the end the trained parameters to <run.dir>/final.safetensors. What the
+// run reports (progress line, metrics.jsonl, TensorBoard, Prometheus, GPU alarms, the live bar) goes through its
+// RunReporter (runtime/train/run_reporter.h): one IntervalRecord per log interval.
 //
 // Checkpoints (runtime/checkpoint/checkpoint.h, config `checkpoint`): every rank restores the newest valid
 // checkpoint in Create() (resume "auto") and continues at its step, optimizer state and data position
@@ -39,8 +38,6 @@
 #include "comm/dist_env.h"
 #include "comm/watchdog.h"
 #include "core/device_context.h"
-#include "data/loader.h"
-#include "data/synthetic_tokens.h"
 #include "models/model.h"
 #include "proto/config.pb.h"
 #include "runtime/checkpoint/checkpoint.h"
@@ -54,6 +51,7 @@
 #include "runtime/observe/trace.h"
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/optim/parameter_updater.h"
+#include "runtime/train/data_source.h"
 #include "runtime/train/restore_sink.h"
 #include "runtime/train/run_reporter.h"
 #include "runtime/train/step_graph.h"
@@ -96,13 +94,7 @@ class Trainer {
   Status GraphedStep(int64_t step, double* data_seconds);
   Status Evaluate(double* loss, double* accuracy);
 
-  // Input (runtime/train/trainer_data.cc).
-  Status SetupData();
-  Status NextBatch(data::Batch* b);
-  // The position of the next training batch; (seed, 0, 0) for synthetic data.
-  data::SamplerState DataPosition() const;
-  // True when a whole optimizer step (grad_accum_steps global batches) fits in the rest of `s.epoch`.
-  bool StepFits(const data::SamplerState& s) const;
+  // Length of the run (runtime/train/trainer_data.cc).
   // The LR schedule's length in schedule steps: train.epochs x the steps of an epoch (of schedule.samples_per_step
   // samples when set), capped at train.max_steps.
   int64_t ScheduleSteps() const;
@@ -147,10 +139,7 @@ class Trainer {
   int rank_ = 0, world_ = 1;
   comm::DistEnv env_;  // rank_ and world_ come from it; its restart/requeue counts go to metrics and logs
 
-  std::unique_ptr<data::Loader> train_loader_, eval_loader_;  // eval_loader_ null without eval
-  std::unique_ptr<data::SyntheticTokens> synthetic_;          // instead of train_loader_
-  int64_t train_samples_ = 0;                                 // samples per epoch (n)
-  int64_t steps_per_epoch_ = 0;                               // optimizer steps of an epoch at this global batch
+  std::unique_ptr<DataSource> data_;  // training and evaluation batches: the loader's or synthetic
   std::unique_ptr<models::Model> model_;
   // Gradients in, new parameters out: the exchange, the optimizer and its state, loss scaling (fp16).
   std::unique_ptr<ParameterUpdater> updater_;
