@@ -10,9 +10,9 @@
 #include "core/check.h"
 #include "launcher/cli_parse.h"
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/checkpoint/hf_export.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/config/config.h"
+#include "runtime/train/hf_export.h"
 #include "runtime/train/weights_metadata.h"
 
 namespace dtrain::launcher {
@@ -133,9 +133,9 @@ Status Export(const runtime::LoadedCheckpoint& ck, const std::string& out, const
   DT_RETURN_IF_ERROR(runtime::WeightsMetadata(cfg, &metadata));
   metadata["step"] = std::to_string(ck.manifest.step());
   if (format == "hf") {
-    DT_RETURN_IF_ERROR(runtime::ExportHuggingFaceGpt2(cfg, tensors, metadata, out));
-    std::printf("%s: config.json and model.safetensors (Hugging Face GPT-2) of %s (step %lld)\n", out.c_str(),
-                ck.dir.c_str(), static_cast<long long>(ck.manifest.step()));
+    DT_RETURN_IF_ERROR(runtime::ExportHuggingFace(cfg, tensors, metadata, out));
+    std::printf("%s: config.json and model.safetensors (Hugging Face, model.kind %s) of %s (step %lld)\n", out.c_str(),
+                cfg.model().kind().c_str(), ck.dir.c_str(), static_cast<long long>(ck.manifest.step()));
     return Status::OK();
   }
   DT_RETURN_IF_ERROR(runtime::WriteSafetensors(out, tensors, metadata));

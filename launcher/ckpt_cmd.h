@@ -6,8 +6,9 @@
 //                                             (exit 2) naming each bad checkpoint
 //   dtrain ckpt inspect URL [--step N]        the manifest of the newest valid checkpoint (or step N)
 //   dtrain ckpt export URL --out PATH [--step N] [--format safetensors|hf]
-//                                             the parameters as safetensors (PyTorch), or (hf, GPT-2) a
-//                                             Hugging Face model directory (runtime/checkpoint/hf_export.h)
+//                                             the parameters as safetensors (PyTorch), or (hf: models with an
+//                                             HF layout, GPT-2 today) a Hugging Face model directory
+//                                             (runtime/train/hf_export.h)
 // URL: file:///dir, a directory, or s3://bucket/prefix (credentials from AWS_* variables).
 // Output goes to stdout.
 

@@ -21,7 +21,7 @@ LAYERS = {
     "proto": ("proto", []),
     "storage": ("storage", ["core", "proto"]),
     "kernels": ("kernels", ["core"]),
-    "models": ("models", ["core", "kernels"]),
+    "models": ("models", ["core", "proto", "kernels"]),
     "comm": ("comm", ["core"]),
     "data": ("data", ["core", "proto", "storage"]),
     "config": ("runtime/config", ["core", "proto"]),

@@ -1,7 +1,8 @@
 #pragma once
-// Builds the model named by `model.kind` in the config, on the context's device, for the batch size and
-// precision the config gives: the built-in kinds (mlp, cnn, gpt2) and any kind registered with
-// RegisterModel.
+// The runtime's door to the model registry (models/model_registry.h): builds the model named by `model.kind` in
+// the config, on the context's device, and finds the kind's ModelSpec for the parts of the runtime that need to
+// know more about it (run check, tokens/s, synthetic data, weights metadata, Hugging Face export). Built-in kinds
+// (mlp, cnn, gpt2) and registered ones are found the same way.
 //
 // Custom models (README "Custom model in C++", examples/custom_model/): a program that links dtrain
 // registers its factories first thing in main() and then hands over to the dtrain command line,
@@ -13,10 +14,9 @@
 //   }
 //
 // so that `my_trainer launch ... cfg.yaml` starts `my_trainer train cfg.yaml` workers (the launcher
-// re-executes its own binary), which all know `model.kind: my_mlp`. The registry is process-wide
-// (the one exception to "no globals": the worker's model is chosen by a config string, and the
-// factory must be reachable from the trainer without threading it through every layer); it is only
-// ever added to, and is thread-safe.
+// re-executes its own binary), which all know `model.kind: my_mlp`. A program that wants to give its model a
+// run check, tokens/s or an HF export registers a whole models::ModelSpec with models::RegisterModel instead.
+// The registry is process-wide, only ever added to, and thread-safe.
 
 #include <functional>
 #include <memory>
@@ -25,6 +25,7 @@
 
 #include "core/device_context.h"
 #include "models/model.h"
+#include "models/model_spec.h"
 #include "proto/config.pb.h"
 
 namespace dtrain::runtime {
@@ -37,21 +38,32 @@ namespace dtrain::runtime {
 using ModelFactory =
     std::function<Status(const proto::Config& cfg, DeviceContext& ctx, std::unique_ptr<models::Model>* out)>;
 
-// Registers `factory` for `model.kind: kind`. InvalidArgument when `kind` is empty, not made of
-// [A-Za-z0-9_.-], a built-in kind, or already registered; or when `factory` is empty.
+// Registers `factory` for `model.kind: kind`, as a ModelSpec with only a build (its errors gain the context
+// "model.kind <kind>"; a factory returning no model is Internal). InvalidArgument when `kind` is empty, not
+// made of [A-Za-z0-9_.-], a built-in kind, or already registered; or when `factory` is empty.
 // Call before any model is built (first thing in main). Thread-safe.
 Status RegisterModel(const std::string& kind, ModelFactory factory);
 
 // Every kind BuildModel knows: the built-ins (mlp, cnn, gpt2), then the registered ones sorted.
 std::vector<std::string> ModelKinds();
 
-// OK when BuildModel knows `model.kind` (a built-in or registered kind); otherwise BuildModel's
-// InvalidArgument. Lets a worker refuse a misspelt kind before it touches devices and communicators.
+// The spec of `model.kind`, or InvalidArgument naming `model.kind`, every known kind and RegisterModel.
+Status FindModelSpec(const proto::Config& cfg, const models::ModelSpec** spec);
+
+// OK when BuildModel knows `model.kind`; otherwise FindModelSpec's InvalidArgument. Lets a worker refuse a
+// misspelt kind before it touches devices and communicators.
 Status CheckModelKind(const proto::Config& cfg);
 
-// Built-in kinds are built here; any other kind by its registered factory. InvalidArgument naming
-// `model.kind` and the known kinds for an unknown one. train.precision other than auto/fp32 is
-// refused for the built-in mlp and cnn; a registered factory decides for itself.
+// Builds the model of `model.kind` with its spec's build (the built-ins: train.precision other than auto/fp32
+// is refused for mlp, fp16 for cnn; a registered factory decides for itself).
 Status BuildModel(const proto::Config& cfg, DeviceContext& ctx, std::unique_ptr<models::Model>* out);
+
+// Tokens in one sample of `model.kind` (its spec's TokenInput seq_len), for tokens/s; 0 for a model that does not
+// take tokens or an unknown kind.
+int64_t TokensPerSample(const proto::Config& cfg);
+
+// The token input of `model.kind` for data.dataset synthetic_tokens; InvalidArgument when the model takes no
+// tokens (or its kind is unknown).
+Status SyntheticTokenInput(const proto::Config& cfg, models::TokenInput* tokens);
 
 }  // namespace dtrain::runtime

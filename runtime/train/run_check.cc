@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "data/fashion_mnist.h"
 #include "data/manifest.h"
 #include "runtime/train/model_factory.h"
 #include "storage/scheme.h"
@@ -20,26 +21,18 @@ bool IsFile(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-// The model's image input (channels, pixels per image) and class count; false for token models.
-bool ImageModel(const proto::Config& cfg, int64_t* pixels, int64_t* channels, int64_t* side, int64_t* classes) {
-  const auto& m = cfg.model();
-  if (m.kind() == "mlp") {
-    *pixels = m.mlp().input_dim();
-    *channels = *side = 0;
-    *classes = m.mlp().num_classes();
-    return true;
-  }
-  if (m.kind() == "cnn") {
-    *channels = m.cnn().in_channels();
-    *side = m.cnn().image_size();
-    *pixels = *channels * *side * *side;
-    *classes = m.cnn().num_classes();
-    return true;
-  }
-  return false;
+// Fashion-MNIST's records as data::ConvertFashionMnist writes them: labelled 28x28 images of 10 classes.
+proto::DatasetSchema FashionMnistSchema() {
+  proto::DatasetSchema s;
+  s.set_kind(proto::DatasetSchema::IMAGE);
+  s.add_dims(28);
+  s.add_dims(28);
+  s.set_has_label(true);
+  s.set_num_classes(data::kFashionMnistClasses);
+  return s;
 }
 
-Status CheckFashionMnist(const proto::Config& cfg, RunCheck* out) {
+Status CheckFashionMnist(const proto::Config& cfg, const models::ModelSpec& spec, RunCheck* out) {
   const std::string dir = cfg.data().dir();
   for (const char* name :
        {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
@@ -51,70 +44,19 @@ Status CheckFashionMnist(const proto::Config& cfg, RunCheck* out) {
   }
   const int64_t limit = cfg.data().limit_train();
   out->train_samples = limit > 0 ? std::min(limit, kFashionTrain) : kFashionTrain;
-  int64_t pixels, channels, side, classes;
-  if (cfg.model().kind() == "gpt2") {
-    return Status::InvalidArgument(
-        "data.dataset fashion_mnist holds 28x28 images: model.kind gpt2 takes tokens (use data.dataset shards or "
-        "synthetic_tokens)");
-  }
-  if (!ImageModel(cfg, &pixels, &channels, &side, &classes)) return Status::OK();  // a registered model's own inputs
-  if (pixels != 784 || (channels != 0 && (channels != 1 || side != 28))) {
-    return Status::InvalidArgument(
-        "fashion_mnist images are 1x28x28 (784 pixels) but the " + cfg.model().kind() + " takes " +
-        (channels ? std::to_string(channels) + "x" + std::to_string(side) + "x" + std::to_string(side) + " images"
-                  : "model.mlp.input_dim " + std::to_string(pixels)));
-  }
-  if (classes < 10) {
-    return Status::InvalidArgument("fashion_mnist has 10 classes but model." + cfg.model().kind() + ".num_classes is " +
-                                   std::to_string(classes));
-  }
-  return Status::OK();
+  if (!spec.check_data) return Status::OK();  // a model that takes any data
+  return spec.check_data(cfg, "data.dataset fashion_mnist", FashionMnistSchema());
 }
 
-Status CheckShards(const proto::Config& cfg, const std::string& key, const std::string& url, bool train,
-                   RunCheck* out) {
+Status CheckShards(const proto::Config& cfg, const models::ModelSpec& spec, const std::string& key,
+                   const std::string& url, bool train, RunCheck* out) {
   const storage::Scheme* scheme = nullptr;
   DT_RETURN_IF_ERROR(storage::FindScheme(url, &scheme).WithContext(key));
   std::string dir;
   if (!storage::LocalDir(url, &dir)) return Status::OK();  // a remote dataset: checked by the workers once fetched
   proto::DatasetManifest m;
   DT_RETURN_IF_ERROR(data::ReadManifest(dir, &m).WithContext(key));
-  const auto& s = m.schema();
-  const std::string what = key + " " + dir;
-  int64_t pixels, channels, side, classes;
-  if (ImageModel(cfg, &pixels, &channels, &side, &classes)) {
-    if (s.kind() != proto::DatasetSchema::IMAGE) {
-      return Status::InvalidArgument(what + " holds tokens, but model.kind " + cfg.model().kind() + " takes images");
-    }
-    int64_t n = 1;
-    for (int64_t d : s.dims()) n *= d;
-    if (n != pixels) {
-      return Status::InvalidArgument(what + " has images of " + std::to_string(n) + " values, but the " +
-                                     cfg.model().kind() + " takes " + std::to_string(pixels) +
-                                     (channels ? " (in_channels x image_size^2)" : " (model.mlp.input_dim)"));
-    }
-    if (!s.has_label()) return Status::InvalidArgument(what + " has no labels: a classifier cannot train on it");
-    if (s.num_classes() > classes) {
-      return Status::InvalidArgument(what + " has " + std::to_string(s.num_classes()) + " classes, but model." +
-                                     cfg.model().kind() + ".num_classes is " + std::to_string(classes));
-    }
-  } else if (cfg.model().kind() == "gpt2") {
-    const auto& g = cfg.model().gpt2();
-    if (s.kind() != proto::DatasetSchema::TOKENS) {
-      return Status::InvalidArgument(what + " holds images, but model.kind gpt2 takes tokens");
-    }
-    if (s.vocab_size() > g.vocab_size()) {
-      return Status::InvalidArgument(what + " has token ids up to " + std::to_string(s.vocab_size() - 1) +
-                                     " (vocab_size " + std::to_string(s.vocab_size()) +
-                                     "), but model.gpt2.vocab_size is " + std::to_string(g.vocab_size()) +
-                                     ": raise it to at least " + std::to_string(s.vocab_size()));
-    }
-    if (s.dims_size() > 0 && s.dims(0) - 1 > g.max_seq_len()) {
-      return Status::InvalidArgument(what + " has records of " + std::to_string(s.dims(0)) + " tokens (sequences of " +
-                                     std::to_string(s.dims(0) - 1) + "), longer than model.gpt2.max_seq_len " +
-                                     std::to_string(g.max_seq_len()));
-    }
-  }  // a custom model's inputs are its own business
+  if (spec.check_data) DT_RETURN_IF_ERROR(spec.check_data(cfg, key + " " + dir, m.schema()));
   if (train) {
     const int64_t limit = cfg.data().limit_train();
     const int64_t n = static_cast<int64_t>(m.total_samples());
@@ -127,21 +69,21 @@ Status CheckShards(const proto::Config& cfg, const std::string& key, const std::
 
 Status CheckRun(const proto::Config& cfg, int world_size, RunCheck* out) {
   *out = RunCheck();
-  DT_RETURN_IF_ERROR(CheckModelKind(cfg));
+  const models::ModelSpec* spec = nullptr;
+  DT_RETURN_IF_ERROR(FindModelSpec(cfg, &spec));
   const auto& d = cfg.data();
   const auto& t = cfg.train();
   if (d.dataset() == "fashion_mnist") {
-    DT_RETURN_IF_ERROR(CheckFashionMnist(cfg, out));
+    DT_RETURN_IF_ERROR(CheckFashionMnist(cfg, *spec, out));
   } else if (d.dataset() == "shards") {
     if (d.train_shards().empty()) return Status::InvalidArgument("data.dataset shards needs data.train_shards");
-    DT_RETURN_IF_ERROR(CheckShards(cfg, "data.train_shards", d.train_shards(), /*train=*/true, out));
+    DT_RETURN_IF_ERROR(CheckShards(cfg, *spec, "data.train_shards", d.train_shards(), /*train=*/true, out));
     if (t.eval() && !d.test_shards().empty()) {
-      DT_RETURN_IF_ERROR(CheckShards(cfg, "data.test_shards", d.test_shards(), /*train=*/false, out));
+      DT_RETURN_IF_ERROR(CheckShards(cfg, *spec, "data.test_shards", d.test_shards(), /*train=*/false, out));
     }
   } else if (d.dataset() == "synthetic_tokens") {
-    if (cfg.model().kind() != "gpt2") {
-      return Status::InvalidArgument("data.dataset synthetic_tokens feeds token models: model.kind must be gpt2");
-    }
+    models::TokenInput tokens;
+    DT_RETURN_IF_ERROR(SyntheticTokenInput(cfg, &tokens));
     if (t.max_steps() == 0)
       return Status::InvalidArgument("data.dataset synthetic_tokens has no epochs: set train.max_steps");
   }

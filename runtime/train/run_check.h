@@ -4,15 +4,14 @@
 // instead of one error per rank inside mpirun's banner; `dtrain train` calls it too, for workers started by
 // mpirun/srun directly.
 //
-// Checked: the model kind is known (CheckModelKind); the data exists and fits the model —
-//   fashion_mnist: the four IDX files are in data.dir; the model takes 28x28 single-channel images of at
-//                  least 10 classes (mlp.input_dim 784, cnn in_channels 1 and image_size 28);
+// Checked: the model kind is known (FindModelSpec); the data exists and fits the model, as the model's
+// ModelSpec::check_data says (models/model_spec.h; a model without one takes any data) —
+//   fashion_mnist: the four IDX files are in data.dir; checked as labelled 28x28 images of 10 classes;
 //   shards (local directories; s3:// ones are checked by the workers after the download): the manifest reads
-//                  and validates; an IMAGE dataset feeds mlp/cnn (pixels per image = mlp.input_dim, or the
-//                  cnn's channels and image size) with labels below the model's num_classes; a TOKENS dataset
-//                  feeds gpt2 with vocab_size <= model.gpt2.vocab_size and records of at most
-//                  max_seq_len + 1 tokens;
-//   synthetic_tokens: gpt2 and train.max_steps set;
+//                  and validates, and its schema is checked (the built-ins: mlp/cnn take labelled images of
+//                  their input shape and at most num_classes classes; gpt2 takes tokens with vocab_size <=
+//                  model.gpt2.vocab_size and records of at most max_seq_len + 1 tokens);
+//   synthetic_tokens: a token model (ModelSpec::tokens) and train.max_steps set;
 // and the schedule: the run's optimizer steps at `world_size` ranks, and warmup_steps beyond them (a warning:
 // LrSchedule clips the warmup to the run). Errors are InvalidArgument / NotFound / DataLoss naming the key or
 // file. Thread-safe; reads files only.

@@ -5,6 +5,7 @@
 
 #include "data/fashion_mnist.h"
 #include "data/manifest.h"
+#include "models/model_registry.h"
 #include "runtime/config/config.h"
 #include "storage/scheme.h"
 
@@ -36,20 +37,12 @@ Status WeightsMetadata(const proto::Config& cfg, std::map<std::string, std::stri
   m["format"] = "pt";
   m["producer"] = "dtrain";
   m["dtrain_version"] = DTRAIN_VERSION;
-  const auto& model = cfg.model();
-  m["model_kind"] = model.kind();
+  m["model_kind"] = cfg.model().kind();
   m["model_config"] = ModelYaml(cfg);
-  const bool image = model.kind() == "mlp" || model.kind() == "cnn";
-  if (model.kind() == "gpt2") {
-    m["vocab_size"] = std::to_string(model.gpt2().vocab_size());
-    m["max_seq_len"] = std::to_string(model.gpt2().max_seq_len());
-  }
-  if (!image) return Status::OK();
-  m["num_classes"] = std::to_string(model.kind() == "mlp" ? model.mlp().num_classes() : model.cnn().num_classes());
-  m["input_shape"] = model.kind() == "mlp"
-                         ? std::to_string(model.mlp().input_dim())
-                         : std::to_string(model.cnn().in_channels()) + "x" + std::to_string(model.cnn().image_size()) +
-                               "x" + std::to_string(model.cnn().image_size());
+  const models::ModelSpec* spec = models::FindModel(cfg.model().kind());
+  if (spec == nullptr || !spec->weights_metadata) return Status::OK();
+  spec->weights_metadata(cfg, &m);
+  if (m.count("input_shape") == 0) return Status::OK();  // not an image model: no pixel normalization
   double mean = 0, std = 0;
   std::string shards_dir;  // a local dataset's (a remote one's manifest is not read here)
   if (cfg.data().dataset() == "fashion_mnist") {

@@ -1,6 +1,6 @@
-// ExportHuggingFaceGpt2: names, transposes, the trimmed vocabulary and config.json, read back from the files.
+// ExportHuggingFace: names, transposes, the trimmed vocabulary and config.json, read back from the files.
 
-#include "runtime/checkpoint/hf_export.h"
+#include "runtime/train/hf_export.h"
 
 #include <gtest/gtest.h>
 
@@ -65,7 +65,7 @@ std::vector<NamedTensor> Params() {
 TEST(HfExport, Gpt2NamesTransposesAndTrimsTheVocabulary) {
   TempDir dir;
   const std::vector<NamedTensor> params = Params();
-  ASSERT_TRUE(ExportHuggingFaceGpt2(TinyGpt2(), params, {{"producer", "dtrain"}}, dir.path() + "/hf").ok());
+  ASSERT_TRUE(ExportHuggingFace(TinyGpt2(), params, {{"producer", "dtrain"}}, dir.path() + "/hf").ok());
   std::vector<NamedTensor> hf;
   ASSERT_TRUE(ReadSafetensors(dir.path() + "/hf/model.safetensors", &hf).ok());
   ASSERT_EQ(hf.size(), params.size());
@@ -103,10 +103,10 @@ TEST(HfExport, RefusesOtherModelsAndMissingParameters) {
   TempDir dir;
   proto::Config mlp;
   mlp.mutable_model()->set_kind("mlp");
-  EXPECT_EQ(ExportHuggingFaceGpt2(mlp, Params(), {}, dir.path() + "/a").code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(ExportHuggingFace(mlp, Params(), {}, dir.path() + "/a").code(), Status::Code::kInvalidArgument);
   std::vector<NamedTensor> missing = Params();
   missing.pop_back();
-  const Status st = ExportHuggingFaceGpt2(TinyGpt2(), missing, {}, dir.path() + "/b");
+  const Status st = ExportHuggingFace(TinyGpt2(), missing, {}, dir.path() + "/b");
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(st.message().find("ln_f.bias"), std::string::npos) << st.ToString();
 }

@@ -1,0 +1,7 @@
+#include "models/builtin_models.h"
+
+namespace dtrain::models {
+
+std::vector<ModelSpec> BuiltinModels() { return {MlpSpec(), CnnSpec(), Gpt2Spec()}; }
+
+}  // namespace dtrain::models

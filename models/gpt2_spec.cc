@@ -1,0 +1,142 @@
+// model.kind gpt2 (models/gpt2.h): the GPT-2 language model, with its Hugging Face export (GPT2LMHeadModel).
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/check.h"
+#include "models/builtin_models.h"
+#include "models/gpt2.h"
+
+namespace dtrain::models {
+namespace {
+
+Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Model>* out) {
+  const proto::Gpt2Config& g = config.model().gpt2();
+  const std::string& precision = config.train().precision();
+  Gpt2Options opts;
+  opts.vocab_size = g.vocab_size();
+  opts.padded_vocab_size = g.padded_vocab_size();
+  opts.max_seq_len = g.max_seq_len();
+  opts.n_layer = g.n_layer();
+  opts.n_head = g.n_head();
+  opts.n_embd = g.n_embd();
+  opts.recompute = config.train().recompute();
+  opts.fused_classifier = true;  // training runs (bf16, fp32); Gpt2 keeps fp16 and eval mode unfused
+  if (precision == "bf16" || (precision == "auto" && ctx.is_cuda())) {
+    opts.precision = Precision::kBf16;
+  } else if (precision == "fp16") {
+    opts.precision = Precision::kFp16;
+  }
+  if (opts.precision != Precision::kFp32 && !ctx.is_cuda()) {
+    return Status::InvalidArgument("train.precision: " + precision + " needs a GPU; the CPU path is fp32");
+  }
+  std::unique_ptr<Gpt2> gpt2;
+  DT_RETURN_IF_ERROR(Gpt2::Create(ctx, opts, config.data().batch_size(), g.max_seq_len(), &gpt2));
+  *out = std::move(gpt2);
+  return Status::OK();
+}
+
+Status CheckData(const proto::Config& config, const std::string& what, const proto::DatasetSchema& s) {
+  const proto::Gpt2Config& g = config.model().gpt2();
+  if (s.kind() != proto::DatasetSchema::TOKENS) {
+    return Status::InvalidArgument(what + " holds images, but model.kind gpt2 takes tokens");
+  }
+  if (s.vocab_size() > g.vocab_size()) {
+    return Status::InvalidArgument(what + " has token ids up to " + std::to_string(s.vocab_size() - 1) +
+                                   " (vocab_size " + std::to_string(s.vocab_size()) +
+                                   "), but model.gpt2.vocab_size is " + std::to_string(g.vocab_size()) +
+                                   ": raise it to at least " + std::to_string(s.vocab_size()));
+  }
+  if (s.dims_size() > 0 && s.dims(0) - 1 > g.max_seq_len()) {
+    return Status::InvalidArgument(what + " has records of " + std::to_string(s.dims(0)) + " tokens (sequences of " +
+                                   std::to_string(s.dims(0) - 1) + "), longer than model.gpt2.max_seq_len " +
+                                   std::to_string(g.max_seq_len()));
+  }
+  return Status::OK();
+}
+
+TokenInput Tokens(const proto::Config& config) {
+  return {config.model().gpt2().max_seq_len(), config.model().gpt2().vocab_size()};
+}
+
+void WeightsMetadata(const proto::Config& config, std::map<std::string, std::string>* m) {
+  (*m)["vocab_size"] = std::to_string(config.model().gpt2().vocab_size());
+  (*m)["max_seq_len"] = std::to_string(config.model().gpt2().max_seq_len());
+}
+
+// transformers' GPT2LMHeadModel: names gain the "transformer." prefix; the Linear weights (dtrain stores
+// [out, in], PyTorch's Linear layout) become HF's Conv1D [in, out] (c_attn, c_proj, c_fc); wte loses the rows
+// past vocab_size (dtrain pads the vocabulary for GEMM shapes; HF ties lm_head to wte, so its logits are exactly
+// dtrain's first vocab_size logits). config.json states what dtrain's GPT-2 computes: GELU with the tanh
+// approximation ("gelu_new"), layer norm eps 1e-5, no dropout, tied embeddings.
+Status HfExport(const proto::Config& config, HfExportPlan* plan) {
+  const proto::Gpt2Config& g = config.model().gpt2();
+  const int64_t c = g.n_embd();
+  plan->tensors.clear();
+  HfTensor wte{"transformer.wte.weight", "wte.weight", {g.padded_vocab_size(), c}};
+  wte.keep_rows = g.vocab_size();
+  plan->tensors.push_back(wte);
+  plan->tensors.push_back({"transformer.wpe.weight", "wpe.weight", {g.max_seq_len(), c}});
+  // (name, its dtrain shape; matrices are transposed for HF's Conv1D)
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> layer = {{"ln_1.weight", {c}},
+                                                                           {"ln_1.bias", {c}},
+                                                                           {"attn.c_attn.weight", {3 * c, c}},
+                                                                           {"attn.c_attn.bias", {3 * c}},
+                                                                           {"attn.c_proj.weight", {c, c}},
+                                                                           {"attn.c_proj.bias", {c}},
+                                                                           {"ln_2.weight", {c}},
+                                                                           {"ln_2.bias", {c}},
+                                                                           {"mlp.c_fc.weight", {4 * c, c}},
+                                                                           {"mlp.c_fc.bias", {4 * c}},
+                                                                           {"mlp.c_proj.weight", {c, 4 * c}},
+                                                                           {"mlp.c_proj.bias", {c}}};
+  for (int64_t l = 0; l < g.n_layer(); ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    for (const auto& [name, shape] : layer) {
+      HfTensor t{"transformer." + p + name, p + name, shape};
+      t.transpose = shape.size() == 2;
+      plan->tensors.push_back(std::move(t));
+    }
+  }
+  for (const char* name : {"ln_f.weight", "ln_f.bias"}) {
+    plan->tensors.push_back({std::string("transformer.") + name, name, {c}});
+  }
+  const nlohmann::ordered_json json = {{"architectures", {"GPT2LMHeadModel"}},
+                                       {"model_type", "gpt2"},
+                                       {"vocab_size", g.vocab_size()},
+                                       {"n_positions", g.max_seq_len()},
+                                       {"n_ctx", g.max_seq_len()},
+                                       {"n_embd", c},
+                                       {"n_layer", g.n_layer()},
+                                       {"n_head", g.n_head()},
+                                       {"n_inner", nullptr},
+                                       {"activation_function", "gelu_new"},
+                                       {"layer_norm_epsilon", 1e-5},
+                                       {"resid_pdrop", 0.0},
+                                       {"embd_pdrop", 0.0},
+                                       {"attn_pdrop", 0.0},
+                                       {"initializer_range", 0.02},
+                                       {"tie_word_embeddings", true},
+                                       {"bos_token_id", g.vocab_size() - 1},
+                                       {"eos_token_id", g.vocab_size() - 1},
+                                       {"torch_dtype", "float32"}};
+  plan->config_json = json.dump(2) + "\n";
+  return Status::OK();
+}
+
+}  // namespace
+
+ModelSpec Gpt2Spec() {
+  ModelSpec spec;
+  spec.kind = "gpt2";
+  spec.build = &Build;
+  spec.check_data = &CheckData;
+  spec.tokens = &Tokens;
+  spec.weights_metadata = &WeightsMetadata;
+  spec.hf_export = &HfExport;
+  return spec;
+}
+
+}  // namespace dtrain::models

@@ -1,0 +1,54 @@
+// model.kind mlp (models/mlp.h): a classifier of flat inputs, in fp32.
+#include <memory>
+#include <string>
+
+#include "core/check.h"
+#include "models/builtin_models.h"
+#include "models/mlp.h"
+
+namespace dtrain::models {
+namespace {
+
+Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Model>* out) {
+  const proto::MlpConfig& cfg = config.model().mlp();
+  const std::string& precision = config.train().precision();
+  if (precision != "auto" && precision != "fp32") {
+    return Status::InvalidArgument(
+        "train.precision: " + precision +
+        " is implemented for model.kind gpt2 and cnn; mlp trains in fp32 (use auto or fp32)");
+  }
+  MlpOptions opts;
+  opts.input_dim = cfg.input_dim();
+  opts.hidden.assign(cfg.hidden().begin(), cfg.hidden().end());
+  opts.num_classes = cfg.num_classes();
+  opts.gelu = cfg.activation() == "gelu";
+  std::unique_ptr<Mlp> mlp;
+  DT_RETURN_IF_ERROR(Mlp::Create(ctx, opts, &mlp));
+  *out = std::move(mlp);
+  return Status::OK();
+}
+
+Status CheckData(const proto::Config& config, const std::string& what, const proto::DatasetSchema& schema) {
+  const proto::MlpConfig& cfg = config.model().mlp();
+  return CheckImageClassifierData("mlp", what, schema, {cfg.input_dim()}, "model.mlp.input_dim", cfg.num_classes(),
+                                  "model.mlp.num_classes");
+}
+
+void WeightsMetadata(const proto::Config& config, std::map<std::string, std::string>* m) {
+  const proto::MlpConfig& cfg = config.model().mlp();
+  (*m)["num_classes"] = std::to_string(cfg.num_classes());
+  (*m)["input_shape"] = std::to_string(cfg.input_dim());
+}
+
+}  // namespace
+
+ModelSpec MlpSpec() {
+  ModelSpec spec;
+  spec.kind = "mlp";
+  spec.build = &Build;
+  spec.check_data = &CheckData;
+  spec.weights_metadata = &WeightsMetadata;
+  return spec;
+}
+
+}  // namespace dtrain::models

@@ -1,0 +1,44 @@
+#include "models/model_spec.h"
+
+namespace dtrain::models {
+namespace {
+
+std::string Shape(const std::vector<int64_t>& dims) {
+  std::string s;
+  for (int64_t d : dims) s += (s.empty() ? "" : "x") + std::to_string(d);
+  return s;
+}
+
+}  // namespace
+
+Status CheckImageClassifierData(const std::string& kind, const std::string& what, const proto::DatasetSchema& schema,
+                                const std::vector<int64_t>& input_shape, const std::string& input_key,
+                                int64_t num_classes, const std::string& classes_key) {
+  if (schema.kind() != proto::DatasetSchema::IMAGE) {
+    return Status::InvalidArgument(what + " holds tokens, but model.kind " + kind + " takes images");
+  }
+  std::vector<int64_t> dims(schema.dims().begin(), schema.dims().end());
+  int64_t values = 1, wanted = 1;
+  for (int64_t d : dims) values *= d;
+  for (int64_t d : input_shape) wanted *= d;
+  if (input_shape.size() == 1) {
+    if (values != wanted) {
+      return Status::InvalidArgument(what + " has images of " + std::to_string(values) + " values, but the " + kind +
+                                     " takes " + input_key + " " + std::to_string(wanted));
+    }
+  } else {
+    if (dims.size() == 2) dims.insert(dims.begin(), 1);  // [H, W]: one channel
+    if (dims != input_shape) {
+      return Status::InvalidArgument(what + " has " + Shape(dims) + " images, but the " + kind + " takes " +
+                                     Shape(input_shape) + " (" + input_key + ")");
+    }
+  }
+  if (!schema.has_label()) return Status::InvalidArgument(what + " has no labels: a classifier cannot train on it");
+  if (schema.num_classes() > num_classes) {
+    return Status::InvalidArgument(what + " has " + std::to_string(schema.num_classes()) + " classes, but " +
+                                   classes_key + " is " + std::to_string(num_classes));
+  }
+  return Status::OK();
+}
+
+}  // namespace dtrain::models

@@ -1,0 +1,86 @@
+#pragma once
+// ModelSpec: everything the rest of dtrain needs to know about one model kind (`model.kind` in the config), so
+// that nothing outside models/ asks which model it holds. One record per kind, the same for the built-ins
+// (mlp, cnn, gpt2: models/<kind>_spec.cc, listed in models/builtin_models.cc) and for custom models
+// (runtime::RegisterModel, runtime/train/model_factory.h, wraps a factory into a ModelSpec). The records live
+// in models/model_registry.h.
+//
+// Only `kind` and `build` are required; every other part is optional and says what the model does not do when
+// left empty (no run check of the data, not a token model, no extra weights metadata, no Hugging Face export).
+// The functions are called from any thread, so they must not keep state.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device_context.h"
+#include "core/status.h"
+#include "models/model.h"
+#include "proto/config.pb.h"
+#include "proto/shard.pb.h"
+
+namespace dtrain::models {
+
+// A language model's samples: token sequences of seq_len inputs (records of seq_len + 1 tokens) with ids below
+// vocab_size. Gives the tokens per sample of the tokens/s metric and the shape of data.dataset synthetic_tokens'
+// random batches (throughput runs).
+struct TokenInput {
+  int64_t seq_len = 0;
+  int64_t vocab_size = 0;
+};
+
+// One tensor of a Hugging Face checkpoint, made from one of dtrain's parameters.
+struct HfTensor {
+  std::string name;                  // HF's name ("transformer.h.0.attn.c_attn.weight")
+  std::string param;                 // dtrain's parameter ("h.0.attn.c_attn.weight")
+  std::vector<int64_t> param_shape;  // the parameter's shape, checked before the export
+  bool transpose = false;            // a [rows, cols] matrix written as [cols, rows]
+  int64_t keep_rows = -1;            // >= 0: only the first keep_rows rows of dim 0 (e.g. an unpadded vocabulary)
+};
+
+// What `dtrain ckpt export --format hf` writes: model.safetensors with `tensors` (in this order) and
+// config.json with `config_json`.
+struct HfExportPlan {
+  std::vector<HfTensor> tensors;
+  std::string config_json;
+};
+
+struct ModelSpec {
+  std::string kind;  // `model.kind`: [A-Za-z0-9_.-]+
+
+  // Makes the model for the whole resolved config (model.<kind>, data.batch_size, train.precision,
+  // train.recompute ...) on ctx's device, with params()/grads() there; the trainer calls InitParams next (or
+  // restores a checkpoint). InvalidArgument naming the config key for a config the model cannot do. Required.
+  std::function<Status(const proto::Config& cfg, DeviceContext& ctx, std::unique_ptr<Model>* out)> build;
+
+  // The run check (runtime/train/run_check.h): whether a dataset whose records `schema` describes can feed this
+  // model. `what` names the data in errors ("data.train_shards /data/x", "data.dataset fashion_mnist").
+  // InvalidArgument naming both the data and the config key that does not fit. Empty: takes any data.
+  std::function<Status(const proto::Config& cfg, const std::string& what, const proto::DatasetSchema& schema)>
+      check_data;
+
+  // Language models only: their token input (TokenInput). Empty: not a token model (no tokens/s; synthetic_tokens
+  // data is refused).
+  std::function<TokenInput(const proto::Config& cfg)> tokens;
+
+  // Adds the model's own keys to the "__metadata__" of exported weights (runtime/train/weights_metadata.h):
+  // e.g. num_classes and input_shape, or vocab_size and max_seq_len. A model that sets "input_shape" takes the
+  // dataset's pixels: the metadata then also gets the dataset's input normalization. Empty: none.
+  std::function<void(const proto::Config& cfg, std::map<std::string, std::string>* metadata)> weights_metadata;
+
+  // The Hugging Face layout of the model's weights (`dtrain ckpt export --format hf`). Empty: no HF export.
+  std::function<Status(const proto::Config& cfg, HfExportPlan* plan)> hf_export;
+};
+
+// The run check of an image classifier, for check_data: `schema` must hold labelled images of the model's
+// input shape with at most `num_classes` classes. `input_shape` is {values} (a flat input: only the count
+// must match) or {C, H, W} (an image schema of [H, W] counts as one channel); `input_key` names the config keys
+// that set it ("model.mlp.input_dim"), `classes_key` the one of num_classes.
+Status CheckImageClassifierData(const std::string& kind, const std::string& what, const proto::DatasetSchema& schema,
+                                const std::vector<int64_t>& input_shape, const std::string& input_key,
+                                int64_t num_classes, const std::string& classes_key);
+
+}  // namespace dtrain::models

@@ -1,0 +1,96 @@
+#include "runtime/train/hf_export.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "core/check.h"
+#include "models/model_registry.h"
+#include "runtime/train/model_factory.h"
+
+namespace dtrain::runtime {
+namespace {
+
+// The [rows, cols] matrix `t` as [cols, rows].
+std::vector<float> Transposed(const NamedTensor& t) {
+  const int64_t rows = t.shape[0], cols = t.shape[1];
+  std::vector<float> out(t.data.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = t.data[r * cols + c];
+  }
+  return out;
+}
+
+// The HF tensor `h` of the plan, made from its parameter in `by_name`.
+Status MakeTensor(const models::HfTensor& h, const std::map<std::string, const NamedTensor*>& by_name,
+                  const std::string& kind, NamedTensor* out) {
+  const auto it = by_name.find(h.param);
+  if (it == by_name.end()) return Status::InvalidArgument(kind + " parameter '" + h.param + "' is missing");
+  const NamedTensor& t = *it->second;
+  if (t.shape != h.param_shape) return Status::InvalidArgument(kind + " parameter '" + h.param + "' has another shape");
+  if (h.transpose && t.shape.size() != 2) {
+    return Status::Internal(kind + " HF export: parameter '" + h.param + "' is no matrix to transpose");
+  }
+  out->name = h.name;
+  out->shape = t.shape;
+  if (h.transpose) {
+    out->shape = {t.shape[1], t.shape[0]};
+    out->data = Transposed(t);
+  } else if (h.keep_rows >= 0 && !t.shape.empty() && h.keep_rows < t.shape[0]) {
+    int64_t row = 1;  // values per row
+    for (size_t d = 1; d < t.shape.size(); ++d) row *= t.shape[d];
+    out->shape[0] = h.keep_rows;
+    out->data.assign(t.data.begin(), t.data.begin() + h.keep_rows * row);
+  } else {
+    out->data = t.data;
+  }
+  return Status::OK();
+}
+
+Status WriteText(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) return Status::IoError("cannot create '" + tmp + "': " + std::strerror(errno));
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const bool closed = std::fclose(f) == 0;
+  if (!ok || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status::IoError("writing '" + path + "': " + std::strerror(errno));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ExportHuggingFace(const proto::Config& cfg, const std::vector<NamedTensor>& params,
+                         const std::map<std::string, std::string>& metadata, const std::string& dir) {
+  const models::ModelSpec* spec = nullptr;
+  DT_RETURN_IF_ERROR(FindModelSpec(cfg, &spec));
+  const std::string& kind = cfg.model().kind();
+  if (!spec->hf_export) {
+    std::string with;
+    for (const std::string& k : ModelKinds()) {
+      const models::ModelSpec* s = models::FindModel(k);
+      if (s != nullptr && s->hf_export) with += (with.empty() ? "" : ", ") + k;
+    }
+    return Status::InvalidArgument("--format hf exports the models that have a Hugging Face layout (" + with +
+                                   "); this checkpoint holds model.kind " + kind + " (use --format safetensors)");
+  }
+  models::HfExportPlan plan;
+  DT_RETURN_IF_ERROR(spec->hf_export(cfg, &plan));
+  std::map<std::string, const NamedTensor*> by_name;
+  for (const NamedTensor& t : params) by_name[t.name] = &t;
+  std::vector<NamedTensor> hf(plan.tensors.size());
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    DT_RETURN_IF_ERROR(MakeTensor(plan.tensors[i], by_name, kind, &hf[i]));
+  }
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Status::IoError("cannot create '" + dir + "': " + std::strerror(errno));
+  }
+  DT_RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", hf, metadata));
+  return WriteText(dir + "/config.json", plan.config_json);
+}
+
+}  // namespace dtrain::runtime
