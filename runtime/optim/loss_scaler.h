@@ -4,7 +4,7 @@
 // kBackoffFactor = 0.5 after every step whose gradient has an inf/NaN (that step is skipped), and by
 // kGrowthFactor = 2 after kGrowthInterval = 2000 consecutive finite steps.
 //
-// Protocol, per optimizer step (runtime/trainer.cc):
+// Protocol, per optimizer step (runtime/train/trainer.cc):
 //   1. Scale(&s): the scale of this step. Backward(s / accum) on every micro-step: the gradient holds s * the true
 //      (averaged) gradient, in f32 (fp16 activation gradients stay in range, f32 master gradients never overflow).
 //   2. The gradient all-reduce (GradientReducer::Finalize): afterwards every rank holds the SAME gradient.

@@ -74,6 +74,8 @@ class Optimizer {
   // most recent Step(). Synchronizes ctx's stream
   // on CUDA: call only when logging. FailedPrecondition before the first Step().
   Status LastGradNorm(DeviceContext& ctx, float* norm);
+  // The device scalar (f32[1]) LastGradNorm reads, written by every Apply on ctx's stream; nullptr before the first.
+  const Tensor* grad_norm() const { return has_norm_ ? &norm_ : nullptr; }
 
   const OptimizerOptions& options() const { return opts_; }
   int64_t num_params() const { return num_params_; }

@@ -80,6 +80,11 @@ class ParameterUpdater {
   virtual bool exchanges() const = 0;
   // Exposed (non-overlapped) communication per synced step, in ms (CommStream::TakeExposedMs; log points only).
   virtual Status TakeExposedCommMs(double* ms) = 0;
+  // The global L2 norm of the last step's gradient (before clipping; unscaled with loss scaling, then inf/NaN on a
+  // skipped step): an f32[1] device scalar that ApplyStep writes on the compute stream (a replayed graph too), for
+  // the progress line — copy it on that stream before a sync. nullptr before the first step, and with ZeRO-1 unless
+  // grad_clip or loss scaling makes it compute the norm.
+  virtual const Tensor* grad_norm() const = 0;
   // Bytes of optimizer state on this rank, and how it is held ("replicated", "ZeRO-1: sharded over 4 ranks").
   virtual size_t state_bytes() const = 0;
   virtual std::string placement() const = 0;

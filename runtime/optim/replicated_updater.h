@@ -32,6 +32,7 @@ class ReplicatedUpdater : public ParameterUpdater {
   void set_trace(DeviceTrace* trace) override;
   bool exchanges() const override { return reducer_ != nullptr; }
   Status TakeExposedCommMs(double* ms) override;
+  const Tensor* grad_norm() const override { return optimizer_->grad_norm(); }
   size_t state_bytes() const override;
   std::string placement() const override { return "replicated"; }
 

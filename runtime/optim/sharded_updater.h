@@ -36,6 +36,7 @@ class ShardedUpdater : public ParameterUpdater {
   void set_trace(DeviceTrace* trace) override { zero1_->set_trace(trace); }
   bool exchanges() const override { return true; }
   Status TakeExposedCommMs(double* ms) override { return zero1_->TakeExposedCommMs(ms); }
+  const Tensor* grad_norm() const override { return zero1_->grad_norm(); }
   size_t state_bytes() const override { return zero1_->state_bytes(); }
   std::string placement() const override { return "ZeRO-1: sharded over " + std::to_string(world_) + " ranks"; }
 

@@ -361,6 +361,7 @@ Status Zero1Optimizer::Step(DeviceContext& ctx, double lr, LossScaler* scaler) {
       DT_RETURN_IF_ERROR(ops::GradClipCoef(ctx, sum_squares_, opts_.grad_clip, &norm_, &clip_coef_));
     }
     scale = &clip_coef_;
+    has_norm_ = true;
   }
 
   // 2. The fused update in place over each bucket's owned range of params and grads, with the state

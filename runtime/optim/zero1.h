@@ -131,6 +131,9 @@ class Zero1Optimizer {
 
   // Optimizer::step() semantics: updates so far; set_step for a restore.
   int64_t step() const { return step_; }
+  // The global gradient norm of the last Step (f32[1] on the device, the same on every rank); nullptr when Step does
+  // not compute it: without grad_clip and loss scaling it would cost one more all-reduce per step.
+  const Tensor* grad_norm() const { return has_norm_ ? &norm_ : nullptr; }
   void set_step(int64_t s) { step_ = s < 0 ? 0 : s; }
   const OptimizerOptions& options() const { return opts_; }
 
@@ -192,6 +195,7 @@ class Zero1Optimizer {
   std::vector<Tensor> state_;              // one per spec_->state_names, in the shard layout
   Tensor grad_pad_, param_pad_;            // the tiny bucket's padded buffers (world elements)
   Tensor sum_squares_, norm_, clip_coef_;  // device scalars
+  bool has_norm_ = false;                   // norm_ was written by a Step (only with grad_clip or loss scaling)
   DeviceTrace* trace_ = nullptr;
   int64_t step_ = 0;
 

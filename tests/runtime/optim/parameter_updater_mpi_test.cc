@@ -186,6 +186,21 @@ TEST_F(ParameterUpdaterMpiTest, BothStrategiesGiveTheSameParamsAndStateAndRestor
   EXPECT_EQ(sharded.updater->step(), 6);
   EXPECT_EQ(replicated.updater->step(), 6);
   EXPECT_LE(RelDiff(Values(*ctx_, sharded.model->params()), Values(*ctx_, replicated.model->params())), kTol);
+  // Both report the same global gradient norm of the last step (grad_clip makes ZeRO-1 compute it).
+  ASSERT_NE(sharded.updater->grad_norm(), nullptr);
+  ASSERT_NE(replicated.updater->grad_norm(), nullptr);
+  const double norm_s = Values(*ctx_, *sharded.updater->grad_norm())[0];
+  const double norm_r = Values(*ctx_, *replicated.updater->grad_norm())[0];
+  EXPECT_GT(norm_r, 0.0);
+  EXPECT_NEAR(norm_s, norm_r, 1e-5 * norm_r);
+  Worker unclipped;
+  proto::Config no_clip = MakeConfig(true, "fp32");
+  no_clip.mutable_optim()->set_grad_clip(0);
+  ASSERT_TRUE(unclipped.Init(*ctx_, no_clip, comm_.get()).ok());
+  ASSERT_TRUE(unclipped.Step(*ctx_, 0, r_).ok());
+  if (unclipped.updater->placement() != "replicated") {  // sharded: world > 1
+    EXPECT_EQ(unclipped.updater->grad_norm(), nullptr) << "ZeRO-1 without clipping computes no norm";
+  }
 
   // The sharded full state equals the replicated state; a checkpoint of either restores into the other.
   proto::CheckpointManifest ms, mr;
