@@ -1,0 +1,183 @@
+// Trainer in process (runtime/train/trainer.h): one CPU rank, no communicator, an MLP on a small labelled image
+// dataset the test writes itself. Covers the loop (epochs, checkpoints, final weights), a resume from a periodic
+// checkpoint after a failed step, and a preemption request (Preemption::Raise, as the SIGTERM handler does): each
+// resumed run ends with exactly the losses and weights of the uninterrupted one.
+
+#include "runtime/train/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "comm/dist_env.h"
+#include "core/check.h"
+#include "core/device_context.h"
+#include "data/manifest.h"
+#include "data/shard_writer.h"
+#include "runtime/checkpoint/preemption.h"
+#include "runtime/config/config.h"
+#include "tests/testing/fixtures.h"
+#include "tests/testing/safetensors_diff.h"
+
+namespace dtrain::runtime {
+namespace {
+
+using testing::TempDir;
+
+constexpr int kSamples = 512;  // 16 steps of 32 per epoch
+
+// kSamples labelled 4x4 images: pixels from a fixed LCG, label = how many of the first two pixels are bright.
+void WriteDataset(const std::string& dir) {
+  proto::DatasetSchema schema;
+  schema.set_kind(proto::DatasetSchema::IMAGE);
+  schema.add_dims(4);
+  schema.add_dims(4);
+  schema.set_has_label(true);
+  schema.set_num_classes(3);
+  schema.set_pixel_mean(0.5f);
+  schema.set_pixel_std(0.25f);
+  std::unique_ptr<data::DatasetWriter> w;
+  ASSERT_TRUE(data::DatasetWriter::Create(dir, schema, /*samples_per_shard=*/200, &w).ok());
+  ASSERT_EQ(data::RecordBytes(schema), 4u + 16u);
+  uint32_t x = 12345;
+  for (int i = 0; i < kSamples; ++i) {
+    unsigned char rec[20];
+    for (int p = 0; p < 16; ++p) {
+      x = x * 1664525u + 1013904223u;
+      rec[4 + p] = static_cast<unsigned char>(x >> 24);
+    }
+    const uint32_t label = (rec[4] > 127) + (rec[5] > 127);
+    for (int b = 0; b < 4; ++b) rec[b] = static_cast<unsigned char>(label >> (8 * b));  // uint32 LE
+    ASSERT_TRUE(w->Add(rec, sizeof(rec)).ok());
+  }
+  ASSERT_TRUE(w->Finish("trainer_test").ok());
+}
+
+// The run's config: an MLP 16 -> 8 -> 3 on `data`, 2 epochs of 16 steps, a checkpoint every 5 steps.
+Status Config(const std::string& data, const std::string& run_dir, proto::Config* cfg) {
+  const std::string yaml =
+      "model:\n  kind: mlp\n  mlp:\n    input_dim: 16\n    hidden: [8]\n    num_classes: 3\n"
+      "data:\n  dataset: shards\n  train_shards: " +
+      data +
+      "\n  batch_size: 32\n  shuffle: true\n  workers: 1\n"
+      "optim:\n  name: adamw\n  lr: 0.01\n"
+      "schedule:\n  kind: cosine\n  warmup_steps: 3\n"
+      "train:\n  epochs: 2\n  seed: 7\n  log_every: 1\n  device: cpu\n  eval: false\n"
+      "checkpoint:\n  every_steps: 5\n"
+      "run:\n  dir: " +
+      run_dir + "\n";
+  return ParseConfig(yaml, "trainer_test.yaml", {}, cfg);
+}
+
+// Builds a trainer for `cfg` on the CPU as rank 0 of 1 and runs it.
+Status Train(const proto::Config& cfg, TrainSummary* summary) {
+  std::unique_ptr<DeviceContext> ctx;
+  DT_RETURN_IF_ERROR(DeviceContext::CreateCpu(&ctx));
+  std::unique_ptr<Trainer> trainer;
+  DT_RETURN_IF_ERROR(Trainer::Create(cfg, *ctx, nullptr, nullptr, comm::DistEnv(), &trainer));
+  return trainer->Run(summary);
+}
+
+// The training loss of every logged step in <run_dir>/metrics.jsonl (log_every 1: one step per record).
+std::map<int64_t, double> Losses(const std::string& run_dir) {
+  std::map<int64_t, double> out;
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.value("kind", "") == "train") out[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+  }
+  return out;
+}
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    WriteDataset(dir_.File("data"));
+    Preemption::Clear();
+  }
+  void TearDown() override {
+    Preemption::Clear();
+    unsetenv("DTRAIN_FAULT");
+  }
+  // The uninterrupted run, in <dir>/full.
+  void TrainFull() {
+    proto::Config cfg;
+    ASSERT_TRUE(Config(dir_.File("data"), dir_.File("full"), &cfg).ok());
+    TrainSummary s;
+    const Status st = Train(cfg, &s);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(s.steps, 32);
+    EXPECT_EQ(s.samples, 32 * 32);
+    full_ = Losses(dir_.File("full"));
+    ASSERT_EQ(full_.size(), 32u);
+    EXPECT_LT(full_.at(32), full_.at(1));  // it learns
+  }
+  // `run`'s losses from `from_step` on and its final weights equal the uninterrupted run's.
+  void ExpectSameAsFull(const std::string& run, int64_t from_step) {
+    const std::map<int64_t, double> l = Losses(dir_.File(run));
+    for (int64_t step = from_step; step <= 32; ++step) {
+      ASSERT_EQ(l.count(step), 1u) << run << " step " << step;
+      EXPECT_EQ(l.at(step), full_.at(step)) << run << " step " << step;
+    }
+    EXPECT_EQ(
+        testing::MaxSafetensorsDiff(dir_.File("full") + "/final.safetensors", dir_.File(run) + "/final.safetensors"),
+        0.0);
+  }
+
+  TempDir dir_;
+  std::map<int64_t, double> full_;
+};
+
+TEST_F(TrainerTest, RunsTwoEpochsSavingCheckpointsAndTheFinalWeights) {
+  ASSERT_NO_FATAL_FAILURE(TrainFull());
+  namespace fs = std::filesystem;
+  EXPECT_TRUE(fs::exists(dir_.File("full") + "/final.safetensors"));
+  int checkpoints = 0;
+  for (const auto& e : fs::directory_iterator(dir_.File("full") + "/checkpoints")) checkpoints += e.is_directory();
+  EXPECT_EQ(checkpoints, 3);  // keep_last 3 of the saves at 5, 10, ..., 30 and the end (32)
+  // A finished run started again trains nothing.
+  proto::Config cfg;
+  ASSERT_TRUE(Config(dir_.File("data"), dir_.File("full"), &cfg).ok());
+  TrainSummary again;
+  ASSERT_TRUE(Train(cfg, &again).ok());
+  EXPECT_TRUE(again.already_done);
+}
+
+TEST_F(TrainerTest, AFailedStepResumesFromTheLastCheckpointAsIfUninterrupted) {
+  ASSERT_NO_FATAL_FAILURE(TrainFull());
+  proto::Config cfg;
+  ASSERT_TRUE(Config(dir_.File("data"), dir_.File("failed"), &cfg).ok());
+  ASSERT_EQ(setenv("DTRAIN_FAULT", "step=12,action=error", 1), 0);  // at the start of step 13 (0-based 12)
+  TrainSummary s;
+  const Status failed = Train(cfg, &s);
+  EXPECT_EQ(failed.code(), Status::Code::kInternal) << failed.ToString();
+  ASSERT_EQ(unsetenv("DTRAIN_FAULT"), 0);
+  ASSERT_TRUE(Train(cfg, &s).ok());  // resumes at step 10, in the first epoch
+  EXPECT_EQ(s.steps, 32);
+  ExpectSameAsFull("failed", 11);
+}
+
+TEST_F(TrainerTest, APreemptionRequestSavesStopsAndResumesAsIfUninterrupted) {
+  ASSERT_NO_FATAL_FAILURE(TrainFull());
+  proto::Config cfg;
+  ASSERT_TRUE(Config(dir_.File("data"), dir_.File("preempted"), &cfg).ok());
+  Preemption::Raise(SIGTERM);  // what the handler stores: the trainer sees it after the first step
+  TrainSummary s;
+  const Status st = Train(cfg, &s);
+  EXPECT_EQ(st.code(), Status::Code::kPreempted) << st.ToString();
+  EXPECT_NE(st.message().find("checkpoint of step 1 saved"), std::string::npos) << st.ToString();
+  Preemption::Clear();
+  ASSERT_TRUE(Train(cfg, &s).ok());
+  EXPECT_EQ(s.steps, 32);
+  ExpectSameAsFull("preempted", 2);
+}
+
+}  // namespace
+}  // namespace dtrain::runtime
