@@ -155,5 +155,33 @@ TEST(ModelFactoryTest, FactoryErrorsKeepTheirCodeAndNameTheKind) {
   EXPECT_NE(st.message().find("returned no model"), std::string::npos) << st.ToString();
 }
 
+TEST(ModelFactoryTest, TokensComeFromTheSpecOfTokenModelsOnly) {
+  proto::Config gpt2 = ConfigOfKind("gpt2");
+  gpt2.mutable_model()->mutable_gpt2()->set_max_seq_len(64);
+  gpt2.mutable_model()->mutable_gpt2()->set_vocab_size(300);
+  EXPECT_EQ(TokensPerSample(gpt2), 64);
+  models::TokenInput t;
+  DT_ASSERT_OK(SyntheticTokenInput(gpt2, &t));
+  EXPECT_EQ(t.seq_len, 64);
+  EXPECT_EQ(t.vocab_size, 300);
+  EXPECT_EQ(TokensPerSample(ConfigOfKind("mlp")), 0);
+  EXPECT_EQ(TokensPerSample(ConfigOfKind("no_such_kind")), 0);
+  const Status st = SyntheticTokenInput(ConfigOfKind("cnn"), &t);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("model.kind cnn takes no tokens (token models: gpt2"), std::string::npos)
+      << st.ToString();
+}
+
+TEST(ModelFactoryTest, FindModelSpecGivesTheRegisteredRecord) {
+  ASSERT_TRUE(RegisterModel("test_found", &WiderMlp).ok());
+  const models::ModelSpec* spec = nullptr;
+  DT_ASSERT_OK(FindModelSpec(ConfigOfKind("test_found"), &spec));
+  ASSERT_NE(spec, nullptr);
+  EXPECT_EQ(spec->kind, "test_found");
+  EXPECT_TRUE(spec->build);
+  EXPECT_FALSE(spec->check_data || spec->tokens || spec->weights_metadata || spec->hf_export);  // a bare factory
+  EXPECT_EQ(FindModelSpec(ConfigOfKind("test_not_found"), &spec).code(), Status::Code::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace dtrain::runtime
