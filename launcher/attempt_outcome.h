@@ -1,7 +1,8 @@
 #pragma once
-// What the supervising loops of `dtrain launch` (launcher/launch.cc, launcher/elastic_launch.cc) make of an attempt's
-// end: the exit code for the launcher's own error, the root cause, the restart decision and the failure report. Shared
-// so that the plain, per-node and elastic loops report and decide alike.
+// What the supervising loops of `dtrain launch` (launcher/attempt_loop.cc, launcher/elastic_launch.cc,
+// launcher/slurm_elastic.cc) make of an attempt's end: the exit code for the launcher's own error, the root cause,
+// the restart decision and the failure report. Shared so that the plain, per-node and elastic loops report and
+// decide alike.
 
 #include <string>
 

@@ -12,17 +12,15 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "launcher/attempt_loop.h"
 #include "launcher/attempt_outcome.h"
 #include "launcher/elastic_launch.h"
 #include "launcher/exit_codes.h"
 #include "launcher/host_probe.h"
+#include "launcher/launch_backend.h"
 #include "launcher/launch_command.h"
 #include "launcher/launch_options.h"
-#include "launcher/node_link.h"
-#include "launcher/node_workers.h"
-#include "launcher/output_router.h"
 #include "launcher/slurm_elastic.h"
-#include "launcher/supervisor.h"
 #include "runtime/config/config.h"
 #include "runtime/train/run_check.h"
 
@@ -56,9 +54,6 @@ Status CheckInPath(const std::string& program) {
                                     "openmpi-bin, or run inside a Slurm allocation for srun)");
 }
 
-// How long the per-node launchers wait for each other at the start of each attempt.
-constexpr double kNodeJoinTimeoutS = 300;
-
 // Loads CONFIG with its --set overrides and checks it and its data at the job's world size; prints the
 // check's warnings once. A per-node start of more than one rank needs the GPU path: the CPU path reduces
 // gradients with MPI, which processes started without a process manager cannot form.
@@ -80,100 +75,6 @@ Status CheckRunBeforeStart(const LaunchOptions& opts, const LaunchEnv& env, cons
   DT_RETURN_IF_ERROR(runtime::CheckRun(cfg, world_size, &check));
   for (const std::string& w : check.warnings) DT_LOG_WARN(kLauncher, "{}", w);
   return Status::OK();
-}
-
-int Supervise(const LaunchOptions& opts, const LaunchEnv& env) {
-  std::unique_ptr<SupervisorScope> scope;
-  Status st = SupervisorScope::Create(&scope);
-  if (!st.ok()) return LaunchError(st);
-  const int attempts = opts.max_restarts + 1;
-  for (int attempt = 0; attempt < attempts; ++attempt) {
-    LaunchCommand cmd;
-    st = BuildLaunchCommand(opts, env, attempt, &cmd);
-    if (!st.ok()) return LaunchError(st);
-    DT_LOG_INFO(kLauncher, "attempt {} of {}: {}", attempt + 1, attempts, FormatCommandLine(cmd));
-    OutputRouter::Options ropts;
-    ropts.backend = cmd.backend;
-    ropts.log_dir = opts.log_dir;
-    ropts.attempt = attempt;
-    OutputRouter router(ropts);
-    AttemptResult result;
-    st = RunAttempt(cmd, opts.grace_seconds, scope.get(), &router, &result);
-    if (!st.ok()) return LaunchError(st);
-    if (!router.log_error().empty()) DT_LOG_WARN(kLauncher, "--log-dir: {}", router.log_error());
-    if (result.exit_code == kExitOk) {
-      // Also after a signal: one that arrives while the ranks finish leaves nothing to save or resume.
-      DT_LOG_INFO(kLauncher, "the job finished ({} exited 0){}", cmd.argv[0],
-                  result.stop_signal != 0
-                      ? " (signal " + std::to_string(result.stop_signal) + " arrived as it was finishing)"
-                      : std::string());
-      return kExitOk;
-    }
-    const RankExit cause = RootCause(router, cmd, result);
-    const int code = cause.ProcessExitCode();
-    if (result.stop_signal == 0 && code != kExitPreempted)
-      ReportFailure(cause, router, cmd, "attempt " + std::to_string(attempt + 1) + " of " + std::to_string(attempts));
-    const int exit_code = AfterFailure(code, result.stop_signal, attempt, opts.max_restarts,
-                                       cause.rank >= 0 ? "rank " + std::to_string(cause.rank) : cmd.argv[0]);
-    if (exit_code >= 0) return exit_code;
-  }
-  return kExitFailure;  // not reached
-}
-
-// Per-node start: each attempt joins the other nodes' launchers (node_link.h), then runs this node's workers
-// (node_workers.h). Every node sees the same root-cause code, so all decide the same about restarting.
-int SuperviseNode(const LaunchOptions& opts, const LaunchEnv& env) {
-  std::unique_ptr<SupervisorScope> scope;
-  Status st = SupervisorScope::Create(&scope);
-  if (!st.ok()) return LaunchError(st);
-  const int attempts = opts.max_restarts + 1;
-  for (int attempt = 0; attempt < attempts; ++attempt) {
-    LaunchCommand cmd;
-    st = BuildLaunchCommand(opts, env, attempt, &cmd);
-    if (!st.ok()) return LaunchError(st);
-    std::unique_ptr<NodeLink> link;
-    if (opts.nnodes > 1) {
-      NodeLinkOptions lo;
-      lo.node_rank = opts.node_rank;
-      lo.nnodes = opts.nnodes;
-      lo.master_addr = cmd.env_set[0].second;  // MASTER_ADDR
-      lo.port = std::stoi(cmd.env_set[1].second) + 1;
-      lo.attempt = attempt;
-      lo.join_timeout_s = kNodeJoinTimeoutS;
-      DT_LOG_INFO(kLauncher, "node {} of {}: joining the other nodes' launchers (node 0 listens on {}:{})",
-                  opts.node_rank, opts.nnodes, lo.master_addr, lo.port);
-      st = NodeLink::Join(lo, &link);
-      if (!st.ok()) return LaunchError(st);
-    }
-    DT_LOG_INFO(kLauncher, "attempt {} of {}, node {} of {}: {}", attempt + 1, attempts, opts.node_rank, opts.nnodes,
-                FormatCommandLine(cmd));
-    OutputRouter::Options ropts;
-    ropts.backend = cmd.backend;
-    ropts.log_dir = opts.log_dir;
-    ropts.attempt = attempt;
-    ropts.console_rank = cmd.first_rank;
-    OutputRouter router(ropts);
-    NodeAttemptResult result;
-    st = RunNodeAttempt(cmd, opts.grace_seconds, env.hostname, scope.get(), &router, link.get(), &result);
-    if (!st.ok()) return LaunchError(st);
-    link.reset();  // sends the failure or "done" still queued
-    if (!router.log_error().empty()) DT_LOG_WARN(kLauncher, "--log-dir: {}", router.log_error());
-    if (result.exit_code == kExitOk) {
-      DT_LOG_INFO(kLauncher, "node {}: this node's workers finished (all exited 0)", opts.node_rank);
-      return kExitOk;
-    }
-    if (result.remote.node >= 0) {
-      DT_LOG_ERROR(kLauncher, "node {}: the job stopped because of node {}: {} (attempt {} of {})", opts.node_rank,
-                   result.remote.node, result.remote.reason, attempt + 1, attempts);
-    } else if (result.stop_signal == 0 && result.exit_code != kExitPreempted) {
-      ReportFailure(result.cause, router, cmd,
-                    "attempt " + std::to_string(attempt + 1) + " of " + std::to_string(attempts));
-    }
-    const int exit_code = AfterFailure(result.exit_code, result.stop_signal, attempt, opts.max_restarts,
-                                       result.cause.rank >= 0 ? "rank " + std::to_string(result.cause.rank) : "a rank");
-    if (exit_code >= 0) return exit_code;
-  }
-  return kExitFailure;  // not reached
 }
 
 }  // namespace
@@ -225,12 +126,14 @@ int LaunchWith(const LaunchOptions& opts) {
     st = MakeDirs(opts.log_dir);
     if (!st.ok()) return LaunchError(st);
   }
-  if (cmd.backend == Backend::kNode) return SuperviseNode(opts, env);
-  st = CheckInPath(cmd.argv[0]);
-  if (!st.ok()) return LaunchError(st);
-  st = ProbeSshHosts(cmd.ssh_hosts);
-  if (!st.ok()) return UsageError(st);  // not restartable: a host that cannot be reached
-  return Supervise(opts, env);
+  if (cmd.backend != Backend::kNode) {
+    st = CheckInPath(cmd.argv[0]);
+    if (!st.ok()) return LaunchError(st);
+    st = ProbeSshHosts(cmd.ssh_hosts);
+    if (!st.ok()) return UsageError(st);  // not restartable: a host that cannot be reached
+  }
+  const std::unique_ptr<LaunchBackend> backend = MakeLaunchBackend(opts, env, cmd.backend);
+  return RunWithRestarts(backend.get(), opts.max_restarts);
 }
 
 }  // namespace dtrain::launcher

@@ -14,7 +14,8 @@
 // OMPI_COMM_WORLD_* / SLURM_* and get MASTER_ADDR, MASTER_PORT, DTRAIN_RESTART_COUNT from the
 // launcher (launcher/launch_command.h).
 //
-// One attempt = one mpirun run (launcher/supervisor.h: process tree, signals, cleanup). When it
+// One attempt = one mpirun run (launcher/supervisor.h: process tree, signals, cleanup), run by the launch backend
+// (launcher/launch_backend.h) inside the restart loop (launcher/attempt_loop.h). When it
 // fails, the launcher reports the root cause — the first failing rank as the process manager
 // observed it (else as its rank-exec reported it), that rank's host, its exit code or signal,
 // and its last 10 lines of output (launcher/output_router.h) — and then:

@@ -17,7 +17,9 @@
 //  5. After 2-4, workers still running after grace_seconds get SIGTERM again, after grace more SIGKILL;
 //     whatever a worker started is swept when it is reaped (launcher/supervisor.h).
 //  6. All workers ended with 0: NodeLink::ReportDone.
-// The launcher's whole Supervise loop (restarts, exit codes) stays in launcher/launch.cc.
+// The loop that watches the workers is ChildSet (launcher/child_set.h), with the stop escalation of
+// launcher/stop_escalation.h; the restarts are the attempt loop's (launcher/attempt_loop.h, the per-node backend of
+// launcher/launch_backend.h).
 
 #include "core/status.h"
 #include "launcher/launch_command.h"

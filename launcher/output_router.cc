@@ -12,58 +12,12 @@ namespace {
 
 constexpr size_t kMaxLine = 64 * 1024;  // a longer line without '\n' is handled in pieces
 
-// "[J,R]<stdout>:text" -> rank R, stream, text. False for an untagged line.
-bool ParseMpirunTag(const std::string& line, int* rank, bool* is_stderr, std::string* text) {
-  int job = 0, r = 0, consumed = 0;
-  if (std::sscanf(line.c_str(), "[%d,%d]%n", &job, &r, &consumed) != 2 || consumed == 0) return false;
-  static const char* const kStreams[] = {"<stdout>:", "<stderr>:", "<stddiag>:"};
-  for (int i = 0; i < 3; ++i) {
-    const size_t len = std::strlen(kStreams[i]);
-    if (line.compare(consumed, len, kStreams[i]) == 0) {
-      *rank = r;
-      *is_stderr = i != 0;
-      *text = line.substr(consumed + len);
-      return true;
-    }
-  }
-  return false;
-}
-
-// "  3: text" -> rank 3 (srun --label pads the number to the width of the largest rank).
-bool ParseSrunLabel(const std::string& line, int* rank, std::string* text) {
-  size_t i = 0;
-  while (i < line.size() && line[i] == ' ') ++i;
-  const size_t digits = i;
-  while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]))) ++i;
-  if (i == digits || i - digits > 9 || line.compare(i, 2, ": ") != 0) return false;
-  *rank = std::stoi(line.substr(digits, i - digits));
-  *text = line.substr(i + 2);
-  return true;
-}
-
 std::string Lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
 
-// strsignal() text at the start of `text` ("Killed", "Segmentation fault (core dumped)") -> number.
-int SignalFromText(const std::string& text) {
-  for (int s = 1; s < 65; ++s) {
-    const char* name = strsignal(s);
-    if (name != nullptr && *name != '\0' && text.rfind(name, 0) == 0) return s;
-  }
-  return 0;
-}
-
 }  // namespace
-
-int RankExit::ProcessExitCode() const { return signal > 0 ? 128 + signal : exit_code; }
-
-std::string RankExit::Describe() const {
-  if (signal > 0) return "signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
-  if (exit_code >= 0) return "exit code " + std::to_string(exit_code);
-  return "unknown exit status";
-}
 
 bool LooksLikeWarningOrError(const std::string& text) {
   // dtrain's log pattern: "HH:MM:SS.mmm host:rank subsys L file.cc:42] message".
@@ -79,7 +33,7 @@ bool LooksLikeWarningOrError(const std::string& text) {
   return false;
 }
 
-OutputRouter::OutputRouter(Options options) : opts_(std::move(options)) {}
+OutputRouter::OutputRouter(Options options) : opts_(std::move(options)), dialect_(MakeOutputDialect(opts_.backend)) {}
 
 OutputRouter::~OutputRouter() {
   for (auto& kv : files_) {
@@ -138,9 +92,7 @@ void OutputRouter::HandleLine(bool from_stderr, const std::string& line) {
   int rank = -1;
   bool is_stderr = from_stderr;
   std::string text;
-  const bool tagged = opts_.backend == Backend::kSrun ? ParseSrunLabel(line, &rank, &text)
-                                                      : ParseMpirunTag(line, &rank, &is_stderr, &text);
-  if (tagged) {
+  if (dialect_->SplitRankLine(line, &rank, &is_stderr, &text)) {
     HandleRankLine(rank, is_stderr, text);
   } else {
     HandleManagerLine(line);
@@ -167,61 +119,30 @@ void OutputRouter::HandleRankLine(int rank, bool is_stderr, const std::string& t
 }
 
 void OutputRouter::HandleManagerLine(const std::string& line) {
-  if (opts_.backend == Backend::kSrun) {
-    ParseSrunReport(line);
-  } else {
-    ParseMpirunReport(line);
-  }
+  dialect_->ParseReportLine(line, &report_);
   const std::string remote_daemon = "  Remote daemon: ";  // in the "ORTE has lost communication" report
   const size_t node = line.find(" on node ");
   if (line.rfind(remote_daemon, 0) == 0 && node != std::string::npos) {
     lost_daemon_hosts_.push_back(line.substr(node + 9));
-    failure_seen_ = true;
+    report_.failure_seen = true;
   }
   const std::string node_failure = "srun: error: Node failure on ";  // slurmctld lost the node's slurmd
   if (line.rfind(node_failure, 0) == 0) {
     lost_daemon_hosts_.push_back(line.substr(node_failure.size()));
-    failure_seen_ = true;
+    report_.failure_seen = true;
   }
   if (line.find("ORTE was unable to reliably start one or more daemons") != std::string::npos) {
     daemons_failed_ = true;
   }
   if (line.find("the job has been aborted") != std::string::npos ||
       line.find("srun: Job step aborted") != std::string::npos) {
-    failure_seen_ = true;
+    report_.failure_seen = true;
   }
   if (!opts_.log_dir.empty()) {
     if (FILE* f = LogFile("launcher.log")) std::fprintf(f, "%s\n", line.c_str());
   }
   std::fprintf(opts_.err, "%s\n", line.c_str());
   std::fflush(opts_.err);
-}
-
-void OutputRouter::ParseMpirunReport(const std::string& line) {
-  if (root_cause_.rank >= 0) return;
-  RankExit r;
-  char host[256] = {0};
-  if (const auto pos = line.find("Process name: [["); pos != std::string::npos) {
-    const auto comma = line.find("],", pos);
-    if (comma != std::string::npos) pending_rank_ = std::atoi(line.c_str() + comma + 2);
-  } else if (const auto pos = line.find("Exit code:"); pos != std::string::npos && pending_rank_ >= 0) {
-    r.rank = pending_rank_;
-    r.exit_code = std::atoi(line.c_str() + pos + std::strlen("Exit code:"));
-  } else if (const auto pos = line.find("process rank "); pos != std::string::npos) {
-    const char* p = line.c_str() + pos;
-    if (std::sscanf(p, "process rank %d with PID %*d on node %255s exited on signal %d", &r.rank, host, &r.signal) ==
-        3) {
-      r.host = host;
-    } else if (std::sscanf(p, "process rank %d with PID %*d on", &r.rank) == 1) {
-      r.signal = 0;  // "exiting improperly": the exit code is mpirun's own
-    } else {
-      r.rank = -1;
-    }
-  }
-  if (r.rank >= 0) {
-    root_cause_ = r;
-    failure_seen_ = true;
-  }
 }
 
 bool OutputRouter::ParseRankExecLine(int rank, const std::string& text) {
@@ -232,34 +153,9 @@ bool OutputRouter::ParseRankExecLine(int rank, const std::string& text) {
   if (std::sscanf(what, "exit code %d", &r.exit_code) != 1 && std::sscanf(what, "signal %d", &r.signal) != 1) {
     return false;  // e.g. "cannot run ...": an ordinary line of the rank
   }
-  failure_seen_ = true;
+  report_.failure_seen = true;
   if (first_rank_exit_.rank < 0) first_rank_exit_ = r;
   return true;
-}
-
-void OutputRouter::ParseSrunReport(const std::string& line) {
-  // "srun: error: HOST: task 1: Exited with exit code 3" / "...: tasks 0-3: Killed"
-  const std::string prefix = "srun: error: ";
-  if (line.rfind(prefix, 0) != 0) return;
-  const auto host_end = line.find(": task", prefix.size());
-  if (host_end == std::string::npos) return;
-  failure_seen_ = true;
-  if (root_cause_.rank >= 0) return;
-  size_t p = line.find(' ', host_end + 2);  // after "task"/"tasks"
-  if (p == std::string::npos) return;
-  RankExit r;
-  r.host = line.substr(prefix.size(), host_end - prefix.size());
-  r.rank = std::atoi(line.c_str() + p + 1);
-  const auto status = line.find(": ", p);
-  if (status == std::string::npos) return;
-  const std::string what = line.substr(status + 2);
-  int code = 0;
-  if (std::sscanf(what.c_str(), "Exited with exit code %d", &code) == 1) {
-    r.exit_code = code;
-  } else {
-    r.signal = SignalFromText(what);
-  }
-  root_cause_ = r;
 }
 
 FILE* OutputRouter::LogFile(const std::string& name) {

@@ -33,32 +33,23 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "launcher/launch_options.h"
+#include "launcher/output_dialect.h"
 
 namespace dtrain::launcher {
 
 constexpr char kSpotNoticeLine[] = "dtrain train: spot notice: this host is going away";
 
-// How a rank ended, as the process manager (or the rank's rank-exec) reported it.
-struct RankExit {
-  int rank = -1;       // -1: no report seen
-  std::string host;    // "" when the report does not name it
-  int exit_code = -1;  // -1: unknown (died by signal, or not reported)
-  int signal = 0;      // > 0: died by this signal
-  // 128+signal, else exit_code (-1 when neither is known).
-  int ProcessExitCode() const;
-  std::string Describe() const;  // "exit code 3" / "signal 9 (Killed)"
-};
-
 class OutputRouter {
  public:
   struct Options {
-    Backend backend = Backend::kMpirun;
-    std::string log_dir;  // "" = no files
-    int attempt = 0;      // DTRAIN_RESTART_COUNT of this run, for the log headers
+    Backend backend = Backend::kMpirun;  // picks the OutputDialect (launcher/output_dialect.h)
+    std::string log_dir;                 // "" = no files
+    int attempt = 0;                     // DTRAIN_RESTART_COUNT of this run, for the log headers
     FILE* out = stdout;
     FILE* err = stderr;
     size_t tail_lines = 10;  // lines kept per rank for the failure report
@@ -79,9 +70,9 @@ class OutputRouter {
   void Finish();
 
   // A failure report (or an abort banner) has been seen: the job is being torn down.
-  bool failure_seen() const { return failure_seen_; }
+  bool failure_seen() const { return report_.failure_seen; }
   // The process manager's report, else the first rank-exec line; rank -1 when neither was seen.
-  const RankExit& root_cause() const { return root_cause_.rank >= 0 ? root_cause_ : first_rank_exit_; }
+  const RankExit& root_cause() const { return report_.root_cause.rank >= 0 ? report_.root_cause : first_rank_exit_; }
   // mpirun could not start its daemons on some host (ssh failed, host unreachable, no dtrain there).
   bool daemons_failed() const { return daemons_failed_; }
   // Hosts whose Open MPI daemon mpirun lost ("ORTE has lost communication with a remote daemon ... Remote daemon:
@@ -99,8 +90,6 @@ class OutputRouter {
   void HandleLine(bool from_stderr, const std::string& line);
   void HandleRankLine(int rank, bool is_stderr, const std::string& text);
   void HandleManagerLine(const std::string& line);
-  void ParseMpirunReport(const std::string& line);
-  void ParseSrunReport(const std::string& line);
   bool ParseRankExecLine(int rank, const std::string& text);  // true: a rank-exec end line, recorded
   FILE* LogFile(const std::string& name);
 
@@ -109,10 +98,9 @@ class OutputRouter {
   std::map<int, std::string> rank_partial_[2];  // FeedRank's partial lines
   std::map<int, std::deque<std::string>> tails_;
   std::map<std::string, FILE*> files_;
-  RankExit root_cause_;       // from the process manager's report
-  RankExit first_rank_exit_;  // from the first rank-exec end line
-  int pending_rank_ = -1;     // mpirun: "Process name" seen, waiting for its "Exit code"
-  bool failure_seen_ = false;
+  std::unique_ptr<const OutputDialect> dialect_;  // of opts_.backend: the lines' tags, the manager's report
+  ManagerReport report_;                          // the process manager's report, and whether the job is failing
+  RankExit first_rank_exit_;                      // from the first rank-exec end line
   bool daemons_failed_ = false;
   std::vector<int> notice_ranks_;
   std::vector<std::string> lost_daemon_hosts_;
