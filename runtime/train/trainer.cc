@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "core/allocator.h"
 #include "core/check.h"
@@ -17,6 +18,7 @@
 #include "runtime/config/config.h"
 #include "runtime/observe/step_breakdown.h"
 #include "runtime/train/model_factory.h"
+#include "runtime/train/step_body.h"
 #include "runtime/train/step_graph.h"
 #include "runtime/train/weights_metadata.h"
 #if DT_HAVE_CUDA
@@ -34,6 +36,98 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 // The PhaseTimer's phases of a step.
 enum { kPhaseData, kPhaseCompute, kPhaseComm, kPhaseOptim, kNumPhases };
+
+// The eager step's hooks (runtime/train/step_body.h): batches from the data source as the loop reaches them, the
+// PhaseTimer's phases, the host trace spans and, in a trace window (dev non-null), the compute stream's spans.
+class EagerStep final : public StepHooks {
+ public:
+  EagerStep(DeviceContext& ctx, DataSource& data, PhaseTimer& phases, ParameterUpdater& updater, TraceWriter* trace,
+            DeviceTrace* dev, int64_t accum, double lr, double* data_seconds)
+      : ctx_(ctx),
+        data_(data),
+        phases_(phases),
+        updater_(updater),
+        trace_(trace),
+        dev_(dev),
+        accum_(accum),
+        lr_(lr),
+        data_seconds_(data_seconds) {}
+
+  Status TakeBatch(int64_t m, const Tensor** inputs, const Tensor** targets) override {
+    TraceSpan span(trace_, TraceTrack::kHost, "data wait", "data");
+    DT_RETURN_IF_ERROR(phases_.Switch(kPhaseData));
+    DT_RETURN_IF_ERROR(data_.Next(&batch_));
+    DT_RETURN_IF_ERROR(phases_.Switch(kPhaseCompute));
+    *data_seconds_ += batch_.wait_seconds;
+    *inputs = &batch_.inputs;
+    *targets = &batch_.targets;
+    return Status::OK();
+  }
+  Status BeforeForward(int64_t m) override {
+    span_.emplace(trace_, TraceTrack::kHost, "forward+backward (queue)", "compute");
+    if (dev_ && m == 0) DT_RETURN_IF_ERROR(dev_->Record(ctx_.stream(), &compute_begin_));
+    return Status::OK();
+  }
+  Status AfterBackward(int64_t m) override {
+    span_.reset();
+    return Status::OK();
+  }
+  Status BeforeFinalize() override {
+    if (dev_) {
+      DT_RETURN_IF_ERROR(dev_->Record(ctx_.stream(), &compute_end_));
+      dev_->Span(TraceTrack::kCompute, "forward+backward", "compute", compute_begin_, compute_end_,
+                 JsonLine().Add("micro_batches", accum_));
+    }
+    DT_RETURN_IF_ERROR(phases_.Switch(kPhaseComm));
+    span_.emplace(trace_, TraceTrack::kHost, "gradient finalize", "comm");
+    return Status::OK();
+  }
+  Status AfterFinalize() override {
+    span_.reset();
+    DT_RETURN_IF_ERROR(phases_.Switch(kPhaseOptim));
+    span_.emplace(trace_, TraceTrack::kHost, "optimizer (queue)", "optim");  // until the step ends
+    return Status::OK();
+  }
+  Status Update() override { return updater_.Step(lr_); }
+  // In a trace window: the compute stream's span from the end of backward to the end of the optimizer.
+  Status EndOptimizer() {
+    DT_RETURN_IF_ERROR(dev_->Record(ctx_.stream(), &optim_end_));
+    dev_->Span(TraceTrack::kCompute, "wait for gradients + optimizer", "optim", compute_end_, optim_end_);
+    return Status::OK();
+  }
+
+ private:
+  DeviceContext& ctx_;
+  DataSource& data_;
+  PhaseTimer& phases_;
+  ParameterUpdater& updater_;
+  TraceWriter* trace_;  // null outside the trace window
+  DeviceTrace* dev_;    // null outside the trace window
+  const int64_t accum_;
+  const double lr_;
+  double* data_seconds_;
+  data::Batch batch_;              // the micro-batch being queued
+  std::optional<TraceSpan> span_;  // the host span now open
+  DeviceTrace::Mark compute_begin_, compute_end_, optim_end_;
+};
+
+// A captured step's hooks: the micro-batches taken before the capture, the optimizer's device half (StageStep ran
+// before the replay). No host work: a capture records device work only.
+class CapturedStep final : public StepHooks {
+ public:
+  CapturedStep(const std::vector<StepGraph::MicroBatch>& batches, ParameterUpdater& updater)
+      : batches_(batches), updater_(updater) {}
+  Status TakeBatch(int64_t m, const Tensor** inputs, const Tensor** targets) override {
+    *inputs = &batches_[static_cast<size_t>(m)].inputs;
+    *targets = &batches_[static_cast<size_t>(m)].targets;
+    return Status::OK();
+  }
+  Status Update() override { return updater_.ApplyStep(); }
+
+ private:
+  const std::vector<StepGraph::MicroBatch>& batches_;
+  ParameterUpdater& updater_;
+};
 
 Status MakeDirs(const std::string& path) {
   std::string partial;
@@ -130,58 +224,18 @@ Status Trainer::TrainStep(int64_t step, double* data_seconds) {
   // Traced steps run eagerly: their spans come from events between the kernels.
   if (step_graph_ && trace_now_ == nullptr && step_graph_->WantStep()) return GraphedStep(step, data_seconds);
   const int64_t accum = cfg_.train().grad_accum_steps();
-  DT_RETURN_IF_ERROR(model_->grads().SetZero(ctx_.stream()));
   DeviceTrace* dev = trace_now_ ? device_trace_.get() : nullptr;
   if (dev && (step == start_step_ || !InTraceWindow(step - 1, run.trace_start(), run.trace_steps()))) {
     DT_RETURN_IF_ERROR(dev->Begin());  // the window's first step: one device sync anchors the stream clocks
     updater_->set_trace(dev);
   }
   TraceSpan step_span(trace_now_, TraceTrack::kHost, "step " + std::to_string(step + 1), "step");
-  DeviceTrace::Mark compute_begin, compute_end, optim_end;
-  float loss_scale = 1.0f;
-  for (int64_t m = 0; m < accum; ++m) {
-    data::Batch batch;
-    {
-      TraceSpan span(trace_now_, TraceTrack::kHost, "data wait", "data");
-      DT_RETURN_IF_ERROR(phases_->Switch(kPhaseData));
-      DT_RETURN_IF_ERROR(data_->Next(&batch));
-      DT_RETURN_IF_ERROR(phases_->Switch(kPhaseCompute));
-    }
-    TraceSpan span(trace_now_, TraceTrack::kHost, "forward+backward (queue)", "compute");
-    if (dev && m == 0) DT_RETURN_IF_ERROR(dev->Record(ctx_.stream(), &compute_begin));
-    *data_seconds += batch.wait_seconds;
-    Tensor x;
-    DT_RETURN_IF_ERROR(model_->InputsFromBatch(batch.inputs, &x));
-    DT_RETURN_IF_ERROR(model_->Forward(x, batch.targets));
-    // The loss scale of this step (fp16: waits for the previous step's device-side update, which this
-    // forward overlaps; 1 otherwise).
-    if (m == 0) DT_RETURN_IF_ERROR(updater_->LossScale(&loss_scale));
-    // loss_acc += mean(losses) / accum, on the device: no sync.
-    DT_RETURN_IF_ERROR(model_->AddMeanLoss(ctx_, 1.0f / static_cast<float>(accum), &loss_acc_));
-    // Gradients are exchanged only on the last micro-batch; earlier ones just accumulate locally.
-    const bool last = m + 1 == accum;
-    models::GradReadyFn on_ready;
-    if (last) on_ready = [this](int i) { return updater_->OnGradReady(i); };
-    DT_RETURN_IF_ERROR(model_->Backward(loss_scale / static_cast<float>(accum), on_ready));
-  }
-  if (dev) {
-    DT_RETURN_IF_ERROR(dev->Record(ctx_.stream(), &compute_end));
-    dev->Span(TraceTrack::kCompute, "forward+backward", "compute", compute_begin, compute_end,
-              JsonLine().Add("micro_batches", accum));
-  }
-  DT_RETURN_IF_ERROR(phases_->Switch(kPhaseComm));
-  {
-    TraceSpan span(trace_now_, TraceTrack::kHost, "gradient finalize", "comm");
-    DT_RETURN_IF_ERROR(updater_->Finalize());
-  }
-  DT_RETURN_IF_ERROR(phases_->Switch(kPhaseOptim));
-  TraceSpan optim_span(trace_now_, TraceTrack::kHost, "optimizer (queue)", "optim");
   last_lr_ = StepLr(step);
-  DT_RETURN_IF_ERROR(updater_->Step(last_lr_));
+  EagerStep hooks(ctx_, *data_, *phases_, *updater_, trace_now_, dev, accum, last_lr_, data_seconds);
+  DT_RETURN_IF_ERROR(RunStepBody({ctx_, *model_, *updater_, loss_acc_}, accum, hooks));
   if (dev) {
     // The optimizer starts once the compute stream has joined the collectives (compute_end is earlier).
-    DT_RETURN_IF_ERROR(dev->Record(ctx_.stream(), &optim_end));
-    dev->Span(TraceTrack::kCompute, "wait for gradients + optimizer", "optim", compute_end, optim_end);
+    DT_RETURN_IF_ERROR(hooks.EndOptimizer());
     if (step + 1 == total_steps_ || !InTraceWindow(step + 1, run.trace_start(), run.trace_steps())) {
       updater_->set_trace(nullptr);
       DT_RETURN_IF_ERROR(dev->Flush());  // the window's last step: one sync resolves the stream spans
@@ -206,20 +260,10 @@ Status Trainer::GraphedStep(int64_t step, double* data_seconds) {
   DT_RETURN_IF_ERROR(phases_->Switch(kPhaseCompute));
   last_lr_ = StepLr(step);
   DT_RETURN_IF_ERROR(updater_->StageStep(last_lr_));
-  // The step's device work, as TrainStep queues it eagerly (no loss scaler here: see StepGraph::Blocker).
+  // The step's device work, the same body TrainStep runs eagerly (no loss scaler here: see StepGraph::Blocker).
   auto body = [&](const std::vector<StepGraph::MicroBatch>& mbs) -> Status {
-    DT_RETURN_IF_ERROR(model_->grads().SetZero(ctx_.stream()));
-    for (size_t m = 0; m < mbs.size(); ++m) {
-      Tensor x;
-      DT_RETURN_IF_ERROR(model_->InputsFromBatch(mbs[m].inputs, &x));
-      DT_RETURN_IF_ERROR(model_->Forward(x, mbs[m].targets));
-      DT_RETURN_IF_ERROR(model_->AddMeanLoss(ctx_, 1.0f / static_cast<float>(accum), &loss_acc_));
-      models::GradReadyFn on_ready;
-      if (m + 1 == mbs.size()) on_ready = [this](int i) { return updater_->OnGradReady(i); };
-      DT_RETURN_IF_ERROR(model_->Backward(1.0f / static_cast<float>(accum), on_ready));
-    }
-    DT_RETURN_IF_ERROR(updater_->Finalize());
-    return updater_->ApplyStep();
+    CapturedStep hooks(mbs, *updater_);
+    return RunStepBody({ctx_, *model_, *updater_, loss_acc_}, static_cast<int64_t>(mbs.size()), hooks);
   };
   bool captured = false;
   std::string off_reason;
