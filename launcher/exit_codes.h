@@ -13,7 +13,7 @@
 //        143 = SIGTERM), the shell convention.
 //   other the root-cause rank's own exit code, passed through by `dtrain launch`.
 //
-// ExitCodeFor below is the one place a Status becomes one of these codes: every command of launcher/cli.cc and
+// ExitCodeFor below is the one place a Status becomes one of these codes: every command of launcher/cli/cli.cc and
 // every error of `dtrain launch` itself (launcher/attempt_outcome.h) go through it.
 
 #include "core/status.h"

@@ -1,5 +1,5 @@
-// dtrain: the command-line entry point (the commands and the exit codes: launcher/cli.h).
+// dtrain: the command-line entry point (the commands and the exit codes: launcher/cli/cli.h).
 
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 
 int main(int argc, char** argv) { return dtrain::launcher::Main(argc, argv); }

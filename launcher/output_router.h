@@ -19,7 +19,7 @@
 // (Open MPI 4.1 sometimes leaves it out); those lines go to the rank's log file only.
 //
 // Spot notices: a worker whose spot watcher saw a termination notice for its host writes kSpotNoticeLine as a line
-// of its own before it exits 75 (launcher/train_cmd.cc); notice_ranks() are the ranks that did (their hosts are
+// of its own before it exits 75 (launcher/cli/train_cmd.cc); notice_ranks() are the ranks that did (their hosts are
 // going away: the elastic launcher continues without them).
 //
 // Console: every line of rank 0 (stdout to stdout, stderr to stderr) and, of the other ranks, only

@@ -22,7 +22,7 @@
 
 #include "core/check.h"
 #include "core/random.h"
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 #include "models/model.h"
 #include "kernels/bias.h"
 #include "kernels/matmul.h"

@@ -1,4 +1,4 @@
-#include "launcher/bench_cmd.h"
+#include "launcher/cli/bench_cmd.h"
 
 #include <CLI/CLI.hpp>
 #include <cctype>
@@ -12,7 +12,7 @@
 #include "core/check.h"
 #include "core/device_context.h"
 #include "core/logging.h"
-#include "launcher/cli_parse.h"
+#include "launcher/cli/cli_parse.h"
 
 namespace dtrain::launcher {
 namespace {

@@ -1,4 +1,4 @@
-#include "launcher/ckpt_cmd.h"
+#include "launcher/cli/ckpt_cmd.h"
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "core/check.h"
-#include "launcher/cli_parse.h"
+#include "launcher/cli/cli_parse.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/config/config.h"

@@ -30,7 +30,7 @@ struct CkptArgs {
   int64_t step = -1;  // -1: newest valid
 };
 
-// Registers `ckpt` and its verbs (each with its own flags) on `parent` (launcher/cli_parse.h);
+// Registers `ckpt` and its verbs (each with its own flags) on `parent` (launcher/cli/cli_parse.h);
 // *out must outlive `parent`. Returns the `ckpt` group.
 CLI::App* AddCkptCommand(CLI::App* parent, CkptArgs* out);
 

@@ -1,4 +1,4 @@
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -6,18 +6,18 @@
 #include <vector>
 
 #include "core/status.h"
-#include "launcher/bench_cmd.h"
-#include "launcher/ckpt_cmd.h"
-#include "launcher/cli_parse.h"
-#include "launcher/completion.h"
-#include "launcher/config_cmd.h"
-#include "launcher/data_cmd.h"
-#include "launcher/doctor_cmd.h"
+#include "launcher/cli/bench_cmd.h"
+#include "launcher/cli/ckpt_cmd.h"
+#include "launcher/cli/cli_parse.h"
+#include "launcher/cli/completion.h"
+#include "launcher/cli/config_cmd.h"
+#include "launcher/cli/data_cmd.h"
+#include "launcher/cli/doctor_cmd.h"
+#include "launcher/cli/report_cmd.h"
+#include "launcher/cli/train_cmd.h"
 #include "launcher/exit_codes.h"
 #include "launcher/launch.h"
 #include "launcher/rank_exec.h"
-#include "launcher/report_cmd.h"
-#include "launcher/train_cmd.h"
 
 namespace dtrain::launcher {
 namespace {

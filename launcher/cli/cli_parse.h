@@ -2,7 +2,7 @@
 // Parsing a dtrain command line with CLI11, as a Status.
 //
 // Every subcommand registers its flags on a CLI::App (`AddXxxCommand(CLI::App* parent, XxxArgs*)` in its
-// *_cmd.h); launcher/cli.cc puts them all under one root, and the same tree answers `--help`, parse
+// *_cmd.h); launcher/cli/cli.cc puts them all under one root, and the same tree answers `--help`, parse
 // errors and `dtrain completion bash`, so none of them can drift from the flags. ParseWithCli turns
 // CLI11's outcome into one Status: CLI11's exceptions never leave this file.
 //

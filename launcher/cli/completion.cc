@@ -1,4 +1,4 @@
-#include "launcher/completion.h"
+#include "launcher/cli/completion.h"
 
 #include <CLI/CLI.hpp>
 

@@ -1,5 +1,5 @@
 #pragma once
-// `dtrain completion bash`: a bash completion script generated from the CLI11 tree (launcher/cli.cc),
+// `dtrain completion bash`: a bash completion script generated from the CLI11 tree (launcher/cli/cli.cc),
 // so it offers exactly the subcommands and flags the parser accepts.
 //
 // The script defines `_dtrain` and registers it with `complete -o default -F _dtrain dtrain`: the

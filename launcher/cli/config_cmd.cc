@@ -1,11 +1,11 @@
-#include "launcher/config_cmd.h"
+#include "launcher/cli/config_cmd.h"
 
 #include <CLI/CLI.hpp>
 #include <map>
 #include <sstream>
 
 #include "core/check.h"
-#include "launcher/cli_parse.h"
+#include "launcher/cli/cli_parse.h"
 #include "runtime/config/config.h"
 
 namespace dtrain::launcher {

@@ -1,4 +1,4 @@
-#include "launcher/data_cmd.h"
+#include "launcher/cli/data_cmd.h"
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -12,7 +12,7 @@
 #include "data/fashion_mnist.h"
 #include "data/import_tokens.h"
 #include "data/loader.h"
-#include "launcher/cli_parse.h"
+#include "launcher/cli/cli_parse.h"
 
 namespace dtrain::launcher {
 namespace {

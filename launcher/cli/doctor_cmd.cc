@@ -1,4 +1,4 @@
-#include "launcher/doctor_cmd.h"
+#include "launcher/cli/doctor_cmd.h"
 
 #include <CLI/CLI.hpp>
 #include <cmath>

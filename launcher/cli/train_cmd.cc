@@ -1,4 +1,4 @@
-#include "launcher/train_cmd.h"
+#include "launcher/cli/train_cmd.h"
 
 #include <CLI/CLI.hpp>
 #include <cmath>
@@ -14,7 +14,7 @@
 #include "core/check.h"
 #include "core/device_context.h"
 #include "core/logging.h"
-#include "launcher/cli_parse.h"
+#include "launcher/cli/cli_parse.h"
 #include "launcher/exit_codes.h"
 #include "launcher/output_router.h"
 #include "runtime/checkpoint/spot_watcher.h"
@@ -101,8 +101,7 @@ Status RunWorker(const std::string& config_path, const std::vector<std::string>&
   }
 
   std::unique_ptr<runtime::Trainer> trainer;
-  DT_RETURN_IF_ERROR(
-      runtime::Trainer::Create(cfg, *ctx, grad_comm, host_comm.get(), env.rank, env.world_size, &trainer));
+  DT_RETURN_IF_ERROR(runtime::Trainer::Create(cfg, *ctx, grad_comm, host_comm.get(), env, &trainer));
   trainer->set_watchdog(watchdog.get());
   // Each host's local rank 0 watches its own host's notice endpoint; the ranks agree on the preemption flag at every
   // step boundary (trainer.h), so a notice on any host makes the whole job checkpoint and exit 75.

@@ -10,7 +10,7 @@
 //   int main(int argc, char** argv) {
 //     dtrain::Status st = dtrain::runtime::RegisterModel("my_mlp", &MyMlp::Build);
 //     if (!st.ok()) { ... }
-//     return dtrain::launcher::Main(argc, argv);   // launcher/cli.h
+//     return dtrain::launcher::Main(argc, argv);   // launcher/cli/cli.h
 //   }
 //
 // so that `my_trainer launch ... cfg.yaml` starts `my_trainer train cfg.yaml` workers (the launcher

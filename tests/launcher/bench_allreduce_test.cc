@@ -11,7 +11,7 @@
 
 #include "comm/allreduce_bench.h"
 #include "core/device_context.h"
-#include "launcher/bench_cmd.h"
+#include "launcher/cli/bench_cmd.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::launcher {

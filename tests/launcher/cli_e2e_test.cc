@@ -1,4 +1,4 @@
-// The real binary's command line (launcher/cli.cc): every subcommand answers --help with its flags and
+// The real binary's command line (launcher/cli/cli.cc): every subcommand answers --help with its flags and
 // an example, and each class of parse error is one `dtrain <command>: error: ...` line with exit 2.
 
 #include <gtest/gtest.h>

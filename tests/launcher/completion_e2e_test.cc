@@ -1,4 +1,4 @@
-// `dtrain completion bash` (launcher/completion.h) sourced in a real bash: the completion function fills
+// `dtrain completion bash` (launcher/cli/completion.h) sourced in a real bash: the completion function fills
 // COMPREPLY from the parser's own subcommands and flags.
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
-// `dtrain config show` (launcher/config_cmd.h): the resolved config, every default, and only what differs.
+// `dtrain config show` (launcher/cli/config_cmd.h): the resolved config, every default, and only what differs.
 
-#include "launcher/config_cmd.h"
+#include "launcher/cli/config_cmd.h"
 
 #include <gtest/gtest.h>
 

@@ -62,7 +62,7 @@ TEST(CustomModelE2E, InstalledPackageBuildsTheExampleWhichTrainsOnTwoRanks) {
   ASSERT_EQ(install.exit_code, 0) << install.output;
   for (const char* f :
        {"/bin/dtrain", "/lib/libdtrain_launcher.a", "/lib/libdtrain_core.a", "/include/dtrain/models/model.h",
-        "/include/dtrain/core/status.h", "/include/dtrain/proto/config.pb.h", "/include/dtrain/launcher/cli.h",
+        "/include/dtrain/core/status.h", "/include/dtrain/proto/config.pb.h", "/include/dtrain/launcher/cli/cli.h",
         "/lib/cmake/dtrain/dtrainConfig.cmake", "/lib/cmake/dtrain/dtrainConfigVersion.cmake"}) {
     EXPECT_TRUE(Exists(prefix + f)) << f << " not installed:\n" << install.output;
   }

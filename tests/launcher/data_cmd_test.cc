@@ -1,4 +1,4 @@
-#include "launcher/data_cmd.h"
+#include "launcher/cli/data_cmd.h"
 
 #include <gtest/gtest.h>
 

@@ -125,7 +125,7 @@ TEST(OutputRouterTest, RankExecLineNamesTheRankWhenMpirunDoesNot) {
   EXPECT_EQ(ReadAll(cap.err).find("rank-exec"), std::string::npos);
 }
 
-// A worker whose host got a spot notice says so in a line of its own (launcher/train_cmd.cc): the elastic launcher
+// A worker whose host got a spot notice says so in a line of its own (launcher/cli/train_cmd.cc): the elastic launcher
 // drops that rank's host.
 TEST(OutputRouterTest, SpotNoticeLinesNameTheirRanks) {
   Capture cap;

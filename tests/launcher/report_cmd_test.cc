@@ -1,7 +1,7 @@
 // `dtrain report`: the price from config.yaml or --price, a metrics file given directly, errors, and
 // the real binary's output and exit code.
 
-#include "launcher/report_cmd.h"
+#include "launcher/cli/report_cmd.h"
 
 #include <gtest/gtest.h>
 
