@@ -3,7 +3,7 @@
 //
 // Every fallible call in core/, comm/, data/, models/ and runtime/ returns a [[nodiscard]] Status.
 // No exception crosses a library boundary and library code never calls exit(); only
-// launcher/main.cc maps a Status to a process exit code (see docs/architecture.md).
+// launcher/exit_codes.h (ExitCodeFor) maps a Status to a process exit code, for every command.
 // Status is a value type: cheap to copy when OK (no allocation), thread-compatible.
 
 #include <string>
