@@ -1,13 +1,11 @@
 #include "launcher/attempt_log.h"
 
-#include <chrono>
 #include <filesystem>
 
+#include "core/clock.h"
 #include "core/logging.h"
 
 namespace dtrain::launcher {
-
-double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 void AttemptLog::Write(int attempt, const std::vector<HostSlots>& hosts, int world, double start, double noticed,
                        const std::string& reason, const std::vector<std::string>& lost) {
@@ -32,7 +30,7 @@ void AttemptLog::Write(int attempt, const std::vector<HostSlots>& hosts, int wor
                                       .Add("hosts", names)
                                       .Add("world", static_cast<int64_t>(world))
                                       .Add("start", start)
-                                      .Add("end", UnixNow())
+                                      .Add("end", WallSeconds())
                                       .Add("noticed", noticed)
                                       .Add("reason", reason)
                                       .Add("lost", lost_names));

@@ -14,9 +14,6 @@
 
 namespace dtrain::launcher {
 
-// Now, in Unix seconds (the record's clock).
-double UnixNow();
-
 class AttemptLog {
  public:
   explicit AttemptLog(std::string run_dir) : run_dir_(std::move(run_dir)) {}

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/logging.h"
 #include "launcher/attempt_log.h"
 #include "launcher/attempt_outcome.h"
@@ -37,7 +38,7 @@ std::string Join(const std::vector<std::string>& names) {
 }
 
 // A steady-clock instant as Unix seconds (the records' clock).
-double UnixAt(Clock::time_point t) { return UnixNow() - std::chrono::duration<double>(Clock::now() - t).count(); }
+double UnixAt(Clock::time_point t) { return WallSeconds() - std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // The options of one attempt on `active`: an mpirun over those hosts, with the batch re-planned for its world
 // size (launcher/elastic_plan.h).
@@ -150,7 +151,7 @@ int SuperviseElastic(const LaunchOptions& opts, const LaunchEnv& env) {
     ropts.attempt = attempt;
     OutputRouter router(ropts);
     AttemptResult result;
-    const double start = UnixNow();
+    const double start = WallSeconds();
     std::vector<std::string> answered, silent;
     bool grow = false;
     double noticed = 0;
@@ -165,7 +166,7 @@ int SuperviseElastic(const LaunchOptions& opts, const LaunchEnv& env) {
       if (grow && silent.empty()) noticed = UnixAt(watch.grow_asked_at());
     }
     if (!st.ok()) return LaunchError(st);
-    if (noticed == 0) noticed = UnixNow();
+    if (noticed == 0) noticed = WallSeconds();
     auto record = [&](const std::string& reason, const std::vector<std::string>& lost) {
       log.Write(attempt, active, world, start, noticed, reason, lost);
     };

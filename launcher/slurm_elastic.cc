@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/logging.h"
 #include "launcher/attempt_log.h"
 #include "launcher/attempt_outcome.h"
@@ -159,10 +160,10 @@ int SuperviseSlurmElastic(const LaunchOptions& opts, const LaunchEnv& env) {
     ropts.attempt = attempt;
     OutputRouter router(ropts);
     AttemptResult result;
-    const double start = UnixNow();
+    const double start = WallSeconds();
     st = RunAttempt(cmd, opts.grace_seconds, scope.get(), &router, &result);
     if (!st.ok()) return LaunchError(st);
-    const double noticed = UnixNow();
+    const double noticed = WallSeconds();
     const auto record = [&](const std::string& reason, const std::vector<std::string>& lost) {
       log.Write(attempt, active, world, start, noticed, reason, lost);
     };

@@ -10,12 +10,11 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/logging.h"
 
 namespace dtrain::runtime {
 namespace {
-
-double WallNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 std::string HostName() {
   char buf[256] = {};
@@ -54,7 +53,7 @@ Status StoreOwner::Acquire(storage::Storage* store, const Options& options, std:
   std::string text;
   Status st = store->Get(kKey, &text);
   if (!st.ok() && st.code() != Status::Code::kNotFound) return st.WithContext("reading " + where);
-  const double now = WallNow();
+  const double now = WallSeconds();
   if (st.ok()) {
     const auto kv = ParseOwner(text);
     const double beat = kv.count("heartbeat") ? std::atof(kv.at("heartbeat").c_str()) : 0;
@@ -78,21 +77,21 @@ Status StoreOwner::Acquire(storage::Storage* store, const Options& options, std:
   if (kv.count("token") == 0 || kv.at("token") != owner->token_) {
     owner->token_.clear();  // not ours: the destructor must not delete it
     return Status::InvalidArgument("checkpoint.url " + store->url() + " was claimed at the same moment by " +
-                                   Describe(kv, WallNow()) + ": two jobs must not share a checkpoint root");
+                                   Describe(kv, WallSeconds()) + ": two jobs must not share a checkpoint root");
   }
   *out = std::move(owner);
   return Status::OK();
 }
 
 Status StoreOwner::Write() {
-  last_write_ = WallNow();
+  last_write_ = WallSeconds();
   std::string text = "token=" + token_ + "\nhost=" + HostName() + "\npid=" + std::to_string(::getpid()) +
                      "\nstarted=" + std::to_string(static_cast<int64_t>(started_)) +
                      "\nheartbeat=" + std::to_string(last_write_) + "\n";
   return store_->Put(kKey, text.data(), text.size()).WithContext("writing " + store_->url() + "/" + kKey);
 }
 
-bool StoreOwner::Due() const { return WallNow() - last_write_ >= options_.ttl_s / 4; }
+bool StoreOwner::Due() const { return WallSeconds() - last_write_ >= options_.ttl_s / 4; }
 
 Status StoreOwner::Refresh() {
   std::string text;
@@ -101,7 +100,7 @@ Status StoreOwner::Refresh() {
   if (kv.count("token") == 0 || kv.at("token") != token_) {
     token_.clear();
     return Status::FailedPrecondition("another job took over checkpoint.url " + store_->url() + ": " +
-                                      Describe(kv, WallNow()) + "; stopping so the two do not mix checkpoints");
+                                      Describe(kv, WallSeconds()) + "; stopping so the two do not mix checkpoints");
   }
   return Write();
 }
