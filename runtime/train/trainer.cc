@@ -292,7 +292,14 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
   float acc = 0;
   Tensor host = Tensor::Wrap(&acc, {1, 1}, DType::kF32, DeviceType::kCPU);
   DT_RETURN_IF_ERROR(host.CopyFrom(loss_acc_, ctx_.stream()));
-  DT_RETURN_IF_ERROR(ctx_.Synchronize());
+  // The last step's global gradient norm, copied behind that step's update (the same value on every rank); NaN when
+  // the updater does not compute one (ZeRO-1 without clipping).
+  float grad_norm = std::numeric_limits<float>::quiet_NaN();
+  if (const Tensor* norm = updater_->grad_norm()) {
+    Tensor norm_host = Tensor::Wrap(&grad_norm, {1}, DType::kF32, DeviceType::kCPU);
+    DT_RETURN_IF_ERROR(norm_host.CopyFrom(*norm, ctx_.stream()));
+  }
+  DT_RETURN_IF_ERROR(ctx_.Synchronize());  // one sync for both copies
   // Measured after the sync: the host queues steps ahead of the device, so only now is the interval's work done.
   const double interval_s = MonotonicSeconds() - interval_start;
   DT_RETURN_IF_ERROR(loss_acc_.SetZero(ctx_.stream()));
@@ -359,7 +366,7 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
     r.gpu_power_w = v[4] / v[5];
   }
   r.gpu = gpu;
-  // r.grad_norm stays NaN (not known): the updater does not report the step's norm yet.
+  r.grad_norm = grad_norm;
   return reporter_->ReportInterval(r);
 }
 

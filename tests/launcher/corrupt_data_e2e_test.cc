@@ -14,14 +14,12 @@ namespace dtrain::testing {
 namespace {
 
 const std::string kMlp = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
-const std::string kFmnist = "/usr/share/datasets/fashion-mnist";
+const std::string kFmnist = ::dtrain::testing::kFashionMnistDir;
 
 class CorruptDataTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::ifstream(kFmnist + "/train-images-idx3-ubyte.gz").good()) {
-      GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
-    }
+    DT_SKIP_WITHOUT_FASHION_MNIST();
     const ProcessResult conv = RunCommand(DtrainBin() + " data convert-fashion-mnist --split train --out " +
                                           dir_.path() + "/fmnist --samples-per-shard 10000");
     ASSERT_EQ(conv.exit_code, 0) << conv.output;

@@ -19,7 +19,7 @@ namespace dtrain::testing {
 namespace {
 
 const std::string kSource = DT_SOURCE_DIR;
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 
 bool Exists(const std::string& path) { return std::ifstream(path).good(); }
 
@@ -48,9 +48,7 @@ std::string CacheValue(const std::string& cache, const std::string& key) {
 
 TEST(CustomModelE2E, InstalledPackageBuildsTheExampleWhichTrainsOnTwoRanks) {
   if (!DT_HAVE_MPI) GTEST_SKIP() << "built without MPI (DT_WITH_MPI=OFF): launch needs mpirun";
-  if (!Exists(kData + "/train-images-idx3-ubyte.gz")) {
-    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
-  }
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   const std::string build = BuildDirOf(DtrainBin());
   ASSERT_FALSE(build.empty()) << "no CMakeCache.txt above " << DtrainBin();
   const std::string cache = ReadFile(build + "/CMakeCache.txt");

@@ -53,9 +53,7 @@ class ElasticNetns : public ::testing::Test {
  protected:
   void SetUp() override {
     if (RunCommand("command -v ip && command -v mpirun").exit_code != 0) GTEST_SKIP() << "needs `ip` and `mpirun`";
-    if (!std::ifstream("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").good()) {
-      GTEST_SKIP() << "Fashion-MNIST not installed";
-    }
+    DT_SKIP_WITHOUT_FASHION_MNIST();
     if (geteuid() != 0) GTEST_SKIP() << "needs root: network namespaces";
     ASSERT_TRUE(lock_.held());
     const ProcessResult up = cluster_.Up(3);

@@ -15,8 +15,6 @@ namespace {
 const std::string kMlp = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml";
 const std::string kGpt2Tiny = std::string(DT_SOURCE_DIR) + "/configs/gpt2_tiny.yaml";
 
-bool HaveData() { return std::ifstream("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").good(); }
-
 int Count(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
@@ -45,7 +43,7 @@ TEST(LaunchCheckE2E, ConfigErrorsAreOneMessageBeforeAnyRank) {
 }
 
 TEST(LaunchCheckE2E, DataThatDoesNotFitTheModelIsRejected) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   ExpectRejected(kMlp, "--set model.mlp.input_dim=100", "model.mlp.input_dim 100");
   ExpectRejected(kMlp, "--set model.mlp.num_classes=5", "num_classes is 5");
   ExpectRejected(kMlp, "--set data.batch_size=40000", "no full step fits in an epoch");
@@ -64,7 +62,7 @@ TEST(LaunchCheckE2E, DataThatDoesNotFitTheModelIsRejected) {
 }
 
 TEST(LaunchCheckE2E, DryRunChecksTooAndWarmupLongerThanTheRunIsClippedWithOneWarning) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   const ProcessResult bad =
       RunCommand(DtrainBin() + " launch --dry-run --nproc-per-node 2 " + kMlp + " --set model.mlp.input_dim=100");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;

@@ -20,10 +20,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 const std::string kConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml";
-
-bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
 
 // Pids of live processes whose command line contains `needle` (and, if rank >= 0, whose
 // environment says OMPI_COMM_WORLD_RANK=rank and which are the worker itself, not its rank-exec).
@@ -98,7 +96,7 @@ class BackgroundLaunch {
 // kill -9 of one worker mid-run: the launcher exits non-zero within 10 s, names that rank and its
 // signal, and no process of the job remains.
 TEST(LaunchFailureE2E, KillNineOfOneWorkerIsReportedWithin10sAndNothingRemains) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string run = dir.path() + "/run";
   BackgroundLaunch launch(
@@ -125,7 +123,7 @@ TEST(LaunchFailureE2E, KillNineOfOneWorkerIsReportedWithin10sAndNothingRemains) 
 // An error inside one worker reaches the console with its rank, and the launcher exits with that
 // worker's code (1).
 TEST(LaunchFailureE2E, ErrorInsideOneWorkerReachesTheConsoleWithItsRank) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string run = dir.path() + "/run";
   ProcessResult r =

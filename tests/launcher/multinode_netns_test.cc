@@ -27,7 +27,7 @@ const std::string kSource = DT_SOURCE_DIR;
 const std::string kCluster = kSource + "/scripts/netns_cluster.sh";
 const std::string kAgent = kSource + "/scripts/netns_rsh.sh";
 const std::string kCiConfig = kSource + "/configs/fashion_mnist_mlp_ci.yaml";
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 constexpr int kSkipExit = NetnsCluster::kSkipExit;
 // Parameters of the 784-256-128-10 MLP of the CI config (weights + biases).
 constexpr int64_t kParams = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10;
@@ -54,7 +54,7 @@ class MultinodeNetns : public ::testing::Test {
  protected:
   void SetUp() override {
     if (RunCommand("command -v ip && command -v mpirun").exit_code != 0) GTEST_SKIP() << "needs `ip` and `mpirun`";
-    if (!std::ifstream(kData + "/train-images-idx3-ubyte.gz").good()) GTEST_SKIP() << "Fashion-MNIST not installed";
+    DT_SKIP_WITHOUT_FASHION_MNIST();
     if (geteuid() != 0)
       GTEST_SKIP() << "needs root: network namespaces and veth pairs need CAP_SYS_ADMIN/CAP_NET_ADMIN";
     ASSERT_TRUE(lock_.held()) << "cannot lock /tmp/dtrain-netns-test.lock";

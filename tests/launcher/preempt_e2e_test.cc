@@ -18,10 +18,8 @@
 namespace dtrain::testing {
 namespace {
 
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
-
-bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
 
 // Runs `command` (via sh, exec'ed so the pid is the command's) with output to `log`; once `ready_file`
 // holds a "kind":"train" line, sends `sig`; returns the exit code (-1 on a timeout or a signal death).
@@ -56,7 +54,7 @@ int64_t PreemptedStep(const std::string& log) {
 }
 
 TEST(PreemptE2E, SignalsCheckpointAndExit75ThenTheSameCommandResumes) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string d = dir.path();
   // Many steps (no periodic checkpoints): only the preemption saves.

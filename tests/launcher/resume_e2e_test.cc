@@ -20,14 +20,12 @@
 namespace dtrain::testing {
 namespace {
 
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
 // 40 steps of a 2 x 64 global batch, a progress line every 10 steps, a checkpoint every 20.
 const std::string kCommon =
     " --set train.device=cpu --set train.eval=false --set train.log_every=10 --set train.max_steps=40"
     " --set checkpoint.every_steps=20";
-
-bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
 
 // The `key` field of a metrics line, as written (compared as text: bit-exact runs print the same).
 std::string FieldText(const std::string& line, const std::string& key) {
@@ -41,7 +39,7 @@ std::string LossText(const std::string& line) { return FieldText(line, "loss"); 
 // optimizer state and LR). Then the checkpoint of step 20 resumed by ONE rank with twice the batch:
 // the same global batches, so the parameters agree up to float summation order.
 TEST(ResumeE2E, TwoRanksResumeExactlyAfterAFailureAndAtAnotherWorldSize) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string d = dir.path();
   const std::string launch = DtrainBin() + " launch --nproc-per-node 2 ";
@@ -93,7 +91,7 @@ TEST(ResumeE2E, TwoRanksResumeExactlyAfterAFailureAndAtAnotherWorldSize) {
 // run's LR of a whole step, exactly; the run ends after the same 2 epochs of samples, each sample used once, in the
 // same 128-sample groups as the uninterrupted run's steps.
 TEST(ResumeE2E, PerGpuBatchAtAnotherWorldSizeKeepsTheScheduleAndLengthInSamples) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string d = dir.path();
   const std::string args =
@@ -150,7 +148,7 @@ TEST(ResumeE2E, PerGpuBatchAtAnotherWorldSizeKeepsTheScheduleAndLengthInSamples)
 // is not): the next run skips it with a warning, resumes from step 10 and ends with the parameters of
 // an uninterrupted run. `dtrain ckpt` reports the partial checkpoint, verifies and exports the rest.
 TEST(ResumeE2E, KillDuringASaveLeavesThePreviousCheckpointUsable) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string d = dir.path();
   const std::string args = kCiConfig + kCommon + " --set train.max_steps=30 --set checkpoint.every_steps=10";
@@ -218,7 +216,7 @@ TEST(ResumeE2E, KillDuringASaveLeavesThePreviousCheckpointUsable) {
 // writer thread after an event. A failure after the save of step 20 and a resume end where an
 // uninterrupted CUDA run ends. Tolerance 0: the same kernels on the same inputs in the same order.
 TEST(ResumeE2E, CudaResumeAfterAFailureMatchesAnUninterruptedRun) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the snapshot path under test is the GPU one";
   TempDir dir;
   const std::string d = dir.path();

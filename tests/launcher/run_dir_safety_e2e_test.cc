@@ -20,11 +20,9 @@
 namespace dtrain::testing {
 namespace {
 
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
 const std::string kCommon = " --set train.device=cpu --set train.eval=false --set train.log_every=10";
-
-bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
 
 bool Exists(const std::string& path) {
   struct stat st;
@@ -39,19 +37,8 @@ std::string HolderField(const std::string& line, const std::string& key) {
   return line.substr(p + key.size() + 1, e == std::string::npos ? std::string::npos : e - p - key.size() - 1);
 }
 
-// Polls `pred` every 100 ms for up to `seconds`.
-template <typename Pred>
-bool WaitFor(double seconds, Pred pred) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return pred();
-}
-
 TEST(RunDirLockE2E, SecondConcurrentLaunchExits2NamingTheHolderAndADeadHolderIsTakenOver) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string d = dir.path(), run = d + "/run";
   const std::string job = DtrainBin() + " launch --nproc-per-node 2 " + kCiConfig + kCommon +
@@ -63,10 +50,13 @@ TEST(RunDirLockE2E, SecondConcurrentLaunchExits2NamingTheHolderAndADeadHolderIsT
                  "/a.log 2>&1; echo $? > " + d + "/a.rc) > /dev/null 2>&1 &");
   ASSERT_EQ(bg.exit_code, 0) << bg.output;
   std::string holder;
-  ASSERT_TRUE(WaitFor(120, [&] {
-    holder = ReadFile(run + "/.dtrain.lock");
-    return !holder.empty() || Exists(d + "/a.rc");
-  })) << ReadFile(d + "/a.log");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        holder = ReadFile(run + "/.dtrain.lock");
+        return !holder.empty() || Exists(d + "/a.rc");
+      },
+      120))
+      << ReadFile(d + "/a.log");
   ASSERT_FALSE(holder.empty()) << ReadFile(d + "/a.log");
   const std::string pid = HolderField(holder, "pid");
   ASSERT_FALSE(pid.empty()) << holder;
@@ -84,7 +74,7 @@ TEST(RunDirLockE2E, SecondConcurrentLaunchExits2NamingTheHolderAndADeadHolderIsT
 
   // kill -9 the holder: job A ends (its launcher reports the dead rank), the file still names it.
   ASSERT_EQ(kill(std::stoi(pid), SIGKILL), 0);
-  ASSERT_TRUE(WaitFor(60, [&] { return !ReadFile(d + "/a.rc").empty(); })) << ReadFile(d + "/a.log");
+  ASSERT_TRUE(WaitUntil([&] { return !ReadFile(d + "/a.rc").empty(); }, 60)) << ReadFile(d + "/a.log");
   EXPECT_NE(ReadFile(d + "/a.rc"), "0\n");
   EXPECT_EQ(HolderField(ReadFile(run + "/.dtrain.lock"), "pid"), pid);
 
@@ -97,7 +87,7 @@ TEST(RunDirLockE2E, SecondConcurrentLaunchExits2NamingTheHolderAndADeadHolderIsT
 }
 
 TEST(CheckpointSafetyE2E, ResumeNeverRefusesExistingCheckpointsAndOverwriteMovesThemAside) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string run = dir.path() + "/run", ck = run + "/checkpoints";
   const std::string train = DtrainBin() + " train " + kCiConfig + kCommon + " --set checkpoint.every_steps=10" +
@@ -135,7 +125,7 @@ TEST(CheckpointSafetyE2E, ResumeNeverRefusesExistingCheckpointsAndOverwriteMoves
 }
 
 TEST(CheckpointSafetyE2E, EveryCheckpointCorruptIsRefusedListingEachAndNothingIsDeleted) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string run = dir.path() + "/run", ck = run + "/checkpoints";
   const std::string train =

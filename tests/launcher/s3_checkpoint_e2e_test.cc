@@ -22,7 +22,7 @@
 namespace dtrain::testing {
 namespace {
 
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
 const std::string kBucket = "dtrain-ckpt";
 // 6 steps, a checkpoint every 3. The 784 -> 2048 -> 1024 -> 10 MLP has 3.71M parameters: params.bin and
@@ -33,8 +33,6 @@ const std::string kArgs =
     " --set schedule.warmup_steps=2 --set checkpoint.every_steps=3 --set model.mlp.hidden=[2048,1024]"
     " --set storage.multipart_threshold_mb=8 --set storage.part_size_mb=5";
 constexpr uint64_t kPartSize = 5ull << 20;
-
-bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
 
 const ::testing::Environment* const g_env =
     ::testing::AddGlobalTestEnvironment(new S3ServerEnvironment);  // RGW, once for this binary
@@ -69,7 +67,7 @@ std::string ErrorLine(const std::string& output) {
 class S3CheckpointE2E : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+    DT_SKIP_WITHOUT_FASHION_MNIST();
     DT_REQUIRE_S3_SERVER();
     std::unique_ptr<storage::Storage> root;
     ASSERT_TRUE(storage::Storage::Open("s3://" + kBucket, Options(), &root).ok());

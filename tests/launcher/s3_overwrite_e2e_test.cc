@@ -16,7 +16,7 @@
 namespace dtrain::testing {
 namespace {
 
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
 const std::string kBucket = "dtrain-ckpt";
 const std::string kArgs =
@@ -27,7 +27,7 @@ const ::testing::Environment* const g_env =
     ::testing::AddGlobalTestEnvironment(new S3ServerEnvironment);  // RGW, once for this binary
 
 TEST(S3OverwriteE2E, ResumeNeverIsRefusedAndOverwriteDeletesTheOldCheckpointsFirst) {
-  if (!std::ifstream(kData + "/train-images-idx3-ubyte.gz").good()) GTEST_SKIP() << "Fashion-MNIST not installed";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   DT_REQUIRE_S3_SERVER();
   const storage::StorageOptions o = S3TestOptions();
   ASSERT_TRUE(CreateS3TestBucket(kBucket).ok());

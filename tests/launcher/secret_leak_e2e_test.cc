@@ -24,7 +24,7 @@
 namespace dtrain::testing {
 namespace {
 
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
 const std::string kServer = std::string(DT_SOURCE_DIR) + "/scripts/s3_test_server.sh";
 const std::string kBucket = "dtrain-leak";
@@ -96,9 +96,7 @@ bool IsLoopback(const std::string& addr) {
 }
 
 TEST(SecretLeakE2E, NoSecretInAnyOutputAndNoListenerBeyondLoopback) {
-  if (!std::ifstream(kData + "/train-images-idx3-ubyte.gz").good()) {
-    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
-  }
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string d = dir.path();
   ServerGuard guard;

@@ -23,7 +23,7 @@
 namespace dtrain::testing {
 namespace {
 
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 const std::string kSource = DT_SOURCE_DIR;
 const std::string kCiConfig = kSource + "/configs/fashion_mnist_mlp_ci.yaml";
 // 24 steps of a 2 x 64 global batch, a progress line every 4 steps, no periodic checkpoint: only the
@@ -31,8 +31,6 @@ const std::string kCiConfig = kSource + "/configs/fashion_mnist_mlp_ci.yaml";
 const std::string kArgs = kCiConfig +
                           " --set train.device=cpu --set train.eval=false --set train.max_steps=24"
                           " --set data.batch_size=64 --set train.log_every=4 --set checkpoint.every_steps=0";
-
-bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
 
 // A one-machine cluster under `dir`, stopped (jobs cancelled, daemons ended by pid) by the destructor.
 class SlurmCluster {
@@ -103,7 +101,7 @@ struct Job {
 // with SLURM_RESTART_COUNT=1 that resumes from it and finishes; parameters equal to the uninterrupted
 // `srun --mpi=pmix -n2 dtrain train` run (the same ranks and batches: bit for bit).
 TEST(SlurmE2E, Usr1CheckpointsRequeuesAndResumesBitExact) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string d = dir.path();
   SlurmCluster cluster(d + "/slurm");

@@ -45,9 +45,7 @@ std::string Trim(std::string s) {
 class SlurmElastic : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::ifstream("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").good()) {
-      GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
-    }
+    DT_SKIP_WITHOUT_FASHION_MNIST();
     d_ = dir_.path();
     const ProcessResult up =
         RunCommand("SLURM_TEST_NODES=3 " + kSource + "/scripts/slurm_test_cluster.sh start " + d_ + "/slurm 2");

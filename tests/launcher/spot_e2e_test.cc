@@ -13,7 +13,7 @@
 namespace dtrain::testing {
 namespace {
 
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
 
 // Answers 404 to the first `quiet` polls, then 200 with an AWS spot instance-action body.
@@ -33,9 +33,7 @@ class FakeMetadata {
 };
 
 TEST(SpotE2e, NoticeCheckpointsAndExits75) {
-  if (!std::ifstream(kData + "/train-images-idx3-ubyte.gz").good()) {
-    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
-  }
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string d = dir.path();
   FakeMetadata server(/*quiet=*/5);

@@ -15,7 +15,7 @@
 namespace dtrain::testing {
 namespace {
 
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 const std::string kSource = DT_SOURCE_DIR;
 
 size_t Count(const std::string& text, const std::string& what) {
@@ -25,9 +25,7 @@ size_t Count(const std::string& text, const std::string& what) {
 }
 
 TEST(SpotSimulationE2E, ThreeReclaimsThenTheSameParametersAsAnUninterruptedRun) {
-  if (!std::ifstream(kData + "/train-images-idx3-ubyte.gz").good()) {
-    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
-  }
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string d = dir.path();
   // 720 steps of 2 x 64, a progress line every 2 steps, a checkpoint every 10. Each reclaim lands 0.5 .. 1 s

@@ -14,7 +14,7 @@
 namespace dtrain::testing {
 namespace {
 
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
 
 // The events of one trace file whose "tid" is `tid` (the file is one event per line, as TraceWriter writes it).
@@ -40,9 +40,7 @@ ProcessResult RunTracedMlp(const TempDir& dir, const std::string& extra) {
 }
 
 TEST(TraceE2E, TwoRanksTraceEveryBucketAllReduceAndTheStreamSpans) {
-  if (!std::ifstream(kData + "/train-images-idx3-ubyte.gz").good()) {
-    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
-  }
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   // Buckets of >= 4 KiB from the end of the MLP's gradients: {fc3}, {fc2}, {fc1} (each layer's weight passes
   // the size); steps 3 and 4 traced.
@@ -75,9 +73,7 @@ int64_t IntArg(const std::string& ev, const std::string& key) {
 // ZeRO-1 on the same run: per traced step, reduce-scatter spans covering every gradient element once, then one
 // all-gather of all of them, on every rank.
 TEST(TraceE2E, Zero1TracesEveryReduceScatterAndTheAllGather) {
-  if (!std::ifstream(kData + "/train-images-idx3-ubyte.gz").good()) {
-    GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
-  }
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   ProcessResult r = RunTracedMlp(dir, " --set dist.zero1=true");
   ASSERT_EQ(r.exit_code, 0) << r.output;

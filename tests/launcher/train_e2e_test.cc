@@ -16,15 +16,13 @@
 namespace dtrain::testing {
 namespace {
 
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 const std::string kConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml";
 const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
 
-bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
-
 // The acceptance run of the foundation issue, unscaled: the shipped config, full dataset, 3 epochs, CPU.
 TEST(TrainE2E, FashionMnistMlpReaches85PercentOnCpuWithin3Epochs) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   ProcessResult r =
       RunCommand(DtrainBin() + " train " + kConfig + " --set train.device=cpu --set run.dir=" + dir.path() + "/run");
@@ -49,7 +47,7 @@ struct BadInputCase {
 
 // Every bad input gives a one-line "dtrain: error:" naming the culprit and a non-zero exit, never a crash.
 TEST(TrainE2E, BadInputsGiveOneLineErrorsNamingTheCulprit) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string d = dir.path();
   WriteFile(d + "/malformed.yaml", "model:\n  kind: mlp\n   mlp: [\n");
@@ -90,7 +88,7 @@ TEST(TrainE2E, BadInputsGiveOneLineErrorsNamingTheCulprit) {
 // (with lr 0 one step changes nothing, so its export equals the file bit for bit); a file that does not
 // fit the model is refused with the tensor and both shapes named.
 TEST(TrainE2E, InitFromStartsFromTheGivenWeightsAndRefusesAMismatch) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string d = dir.path();
   const std::string common =
@@ -130,7 +128,7 @@ TEST(TrainE2E, InitFromStartsFromTheGivenWeightsAndRefusesAMismatch) {
 class LaunchEquivalence : public ::testing::TestWithParam<int> {};
 
 TEST_P(LaunchEquivalence, NRanksEndWithTheParametersOfOneRankWithNTimesTheBatch) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   const int n = GetParam();
   TempDir dir;
   const std::string common = " --set train.device=cpu --set train.log_every=10 --set train.max_steps=40";
@@ -175,9 +173,9 @@ INSTANTIATE_TEST_SUITE_P(Ranks, LaunchEquivalence, ::testing::Values(2, 4),
 // worker says so in one error, exit 2, before it waits for any peer (the GPU path rendezvouses over TCP instead).
 TEST(TrainE2E, TorchrunStyleStartOnTheCpuNamesWhatItNeeds) {
   TempDir dir;
-  const ProcessResult r = RunCommand("RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 " +
-                                     DtrainBin() + " train " + kCiConfig + " --set train.device=cpu --set run.dir=" +
-                                     dir.path() + "/run");
+  const ProcessResult r =
+      RunCommand("RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 " + DtrainBin() + " train " +
+                 kCiConfig + " --set train.device=cpu --set run.dir=" + dir.path() + "/run");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("started without a process manager (only torchrun's RANK/WORLD_SIZE are set)"),
             std::string::npos)

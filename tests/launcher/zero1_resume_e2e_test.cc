@@ -21,7 +21,7 @@
 namespace dtrain::testing {
 namespace {
 
-const std::string kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = ::dtrain::testing::kFashionMnistDir;
 const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
 // 40 steps of a 128-sample global batch (2 ranks x 64 or 4 ranks x 32), a checkpoint every 20. Buckets of
 // 0.1 MiB cut ZeRO-1's layout of the MLP's 235146 parameters into two buckets plus the padded tiny one.
@@ -36,8 +36,6 @@ constexpr int64_t kGlobalBatch = 128;
 // (CPU, Open MPI): 1.5e-8 for (a) (20 steps at 4 ranks), 1.6e-7 for (b) (20 steps at 4 ranks, then 20 more
 // from a state that already differs), with |w| <= 0.11. Asserted: 1e-6, as resume_e2e_test.cc for 2 -> 1 ranks.
 constexpr double kTol = 1e-6;
-
-bool HaveData() { return std::ifstream(kData + "/train-images-idx3-ubyte.gz").good(); }
 
 // `dtrain launch` of the CI config at `ranks` CPU ranks (oversubscribed on small machines).
 std::string Launch(int ranks, bool zero1, const std::string& run_dir) {
@@ -126,7 +124,7 @@ void CopyCheckpoint(const std::string& from, int64_t step, const std::string& to
 //     and the resume would (correctly) fall back to step 0 -- not the switch under test here.
 // Same global batch throughout, so the same samples per step; both end within kTol of the reference.
 TEST(Zero1ResumeE2E, ResumesAcrossTheZero1SwitchAndWorldSizeLikeAnUninterruptedRun) {
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  DT_SKIP_WITHOUT_FASHION_MNIST();
   TempDir dir;
   const std::string d = dir.path();
   ProcessResult full = RunCommand(Launch(2, false, d + "/full"));

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -85,16 +86,20 @@ Status Train(const proto::Config& cfg, TrainSummary* summary) {
   return trainer->Run(summary);
 }
 
-// The training loss of every logged step in <run_dir>/metrics.jsonl (log_every 1: one step per record).
-std::map<int64_t, double> Losses(const std::string& run_dir) {
+// `key` ("loss", "grad_norm") of every logged step in <run_dir>/metrics.jsonl (log_every 1: one step per record);
+// steps whose record lacks the key are left out.
+std::map<int64_t, double> Series(const std::string& run_dir, const std::string& key = "loss") {
   std::map<int64_t, double> out;
   std::ifstream in(run_dir + "/metrics.jsonl");
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.value("kind", "") == "train") out[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+    if (j.is_object() && j.value("kind", "") == "train" && j.contains(key)) {
+      out[j.at("step").get<int64_t>()] = j.at(key).get<double>();
+    }
   }
   return out;
 }
+std::map<int64_t, double> Losses(const std::string& run_dir) { return Series(run_dir); }
 
 class TrainerTest : public ::testing::Test {
  protected:
@@ -118,6 +123,10 @@ class TrainerTest : public ::testing::Test {
     full_ = Losses(dir_.File("full"));
     ASSERT_EQ(full_.size(), 32u);
     EXPECT_LT(full_.at(32), full_.at(1));  // it learns
+    // Every record carries the step's global gradient norm (the replicated optimizer computes it every step).
+    full_norms_ = Series(dir_.File("full"), "grad_norm");
+    ASSERT_EQ(full_norms_.size(), 32u);
+    for (const auto& [step, norm] : full_norms_) EXPECT_TRUE(std::isfinite(norm) && norm > 0) << step << ": " << norm;
   }
   // `run`'s losses from `from_step` on and its final weights equal the uninterrupted run's.
   void ExpectSameAsFull(const std::string& run, int64_t from_step) {
@@ -125,6 +134,7 @@ class TrainerTest : public ::testing::Test {
     for (int64_t step = from_step; step <= 32; ++step) {
       ASSERT_EQ(l.count(step), 1u) << run << " step " << step;
       EXPECT_EQ(l.at(step), full_.at(step)) << run << " step " << step;
+      EXPECT_EQ(Series(dir_.File(run), "grad_norm").at(step), full_norms_.at(step)) << run << " step " << step;
     }
     EXPECT_EQ(
         testing::MaxSafetensorsDiff(dir_.File("full") + "/final.safetensors", dir_.File(run) + "/final.safetensors"),
@@ -132,7 +142,7 @@ class TrainerTest : public ::testing::Test {
   }
 
   TempDir dir_;
-  std::map<int64_t, double> full_;
+  std::map<int64_t, double> full_, full_norms_;
 };
 
 TEST_F(TrainerTest, RunsTwoEpochsSavingCheckpointsAndTheFinalWeights) {
