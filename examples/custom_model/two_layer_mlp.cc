@@ -22,13 +22,13 @@
 
 #include "core/check.h"
 #include "core/random.h"
-#include "launcher/cli/cli.h"
-#include "models/model.h"
 #include "kernels/bias.h"
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
 #include "kernels/relu.h"
 #include "kernels/softmax_xent.h"
+#include "launcher/cli/cli.h"
+#include "models/model.h"
 #include "runtime/train/model_factory.h"
 
 namespace {
