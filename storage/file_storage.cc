@@ -347,7 +347,7 @@ TransferPlan FileTransfer(const StorageOptions& /*opts*/) { return {16ull << 20,
 }  // namespace
 
 const Scheme kFileScheme = {
-    "file",       "file:///abs/dir or a path", {/*remote=*/false, /*needs_owner=*/false}, &OpenFileUrl, &FileTransfer,
+    "file",       "file:///abs/dir or a path", {/*remote=*/false, /*needs_owner=*/true}, &OpenFileUrl, &FileTransfer,
     &FileLocalDir};
 
 }  // namespace dtrain::storage

@@ -27,8 +27,10 @@ struct SchemeTraits {
   // Reached over the network, not a directory of this host: a dataset in it is fetched into the local shard cache
   // (data/remote_cache.h) before training, and nothing in it can be read as a local file (LocalDir is false).
   bool remote = false;
-  // No file locks: one job per checkpoint root is kept by an owner object in the store
-  // (runtime/checkpoint/store_owner.h) instead of the run directory's lock.
+  // One job per checkpoint root: rank 0 takes the root's owner (runtime/checkpoint/store_owner.h: a file lock for
+  // a local directory, an owner object with a heartbeat for an object store) before it reads the root. The run
+  // directory's lock does not reach a root given by checkpoint.url. False only for a scheme whose stores cannot be
+  // shared between jobs.
   bool needs_owner = false;
 };
 

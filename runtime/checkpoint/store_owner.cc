@@ -1,7 +1,9 @@
 #include "runtime/checkpoint/store_owner.h"
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -12,6 +14,7 @@
 #include "core/check.h"
 #include "core/clock.h"
 #include "core/logging.h"
+#include "storage/scheme.h"
 
 namespace dtrain::runtime {
 namespace {
@@ -43,12 +46,36 @@ std::string Describe(const std::map<std::string, std::string>& kv, double now) {
          ", last heartbeat " + age + " s ago)";
 }
 
+// True when `kv` names this host and a pid that no longer exists here: its job died (the heartbeat may still be young,
+// e.g. it died because the store was unreachable).
+bool DeadOnThisHost(const std::map<std::string, std::string>& kv) {
+  const auto host = kv.find("host");
+  const auto pid = kv.find("pid");
+  if (host == kv.end() || pid == kv.end() || host->second != HostName()) return false;
+  const std::string& p = pid->second;
+  if (p.empty() || p.size() > 9 || p.find_first_not_of("0123456789") != std::string::npos) return false;
+  return ::kill(static_cast<pid_t>(std::stol(p)), 0) != 0 && errno == ESRCH;
+}
+
 }  // namespace
 
 Status StoreOwner::Acquire(storage::Storage* store, const Options& options, std::unique_ptr<StoreOwner>* out,
                            std::string* note) {
   DT_CHECK_ARG(store != nullptr && out != nullptr, "store and out must be set");
   if (note != nullptr) note->clear();
+  std::string dir;
+  if (options.lock_local_dirs && storage::LocalDir(store->url(), &dir)) {
+    std::unique_ptr<FileLock> lock;
+    DT_RETURN_IF_ERROR(FileLock::Acquire({dir, kKey, "checkpoint.url " + store->url(),
+                                          "give this job another checkpoint.url (two jobs writing one checkpoint "
+                                          "root mix their checkpoints)",
+                                          /*remove_on_release=*/true},
+                                         &lock, note));
+    std::unique_ptr<StoreOwner> owner(new StoreOwner(store, options, ""));  // private constructor
+    owner->lock_ = std::move(lock);
+    *out = std::move(owner);
+    return Status::OK();
+  }
   const std::string where = store->url() + "/" + kKey;
   std::string text;
   Status st = store->Get(kKey, &text);
@@ -57,13 +84,17 @@ Status StoreOwner::Acquire(storage::Storage* store, const Options& options, std:
   if (st.ok()) {
     const auto kv = ParseOwner(text);
     const double beat = kv.count("heartbeat") ? std::atof(kv.at("heartbeat").c_str()) : 0;
-    if (now - beat < options.ttl_s) {
+    const bool dead_here = DeadOnThisHost(kv);
+    if (now - beat < options.ttl_s && !dead_here) {
       return Status::InvalidArgument("checkpoint.url " + store->url() +
                                      " is in use by another job: " + Describe(kv, now) +
                                      ". Two jobs writing one checkpoint root mix their "
                                      "checkpoints: give this one another checkpoint.url, or stop the other");
     }
-    if (note != nullptr) *note = "took over " + where + " from a job that stopped: " + Describe(kv, now);
+    if (note != nullptr) {
+      *note = "took over " + where + " from a job that stopped: " + Describe(kv, now) +
+              (dead_here ? " (that pid no longer exists on this host)" : "");
+    }
   }
   std::random_device rd;
   char token[33];
@@ -91,9 +122,10 @@ Status StoreOwner::Write() {
   return store_->Put(kKey, text.data(), text.size()).WithContext("writing " + store_->url() + "/" + kKey);
 }
 
-bool StoreOwner::Due() const { return WallSeconds() - last_write_ >= options_.ttl_s / 4; }
+bool StoreOwner::Due() const { return lock_ == nullptr && WallSeconds() - last_write_ >= options_.ttl_s / 4; }
 
 Status StoreOwner::Refresh() {
+  if (lock_ != nullptr) return Status::OK();
   std::string text;
   DT_RETURN_IF_ERROR(store_->Get(kKey, &text).WithContext("reading " + store_->url() + "/" + kKey));
   const auto kv = ParseOwner(text);

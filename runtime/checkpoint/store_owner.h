@@ -1,11 +1,17 @@
 #pragma once
-// StoreOwner: one job per object-store checkpoint root. RunLock (run_lock.h) guards a local run directory with a
-// file lock; an object store (a scheme whose traits say needs_owner, storage/scheme.h: s3://) has no locks, and the
-// S3 API offers no compare-and-swap that Ceph RGW (the server dtrain is tested against) honours on PUT. So rank 0
-// keeps an owner object, `<root>/.dtrain-owner`, with a heartbeat, and checks it the way a lease is checked without
-// consensus:
+// StoreOwner: one job per checkpoint root. Rank 0 takes it before the first read of the root (a scheme whose traits
+// say needs_owner, storage/scheme.h), so that a second job pointed at the same root (another run.dir, the same
+// checkpoint.url) is refused at start (InvalidArgument: exit 2) naming the holder, instead of resuming from the
+// first one's in-flight checkpoint and writing the same step directories.
+//
+// A root that is a local directory (file://, a path) is guarded by a FileLock (file_lock.h) on `<root>/.dtrain-owner`:
+// an fcntl lock that the kernel drops when the holder dies, naming host, pid and start time; a clean end removes the
+// file. An object store (s3://) has no locks, and the S3 API offers no compare-and-swap that Ceph RGW (the server
+// dtrain is tested against) honours on PUT. So there rank 0 keeps an owner object, `<root>/.dtrain-owner`, with a
+// heartbeat, and checks it the way a lease is checked without consensus:
 //   1. read it: held by another job with a heartbeat younger than `ttl_s` -> refuse (InvalidArgument: exit 2),
-//      naming the holder (host, pid, start, heartbeat age); older -> take it over, saying whose it was;
+//      naming the holder (host, pid, start, heartbeat age); older, or naming this host and a pid that no longer
+//      exists (a job on this host that died, e.g. in a storage outage) -> take it over, saying whose it was;
 //   2. write ours (a random token, host, pid, start and heartbeat times), wait `settle_s`, read it back: another
 //      token there means a job started at the same moment won the last write -> refuse, naming it;
 //   3. Refresh() rewrites the heartbeat every ttl_s / 4 and stops the job (FailedPrecondition) if it finds another
@@ -20,6 +26,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "runtime/checkpoint/file_lock.h"
 #include "storage/storage.h"
 
 namespace dtrain::runtime {
@@ -30,6 +37,9 @@ class StoreOwner {
   struct Options {
     double ttl_s = 120;   // a heartbeat older than this is a dead holder's
     double settle_s = 1;  // between writing the owner object and reading it back
+    // A store with a local directory is guarded by a file lock; false: by the owner object like an object store
+    // (tests of the object protocol on a file:// store).
+    bool lock_local_dirs = true;
   };
 
   // `store` is borrowed and outlives the owner. *note (optional): whose stale ownership was taken over ("" if none).
@@ -39,16 +49,18 @@ class StoreOwner {
   StoreOwner(const StoreOwner&) = delete;
   StoreOwner& operator=(const StoreOwner&) = delete;
 
-  // True when the heartbeat is due (ttl_s / 4 since the last write).
+  // True when the heartbeat is due (ttl_s / 4 since the last write); never for a file lock.
   bool Due() const;
   // Checks the object is still ours and rewrites its heartbeat. FailedPrecondition naming the other job when it
-  // is not; the store's error when it cannot be read or written.
+  // is not; the store's error when it cannot be read or written. OK at once for a file lock (the kernel keeps it).
   Status Refresh();
 
  private:
   StoreOwner(storage::Storage* store, Options options, std::string token)
       : store_(store), options_(options), token_(std::move(token)) {}
   Status Write();
+
+  std::unique_ptr<FileLock> lock_;  // a local root's lock; then store_ is unused
 
   storage::Storage* store_;
   Options options_;

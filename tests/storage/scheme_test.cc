@@ -37,7 +37,7 @@ TEST(SchemeTest, Traits) {
   EXPECT_TRUE(kS3Scheme.traits.needs_owner);
   EXPECT_EQ(kS3Scheme.local_dir, nullptr);
   EXPECT_FALSE(kFileScheme.traits.remote);
-  EXPECT_FALSE(kFileScheme.traits.needs_owner);
+  EXPECT_TRUE(kFileScheme.traits.needs_owner);  // two jobs with one file:// checkpoint.url: the second is refused
   EXPECT_NE(kFileScheme.local_dir, nullptr);
 }
 

@@ -1,9 +1,13 @@
-// StoreOwner on a real file:// store: a live owner refuses a second job, a stale one is taken over, a take-over
-// stops the first job at its next refresh, and a clean end leaves no owner object.
+// StoreOwner on a real file:// store. The object protocol (as for s3://, run on a file:// store): a live owner
+// refuses a second job, a stale one is taken over, as is a fresh one whose pid no longer exists on this host, a
+// take-over stops the first job at its next refresh, and a clean end leaves no owner object. A local root's file
+// lock: a second job is refused naming the holder's pid, a clean end removes the lock file.
 
 #include "runtime/checkpoint/store_owner.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <memory>
@@ -30,7 +34,23 @@ double Now() { return std::chrono::duration<double>(std::chrono::system_clock::n
 StoreOwner::Options Fast() {
   StoreOwner::Options o;
   o.settle_s = 0.01;
+  o.lock_local_dirs = false;  // the object protocol of s3:// roots
   return o;
+}
+
+std::string Host() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+// A pid that is certainly gone: a child that has exited and been reaped.
+pid_t DeadPid() {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return pid;
 }
 
 TEST(StoreOwner, ALiveOwnerRefusesASecondJobNamingIt) {
@@ -73,6 +93,52 @@ TEST(StoreOwner, ATakeOverStopsTheFirstJobAtItsNextRefresh) {
   std::string text;
   ASSERT_TRUE(store->Get(StoreOwner::kKey, &text).ok());
   EXPECT_NE(text.find("token=intruder"), std::string::npos);
+}
+
+// After an S3 outage killed the job, its rerun on the same host found the dead job's owner object with a fresh
+// heartbeat and was refused for ttl_s as "in use" by a pid that no longer exists.
+TEST(StoreOwner, AFreshOwnerWhosePidIsGoneFromThisHostIsTakenOverAtOnce) {
+  testing::TempDir dir;
+  auto store = Open(dir.path());
+  const std::string dead = std::to_string(DeadPid());
+  const std::string text =
+      "token=crashed\nhost=" + Host() + "\npid=" + dead + "\nstarted=1\nheartbeat=" + std::to_string(Now() - 5) + "\n";
+  ASSERT_TRUE(store->Put(StoreOwner::kKey, text.data(), text.size()).ok());
+  std::unique_ptr<StoreOwner> owner;
+  std::string note;
+  const Status st = StoreOwner::Acquire(store.get(), Fast(), &owner, &note);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_NE(note.find("pid " + dead), std::string::npos) << note;
+  EXPECT_NE(note.find("no longer exists on this host"), std::string::npos) << note;
+
+  // A live pid of this host (ours) with a fresh heartbeat is still a live job.
+  std::unique_ptr<StoreOwner> second;
+  EXPECT_EQ(StoreOwner::Acquire(store.get(), Fast(), &second).code(), Status::Code::kInvalidArgument);
+}
+
+// Two jobs with different run dirs and one file:// checkpoint.url: the second is refused naming the first.
+TEST(StoreOwner, ALocalRootIsLockedAndASecondJobIsRefusedNamingTheHolder) {
+  testing::TempDir dir;
+  auto store = Open("file://" + dir.path());
+  std::unique_ptr<StoreOwner> first, second;
+  StoreOwner::Options o;  // the defaults: a file lock for a local root
+  ASSERT_TRUE(StoreOwner::Acquire(store.get(), o, &first).ok());
+  EXPECT_FALSE(first->Due());  // no heartbeat to write
+  EXPECT_TRUE(first->Refresh().ok());
+  const std::string lock = dir.path() + "/" + StoreOwner::kKey;
+  EXPECT_NE(testing::ReadFile(lock).find("pid=" + std::to_string(getpid())), std::string::npos);
+
+  const Status st = StoreOwner::Acquire(store.get(), o, &second);
+  ASSERT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("checkpoint.url file://" + dir.path() + " is in use by another dtrain job"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("pid=" + std::to_string(getpid())), std::string::npos) << st.message();
+  EXPECT_EQ(second, nullptr);
+
+  first.reset();  // a clean end removes the lock file
+  EXPECT_NE(access(lock.c_str(), F_OK), 0);
+  ASSERT_TRUE(StoreOwner::Acquire(store.get(), o, &second).ok());
 }
 
 }  // namespace
