@@ -192,6 +192,33 @@ Status Trainer::Setup() {
   DT_RETURN_IF_ERROR(Tensor::Empty({1, 1}, DType::kF32, ctx_.allocator(), &loss_acc_));
   DT_RETURN_IF_ERROR(loss_acc_.SetZero(ctx_.stream()));
 
+  // What to resume from is decided (and restored) before anything is written to run.dir: a refused start writes
+  // nothing there.
+  CheckpointParts parts;
+  parts.cfg = &cfg_;
+  parts.ctx = &ctx_;
+  parts.env = &env_;
+  parts.host_comm = host_comm_;
+  parts.model = model_.get();
+  parts.updater = updater_.get();
+  parts.data = data_.get();
+  parts.schedule = schedule_.get();
+  parts.fault = &fault_;
+  parts.step_lr = [this](int64_t step) { return StepLr(step); };
+  ResumePoint at;
+  DT_RETURN_IF_ERROR(CheckpointCoordinator::Open(parts, &checkpoints_, &at));
+  if (at.reinit_state) {
+    DT_RETURN_IF_ERROR(model_->InitParams(cfg_.train().seed()));
+    if (!cfg_.model().init_from().empty()) DT_RETURN_IF_ERROR(ImportParams(cfg_.model().init_from()));
+    DT_RETURN_IF_ERROR(updater_->ResetState());
+  }
+  start_step_ = last_step_ = at.step;
+  samples_seen_ = at.samples_seen;
+  total_steps_ = EndStep();
+  DT_LOG_INFO(kRuntime, "model {}: {} parameters in {} tensors; {} steps, global batch {}", cfg_.model().kind(),
+              model_->params().numel(), model_->param_infos().size(), total_steps_, d.batch_size() * accum * world_);
+  if (AlreadyDone()) return Status::OK();  // Run() says so; a finished run started again writes nothing
+
   if (rank_ == 0) {
     DT_RETURN_IF_ERROR(MakeDirs(cfg_.run().dir()));
     std::ofstream(cfg_.run().dir() + "/config.yaml") << ConfigToYaml(cfg_);
@@ -208,10 +235,7 @@ Status Trainer::Setup() {
     DT_RETURN_IF_ERROR(TraceWriter::Create(TraceFilePath(cfg_.run().dir(), rank_), rank_, &trace_));
     device_trace_ = std::make_unique<DeviceTrace>(trace_.get(), ctx_);
   }
-  DT_RETURN_IF_ERROR(SetupCheckpoint());
-  total_steps_ = EndStep();
-  DT_LOG_INFO(kRuntime, "model {}: {} parameters in {} tensors; {} steps, global batch {}", cfg_.model().kind(),
-              model_->params().numel(), model_->param_infos().size(), total_steps_, d.batch_size() * accum * world_);
+  if (checkpoints_) DT_RETURN_IF_ERROR(checkpoints_->Start(reporter_.get()));
   return reporter_->SetPlan(start_step_, total_steps_);
 }
 
@@ -327,8 +351,7 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
   DT_RETURN_IF_ERROR(phases_->Take(&phase_ms, &timed_steps));
   double comm_ms = 0;  // exposed (non-overlapped) gradient communication per step
   DT_RETURN_IF_ERROR(updater_->TakeExposedCommMs(&comm_ms));
-  const double ckpt_s = ckpt_stall_s_;
-  ckpt_stall_s_ = 0;
+  const double ckpt_s = checkpoints_ ? checkpoints_->TakeStallSeconds() : 0.0;
   // Peak device memory of the interval's steps (the caching allocator's high-water mark; 0 on the CPU).
   double peak_mib = 0;
   if (CudaCachingAllocator* a = ctx_.device_allocator()) {
@@ -371,7 +394,7 @@ Status Trainer::LogProgress(int64_t epoch, int64_t step, double interval_start, 
 }
 
 Status Trainer::Run(TrainSummary* summary) {
-  if (start_step_ >= total_steps_ && start_step_ > 0) {
+  if (AlreadyDone()) {
     // A finished run started again: nothing to train, nothing to re-evaluate or re-export, no new attempt on record.
     *summary = TrainSummary();
     summary->steps = start_step_;
@@ -422,7 +445,6 @@ Status Trainer::RunLoop(TrainSummary* summary) {
   const int64_t global_batch = cfg_.data().batch_size() * accum * world_;
   *summary = TrainSummary();
   summary->eval_loss = summary->eval_accuracy = std::numeric_limits<double>::quiet_NaN();
-  const auto& ck = cfg_.checkpoint();
   int64_t step = start_step_, last_eval_step = -1;
   int64_t epoch = data_->Position().epoch;
   double train_seconds = 0, t_interval = MonotonicSeconds(), data_s = 0;
@@ -460,7 +482,6 @@ Status Trainer::RunLoop(TrainSummary* summary) {
       }
     }
     reporter_->Tick(step);
-    if (store_owner_ && store_owner_->Due()) DT_RETURN_IF_ERROR(store_owner_->Refresh());  // the root's heartbeat
     const data::SamplerState next = data_->Position();
     const bool epoch_end = next.epoch != epoch || !data_->StepFits(next);
     if (step % log_every == 0 || step == total_steps_ || epoch_end) {
@@ -471,25 +492,12 @@ Status Trainer::RunLoop(TrainSummary* summary) {
       data_s = 0;
       interval_steps = 0;
     }
-    if (ckpt_ == nullptr) continue;
-    if (ck.every_steps() > 0 && step % ck.every_steps() == 0) reporter_->ClearBar();  // the save logs a line
-    // A signal during the last step changes nothing: the end-of-training save and exit 0 follow.
-    std::string stop_why;
-    if (step < total_steps_) DT_RETURN_IF_ERROR(AgreePreempted(step, &stop_why));
-    if (!stop_why.empty()) {
-      DT_RETURN_IF_ERROR(SaveCheckpoint(step, next, /*sync=*/true));
-      // Peers wait until rank 0's checkpoint is durable: a rank exiting early makes mpirun end the job.
-      if (host_comm_ != nullptr && world_ > 1) DT_RETURN_IF_ERROR(host_comm_->Barrier());
-      return Status::Preempted(stop_why + ": checkpoint of step " + std::to_string(step) + " saved in " + ckpt_->url() +
-                               "; run the same command again to resume");
-    }
-    if ((ck.every_steps() > 0 && step % ck.every_steps() == 0) || (ck.at_end() && step == total_steps_)) {
-      DT_RETURN_IF_ERROR(SaveCheckpoint(step, next, /*sync=*/!ck.async()));
-    }
+    // Saves, the store's heartbeat, the preemption agreement (Status::Preempted once saved).
+    if (checkpoints_) DT_RETURN_IF_ERROR(checkpoints_->AfterStep({step, total_steps_, next, samples_seen_}));
   }
   reporter_->ClearBar();
   if (last_eval_step != step) DT_RETURN_IF_ERROR(evaluate(std::min(epoch, cfg_.train().epochs() - 1)));
-  if (writer_) DT_RETURN_IF_ERROR(writer_->Wait());  // the last asynchronous save is durable (or its error)
+  if (checkpoints_) DT_RETURN_IF_ERROR(checkpoints_->Finish());  // the last asynchronous save is durable
   summary->steps = step;
   summary->samples = samples_seen_;
   summary->seconds = train_seconds;

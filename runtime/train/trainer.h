@@ -13,19 +13,18 @@
 // synchronizes with the device only at log points and evaluation. Time blocked on input is logged
 // per step, and a warning names the cause when it exceeds 5% of the step.
 //
-// Rank 0 writes <run.dir>/config.yaml and at the end the trained parameters to <run.dir>/final.safetensors. What the
-// run reports (progress line, metrics.jsonl, TensorBoard, Prometheus, GPU alarms, the live bar) goes through its
-// RunReporter (runtime/train/run_reporter.h): one IntervalRecord per log interval.
+// Rank 0 writes <run.dir>/config.yaml (once the start is decided) and at the end the trained parameters to
+// <run.dir>/final.safetensors. What the run reports (progress line, metrics.jsonl, TensorBoard, Prometheus, GPU alarms,
+// the live bar) goes through its RunReporter (runtime/train/run_reporter.h): one IntervalRecord per log interval.
 //
-// Checkpoints (runtime/checkpoint/checkpoint.h, config `checkpoint`): every rank restores the newest valid
-// checkpoint in Create() (resume "auto") and continues at its step, optimizer state and data position
-// (epoch, global samples consumed), so the sample sequence and the updates are those of an
-// uninterrupted run, also at another world size with the same global batch. Every `every_steps` steps
-// and at the end, rank 0 snapshots params and optimizer state into pinned host memory (D2H on the
-// compute stream + an event) and a CheckpointWriter thread writes them while training continues; the
-// trainer's stall (waiting for the previous save + the snapshot) is logged and written to metrics.
-// Preemption (runtime/checkpoint/preemption.h): the ranks agree on the signal flag after every step, save
-// synchronously and Run() returns Status::Preempted (exit 75).
+// Checkpoints (config `checkpoint`) go through a CheckpointCoordinator (runtime/train/checkpoint_coordinator.h):
+// every rank restores the checkpoint PlanResume picks in Create() (resume "auto": the newest valid one) and continues
+// at its step, optimizer state and data position (epoch, global samples consumed), so the sample sequence and the
+// updates are those of an uninterrupted run, also at another world size with the same global batch. After every step
+// the coordinator saves (every `every_steps` steps and at the end, in the background) and handles a preemption
+// request (the ranks agree, save synchronously, Run() returns Status::Preempted: exit 75).
+// Create() decides before it writes: a refused start (checkpoint.resume refused, every checkpoint corrupt) and a
+// finished run started again write nothing to run.dir (no config.yaml, metrics.jsonl, TensorBoard or trace files).
 // Distributed: `grad_comm` (NCCL on GPU, MPI on CPU) reduces gradients; `host_comm` (MPI) reduces
 // the few host scalars (loss, accuracy). Both null for a single process. Not thread-safe.
 
@@ -40,25 +39,17 @@
 #include "core/device_context.h"
 #include "models/model.h"
 #include "proto/config.pb.h"
-#include "runtime/checkpoint/checkpoint.h"
-#include "runtime/checkpoint/checkpoint_writer.h"
 #include "runtime/checkpoint/fault_injection.h"
 #include "runtime/checkpoint/run_lock.h"
-#include "runtime/checkpoint/snapshot_pool.h"
-#include "runtime/checkpoint/store_owner.h"
 #include "runtime/observe/device_trace.h"
 #include "runtime/observe/phase_timer.h"
 #include "runtime/observe/trace.h"
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/optim/parameter_updater.h"
+#include "runtime/train/checkpoint_coordinator.h"
 #include "runtime/train/data_source.h"
-#include "runtime/train/restore_sink.h"
 #include "runtime/train/run_reporter.h"
 #include "runtime/train/step_graph.h"
-
-namespace dtrain {
-class CudaEvent;
-}  // namespace dtrain
 
 namespace dtrain::runtime {
 
@@ -82,13 +73,18 @@ class Trainer {
   ~Trainer();
   // Optional: arms `wd` around every section that may block on peers (each step, each progress sync,
   // each evaluation), so a hung collective is reported instead of waited on. Borrowed; outlives the trainer.
-  void set_watchdog(comm::Watchdog* wd) { watchdog_ = wd; }
+  void set_watchdog(comm::Watchdog* wd) {
+    watchdog_ = wd;
+    if (checkpoints_) checkpoints_->set_watchdog(wd);
+  }
   Status Run(TrainSummary* summary);
 
  private:
-  Trainer(const proto::Config& cfg, DeviceContext& ctx);  // out of line: CudaEvent is incomplete here
+  Trainer(const proto::Config& cfg, DeviceContext& ctx);
   Status Setup();
   Status RunLoop(TrainSummary* summary);  // Run() without the start/end metrics records
+  // The run had finished before this start (resumed at or past its end step): nothing to train or write.
+  bool AlreadyDone() const { return start_step_ > 0 && start_step_ >= total_steps_; }
   Status TrainStep(int64_t step, double* data_seconds);
   // TrainStep through the step's CUDA graphs (step_graph_): take the micro-batches, replay (or capture).
   Status GraphedStep(int64_t step, double* data_seconds);
@@ -115,22 +111,6 @@ class Trainer {
   // Sums `values` across ranks (no-op for one process).
   Status AllReduceHost(std::vector<double>* values, comm::ReduceOp op = comm::ReduceOp::kSum);
 
-  // Checkpointing (runtime/train/checkpoint_trainer.cc).
-  Status SetupCheckpoint();
-  // From a loaded checkpoint whose files are in the state already (sink.in_place()) or in `sink`'s host buffers.
-  Status Restore(const LoadedCheckpoint& ck, RestoreSink& sink);
-  // Saves the state after `step` steps, the data position being (epoch, cursor). Rank 0 writes; other
-  // ranks return at once. `sync` waits until the checkpoint is durable.
-  Status SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool sync);
-  // Rank 0: starts allocating the snapshot buffers in the background (SnapshotPool), at setup after the restore.
-  void StartSnapshotPool();
-  // Fills snapshot_ for `sources`: from the pool (waiting for it: *alloc_wait_s), else allocated now.
-  Status TakeSnapshotBuffers(const std::vector<std::pair<std::string, const Tensor*>>& sources, double* alloc_wait_s);
-  // Why every rank stops after `step` ("" = it does not): any rank received a preemption signal or, with
-  // run.gpu_idle_exit, found its GPU idle (a MAX all-reduce, so the ranks agree).
-  Status AgreePreempted(int64_t step, std::string* why);
-  proto::CheckpointManifest BuildManifest(int64_t step, const data::SamplerState& pos) const;
-
   proto::Config cfg_;
   DeviceContext& ctx_;
   comm::Communicator* grad_comm_ = nullptr;
@@ -153,7 +133,6 @@ class Trainer {
   int64_t total_steps_ = 0;  // this attempt ends after this step (EndStep())
   std::unique_ptr<PhaseTimer> phases_;
   std::unique_ptr<StepGraph> step_graph_;  // null when steps cannot be graphed (StepGraph::Blocker)
-  double ckpt_stall_s_ = 0;                // checkpoint stall since the last progress line
 
   Tensor loss_acc_;  // [1,1] += mean loss of each micro-batch / accum (Model::AddMeanLoss, on the device)
 
@@ -162,16 +141,10 @@ class Trainer {
   int64_t last_step_ = 0;     // optimizer steps done so far
   int64_t samples_seen_ = 0;  // global training samples of those steps (the batch may have changed at a resume)
   double last_lr_ = 0;        // the LR of the last step (StepLr)
-  std::unique_ptr<RunLock> run_lock_;                     // rank 0: run.dir is this job's
-  std::unique_ptr<CheckpointManager> ckpt_;               // null when checkpointing is off
-  std::unique_ptr<StoreOwner> store_owner_;               // rank 0, s3:// checkpoint roots (borrows ckpt_'s store)
-  std::vector<std::pair<std::string, Tensor>> snapshot_;  // rank 0: pinned host copies, file name -> data
-  std::unique_ptr<SnapshotPool> snapshot_pool_;           // rank 0: allocates snapshot_ in the background
-  bool snapshot_checked_ = false;                         // snapshot_ checked against the first save's layout
-#if DT_HAVE_CUDA
-  std::unique_ptr<CudaEvent> snapshot_done_;
-#endif
-  std::unique_ptr<CheckpointWriter> writer_;  // last: destroyed (joined) before the snapshot it reads
+  std::unique_ptr<RunLock> run_lock_;  // rank 0: run.dir is this job's
+  // Resume, saves, preemption; null when checkpointing is off. Last: it borrows the parts above and its writer
+  // thread is joined first.
+  std::unique_ptr<CheckpointCoordinator> checkpoints_;
 };
 
 }  // namespace dtrain::runtime

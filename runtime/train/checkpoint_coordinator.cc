@@ -1,4 +1,5 @@
-// The trainer's checkpoint glue (runtime/train/trainer.h): resume in Setup(), async save, preemption.
+#include "runtime/train/checkpoint_coordinator.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -13,7 +14,7 @@
 #include "runtime/checkpoint/resume_plan.h"
 #include "runtime/checkpoint/store_owner.h"
 #include "runtime/config/config.h"
-#include "runtime/train/trainer.h"
+#include "runtime/observe/metrics.h"
 #include "storage/config_options.h"
 #include "storage/probe.h"
 #include "storage/scheme.h"
@@ -44,24 +45,43 @@ bool IsStepNumber(const std::string& s) {
 
 }  // namespace
 
-Status Trainer::SetupCheckpoint() {
-  const auto& ck = cfg_.checkpoint();
+CheckpointCoordinator::CheckpointCoordinator(const CheckpointParts& parts)
+    : parts_(parts), rank_(parts.env->rank), world_(parts.env->world_size) {}
+CheckpointCoordinator::~CheckpointCoordinator() = default;
+
+Status CheckpointCoordinator::Open(const CheckpointParts& parts, std::unique_ptr<CheckpointCoordinator>* out,
+                                   ResumePoint* at) {
+  out->reset();
+  *at = ResumePoint();
+  const auto& ck = parts.cfg->checkpoint();
   if (!ck.enabled()) return Status::OK();
-  const std::string& resume = ck.resume();
-  if (resume != "auto" && resume != "never" && !IsStepNumber(resume)) {
-    return Status::InvalidArgument("checkpoint.resume: expected auto, never or a step number, got '" + resume + "'");
+  if (ck.resume() != "auto" && ck.resume() != "never" && !IsStepNumber(ck.resume())) {
+    return Status::InvalidArgument("checkpoint.resume: expected auto, never or a step number, got '" + ck.resume() +
+                                   "'");
   }
-  const std::string url = ck.url().empty() ? cfg_.run().dir() + "/checkpoints" : ck.url();
+  std::unique_ptr<CheckpointCoordinator> c(new CheckpointCoordinator(parts));  // private constructor
+  DT_RETURN_IF_ERROR(c->OpenStore());
+  DT_RETURN_IF_ERROR(c->Resume(at));
+  *out = std::move(c);
+  return Status::OK();
+}
+
+Status CheckpointCoordinator::OpenStore() {
+  const proto::Config& cfg = *parts_.cfg;
+  const auto& ck = cfg.checkpoint();
+  const std::string url = ck.url().empty() ? cfg.run().dir() + "/checkpoints" : ck.url();
   CheckpointOptions o;
   o.keep_last = ck.keep_last();
   o.keep_every = ck.keep_every();
-  o.at_phase = [this](CheckpointPhase phase, int64_t step) { return fault_.AtCheckpointWrite(rank_, step, phase); };
-  const storage::StorageOptions so = storage::OptionsFromConfig(cfg_.storage());
+  o.at_phase = [fault = parts_.fault, rank = rank_](CheckpointPhase phase, int64_t step) {
+    return fault->AtCheckpointWrite(rank, step, phase);
+  };
+  const storage::StorageOptions so = storage::OptionsFromConfig(cfg.storage());
   const storage::Scheme* scheme = nullptr;
   DT_RETURN_IF_ERROR(storage::FindScheme(url, &scheme).WithContext("checkpoint.url"));
-  const storage::TransferPlan transfer = scheme->transfer(so);  // s3: ranged GETs of part_size, parallel_parts at once
-  o.restore_chunk_bytes = transfer.chunk_bytes;
-  o.restore_threads = transfer.parallelism;
+  transfer_ = scheme->transfer(so);  // s3: ranged GETs of part_size, parallel_parts at once
+  o.restore_chunk_bytes = transfer_.chunk_bytes;
+  o.restore_threads = transfer_.parallelism;
   DT_RETURN_IF_ERROR(CheckpointManager::Open(url, so, o, &ckpt_));
   // Storage preflight before the first step, not at the first save: rank 0 writes, reads back and deletes a probe
   // object (bucket, credentials, write access), and every rank learns the verdict.
@@ -80,24 +100,31 @@ Status Trainer::SetupCheckpoint() {
     return Status::FailedPrecondition("the checkpoint storage preflight failed on rank 0: " + url);
   Preemption::InstallHandlers();
   if (rank_ == 0) writer_ = std::make_unique<CheckpointWriter>();
+  return Status::OK();
+}
 
+Status CheckpointCoordinator::Resume(ResumePoint* at) {
+  const auto& ck = parts_.cfg->checkpoint();
+  const std::string& url = ckpt_->url();
+  DeviceContext& ctx = *parts_.ctx;
+  models::Model& model = *parts_.model;
   // Every rank reads the store itself (a shared file system or object storage); they must agree. The files go
   // straight into the parameters and the optimizer state (this rank's shards under ZeRO-1) chunk by chunk as they
   // are read: on a GPU through a few pinned staging buffers, on the CPU into the tensors themselves
   // (runtime/train/restore_sink.h).
   const double restore_t0 = MonotonicSeconds();
   // Sync point: the state's initialisation (queued on the compute stream) is done before the sink writes into it.
-  DT_RETURN_IF_ERROR(ctx_.Synchronize());
-  const int64_t numel = model_->params().numel();
+  DT_RETURN_IF_ERROR(ctx.Synchronize());
+  const int64_t numel = model.params().numel();
   std::vector<StateSlice> slices;
-  updater_->StateSlices(&slices);
-  slices.push_back({"params.bin", numel, 0, numel, &model_->params(), 0});
+  parts_.updater->StateSlices(&slices);
+  slices.push_back({"params.bin", numel, 0, numel, &model.params(), 0});
   std::unique_ptr<RestoreSink> sink;
-  DT_RETURN_IF_ERROR(RestoreSink::Create(std::move(slices), ctx_.is_cuda() ? ctx_.device_index() : -1,
-                                         ctx_.pinned_allocator(), o.restore_chunk_bytes,
-                                         static_cast<size_t>(o.restore_threads) + 2, &sink));
+  DT_RETURN_IF_ERROR(RestoreSink::Create(std::move(slices), ctx.is_cuda() ? ctx.device_index() : -1,
+                                         ctx.pinned_allocator(), transfer_.chunk_bytes,
+                                         static_cast<size_t>(transfer_.parallelism) + 2, &sink));
   ResumePlan plan;
-  const Status planned = PlanResume(ckpt_.get(), {resume, ck.overwrite(), rank_ == 0, sink.get()}, &plan);
+  const Status planned = PlanResume(ckpt_.get(), {ck.resume(), ck.overwrite(), rank_ == 0, sink.get()}, &plan);
   DT_RETURN_IF_ERROR(sink->Finish());  // the copies of every load tried, failed ones too
   DT_RETURN_IF_ERROR(planned);
   // Rank 0's snapshot buffers for the saves, allocated in the background from here on (not during the reads: the
@@ -123,15 +150,13 @@ Status Trainer::SetupCheckpoint() {
       DT_LOG_WARN(kRuntime,
                   "a checkpoint that failed to load had been copied in part: parameters initialised again, optimizer "
                   "state reset");
-      DT_RETURN_IF_ERROR(model_->InitParams(cfg_.train().seed()));
-      if (!cfg_.model().init_from().empty()) DT_RETURN_IF_ERROR(ImportParams(cfg_.model().init_from()));
-      DT_RETURN_IF_ERROR(updater_->ResetState());
+      at->reinit_state = true;
     }
     if (rank_ == 0) DT_LOG_INFO(kRuntime, "no checkpoint in {}: starting from step 0 (run {})", url, plan.run_id);
     return Status::OK();
   }
   const double copy_t0 = MonotonicSeconds();
-  DT_RETURN_IF_ERROR(Restore(loaded, *sink));
+  DT_RETURN_IF_ERROR(Restore(loaded, *sink, at));
   const double copy_s = MonotonicSeconds() - copy_t0;
   if (rank_ == 0) {
     // Restore time: list + manifest + every file read in chunks and CRC-checked (copied into the state meanwhile),
@@ -144,24 +169,36 @@ Status Trainer::SetupCheckpoint() {
                 "the parameters and optimizer state meanwhile), the rest copied in {:.3f} s",
                 url, loaded.dir, bytes / 1048576.0, restore_s, bytes / 1048576.0 / std::max(restore_s, 1e-9), read_s,
                 copy_s);
-    DT_RETURN_IF_ERROR(reporter_->Write(JsonLine()
-                                            .Add("kind", std::string("restore"))
-                                            .Add("step", loaded.manifest.step())
-                                            .Add("time", WallSeconds())
-                                            .Add("restore_s", restore_s)
-                                            .Add("read_s", read_s)
-                                            .Add("copy_s", copy_s)
-                                            .Add("bytes", static_cast<int64_t>(bytes))));
-    const std::string counts = RestartCounts(env_);
+    // Written by Start, once the run's reporter exists (nothing is written to run.dir before the decisions).
+    restore_record_ = std::make_unique<JsonLine>();
+    restore_record_->Add("kind", std::string("restore"))
+        .Add("step", loaded.manifest.step())
+        .Add("time", WallSeconds())
+        .Add("restore_s", restore_s)
+        .Add("read_s", read_s)
+        .Add("copy_s", copy_s)
+        .Add("bytes", static_cast<int64_t>(bytes));
+    const std::string counts = RestartCounts(*parts_.env);
     DT_LOG_INFO(kRuntime,
                 "resumed from {}/{}: step {}, epoch {}, {} samples into the epoch (saved by {} rank(s), now {}){}", url,
-                loaded.dir, start_step_, loaded.manifest.data().epoch() + 1, loaded.manifest.data().samples_in_epoch(),
+                loaded.dir, at->step, loaded.manifest.data().epoch() + 1, loaded.manifest.data().samples_in_epoch(),
                 loaded.manifest.world_size(), world_, counts.empty() ? "" : "; " + counts);
   }
   return Status::OK();
 }
 
-Status Trainer::Restore(const LoadedCheckpoint& ck, RestoreSink& sink) {
+Status CheckpointCoordinator::Start(RunReporter* reporter) {
+  reporter_ = reporter;
+  if (!restore_record_) return Status::OK();
+  const Status st = reporter_->Write(*restore_record_);
+  restore_record_.reset();
+  return st;
+}
+
+Status CheckpointCoordinator::Restore(const LoadedCheckpoint& ck, RestoreSink& sink, ResumePoint* at) {
+  const proto::Config& cfg = *parts_.cfg;
+  DeviceContext& ctx = *parts_.ctx;
+  models::Model& model = *parts_.model;
   const proto::CheckpointManifest& m = ck.manifest;
   const std::map<std::string, Tensor> files = sink.Files();
   auto copy_in = [&](const std::string& name, Tensor* dst) -> Status {
@@ -172,70 +209,78 @@ Status Trainer::Restore(const LoadedCheckpoint& ck, RestoreSink& sink) {
                                      " values but this model has " + std::to_string(dst->numel()) +
                                      ": the checkpoint belongs to another model (its config is in the manifest)");
     }
-    return dst->CopyFrom(it->second, ctx_.stream());
+    return dst->CopyFrom(it->second, ctx.stream());
   };
-  if (sink.in_place().count("params.bin") == 0) DT_RETURN_IF_ERROR(copy_in("params.bin", &model_->params()));
+  if (sink.in_place().count("params.bin") == 0) DT_RETURN_IF_ERROR(copy_in("params.bin", &model.params()));
   // The optimizer state (saved full, by any strategy at any world size; in place unless it did not fit), its update
   // count and the loss scaler.
-  DT_RETURN_IF_ERROR(updater_->RestoreState(m, files, ck.dir, sink.in_place()));
-  for (auto& [name, tensor] : model_->buffers()) DT_RETURN_IF_ERROR(copy_in("buffer." + name + ".bin", tensor));
-  DT_RETURN_IF_ERROR(ctx_.Synchronize());  // the copies out of the sink's host buffers are done before it goes
+  DT_RETURN_IF_ERROR(parts_.updater->RestoreState(m, files, ck.dir, sink.in_place()));
+  for (auto& [name, tensor] : model.buffers()) DT_RETURN_IF_ERROR(copy_in("buffer." + name + ".bin", tensor));
+  DT_RETURN_IF_ERROR(ctx.Synchronize());  // the copies out of the sink's host buffers are done before it goes
   // The data position is global (seed, epoch, samples consumed in the epoch): the sampler continues
   // with exactly the samples not yet consumed, also at another world size or batch size.
   const auto& d = m.data();
-  const int64_t global_batch = cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_;
+  const int64_t global_batch = cfg.data().batch_size() * cfg.train().grad_accum_steps() * world_;
   if (rank_ == 0 && d.global_batch() != global_batch) {
     DT_LOG_WARN(kRuntime, "{}: global batch was {}, now {}: steps group samples differently than the saved run", ck.dir,
                 d.global_batch(), global_batch);
   }
-  if (rank_ == 0 && (d.seed() != cfg_.train().seed() || d.shuffle() != cfg_.data().shuffle())) {
+  if (rank_ == 0 && (d.seed() != cfg.train().seed() || d.shuffle() != cfg.data().shuffle())) {
     DT_LOG_WARN(kRuntime, "{}: saved with train.seed={} data.shuffle={}, now {} {}: the sample order differs", ck.dir,
-                d.seed(), d.shuffle(), cfg_.train().seed(), cfg_.data().shuffle());
+                d.seed(), d.shuffle(), cfg.train().seed(), cfg.data().shuffle());
   }
-  DT_RETURN_IF_ERROR(data_->Restore({cfg_.train().seed(), d.epoch(), d.samples_in_epoch()}).WithContext(ck.dir));
-  start_step_ = last_step_ = m.step();
-  samples_seen_ = d.samples_consumed();
+  DT_RETURN_IF_ERROR(parts_.data->Restore({cfg.train().seed(), d.epoch(), d.samples_in_epoch()}).WithContext(ck.dir));
+  at->resumed = true;
+  at->step = m.step();
+  at->samples_seen = d.samples_consumed();
   return Status::OK();
 }
 
-proto::CheckpointManifest Trainer::BuildManifest(int64_t step, const data::SamplerState& pos) const {
+proto::CheckpointManifest CheckpointCoordinator::BuildManifest(const StepPoint& p) const {
+  const proto::Config& cfg = *parts_.cfg;
+  const LrSchedule& schedule = *parts_.schedule;
+  const int64_t step = p.step;
+  const data::SamplerState& pos = p.next;
   proto::CheckpointManifest m;
   m.set_format_version(1);
   m.set_step(step);
   m.set_world_size(world_);
   proto::LrScheduleState* lr = m.mutable_lr_schedule();
-  lr->set_kind(cfg_.schedule().kind());
-  lr->set_base_lr(schedule_->base_lr());
-  lr->set_warmup_steps(schedule_->warmup_steps());
-  lr->set_total_steps(schedule_->total_steps());
-  lr->set_min_lr(schedule_->min_lr());
-  lr->set_next_lr(StepLr(step));
+  lr->set_kind(cfg.schedule().kind());
+  lr->set_base_lr(schedule.base_lr());
+  lr->set_warmup_steps(schedule.warmup_steps());
+  lr->set_total_steps(schedule.total_steps());
+  lr->set_min_lr(schedule.min_lr());
+  lr->set_next_lr(parts_.step_lr(step));
   proto::DataLoaderState* d = m.mutable_data();
   d->set_seed(pos.seed);
-  d->set_shuffle(cfg_.data().shuffle());
+  d->set_shuffle(cfg.data().shuffle());
   d->set_epoch(pos.epoch);
   d->set_samples_in_epoch(pos.consumed);
-  d->set_global_batch(cfg_.data().batch_size() * cfg_.train().grad_accum_steps() * world_);
-  d->set_samples_consumed(samples_seen_);
-  for (const models::ParamInfo& p : model_->param_infos()) {
+  d->set_global_batch(cfg.data().batch_size() * cfg.train().grad_accum_steps() * world_);
+  d->set_samples_consumed(p.samples_seen);
+  for (const models::ParamInfo& info : parts_.model->param_infos()) {
     proto::ParamSlice* s = m.add_params();
-    s->set_name(p.name);
-    for (int64_t dim : p.shape) s->add_shape(dim);
-    s->set_offset(p.offset);
-    s->set_numel(p.numel);
+    s->set_name(info.name);
+    for (int64_t dim : info.shape) s->add_shape(dim);
+    s->set_offset(info.offset);
+    s->set_numel(info.numel);
   }
-  m.set_config_yaml(ConfigToYaml(cfg_));
+  m.set_config_yaml(ConfigToYaml(cfg));
   m.set_dtrain_version(DTRAIN_VERSION);
   m.set_created_unix_ms(static_cast<int64_t>(1e3 * WallSeconds()));
   return m;
 }
 
-Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool sync) {
+Status CheckpointCoordinator::Save(const StepPoint& p, bool sync) {
+  DeviceContext& ctx = *parts_.ctx;
+  models::Model& model = *parts_.model;
+  const int64_t step = p.step;
   // Every rank takes part in SaveState (ZeRO-1 gathers the full optimizer state: a collective); rank 0 saves.
   // (The state stays valid until the next save: the snapshot's D2H copies read it asynchronously.)
   std::vector<std::pair<std::string, const Tensor*>> state;
-  proto::CheckpointManifest built = BuildManifest(step, pos);
-  DT_RETURN_IF_ERROR(updater_->SaveState(&state, &built));
+  proto::CheckpointManifest built = BuildManifest(p);
+  DT_RETURN_IF_ERROR(parts_.updater->SaveState(&state, &built));
   reporter_->OnCheckpoint(step);
   if (rank_ != 0) return Status::OK();  // params and the full optimizer state are on every rank: rank 0 writes
   DT_NVTX_RANGE("checkpoint_snapshot");
@@ -244,28 +289,28 @@ Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool
   // At most one save in flight: its snapshot buffers are reused, so wait for it (measured).
   Status prev = writer_->Wait(&waited);
   if (!prev.ok()) return prev.WithContext("the previous checkpoint save failed");
-  std::vector<std::pair<std::string, const Tensor*>> sources = {{"params.bin", &model_->params()}};
+  std::vector<std::pair<std::string, const Tensor*>> sources = {{"params.bin", &model.params()}};
   for (const auto& [name, tensor] : state) sources.push_back({name + ".bin", tensor});
-  for (auto& [name, tensor] : model_->buffers()) sources.push_back({"buffer." + name + ".bin", tensor});
+  for (auto& [name, tensor] : model.buffers()) sources.push_back({"buffer." + name + ".bin", tensor});
   double alloc_wait_s = 0;
   if (!snapshot_checked_) DT_RETURN_IF_ERROR(TakeSnapshotBuffers(sources, &alloc_wait_s));
   // D2H on the compute stream: ordered after this step's update, before the next step's.
   for (size_t i = 0; i < sources.size(); ++i)
-    DT_RETURN_IF_ERROR(snapshot_[i].second.CopyFrom(*sources[i].second, ctx_.stream()));
+    DT_RETURN_IF_ERROR(snapshot_[i].second.CopyFrom(*sources[i].second, ctx.stream()));
 #if DT_HAVE_CUDA
-  if (ctx_.is_cuda()) {
+  if (ctx.is_cuda()) {
     if (!snapshot_done_) {
       snapshot_done_ = std::make_unique<CudaEvent>();
       DT_RETURN_IF_ERROR(CudaEvent::Create(snapshot_done_.get()));
     }
-    DT_RETURN_IF_ERROR(snapshot_done_->Record(ctx_.stream()));
+    DT_RETURN_IF_ERROR(snapshot_done_->Record(ctx.stream()));
   }
 #endif
   auto job = [this, manifest = std::move(built)]() -> Status {
 #if DT_HAVE_CUDA
-    if (ctx_.is_cuda()) {
-      DT_CUDA_CHECK(cudaSetDevice(ctx_.device_index()));  // the writer thread's device
-      DT_RETURN_IF_ERROR(snapshot_done_->Synchronize());  // sync point: the snapshot copies are done
+    if (parts_.ctx->is_cuda()) {
+      DT_CUDA_CHECK(cudaSetDevice(parts_.ctx->device_index()));  // the writer thread's device
+      DT_RETURN_IF_ERROR(snapshot_done_->Synchronize());         // sync point: the snapshot copies are done
     }
 #endif
     const double w0 = MonotonicSeconds();
@@ -289,7 +334,7 @@ Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool
     DT_RETURN_IF_ERROR(writer_->Submit(std::move(job)));
   }
   const double stall_ms = 1e3 * (MonotonicSeconds() - t0), wait_ms = 1e3 * waited;
-  ckpt_stall_s_ += stall_ms / 1e3;
+  stall_s_ += stall_ms / 1e3;
   DT_LOG_INFO(kRuntime, "checkpoint step {}: training stalled {:.2f} ms ({}; {:.2f} ms waiting for the previous save)",
               step, stall_ms, sync ? "synchronous save" : "snapshot, write in the background", wait_ms);
   if (alloc_wait_s > 0.5e-3) {
@@ -308,25 +353,28 @@ Status Trainer::SaveCheckpoint(int64_t step, const data::SamplerState& pos, bool
                               .Add("async", static_cast<int64_t>(sync ? 0 : 1)));
 }
 
-void Trainer::StartSnapshotPool() {
+void CheckpointCoordinator::StartSnapshotPool() {
+  DeviceContext& ctx = *parts_.ctx;
+  models::Model& model = *parts_.model;
   // The layout SaveCheckpoint snapshots: params, each full optimizer state (f32, numel of the params), buffers.
-  SnapshotPool::Layout layout = {{"params.bin", model_->params().numel()}};
-  for (const std::string& name : updater_->state_names()) layout.emplace_back(name + ".bin", model_->params().numel());
-  for (auto& [name, tensor] : model_->buffers()) layout.emplace_back("buffer." + name + ".bin", tensor->numel());
+  SnapshotPool::Layout layout = {{"params.bin", model.params().numel()}};
+  for (const std::string& name : parts_.updater->state_names())
+    layout.emplace_back(name + ".bin", model.params().numel());
+  for (auto& [name, tensor] : model.buffers()) layout.emplace_back("buffer." + name + ".bin", tensor->numel());
   std::function<Status()> init;
 #if DT_HAVE_CUDA
-  if (ctx_.is_cuda()) {
-    init = [device = ctx_.device_index()]() -> Status {
+  if (ctx.is_cuda()) {
+    init = [device = ctx.device_index()]() -> Status {
       DT_CUDA_CHECK(cudaSetDevice(device));  // the pinned memory belongs to this rank's context
       return Status::OK();
     };
   }
 #endif
-  snapshot_pool_ = SnapshotPool::Start(std::move(layout), ctx_.pinned_allocator(), std::move(init));
+  snapshot_pool_ = SnapshotPool::Start(std::move(layout), ctx.pinned_allocator(), std::move(init));
 }
 
-Status Trainer::TakeSnapshotBuffers(const std::vector<std::pair<std::string, const Tensor*>>& sources,
-                                    double* alloc_wait_s) {
+Status CheckpointCoordinator::TakeSnapshotBuffers(const std::vector<std::pair<std::string, const Tensor*>>& sources,
+                                                  double* alloc_wait_s) {
   if (snapshot_pool_) {
     const Status st = snapshot_pool_->Take(&snapshot_, alloc_wait_s);
     if (st.ok()) {
@@ -350,13 +398,13 @@ Status Trainer::TakeSnapshotBuffers(const std::vector<std::pair<std::string, con
   snapshot_.clear();
   for (const auto& [name, src] : sources) {
     Tensor t;
-    DT_RETURN_IF_ERROR(Tensor::Empty({src->numel()}, DType::kF32, ctx_.pinned_allocator(), &t));
+    DT_RETURN_IF_ERROR(Tensor::Empty({src->numel()}, DType::kF32, parts_.ctx->pinned_allocator(), &t));
     snapshot_.emplace_back(name, t);
   }
   return Status::OK();
 }
 
-Status Trainer::AgreePreempted(int64_t step, std::string* why) {
+Status CheckpointCoordinator::AgreePreempted(int64_t step, std::string* why) {
   comm::WatchdogScope armed(watchdog_, "step " + std::to_string(step) + " preemption check (flag all-reduce)");
   std::vector<double> v = {static_cast<double>(Preemption::Requested()), reporter_->gpu_idle_stop() ? 1.0 : 0.0};
   DT_RETURN_IF_ERROR(AllReduceHost(&v, comm::ReduceOp::kMax));
@@ -370,6 +418,33 @@ Status Trainer::AgreePreempted(int64_t step, std::string* why) {
                 "and exiting with code 75");
   }
   return Status::OK();
+}
+
+Status CheckpointCoordinator::AfterStep(const StepPoint& p) {
+  if (store_owner_ && store_owner_->Due()) DT_RETURN_IF_ERROR(store_owner_->Refresh());  // the root's heartbeat
+  const auto& ck = parts_.cfg->checkpoint();
+  const bool periodic = ck.every_steps() > 0 && p.step % ck.every_steps() == 0;
+  if (periodic) reporter_->ClearBar();  // the save logs a line
+  // A signal during the last step changes nothing: the end-of-training save and exit 0 follow.
+  std::string stop_why;
+  if (p.step < p.total_steps) DT_RETURN_IF_ERROR(AgreePreempted(p.step, &stop_why));
+  if (!stop_why.empty()) {
+    DT_RETURN_IF_ERROR(Save(p, /*sync=*/true));
+    // Peers wait until rank 0's checkpoint is durable: a rank exiting early makes mpirun end the job.
+    if (parts_.host_comm != nullptr && world_ > 1) DT_RETURN_IF_ERROR(parts_.host_comm->Barrier());
+    return Status::Preempted(stop_why + ": checkpoint of step " + std::to_string(p.step) + " saved in " + ckpt_->url() +
+                             "; run the same command again to resume");
+  }
+  if (periodic || (ck.at_end() && p.step == p.total_steps)) DT_RETURN_IF_ERROR(Save(p, /*sync=*/!ck.async()));
+  return Status::OK();
+}
+
+Status CheckpointCoordinator::Finish() { return writer_ ? writer_->Wait() : Status::OK(); }
+
+Status CheckpointCoordinator::AllReduceHost(std::vector<double>* values, comm::ReduceOp op) {
+  if (parts_.host_comm == nullptr || world_ == 1) return Status::OK();
+  Tensor t = Tensor::Wrap(values->data(), {static_cast<int64_t>(values->size())}, DType::kF64, DeviceType::kCPU);
+  return parts_.host_comm->AllReduce(&t, op, nullptr);
 }
 
 }  // namespace dtrain::runtime
