@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "launcher/cli/cli_parse.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/export_target.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/config/config.h"
 #include "runtime/train/hf_export.h"
@@ -115,7 +116,31 @@ void Inspect(const runtime::LoadedCheckpoint& ck) {
   std::printf("config:\n%s", m.config_yaml().c_str());
 }
 
-Status Export(const runtime::LoadedCheckpoint& ck, const std::string& out, const std::string& format) {
+// A URL that names a step directory (runs/x/checkpoints/step-00000030, s3://b/run/step-00000030): its store and
+// step, so that `ckpt inspect <step dir>` inspects it. --step, when given, must name the same step.
+Status SplitStepDir(CkptArgs* a) {
+  std::string url = a->url;
+  while (url.size() > 1 && url.back() == '/') url.pop_back();
+  const size_t slash = url.find_last_of('/');
+  int64_t step = -1;
+  if (slash == std::string::npos || !runtime::CheckpointManager::ParseStepDir(url.substr(slash + 1), &step)) {
+    return Status::OK();
+  }
+  if (a->step >= 0 && a->step != step) {
+    return Status::InvalidArgument(a->url + " is the step directory of step " + std::to_string(step) +
+                                   ", but --step says " + std::to_string(a->step));
+  }
+  a->url = slash == 0 ? "/" : url.substr(0, slash);
+  a->step = step;
+  return Status::OK();
+}
+
+Status Export(const runtime::LoadedCheckpoint& ck, const CkptArgs& a) {
+  const std::string& out = a.out;
+  const std::string& format = a.format;
+  std::string moved;
+  DT_RETURN_IF_ERROR(runtime::ClaimExportTarget({out, a.url, format == "hf", a.overwrite}, &moved));
+  if (!moved.empty()) std::printf("%s\n", moved.c_str());
   const std::string& bytes = ck.files.at("params.bin");  // Load() verified every listed file
   const int64_t total = static_cast<int64_t>(bytes.size() / sizeof(float));
   std::vector<runtime::NamedTensor> tensors;
@@ -184,6 +209,9 @@ CLI::App* AddCkptCommand(CLI::App* parent, CkptArgs* a) {
                       "model.safetensors) that transformers' from_pretrained loads")
           ->type_name("safetensors|hf")
           ->check(OneOf({"safetensors", "hf"}));
+      app->add_flag("--overwrite", a->overwrite,
+                    "replace an existing --out (it is moved aside to PATH.replaced-<time>, never deleted), or "
+                    "write inside a checkpoint store other than the one read");
     }
     app->callback([a, verb] {
       if (a->url.empty()) FailParse("missing URL (usage: dtrain ckpt " + verb + " URL)");
@@ -193,7 +221,9 @@ CLI::App* AddCkptCommand(CLI::App* parent, CkptArgs* a) {
   return ckpt;
 }
 
-Status RunCkpt(const CkptArgs& a) {
+Status RunCkpt(const CkptArgs& args) {
+  CkptArgs a = args;
+  if (a.verb != "list") DT_RETURN_IF_ERROR(SplitStepDir(&a));
   std::unique_ptr<runtime::CheckpointManager> m;
   DT_RETURN_IF_ERROR(runtime::CheckpointManager::OpenExisting(a.url, {}, &m));  // read-only: creates nothing
   if (a.verb == "list") return List(m.get());
@@ -204,7 +234,7 @@ Status RunCkpt(const CkptArgs& a) {
     Inspect(ck);
     return Status::OK();
   }
-  return Export(ck, a.out, a.format);
+  return Export(ck, a);
 }
 
 }  // namespace dtrain::launcher

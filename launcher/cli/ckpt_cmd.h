@@ -5,11 +5,15 @@
 //   dtrain ckpt verify URL [--step N]         reads every file and checks sizes and CRC32C; DataLoss
 //                                             (exit 2) naming each bad checkpoint
 //   dtrain ckpt inspect URL [--step N]        the manifest of the newest valid checkpoint (or step N)
-//   dtrain ckpt export URL --out PATH [--step N] [--format safetensors|hf]
+//   dtrain ckpt export URL --out PATH [--step N] [--format safetensors|hf] [--overwrite]
 //                                             the parameters as safetensors (PyTorch), or (hf: models with an
 //                                             HF layout, GPT-2 today) a Hugging Face model directory
-//                                             (runtime/train/hf_export.h)
-// URL: file:///dir, a directory, or s3://bucket/prefix (credentials from AWS_* variables).
+//                                             (runtime/train/hf_export.h). An existing PATH or one inside a
+//                                             checkpoint store is refused (exit 2) unless --overwrite, which
+//                                             moves the existing PATH aside; one inside the store it reads,
+//                                             always (runtime/checkpoint/export_target.h)
+// URL: file:///dir, a directory, or s3://bucket/prefix (credentials from AWS_* variables); for verify, inspect
+// and export also a step directory of one (runs/x/checkpoints/step-00000030: that step).
 // Output goes to stdout.
 
 #include <cstdint>
@@ -27,7 +31,8 @@ namespace dtrain::launcher {
 struct CkptArgs {
   std::string verb;  // list | verify | inspect | export
   std::string url, out, format = "safetensors";
-  int64_t step = -1;  // -1: newest valid
+  int64_t step = -1;       // -1: newest valid
+  bool overwrite = false;  // export: move an existing --out aside
 };
 
 // Registers `ckpt` and its verbs (each with its own flags) on `parent` (launcher/cli/cli_parse.h);
