@@ -12,6 +12,8 @@
 #include <memory>
 
 #include "core/check.h"
+#include "core/file_guard.h"
+#include "core/logging.h"
 #include "data/fashion_mnist.h"
 #include "data/idx_reader.h"
 #include "data/manifest.h"
@@ -58,7 +60,16 @@ Status ReadInput(const std::string& f, std::string* text) {
 
 }  // namespace
 
-Status PrepareDatasetDir(const std::string& out_dir, bool overwrite) {
+Status PrepareDatasetDir(const std::string& out_dir, bool overwrite, const std::vector<std::string>& inputs,
+                         std::string* note) {
+  if (note != nullptr) note->clear();
+  for (const std::string& in : inputs) {
+    if (PathWithin(in, out_dir)) {
+      return Status::InvalidArgument("--out " + out_dir + " holds the input " + in +
+                                     ": converting a dataset onto itself would replace its own input; give a new "
+                                     "--out directory (--overwrite does not change this)");
+    }
+  }
   std::error_code ec;
   if (!std::filesystem::exists(out_dir, ec)) return Status::OK();
   if (!std::filesystem::is_directory(out_dir, ec)) {
@@ -68,17 +79,11 @@ Status PrepareDatasetDir(const std::string& out_dir, bool overwrite) {
   if (!overwrite) {
     return Status::InvalidArgument(out_dir + ": is not empty" +
                                    (std::filesystem::exists(ManifestPath(out_dir), ec) ? " (it holds a dataset)" : "") +
-                                   ": give a new --out directory, or --overwrite to replace it");
+                                   ": give a new --out directory, or --overwrite to move it aside and write anew");
   }
-  // The manifest first: from then on the directory is not a dataset, and no stale shard outlives it.
-  std::filesystem::remove(ManifestPath(out_dir), ec);
-  if (ec) return Status::IoError(ManifestPath(out_dir) + ": cannot remove: " + ec.message());
-  for (const auto& e : std::filesystem::directory_iterator(out_dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("shard-", 0) == 0 && e.path().extension() == ".dts") std::filesystem::remove(e.path(), ec);
-    if (ec) return Status::IoError(e.path().string() + ": cannot remove: " + ec.message());
-  }
-  if (ec) return Status::IoError(out_dir + ": cannot list: " + ec.message());
+  std::string moved;
+  DT_RETURN_IF_ERROR(MoveAside(out_dir, &moved));
+  if (note != nullptr) *note = "moved the existing " + out_dir + " aside to " + moved;
   return Status::OK();
 }
 
@@ -139,7 +144,9 @@ Status ConvertText(const std::vector<std::string>& files, const std::string& out
   schema.add_dims(len);
   schema.set_token_dtype(opts.dtype);
   schema.set_vocab_size(256);
-  DT_RETURN_IF_ERROR(PrepareDatasetDir(out_dir, opts.overwrite));
+  std::string moved;
+  DT_RETURN_IF_ERROR(PrepareDatasetDir(out_dir, opts.overwrite, files, &moved));
+  if (!moved.empty()) DT_LOG_WARN(kData, "{}", moved);
   std::unique_ptr<DatasetWriter> w;
   DT_RETURN_IF_ERROR(DatasetWriter::Create(out_dir, schema, opts.samples_per_shard, &w));
   const int64_t records = (total - 1) / opts.seq_len;  // record r covers [r*seq_len, r*seq_len + len)

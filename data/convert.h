@@ -22,13 +22,16 @@ struct TextConvertOptions {
   proto::DatasetSchema::TokenDType dtype = proto::DatasetSchema::UINT16;
   int64_t seq_len = 1024;  // tokens per record = seq_len + 1 (inputs and next-token targets)
   int64_t samples_per_shard = 4096;
-  bool overwrite = false;  // replace a dataset already in out_dir (see PrepareDatasetDir)
+  bool overwrite = false;  // move aside what is already in out_dir (see PrepareDatasetDir)
 };
 
-// Makes `out_dir` ready for a new dataset: OK when it does not exist or is empty; otherwise
-// InvalidArgument ("... is not empty ... --overwrite") unless `overwrite`, which removes the old
-// manifest.pb first and then its shard-*.dts files (so no stale shard survives), leaving other files.
-Status PrepareDatasetDir(const std::string& out_dir, bool overwrite);
+// Makes `out_dir` ready for a new dataset, never deleting anything: an out_dir that holds (or is) one of `inputs`
+// is refused (InvalidArgument, --overwrite or not: the conversion would replace its own input); otherwise OK when
+// it does not exist or is empty; otherwise InvalidArgument ("... is not empty ... --overwrite") unless `overwrite`,
+// which moves the whole directory aside to "<out_dir>.replaced-<UTC time>" (core/file_guard.h MoveAside) and
+// says where in *note (optional; "" when nothing moved).
+Status PrepareDatasetDir(const std::string& out_dir, bool overwrite, const std::vector<std::string>& inputs = {},
+                         std::string* note = nullptr);
 
 // Byte-level tokens (each byte one token, vocab 256) of `files`, concatenated in order, cut into
 // records of seq_len + 1 tokens with a stride of seq_len (consecutive records share one token, so

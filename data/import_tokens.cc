@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "core/check.h"
+#include "core/logging.h"
 #include "data/convert.h"
 #include "data/shard_writer.h"
 
@@ -83,7 +84,9 @@ Status ImportTokens(const std::vector<std::string>& files, const std::string& ou
     return Status::InvalidArgument("import-tokens: " + std::to_string(total) + " tokens, fewer than one record of " +
                                    std::to_string(len) + " (lower --seq-len)");
   }
-  DT_RETURN_IF_ERROR(PrepareDatasetDir(out_dir, opts.overwrite));
+  std::string moved;
+  DT_RETURN_IF_ERROR(PrepareDatasetDir(out_dir, opts.overwrite, files, &moved));
+  if (!moved.empty()) DT_LOG_WARN(kData, "{}", moved);
   proto::DatasetSchema schema;
   schema.set_kind(proto::DatasetSchema::TOKENS);
   schema.add_dims(len);

@@ -24,7 +24,7 @@ struct ImportTokensOptions {
   int64_t seq_len = 1024;
   int64_t vocab_size = 50257;
   int64_t samples_per_shard = 4096;
-  bool overwrite = false;  // replace a dataset already in out_dir (data/convert.h PrepareDatasetDir)
+  bool overwrite = false;  // move aside what is already in out_dir (data/convert.h PrepareDatasetDir)
 };
 
 // Errors: NotFound / IoError naming the file; DataLoss for an llm.c header whose token count disagrees with the

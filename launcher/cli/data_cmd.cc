@@ -138,7 +138,8 @@ CLI::App* AddDataCommand(CLI::App* parent, DataArgs* a) {
   count(text, "--seq-len", &a->seq_len, "tokens per record minus one (default 1024)");
   count(text, "--samples-per-shard", &a->samples_per_shard, "records per shard");
   text->add_flag("--overwrite", a->overwrite,
-                 "replace the dataset already in --out (else a non-empty --out is refused)");
+                 "move a non-empty --out aside to DIR.replaced-<time> and write anew (else it is refused); an --out "
+                 "that holds an input is always refused");
   text->add_option("FILES", a->pos, "input text files");
 
   CLI::App* imp = verb("import-tokens",
@@ -152,7 +153,8 @@ CLI::App* AddDataCommand(CLI::App* parent, DataArgs* a) {
   count(imp, "--vocab-size", &a->vocab_size, "every token must be below it (default 50257, GPT-2's BPE)");
   count(imp, "--samples-per-shard", &a->samples_per_shard, "records per shard");
   imp->add_flag("--overwrite", a->overwrite,
-                "replace the dataset already in --out (else a non-empty --out is refused)");
+                "move a non-empty --out aside to DIR.replaced-<time> and write anew (else it is refused); an --out "
+                "that holds an input is always refused");
   imp->add_option("FILES", a->pos, "token files, read in order as one stream");
 
   verb("inspect", "print the manifest", "dtrain data inspect data/fmnist/train")

@@ -65,5 +65,49 @@ TEST(DataCmdTest, BinaryConvertsFashionMnistAndVerifyExitsTwoNamingTheFile) {
   EXPECT_NE(r.output.find(victim), std::string::npos) << r.output;
 }
 
+// `convert-text --overwrite` onto its own dataset used to delete its input shard. Converting into a directory that
+// holds an input is refused (exit 2) with or without --overwrite, and the input stays; --overwrite onto another
+// non-empty directory moves it aside, deleting nothing.
+TEST(DataCmdTest, ConvertOntoItsOwnInputIsRefusedAndOverwriteMovesAside) {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text.push_back(static_cast<char>('a' + i % 26));
+  const std::string out = dir.path() + "/ds";
+  std::filesystem::create_directories(out);
+  WriteFile(out + "/corpus.txt", text);
+  WriteFile(out + "/notes.txt", "the user's notes");
+  for (const bool overwrite : {false, true}) {
+    std::vector<std::string> args = {"convert-text", "--out", out, "--seq-len", "64", out + "/corpus.txt"};
+    if (overwrite) args.push_back("--overwrite");
+    const Status st = RunData(args);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("holds the input " + out + "/corpus.txt"), std::string::npos) << st.ToString();
+    EXPECT_EQ(testing::ReadFile(out + "/corpus.txt"), text);
+  }
+  // The same through the binary: exit 2.
+  const auto r =
+      RunCommand(DtrainBin() + " data convert-text --overwrite --seq-len 64 --out " + out + " " + out + "/corpus.txt");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(testing::ReadFile(out + "/corpus.txt"), text);
+
+  // Another non-empty directory: refused without --overwrite; with it, moved aside whole.
+  const std::string fresh = dir.path() + "/fresh";
+  ASSERT_TRUE(RunData({"convert-text", "--out", fresh, "--seq-len", "64", out + "/corpus.txt"}).ok());
+  WriteFile(fresh + "/mine.txt", "keep me");
+  EXPECT_EQ(RunData({"convert-text", "--out", fresh, "--seq-len", "32", out + "/corpus.txt"}).code(),
+            Status::Code::kInvalidArgument);
+  ASSERT_TRUE(RunData({"convert-text", "--out", fresh, "--seq-len", "32", "--overwrite", out + "/corpus.txt"}).ok());
+  int aside = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("fresh.replaced-", 0) != 0) continue;
+    ++aside;
+    EXPECT_EQ(testing::ReadFile(e.path().string() + "/mine.txt"), "keep me");
+    EXPECT_TRUE(std::filesystem::exists(e.path().string() + "/manifest.pb"));
+  }
+  EXPECT_EQ(aside, 1);
+  ASSERT_TRUE(RunData({"verify", fresh}).ok());
+}
+
 }  // namespace
 }  // namespace dtrain::launcher
