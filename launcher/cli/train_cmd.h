@@ -2,9 +2,9 @@
 // `dtrain train CONFIG [--set k=v ...]`: one training worker.
 //
 // Started by `dtrain launch` (through mpirun/srun), directly by `mpirun`/`srun --mpi=pmix`, or by
-// hand as a single process. It finds its rank from the environment (comm/dist_env.h), joins the
-// MPI world when a process manager started it, picks its GPU by local rank (or the CPU), loads the
-// config, and runs the Trainer. argc/argv are handed to MPI_Init.
+// hand as a single process. This file is the command line only; the worker itself (environment, MPI world,
+// config, device, communicators, Trainer) is runtime::RunWorker (runtime/train/worker.h). argc/argv are handed to
+// MPI_Init.
 
 #include <string>
 #include <vector>
