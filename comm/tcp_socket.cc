@@ -118,6 +118,14 @@ Status TcpSocket::Listen(const std::string& host, int port, TcpSocket* out) {
   return Status::Unavailable("cannot listen on " + HostPort(host, port) + ": " + last);
 }
 
+Status TcpSocket::ListenForPeers(const std::string& host, int port, TcpSocket* out, bool* widened) {
+  *widened = false;
+  const Status st = Listen(host, port, out);
+  if (st.ok() || st.message().find(Errno(EADDRNOTAVAIL)) == std::string::npos) return st;
+  *widened = true;
+  return Listen(host.find(':') == std::string::npos ? "0.0.0.0" : "::", port, out);
+}
+
 Status TcpSocket::Connect(const std::string& host, int port, Deadline deadline, TcpSocket* out) {
   AddrInfoPtr addrs;
   DT_RETURN_IF_ERROR(Resolve(host, port, /*passive=*/false, &addrs));
@@ -220,6 +228,19 @@ int TcpSocket::local_port() const {
   if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
   if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
   return -1;
+}
+
+std::string TcpSocket::local_address() const {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (fd_ < 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+  char host[NI_MAXHOST] = "?";
+  char serv[NI_MAXSERV] = "?";
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), serv, sizeof(serv),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "?";
+  }
+  return addr.ss_family == AF_INET6 ? "[" + std::string(host) + "]:" + serv : std::string(host) + ":" + serv;
 }
 
 }  // namespace dtrain::comm

@@ -41,6 +41,10 @@ class TcpSocket {
   // Binds `host`:`port` (a name or address; "0.0.0.0" or "::" for every interface) with SO_REUSEADDR
   // and listens. Port 0 picks a free port (see local_port()).
   static Status Listen(const std::string& host, int port, TcpSocket* out);
+  // Listen(host, port); but when `host` is not an address of this host (EADDRNOTAVAIL: e.g. a service's
+  // virtual IP that forwards here, as torchrun's store allows) it listens on every interface of that family
+  // and sets *widened (else clears it). Callers log local_address(): where it really listens.
+  static Status ListenForPeers(const std::string& host, int port, TcpSocket* out, bool* widened);
   // One connection attempt to `host`:`port`, bounded by `deadline`. kUnavailable with the reason
   // (refused, unreachable, cannot resolve, timed out) when it fails; the caller decides about retrying.
   static Status Connect(const std::string& host, int port, Deadline deadline, TcpSocket* out);
@@ -58,6 +62,8 @@ class TcpSocket {
   int fd() const { return fd_; }
   // The bound port (a listener made with port 0), or -1.
   int local_port() const;
+  // The bound "address:port" (getsockname, numeric; "[v6]:port" for IPv6), or "?" when unknown.
+  std::string local_address() const;
 
  private:
   int fd_ = -1;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <sstream>
 
+#include "comm/job_secret.h"
 #include "core/check.h"
 #include "core/logging.h"
 #include "launcher/attempt_loop.h"
@@ -95,6 +96,14 @@ int LaunchWith(const LaunchOptions& opts) {
   LaunchEnv env;
   Status st = ProbeLaunchEnv(&env);
   if (!st.ok()) return LaunchError(st);
+  // The job secret (comm/job_secret.h): --secret-file or the environment; made here when this launcher starts the
+  // whole job. Workers inherit it in DTRAIN_JOB_SECRET (never on a command line; env.vars predates it).
+  comm::JobSecret secret;
+  std::string secret_source;
+  st = comm::JobSecret::Resolve(opts.secret_file, opts.node_rank < 0 || opts.nnodes <= 1, &secret, &secret_source);
+  if (st.ok()) st = secret.ExportToEnvironment();
+  if (!st.ok()) return UsageError(st);
+  DT_LOG_DEBUG(kLauncher, "job secret: {}", secret_source);
   if (opts.elastic_min > 0) {
     // Under Slurm without a host list the allocation is the host set (srun); else mpirun over the listed hosts.
     const bool listed = !opts.hosts.empty() || !opts.hostfile.empty();

@@ -80,9 +80,13 @@ class NodeBackend : public LaunchBackend {
       lo.port = std::stoi(cmd.env_set[1].second) + 1;
       lo.attempt = attempt;
       lo.join_timeout_s = kNodeJoinTimeoutS;
+      lo.cancel_fd = scope->signal_fd();  // SIGINT/SIGTERM stop the join at once
+      DT_RETURN_IF_ERROR(comm::JobSecret::Resolve("", false, &lo.secret, nullptr));  // exported by LaunchWith
       DT_LOG_INFO(kLauncher, "node {} of {}: joining the other nodes' launchers (node 0 listens on {}:{})",
                   opts_.node_rank, opts_.nnodes, lo.master_addr, lo.port);
-      DT_RETURN_IF_ERROR(NodeLink::Join(lo, &link));
+      const Status joined = NodeLink::Join(lo, &link, &end->stop_signal);
+      if (end->stop_signal != 0) return Status::OK();  // a signal while joining: no restart (AfterFailure)
+      DT_RETURN_IF_ERROR(joined);
     }
     DT_LOG_INFO(kLauncher, "attempt {} of {}, node {} of {}: {}", attempt + 1, attempts, opts_.node_rank, opts_.nnodes,
                 FormatCommandLine(cmd));

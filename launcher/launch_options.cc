@@ -108,6 +108,12 @@ CLI::App* AddLaunchCommand(CLI::App* parent, LaunchOptions* o) {
                   "$MASTER_PORT, else 29500)")
       ->type_name("PORT")
       ->check(CLI::Range(1, 65534));
+  app->add_option("--secret-file,--secret_file", o->secret_file,
+                  "the job secret every node's launcher and worker proves to the others (mode 0600; make it with "
+                  "`openssl rand -hex 32 > FILE && chmod 600 FILE`, the same file on every node); default "
+                  "$DTRAIN_JOB_SECRET, then $DTRAIN_JOB_SECRET_FILE; a one-node job makes its own")
+      ->type_name("FILE")
+      ->check(CheckNotEmpty);
   app->add_option("--hosts", o->hosts, "hosts and their process counts")->type_name("a:8,b:8")->check(CheckHosts);
   app->add_option("--hostfile", o->hostfile, "Open MPI / DeepSpeed hostfile: `host slots=N` per line")
       ->type_name("F")

@@ -32,6 +32,7 @@ struct LaunchOptions {
   int node_rank = -1;                    // --node-rank: per-node start (no process manager); -1: not given
   std::string master_addr;               // --master-addr (per-node start: node 0's host)
   int master_port = 0;                   // --master-port; 0: not given (MASTER_PORT, else 29500)
+  std::string secret_file;               // --secret-file: the job secret (comm/job_secret.h); empty: not given
   std::string hosts;                     // --hosts text ("a:8,b:8"), already validated
   std::string hostfile;                  // --hostfile path
   int max_restarts = 0;

@@ -2,10 +2,14 @@
 
 #include <arpa/inet.h>
 #include <poll.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstring>
 
+#include "comm/auth_acceptor.h"
 #include "core/check.h"
 #include "core/logging.h"
 
@@ -14,7 +18,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kMagic = 0x64744e4c;  // "dtNL"
+constexpr uint32_t kMagic = 0x64744e4c;                 // "dtNL"
+constexpr const char* kContext = "dtrain node-link 2";  // in the job-secret proofs (comm/job_secret.h)
+constexpr double kPeerHandshakeS = 10;                  // each connection's time to prove the secret and say hello
 enum Kind : uint32_t { kHello = 1, kReady, kError, kAlive, kStop, kDone };
 
 // One fixed-size frame per message, integers in network order.
@@ -49,9 +55,8 @@ Status Send(const comm::TcpSocket& s, const Frame& f, double timeout_s, const st
   return s.SendAll(&f, sizeof(f), comm::DeadlineIn(timeout_s), what);
 }
 
-Status Recv(const comm::TcpSocket& s, comm::Deadline deadline, const std::string& what, Message* m) {
-  Frame f;
-  DT_RETURN_IF_ERROR(s.RecvAll(&f, sizeof(f), deadline, what));
+Status Decode(const Frame& frame, const std::string& what, Message* m) {
+  Frame f = frame;
   if (ntohl(f.magic) != kMagic) return Status::InvalidArgument(what + " is not a dtrain launcher (bad magic)");
   f.text[sizeof(f.text) - 1] = '\0';
   m->kind = ntohl(f.kind);
@@ -62,7 +67,33 @@ Status Recv(const comm::TcpSocket& s, comm::Deadline deadline, const std::string
   return Status::OK();
 }
 
+Status Recv(const comm::TcpSocket& s, comm::Deadline deadline, const std::string& what, Message* m) {
+  Frame f;
+  DT_RETURN_IF_ERROR(s.RecvAll(&f, sizeof(f), deadline, what));
+  return Decode(f, what, m);
+}
+
+// Waits until `fd` is readable, `cancel_fd` is readable (kAborted) or `deadline` (kUnavailable).
+Status WaitReadable(int fd, int cancel_fd, comm::Deadline deadline) {
+  for (;;) {
+    pollfd p[2] = {{fd, POLLIN, 0}, {cancel_fd, POLLIN, 0}};
+    const int ms = static_cast<int>(std::min(comm::SecondsLeft(deadline) * 1000 + 1, 1e9));
+    const int rc = poll(p, 2, ms);
+    if (rc < 0 && errno == EINTR) continue;
+    if (p[1].revents != 0) return Status::Aborted("interrupted");
+    if (rc == 0) return Status::Unavailable("timed out");
+    return Status::OK();
+  }
+}
+
 std::string Where(const NodeLinkOptions& o) { return o.master_addr + ":" + std::to_string(o.port); }
+
+bool IsLoopback(const std::string& address) { return address.rfind("127.", 0) == 0 || address.rfind("[::1]", 0) == 0; }
+
+Status Interrupted(int node_rank) {
+  return Status::Aborted("node " + std::to_string(node_rank) +
+                         ": a signal arrived while joining the other nodes' launchers: stopped");
+}
 
 }  // namespace
 
@@ -70,30 +101,62 @@ std::string Where(const NodeLinkOptions& o) { return o.master_addr + ":" + std::
 
 Status NodeLink::JoinAsHub(const NodeLinkOptions& opts, std::vector<Peer>* peers) {
   comm::TcpSocket listener;
-  Status st = comm::TcpSocket::Listen("0.0.0.0", opts.port, &listener);
+  bool widened = false;
+  Status st = comm::TcpSocket::ListenForPeers(opts.master_addr, opts.port, &listener, &widened);
   if (!st.ok()) {
     return Status::Unavailable("node 0: cannot listen for the other nodes' launchers on port " +
                                std::to_string(opts.port) + " (MASTER_PORT + 1): " + st.message());
   }
+  const std::string bound = listener.local_address();
+  if (widened) {
+    DT_LOG_WARN(kLauncher, "node 0: --master-addr {} is not an address of this host: listening on every interface",
+                opts.master_addr);
+  }
+  DT_LOG_INFO(kLauncher, "node 0: listening on {} for {} other node(s)' launchers (each must prove the job secret)",
+              bound, opts.nnodes - 1);
+  if (IsLoopback(bound)) {
+    DT_LOG_WARN(kLauncher,
+                "node 0: {} is a loopback address: launchers on other hosts cannot reach it (give --master-addr "
+                "an address of this host that they reach)",
+                bound);
+  }
   const comm::Deadline deadline = comm::DeadlineIn(opts.join_timeout_s);
+  comm::AuthAcceptorOptions ao;
+  ao.context = kContext;
+  ao.hello_bytes = sizeof(Frame);
+  ao.per_peer_s = kPeerHandshakeS;
+  ao.cancel_fd = opts.cancel_fd;
+  ao.log_prefix = "node 0";
+  comm::AuthAcceptor acceptor(&listener, &opts.secret, ao);
   std::vector<bool> joined(opts.nnodes, false);
   joined[0] = true;
   int count = 1;
   while (count < opts.nnodes) {
-    comm::TcpSocket sock;
-    std::string from;
-    if (!listener.Accept(deadline, &sock, &from).ok()) {
+    comm::AuthArrival arrival;
+    st = acceptor.Next(deadline, &arrival);
+    if (st.code() == Status::Code::kAborted) return Interrupted(0);
+    if (!st.ok()) {
       std::string missing;
       for (int n = 1; n < opts.nnodes; ++n) {
         if (!joined[n]) missing += (missing.empty() ? "" : ", ") + std::to_string(n);
       }
+      const int dropped = acceptor.dropped();
       return Status::Unavailable("node 0: " + std::to_string(count - 1) + " of " + std::to_string(opts.nnodes - 1) +
-                                 " other nodes' launchers arrived on port " + std::to_string(opts.port) + " after " +
+                                 " other nodes' launchers arrived on " + bound + " after " +
                                  std::to_string(static_cast<int>(opts.join_timeout_s)) + " s; missing: node " +
-                                 missing);
+                                 missing +
+                                 (dropped > 0 ? " (" + std::to_string(dropped) +
+                                                    " connection(s) dropped: see the warnings above; a node with "
+                                                    "another job secret is refused)"
+                                              : std::string()) +
+                                 (st.code() == Status::Code::kUnavailable ? "" : " (" + st.message() + ")"));
     }
+    comm::TcpSocket sock = std::move(arrival.sock);
+    const std::string from = arrival.from;
+    Frame frame;
+    std::memcpy(&frame, arrival.hello.data(), sizeof(frame));
     Message hello;
-    st = Recv(sock, comm::DeadlineIn(10), "a launcher at " + from, &hello);
+    st = Decode(frame, "a launcher at " + from, &hello);
     if (!st.ok()) {
       DT_LOG_WARN(kLauncher, "node 0: ignoring a connection from {}: {}", from, st.message());
       continue;
@@ -132,12 +195,21 @@ Status NodeLink::JoinAsHub(const NodeLinkOptions& opts, std::vector<Peer>* peers
 Status NodeLink::JoinAsMember(const NodeLinkOptions& opts, std::vector<Peer>* peers) {
   const comm::Deadline deadline = comm::DeadlineIn(opts.join_timeout_s);
   const std::string what = "node 0's launcher at " + Where(opts);
+  const std::string me = "node " + std::to_string(opts.node_rank);
   comm::TcpSocket sock;
   Status last;
   while (true) {
-    last = comm::TcpSocket::Connect(opts.master_addr, opts.port, deadline, &sock);
+    last = comm::TcpSocket::Connect(opts.master_addr, opts.port, std::min(deadline, comm::DeadlineIn(5)), &sock);
     if (last.ok()) {
-      last = Send(sock, MakeFrame(kHello, opts.node_rank, opts.nnodes, opts.attempt, ""), 10, what);
+      last = comm::ClientHandshake(sock, opts.secret, kContext, std::min(deadline, comm::DeadlineIn(kPeerHandshakeS)),
+                                   what);
+      if (last.code() == Status::Code::kInvalidArgument) return Status::InvalidArgument(me + ": " + last.message());
+    }
+    if (last.ok()) last = Send(sock, MakeFrame(kHello, opts.node_rank, opts.nnodes, opts.attempt, ""), 10, what);
+    if (last.ok()) {
+      // Node 0 answers once every node is in: wait for it, or for a signal.
+      last = WaitReadable(sock.fd(), opts.cancel_fd, deadline);
+      if (last.code() == Status::Code::kAborted) return Interrupted(opts.node_rank);
       Message ready;
       if (last.ok()) last = Recv(sock, deadline, what, &ready);
       if (last.ok() && ready.kind == kError)
@@ -146,13 +218,16 @@ Status NodeLink::JoinAsMember(const NodeLinkOptions& opts, std::vector<Peer>* pe
       if (last.ok()) return Status::InvalidArgument(what + " answered with an unexpected message");
     }
     if (comm::SecondsLeft(deadline) <= 0) {
-      return Status::Unavailable("node " + std::to_string(opts.node_rank) + ": no launcher of node 0 at " +
-                                 Where(opts) + " after " + std::to_string(static_cast<int>(opts.join_timeout_s)) +
+      return Status::Unavailable(me + ": no launcher of node 0 at " + Where(opts) + " after " +
+                                 std::to_string(static_cast<int>(opts.join_timeout_s)) +
                                  " s (is node 0's `dtrain launch` running, with the same --master-addr and "
                                  "--master-port?): " +
                                  last.message());
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // Retry in 200 ms, unless a signal comes first.
+    if (WaitReadable(-1, opts.cancel_fd, std::min(deadline, comm::DeadlineIn(0.2))).code() == Status::Code::kAborted) {
+      return Interrupted(opts.node_rank);
+    }
   }
   Peer p;
   p.node = 0;
@@ -161,17 +236,23 @@ Status NodeLink::JoinAsMember(const NodeLinkOptions& opts, std::vector<Peer>* pe
   return Status::OK();
 }
 
-Status NodeLink::Join(const NodeLinkOptions& opts, std::unique_ptr<NodeLink>* out) {
+Status NodeLink::Join(const NodeLinkOptions& opts, std::unique_ptr<NodeLink>* out, int* stop_signal) {
   if (opts.nnodes < 1 || opts.node_rank < 0 || opts.node_rank >= opts.nnodes) {
     return Status::InvalidArgument("--node-rank " + std::to_string(opts.node_rank) + " is outside 0.." +
                                    std::to_string(opts.nnodes - 1));
   }
+  if (opts.secret.empty()) return Status::InvalidArgument("node link: no job secret");
   std::unique_ptr<NodeLink> link(new NodeLink(opts));
-  if (opts.node_rank == 0) {
-    DT_RETURN_IF_ERROR(JoinAsHub(opts, &link->peers_));
-  } else {
-    DT_RETURN_IF_ERROR(JoinAsMember(opts, &link->peers_));
+  const Status st = opts.node_rank == 0 ? JoinAsHub(opts, &link->peers_) : JoinAsMember(opts, &link->peers_);
+  if (st.code() == Status::Code::kAborted && opts.cancel_fd >= 0) {
+    unsigned char byte = 0;
+    if (read(opts.cancel_fd, &byte, 1) != 1) byte = 0;
+    const int sig = byte != 0 ? byte : SIGTERM;
+    DT_LOG_WARN(kLauncher, "node {}: {} while joining the other nodes' launchers: stopping", opts.node_rank,
+                strsignal(sig));
+    if (stop_signal != nullptr) *stop_signal = sig;
   }
+  DT_RETURN_IF_ERROR(st);
   const auto now = Clock::now();
   for (Peer& p : link->peers_) p.last_heard = now;
   link->thread_ = std::thread([l = link.get()] { l->Run(); });

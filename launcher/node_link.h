@@ -4,11 +4,17 @@
 //
 // A star over TCP through node 0's launcher, on port MASTER_PORT + 1 (the workers' own rendezvous holds
 // MASTER_PORT, comm/tcp_rendezvous.h). One link per attempt:
-//  1. Join (before this node's workers start): node 0 listens on every interface; node k > 0 connects to
-//     master_addr:port, retrying until join_timeout_s, and says hello (node rank, nnodes, attempt). Node 0
+//  1. Join (before this node's workers start): node 0 listens on master_addr:port (every interface only when
+//     master_addr is not an address of this host; the log says where it really listens); node k > 0 connects,
+//     retrying until join_timeout_s. Every connection first proves the job secret, both ways
+//     (comm/job_secret.h, context "dtrain node-link 2"): node 0 handshakes with all connections at once, each
+//     with its own 10 s, and drops (logging the address) any that cannot prove it — such a peer is never
+//     counted as a node and never hears anything of the job; a node k that is refused stops with an error
+//     (different secrets), it does not retry. Then node k says hello (node rank, nnodes, attempt). Node 0
 //     refuses a node rank out of range, a duplicate, another nnodes or another attempt with an error on both
 //     sides, and when its timeout ends names the nodes still missing. Then it tells every node "ready"; the
-//     listener closes (a launcher of another attempt is refused at connect time and retries).
+//     listener closes (a launcher of another attempt is refused at connect time and retries). cancel_fd
+//     readable (the launcher's signal pipe: SIGINT/SIGTERM) ends the join at once on either side.
 //  2. While the workers run, a thread sends a heartbeat every heartbeat_s on every link and reads the peers:
 //     - ReportFailure(code, reason): this node's workers failed first; node k tells node 0, node 0 tells every
 //       node (and relays a node's stop to all the others). A peer's stop becomes stopped(): the supervising loop
@@ -29,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/job_secret.h"
 #include "comm/tcp_socket.h"
 #include "core/status.h"
 
@@ -43,6 +50,8 @@ struct NodeLinkOptions {
   double join_timeout_s = 300;
   double heartbeat_s = 1;
   double peer_timeout_s = 5;
+  comm::JobSecret secret;  // the same on every node (required)
+  int cancel_fd = -1;      // readable: stop joining (one byte, a signal number, is read from it)
 };
 
 // Why the job stops, as a peer said (or as the link found out).
@@ -55,8 +64,10 @@ struct NodeStop {
 class NodeLink {
  public:
   // Step 1 above; on success the heartbeat thread runs. Unavailable when the peers do not come (or node 0 is
-  // not there) within the timeout, InvalidArgument when a peer disagrees (nnodes, attempt, duplicate rank).
-  static Status Join(const NodeLinkOptions& opts, std::unique_ptr<NodeLink>* out);
+  // not there) within the timeout, InvalidArgument when a peer disagrees (nnodes, attempt, duplicate rank) or
+  // the secrets differ, Aborted when cancel_fd became readable: then *stop_signal (if not null) is the byte
+  // read from it (the signal's number; SIGTERM for a 0 byte).
+  static Status Join(const NodeLinkOptions& opts, std::unique_ptr<NodeLink>* out, int* stop_signal = nullptr);
   ~NodeLink();
   NodeLink(const NodeLink&) = delete;
   NodeLink& operator=(const NodeLink&) = delete;

@@ -3,6 +3,9 @@
 // `dtrain launch --hosts` running mpirun in the root namespace, Open MPI starting its daemons
 // through scripts/netns_rsh.sh instead of ssh, and the gradients crossing the veth interfaces over
 // Open MPI's TCP transport. Needs root (CI runs as root); skips with the reason otherwise.
+// The per-node start (`dtrain launch --node-rank R`, no mpirun) runs across the two namespaces too, with the job
+// secret from --secret-file: node 0's launcher listens on the address given (10.77.0.1), and a launcher in the
+// other host without the secret is refused while the real node joins.
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -160,6 +163,39 @@ TEST_F(MultinodeNetns, FailureOnOneHostStopsTheOtherAndNamesIt) {
   EXPECT_NE(run.output.find("rank 1 on host 10.77.0.2 failed first: exit code 3"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("rank 1 gives up"), std::string::npos) << run.output;
   EXPECT_EQ(ReadFile(d + "/where.0"), "dtns1 dtns1\n");
+  for (const auto& ns : hosts_) EXPECT_EQ(PidsIn(ns, 5), "") << "processes left in " << ns;
+}
+
+// Per-node start across the two hosts, each launcher in its own namespace with the same --secret-file; first an
+// intruder on host 2 that holds another secret asks to be node 1 and is refused (exit 2, never counted), then the
+// real node 1 joins and the job runs to the end. A shell worker stands in for training (the CPU path needs MPI).
+TEST_F(MultinodeNetns, PerNodeStartWithTheSecretRefusesAPeerWithout) {
+  TempDir dir;
+  const std::string d = dir.path();
+  WriteFile(d + "/worker.sh",
+            "#!/bin/sh\necho \"rank $RANK in $(ip netns identify $$) secret ${#DTRAIN_JOB_SECRET}\" > " + d +
+                "/ran.$RANK\nexit 0\n");
+  WriteFile(d + "/secret", "9c2e7a41d0b35f86e1a4c7092d5b8f3e6a1c4d7092b5e8f1a3c6d9e2b4f7a0c5\n");
+  WriteFile(d + "/other", "an-intruders-secret-of-more-than-32-characters\n");
+  ASSERT_EQ(RunCommand("chmod +x " + d + "/worker.sh && chmod 600 " + d + "/secret " + d + "/other").exit_code, 0);
+  const std::string launch = "env DTRAIN_WORKER_BIN=" + d + "/worker.sh " + DtrainBin() +
+                             " launch --nnodes 2 --master-addr 10.77.0.1 --master-port 29610 --nproc-per-node 1 " +
+                             kCiConfig + " --node-rank ";
+  const ProcessResult run =
+      RunCommand("cd " + d + "; ip netns exec dtns1 " + launch +
+                 "0 --secret-file secret > node-0.log 2>&1 & pid=$!; sleep 1; " + "ip netns exec dtns2 " + launch +
+                 "1 --secret-file other > intruder.log 2>&1; echo $? > rc-intruder; " + "ip netns exec dtns2 " +
+                 launch + "1 --secret-file secret > node-1.log 2>&1; echo $? > rc-1; wait $pid; " + "echo $? > rc-0");
+  const std::string n0 = ReadFile(d + "/node-0.log"), n1 = ReadFile(d + "/node-1.log");
+  const std::string intruder = ReadFile(d + "/intruder.log");
+  EXPECT_EQ(ReadFile(d + "/rc-intruder"), "2\n") << intruder;
+  EXPECT_NE(intruder.find("holds another job secret"), std::string::npos) << intruder;
+  EXPECT_NE(n0.find("node 0: listening on 10.77.0.1:29611"), std::string::npos) << n0;
+  EXPECT_NE(n0.find("dropped a connection from 10.77.0.2:"), std::string::npos) << n0;
+  EXPECT_EQ(ReadFile(d + "/rc-0"), "0\n") << n0;
+  EXPECT_EQ(ReadFile(d + "/rc-1"), "0\n") << n1;
+  EXPECT_EQ(ReadFile(d + "/ran.0"), "rank 0 in dtns1 secret 64\n");
+  EXPECT_EQ(ReadFile(d + "/ran.1"), "rank 1 in dtns2 secret 64\n");
   for (const auto& ns : hosts_) EXPECT_EQ(PidsIn(ns, 5), "") << "processes left in " << ns;
 }
 
