@@ -22,7 +22,8 @@ TEST_PKGS=(libgtest-dev iproute2 python3
       slurm-wlm munge libpmix-dev
       # Sanitizer builds and libFuzzer targets (scripts/sanitize.sh, scripts/fuzz.sh): clang-14 only
       # recommends the package holding libclang_rt.fuzzer, and recommends are not installed here.
-      clang-14 libclang-rt-14-dev)
+      clang-14 libclang-rt-14-dev
+      lld)  # the linker of the test and fuzz executables when present (CMakeLists.txt): ~3x faster than GNU ld
 case "${1:-}" in
   "") ;;
   --test) PKGS+=("${TEST_PKGS[@]}") ;;

@@ -8,6 +8,9 @@
 #       included), so CI compiles the tree once for both. Runs every test except ASAN_SKIP_* below.
 # tsan  build-tsan: ThreadSanitizer. Builds and runs the data loader, checkpoint writer, launcher
 #       supervision and Prometheus exporter tests only.
+# What the asan run leaves out, for scripts/test.sh's plain stage (which then runs only that, PLAIN=rest):
+#   scripts/sanitize.sh plain-targets        the test targets to build: the files asan skips or runs in part
+#   scripts/sanitize.sh plain-tests DIR      a ctest -R regex of the tests of build DIR that asan does not run
 # Build flags: scripts/sanitizers/config.sh (-O1, line tables only).
 #
 # Suppressions (each one justified in its file): scripts/sanitizers/lsan.supp, scripts/sanitizers/tsan.supp.
@@ -63,6 +66,8 @@ ASAN_SKIP_BINARIES=(launcher_resume_e2e_test launcher_preempt_e2e_test launcher_
   launcher_s3_checkpoint_e2e_test data_s3_remote_cache_test launcher_zero1_resume_e2e_test
   launcher_custom_model_e2e_test launcher_slurm_e2e_test docs_readme_commands train_prometheus_feed_e2e_test)
 ASAN_SKIP_CASES='TrainE2E\.FashionMnistMlp|Ranks/LaunchEquivalence\.|LaunchFailureE2E\.KillNine|CheckpointFaultWalkE2E\.'
+# The files asan builds that hold those cases (plain-targets builds them for the plain stage).
+ASAN_SKIP_CASES_IN=(launcher_train_e2e_test checkpoint_checkpoint_fault_walk_test)
 TSAN_TESTS='^(FashionLoaderTest|LoaderTest|RandomCropFlipTest|CheckpointManager|CheckpointWriter|SuperviseTest|PrometheusExporter)\.'
 
 # End-to-end tests of the real binary (*_e2e_test, *_netns_test) start several ASan dtrain processes each and
@@ -115,9 +120,45 @@ run_tsan() {
     ctest --test-dir "$dir" --output-on-failure -j "$JOBS" -R "$TSAN_TESTS" "$@"
 }
 
+# The test files with code under DT_HAVE_CUDA: the asan build (CPU only) lacks their GPU cases, so the plain
+# stage builds and runs them whole (on a machine without a GPU those cases skip, but still compile).
+cuda_test_targets() {
+  local f
+  for f in $(grep -l DT_HAVE_CUDA tests/*/*_test.cc tests/runtime/*/*_test.cc); do
+    echo "$(basename "$(dirname "$f")")_$(basename "$f" .cc)"
+  done
+}
+
+# The test targets that the plain stage must build so that every test runs once: asan's skipped files, the
+# files holding ASAN_SKIP_CASES and those with GPU cases.
+plain_targets() {
+  { asan_test_targets 1; printf '%s\n' "${ASAN_SKIP_CASES_IN[@]}"; cuda_test_targets; } | sort -u
+}
+
+# plain_tests DIR: the names of DIR's tests that the asan run leaves out (docs_readme_commands, the tests of
+# skipped files and of files with GPU cases, ASAN_SKIP_CASES) as one anchored ctest -R regex. Fails when an ASAN_SKIP_CASES pattern
+# matches none of them (a renamed case would otherwise silently run nowhere).
+plain_tests() {
+  ctest --test-dir "$1" --show-only=json-v1 | python3 -c '
+import json, os, re, sys
+bins, cases = set(sys.argv[1].split()), sys.argv[2]
+names = []
+for t in json.load(sys.stdin)["tests"]:
+    cmd = [os.path.basename(c) for c in t.get("command", [])]
+    if t["name"] == "docs_readme_commands" or bins & set(cmd) or re.match(cases, t["name"]):
+        names.append(t["name"])
+for alt in cases.split("|"):
+    if not any(re.match(alt, n) for n in names):
+        sys.exit("sanitize.sh plain-tests: no test in %s matches %r (ASAN_SKIP_CASES)" % (sys.argv[3], alt))
+print("^(" + "|".join(re.escape(n) for n in names) + ")$")
+'  "$({ asan_test_targets 1; cuda_test_targets; } | tr '\n' ' ')" "$ASAN_SKIP_CASES" "$1"
+}
+
 case "$WHAT" in
+  plain-targets) plain_targets ;;
+  plain-tests) plain_tests "${1:?usage: scripts/sanitize.sh plain-tests BUILD_DIR}" ;;
   asan) run_asan "$@" ;;
   tsan) run_tsan "$@" ;;
   all) run_asan "$@" && run_tsan "$@" ;;
-  *) echo "usage: scripts/sanitize.sh [asan|tsan|all] [ctest args...]" >&2; exit 2 ;;
+  *) echo "usage: scripts/sanitize.sh [asan|tsan|all] [ctest args...] | plain-targets | plain-tests BUILD_DIR" >&2; exit 2 ;;
 esac
