@@ -30,7 +30,7 @@ RankExit RootCause(const OutputRouter& router, const LaunchCommand& cmd, const A
   return cause;
 }
 
-int AfterFailure(int code, int stop_signal, int attempt, int max_restarts, const std::string& who) {
+int AfterFailure(int code, int stop_signal, int failures, int max_restarts, int next_attempt, const std::string& who) {
   if (stop_signal != 0) {
     DT_LOG_WARN(kLauncher, "stopped by signal {} ({}); not restarting", stop_signal, strsignal(stop_signal));
     return code == kExitPreempted ? kExitPreempted : ExitCodeForSignal(stop_signal);
@@ -44,16 +44,16 @@ int AfterFailure(int code, int stop_signal, int attempt, int max_restarts, const
     DT_LOG_ERROR(kLauncher, "usage/config error (exit {}): not restarting", kExitUsage);
     return kExitUsage;
   }
-  if (attempt < max_restarts) {
-    DT_LOG_WARN(kLauncher, "restarting the job ({} of {} restarts, DTRAIN_RESTART_COUNT={})", attempt + 1, max_restarts,
-                attempt + 1);
+  if (failures < max_restarts) {
+    DT_LOG_WARN(kLauncher, "restarting the job ({} of {} restarts, DTRAIN_RESTART_COUNT={})", failures + 1,
+                max_restarts, next_attempt);
     return -1;
   }
   return code > 0 ? code : kExitFailure;
 }
 
-void ReportFailure(const RankExit& cause, const OutputRouter& router, const LaunchCommand& cmd,
-                   const std::string& when) {
+std::string FailureReport(const RankExit& cause, const OutputRouter& router, const LaunchCommand& cmd,
+                          const std::string& when) {
   std::string msg;
   if (cause.rank >= 0) {
     msg = "rank " + std::to_string(cause.rank) + " on host " + (cause.host.empty() ? "?" : cause.host) +
@@ -72,7 +72,7 @@ void ReportFailure(const RankExit& cause, const OutputRouter& router, const Laun
     msg += tail.empty() ? "; it printed nothing" : "; its last lines:";
     for (const auto& line : tail) msg += "\n  | " + line;
   }
-  DT_LOG_ERROR(kLauncher, "{}", msg);
+  return msg;
 }
 
 }  // namespace dtrain::launcher

@@ -1,8 +1,7 @@
 #pragma once
-// What the supervising loops of `dtrain launch` (launcher/attempt_loop.cc, launcher/elastic_launch.cc,
-// launcher/slurm_elastic.cc) make of an attempt's end: the exit code for the launcher's own error, the root cause,
-// the restart decision and the failure report. Shared so that the plain, per-node and elastic loops report and
-// decide alike.
+// What `dtrain launch` makes of an attempt's end: the exit code for the launcher's own error, the root cause, the
+// restart decision (the attempt loop's, launcher/attempt_loop.h) and the failure report (the backends',
+// launcher/launch_backend.h). Shared so that every backend and restart policy reports and decides alike.
 
 #include <string>
 
@@ -23,13 +22,14 @@ int LaunchError(const Status& st);
 // process manager's exit code when no rank reported one).
 RankExit RootCause(const OutputRouter& router, const LaunchCommand& cmd, const AttemptResult& result);
 
-// The decision after a failed attempt: -1 restart (logged, as restart `attempt + 1` of `max_restarts`), else the
+// The decision after a failed attempt, the `failures`-th counted one (0-based): -1 restart (logged, as restart
+// `failures + 1` of `max_restarts`, the next attempt's DTRAIN_RESTART_COUNT being `next_attempt`), else the
 // launcher's exit code. `who` names the root cause in the log ("rank 3").
-int AfterFailure(int code, int stop_signal, int attempt, int max_restarts, const std::string& who);
+int AfterFailure(int code, int stop_signal, int failures, int max_restarts, int next_attempt, const std::string& who);
 
-// Logs the failure: the root-cause rank, its host and code, `when` in parentheses ("attempt 2 of 4"), and the
-// rank's last lines.
-void ReportFailure(const RankExit& cause, const OutputRouter& router, const LaunchCommand& cmd,
-                   const std::string& when);
+// The failure report: the root-cause rank, its host and code, `when` in parentheses ("attempt 2 of 4"), and the
+// rank's last lines (several lines of text, for one log record).
+std::string FailureReport(const RankExit& cause, const OutputRouter& router, const LaunchCommand& cmd,
+                          const std::string& when);
 
 }  // namespace dtrain::launcher

@@ -10,13 +10,14 @@
 #include "core/clock.h"
 #include "core/logging.h"
 #include "launcher/attempt_log.h"
+#include "launcher/attempt_loop.h"
 #include "launcher/attempt_outcome.h"
 #include "launcher/elastic_plan.h"
 #include "launcher/exit_codes.h"
 #include "launcher/host_probe.h"
 #include "launcher/host_watch.h"
-#include "launcher/output_router.h"
-#include "launcher/supervisor.h"
+#include "launcher/launch_backend.h"
+#include "launcher/restart_policy.h"
 #include "runtime/config/config.h"
 
 namespace dtrain::launcher {
@@ -94,6 +95,126 @@ Status WaitForHosts(const LaunchOptions& opts, ElasticHosts* hosts, std::vector<
   return st;
 }
 
+// The restart policy over --hosts/--hostfile (launcher/elastic_launch.h says what each end means).
+class HostfileElastic : public RestartPolicy {
+ public:
+  HostfileElastic(const LaunchOptions& opts, const LaunchEnv& env, const proto::Config& cfg, ElasticHosts hosts,
+                  int full_world)
+      : opts_(opts), env_(env), cfg_(cfg), hosts_(std::move(hosts)), full_world_(full_world), log_(cfg.run().dir()) {}
+
+  int Plan(int attempt, int failures, AttemptPlan* plan) override {
+    std::vector<HostSlots> listed;
+    if (attempt > 0 && ListHosts(opts_, &listed).ok()) hosts_.SetListed(listed);
+    Status st = hosts_.Active(&active_);
+    if (!st.ok()) st = WaitForHosts(opts_, &hosts_, &active_);
+    if (!st.ok()) {
+      DT_LOG_ERROR(kLauncher, "{}: stopping", st.message());
+      return kExitFailure;
+    }
+    st = ElasticAttempt(opts_, env_, active_, full_world_, cfg_, attempt, &plan->cmd);
+    if (!st.ok()) return LaunchError(st);
+    world_ = plan->cmd.placement.world_size();
+    plan->title = "elastic attempt " + std::to_string(attempt + 1) + " on " + std::to_string(active_.size()) +
+                  " host(s), world size " + std::to_string(world_);
+    plan->when = "elastic attempt " + std::to_string(attempt + 1) + "; " + std::to_string(failures) + " of " +
+                 std::to_string(opts_.max_restarts) + " restarts used";
+    return -1;
+  }
+
+  void Begin(const AttemptPlan& /*plan*/, SupervisorScope* scope) override {
+    start_ = WallSeconds();
+    noticed_ = 0;
+    watch_ = std::make_unique<HostWatch>(opts_, HostWatchOptions(), &hosts_, active_, scope);
+  }
+
+  void End() override {
+    watch_->Stop();
+    grow_ = watch_->grow_asked();
+    answered_ = watch_->answered();
+    silent_ = watch_->lost();
+    if (!silent_.empty()) noticed_ = UnixAt(watch_->lost_at());
+    if (grow_ && silent_.empty()) noticed_ = UnixAt(watch_->grow_asked_at());
+    watch_.reset();
+    if (noticed_ == 0) noticed_ = WallSeconds();
+  }
+
+  AttemptVerdict Classify(const AttemptPlan& plan, const AttemptEnd& end) override {
+    AttemptVerdict v;
+    v.kind = BasicKind(end);
+    if (v.kind == AttemptKind::kDone) return v;
+    if (!silent_.empty()) {  // also when the attempt ended on its own before the stop request reached it
+      return {AttemptKind::kLostHost, silent_, /*report=*/false};
+    }
+    const bool saved = end.exit_code == kExitPreempted && end.stop_signal == 0;
+    const std::vector<std::string> noticing = HostsOfRanks(plan.cmd, end.notice_ranks);
+    if (saved && !noticing.empty()) return {AttemptKind::kNotice, noticing, /*report=*/false};
+    if (saved && grow_) return {AttemptKind::kGrow, {}, /*report=*/false};
+    if (v.kind == AttemptKind::kStopped) return v;
+    // Which hosts are lost: those of the attempt that no longer answer, and the root-cause rank's host when
+    // it died by a signal (killed: a host going away takes its processes with it).
+    const RankExit& cause = end.cause;
+    std::vector<std::string> lost;
+    for (const HostSlots& h : active_) {
+      const bool killed = cause.rank >= 0 && cause.signal > 0 && plan.cmd.placement.HostOfRank(cause.rank) == h.name;
+      bool daemon_lost = false;  // mpirun lost its daemon there: the host's processes are gone, if not the host
+      for (const std::string& d : end.lost_daemon_hosts) daemon_lost = daemon_lost || d == h.name;
+      if (killed || daemon_lost || !HostAnswers(h.name)) lost.push_back(h.name);
+    }
+    if (lost.empty() || lost.size() == active_.size()) return v;
+    return {AttemptKind::kLostHost, lost, /*report=*/true};
+  }
+
+  void Apply(const AttemptPlan& plan, const AttemptEnd& /*end*/, const AttemptVerdict& verdict) override {
+    log_.Write(plan.attempt, active_, world_, start_, noticed_, AttemptKindName(verdict.kind), verdict.hosts);
+    switch (verdict.kind) {
+      case AttemptKind::kDone:
+        DT_LOG_INFO(kLauncher, "the job finished on {} host(s)", active_.size());
+        break;
+      case AttemptKind::kLostHost:
+        for (const std::string& h : verdict.hosts) hosts_.Drop(h, Clock::now());
+        DT_LOG_WARN(kLauncher,
+                    "lost host(s) {}{}: restarting on the survivors from the newest checkpoint (not counted against "
+                    "--max-restarts; a lost host may rejoin after {} s)",
+                    Join(verdict.hosts), silent_.empty() ? "" : " (silent)", opts_.rejoin_after);
+        break;
+      case AttemptKind::kNotice:
+        // It answers until it is reclaimed: not a host to grow onto.
+        for (const std::string& h : verdict.hosts) hosts_.Drop(h, Clock::now(), /*vanish_first=*/true);
+        for (const std::string& h : answered_) hosts_.Rejoin(h);
+        DT_LOG_WARN(kLauncher,
+                    "spot notice on host(s) {}: the job saved a checkpoint; restarting on the other hosts (not "
+                    "counted against --max-restarts; such a host may rejoin after {} s)",
+                    Join(verdict.hosts), opts_.rejoin_after);
+        break;
+      case AttemptKind::kGrow:
+        for (const std::string& h : answered_) hosts_.Rejoin(h);
+        DT_LOG_WARN(kLauncher,
+                    "growing: restarting from the checkpoint just saved with {} back (not counted against "
+                    "--max-restarts)",
+                    answered_.front() + (answered_.size() > 1 ? ", ..." : ""));
+        break;
+      case AttemptKind::kFailure:
+      case AttemptKind::kStopped:
+        break;
+    }
+  }
+
+ private:
+  const LaunchOptions& opts_;
+  const LaunchEnv& env_;
+  const proto::Config& cfg_;
+  ElasticHosts hosts_;
+  const int full_world_;
+  AttemptLog log_;
+  // The attempt in flight: its hosts and world size, its start, and what the host watch saw.
+  std::vector<HostSlots> active_;
+  int world_ = 0;
+  double start_ = 0, noticed_ = 0;
+  std::unique_ptr<HostWatch> watch_;
+  bool grow_ = false;
+  std::vector<std::string> answered_, silent_;
+};
+
 }  // namespace
 
 int SuperviseElastic(const LaunchOptions& opts, const LaunchEnv& env) {
@@ -118,128 +239,13 @@ int SuperviseElastic(const LaunchOptions& opts, const LaunchEnv& env) {
   full_opts.hostfile.clear();
   st = BuildLaunchCommand(full_opts, env, 0, &full);
   if (!st.ok()) return LaunchError(st);
-  const int full_world = full.placement.world_size();
   if (opts.dry_run) {
     std::printf("%s\n", FormatCommandLine(full).c_str());
     return kExitOk;
   }
-  std::unique_ptr<SupervisorScope> scope;
-  st = SupervisorScope::Create(&scope);
-  if (!st.ok()) return LaunchError(st);
-  AttemptLog log(cfg.run().dir());
-  int failures = 0;  // attempts that count against --max-restarts
-  for (int attempt = 0;; ++attempt) {
-    if (attempt > 0) {
-      st = ListHosts(opts, &listed);
-      if (st.ok()) hosts.SetListed(listed);
-    }
-    st = hosts.Active(&active);
-    if (!st.ok()) st = WaitForHosts(opts, &hosts, &active);
-    if (!st.ok()) {
-      DT_LOG_ERROR(kLauncher, "{}: stopping", st.message());
-      return kExitFailure;
-    }
-    LaunchCommand cmd;
-    st = ElasticAttempt(opts, env, active, full_world, cfg, attempt, &cmd);
-    if (!st.ok()) return LaunchError(st);
-    const int world = cmd.placement.world_size();
-    DT_LOG_INFO(kLauncher, "elastic attempt {} on {} host(s), world size {}: {}", attempt + 1, active.size(), world,
-                FormatCommandLine(cmd));
-    OutputRouter::Options ropts;
-    ropts.backend = cmd.backend;
-    ropts.log_dir = opts.log_dir;
-    ropts.attempt = attempt;
-    OutputRouter router(ropts);
-    AttemptResult result;
-    const double start = WallSeconds();
-    std::vector<std::string> answered, silent;
-    bool grow = false;
-    double noticed = 0;
-    {
-      HostWatch watch(opts, HostWatchOptions(), &hosts, active, scope.get());
-      st = RunAttempt(cmd, opts.grace_seconds, scope.get(), &router, &result);
-      watch.Stop();
-      grow = watch.grow_asked();
-      answered = watch.answered();
-      silent = watch.lost();
-      if (!silent.empty()) noticed = UnixAt(watch.lost_at());
-      if (grow && silent.empty()) noticed = UnixAt(watch.grow_asked_at());
-    }
-    if (!st.ok()) return LaunchError(st);
-    if (noticed == 0) noticed = WallSeconds();
-    auto record = [&](const std::string& reason, const std::vector<std::string>& lost) {
-      log.Write(attempt, active, world, start, noticed, reason, lost);
-    };
-    const auto drop = [&](const std::vector<std::string>& lost, bool vanish_first = false) {
-      for (const std::string& h : lost) hosts.Drop(h, Clock::now(), vanish_first);
-    };
-    if (result.exit_code == kExitOk) {
-      record("done", {});
-      DT_LOG_INFO(kLauncher, "the job finished on {} host(s)", active.size());
-      return kExitOk;
-    }
-    if (!silent.empty()) {  // also when the attempt ended on its own before the stop request reached it
-      record("lost_host", silent);
-      drop(silent);
-      DT_LOG_WARN(kLauncher,
-                  "lost host(s) {} (silent): restarting on the survivors from the newest checkpoint (not counted "
-                  "against --max-restarts; a lost host may rejoin after {} s)",
-                  Join(silent), opts.rejoin_after);
-      continue;
-    }
-    const RankExit cause = RootCause(router, cmd, result);
-    const int code = cause.ProcessExitCode();
-    const std::vector<std::string> noticing = HostsOfRanks(cmd, router.notice_ranks());
-    if (code == kExitPreempted && result.stop_signal == 0 && !noticing.empty()) {
-      record("notice", noticing);
-      drop(noticing, /*vanish_first=*/true);  // it answers until it is reclaimed: not a host to grow onto
-      for (const std::string& h : answered) hosts.Rejoin(h);
-      DT_LOG_WARN(kLauncher,
-                  "spot notice on host(s) {}: the job saved a checkpoint; restarting on the other hosts (not counted "
-                  "against --max-restarts; such a host may rejoin after {} s)",
-                  Join(noticing), opts.rejoin_after);
-      continue;
-    }
-    if (grow && code == kExitPreempted && result.stop_signal == 0) {
-      record("grow", {});
-      for (const std::string& h : answered) hosts.Rejoin(h);
-      DT_LOG_WARN(kLauncher,
-                  "growing: restarting from the checkpoint just saved with {} back (not counted against "
-                  "--max-restarts)",
-                  answered.front() + (answered.size() > 1 ? ", ..." : ""));
-      continue;
-    }
-    const std::string who = cause.rank >= 0 ? "rank " + std::to_string(cause.rank) : cmd.argv[0];
-    if (result.stop_signal != 0 || code == kExitPreempted || code == kExitUsage) {
-      record("stopped", {});
-      return AfterFailure(code, result.stop_signal, failures, opts.max_restarts, who);
-    }
-    // Which hosts are lost: those of the attempt that no longer answer, and the root-cause rank's host when
-    // it died by a signal (killed: a host going away takes its processes with it).
-    std::vector<std::string> lost;
-    for (const HostSlots& h : active) {
-      const bool killed = cause.rank >= 0 && cause.signal > 0 && cmd.placement.HostOfRank(cause.rank) == h.name;
-      bool daemon_lost = false;  // mpirun lost its daemon there: the host's processes are gone, if not the host
-      for (const std::string& d : router.lost_daemon_hosts()) daemon_lost = daemon_lost || d == h.name;
-      if (killed || daemon_lost || !HostAnswers(h.name)) lost.push_back(h.name);
-    }
-    const std::string when = "elastic attempt " + std::to_string(attempt + 1) + "; " + std::to_string(failures) +
-                             " of " + std::to_string(opts.max_restarts) + " restarts used";
-    ReportFailure(cause, router, cmd, when);
-    if (lost.empty() || lost.size() == active.size()) {
-      record("failure", {});
-      const int exit_code = AfterFailure(code, 0, failures, opts.max_restarts, who);
-      if (exit_code >= 0) return exit_code;
-      ++failures;
-      continue;
-    }
-    record("lost_host", lost);
-    drop(lost);
-    DT_LOG_WARN(kLauncher,
-                "lost host(s) {}: restarting on the survivors from the newest checkpoint (not counted against "
-                "--max-restarts; a lost host may rejoin after {} s)",
-                Join(lost), opts.rejoin_after);
-  }
+  HostfileElastic policy(opts, env, cfg, std::move(hosts), full.placement.world_size());
+  const std::unique_ptr<LaunchBackend> backend = MakeLaunchBackend(opts, env, Backend::kMpirun);
+  return RunWithRestarts(backend.get(), &policy, opts.max_restarts);
 }
 
 }  // namespace dtrain::launcher

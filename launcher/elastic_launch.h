@@ -1,6 +1,8 @@
 #pragma once
-// The supervising loop of an elastic launch (`dtrain launch --nnodes MIN:MAX --hosts|--hostfile ...`): one mpirun per
-// attempt, each on the current host set, the batch re-planned for its world size (launcher/elastic_plan.h).
+// The elastic launch over a host list (`dtrain launch --nnodes MIN:MAX --hosts|--hostfile ...`): a restart policy
+// (launcher/restart_policy.h) for the one attempt loop (launcher/attempt_loop.h) with the mpirun backend
+// (launcher/launch_backend.h): one mpirun per attempt, each on the current host set, the batch re-planned for its
+// world size (launcher/elastic_plan.h), the hosts watched while it runs (launcher/host_watch.h).
 //
 // How an attempt ends, and what comes next:
 //   done       every rank exited 0: the launcher exits 0.
@@ -15,6 +17,8 @@
 //              job restarts on the larger set.
 //   failure    anything else: counted against --max-restarts; restarted on the same hosts while restarts are left.
 //   stopped    SIGINT/SIGTERM to the launcher, or a usage error, or exit 75 nobody here asked for: passed through.
+// A failure, a stop on a usage error and a lost host found after a failure are followed by the failure report (the
+// root-cause rank and its last lines; for a lost host after the line naming it).
 // lost_host, notice and grow do not count against --max-restarts; when fewer than MIN hosts are left the job stops
 // (exit 1), or with --wait-for-hosts S waits up to S s for dropped hosts to answer again (--nnodes N:N with a long
 // wait: the restart-everything-on-the-same-hosts baseline of examples/spot/replay_trace.sh).

@@ -17,6 +17,7 @@
 #include "launcher/attempt_outcome.h"
 #include "launcher/elastic_launch.h"
 #include "launcher/exit_codes.h"
+#include "launcher/fixed_restart.h"
 #include "launcher/host_probe.h"
 #include "launcher/launch_backend.h"
 #include "launcher/launch_command.h"
@@ -142,7 +143,8 @@ int LaunchWith(const LaunchOptions& opts) {
     if (!st.ok()) return UsageError(st);  // not restartable: a host that cannot be reached
   }
   const std::unique_ptr<LaunchBackend> backend = MakeLaunchBackend(opts, env, cmd.backend);
-  return RunWithRestarts(backend.get(), opts.max_restarts);
+  const std::unique_ptr<RestartPolicy> policy = MakeFixedRestartPolicy(opts, env);
+  return RunWithRestarts(backend.get(), policy.get(), opts.max_restarts);
 }
 
 }  // namespace dtrain::launcher

@@ -17,23 +17,18 @@ namespace {
 // How long the per-node launchers wait for each other at the start of each attempt.
 constexpr double kNodeJoinTimeoutS = 300;
 
-std::string AttemptOf(int attempt, int attempts) {
-  return "attempt " + std::to_string(attempt + 1) + " of " + std::to_string(attempts);
-}
-
 // mpirun or srun: the process manager starts the ranks on every host; RunAttempt watches it.
 class ManagerBackend : public LaunchBackend {
  public:
-  ManagerBackend(const LaunchOptions& opts, const LaunchEnv& env) : opts_(opts), env_(env) {}
+  explicit ManagerBackend(const LaunchOptions& opts) : opts_(opts) {}
 
-  Status RunAttempt(int attempt, int attempts, SupervisorScope* scope, AttemptEnd* end) override {
-    LaunchCommand cmd;
-    DT_RETURN_IF_ERROR(BuildLaunchCommand(opts_, env_, attempt, &cmd));
-    DT_LOG_INFO(kLauncher, "attempt {} of {}: {}", attempt + 1, attempts, FormatCommandLine(cmd));
+  Status RunAttempt(const AttemptPlan& plan, SupervisorScope* scope, AttemptEnd* end) override {
+    const LaunchCommand& cmd = plan.cmd;
+    DT_LOG_INFO(kLauncher, "{}: {}", plan.title, FormatCommandLine(cmd));
     OutputRouter::Options ropts;
     ropts.backend = cmd.backend;
     ropts.log_dir = opts_.log_dir;
-    ropts.attempt = attempt;
+    ropts.attempt = plan.attempt;
     OutputRouter router(ropts);
     AttemptResult result;
     DT_RETURN_IF_ERROR(launcher::RunAttempt(cmd, opts_.grace_seconds, scope, &router, &result));
@@ -41,25 +36,26 @@ class ManagerBackend : public LaunchBackend {
     end->stop_signal = result.stop_signal;
     if (result.exit_code == kExitOk) {
       // Also after a signal: one that arrives while the ranks finish leaves nothing to save or resume.
-      DT_LOG_INFO(kLauncher, "the job finished ({} exited 0){}", cmd.argv[0],
-                  result.stop_signal != 0
-                      ? " (signal " + std::to_string(result.stop_signal) + " arrived as it was finishing)"
-                      : std::string());
+      end->finished =
+          "the job finished (" + cmd.argv[0] + " exited 0)" +
+          (result.stop_signal != 0 ? " (signal " + std::to_string(result.stop_signal) + " arrived as it was finishing)"
+                                   : std::string());
       end->done = true;
       return Status::OK();
     }
-    const RankExit cause = RootCause(router, cmd, result);
-    end->exit_code = cause.ProcessExitCode();
-    end->who = cause.rank >= 0 ? "rank " + std::to_string(cause.rank) : cmd.argv[0];
+    end->cause = RootCause(router, cmd, result);
+    end->exit_code = end->cause.ProcessExitCode();
+    end->who = end->cause.rank >= 0 ? "rank " + std::to_string(end->cause.rank) : cmd.argv[0];
+    end->notice_ranks = router.notice_ranks();
+    end->lost_daemon_hosts = router.lost_daemon_hosts();
     if (result.stop_signal == 0 && end->exit_code != kExitPreempted) {
-      ReportFailure(cause, router, cmd, AttemptOf(attempt, attempts));
+      end->report = FailureReport(end->cause, router, cmd, plan.when);
     }
     return Status::OK();
   }
 
  private:
   const LaunchOptions& opts_;
-  const LaunchEnv& env_;
 };
 
 // Per-node start: each attempt joins the other nodes' launchers (node_link.h), then runs this node's workers
@@ -68,9 +64,8 @@ class NodeBackend : public LaunchBackend {
  public:
   NodeBackend(const LaunchOptions& opts, const LaunchEnv& env) : opts_(opts), env_(env) {}
 
-  Status RunAttempt(int attempt, int attempts, SupervisorScope* scope, AttemptEnd* end) override {
-    LaunchCommand cmd;
-    DT_RETURN_IF_ERROR(BuildLaunchCommand(opts_, env_, attempt, &cmd));
+  Status RunAttempt(const AttemptPlan& plan, SupervisorScope* scope, AttemptEnd* end) override {
+    const LaunchCommand& cmd = plan.cmd;
     std::unique_ptr<NodeLink> link;
     if (opts_.nnodes > 1) {
       NodeLinkOptions lo;
@@ -78,7 +73,7 @@ class NodeBackend : public LaunchBackend {
       lo.nnodes = opts_.nnodes;
       lo.master_addr = cmd.env_set[0].second;  // MASTER_ADDR
       lo.port = std::stoi(cmd.env_set[1].second) + 1;
-      lo.attempt = attempt;
+      lo.attempt = plan.attempt;
       lo.join_timeout_s = kNodeJoinTimeoutS;
       lo.cancel_fd = scope->signal_fd();  // SIGINT/SIGTERM stop the join at once
       DT_RETURN_IF_ERROR(comm::JobSecret::Resolve("", false, &lo.secret, nullptr));  // exported by LaunchWith
@@ -88,12 +83,11 @@ class NodeBackend : public LaunchBackend {
       if (end->stop_signal != 0) return Status::OK();  // a signal while joining: no restart (AfterFailure)
       DT_RETURN_IF_ERROR(joined);
     }
-    DT_LOG_INFO(kLauncher, "attempt {} of {}, node {} of {}: {}", attempt + 1, attempts, opts_.node_rank, opts_.nnodes,
-                FormatCommandLine(cmd));
+    DT_LOG_INFO(kLauncher, "{}, node {} of {}: {}", plan.title, opts_.node_rank, opts_.nnodes, FormatCommandLine(cmd));
     OutputRouter::Options ropts;
     ropts.backend = cmd.backend;
     ropts.log_dir = opts_.log_dir;
-    ropts.attempt = attempt;
+    ropts.attempt = plan.attempt;
     ropts.console_rank = cmd.first_rank;
     OutputRouter router(ropts);
     NodeAttemptResult result;
@@ -102,17 +96,19 @@ class NodeBackend : public LaunchBackend {
     if (!router.log_error().empty()) DT_LOG_WARN(kLauncher, "--log-dir: {}", router.log_error());
     end->stop_signal = result.stop_signal;
     if (result.exit_code == kExitOk) {
-      DT_LOG_INFO(kLauncher, "node {}: this node's workers finished (all exited 0)", opts_.node_rank);
+      end->finished = "node " + std::to_string(opts_.node_rank) + ": this node's workers finished (all exited 0)";
       end->done = true;
       return Status::OK();
     }
     end->exit_code = result.exit_code;
+    end->cause = result.cause;
     end->who = result.cause.rank >= 0 ? "rank " + std::to_string(result.cause.rank) : "a rank";
+    end->notice_ranks = router.notice_ranks();
     if (result.remote.node >= 0) {
-      DT_LOG_ERROR(kLauncher, "node {}: the job stopped because of node {}: {} ({})", opts_.node_rank,
-                   result.remote.node, result.remote.reason, AttemptOf(attempt, attempts));
+      end->report = "node " + std::to_string(opts_.node_rank) + ": the job stopped because of node " +
+                    std::to_string(result.remote.node) + ": " + result.remote.reason + " (" + plan.when + ")";
     } else if (result.stop_signal == 0 && result.exit_code != kExitPreempted) {
-      ReportFailure(result.cause, router, cmd, AttemptOf(attempt, attempts));
+      end->report = FailureReport(result.cause, router, cmd, plan.when);
     }
     return Status::OK();
   }
@@ -126,7 +122,7 @@ class NodeBackend : public LaunchBackend {
 
 std::unique_ptr<LaunchBackend> MakeLaunchBackend(const LaunchOptions& opts, const LaunchEnv& env, Backend backend) {
   if (backend == Backend::kNode) return std::make_unique<NodeBackend>(opts, env);
-  return std::make_unique<ManagerBackend>(opts, env);
+  return std::make_unique<ManagerBackend>(opts);
 }
 
 }  // namespace dtrain::launcher

@@ -8,10 +8,11 @@
 //   node    this node's workers, started by the launcher itself after joining the other nodes' launchers
 //           (launcher/node_link.h, launcher/node_workers.h); each worker's pipes are its own rank's lines.
 // What a backend provides, and where:
-//   - the command of attempt n: BuildLaunchCommand (launcher/launch_command.h) for LaunchCommand::backend;
+//   - the command of attempt n: BuildLaunchCommand (launcher/launch_command.h) for LaunchCommand::backend, called
+//     by the restart policy (launcher/restart_policy.h), which may change the hosts and the batch between attempts;
 //   - output tagging and the process manager's failure report: its OutputDialect (launcher/output_dialect.h);
-//   - the attempt's run, its root cause and the failure report in the log: RunAttempt below.
-// The restart decision is the loop's (launcher/attempt_outcome.h AfterFailure), the same for every backend.
+//   - the attempt's run, its root cause and the text of its failure report: RunAttempt below.
+// The restart decision is the loop's (launcher/attempt_loop.h), the same for every backend and policy.
 
 #include <memory>
 #include <string>
@@ -19,29 +20,24 @@
 #include "core/status.h"
 #include "launcher/launch_command.h"
 #include "launcher/launch_options.h"
+#include "launcher/restart_policy.h"
 #include "launcher/supervisor.h"
 
 namespace dtrain::launcher {
 
-// How an attempt ended.
-struct AttemptEnd {
-  bool done = false;    // every rank exited 0
-  int exit_code = 0;    // else: the root cause's code (the process manager's own when no rank was named)
-  int stop_signal = 0;  // SIGINT/SIGTERM the launcher received during the attempt, else 0
-  std::string who;      // the root cause, for the log: "rank 3", "mpirun"
-};
-
 class LaunchBackend {
  public:
   virtual ~LaunchBackend() = default;
-  // Runs attempt `attempt` (0-based: DTRAIN_RESTART_COUNT) of at most `attempts` to its end: logs its command,
-  // then how it ended (a failure: the root-cause rank, its host, code and last lines) and fills `end`. Non-OK
-  // only when the attempt could not run at all (bad command, no peer nodes, fork failure): not restartable.
-  virtual Status RunAttempt(int attempt, int attempts, SupervisorScope* scope, AttemptEnd* end) = 0;
+  // Runs `plan.cmd` (attempt `plan.attempt`, 0-based: DTRAIN_RESTART_COUNT) to its end: logs `plan.title` and the
+  // command, then fills `end` (its failure report as text: the root-cause rank, its host, code and last lines, for
+  // the loop to log). Non-OK only when the attempt could not run at all (no peer nodes, fork failure): not
+  // restartable.
+  virtual Status RunAttempt(const AttemptPlan& plan, SupervisorScope* scope, AttemptEnd* end) = 0;
 };
 
-// The backend that runs `opts` on this machine: mpirun or srun (the process manager BuildLaunchCommand resolves), or
-// the per-node start for --node-rank. `opts` and `env` must outlive it.
+// The backend that runs the commands of `opts` on this machine: mpirun or srun (the process manager BuildLaunchCommand
+// resolves), or the per-node start for --node-rank. It reads --log-dir and --grace from `opts` (and the per-node
+// start its node rank and count); `opts` and `env` must outlive it.
 std::unique_ptr<LaunchBackend> MakeLaunchBackend(const LaunchOptions& opts, const LaunchEnv& env, Backend backend);
 
 }  // namespace dtrain::launcher

@@ -14,10 +14,12 @@
 #include "core/clock.h"
 #include "core/logging.h"
 #include "launcher/attempt_log.h"
+#include "launcher/attempt_loop.h"
 #include "launcher/attempt_outcome.h"
 #include "launcher/elastic_plan.h"
 #include "launcher/exit_codes.h"
-#include "launcher/output_router.h"
+#include "launcher/launch_backend.h"
+#include "launcher/restart_policy.h"
 #include "launcher/supervisor.h"
 #include "runtime/config/config.h"
 
@@ -85,6 +87,102 @@ Status RanksPerNode(const LaunchOptions& opts, const LaunchEnv& env, int* nproc)
   return ResolveNproc(opts, env, nproc, &slots_override);
 }
 
+// The restart policy inside a Slurm allocation (launcher/slurm_elastic.h).
+class SlurmElastic : public RestartPolicy {
+ public:
+  SlurmElastic(const LaunchOptions& opts, const LaunchEnv& env, const proto::Config& cfg, std::string job,
+               ElasticHosts hosts, int nproc)
+      : opts_(opts),
+        env_(env),
+        cfg_(cfg),
+        job_(std::move(job)),
+        hosts_(std::move(hosts)),
+        nproc_(nproc),
+        full_world_(opts.elastic_max * nproc),
+        log_(cfg.run().dir()) {}
+
+  int Plan(int attempt, int failures, AttemptPlan* plan) override {
+    Status st = hosts_.Active(&active_);
+    if (!st.ok()) {
+      DT_LOG_ERROR(kLauncher, "{}: stopping", st.message());
+      return kExitFailure;
+    }
+    st = AttemptCommand(attempt, &plan->cmd);
+    if (!st.ok()) return LaunchError(st);
+    world_ = plan->cmd.placement.world_size();
+    plan->title = "elastic attempt " + std::to_string(attempt + 1) + " on " + std::to_string(active_.size()) +
+                  " node(s) of Slurm job " + job_ + ", world size " + std::to_string(world_);
+    plan->when = "elastic attempt " + std::to_string(attempt + 1) + "; " + std::to_string(failures) + " of " +
+                 std::to_string(opts_.max_restarts) + " restarts used";
+    return -1;
+  }
+
+  void Begin(const AttemptPlan& /*plan*/, SupervisorScope* /*scope*/) override { start_ = WallSeconds(); }
+  void End() override { noticed_ = WallSeconds(); }
+
+  AttemptVerdict Classify(const AttemptPlan& /*plan*/, const AttemptEnd& end) override {
+    AttemptVerdict v;
+    v.kind = BasicKind(end);
+    if (v.kind != AttemptKind::kFailure) return v;
+    // Lost: the nodes srun reported a node failure on, and those Slurm took out of the job.
+    std::vector<std::string> lost, now;
+    const Status nodes_st = JobNodes(job_, &now);
+    if (!nodes_st.ok()) DT_LOG_WARN(kLauncher, "{}", nodes_st.message());
+    for (const HostSlots& h : active_) {
+      bool failed = false, held = !nodes_st.ok();
+      for (const std::string& d : end.lost_daemon_hosts) failed = failed || d == h.name;
+      for (const std::string& n : now) held = held || n == h.name;
+      if (failed || !held) lost.push_back(h.name);
+    }
+    if (lost.empty() || lost.size() == active_.size()) return v;
+    return {AttemptKind::kLostHost, lost, /*report=*/true};
+  }
+
+  void Apply(const AttemptPlan& plan, const AttemptEnd& /*end*/, const AttemptVerdict& verdict) override {
+    log_.Write(plan.attempt, active_, world_, start_, noticed_, AttemptKindName(verdict.kind), verdict.hosts);
+    if (verdict.kind == AttemptKind::kDone) {
+      DT_LOG_INFO(kLauncher, "the job finished on {} node(s)", active_.size());
+    } else if (verdict.kind == AttemptKind::kLostHost) {
+      // Logged before the loop's failure report: the rank reported there is one that lost its peers, not the cause.
+      DT_LOG_WARN(kLauncher,
+                  "lost node(s) {} of Slurm job {}: restarting on the nodes the job still holds from the newest "
+                  "checkpoint (not counted against --max-restarts; Slurm gives a running job no node back)",
+                  Join(verdict.hosts), job_);
+      for (const std::string& h : verdict.hosts) hosts_.Drop(h, ElasticHosts::Clock::now());
+    }
+  }
+
+  // The command of one attempt on the active nodes: srun on those nodes, the batch re-planned for their world size.
+  Status AttemptCommand(int attempt, LaunchCommand* cmd) {
+    DT_RETURN_IF_ERROR(hosts_.Active(&active_));
+    LaunchOptions o = opts_;
+    o.backend = Backend::kSrun;
+    o.nnodes = static_cast<int>(active_.size());
+    o.nproc_per_node = std::to_string(nproc_);
+    o.nproc_given = true;
+    o.srun_nodelist.clear();
+    for (const HostSlots& h : active_) o.srun_nodelist.push_back(h.name);
+    DT_RETURN_IF_ERROR(
+        AttemptBatchSets(cfg_, full_world_, o.nnodes * nproc_,
+                         opts_.elastic_batch == "per-gpu" ? ElasticBatch::kPerGpu : ElasticBatch::kGlobal, &o.sets));
+    return BuildLaunchCommand(o, env_, attempt, cmd);
+  }
+
+ private:
+  const LaunchOptions& opts_;
+  const LaunchEnv& env_;
+  const proto::Config& cfg_;
+  const std::string job_;
+  ElasticHosts hosts_;
+  const int nproc_;
+  const int full_world_;
+  AttemptLog log_;
+  // The attempt in flight.
+  std::vector<HostSlots> active_;
+  int world_ = 0;
+  double start_ = 0, noticed_ = 0;
+};
+
 }  // namespace
 
 int SuperviseSlurmElastic(const LaunchOptions& opts, const LaunchEnv& env) {
@@ -115,99 +213,16 @@ int SuperviseSlurmElastic(const LaunchOptions& opts, const LaunchEnv& env) {
                 "of {} nodes kept); a requeue (exit 75) is the way to a full allocation",
                 opts.elastic_min, opts.elastic_max, active.size(), opts.elastic_max);
   }
-  const int full_world = opts.elastic_max * nproc;
-  // The options of one attempt on `active`: srun on those nodes, the batch re-planned for their world size.
-  const auto attempt_command = [&](int attempt, LaunchCommand* cmd) {
-    LaunchOptions o = opts;
-    o.backend = Backend::kSrun;
-    o.nnodes = static_cast<int>(active.size());
-    o.nproc_per_node = std::to_string(nproc);
-    o.nproc_given = true;
-    o.srun_nodelist.clear();
-    for (const HostSlots& h : active) o.srun_nodelist.push_back(h.name);
-    DT_RETURN_IF_ERROR(AttemptBatchSets(cfg, full_world, o.nnodes * nproc,
-                                        opts.elastic_batch == "per-gpu" ? ElasticBatch::kPerGpu : ElasticBatch::kGlobal,
-                                        &o.sets));
-    return BuildLaunchCommand(o, env, attempt, cmd);
-  };
+  SlurmElastic policy(opts, env, cfg, *job, std::move(hosts), nproc);
   if (opts.dry_run) {
     LaunchCommand cmd;
-    st = attempt_command(0, &cmd);
+    st = policy.AttemptCommand(0, &cmd);
     if (!st.ok()) return LaunchError(st);
     std::printf("%s\n", FormatCommandLine(cmd).c_str());
     return kExitOk;
   }
-  std::unique_ptr<SupervisorScope> scope;
-  st = SupervisorScope::Create(&scope);
-  if (!st.ok()) return LaunchError(st);
-  AttemptLog log(cfg.run().dir());
-  int failures = 0;  // attempts that count against --max-restarts
-  for (int attempt = 0;; ++attempt) {
-    st = hosts.Active(&active);
-    if (!st.ok()) {
-      DT_LOG_ERROR(kLauncher, "{}: stopping", st.message());
-      return kExitFailure;
-    }
-    LaunchCommand cmd;
-    st = attempt_command(attempt, &cmd);
-    if (!st.ok()) return LaunchError(st);
-    const int world = cmd.placement.world_size();
-    DT_LOG_INFO(kLauncher, "elastic attempt {} on {} node(s) of Slurm job {}, world size {}: {}", attempt + 1,
-                active.size(), *job, world, FormatCommandLine(cmd));
-    OutputRouter::Options ropts;
-    ropts.backend = cmd.backend;
-    ropts.log_dir = opts.log_dir;
-    ropts.attempt = attempt;
-    OutputRouter router(ropts);
-    AttemptResult result;
-    const double start = WallSeconds();
-    st = RunAttempt(cmd, opts.grace_seconds, scope.get(), &router, &result);
-    if (!st.ok()) return LaunchError(st);
-    const double noticed = WallSeconds();
-    const auto record = [&](const std::string& reason, const std::vector<std::string>& lost) {
-      log.Write(attempt, active, world, start, noticed, reason, lost);
-    };
-    if (result.exit_code == kExitOk) {
-      record("done", {});
-      DT_LOG_INFO(kLauncher, "the job finished on {} node(s)", active.size());
-      return kExitOk;
-    }
-    const RankExit cause = RootCause(router, cmd, result);
-    const int code = cause.ProcessExitCode();
-    const std::string who = cause.rank >= 0 ? "rank " + std::to_string(cause.rank) : cmd.argv[0];
-    if (result.stop_signal != 0 || code == kExitPreempted || code == kExitUsage) {
-      record("stopped", {});
-      return AfterFailure(code, result.stop_signal, failures, opts.max_restarts, who);
-    }
-    // Lost: the nodes srun reported a node failure on, and those Slurm took out of the job.
-    std::vector<std::string> lost, now;
-    const Status nodes_st = JobNodes(*job, &now);
-    if (!nodes_st.ok()) DT_LOG_WARN(kLauncher, "{}", nodes_st.message());
-    for (const HostSlots& h : active) {
-      bool failed = false, held = !nodes_st.ok();
-      for (const std::string& d : router.lost_daemon_hosts()) failed = failed || d == h.name;
-      for (const std::string& n : now) held = held || n == h.name;
-      if (failed || !held) lost.push_back(h.name);
-    }
-    const std::string when = "elastic attempt " + std::to_string(attempt + 1) + "; " + std::to_string(failures) +
-                             " of " + std::to_string(opts.max_restarts) + " restarts used";
-    if (lost.empty() || lost.size() == active.size()) {
-      ReportFailure(cause, router, cmd, when);
-      record("failure", {});
-      const int exit_code = AfterFailure(code, 0, failures, opts.max_restarts, who);
-      if (exit_code >= 0) return exit_code;
-      ++failures;
-      continue;
-    }
-    // The lost node first: the rank reported below is one that lost its peers there, not the cause.
-    DT_LOG_WARN(kLauncher,
-                "lost node(s) {} of Slurm job {}: restarting on the nodes the job still holds from the newest "
-                "checkpoint (not counted against --max-restarts; Slurm gives a running job no node back)",
-                Join(lost), *job);
-    ReportFailure(cause, router, cmd, when);
-    record("lost_host", lost);
-    for (const std::string& h : lost) hosts.Drop(h, ElasticHosts::Clock::now());
-  }
+  const std::unique_ptr<LaunchBackend> backend = MakeLaunchBackend(opts, env, Backend::kSrun);
+  return RunWithRestarts(backend.get(), &policy, opts.max_restarts);
 }
 
 }  // namespace dtrain::launcher

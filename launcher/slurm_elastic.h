@@ -1,8 +1,9 @@
 #pragma once
 // The elastic launch inside a Slurm allocation (`dtrain launch --nnodes MIN:MAX` under sbatch/salloc, no
-// --hosts/--hostfile, backend srun or auto): one srun job step per attempt on the allocation's usable nodes, the batch
-// re-planned for its world size exactly as over mpirun (launcher/elastic_plan.h: the global batch kept by gradient
-// accumulation by default, the data position exact).
+// --hosts/--hostfile, backend srun or auto): a restart policy (launcher/restart_policy.h) for the one attempt loop
+// (launcher/attempt_loop.h) with the srun backend (launcher/launch_backend.h); one srun job step per attempt on the
+// allocation's usable nodes, the batch re-planned for its world size exactly as over mpirun (launcher/elastic_plan.h:
+// the global batch kept by gradient accumulation by default, the data position exact).
 //
 // What elasticity means here. Slurm owns the nodes: a job keeps the nodes it was given and can only lose them.
 //   shrink  A node of the step is lost (its slurmd stops answering, or an admin or the cloud plugin sets it DOWN):
