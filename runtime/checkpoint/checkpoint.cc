@@ -302,14 +302,36 @@ Status CheckpointManager::LoadLatest(LoadedCheckpoint* out, std::vector<std::str
                           (entries.empty() ? "" : " (" + std::to_string(entries.size()) + " skipped)"));
 }
 
-Status CheckpointManager::DeleteDir(const CheckpointEntry& e, int64_t step) {
+Status CheckpointManager::DeleteDir(const CheckpointEntry& e, const std::set<std::string>& ours, int64_t step) {
   std::vector<storage::ObjectInfo> objects;
   DT_RETURN_IF_ERROR(store_->List(e.dir + "/", &objects));
+  const std::string prefix = e.dir + "/";
   // The manifest goes first: from then on the directory is a partial one, never a torn checkpoint.
-  DT_RETURN_IF_ERROR(store_->Delete(e.dir + "/" + kManifest));
+  if (e.has_manifest) DT_RETURN_IF_ERROR(store_->Delete(prefix + kManifest));
   if (step >= 0) DT_RETURN_IF_ERROR(AtPhase(CheckpointPhase::kRetention, step));
+  // Only what dtrain wrote, by name: a file someone else put into the directory is theirs.
+  std::vector<std::string> kept;
+  bool deleted = e.has_manifest;
   for (const storage::ObjectInfo& o : objects) {
-    if (o.key != e.dir + "/" + kManifest) DT_RETURN_IF_ERROR(store_->Delete(o.key));
+    const std::string name = o.key.substr(prefix.size());
+    if (name == kManifest) continue;
+    if (ours.count(name) == 0) {
+      kept.push_back(name);
+      continue;
+    }
+    DT_RETURN_IF_ERROR(store_->Delete(o.key));
+    deleted = true;
+  }
+  if (!kept.empty()) {
+    std::string names;
+    for (const std::string& k : kept) names += (names.empty() ? "" : ", ") + k;
+    // Once per directory: later passes find only the foreign files and say so at debug level.
+    if (deleted) {
+      DT_LOG_WARN(kRuntime, "retention: kept {}/{}: it holds files dtrain did not write ({}); remove them by hand",
+                  url(), e.dir, names);
+    } else {
+      DT_LOG_DEBUG(kRuntime, "retention: {}/{} holds only files dtrain did not write ({})", url(), e.dir, names);
+    }
   }
   return Status::OK();
 }
@@ -322,10 +344,15 @@ Status CheckpointManager::Retain(int64_t step) {
   // Only this run's lineage is ours to delete: another run's checkpoints (or ones whose manifest does not
   // read, so whose lineage is unknown) are kept whatever their step.
   std::vector<int64_t> valid;
+  std::map<int64_t, std::set<std::string>> files;  // of each valid one: manifest.pb and the files its manifest lists
   for (const CheckpointEntry& e : entries) {
     if (!e.has_manifest) continue;
     proto::CheckpointManifest m;
-    if (ReadManifest(e.step, /*warn_legacy=*/false, &m).ok() && m.run_id() == run_id_) valid.push_back(e.step);
+    if (!ReadManifest(e.step, /*warn_legacy=*/false, &m).ok() || m.run_id() != run_id_) continue;
+    valid.push_back(e.step);
+    std::set<std::string>& names = files[e.step];
+    names.insert(kManifest);
+    for (const proto::CheckpointFile& f : m.files()) names.insert(f.name());
   }
   if (valid.empty()) return Status::OK();
   const int64_t newest = valid.back();
@@ -339,7 +366,8 @@ Status CheckpointManager::Retain(int64_t step) {
     if (keep.count(e.step) != 0 || e.step > newest) continue;
     if (e.has_manifest && ours.count(e.step) == 0) continue;
     DT_LOG_DEBUG(kRuntime, "retention: deleting {}/{}{}", url(), e.dir, e.has_manifest ? "" : " (partial)");
-    DT_RETURN_IF_ERROR(DeleteDir(e, step));
+    // A partial directory's files are named as the lineage's newest checkpoint names its own.
+    DT_RETURN_IF_ERROR(DeleteDir(e, files.at(e.has_manifest ? e.step : newest), step));
   }
   return Status::OK();
 }

@@ -22,7 +22,9 @@
 // keep_every (> 0) and always the save that just completed; delete the other checkpoints of the lineage
 // and every partial directory older than the lineage's newest checkpoint. Checkpoints of another
 // lineage, or whose manifest does not read, are never deleted. Deleting removes manifest.pb first, so a half-deleted
-// directory is a partial one.
+// directory is a partial one, and removes only files dtrain wrote, by name: manifest.pb and the files its manifest
+// lists (a partial directory: those the lineage's newest manifest lists). Anything else in a step directory (a
+// user's file) stays, and so does the directory, with a warning naming what was kept.
 //
 // Thread-safety: Save and ApplyRetention must not run concurrently with each other (one writer: the
 // trainer's rank 0, through CheckpointWriter); List/Load may run from any thread at any time.
@@ -31,6 +33,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -127,6 +130,9 @@ class CheckpointManager {
   // reason appended to *skipped (optional). NotFound when there is none.
   Status LoadLatest(LoadedCheckpoint* out, std::vector<std::string>* skipped = nullptr, LoadSink* sink = nullptr);
   Status ApplyRetention();
+  // Reads, unseals and parses the manifest of `step` without reading its files (NotFound when absent, DataLoss naming
+  // it when bad or incomplete): a checkpoint that claims to be complete.
+  Status ReadManifest(int64_t step, bool warn_legacy, proto::CheckpointManifest* out);
 
   // The lineage that Save writes into manifests that carry none, and that retention deletes from.
   void set_run_id(std::string run_id) { run_id_ = std::move(run_id); }
@@ -138,10 +144,9 @@ class CheckpointManager {
  private:
   // Retention after the save of `step` (-1: not inside a save, no phase hook).
   Status Retain(int64_t step);
-  Status DeleteDir(const CheckpointEntry& e, int64_t step);
+  // Deletes the files of `e` named in `ours` (manifest.pb first); warns naming any other file, which stays.
+  Status DeleteDir(const CheckpointEntry& e, const std::set<std::string>& ours, int64_t step);
   Status AtPhase(CheckpointPhase phase, int64_t step) const;
-  // Reads, unseals and parses the manifest of `step` (NotFound when absent, DataLoss naming it when bad).
-  Status ReadManifest(int64_t step, bool warn_legacy, proto::CheckpointManifest* out);
 
   std::unique_ptr<storage::Storage> store_;
   CheckpointOptions opts_;

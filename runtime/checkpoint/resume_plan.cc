@@ -1,5 +1,6 @@
 #include "runtime/checkpoint/resume_plan.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -57,6 +58,89 @@ Status MoveAside(CheckpointManager* ckpt, const std::vector<CheckpointEntry>& en
   return Status::OK();
 }
 
+// "step-00000010, step-00000020" (at most 8, then how many more).
+std::string DirList(const std::vector<CheckpointEntry>& entries) {
+  std::string out;
+  for (size_t i = 0; i < entries.size() && i < 8; ++i) out += (i ? ", " : "") + entries[i].dir;
+  if (entries.size() > 8) out += ", ... (" + std::to_string(entries.size()) + " in all)";
+  return out;
+}
+
+// Moves the step directories `newer` out of the store's way (resume=STEP with overwrite): a local store's into the
+// sibling directory `<dir>.overwritten-<stamp>/`, an object store's under `overwritten-<stamp>/` in the same root
+// (copied, then the originals deleted, manifest first). `latest` then names `step`.
+Status MoveNewerAside(CheckpointManager* ckpt, const std::vector<CheckpointEntry>& newer, int64_t step,
+                      std::string* note) {
+  const std::string stamp = UtcStamp();
+  std::string dir, aside;
+  if (storage::LocalDir(ckpt->url(), &dir)) {
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    aside = dir + ".overwritten-" + stamp;
+    if (::mkdir(aside.c_str(), 0755) != 0 && errno != EEXIST) {
+      return Status::IoError("checkpoint.overwrite: cannot create " + aside + ": " + std::strerror(errno));
+    }
+    for (const CheckpointEntry& e : newer) {
+      const std::string from = dir + "/" + e.dir, to = aside + "/" + e.dir;
+      if (std::rename(from.c_str(), to.c_str()) != 0) {
+        return Status::IoError("checkpoint.overwrite: cannot move " + from + " aside to " + to + ": " +
+                               std::strerror(errno));
+      }
+    }
+  } else {
+    aside = ckpt->url() + "/overwritten-" + stamp;
+    for (const CheckpointEntry& e : newer) {
+      std::vector<storage::ObjectInfo> objects;
+      DT_RETURN_IF_ERROR(ckpt->store().List(e.dir + "/", &objects));
+      for (const storage::ObjectInfo& o : objects) {
+        std::string bytes;
+        DT_RETURN_IF_ERROR(ckpt->store().Get(o.key, &bytes));
+        DT_RETURN_IF_ERROR(ckpt->store().Put("overwritten-" + stamp + "/" + o.key, bytes.data(), bytes.size()));
+      }
+      DT_RETURN_IF_ERROR(ckpt->store().Delete(e.dir + "/manifest.pb"));  // first: from here on a partial directory
+      for (const storage::ObjectInfo& o : objects) DT_RETURN_IF_ERROR(ckpt->store().Delete(o.key));
+    }
+  }
+  const std::string latest = CheckpointManager::StepDir(step) + "\n";
+  DT_RETURN_IF_ERROR(ckpt->store().Put("latest", latest.data(), latest.size()));
+  *note = "checkpoint.overwrite: moved the " + std::to_string(newer.size()) + " checkpoint(s) newer than step " +
+          std::to_string(step) + " (" + DirList(newer) + ") aside to " + aside;
+  return Status::OK();
+}
+
+// checkpoint.resume=STEP: that checkpoint, if it exists; newer checkpoints are never replaced without consent.
+Status PlanStep(CheckpointManager* ckpt, const ResumeRequest& req, int64_t step, ResumePlan* out) {
+  const std::string what = "checkpoint.resume=" + req.resume;
+  std::vector<CheckpointEntry> entries;
+  DT_RETURN_IF_ERROR(ckpt->List(&entries).WithContext(what));
+  std::vector<CheckpointEntry> checkpoints, newer;  // directories with a manifest; those of later steps that read
+  bool exists = false;
+  for (const CheckpointEntry& e : entries) {
+    exists = exists || e.step == step;
+    if (!e.has_manifest) continue;
+    checkpoints.push_back(e);
+    proto::CheckpointManifest m;
+    if (e.step > step && ckpt->ReadManifest(e.step, /*warn_legacy=*/false, &m).ok()) newer.push_back(e);
+  }
+  if (!exists) {
+    return Status::InvalidArgument(
+        what + ": step " + std::to_string(step) + " does not exist in " + ckpt->url() +
+        (checkpoints.empty() ? " (it holds no checkpoint)" : " (its checkpoints: " + DirList(checkpoints) + ")"));
+  }
+  if (!newer.empty() && !req.overwrite) {
+    return Status::InvalidArgument(
+        what + ": " + ckpt->url() + " holds " + std::to_string(newer.size()) + " newer checkpoint(s) (" +
+        DirList(newer) + ") that training on from step " + std::to_string(step) +
+        " would replace (nothing was changed): resume from the newest with --resume auto, or train on from step " +
+        std::to_string(step) +
+        " with --overwrite (checkpoint.overwrite: true), which moves the newer ones aside first");
+  }
+  DT_RETURN_IF_ERROR(ckpt->Load(step, &out->loaded, req.sink).WithContext(what));
+  if (!newer.empty() && req.writer) DT_RETURN_IF_ERROR(MoveNewerAside(ckpt, newer, step, &out->note));
+  out->resume = true;
+  out->run_id = out->loaded.manifest.run_id();
+  return Status::OK();
+}
+
 }  // namespace
 
 std::string NewRunId() {
@@ -71,13 +155,7 @@ std::string NewRunId() {
 Status PlanResume(CheckpointManager* ckpt, const ResumeRequest& req, ResumePlan* out) {
   *out = ResumePlan();
   const std::string& url = ckpt->url();
-  if (IsStepNumber(req.resume)) {
-    DT_RETURN_IF_ERROR(
-        ckpt->Load(std::stoll(req.resume), &out->loaded, req.sink).WithContext("checkpoint.resume=" + req.resume));
-    out->resume = true;
-    out->run_id = out->loaded.manifest.run_id();
-    return Status::OK();
-  }
+  if (IsStepNumber(req.resume)) return PlanStep(ckpt, req, std::stoll(req.resume), out);
   if (req.resume != "auto" && req.resume != "never") {
     return Status::InvalidArgument("checkpoint.resume: expected auto, never or a step number, got '" + req.resume +
                                    "'");

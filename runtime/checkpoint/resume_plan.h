@@ -10,10 +10,17 @@
 //   never               none (partial directories only, too)  fresh start
 //   never               some                                  refuse (InvalidArgument naming the newest and
 //                                                             the two ways out); with overwrite: move aside
-//   STEP                -                                     resume from STEP, or its error
+//   STEP                STEP's directory absent               refuse (InvalidArgument: the step does not exist,
+//                                                             naming the checkpoints there)
+//   STEP                newer checkpoints (manifests read)    refuse (InvalidArgument naming them: training on
+//                                                             would replace them); with overwrite: move the newer
+//                                                             ones aside, then resume from STEP
+//   STEP                otherwise                             resume from STEP, or its load error
 // "Move aside" (the writer rank only): a local store's directory is renamed to
 // `<dir>.overwritten-<UTC yyyymmddThhmmssZ>`; an s3:// store's step directories and `latest` are deleted
-// (manifest first). It happens before the first step, and is logged.
+// (manifest first). Moving newer checkpoints aside (STEP): a local store's step directories are renamed into
+// `<dir>.overwritten-<stamp>/`, an object store's are copied under `overwritten-<stamp>/` in the same root and then
+// deleted (manifest first); `latest` then names STEP. It happens before the first step, and is logged.
 // The lineage (run_id) is the resumed checkpoint's, or a new random one at a fresh start; the caller
 // hands it to CheckpointManager::set_run_id. Thread-safety: as the manager's Save (one caller).
 

@@ -64,9 +64,12 @@ TEST(ResumeE2E, TwoRanksResumeExactlyAfterAFailureAndAtAnotherWorldSize) {
   // Each save's training stall went to metrics.
   EXPECT_EQ(Lines(ReadFile(d + "/full/metrics.jsonl"), "\"kind\":\"checkpoint\"").size(), 2u);
 
-  ProcessResult one = RunCommand(DtrainBin() + " train " + kCiConfig + kCommon +
-                                 " --set data.batch_size=128 --set checkpoint.resume=20 --set checkpoint.url=" + d +
-                                 "/part/checkpoints --set run.dir=" + d + "/one");
+  // Training on from step 20 of part's store replaces its later checkpoints: refused without consent (issue 38),
+  // --overwrite moves them aside first.
+  ProcessResult one = RunCommand(
+      DtrainBin() + " train " + kCiConfig + kCommon +
+      " --set data.batch_size=128 --set checkpoint.resume=20 --set checkpoint.overwrite=true --set checkpoint.url=" +
+      d + "/part/checkpoints --set run.dir=" + d + "/one");
   ASSERT_EQ(one.exit_code, 0) << one.output;
   EXPECT_NE(one.output.find("saved by 2 rank(s), now 1"), std::string::npos) << one.output;
   const double diff = MaxSafetensorsDiff(d + "/full/final.safetensors", d + "/one/final.safetensors");
@@ -77,9 +80,10 @@ TEST(ResumeE2E, TwoRanksResumeExactlyAfterAFailureAndAtAnotherWorldSize) {
   // A global batch that does not divide the position resumes too: the sampler continues at sample 2560
   // of the epoch's permutation whatever the batch (which samples follow is checked in
   // tests/data/sampler_test.cc MidEpochResumeSameAndDifferentWorldSize).
-  ProcessResult other = RunCommand(DtrainBin() + " train " + kCiConfig + kCommon +
-                                   " --set data.batch_size=96 --set checkpoint.resume=20 --set checkpoint.url=" + d +
-                                   "/part/checkpoints --set run.dir=" + d + "/other");
+  ProcessResult other = RunCommand(
+      DtrainBin() + " train " + kCiConfig + kCommon +
+      " --set data.batch_size=96 --set checkpoint.resume=20 --set checkpoint.overwrite=true --set checkpoint.url=" + d +
+      "/part/checkpoints --set run.dir=" + d + "/other");
   EXPECT_EQ(other.exit_code, 0) << other.output;
   EXPECT_NE(other.output.find("2560 samples into the epoch"), std::string::npos) << other.output;
   EXPECT_NE(other.output.find("global batch was 128, now 96"), std::string::npos) << other.output;
@@ -137,9 +141,10 @@ TEST(ResumeE2E, PerGpuBatchAtAnotherWorldSizeKeepsTheScheduleAndLengthInSamples)
   EXPECT_NE(inspect.output.find("19968 consumed, global batch 64"), std::string::npos) << inspect.output;
 
   // train.max_steps counts schedule steps too: 100 x 128 samples = step 40 + 120 steps of 64.
-  ProcessResult capped = RunCommand(DtrainBin() + " train " + args + " --set train.max_steps=100" +
-                                    " --set checkpoint.resume=40 --set checkpoint.url=" + d +
-                                    "/part/checkpoints --set run.dir=" + d + "/capped");
+  ProcessResult capped =
+      RunCommand(DtrainBin() + " train " + args + " --set train.max_steps=100" +
+                 " --set checkpoint.resume=40 --set checkpoint.overwrite=true --set checkpoint.url=" + d +
+                 "/part/checkpoints --set run.dir=" + d + "/capped");
   ASSERT_EQ(capped.exit_code, 0) << capped.output;
   EXPECT_NE(capped.output.find("done: 160 steps, 12800 samples"), std::string::npos) << capped.output;
 }

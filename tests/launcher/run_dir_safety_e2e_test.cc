@@ -2,7 +2,8 @@
 // concurrent `dtrain launch` jobs; the holder killed -9, then taken over), `resume: never` over
 // existing checkpoints refused and --overwrite (checkpoint.overwrite) moving them aside, every
 // checkpoint corrupt refused with each reason and nothing deleted, a flipped bit in a manifest is
-// DataLoss naming the file, and the read-only `dtrain ckpt` commands on a missing path.
+// DataLoss naming the file, `--resume N` over newer checkpoints and of a step never saved refused writing nothing, and
+// the read-only `dtrain ckpt` commands on a missing path.
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -163,6 +164,52 @@ TEST(CheckpointSafetyE2E, EveryCheckpointCorruptIsRefusedListingEachAndNothingIs
   EXPECT_EQ(ReadFile(ck + "/step-00000010/manifest.pb"), before[0]);
   EXPECT_EQ(ReadFile(ck + "/step-00000020/manifest.pb"), before[1]);
   EXPECT_EQ(ReadFile(ck + "/latest"), "step-00000020\n");
+}
+
+// The user's mistakes at the start (issue 38): `--resume 10` while step-20 and step-30 exist (training on would
+// replace them) and `--resume 99999` (never saved) both exit 2 naming what exists, and write nothing to run.dir (the
+// user's edited config.yaml stays); --overwrite moves the newer ones aside and trains on from step 10.
+TEST(CheckpointSafetyE2E, ResumeAtAnOlderOrMissingStepExits2NamingTheCheckpointsAndWritesNothing) {
+  DT_SKIP_WITHOUT_FASHION_MNIST();
+  TempDir dir;
+  const std::string run = dir.path() + "/run", ck = run + "/checkpoints";
+  const std::string train = DtrainBin() + " train " + kCiConfig + kCommon +
+                            " --set checkpoint.every_steps=10 --set train.max_steps=30" + " --set run.dir=" + run;
+  ProcessResult first = RunCommand(train);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  WriteFile(run + "/config.yaml", "# my notes\n");
+  const std::string final_weights = ReadFile(run + "/final.safetensors");
+  const std::string metrics = ReadFile(run + "/metrics.jsonl");
+
+  ProcessResult older = RunCommand(train + " --resume 10");
+  EXPECT_EQ(older.exit_code, 2) << older.output;
+  EXPECT_NE(
+      older.output.find("checkpoint.resume=10: " + ck + " holds 2 newer checkpoint(s) (step-00000020, step-00000030)"),
+      std::string::npos)
+      << older.output;
+  EXPECT_NE(older.output.find("--overwrite"), std::string::npos) << older.output;
+
+  ProcessResult missing = RunCommand(train + " --resume 99999");
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("step 99999 does not exist in " + ck +
+                                " (its checkpoints: step-00000010, step-00000020, step-00000030)"),
+            std::string::npos)
+      << missing.output;
+  EXPECT_EQ(missing.output.find("incomplete save"), std::string::npos) << missing.output;
+
+  EXPECT_EQ(ReadFile(run + "/config.yaml"), "# my notes\n");
+  EXPECT_EQ(ReadFile(run + "/final.safetensors"), final_weights);
+  EXPECT_EQ(ReadFile(run + "/metrics.jsonl"), metrics);
+  EXPECT_EQ(ReadFile(ck + "/latest"), "step-00000030\n");
+
+  ProcessResult over = RunCommand(train + " --resume 10 --overwrite");
+  ASSERT_EQ(over.exit_code, 0) << over.output;
+  EXPECT_NE(over.output.find("moved the 2 checkpoint(s) newer than step 10 (step-00000020, step-00000030) aside to " +
+                             ck + ".overwritten-"),
+            std::string::npos)
+      << over.output;
+  EXPECT_NE(over.output.find("resumed from " + ck + "/step-00000010: step 10"), std::string::npos) << over.output;
+  EXPECT_EQ(ReadFile(ck + "/latest"), "step-00000030\n");
 }
 
 TEST(CkptCmdE2E, ReadOnlyCommandsOnAMissingPathCreateNothingAndExit2) {

@@ -1,17 +1,21 @@
 // Trainer in process (runtime/train/trainer.h): one CPU rank, no communicator, an MLP on a small labelled image
 // dataset the test writes itself. Covers the loop (epochs, checkpoints, final weights), a resume from a periodic
 // checkpoint after a failed step, and a preemption request (Preemption::Raise, as the SIGTERM handler does): each
-// resumed run ends with exactly the losses and weights of the uninterrupted one.
+// resumed run ends with exactly the losses and weights of the uninterrupted one. Then the start decisions (issue 38,
+// each written as the user's mistake): --resume STEP over newer checkpoints, a step that never existed, refused and
+// no-op starts writing nothing, retention meeting a user's file in an old step directory.
 
 #include "runtime/train/trainer.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -75,6 +79,12 @@ Status Config(const std::string& data, const std::string& run_dir, proto::Config
       "run:\n  dir: " +
       run_dir + "\n";
   return ParseConfig(yaml, "trainer_test.yaml", {}, cfg);
+}
+
+// The bytes of `path` ("" when it cannot be read).
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // Builds a trainer for `cfg` on the CPU as rank 0 of 1 and runs it.
@@ -187,6 +197,123 @@ TEST_F(TrainerTest, APreemptionRequestSavesStopsAndResumesAsIfUninterrupted) {
   ASSERT_TRUE(Train(cfg, &s).ok());
   EXPECT_EQ(s.steps, 32);
   ExpectSameAsFull("preempted", 2);
+}
+
+// A user who wants to train on from an older checkpoint (`--resume 25`) while newer ones exist: refused, naming them,
+// with nothing changed; with --overwrite the newer ones are moved aside (not deleted) and the run continues from 25
+// exactly as the uninterrupted run did.
+TEST_F(TrainerTest, ResumeAtAnOlderStepOverNewerCheckpointsIsRefusedUnlessOverwriteMovesThemAside) {
+  ASSERT_NO_FATAL_FAILURE(TrainFull());
+  namespace fs = std::filesystem;
+  const std::string run = dir_.File("full"), final_path = run + "/final.safetensors";
+  const std::string final_before = Slurp(final_path);
+  proto::Config cfg;
+  ASSERT_TRUE(Config(dir_.File("data"), run, &cfg).ok());
+  cfg.mutable_checkpoint()->set_resume("25");
+  TrainSummary s;
+  const Status refused = Train(cfg, &s);
+  EXPECT_EQ(refused.code(), Status::Code::kInvalidArgument) << refused.ToString();  // exit 2
+  EXPECT_NE(refused.message().find("step-00000030, step-00000032"), std::string::npos) << refused.ToString();
+  EXPECT_NE(refused.message().find("--overwrite"), std::string::npos) << refused.ToString();
+  EXPECT_TRUE(fs::exists(run + "/checkpoints/step-00000030/manifest.pb"));
+  EXPECT_TRUE(fs::exists(run + "/checkpoints/step-00000032/manifest.pb"));
+  EXPECT_EQ(Slurp(final_path), final_before);
+
+  cfg.mutable_checkpoint()->set_overwrite(true);
+  ASSERT_TRUE(Train(cfg, &s).ok());
+  EXPECT_EQ(s.steps, 32);
+  std::vector<std::string> aside;
+  for (const auto& e : fs::directory_iterator(run)) {
+    if (e.path().filename().string().rfind("checkpoints.overwritten-", 0) == 0) aside.push_back(e.path().string());
+  }
+  ASSERT_EQ(aside.size(), 1u);
+  EXPECT_TRUE(fs::exists(aside[0] + "/step-00000030/manifest.pb"));
+  EXPECT_TRUE(fs::exists(aside[0] + "/step-00000032/params.bin"));
+  EXPECT_FALSE(fs::exists(aside[0] + "/step-00000025"));
+  // Steps 26..32 trained again from 25's state: the same weights as the first time, bit for bit.
+  EXPECT_TRUE(Slurp(aside[0] + "/step-00000032/params.bin") == Slurp(run + "/checkpoints/step-00000032/params.bin"));
+  EXPECT_EQ(Slurp(final_path), final_before);
+}
+
+// `--resume 99999` on a run whose checkpoints end at 32: the step does not exist, and the message lists what does.
+TEST_F(TrainerTest, ResumeAtAStepThatNeverExistedSaysItDoesNotExist) {
+  ASSERT_NO_FATAL_FAILURE(TrainFull());
+  proto::Config cfg;
+  ASSERT_TRUE(Config(dir_.File("data"), dir_.File("full"), &cfg).ok());
+  cfg.mutable_checkpoint()->set_resume("99999");
+  TrainSummary s;
+  const Status st = Train(cfg, &s);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("step 99999 does not exist"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("step-00000025, step-00000030, step-00000032"), std::string::npos) << st.ToString();
+  EXPECT_EQ(st.message().find("incomplete save"), std::string::npos) << st.ToString();
+}
+
+// Starts that are refused (resume never over checkpoints; every checkpoint corrupt) or have nothing to do (a finished
+// run again) leave run.dir as they found it: config.yaml (here a user's edit), metrics.jsonl, no TensorBoard files.
+TEST_F(TrainerTest, RefusedAndNoOpStartsWriteNothingToTheRunDirectory) {
+  ASSERT_NO_FATAL_FAILURE(TrainFull());
+  namespace fs = std::filesystem;
+  const std::string run = dir_.File("full");
+  { std::ofstream(run + "/config.yaml") << "# the user's notes\n"; }
+  const std::string metrics = Slurp(run + "/metrics.jsonl");
+  auto files = [&] {  // every file under run.dir but the checkpoints (their store is checked apart)
+    std::vector<std::string> out;
+    for (const auto& e : fs::recursive_directory_iterator(run)) {
+      const std::string rel = fs::relative(e.path(), run).string();
+      if (rel.rfind("checkpoints", 0) != 0) out.push_back(rel);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  const std::vector<std::string> before = files();
+  auto expect_untouched = [&](const std::string& what) {
+    EXPECT_EQ(Slurp(run + "/config.yaml"), "# the user's notes\n") << what;
+    EXPECT_EQ(Slurp(run + "/metrics.jsonl"), metrics) << what;
+    EXPECT_EQ(files(), before) << what;  // no new TensorBoard events file, no trace
+  };
+  proto::Config cfg;
+  ASSERT_TRUE(Config(dir_.File("data"), run, &cfg).ok());
+  cfg.mutable_run()->set_tensorboard(true);
+  TrainSummary s;
+  ASSERT_TRUE(Train(cfg, &s).ok());  // finished already
+  EXPECT_TRUE(s.already_done);
+  expect_untouched("a finished run started again");
+
+  cfg.mutable_checkpoint()->set_resume("never");
+  const Status never = Train(cfg, &s);
+  EXPECT_EQ(never.code(), Status::Code::kInvalidArgument) << never.ToString();
+  expect_untouched("resume never over checkpoints");
+
+  cfg.mutable_checkpoint()->set_resume("auto");
+  for (const auto& e : fs::directory_iterator(run + "/checkpoints")) {
+    if (e.is_directory()) fs::resize_file(e.path() / "params.bin", 4);  // every checkpoint cut short
+  }
+  const Status corrupt = Train(cfg, &s);
+  EXPECT_EQ(corrupt.code(), Status::Code::kInvalidArgument) << corrupt.ToString();
+  EXPECT_NE(corrupt.message().find("none of the checkpoints"), std::string::npos) << corrupt.ToString();
+  expect_untouched("every checkpoint corrupt");
+}
+
+// A user keeps a note inside an old step directory; retention later removes that checkpoint: dtrain's files go, the
+// note (and so the directory) stays.
+TEST_F(TrainerTest, RetentionDeletesOnlyTheFilesDtrainWrote) {
+  namespace fs = std::filesystem;
+  proto::Config cfg;
+  ASSERT_TRUE(Config(dir_.File("data"), dir_.File("run"), &cfg).ok());
+  cfg.mutable_train()->set_max_steps(10);  // checkpoints of steps 5 and 10
+  TrainSummary s;
+  ASSERT_TRUE(Train(cfg, &s).ok());
+  const std::string old_dir = dir_.File("run") + "/checkpoints/step-00000005";
+  ASSERT_TRUE(fs::exists(old_dir + "/manifest.pb"));
+  { std::ofstream(old_dir + "/notes.txt") << "lr 0.01 looked best\n"; }
+  cfg.mutable_train()->set_max_steps(0);  // on to the end: saves at 15, 20, ... retire step 5
+  ASSERT_TRUE(Train(cfg, &s).ok());
+  EXPECT_EQ(s.steps, 32);
+  EXPECT_EQ(Slurp(old_dir + "/notes.txt"), "lr 0.01 looked best\n");
+  EXPECT_FALSE(fs::exists(old_dir + "/manifest.pb"));
+  EXPECT_FALSE(fs::exists(old_dir + "/params.bin"));
+  EXPECT_FALSE(fs::exists(dir_.File("run") + "/checkpoints/step-00000010"));  // no foreign file: gone entirely
 }
 
 }  // namespace
