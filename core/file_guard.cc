@@ -30,18 +30,37 @@ Status Errno(const std::string& path, const std::string& what, int err) {
   return Status::IoError(what + " '" + path + "': " + std::strerror(err));
 }
 
+// `base` (resolved) joined with `tail` ("/a/../b"), whose components do not exist: "." and ".." taken lexically.
+std::string Join(const std::string& base, const std::string& tail) {
+  std::string out = base == "/" ? "" : base;
+  size_t pos = 0;
+  while (pos < tail.size()) {
+    size_t end = tail.find('/', pos);
+    if (end == std::string::npos) end = tail.size();
+    const std::string part = tail.substr(pos, end - pos);
+    if (part == "..") {
+      const size_t slash = out.find_last_of('/');
+      out = slash == std::string::npos ? "" : out.substr(0, slash);
+    } else if (!part.empty() && part != ".") {
+      out += "/" + part;
+    }
+    pos = end + 1;
+  }
+  return out.empty() ? "/" : out;
+}
+
 // realpath of `path`, or of its nearest existing ancestor with the rest appended.
 std::string Resolve(const std::string& path) {
   std::string head = path.empty() ? "." : path, tail;
   for (;;) {
     char buf[PATH_MAX];
-    if (::realpath(head.c_str(), buf) != nullptr) return std::string(buf) + tail;
+    if (::realpath(head.c_str(), buf) != nullptr) return Join(buf, tail);
     const size_t slash = head.find_last_of('/');
     if (slash == std::string::npos) {
       if (::realpath(".", buf) == nullptr) return path;
-      return std::string(buf) + "/" + head + tail;
+      return Join(buf, "/" + head + tail);
     }
-    if (slash == 0) return head + tail;  // "/x" with no /x: nothing left to resolve
+    if (slash == 0) return Join("/", head + tail);  // "/x" with no /x: nothing left to resolve
     tail = head.substr(slash) + tail;
     head = head.substr(0, slash);
   }

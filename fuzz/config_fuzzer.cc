@@ -1,6 +1,7 @@
 // Fuzzes the YAML config loader (runtime/config/yaml.h, runtime/config/config.h) with arbitrary text.
 // Properties: every input gives a Status (no crash, leak or hang); a config that loads survives
-// ConfigToYaml -> ParseConfig unchanged (the round trip runtime/config/config.h promises).
+// ConfigToYaml -> ParseConfig unchanged (the round trip runtime/config/config.h promises; a config holding
+// credentials in a URL renders them redacted, so it is left out).
 // Lines "#set key=value" are also passed as `--set` overrides (to YAML they are comments), so one
 // input exercises the document, the inline-value parser and the override path.
 
@@ -37,6 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   dtrain::proto::Config config;
   if (!dtrain::runtime::ParseConfig(text, "fuzz.yaml", Overrides(text), &config).ok()) return 0;
   const std::string yaml = dtrain::runtime::ConfigToYaml(config);
+  if (yaml.find("<redacted>") != std::string::npos) return 0;  // credentials in a URL are not rendered
   dtrain::proto::Config back;
   const dtrain::Status st = dtrain::runtime::ParseConfig(yaml, "rendered.yaml", {}, &back);
   DT_FUZZ_ASSERT(st.ok(), "the rendered config does not load: " + st.ToString() + "\n" + yaml);

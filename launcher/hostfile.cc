@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "core/check.h"
+#include "core/file_guard.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -104,6 +105,9 @@ Status ParseHostfileText(const std::string& text, const std::string& origin, std
 }
 
 Status ParseHostfile(const std::string& path, std::vector<HostSlots>* out) {
+  // A FIFO (or a directory, a device) must not hang or garble the launch: regular files only.
+  const Status regular = CheckRegularFile(path, "--hostfile");
+  if (regular.code() == Status::Code::kInvalidArgument) return regular;
   std::ifstream in(path);
   if (!in) return Status::NotFound("--hostfile: cannot read '" + path + "': " + std::strerror(errno));
   std::stringstream buf;

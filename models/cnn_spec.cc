@@ -9,8 +9,22 @@
 namespace dtrain::models {
 namespace {
 
+// Every size in range, each error naming its key.
+Status CheckSizes(const proto::CnnConfig& cfg) {
+  constexpr int64_t kMaxImage = 1 << 16, kMaxChannels = 1 << 16;
+  DT_RETURN_IF_ERROR(CheckModelSize("model.cnn.in_channels", cfg.in_channels(), 1, kMaxChannels));
+  DT_RETURN_IF_ERROR(CheckModelSize("model.cnn.image_size", cfg.image_size(), 4, kMaxImage));
+  DT_RETURN_IF_ERROR(CheckModelSize("model.cnn.num_classes", cfg.num_classes(), 2));
+  for (int i = 0; i < cfg.channels_size(); ++i) {
+    DT_RETURN_IF_ERROR(
+        CheckModelSize("model.cnn.channels[" + std::to_string(i) + "]", cfg.channels(i), 1, kMaxChannels));
+  }
+  return Status::OK();
+}
+
 Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Model>* out) {
   const proto::CnnConfig& cfg = config.model().cnn();
+  DT_RETURN_IF_ERROR(CheckSizes(cfg));
   const std::string& precision = config.train().precision();
   if (precision == "fp16") {
     return Status::InvalidArgument(

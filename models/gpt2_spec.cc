@@ -12,8 +12,21 @@
 namespace dtrain::models {
 namespace {
 
+// Every size in range and the parameter count within kMaxModelParams, each error naming its key.
+Status CheckSizes(const proto::Gpt2Config& g) {
+  DT_RETURN_IF_ERROR(CheckModelSize("model.gpt2.vocab_size", g.vocab_size(), 2));
+  DT_RETURN_IF_ERROR(CheckModelSize("model.gpt2.padded_vocab_size", g.padded_vocab_size(), 2));
+  DT_RETURN_IF_ERROR(CheckModelSize("model.gpt2.max_seq_len", g.max_seq_len(), 1));
+  DT_RETURN_IF_ERROR(CheckModelSize("model.gpt2.n_embd", g.n_embd(), 1));
+  int64_t params = 0;  // embeddings, then per layer 12 n_embd^2 + 13 n_embd (attention, MLP, layer norms)
+  DT_RETURN_IF_ERROR(AddModelParams("model.gpt2", g.padded_vocab_size(), g.n_embd(), &params));
+  DT_RETURN_IF_ERROR(AddModelParams("model.gpt2", g.max_seq_len(), g.n_embd(), &params));
+  return AddModelParams("model.gpt2", g.n_layer() * (12 * g.n_embd() + 13), g.n_embd(), &params);
+}
+
 Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Model>* out) {
   const proto::Gpt2Config& g = config.model().gpt2();
+  DT_RETURN_IF_ERROR(CheckSizes(g));
   const std::string& precision = config.train().precision();
   Gpt2Options opts;
   opts.vocab_size = g.vocab_size();

@@ -9,8 +9,22 @@
 namespace dtrain::models {
 namespace {
 
+// Every width in [1, kMaxModelDim] and the parameter count within kMaxModelParams, each error naming its key.
+Status CheckSizes(const proto::MlpConfig& cfg) {
+  DT_RETURN_IF_ERROR(CheckModelSize("model.mlp.input_dim", cfg.input_dim(), 1));
+  DT_RETURN_IF_ERROR(CheckModelSize("model.mlp.num_classes", cfg.num_classes(), 2));
+  int64_t in = cfg.input_dim(), params = 0;
+  for (int i = 0; i < cfg.hidden_size(); ++i) {
+    DT_RETURN_IF_ERROR(CheckModelSize("model.mlp.hidden[" + std::to_string(i) + "]", cfg.hidden(i), 1));
+    DT_RETURN_IF_ERROR(AddModelParams("model.mlp", in + 1, cfg.hidden(i), &params));
+    in = cfg.hidden(i);
+  }
+  return AddModelParams("model.mlp", in + 1, cfg.num_classes(), &params);
+}
+
 Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Model>* out) {
   const proto::MlpConfig& cfg = config.model().mlp();
+  DT_RETURN_IF_ERROR(CheckSizes(cfg));
   const std::string& precision = config.train().precision();
   if (precision != "auto" && precision != "fp32") {
     return Status::InvalidArgument(
@@ -30,6 +44,7 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
 
 Status CheckData(const proto::Config& config, const std::string& what, const proto::DatasetSchema& schema) {
   const proto::MlpConfig& cfg = config.model().mlp();
+  DT_RETURN_IF_ERROR(CheckSizes(cfg));  // the run check, before any allocation
   return CheckImageClassifierData("mlp", what, schema, {cfg.input_dim()}, "model.mlp.input_dim", cfg.num_classes(),
                                   "model.mlp.num_classes");
 }

@@ -41,4 +41,20 @@ Status CheckImageClassifierData(const std::string& kind, const std::string& what
   return Status::OK();
 }
 
+Status CheckModelSize(const std::string& key, int64_t v, int64_t lo, int64_t hi) {
+  if (v >= lo && v <= hi) return Status::OK();
+  return Status::InvalidArgument(key + ": " + std::to_string(v) + " is outside [" + std::to_string(lo) + ", " +
+                                 std::to_string(hi) + "]");
+}
+
+Status AddModelParams(const std::string& model, int64_t rows, int64_t cols, int64_t* total) {
+  int64_t n = 0, sum = 0;
+  if (__builtin_mul_overflow(rows, cols, &n) || __builtin_add_overflow(*total, n, &sum) || sum > kMaxModelParams) {
+    return Status::InvalidArgument(model + ": more than " + std::to_string(kMaxModelParams) +
+                                   " parameters (2^34); make the model smaller");
+  }
+  *total = sum;
+  return Status::OK();
+}
+
 }  // namespace dtrain::models

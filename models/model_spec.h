@@ -83,4 +83,15 @@ Status CheckImageClassifierData(const std::string& kind, const std::string& what
                                 const std::vector<int64_t>& input_shape, const std::string& input_key,
                                 int64_t num_classes, const std::string& classes_key);
 
+// Size checks of a model's config before anything is allocated (a width of 2e9 used to ask the allocator for
+// 4e18 bytes, naming no field). kMaxModelDim bounds one size, kMaxModelParams a model's parameter count (2^34:
+// 64 GiB of fp32 weights, before gradients and optimizer state).
+constexpr int64_t kMaxModelDim = int64_t{1} << 24;
+constexpr int64_t kMaxModelParams = int64_t{1} << 34;
+// InvalidArgument "<key>: <v> is outside [lo, hi]" (`key` is the config key, e.g. "model.mlp.hidden[1]").
+Status CheckModelSize(const std::string& key, int64_t v, int64_t lo, int64_t hi = kMaxModelDim);
+// *total += rows x cols, checked; InvalidArgument naming `model` ("model.mlp") when the count overflows or passes
+// kMaxModelParams.
+Status AddModelParams(const std::string& model, int64_t rows, int64_t cols, int64_t* total);
+
 }  // namespace dtrain::models

@@ -72,7 +72,8 @@ Status S3Storage::Open(const std::string& url, const StorageOptions& opts, std::
   s->host_ = sep == std::string::npos ? s->endpoint_ : s->endpoint_.substr(sep + 3);
   if ((s->scheme_ != "http" && s->scheme_ != "https") || s->host_.empty() ||
       s->host_.find_first_of("/?#@ ") != std::string::npos) {
-    return Status::InvalidArgument(url + ": bad S3 endpoint '" + s->endpoint_ + "' (want http[s]://host[:port])");
+    return Status::InvalidArgument(RedactUrl(url) + ": bad S3 endpoint '" + RedactUrl(s->endpoint_) +
+                                   "' (want http[s]://host[:port]; credentials go in AWS_* variables, not the URL)");
   }
   s->endpoint_ = s->scheme_ + "://" + s->host_;
 

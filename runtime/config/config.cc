@@ -1,8 +1,10 @@
 #include "runtime/config/config.h"
 
+#include <fcntl.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -16,6 +18,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "core/redact_url.h"
 #include "runtime/config/yaml.h"
 
 namespace dtrain::runtime {
@@ -455,8 +458,8 @@ std::string ScalarText(const pb::Message& m, const FD* f, int index) {
       return DoubleText(rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f));
     case FD::CPPTYPE_BOOL:
       return (rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f)) ? "true" : "false";
-    case FD::CPPTYPE_STRING:
-      return QuotedString(rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f));
+    case FD::CPPTYPE_STRING:  // credentials in a URL value (storage.endpoint) are never rendered
+      return QuotedString(RedactUrl(rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f)));
     default:
       return std::string("null  # unsupported field type ") + f->type_name();
   }
@@ -564,16 +567,33 @@ Status ParseConfig(const std::string& yaml_text, const std::string& source_name,
 }
 
 Status LoadConfig(const std::string& path, const std::vector<std::string>& overrides, dtrain::proto::Config* out) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (file == nullptr) {
+  // O_NONBLOCK: a FIFO named as the config must not block the open forever (it is refused below).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) return Status::NotFound("config file not found: " + path);
+    if (err == ENXIO) return Status::InvalidArgument("config " + path + " is a socket, not a regular file");
+    return Status::IoError("cannot open config file " + path + ": " + std::generic_category().message(err));
+  }
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(::fdopen(fd, "rb"), &std::fclose);
+  if (file == nullptr) {
+    const int err = errno;
+    ::close(fd);
     return Status::IoError("cannot open config file " + path + ": " + std::generic_category().message(err));
   }
   struct stat st;
-  if (::fstat(::fileno(file.get()), &st) == 0 && S_ISDIR(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
+    return Status::IoError("cannot stat config file " + path + ": " + std::generic_category().message(errno));
+  }
+  if (S_ISDIR(st.st_mode)) {
     return Status::InvalidArgument("config " + path + " is a directory (expected a YAML file, e.g. configs/mlp.yaml)");
   }
+  if (!S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument("config " + path + " is " +
+                                   (S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)" : "a device") +
+                                   ", not a regular file (expected a YAML file, e.g. configs/mlp.yaml)");
+  }
+  (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   std::string text;
   char buf[1 << 16];
   std::size_t n = 0;

@@ -44,7 +44,9 @@ Status ParseConfig(const std::string& yaml_text, const std::string& source_name,
 
 // The config rendered as YAML: every field, defaults included, in schema order, two-space indent,
 // repeated fields as flow sequences, doubles in their shortest exact form. Logged at start and
-// stored in the run dir; ParseConfig(ConfigToYaml(c), ...) gives back c for any valid c.
+// stored in the run dir; ParseConfig(ConfigToYaml(c), ...) gives back c for any valid c, except that credentials
+// inside a URL value (user information, a query string: core/redact_url.h) render as "<redacted>", so that no
+// password reaches a log, config.yaml, a checkpoint or exported weights.
 std::string ConfigToYaml(const dtrain::proto::Config& c);
 
 // Only what differs from the schema's defaults, as ConfigToYaml renders it (a section appears when one of

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/checked_math.h"
 #include "data/fashion_mnist.h"
 #include "data/manifest.h"
 #include "runtime/train/model_factory.h"
@@ -89,7 +90,19 @@ Status CheckRun(const proto::Config& cfg, int world_size, RunCheck* out) {
   }
 
   // The run's length, as the trainer counts it: whole optimizer steps per epoch (the remainder dropped).
-  const int64_t global = d.batch_size() * t.grad_accum_steps() * std::max(1, world_size);
+  // Every product of config values is checked: an overflow is undefined behaviour, and a wrapped run length used
+  // to end the run, exit 0, after one epoch.
+  int64_t global = 0;
+  DT_RETURN_IF_ERROR(
+      CheckedMul<int64_t>(d.batch_size(), t.grad_accum_steps(), "data.batch_size x train.grad_accum_steps", &global));
+  DT_RETURN_IF_ERROR(CheckedMul<int64_t>(global, std::max(1, world_size),
+                                         "data.batch_size x train.grad_accum_steps x ranks", &global));
+  const int64_t sps = cfg.schedule().samples_per_step();
+  if (t.max_steps() > 0 && sps > 0) {
+    int64_t samples = 0;
+    DT_RETURN_IF_ERROR(
+        CheckedMul<int64_t>(t.max_steps(), sps, "train.max_steps x schedule.samples_per_step", &samples));
+  }
   if (out->train_samples > 0) {
     const int64_t per_epoch = out->train_samples / global;
     if (per_epoch == 0) {
@@ -98,7 +111,10 @@ Status CheckRun(const proto::Config& cfg, int world_size, RunCheck* out) {
                                      std::to_string(out->train_samples) +
                                      " training samples: no full step fits in an epoch");
     }
-    out->total_steps = t.epochs() * per_epoch;
+    int64_t samples = 0;  // the data source counts positions in samples over all epochs
+    DT_RETURN_IF_ERROR(
+        CheckedMul<int64_t>(t.epochs(), out->train_samples, "train.epochs x training samples", &samples));
+    DT_RETURN_IF_ERROR(CheckedMul<int64_t>(t.epochs(), per_epoch, "train.epochs x steps per epoch", &out->total_steps));
     if (t.max_steps() > 0) out->total_steps = std::min(out->total_steps, t.max_steps());
   } else if (t.max_steps() > 0) {
     out->total_steps = t.max_steps();

@@ -1,7 +1,10 @@
 #include "launcher/hostfile.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -88,6 +91,32 @@ TEST(HostfileTest, ReadsARealFileAndReportsAMissingOne) {
   const Status missing = ParseHostfile(std::string(dir) + "/nope", &hosts);
   EXPECT_EQ(missing.code(), Status::Code::kNotFound);
   EXPECT_NE(missing.message().find("/nope"), std::string::npos);
+  unlink(path.c_str());
+  rmdir(dir);
+}
+
+// Was: a FIFO given as --hostfile hung the launch forever (the open blocks until a writer comes). Run in a child so
+// that a regression fails by timeout instead of hanging the test.
+TEST(HostfileTest, AFifoIsRefusedWithoutBlocking) {
+  char dir[] = "/tmp/dtrain_hostfile_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/hostfile";
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    std::vector<HostSlots> hosts;
+    const Status st = ParseHostfile(path, &hosts);
+    _exit(st.code() == Status::Code::kInvalidArgument && st.message().find("FIFO") != std::string::npos ? 0 : 1);
+  }
+  int status = -1;
+  for (int i = 0; i < 200 && waitpid(child, &status, WNOHANG) == 0; ++i) usleep(50000);
+  if (waitpid(child, &status, WNOHANG) == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    ADD_FAILURE() << "ParseHostfile blocked on a FIFO";
+  } else {
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
   unlink(path.c_str());
   rmdir(dir);
 }

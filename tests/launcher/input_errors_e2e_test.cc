@@ -1,7 +1,8 @@
 // Bad input to the real binary ends in one clear message and exit 2, and destroys nothing:
 // `dtrain data convert-text` on a directory, on an unreadable file, into an existing dataset (refused
-// unless --overwrite, which leaves no stale shard); a flipped bit in a dataset manifest; a directory
-// or an empty file given as the config.
+// unless --overwrite, which leaves no stale shard); a flipped bit in a dataset manifest; a directory,
+// an empty file or a FIFO given as the config; train.epochs so large that the run's length overflows;
+// an MLP width that asks for 4e18 bytes; a password in the storage endpoint (never printed).
 
 #include <dirent.h>
 #include <gtest/gtest.h>
@@ -92,6 +93,66 @@ TEST(ConfigInputE2E, DirectoryOrEmptyConfigIsExit2) {
                  "/run");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("is empty"), std::string::npos) << r.output;
+}
+
+const std::string kCiConfig = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp_ci.yaml";
+
+// Was: the open blocked forever. `timeout` turns a regression into exit 124 instead of a hung test.
+TEST(ConfigInputE2E, AFifoAsTheConfigIsExit2AtOnce) {
+  TempDir dir;
+  const std::string fifo = dir.path() + "/config.yaml";
+  ASSERT_EQ(RunCommand("mkfifo " + fifo).exit_code, 0);
+  ProcessResult r = RunCommand("timeout 60 " + DtrainBin() + " train " + fifo + " --set train.device=cpu");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("config " + fifo + " is a FIFO (named pipe), not a regular file"), std::string::npos)
+      << r.output;
+}
+
+// Was: signed overflow of epochs x steps (UBSan), and the run exited 0 after one epoch.
+TEST(ConfigInputE2E, AnEpochCountThatOverflowsTheRunLengthIsExit2) {
+  DT_SKIP_WITHOUT_FASHION_MNIST();
+  TempDir dir;
+  ProcessResult r =
+      RunCommand(DtrainBin() + " train " + kCiConfig +
+                 " --set train.device=cpu --set train.epochs=9223372036854775807 --set run.dir=" + dir.path() + "/run");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("train.epochs x training samples: 9223372036854775807 x 10000 does not fit"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << r.output;
+}
+
+// Was: an allocation of 4e18 bytes that named no field (and was retried by --max-restarts).
+TEST(ConfigInputE2E, AnMlpWidthOutOfRangeIsExit2NamingTheField) {
+  DT_SKIP_WITHOUT_FASHION_MNIST();
+  TempDir dir;
+  ProcessResult r = RunCommand(
+      DtrainBin() + " train " + kCiConfig +
+      " --set train.device=cpu --set model.mlp.hidden=[256,2000000000] --set run.dir=" + dir.path() + "/run");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("model.mlp.hidden[1]: 2000000000 is outside [1, 16777216]"), std::string::npos) << r.output;
+  r = RunCommand(DtrainBin() + " train " + kCiConfig +
+                 " --set train.device=cpu --set model.mlp.hidden=[16000000,16000000] --set run.dir=" + dir.path() +
+                 "/run");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("model.mlp: more than 17179869184 parameters"), std::string::npos) << r.output;
+}
+
+// Was: a password inside the S3 endpoint was printed twice and written to <run.dir>/config.yaml.
+TEST(ConfigInputE2E, APasswordInTheStorageEndpointIsNeverPrintedOrWritten) {
+  DT_SKIP_WITHOUT_FASHION_MNIST();
+  TempDir dir;
+  ProcessResult r =
+      RunCommand(DtrainBin() + " train " + kCiConfig +
+                 " --set train.device=cpu --set train.max_steps=2 --set checkpoint.url=s3://b/run" +
+                 " --set storage.endpoint=http://admin:hunter2@127.0.0.1:1 --set run.dir=" + dir.path() + "/run");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("hunter2"), std::string::npos) << r.output;
+  EXPECT_EQ(ReadFile(dir.path() + "/run/config.yaml").find("hunter2"), std::string::npos);
+  ProcessResult shown = RunCommand(DtrainBin() + " config show " + kCiConfig +
+                                   " --set storage.endpoint=http://admin:hunter2@127.0.0.1:1");
+  EXPECT_EQ(shown.output.find("hunter2"), std::string::npos) << shown.output;
+  EXPECT_NE(shown.output.find("http://<redacted>@127.0.0.1:1"), std::string::npos) << shown.output;
 }
 
 }  // namespace
