@@ -32,12 +32,20 @@ std::string UtcStamp() {
   return buf;
 }
 
+// The first of `base`, `base-2`, `base-3`, ... that does not exist: two moves within one second get two names.
+std::string FreeLocalName(const std::string& base) {
+  struct stat st;
+  std::string name = base;
+  for (int n = 2; ::stat(name.c_str(), &st) == 0; ++n) name = base + "-" + std::to_string(n);
+  return name;
+}
+
 // Moves every checkpoint out of the store's way (see the header) and says what it did.
 Status MoveAside(CheckpointManager* ckpt, const std::vector<CheckpointEntry>& entries, std::string* note) {
   std::string dir;
   if (storage::LocalDir(ckpt->url(), &dir)) {
     while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-    const std::string aside = dir + ".overwritten-" + UtcStamp();
+    const std::string aside = FreeLocalName(dir + ".overwritten-" + UtcStamp());
     if (std::rename(dir.c_str(), aside.c_str()) != 0) {
       return Status::IoError("checkpoint.overwrite: cannot move " + dir + " aside to " + aside + ": " +
                              std::strerror(errno));
@@ -75,8 +83,8 @@ Status MoveNewerAside(CheckpointManager* ckpt, const std::vector<CheckpointEntry
   std::string dir, aside;
   if (storage::LocalDir(ckpt->url(), &dir)) {
     while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-    aside = dir + ".overwritten-" + stamp;
-    if (::mkdir(aside.c_str(), 0755) != 0 && errno != EEXIST) {
+    aside = FreeLocalName(dir + ".overwritten-" + stamp);
+    if (::mkdir(aside.c_str(), 0755) != 0) {
       return Status::IoError("checkpoint.overwrite: cannot create " + aside + ": " + std::strerror(errno));
     }
     for (const CheckpointEntry& e : newer) {
@@ -87,14 +95,21 @@ Status MoveNewerAside(CheckpointManager* ckpt, const std::vector<CheckpointEntry
       }
     }
   } else {
-    aside = ckpt->url() + "/overwritten-" + stamp;
+    std::string prefix = "overwritten-" + stamp;
+    for (int n = 2;; ++n) {  // a prefix of its own, as FreeLocalName
+      std::vector<storage::ObjectInfo> taken;
+      DT_RETURN_IF_ERROR(ckpt->store().List(prefix + "/", &taken));
+      if (taken.empty()) break;
+      prefix = "overwritten-" + stamp + "-" + std::to_string(n);
+    }
+    aside = ckpt->url() + "/" + prefix;
     for (const CheckpointEntry& e : newer) {
       std::vector<storage::ObjectInfo> objects;
       DT_RETURN_IF_ERROR(ckpt->store().List(e.dir + "/", &objects));
       for (const storage::ObjectInfo& o : objects) {
         std::string bytes;
         DT_RETURN_IF_ERROR(ckpt->store().Get(o.key, &bytes));
-        DT_RETURN_IF_ERROR(ckpt->store().Put("overwritten-" + stamp + "/" + o.key, bytes.data(), bytes.size()));
+        DT_RETURN_IF_ERROR(ckpt->store().Put(prefix + "/" + o.key, bytes.data(), bytes.size()));
       }
       DT_RETURN_IF_ERROR(ckpt->store().Delete(e.dir + "/manifest.pb"));  // first: from here on a partial directory
       for (const storage::ObjectInfo& o : objects) DT_RETURN_IF_ERROR(ckpt->store().Delete(o.key));

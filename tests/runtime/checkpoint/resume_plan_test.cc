@@ -154,6 +154,59 @@ TEST(ResumePlan, OverwriteOnAnObjectStoreDeletesTheOldCheckpointsFirstAndOnlyOnT
   EXPECT_EQ(store->size(), 0u);
 }
 
+// `--resume 10 --overwrite` twice within one second (a fast machine, a script): each set of newer checkpoints goes
+// aside under a name of its own; the second move must not fail on the first one's directory.
+TEST(ResumePlan, OlderStepWithOverwriteTwiceInOneSecondMovesEachNewerSetAsideUnderItsOwnName) {
+  TempDir dir;
+  const std::string ck = dir.path() + "/ckpt";
+  auto m = OpenManager(ck, /*keep_last=*/5);
+  m->set_run_id("a");
+  for (int64_t step : {10, 20, 30}) SaveStep(m.get(), step);
+  ResumePlan plan;
+  const Status refused = PlanResume(m.get(), {"10", false, true}, &plan);
+  ASSERT_EQ(refused.code(), Status::Code::kInvalidArgument) << refused.ToString();
+  EXPECT_NE(refused.message().find("2 newer checkpoint(s) (step-00000020, step-00000030)"), std::string::npos)
+      << refused.message();
+  EXPECT_EQ(Steps(m.get()), (std::vector<int64_t>{10, 20, 30}));
+  for (int round = 0; round < 2; ++round) {
+    const Status st = PlanResume(m.get(), {"10", true, true}, &plan);
+    ASSERT_TRUE(st.ok()) << "round " << round << ": " << st.ToString();
+    EXPECT_TRUE(plan.resume);
+    EXPECT_EQ(plan.loaded.manifest.step(), 10);
+    EXPECT_EQ(Steps(m.get()), (std::vector<int64_t>{10}));
+    EXPECT_EQ(ReadFile(ck + "/latest"), "step-00000010\n");
+    for (int64_t step : {20, 30}) SaveStep(m.get(), step);  // the run trains on and saves them again
+  }
+  const auto aside = Siblings(dir.path(), "ckpt.overwritten-");
+  ASSERT_EQ(aside.size(), 2u);
+  for (const std::string& a : aside) {
+    auto old = OpenManager(dir.path() + "/" + a);
+    EXPECT_EQ(Steps(old.get()), (std::vector<int64_t>{20, 30})) << a;
+  }
+}
+
+// The same on an object store: the newer checkpoints are copied under overwritten-<stamp>/ first (never only deleted),
+// and `resume` of a step that was never saved says so, naming what exists.
+TEST(ResumePlan, OlderStepWithOverwriteOnAnObjectStoreCopiesTheNewerOnesAside) {
+  auto owned = std::make_unique<MemStorage>();
+  MemStorage* store = owned.get();
+  CheckpointManager m(std::move(owned), CheckpointOptions());
+  for (int64_t step : {10, 20}) SaveStep(&m, step);
+  ResumePlan plan;
+  const Status missing = PlanResume(&m, {"15", true, true}, &plan);
+  EXPECT_EQ(missing.code(), Status::Code::kInvalidArgument) << missing.ToString();
+  EXPECT_NE(missing.message().find("step 15 does not exist in mem://bucket/ckpt (its checkpoints: step-00000010, "
+                                   "step-00000020)"),
+            std::string::npos)
+      << missing.message();
+  ASSERT_TRUE(PlanResume(&m, {"10", true, true}, &plan).ok());
+  EXPECT_EQ(Steps(&m), (std::vector<int64_t>{10}));
+  std::vector<storage::ObjectInfo> aside;
+  ASSERT_TRUE(store->List("overwritten-", &aside).ok());
+  ASSERT_EQ(aside.size(), 2u);  // step-00000020's params.bin and manifest.pb
+  EXPECT_NE(aside[0].key.find("/step-00000020/"), std::string::npos) << aside[0].key;
+}
+
 TEST(ResumePlan, AutoRefusesWhenEveryCheckpointFailsAndDeletesNothing) {
   TempDir dir;
   auto m = OpenManager(dir.path());
