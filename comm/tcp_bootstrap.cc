@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "comm/job_secret.h"
 #include "comm/nccl_communicator.h"
 #include "comm/tcp_communicator.h"
 #include "comm/tcp_rendezvous.h"
@@ -78,6 +79,13 @@ Status CreateCommunicatorsOverTcp(const DistEnv& env, const TcpBootstrapOptions&
   return Status::Unavailable("train.device cuda was requested but dtrain was built without CUDA");
 #else
   RendezvousOptions ro;
+  // The job secret that `dtrain launch` exports, or DTRAIN_JOB_SECRET[_FILE] set by whoever started the workers.
+  Status secret = JobSecret::Resolve("", /*may_generate=*/false, &ro.secret, nullptr);
+  if (!secret.ok()) {
+    return Status::InvalidArgument("rank " + std::to_string(env.rank) + ": the TCP rendezvous at " + env.master_addr +
+                                   ":" + std::to_string(env.master_port) +
+                                   " admits only processes of this job: " + secret.message());
+  }
   ro.master_addr = env.master_addr;
   ro.master_port = env.master_port;
   ro.rank = env.rank;

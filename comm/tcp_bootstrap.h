@@ -5,7 +5,9 @@
 // CreateCommunicatorsOverTcp, on every rank, collective:
 //   1. refuses the CPU path at once (InvalidArgument, before any connection): CPU gradients are reduced
 //      with MPI, which these processes cannot form without mpirun/srun;
-//   2. RendezvousTcp on MASTER_ADDR:MASTER_PORT (comm/tcp_rendezvous.h);
+//   2. RendezvousTcp on MASTER_ADDR:MASTER_PORT (comm/tcp_rendezvous.h), with the job secret from
+//      DTRAIN_JOB_SECRET or DTRAIN_JOB_SECRET_FILE (comm/job_secret.h; `dtrain launch` sets the first for its
+//      workers; a Kubernetes job mounts a Secret and sets one of them): InvalidArgument without it;
 //   3. host_comm = TcpCommunicator over the rendezvous' links (loss, accuracy, preemption agreement);
 //   4. rank 0 creates the ncclUniqueId; host_comm->Broadcast hands it, with its success, to every rank
 //      (a failure on rank 0 is an error everywhere, not a hang);

@@ -1,12 +1,12 @@
 #include "comm/tcp_rendezvous.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <thread>
 
+#include "comm/auth_acceptor.h"
 #include "comm/tcp_wire.h"
 #include "core/check.h"
 
@@ -16,11 +16,12 @@ namespace {
 using detail::GetU32;
 using detail::PutU32;
 
-constexpr uint32_t kMagic = 0x4454525au;  // "DTRZ"
-constexpr uint32_t kVersion = 1;
-constexpr size_t kHelloBytes = 16;  // magic, version, rank, world size
+constexpr uint32_t kMagic = 0x4454525au;                 // "DTRZ"
+constexpr uint32_t kVersion = 2;                         // 2: the job-secret handshake comes first
+constexpr const char* kContext = "dtrain rendezvous 2";  // in the job-secret proofs
+constexpr size_t kHelloBytes = 16;                       // magic, version, rank, world size
 constexpr uint32_t kMaxNoticeBytes = 1 << 16;
-constexpr double kHelloWaitS = 5;  // a connection that sends no hello in this time is not dtrain
+constexpr double kHelloWaitS = 5;  // each connection's time to prove the secret and say hello
 
 // What a notice from rank 0 says (step 3 and 4 of the protocol in the header).
 enum NoticeCode : uint32_t { kAccepted = 0, kGo = 1, kInvalid = 2, kGaveUp = 3 };
@@ -105,43 +106,50 @@ std::string CheckHello(const unsigned char* h, const std::string& from, const st
 
 Status RunRankZero(const RendezvousOptions& o, const std::string& where, Deadline deadline, StarLinks* out) {
   TcpSocket listener;
-  Status st = TcpSocket::Listen(o.master_addr, o.master_port, &listener);
-  if (!st.ok() && st.message().find(std::strerror(EADDRNOTAVAIL)) != std::string::npos) {
-    // MASTER_ADDR is not an address of this host (a service's virtual IP, say, that forwards here):
-    // listen on every interface, as torchrun's store does.
-    DT_LOG_WARN(kComm,
-                "rendezvous: MASTER_ADDR {} is not an address of this host ({}); rank 0 listens on every "
-                "interface, port {}",
-                o.master_addr, st.message(), o.master_port);
-    st = TcpSocket::Listen(o.master_addr.find(':') == std::string::npos ? "0.0.0.0" : "::", o.master_port, &listener);
-  }
+  bool widened = false;
+  Status st = TcpSocket::ListenForPeers(o.master_addr, o.master_port, &listener, &widened);
   if (!st.ok()) {
     return Status::Unavailable("rank 0: " + st.message() +
                                " (is another job or an earlier attempt using MASTER_PORT? choose another MASTER_PORT)");
   }
-  DT_LOG_INFO(kComm, "rendezvous: rank 0 listening on {} for {} peer(s), timeout {}", where, o.world_size - 1,
-              Secs(o.timeout_s));
+  if (widened) {
+    // MASTER_ADDR is not an address of this host (a service's virtual IP, say, that forwards here):
+    // listen on every interface, as torchrun's store does.
+    DT_LOG_WARN(kComm, "rendezvous: MASTER_ADDR {} is not an address of this host; rank 0 listens on every interface",
+                o.master_addr);
+  }
+  DT_LOG_INFO(kComm, "rendezvous: rank 0 listening on {} for {} peer(s) proving the job secret, timeout {}",
+              listener.local_address(), o.world_size - 1, Secs(o.timeout_s));
+  AuthAcceptorOptions ao;
+  ao.context = kContext;
+  ao.hello_bytes = kHelloBytes;
+  ao.per_peer_s = kHelloWaitS;
+  ao.log_prefix = "rendezvous";
+  AuthAcceptor acceptor(&listener, &o.secret, ao);
   std::vector<TcpSocket> links(o.world_size);
   std::vector<std::string> addrs(o.world_size);
   int arrived = 0;
   while (arrived < o.world_size - 1) {
-    TcpSocket conn;
-    std::string from;
-    st = listener.Accept(deadline, &conn, &from);
+    AuthArrival arrival;
+    st = acceptor.Next(deadline, &arrival);
     if (!st.ok()) {
+      const int dropped = acceptor.dropped();
       const std::string msg = "rank 0: " + std::to_string(arrived) + " of " + std::to_string(o.world_size - 1) +
                               " peers arrived at " + where + " after " + Secs(o.timeout_s) +
                               "; missing: " + MissingRanks(links) +
+                              (dropped > 0 ? " (" + std::to_string(dropped) +
+                                                 " connection(s) dropped: see the warnings above; a process with "
+                                                 "another job secret is refused)"
+                                           : std::string()) +
                               (st.code() == Status::Code::kUnavailable ? "" : " (" + st.message() + ")");
       NotifyArrived(links, kGaveUp, msg);
       return Status::Unavailable(msg);
     }
-    unsigned char hello[kHelloBytes];
-    const Deadline hello_deadline = std::min(deadline, DeadlineIn(kHelloWaitS));
-    st = conn.RecvAll(hello, sizeof(hello), hello_deadline, "a joining peer at " + from);
-    if (!st.ok() || GetU32(hello) != kMagic) {
-      DT_LOG_WARN(kComm, "rendezvous: dropped a connection from {} that sent no dtrain hello ({})", from,
-                  st.ok() ? "bad magic" : st.message());
+    TcpSocket conn = std::move(arrival.sock);
+    const std::string from = arrival.from;
+    const auto* hello = reinterpret_cast<const unsigned char*>(arrival.hello.data());
+    if (GetU32(hello) != kMagic) {
+      DT_LOG_WARN(kComm, "rendezvous: dropped a connection from {} that sent no dtrain hello (bad magic)", from);
       continue;
     }
     const std::string bad = CheckHello(hello, from, links, addrs, o.world_size);
@@ -179,10 +187,16 @@ Status RunRankZero(const RendezvousOptions& o, const std::string& where, Deadlin
 
 Status RunPeer(const RendezvousOptions& o, const std::string& where, Deadline deadline, StarLinks* out) {
   const std::string me = "rank " + std::to_string(o.rank);
+  const std::string zero = "rank 0 at " + where;
   TcpSocket conn;
   double pause_s = 0.05;
   for (;;) {
     Status st = TcpSocket::Connect(o.master_addr, o.master_port, std::min(deadline, DeadlineIn(5)), &conn);
+    if (st.ok()) {
+      st = ClientHandshake(conn, o.secret, kContext, std::min(deadline, DeadlineIn(kHelloWaitS)), zero);
+      if (st.code() == Status::Code::kInvalidArgument)
+        return Status::InvalidArgument(me + ": rendezvous: " + st.message());
+    }
     if (st.ok()) break;
     const double left = SecondsLeft(deadline);
     if (left <= 0) {
@@ -199,7 +213,6 @@ Status RunPeer(const RendezvousOptions& o, const std::string& where, Deadline de
   PutU32(kVersion, hello + 4);
   PutU32(static_cast<uint32_t>(o.rank), hello + 8);
   PutU32(static_cast<uint32_t>(o.world_size), hello + 12);
-  const std::string zero = "rank 0 at " + where;
   uint32_t code = 0;
   std::string msg;
   Status st = conn.SendAll(hello, sizeof(hello), deadline, zero);
@@ -233,6 +246,7 @@ Status RendezvousTcp(const RendezvousOptions& opts, StarLinks* out) {
   DT_CHECK_ARG(opts.master_port >= 1 && opts.master_port <= 65535,
                "rendezvous: MASTER_PORT " << opts.master_port << " outside 1..65535");
   DT_CHECK_ARG(opts.timeout_s > 0, "rendezvous: timeout " << opts.timeout_s << " s (expected > 0)");
+  DT_CHECK_ARG(opts.world_size == 1 || !opts.secret.empty(), "rendezvous: no job secret");
   StarLinks links;
   links.rank = opts.rank;
   links.world_size = opts.world_size;

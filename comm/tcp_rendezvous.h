@@ -4,16 +4,21 @@
 // MASTER_PORT. The result is a star of TCP connections through rank 0 (StarLinks), which
 // TcpCommunicator (comm/tcp_communicator.h) runs its host collectives over.
 //
-// Protocol (version 1; all integers big-endian):
+// Protocol (version 2; all integers big-endian):
 //   1. Rank 0 listens on MASTER_ADDR:MASTER_PORT (SO_REUSEADDR; 0.0.0.0 binds every interface; an
-//      address that is not this host's, e.g. a service's virtual IP, makes it listen on every interface).
-//   2. Every other rank connects, retrying (refused, unreachable, not resolvable yet) until the timeout,
-//      and sends a hello: magic "DTRZ", protocol version, its rank, the world size.
+//      address that is not this host's, e.g. a service's virtual IP, makes it listen on every interface);
+//      its log says the address it really listens on.
+//   2. Every other rank connects, retrying (refused, unreachable, not resolvable yet) until the timeout.
+//      Each connection first proves the job secret, both ways (comm/job_secret.h, context "dtrain
+//      rendezvous 2"); rank 0 runs the handshakes of all connections at once, each with its own 5 s
+//      (comm/auth_acceptor.h), and drops — logging the address — any that cannot prove it: such a process
+//      is never counted as a rank, never ends the rendezvous and never receives anything of the job (no
+//      notice, no NCCL id). A rank refused by rank 0 (another secret) fails at once (InvalidArgument). Then
+//      the rank sends a hello: magic "DTRZ", protocol version, its rank, the world size.
 //   3. Rank 0 checks each hello and answers it at once with a notice {magic, code, message}: accepted,
 //      or rejected with the reason. A duplicate rank, a rank out of range, a world size or protocol
 //      version that differs ends the rendezvous with an error on rank 0 and on every peer (each names
-//      the rank and both sides' values). A connection that sends no valid hello (not dtrain) is
-//      dropped with a warning.
+//      the rank and both sides' values): they come from processes that hold the job's secret.
 //   4. Once all world-1 peers are in, rank 0 sends each one a "go" notice; every rank returns its links.
 //      If the timeout ends first, rank 0 fails naming the ranks still missing and sends the peers
 //      that did arrive an abort notice with the same text.
@@ -26,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/job_secret.h"
 #include "comm/tcp_socket.h"
 #include "core/status.h"
 
@@ -37,6 +43,7 @@ struct RendezvousOptions {
   int rank = 0;
   int world_size = 1;
   double timeout_s = 300;  // for the whole rendezvous, on every rank
+  JobSecret secret;        // the same on every rank (required when world_size > 1)
 };
 
 // The connections a finished rendezvous leaves. Rank 0: links[r] is the connection to rank r

@@ -14,9 +14,17 @@
 #include <thread>
 #include <vector>
 
+#include "comm/job_secret.h"
 #include "comm/tcp_socket.h"
 
 namespace dtrain::testing {
+
+// A job secret for tests (every rank of a test's job uses the same text unless a test says otherwise).
+inline comm::JobSecret TestJobSecret(const char* text = "a-test-job-secret-of-more-than-32-characters") {
+  comm::JobSecret s;
+  (void)comm::JobSecret::FromText(text, "test", &s);
+  return s;
+}
 
 struct ForkedRank {
   int exit_code = -1;  // the child's exit status (-1: killed by a signal)

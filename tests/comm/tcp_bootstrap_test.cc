@@ -1,6 +1,7 @@
 // CreateCommunicatorsOverTcp / NeedsTcpBootstrap: when a torchrun-style worker bootstraps over TCP, the
 // CPU path refused without MPI, and (CUDA builds with 2 GPUs) an NCCL all-reduce between two forked
-// ranks whose ncclUniqueId travelled over the TCP rendezvous.
+// ranks whose ncclUniqueId travelled over the TCP rendezvous (with the job secret from DTRAIN_JOB_SECRET; refused
+// before any connection without it).
 #include "comm/tcp_bootstrap.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/job_secret.h"
 #include "tests/comm/forked_ranks.h"
 #if DT_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -93,7 +95,14 @@ std::string GpuRank(int port, int rank) {
   o.device = rank;
   o.rendezvous_timeout_s = 60;
   std::unique_ptr<Communicator> host, nccl;
+  ::unsetenv(kJobSecretEnv);
+  ::unsetenv(kJobSecretFileEnv);
   Status st = CreateCommunicatorsOverTcp(TorchrunEnv(rank, 2, port), o, &host, &nccl);
+  if (st.code() != Status::Code::kInvalidArgument || !Has(st.message(), "no job secret")) {
+    return "without DTRAIN_JOB_SECRET: " + st.ToString();
+  }
+  ::setenv(kJobSecretEnv, "a-test-job-secret-of-more-than-32-characters", 1);  // as `dtrain launch` exports it
+  st = CreateCommunicatorsOverTcp(TorchrunEnv(rank, 2, port), o, &host, &nccl);
   if (!st.ok()) return st.ToString();
   const int n = 1000;
   std::vector<float> h(n, static_cast<float>(rank + 1));

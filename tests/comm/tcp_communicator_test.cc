@@ -27,6 +27,7 @@ Status Connect(int port, int rank, int world, double collective_timeout_s, std::
   o.rank = rank;
   o.world_size = world;
   o.timeout_s = 30;
+  o.secret = testing::TestJobSecret();
   StarLinks links;
   DT_RETURN_IF_ERROR(RendezvousTcp(o, &links));
   TcpCommOptions co;

@@ -1,11 +1,16 @@
 // RendezvousTcp between real forked processes on loopback: joins, a late peer, a missing peer, a wrong
-// port, a duplicate rank, a world-size mismatch, a busy port.
+// port, a duplicate rank, a world-size mismatch, a busy port; and the attacks of issue 38: an impostor without the
+// job secret (a valid hello, another world size, idle connections) is never counted, ends nothing, delays no one
+// and never receives the NCCL id; a rank with another secret is refused at once.
 #include "comm/tcp_rendezvous.h"
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "comm/tcp_communicator.h"
 #include "tests/comm/forked_ranks.h"
 
 namespace dtrain::comm {
@@ -22,6 +27,7 @@ RendezvousOptions Opts(int port, int rank, int world, double timeout_s) {
   o.rank = rank;
   o.world_size = world;
   o.timeout_s = timeout_s;
+  o.secret = testing::TestJobSecret();
   return o;
 }
 
@@ -172,6 +178,120 @@ TEST(TcpRendezvousTest, BadOptionsAreRefused) {
   EXPECT_EQ(RendezvousTcp(Opts(29500, 2, 2, 1), &links).code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(RendezvousTcp(Opts(0, 0, 2, 1), &links).code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(RendezvousTcp(Opts(29500, 0, 2, 0), &links).code(), Status::Code::kInvalidArgument);
+}
+
+// --- attacks (issue 38) --------------------------------------------------------------------------
+
+// Connects to rank 0 (retrying while it starts), as a stray process would.
+TcpSocket StrayConnect(int port) {
+  TcpSocket s;
+  const Deadline d = DeadlineIn(10);
+  Status st;
+  do {
+    st = TcpSocket::Connect("127.0.0.1", port, d, &s);
+  } while (!st.ok() && SecondsLeft(d) > 0);
+  return s;
+}
+
+// Everything rank 0 sends to `s` until it closes the connection (or 15 s).
+std::string ReadAll(const TcpSocket& s) {
+  std::string got;
+  char c;
+  const Deadline d = DeadlineIn(15);
+  while (s.RecvAll(&c, 1, d, "rank 0").ok()) got.push_back(c);
+  return got;
+}
+
+TEST(TcpRendezvousAttackTest, ImpostorWithAValidHelloIsNotCountedAndNeverGetsTheNcclId) {
+  const int port = FreeLoopbackPort();
+  const auto r = RunForkedRanks(
+      4,
+      [&](int p) -> std::string {
+        if (p == 2 || p == 3) {  // impostors: 2 sends rank 1's hello; 3 runs the handshake with another secret
+          TcpSocket s = StrayConnect(port);
+          if (p == 3) {
+            const Status st = ClientHandshake(s, testing::TestJobSecret("an-impostors-secret-of-more-than-32-chars"),
+                                              "dtrain rendezvous 2", DeadlineIn(5), "rank 0");
+            return "handshake: " + st.ToString() + " then " + std::to_string(ReadAll(s).size()) + " bytes";
+          }
+          unsigned char hello[16] = {'D', 'T', 'R', 'Z', 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 2};
+          (void)s.SendAll(hello, sizeof(hello), DeadlineIn(2), "rank 0");
+          const std::string got = ReadAll(s);
+          return "got " + std::to_string(got.size()) + " bytes" +
+                 (got.find("NCCL-ID") != std::string::npos ? " with the id" : "");
+        }
+        StarLinks links;
+        const Status st = RendezvousTcp(Opts(port, p, 2, 20), &links);
+        if (!st.ok()) return st.ToString();
+        std::unique_ptr<TcpCommunicator> comm;
+        if (!TcpCommunicator::Create(std::move(links), TcpCommOptions(), &comm).ok()) return "no communicator";
+        char id[16] = {0};
+        if (p == 0) std::snprintf(id, sizeof(id), "NCCL-ID-0042");
+        Tensor t = Tensor::Wrap(id, {16}, DType::kU8, DeviceType::kCPU);
+        const Status b = comm->Broadcast(&t, 0, nullptr);
+        return b.ok() ? std::string("OK ") + id : b.ToString();
+      },
+      {0.0, 1.0, 0.2, 0.2});
+  EXPECT_EQ(r[0].report, "OK NCCL-ID-0042");
+  EXPECT_EQ(r[1].report, "OK NCCL-ID-0042") << "the real rank 1 joined";
+  // The impostors heard at most the challenge (40 bytes) and the "refused" verdict (36), never a notice or the id.
+  EXPECT_TRUE(r[2].report == "got 76 bytes" || r[2].report == "got 40 bytes") << r[2].report;
+  EXPECT_TRUE(Has(r[3].report, "holds another job secret")) << r[3].report;
+  EXPECT_TRUE(Has(r[3].report, "then 0 bytes")) << r[3].report;
+}
+
+TEST(TcpRendezvousAttackTest, ImpostorHelloWithAnotherWorldSizeDoesNotAbortRankZero) {
+  const int port = FreeLoopbackPort();
+  const auto r = RunForkedRanks(3,
+                                [&](int p) -> std::string {
+                                  if (p == 2) {
+                                    TcpSocket s = StrayConnect(port);
+                                    unsigned char hello[16] = {'D', 'T', 'R', 'Z', 0, 0, 0, 2,
+                                                               0,   0,   0,   1,   0, 0, 0, 3};  // WORLD_SIZE=3
+                                    (void)s.SendAll(hello, sizeof(hello), DeadlineIn(2), "rank 0");
+                                    ReadAll(s);
+                                    return "done";
+                                  }
+                                  return Join(Opts(port, p, 2, 20));
+                                },
+                                {0.0, 1.0, 0.2});
+  EXPECT_EQ(r[0].report, "OK 2");  // used to be "WORLD_SIZE=3 but rank 0 has WORLD_SIZE=2" on every rank
+  EXPECT_EQ(r[1].report, "OK 1");
+}
+
+TEST(TcpRendezvousAttackTest, IdleConnectionsDoNotDelayTheRendezvous) {
+  const int port = FreeLoopbackPort();
+  const auto r =
+      RunForkedRanks(3,
+                     [&](int p) -> std::string {
+                       if (p == 2) {  // 100 connections that never say anything (each used to stall rank 0 for 5 s)
+                         std::vector<TcpSocket> idle;
+                         for (int i = 0; i < 100; ++i) idle.push_back(StrayConnect(port));
+                         std::this_thread::sleep_for(std::chrono::seconds(3));
+                         return "done";
+                       }
+                       return Join(Opts(port, p, 2, 20));
+                     },
+                     {0.0, 1.0, 0.2});
+  EXPECT_EQ(r[0].report, "OK 2");
+  EXPECT_EQ(r[1].report, "OK 1");
+  EXPECT_LT(r[1].seconds, 2.0) << "rank 1 waited behind the idle connections";
+}
+
+TEST(TcpRendezvousAttackTest, RankWithAnotherSecretIsRefusedAtOnce) {
+  const int port = FreeLoopbackPort();
+  const auto r = RunForkedRanks(2,
+                                [&](int p) -> std::string {
+                                  RendezvousOptions o = Opts(port, p, 2, 3);
+                                  if (p == 1)
+                                    o.secret = testing::TestJobSecret("another-job-secret-of-more-than-32-chars");
+                                  return Join(o);
+                                },
+                                {0.0, 0.3});
+  EXPECT_TRUE(Has(r[1].report, "InvalidArgument: rank 1: rendezvous: rank 0 at 127.0.0.1:")) << r[1].report;
+  EXPECT_TRUE(Has(r[1].report, "refused this process: it holds another job secret")) << r[1].report;
+  EXPECT_LT(r[1].seconds, 2.0);
+  EXPECT_TRUE(Has(r[0].report, "missing: rank 1 (1 connection(s) dropped")) << r[0].report;
 }
 
 }  // namespace

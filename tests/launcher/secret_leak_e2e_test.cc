@@ -2,10 +2,13 @@
 // S3 server (Ceph RGW on loopback, scripts/s3_test_server.sh; skipped with the reason when it cannot
 // start) with the credentials in AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, then a run that fails on a
 // wrong secret; every byte dtrain wrote — console, per-rank logs, metrics, config.yaml, safetensors,
-// every checkpoint object in the bucket — is searched for each secret: zero hits. While the first run
-// trains, `ss -ltnp` lists what the dtrain processes listen on: loopback only, with Open MPI's TCP
-// transport off (OMPI_MCA_btl=self,vader, one host): dtrain's own code opens no listening socket
-// (docs/faults.md lists what Open MPI opens by default).
+// every checkpoint object in the bucket — is searched for each secret: zero hits. The job secret
+// (DTRAIN_JOB_SECRET, comm/job_secret.h) is planted too, and every command line of the job's processes is
+// searched for it while they run. While the first run trains, `ss -ltnp` lists what the dtrain processes
+// listen on: loopback only, with Open MPI's TCP transport off (OMPI_MCA_btl=self,vader, one host): an
+// mpirun launch on one host opens no listener of dtrain's own (docs/faults.md, "Listeners", lists every
+// one, and what Open MPI opens by default). A per-node start (no S3 needed) is searched the same way: its
+// --secret-file never shows in a console, a log or a command line, and node 0 listens on the address given.
 
 #include <gtest/gtest.h>
 
@@ -18,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/tcp_socket.h"
 #include "storage/s3_storage.h"
 #include "tests/testing/subprocess.h"
 
@@ -91,6 +95,22 @@ std::string LocalAddress(const std::string& line) {
   return local;
 }
 
+// The command lines of the running processes whose command line contains `marker` (NULs as spaces), but the
+// test's own shell and `env` (they carry the planted values, as a user's environment would).
+std::vector<std::string> CommandLinesWith(const std::string& marker) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path().string() + "/cmdline", std::ios::binary);
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (char& c : cmd) c = c == '\0' ? ' ' : c;
+    const bool own = cmd.rfind("sh -c ", 0) == 0 || cmd.rfind("env ", 0) == 0;
+    if (!own && cmd.find(marker) != std::string::npos) out.push_back(cmd);
+  }
+  return out;
+}
+
 bool IsLoopback(const std::string& addr) {
   return addr.rfind("127.", 0) == 0 || addr.rfind("[::1]", 0) == 0 || addr.rfind("[::ffff:127.", 0) == 0;
 }
@@ -120,6 +140,7 @@ TEST(SecretLeakE2E, NoSecretInAnyOutputAndNoListenerBeyondLoopback) {
   }
   const std::string wrong = UniqueSecret("WRONGSECRET");
   const std::string token = UniqueSecret("SESSIONTOKEN");
+  const std::string job_secret = UniqueSecret("JOBSECRET");
   auto launch = [&](const std::string& secret_value, const std::string& extra_env, const std::string& name) {
     return "env -u AWS_ENDPOINT_URL -u AWS_ENDPOINT_URL_S3 -u AWS_SESSION_TOKEN AWS_ACCESS_KEY_ID=" + access +
            " AWS_SECRET_ACCESS_KEY=" + secret_value + " OMPI_MCA_btl=self,vader " + extra_env + DtrainBin() +
@@ -131,12 +152,13 @@ TEST(SecretLeakE2E, NoSecretInAnyOutputAndNoListenerBeyondLoopback) {
 
   // 1. A good run; `ss -ltnp` is sampled while it trains.
   ProcessResult good;
-  std::thread child([&] { good = RunCommand(launch(secret, "", "good")); });
-  std::vector<std::string> listeners;
+  std::thread child([&] { good = RunCommand(launch(secret, "DTRAIN_JOB_SECRET=" + job_secret + " ", "good")); });
+  std::vector<std::string> listeners, command_lines;
   const auto t0 = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60) &&
          !std::filesystem::exists(d + "/good/final.safetensors")) {
     for (const std::string& l : DtrainListeners(d + "/good")) listeners.push_back(l);
+    for (const std::string& c : CommandLinesWith(d + "/good")) command_lines.push_back(c);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   child.join();
@@ -153,6 +175,8 @@ TEST(SecretLeakE2E, NoSecretInAnyOutputAndNoListenerBeyondLoopback) {
   // 3. Every output: the consoles, every file under the run directories, every object in the bucket.
   std::vector<std::pair<std::string, std::string>> outputs = {{"console of the good run", good.output},
                                                               {"console of the failed run", bad.output}};
+  EXPECT_GE(command_lines.size(), 3u) << "the launcher, mpirun and the ranks were sampled";
+  for (const std::string& c : command_lines) outputs.push_back({"command line: " + c.substr(0, 80), c});
   size_t files = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(d)) {
     if (!e.is_regular_file() || e.path().string().rfind(d + "/rgw", 0) == 0) continue;  // the server's own
@@ -175,9 +199,64 @@ TEST(SecretLeakE2E, NoSecretInAnyOutputAndNoListenerBeyondLoopback) {
   EXPECT_GE(files, 6u) << "metrics, config.yaml, final.safetensors and rank logs of each run";
   EXPECT_GE(objects.size(), 3u * 4) << "3 kept checkpoints of params, 2 AdamW moments and a manifest";
   for (const auto& [where, text] : outputs) {
-    for (const std::string& s : {secret, wrong, token}) EXPECT_EQ(text.find(s), std::string::npos) << where;
+    for (const std::string& s : {secret, wrong, token, job_secret}) {
+      EXPECT_EQ(text.find(s), std::string::npos) << where;
+    }
   }
-  std::printf("searched %zu outputs (%zu files, %zu objects) for 3 secrets\n", outputs.size(), files, objects.size());
+  std::printf("searched %zu outputs (%zu files, %zu objects) for 4 secrets\n", outputs.size(), files, objects.size());
+}
+
+// A per-node start of two nodes with --secret-file, at debug log level: the secret reaches the workers (their
+// environment) but no console, log file or command line; node 0's launcher listens on the address given.
+TEST(SecretLeakE2E, PerNodeSecretFileNeverShowsAndNodeZeroListensWhereItIsTold) {
+  TempDir dir;
+  const std::string d = dir.path();
+  const std::string job_secret = UniqueSecret("JOBSECRETFILE");
+  WriteFile(d + "/secret", job_secret + "\n");
+  ASSERT_EQ(RunCommand("chmod 600 " + d + "/secret").exit_code, 0);
+  WriteFile(d + "/worker.sh", "#!/bin/sh\n[ \"$DTRAIN_JOB_SECRET\" = \"$(cat " + d +
+                                  "/secret)\" ] && echo \"rank $RANK has the secret\"\nsleep 2\n");
+  ASSERT_EQ(RunCommand("chmod +x " + d + "/worker.sh").exit_code, 0);
+  comm::TcpSocket probe;
+  ASSERT_TRUE(comm::TcpSocket::Listen("127.0.0.1", 0, &probe).ok());
+  const int port = probe.local_port();
+  probe = comm::TcpSocket();
+  std::string script = "cd " + d + "; ";
+  for (int node : {0, 1}) {
+    script += "DTRAIN_LOG_LEVEL=debug DTRAIN_WORKER_BIN=" + d + "/worker.sh " + DtrainBin() +
+              " launch --nnodes 2 --nproc-per-node 1 --node-rank " + std::to_string(node) + " --secret-file " + d +
+              "/secret --master-addr 127.0.0.1 --master-port " + std::to_string(port) + " --log-dir " + d +
+              "/logs cfg.yaml > node-" + std::to_string(node) + ".log 2>&1 & ";
+  }
+  ProcessResult run;
+  std::thread child([&] { run = RunCommand(script + "wait"); });
+  std::vector<std::string> command_lines, listeners;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(4)) {
+    for (const std::string& c : CommandLinesWith(d)) command_lines.push_back(c);
+    for (const std::string& l : DtrainListeners(d)) listeners.push_back(l);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  child.join();
+  const std::string n0 = ReadFile(d + "/node-0.log"), n1 = ReadFile(d + "/node-1.log");
+  EXPECT_NE(n0.find("rank 0 has the secret"), std::string::npos) << n0;
+  EXPECT_NE(n1.find("rank 1 has the secret"), std::string::npos) << n1;
+  EXPECT_NE(n0.find("node 0: listening on 127.0.0.1:" + std::to_string(port + 1)), std::string::npos) << n0;
+  for (const std::string& l : listeners) {
+    EXPECT_EQ(LocalAddress(l), "127.0.0.1:" + std::to_string(port + 1)) << "listens elsewhere: " << l;
+  }
+  EXPECT_GE(command_lines.size(), 2u);
+  size_t searched = 0;
+  for (const std::string& c : command_lines) {
+    EXPECT_EQ(c.find(job_secret), std::string::npos) << "on a command line: " << c;
+    ++searched;
+  }
+  for (const auto& e : std::filesystem::recursive_directory_iterator(d)) {
+    if (!e.is_regular_file() || e.path() == d + "/secret" || e.path() == d + "/worker.sh") continue;
+    EXPECT_EQ(ReadFile(e.path().string()).find(job_secret), std::string::npos) << e.path();
+    ++searched;
+  }
+  std::printf("searched %zu command lines and files for the job secret\n", searched);
 }
 
 }  // namespace
