@@ -142,7 +142,7 @@ Status SummarizeMetrics(const std::string& text, const std::string& source, RunS
       s.attempts.push_back(a);
       continue;
     }
-    // The restore record of an attempt is written before its start record (runtime/train/checkpoint_trainer.cc):
+    // The restore record of an attempt is written before its start record (runtime/train/checkpoint_coordinator.cc):
     // it is not the previous attempt's, whose last record and step it would otherwise move.
     if (kind == "restore") continue;
     if (s.attempts.empty()) {
