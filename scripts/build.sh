@@ -7,7 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 export PATH="/usr/local/cuda/bin:$PATH"
+# (unity-off: a unity build of this tree failed once and scripts/cmake_build.sh fell back to file by file.)
 # shellcheck disable=SC2086
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} ${CMAKE_ARGS:-} "$@"
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} ${CMAKE_ARGS:-} "$@" \
+  $([[ -e $BUILD_DIR/unity-off ]] && echo -DDT_UNITY_BUILD=OFF)
 # shellcheck disable=SC2086
-cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" ${BUILD_TARGETS:+--target $BUILD_TARGETS}
+scripts/cmake_build.sh "$BUILD_DIR" ${BUILD_TARGETS:-}

@@ -22,7 +22,7 @@ if (($#)); then TARGETS=("$@"); else TARGETS=("${ALL_TARGETS[@]}"); fi
 # shellcheck source=scripts/sanitizers/config.sh
 source scripts/sanitizers/config.sh
 configure_asan "$BUILD_DIR"
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}"
+JOBS=$(nproc) scripts/cmake_build.sh "$BUILD_DIR" "${TARGETS[@]}"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}

@@ -96,7 +96,7 @@ run_asan() {
   local dir=${ASAN_BUILD_DIR:-build-asan}
   configure_asan "$dir"
   # shellcheck disable=SC2046
-  cmake --build "$dir" -j "$(nproc)" --target dtrain $(asan_test_targets)
+  JOBS=$(nproc) scripts/cmake_build.sh "$dir" dtrain $(asan_test_targets)
   # A skipped file's tests are "<target>_NOT_BUILT" (gtest discovery) or "<target>" (s3/mpi: whole binary).
   local skip_bins
   skip_bins=$(asan_test_targets 1 | paste -sd'|')"|docs_readme_commands"
@@ -114,7 +114,7 @@ run_asan() {
 run_tsan() {
   local dir=${TSAN_BUILD_DIR:-build-tsan}
   configure_tsan "$dir"
-  cmake --build "$dir" -j "$(nproc)" --target data_loader_test checkpoint_checkpoint_test launcher_supervise_test \
+  JOBS=$(nproc) scripts/cmake_build.sh "$dir" data_loader_test checkpoint_checkpoint_test launcher_supervise_test \
     observe_prometheus_exporter_test
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/scripts/sanitizers/tsan.supp" \
     ctest --test-dir "$dir" --output-on-failure -j "$JOBS" -R "$TSAN_TESTS" "$@"

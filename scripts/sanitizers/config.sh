@@ -3,7 +3,8 @@
 # Both builds are CPU only, clang-14, at -O1 with line tables only (build type "Sanitize"): stack traces
 # keep function, file and line, and the tree compiles about twice as fast as RelWithDebInfo's -O2 -g,
 # which is what lets CI afford them (scripts/test.sh). No NDEBUG: assert()s stay on.
-# Env: CMAKE_ARGS (extra cmake arguments, e.g. a compiler launcher).
+# Env: CMAKE_ARGS (extra cmake arguments, e.g. a compiler launcher). Build with scripts/cmake_build.sh (its
+# fallback from a failed unity build leaves DIR/unity-off, honoured here by unity_off).
 
 SAN_CMAKE_COMMON=(-G Ninja -DCMAKE_BUILD_TYPE=Sanitize
   -DCMAKE_C_FLAGS_SANITIZE="-O1 -gline-tables-only" -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -gline-tables-only"
@@ -15,18 +16,21 @@ SAN_CMAKE_COMMON=(-G Ninja -DCMAKE_BUILD_TYPE=Sanitize
 export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-/usr/lib/llvm-14/bin/llvm-symbolizer}
 export TSAN_SYMBOLIZER_PATH=${TSAN_SYMBOLIZER_PATH:-$ASAN_SYMBOLIZER_PATH}
 
+# unity_off DIR: -DDT_UNITY_BUILD=OFF when DIR's unity build failed before (scripts/cmake_build.sh).
+unity_off() { if [[ -e $1/unity-off ]]; then echo -DDT_UNITY_BUILD=OFF; fi; }
+
 # configure_asan DIR: ASan + LSan + UBSan (-fno-sanitize-recover: the first UB report aborts) with
 # libFuzzer's coverage instrumentation (fuzzer-no-link), and the fuzz targets on. scripts/sanitize.sh
 # (unit tests) and scripts/fuzz.sh share this build, so CI compiles the tree once for both.
 configure_asan() {
   # shellcheck disable=SC2086
   cmake -S . -B "$1" "${SAN_CMAKE_COMMON[@]}" -DDT_SANITIZER="address;undefined;fuzzer-no-link" \
-    -DCMAKE_CXX_FLAGS="-fno-sanitize-recover=all" -DDT_BUILD_FUZZERS=ON ${CMAKE_ARGS:-} >/dev/null
+    -DCMAKE_CXX_FLAGS="-fno-sanitize-recover=all" -DDT_BUILD_FUZZERS=ON ${CMAKE_ARGS:-} $(unity_off "$1") >/dev/null
 }
 
 # configure_tsan DIR: ThreadSanitizer, Open MPI off (no TSan test uses it in-process: the supervision
 # tests start the real mpirun as a process).
 configure_tsan() {
   # shellcheck disable=SC2086
-  cmake -S . -B "$1" "${SAN_CMAKE_COMMON[@]}" -DDT_WITH_MPI=OFF -DDT_SANITIZER=thread ${CMAKE_ARGS:-} >/dev/null
+  cmake -S . -B "$1" "${SAN_CMAKE_COMMON[@]}" -DDT_WITH_MPI=OFF -DDT_SANITIZER=thread ${CMAKE_ARGS:-} $(unity_off "$1") >/dev/null
 }
