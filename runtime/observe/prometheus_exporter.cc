@@ -17,6 +17,7 @@ namespace dtrain::runtime {
 namespace {
 
 constexpr size_t kMaxHead = 8192;
+constexpr int kBacklog = 128;
 
 double Seconds(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(t - std::chrono::steady_clock::now()).count();
@@ -38,38 +39,8 @@ std::string Plain(const char* status, const std::string& text) {
   return Reply(status, "text/plain; charset=utf-8", text + "\n", true);
 }
 
-// Reads the request head (up to and including the blank line) within the deadline. False on timeout, a closed
-// connection or an error; *too_long when kMaxHead bytes came without a blank line.
-bool ReadHead(int fd, std::chrono::steady_clock::time_point deadline, std::string* head, bool* too_long) {
-  *too_long = false;
-  char buf[1024];
-  while (head->find("\r\n\r\n") == std::string::npos && head->find("\n\n") == std::string::npos) {
-    if (head->size() >= kMaxHead) {
-      *too_long = true;
-      return true;
-    }
-    pollfd p = {fd, POLLIN, 0};
-    const int ms = MsLeft(deadline);
-    if (ms == 0 || poll(&p, 1, ms) <= 0) return false;
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-    if (n <= 0) return false;
-    head->append(buf, static_cast<size_t>(n));
-  }
-  return true;
-}
-
-void WriteAll(int fd, const std::string& data, std::chrono::steady_clock::time_point deadline) {
-  size_t off = 0;
-  while (off < data.size()) {
-    pollfd p = {fd, POLLOUT, 0};
-    const int ms = MsLeft(deadline);
-    if (ms == 0 || poll(&p, 1, ms) <= 0) return;
-    const ssize_t n = send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-    if (n <= 0) return;
-    off += static_cast<size_t>(n);
-  }
+bool HeadComplete(const std::string& head) {
+  return head.find("\r\n\r\n") != std::string::npos || head.find("\n\n") != std::string::npos;
 }
 
 }  // namespace
@@ -115,7 +86,7 @@ Status PrometheusExporter::Start(const PrometheusOptions& options, std::unique_p
   if (err == 0) {
     const int one = 1;  // a restarted job may rebind while the old socket is in TIME_WAIT
     setsockopt(e->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(e->listen_fd_, res->ai_addr, res->ai_addrlen) != 0 || listen(e->listen_fd_, 16) != 0) err = errno;
+    if (bind(e->listen_fd_, res->ai_addr, res->ai_addrlen) != 0 || listen(e->listen_fd_, kBacklog) != 0) err = errno;
   }
   freeaddrinfo(res);
   if (err != 0) {
@@ -149,40 +120,74 @@ void PrometheusExporter::Publish(std::vector<PromSample> samples) {
   samples_ = std::move(samples);
 }
 
+// One poll() over the listener and every open connection: each connection reads its head, then writes its reply,
+// each phase within io_timeout_s, without waiting for any other.
 void PrometheusExporter::Loop() {
+  using Clock = std::chrono::steady_clock;
+  const auto io_timeout =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.io_timeout_s));
+  std::vector<Connection> conns;  // in accept order: the oldest first
+  auto close_at = [&conns](size_t i) {
+    close(conns[i].fd);
+    conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(i));
+  };
   while (true) {
-    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-    if (poll(p, 2, -1) < 0) {
+    const auto now = Clock::now();
+    auto wake = Clock::time_point::max();
+    for (size_t i = conns.size(); i-- > 0;) {
+      if (conns[i].deadline <= now) {
+        close_at(i);  // silent, slow, or not reading its reply: dropped
+      } else {
+        wake = std::min(wake, conns[i].deadline);
+      }
+    }
+    std::vector<pollfd> fds = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    for (const Connection& c : conns) fds.push_back({c.fd, static_cast<short>(c.reply.empty() ? POLLIN : POLLOUT), 0});
+    const int ms = wake == Clock::time_point::max() ? -1 : MsLeft(wake);
+    if (poll(fds.data(), fds.size(), ms) < 0) {
       if (errno == EINTR) continue;
       DT_LOG_WARN(kRuntime, "prometheus exporter stopped: poll: {}", std::strerror(errno));
-      return;
+      break;
     }
-    if (p[1].revents != 0) return;  // the destructor
-    if ((p[0].revents & POLLIN) == 0) continue;
-    // Non-blocking: a client that stops reading cannot hold a send() past the deadline.
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;  // the client went away, or out of descriptors for a moment: the next scrape retries
-    Serve(fd);
-    close(fd);
+    if (fds[1].revents != 0) break;  // the destructor
+    for (size_t i = conns.size(); i-- > 0;) {
+      if (fds[i + 2].revents != 0 && !Advance(&conns[i], io_timeout)) close_at(i);
+    }
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    // Non-blocking: a client that stops reading cannot hold a send(). Take what the backlog holds.
+    for (int fd; (fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0;) {
+      if (conns.size() >= kMaxConnections) close_at(0);  // a flood of idle connections cannot keep a scrape out
+      conns.push_back({fd, Clock::now() + io_timeout, std::string(), std::string(), 0});
+    }
   }
+  for (const Connection& c : conns) close(c.fd);
 }
 
-void PrometheusExporter::Serve(int fd) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                               std::chrono::duration<double>(options_.io_timeout_s));
-  std::string head;
-  bool too_long = false;
-  if (!ReadHead(fd, deadline, &head, &too_long)) return;  // silent, closed or timed out: dropped
-  if (too_long) {
-    WriteAll(fd, Plain("431 Request Header Fields Too Large", "request head over 8 KiB"), deadline);
-    return;
+bool PrometheusExporter::Advance(Connection* c, std::chrono::steady_clock::duration io_timeout) {
+  if (c->reply.empty()) {
+    char buf[1024];
+    const ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    if (n == 0) return false;  // closed before its request was complete
+    c->head.append(buf, static_cast<size_t>(n));
+    if (c->head.size() >= kMaxHead && !HeadComplete(c->head)) {
+      c->reply = Plain("431 Request Header Fields Too Large", "request head over 8 KiB");
+    } else if (!HeadComplete(c->head)) {
+      return true;
+    } else {
+      std::string body;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        body = FormatPrometheusText(samples_, WallSeconds());
+      }
+      c->reply = PrometheusHttpReply(c->head, body);
+    }
+    c->deadline = std::chrono::steady_clock::now() + io_timeout;  // the reply's own time
   }
-  std::string body;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    body = FormatPrometheusText(samples_, WallSeconds());
-  }
-  WriteAll(fd, PrometheusHttpReply(head, body), deadline);
+  const ssize_t n = send(c->fd, c->reply.data() + c->sent, c->reply.size() - c->sent, MSG_NOSIGNAL);
+  if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+  c->sent += static_cast<size_t>(n);
+  return c->sent < c->reply.size();  // all sent: close
 }
 
 }  // namespace dtrain::runtime

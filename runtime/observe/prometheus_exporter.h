@@ -7,9 +7,11 @@
 // What it answers: GET or HEAD of /metrics (any query string) -> 200 with Content-Type
 // "text/plain; version=0.0.4; charset=utf-8"; another path -> 404; another method -> 405; a malformed request line
 // or an HTTP version other than 1.x -> 400; a request head over 8 KiB -> 431. Every response closes the
-// connection. Connections are served one at a time; each may take at most `io_timeout_s` to send its request head
-// and to take the response, after which it is dropped, so a client that connects and sends nothing delays the
-// next scrape by that much at most and never stops the server.
+// connection. All connections are served at once (one poll() loop), each with its own deadline: at most
+// `io_timeout_s` to send its request head, then as long again to take the response, after which it is dropped. At
+// most kMaxConnections are open; a new one beyond that closes the oldest. So slow clients (a byte a second) and
+// floods of idle connections delay no scrape. There is no authentication: bind it to an address only the scraper
+// reaches (the default is loopback; docs/faults.md, "Listeners").
 //
 // It serves only what Publish() handed it: the caller decides what is exposed (the trainer never passes config
 // values but the model kind and the device, so no credentials).
@@ -17,6 +19,7 @@
 // Ownership and threading: Start() binds, listens and starts the thread; the destructor stops and joins it (within
 // ~0.1 s) and closes the socket. Publish() and port() may be called from any thread.
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,8 +53,18 @@ class PrometheusExporter {
 
  private:
   PrometheusExporter() = default;
+  // One client: its request head as it arrives, then the reply until sent.
+  struct Connection {
+    int fd;
+    std::chrono::steady_clock::time_point deadline;  // for the head, then for the reply
+    std::string head;
+    std::string reply;  // empty while the head is read
+    size_t sent;
+  };
+  static constexpr size_t kMaxConnections = 64;
   void Loop();
-  void Serve(int fd);
+  // Reads or writes what `c` is ready for; false when it is finished (reply sent, closed, or failed).
+  bool Advance(Connection* c, std::chrono::steady_clock::duration io_timeout);
 
   PrometheusOptions options_;
   int listen_fd_ = -1;
