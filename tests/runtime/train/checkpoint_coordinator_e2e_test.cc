@@ -1,7 +1,7 @@
-// The trainer's restore path through the real binary (CPU, Fashion-MNIST CI config): a checkpoint whose optimizer
-// state fails its CRC32C after params.bin and the state itself were already written chunk by chunk restores nothing:
-// with --overwrite the run starts afresh from exactly the initial parameters and optimizer state; and the save after
-// a resume takes the snapshot buffers allocated in the background.
+// The checkpoint coordinator's restore path (runtime/train/checkpoint_coordinator.h) through the real binary (CPU,
+// Fashion-MNIST CI config): a checkpoint whose optimizer state fails its CRC32C after params.bin and the state itself
+// were already written chunk by chunk restores nothing: with --overwrite the run starts afresh from exactly the initial
+// parameters and optimizer state; and the save after a resume takes the snapshot buffers allocated in the background.
 
 #include <gtest/gtest.h>
 
