@@ -31,7 +31,7 @@ std::string IdxPath(const std::string& dir, const std::string& base) {
 
 // Appends the whole of input file `f` to *text; errors name the file and the errno reason.
 Status ReadInput(const std::string& f, std::string* text) {
-  const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(f.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO must not block (refused below)
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) return Status::NotFound(f + ": input text file does not exist");
@@ -41,6 +41,10 @@ Status ReadInput(const std::string& f, std::string* text) {
   if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
     ::close(fd);
     return Status::InvalidArgument(f + ": is a directory (convert-text expects text FILES)");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return CheckRegularFile(f, "input text file");
   }
   char buf[1 << 16];
   for (;;) {

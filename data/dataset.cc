@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "core/crc32c.h"
+#include "core/file_guard.h"
 #include "data/manifest.h"
 
 namespace dtrain::data {
@@ -26,10 +27,15 @@ std::string Hex32(uint32_t v) {
 }  // namespace
 
 Status FileCrc32c(const std::string& path, uint32_t* crc, uint64_t* bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO must not block
   if (fd < 0) {
     if (errno == ENOENT) return Status::NotFound(path + ": shard file does not exist");
     return Status::IoError(path + ": open: " + std::strerror(errno));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return CheckRegularFile(path, "shard");
   }
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   std::vector<uint8_t> buf(1 << 20);
@@ -96,9 +102,10 @@ Status Dataset::Read(int64_t index, void* buf) const {
   return shards_[s]->Read(index - starts_[s], buf, record_bytes_);
 }
 
-Status Dataset::Verify(std::vector<std::string>* report) const {
+Status Dataset::Verify(std::vector<std::string>* report, bool check_tokens) const {
   Status first;
-  for (const auto& e : manifest_.shards()) {
+  for (int i = 0; i < manifest_.shards_size(); ++i) {
+    const proto::ShardEntry& e = manifest_.shards(i);
     const std::string path = dir_ + "/" + e.file();
     uint32_t crc = 0;
     uint64_t bytes = 0;
@@ -110,10 +117,33 @@ Status Dataset::Verify(std::vector<std::string>* report) const {
       st = Status::DataLoss(path + ": checksum mismatch: CRC32C " + Hex32(crc) + ", the manifest says " +
                             Hex32(e.crc32c()));
     }
+    if (st.ok() && check_tokens) st = CheckTokens(static_cast<size_t>(i), path);
     if (report != nullptr) report->push_back(st.ok() ? path + ": ok" : st.ToString());
     if (!st.ok() && first.ok()) first = st;
   }
   return first;
+}
+
+Status Dataset::CheckTokens(size_t shard, const std::string& path) const {
+  const proto::DatasetSchema& s = schema();
+  if (s.kind() != proto::DatasetSchema::TOKENS || s.vocab_size() <= 0 || shard + 1 >= starts_.size()) {
+    return Status::OK();
+  }
+  const size_t width = s.token_dtype() == proto::DatasetSchema::UINT32 ? 4 : 2;
+  std::vector<uint8_t> rec(record_bytes_);
+  for (int64_t i = starts_[shard]; i < starts_[shard + 1]; ++i) {
+    DT_RETURN_IF_ERROR(Read(i, rec.data()));
+    for (size_t j = 0; j + width <= rec.size(); j += width) {
+      uint32_t tok = 0;
+      std::memcpy(&tok, rec.data() + j, width);  // little-endian: the low bytes first
+      if (static_cast<int64_t>(tok) >= s.vocab_size()) {
+        return Status::DataLoss(path + ": record " + std::to_string(i - starts_[shard]) + " holds token " +
+                                std::to_string(tok) + " at position " + std::to_string(j / width) +
+                                ", not below the manifest's vocab_size " + std::to_string(s.vocab_size()));
+      }
+    }
+  }
+  return Status::OK();
 }
 
 std::string Dataset::Describe() const {

@@ -32,16 +32,18 @@ class Dataset {
   // Reads sample `index` (in [0, size())) into buf (record_bytes() bytes). Errors name the shard.
   Status Read(int64_t index, void* buf) const;
 
-  // Reads every shard file whole and compares its size and CRC32C with the manifest. Returns the
-  // first failure (DataLoss naming the file) after checking all; `report` (optional) gets one line
-  // per shard ("ok" or the error).
-  Status Verify(std::vector<std::string>* report = nullptr) const;
+  // Reads every shard file whole and compares its size and CRC32C with the manifest; with `check_tokens` (`dtrain
+  // data verify`), for a TOKENS dataset also that every token is below the schema's vocab_size (a token beyond the
+  // vocabulary would index past the embedding; this reads every record once more). Returns the first failure
+  // (DataLoss naming the file) after checking all; `report` (optional) gets one line per shard ("ok" or the error).
+  Status Verify(std::vector<std::string>* report = nullptr, bool check_tokens = false) const;
 
   // Human-readable summary: schema, sample count, shards with sizes and CRCs.
   std::string Describe() const;
 
  private:
   Dataset() = default;
+  Status CheckTokens(size_t shard, const std::string& path) const;  // Verify's token range check of one shard
   std::string dir_;
   proto::DatasetManifest manifest_;
   uint64_t record_bytes_ = 0;

@@ -1,11 +1,13 @@
 #include "data/import_tokens.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
 
 #include "core/check.h"
+#include "core/file_guard.h"
 #include "core/logging.h"
 #include "data/convert.h"
 #include "data/shard_writer.h"
@@ -23,7 +25,18 @@ struct TokenFile {
   int64_t count = 0;
 };
 
+// A raw-looking file (no llm.c magic) whose first 1024 bytes are an llm.c header with a damaged magic: the magic is
+// a few bits off, or version and token count fit the file's size exactly. Raw uint16 tokens almost never do either;
+// importing such a header as 512 tokens would hide the damage.
+bool LooksLikeDamagedLlmcHeader(const int32_t* header, int64_t size) {
+  if (__builtin_popcount(static_cast<uint32_t>(header[0] ^ kLlmcMagic)) <= 4) return true;
+  const int64_t width = header[1] == 1 ? 2 : header[1] == 2 ? 4 : 0;
+  return width != 0 && header[2] >= 0 && static_cast<int64_t>(kLlmcHeaderBytes) + header[2] * width == size;
+}
+
 Status Open(const std::string& path, const std::string& format, TokenFile* f) {
+  const Status regular = CheckRegularFile(path, "token file");  // a FIFO would block the open
+  if (regular.code() == Status::Code::kInvalidArgument) return regular;
   f->in.open(path, std::ios::binary);
   if (!f->in) {
     const int err = errno;
@@ -37,6 +50,14 @@ Status Open(const std::string& path, const std::string& format, TokenFile* f) {
   const bool has_header = size >= static_cast<int64_t>(kLlmcHeaderBytes) &&
                           f->in.read(reinterpret_cast<char*>(header), kLlmcHeaderBytes) && header[0] == kLlmcMagic;
   const bool llmc = format == "llmc" || (format == "auto" && has_header);
+  if (format == "auto" && !has_header && size >= static_cast<int64_t>(kLlmcHeaderBytes) &&
+      LooksLikeDamagedLlmcHeader(header, size)) {
+    char magic[16];
+    std::snprintf(magic, sizeof(magic), "%d", header[0]);
+    return Status::DataLoss(path + ": starts like an llm.c token shard whose header is damaged (magic " + magic +
+                            ", not 20240520; version " + std::to_string(header[1]) + ", " + std::to_string(header[2]) +
+                            " tokens); --format raw imports it as raw uint16 tokens if that is what it is");
+  }
   if (llmc) {
     if (!has_header) return Status::DataLoss(path + ": not an llm.c token shard (no magic 20240520 in its header)");
     if (header[1] != 1 && header[1] != 2) {

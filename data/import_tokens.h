@@ -4,7 +4,9 @@
 //   raw     nanoGPT's prepare.py output: little-endian uint16 token ids, nothing else (train.bin, val.bin);
 //   llmc    llm.c's .bin shards: a header of 256 little-endian int32 — [0] magic 20240520, [1] version (1: uint16
 //           tokens, 2: uint32 tokens), [2] token count — then the tokens;
-//   auto    llmc when the file starts with llm.c's magic, else raw.
+//   auto    llmc when the file starts with llm.c's magic, else raw; a file whose first 1024 bytes look like an
+//           llm.c header with a damaged magic (a few bits off, or version and token count that fit the file's
+//           size) is DataLoss rather than raw tokens (--format raw forces raw).
 // Files are read in order as one stream (streamed: a shard of any size takes bounded memory), cut into records of
 // seq_len + 1 tokens with a stride of seq_len, like ConvertText; the tail shorter than a record is dropped.
 // Every token must be below `vocab_size` (50257: GPT-2's BPE); the first one that is not is InvalidArgument naming

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/file_guard.h"
 #include "core/logging.h"
 #include "core/sealed_bytes.h"
 #include "data/shard_format.h"
@@ -107,6 +108,8 @@ Status ValidateManifest(const std::string& path, const proto::DatasetManifest& m
 
 Status ReadManifest(const std::string& dir, proto::DatasetManifest* out) {
   const std::string path = ManifestPath(dir);
+  const Status regular = CheckRegularFile(path, "dataset manifest");  // a FIFO would block the open
+  if (regular.code() == Status::Code::kInvalidArgument) return regular;
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return Status::NotFound(path +

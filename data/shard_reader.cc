@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/crc32c.h"
+#include "core/file_guard.h"
 #include "data/shard_format.h"
 
 namespace dtrain::data {
@@ -42,13 +43,14 @@ ShardReader::~ShardReader() {
 Status ShardReader::Open(const std::string& path, std::unique_ptr<ShardReader>* out) {
   std::unique_ptr<ShardReader> r(new ShardReader());  // private constructor: make_unique cannot reach it
   r->path_ = path;
-  r->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  r->fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO must not block (refused below)
   if (r->fd_ < 0) {
     if (errno == ENOENT) return Status::NotFound(path + ": shard file does not exist");
     return Status::IoError(path + ": open: " + std::strerror(errno));
   }
   struct stat st {};
   if (::fstat(r->fd_, &st) != 0) return Status::IoError(path + ": fstat: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return CheckRegularFile(path, "shard");  // names the kind: a FIFO, a directory...
   r->file_size_ = static_cast<uint64_t>(st.st_size);
   if (r->file_size_ < shard::kHeaderBytes) {
     return Status::DataLoss(path + ": truncated: " + std::to_string(r->file_size_) + " bytes, shorter than the " +

@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "launcher/cli/cli_parse.h"
+#include "models/model_registry.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/export_target.h"
 #include "runtime/checkpoint/safetensors.h"
@@ -138,9 +139,6 @@ Status SplitStepDir(CkptArgs* a) {
 Status Export(const runtime::LoadedCheckpoint& ck, const CkptArgs& a) {
   const std::string& out = a.out;
   const std::string& format = a.format;
-  std::string moved;
-  DT_RETURN_IF_ERROR(runtime::ClaimExportTarget({out, a.url, format == "hf", a.overwrite}, &moved));
-  if (!moved.empty()) std::printf("%s\n", moved.c_str());
   const std::string& bytes = ck.files.at("params.bin");  // Load() verified every listed file
   const int64_t total = static_cast<int64_t>(bytes.size() / sizeof(float));
   std::vector<runtime::NamedTensor> tensors;
@@ -157,6 +155,13 @@ Status Export(const runtime::LoadedCheckpoint& ck, const CkptArgs& a) {
   std::map<std::string, std::string> metadata;
   DT_RETURN_IF_ERROR(runtime::WeightsMetadata(cfg, &metadata));
   metadata["step"] = std::to_string(ck.manifest.step());
+  const models::ModelSpec* spec = models::FindModel(cfg.model().kind());
+  if (format == "hf" && (spec == nullptr || !spec->hf_export)) {
+    return runtime::ExportHuggingFace(cfg, tensors, metadata, out);  // its refusal, before anything is moved aside
+  }
+  std::string moved;
+  DT_RETURN_IF_ERROR(runtime::ClaimExportTarget({out, a.url, format == "hf", a.overwrite}, &moved));
+  if (!moved.empty()) std::printf("%s\n", moved.c_str());
   if (format == "hf") {
     DT_RETURN_IF_ERROR(runtime::ExportHuggingFace(cfg, tensors, metadata, out));
     std::printf("%s: config.json and model.safetensors (Hugging Face, model.kind %s) of %s (step %lld)\n", out.c_str(),

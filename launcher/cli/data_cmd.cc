@@ -204,7 +204,7 @@ Status RunDataCommand(const DataArgs& a) {
     return Status::OK();
   }
   std::vector<std::string> report;
-  const Status st = ds->Verify(&report);
+  const Status st = ds->Verify(&report, /*check_tokens=*/true);
   for (const auto& line : report) std::printf("%s\n", line.c_str());
   if (st.ok()) std::printf("%s: all %d shards ok\n", a.pos[0].c_str(), ds->manifest().shards_size());
   return st;

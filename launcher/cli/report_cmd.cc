@@ -41,6 +41,44 @@ std::string CheckPrice(const std::string& v) {
   return "";
 }
 
+// Figures no run can have (a negative or non-finite duration, more than a million years: a clock that jumped, a
+// damaged or hand-edited record) are shown as 0 with a note naming them, instead of "-3h" or "$-inf".
+void ClampUnbelievable(runtime::RunSummary* s, std::string* note) {
+  constexpr double kMaxSeconds = 3.2e13;  // a million years
+  const auto clamp = [note](const std::string& name, double* v, double max) {
+    if (std::isfinite(*v) && *v >= 0 && *v <= max) {
+      *v += 0.0;  // -0.0 prints as "-0.0 s"
+      return;
+    }
+    char was[64];
+    std::snprintf(was, sizeof(was), "%g", *v);
+    *note += "  note: " + name + " was " + was + " in the records (a clock jump or a damaged record?): shown as 0\n";
+    *v = 0;
+  };
+  clamp("the wall time", &s->wall_s, kMaxSeconds);
+  clamp("the GPU-hours", &s->gpu_hours, kMaxSeconds / 3600 * 1e6);
+  clamp("the recompute time", &s->recompute_s, kMaxSeconds);
+  clamp("the mean step time", &s->mean_step_ms, kMaxSeconds * 1e3);
+  clamp("the checkpoint stall", &s->checkpoint_stall_s, kMaxSeconds);
+  clamp("the checkpoint wait", &s->checkpoint_wait_s, kMaxSeconds);
+  clamp("the restart time", &s->restart_s, kMaxSeconds);
+  for (size_t i = 0; i < s->attempts.size(); ++i) {
+    runtime::AttemptSummary& a = s->attempts[i];
+    const std::string which = "attempt " + std::to_string(i) + "'s ";
+    double span = a.last_time - a.start_time;
+    clamp(which + "duration", &span, kMaxSeconds);
+    if (!std::isfinite(a.start_time)) a.start_time = 0;
+    a.last_time = a.start_time + span;
+    clamp(which + "restart gap", &a.restart_gap_s, kMaxSeconds);
+    clamp(which + "GPU busy time", &a.gpu_busy_s, kMaxSeconds);
+    clamp(which + "GPU timed span", &a.gpu_timed_s, kMaxSeconds);
+  }
+  if (s->steps_recomputed < 0) {
+    *note += "  note: steps recomputed was " + std::to_string(s->steps_recomputed) + ": shown as 0\n";
+    s->steps_recomputed = 0;
+  }
+}
+
 }  // namespace
 
 CLI::App* AddReportCommand(CLI::App* parent, ReportArgs* out) {
@@ -89,6 +127,7 @@ Status BuildReportText(const ReportArgs& args, std::string* text) {
   DT_RETURN_IF_ERROR(runtime::LoadRunSummary(metrics, &summary));
 
   std::string note;
+  ClampUnbelievable(&summary, &note);
   if (price < 0) {
     price = 0;
     std::string dir = is_dir ? run_dir : std::filesystem::path(metrics).parent_path().string();

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "core/file_guard.h"
 
 namespace dtrain::runtime {
 namespace {
@@ -92,6 +93,10 @@ Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>&
 }
 
 Status ReadSafetensors(const std::string& path, std::vector<NamedTensor>* tensors) {
+  // A directory (model.init_from naming an export directory) used to read as "shorter than 8 bytes"; a FIFO would
+  // block the open.
+  const Status regular = CheckRegularFile(path, "safetensors file");
+  if (regular.code() == Status::Code::kInvalidArgument) return regular;
   std::ifstream f(path, std::ios::binary);
   if (!f) return Status::NotFound("cannot open safetensors file '" + path + "'");
   f.seekg(0, std::ios::end);

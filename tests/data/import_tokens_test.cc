@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "data/dataset.h"
@@ -66,7 +67,8 @@ TEST(ImportTokens, BadInputsAreNamed) {
   WriteRaw(dir.path() + "/big.bin", {1, 2, 60000});
   Status st = ImportTokens({dir.path() + "/big.bin"}, dir.path() + "/o1", o);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
-  EXPECT_NE(st.message().find("big.bin: token 2 is 60000, not below --vocab-size 50257"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("big.bin: token 2 is 60000, not below --vocab-size 50257"), std::string::npos)
+      << st.ToString();
 
   WriteLlmc(dir.path() + "/short.bin", {1, 2, 3}, 9);  // the header claims more tokens than the file holds
   st = ImportTokens({dir.path() + "/short.bin"}, dir.path() + "/o2", o);
@@ -86,6 +88,38 @@ TEST(ImportTokens, BadInputsAreNamed) {
   WriteRaw(dir.path() + "/few.bin", {1, 2, 3});
   EXPECT_EQ(ImportTokens({dir.path() + "/few.bin"}, dir.path() + "/o5", o).code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(ImportTokens({dir.path() + "/none.bin"}, dir.path() + "/o6", o).code(), Status::Code::kNotFound);
+}
+
+// Was: --format auto read an llm.c shard whose magic was damaged as raw tokens (its header as 512 of them).
+TEST(ImportTokens, AutoRefusesADamagedLlmcHeader) {
+  TempDir dir;
+  ImportTokensOptions o;
+  o.seq_len = 2;
+  std::vector<uint16_t> tokens(100, 7);
+  const std::string flipped = dir.path() + "/flipped.bin";
+  WriteLlmc(flipped, tokens, 100);
+  {
+    std::fstream f(flipped, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(1);
+    f.put(static_cast<char>(0xd8 ^ 0x04));  // 20240520 = 0x0134d888: one bit of byte 1 (0xd8) flipped
+  }
+  Status st = ImportTokens({flipped}, dir.path() + "/o1", o);
+  EXPECT_EQ(st.code(), Status::Code::kDataLoss) << st.ToString();
+  EXPECT_NE(st.message().find("starts like an llm.c token shard whose header is damaged"), std::string::npos)
+      << st.ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/o1/manifest.pb"));
+
+  // The magic gone entirely, version and count intact (they fit the file's size).
+  const std::string zeroed = dir.path() + "/zeroed.bin";
+  WriteLlmc(zeroed, tokens, 100);
+  {
+    std::fstream f(zeroed, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(0);
+    f.write("\0\0\0\0", 4);
+  }
+  EXPECT_EQ(ImportTokens({zeroed}, dir.path() + "/o2", o).code(), Status::Code::kDataLoss);
+  o.format = "raw";  // the user's word: raw tokens
+  EXPECT_TRUE(ImportTokens({zeroed}, dir.path() + "/o3", o).ok());
 }
 
 }  // namespace

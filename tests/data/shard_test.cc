@@ -183,5 +183,32 @@ TEST(ShardTest, ManifestWithNonFiniteNormalizationIsRejected) {
   }
 }
 
+// Was: `data verify` passed a token dataset holding tokens beyond its vocabulary (sizes and CRCs match what was
+// written). Verify with check_tokens names the shard, record, token and vocab_size.
+TEST(ShardTest, VerifyFindsTokensBeyondTheVocabulary) {
+  TempDir dir;
+  proto::DatasetSchema schema;
+  schema.set_kind(proto::DatasetSchema::TOKENS);
+  schema.add_dims(4);
+  schema.set_token_dtype(proto::DatasetSchema::UINT16);
+  schema.set_vocab_size(100);
+  std::unique_ptr<DatasetWriter> w;
+  ASSERT_TRUE(DatasetWriter::Create(dir.path(), schema, 2, &w).ok());
+  const uint16_t records[3][4] = {{1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10, 300, 11}};  // 300 >= vocab 100
+  for (const auto& r : records) ASSERT_TRUE(w->Add(r, sizeof(r)).ok());
+  ASSERT_TRUE(w->Finish("test").ok());
+  std::unique_ptr<Dataset> ds;
+  ASSERT_TRUE(Dataset::Open(dir.path(), /*verify_checksums=*/true, &ds).ok());  // sizes and CRCs are right
+  std::vector<std::string> report;
+  const Status st = ds->Verify(&report, /*check_tokens=*/true);
+  EXPECT_EQ(st.code(), Status::Code::kDataLoss);
+  EXPECT_TRUE(Contains(st,
+                       "shard-00001.dts: record 0 holds token 300 at position 2, not below the manifest's "
+                       "vocab_size 100"))
+      << st.ToString();
+  ASSERT_EQ(report.size(), 2u);
+  EXPECT_NE(report[0].find(": ok"), std::string::npos) << report[0];
+}
+
 }  // namespace
 }  // namespace dtrain::data

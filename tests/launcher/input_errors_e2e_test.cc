@@ -108,6 +108,28 @@ TEST(ConfigInputE2E, AFifoAsTheConfigIsExit2AtOnce) {
       << r.output;
 }
 
+// A FIFO in place of a shard, or given as input text: refused at once naming it (an open would block forever).
+TEST(DataConvertE2E, AFifoAsShardOrInputIsExit2AtOnce) {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text.push_back(static_cast<char>('a' + i % 26));
+  WriteFile(dir.path() + "/a.txt", text);
+  const std::string out = dir.path() + "/ds";
+  ProcessResult r =
+      RunCommand(DtrainBin() + " data convert-text --seq-len 64 --out " + out + " " + dir.path() + "/a.txt");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(RunCommand("rm " + out + "/shard-00000.dts && mkfifo " + out + "/shard-00000.dts").exit_code, 0);
+  r = RunCommand("timeout 60 " + DtrainBin() + " data verify " + out);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("shard '" + out + "/shard-00000.dts': is a FIFO (named pipe), not a regular file"),
+            std::string::npos)
+      << r.output;
+  r = RunCommand("timeout 60 " + DtrainBin() + " data convert-text --seq-len 64 --out " + dir.path() + "/ds2 " + out +
+                 "/shard-00000.dts");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is a FIFO"), std::string::npos) << r.output;
+}
+
 // Was: signed overflow of epochs x steps (UBSan), and the run exited 0 after one epoch.
 TEST(ConfigInputE2E, AnEpochCountThatOverflowsTheRunLengthIsExit2) {
   DT_SKIP_WITHOUT_FASHION_MNIST();

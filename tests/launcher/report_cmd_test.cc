@@ -79,6 +79,33 @@ TEST(ReportCmdTest, ElasticRecordAddsGoodputAndCosts) {
   EXPECT_EQ(BuildReport({run.path()}, &text).code(), Status::Code::kDataLoss);
 }
 
+// Was: an end record before its start (a clock that jumped back) printed a negative wall time and GPU-hours, and a
+// cost of $-inf for extreme times. Figures no run can have are shown as 0 with a note naming them.
+TEST(ReportCmdTest, UnbelievableFiguresAreClampedWithANote) {
+  TempDir run;
+  WriteFile(run.path() + "/metrics.jsonl",
+            R"({"kind":"start","time":-1e308,"restart":0,"resume_step":0,"world":2,"device":"cuda","total_steps":100}
+{"kind":"train","epoch":0,"step":50,"time":900,"loss":0.75,"step_ms":-1e308}
+{"kind":"end","time":1e308,"step":100,"status":"done"}
+)");
+  std::string text;
+  ASSERT_TRUE(BuildReport({run.path(), "--price", "2.5"}, &text).ok());
+  const std::string figures = text.substr(0, text.find("  note:"));
+  EXPECT_FALSE(Contains(figures, "inf")) << text;
+  EXPECT_FALSE(Contains(figures, "$-")) << text;
+  EXPECT_FALSE(Contains(figures, " -0")) << text;
+  EXPECT_FALSE(Contains(figures, "~-")) << text;
+  EXPECT_FALSE(Contains(figures, " in -")) << text;  // an attempt's duration
+  EXPECT_FALSE(Contains(figures, "e+")) << text;
+  EXPECT_TRUE(Contains(text,
+                       "  note: the wall time was inf in the records (a clock jump or a damaged record?): "
+                       "shown as 0\n"))
+      << text;
+  EXPECT_TRUE(Contains(text, "  note: the mean step time was -1e+308")) << text;
+  EXPECT_TRUE(Contains(text, "  note: attempt 0's duration was inf")) << text;
+  EXPECT_TRUE(Contains(text, "$0.00 at $2.50")) << text;
+}
+
 TEST(ReportCmdTest, ArgumentErrors) {
   std::string text;
   Status st = BuildReport({}, &text);

@@ -56,6 +56,15 @@ TEST(Safetensors, CorruptFilesAreDataLossNamingThePath) {
 
 // Regression: the writer accepted two tensors of one name and wrote a header with a key twice, which
 // Python's json (and so safetensors.torch.load_file) reads as one tensor, the last: a tensor vanished.
+// Was: model.init_from naming a directory (e.g. a --format hf export) said "shorter than 8 bytes".
+TEST(Safetensors, ADirectoryIsSaidToBeADirectory) {
+  testing::TempDir dir;
+  std::vector<NamedTensor> tensors;
+  const Status st = ReadSafetensors(dir.path(), &tensors);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(st.message(), "safetensors file '" + dir.path() + "': is a directory, not a regular file");
+}
+
 TEST(Safetensors, DuplicateNamesAreRefusedByTheWriterAndTheReader) {
   testing::TempDir dir;
   const std::string path = dir.path() + "/w.safetensors";
