@@ -1,5 +1,6 @@
 #include "launcher/launch.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,18 +30,43 @@
 namespace dtrain::launcher {
 namespace {
 
-Status MakeDirs(const std::string& path) {
-  std::string prefix;
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = path.find('/', pos + 1);
-    prefix = path.substr(0, pos);
-    if (prefix.empty()) continue;
-    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-      return Status::IoError("--log-dir: cannot create '" + prefix + "': " + std::strerror(errno));
+// --log-dir must be a directory the launcher can write, created if missing: checked before anything starts (a log
+// that cannot be opened would otherwise only be warned about while the ranks run). InvalidArgument naming the flag.
+Status PrepareLogDir(const std::string& dir) {
+  for (size_t pos = 0; pos != std::string::npos;) {
+    pos = dir.find('/', pos + 1);
+    const std::string prefix = dir.substr(0, pos);
+    if (!prefix.empty() && mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      return Status::InvalidArgument("--log-dir " + dir + ": cannot create '" + prefix + "': " + std::strerror(errno));
     }
   }
+  const std::string probe = dir + "/.dtrain-launch-" + std::to_string(getpid());
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::InvalidArgument("--log-dir " + dir + ": cannot write there: " + std::strerror(errno));
+  close(fd);
+  unlink(probe.c_str());
   return Status::OK();
+}
+
+// The ranks this launcher starts on this machine (mpirun's implicit localhost, or this node's per-node workers) must
+// fit its slots: CPU cores, or GPUs when they train on CUDA; else exit 2 naming the flag, unless --oversubscribe.
+// Only an explicit count is checked (gpu/cpu/auto are the documented defaults); other hosts' slots are their own
+// (a hostfile's slots=, Slurm's allocation).
+Status CheckLocalSlots(const LaunchOptions& opts, const LaunchEnv& env, const LaunchCommand& cmd, bool on_cuda) {
+  int requested = 0;
+  if (opts.oversubscribe || !ParsePositiveInt(opts.nproc_per_node, &requested)) return Status::OK();
+  int local = 0;
+  if (cmd.backend == Backend::kNode) {
+    local = cmd.local_nproc;
+  } else if (cmd.backend == Backend::kMpirun && opts.hosts.empty() && opts.hostfile.empty()) {
+    local = cmd.placement.world_size();
+  }
+  const int slots = on_cuda ? env.gpu_count : env.cpu_count;
+  if (slots <= 0 || local <= slots) return Status::OK();
+  return Status::InvalidArgument("--nproc-per-node " + opts.nproc_per_node + ": " + std::to_string(local) +
+                                 " ranks on this machine, which has " + std::to_string(slots) +
+                                 (on_cuda ? " GPU(s) (the job trains on CUDA)" : " CPU core(s)") +
+                                 ": start at most that many, or pass --oversubscribe to share them");
 }
 
 // The process manager must exist before anything starts (a missing mpirun is not worth restarts).
@@ -59,11 +85,12 @@ Status CheckInPath(const std::string& program) {
 // Loads CONFIG with its --set overrides and checks it and its data at the job's world size; prints the
 // check's warnings once. A per-node start of more than one rank needs the GPU path: the CPU path reduces
 // gradients with MPI, which processes started without a process manager cannot form.
-Status CheckRunBeforeStart(const LaunchOptions& opts, const LaunchEnv& env, const LaunchCommand& cmd) {
+Status CheckRunBeforeStart(const LaunchOptions& opts, const LaunchEnv& env, const LaunchCommand& cmd, bool* on_cuda) {
   const int world_size = cmd.placement.world_size();
   proto::Config cfg;
   DT_RETURN_IF_ERROR(runtime::LoadConfig(opts.config, opts.sets, &cfg));
   const std::string& device = cfg.train().device();
+  *on_cuda = device == "cuda" || (device != "cpu" && env.gpu_count > 0);
   if (cmd.backend == Backend::kNode && world_size > 1 &&
       (device == "cpu" || (device != "cuda" && env.gpu_count == 0))) {
     return Status::InvalidArgument(
@@ -106,6 +133,10 @@ int LaunchWith(const LaunchOptions& opts) {
   if (!st.ok()) return UsageError(st);
   DT_LOG_DEBUG(kLauncher, "job secret: {}", secret_source);
   if (opts.elastic_min > 0) {
+    if (!opts.dry_run && !opts.log_dir.empty()) {
+      st = PrepareLogDir(opts.log_dir);
+      if (!st.ok()) return UsageError(st);
+    }
     // Under Slurm without a host list the allocation is the host set (srun); else mpirun over the listed hosts.
     const bool listed = !opts.hosts.empty() || !opts.hostfile.empty();
     const bool srun = opts.backend == Backend::kSrun || (opts.backend == Backend::kAuto && env.in_slurm && !listed);
@@ -122,7 +153,8 @@ int LaunchWith(const LaunchOptions& opts) {
   if (!st.ok()) return LaunchError(st);
   // The whole run is checked here, once, before any rank starts (runtime/train/run_check.h) — when the workers
   // are this binary: another worker program (DTRAIN_WORKER_BIN) reads its config its own way and checks it.
-  st = env.worker_bin == env.self_bin ? CheckRunBeforeStart(opts, env, cmd) : Status::OK();
+  bool on_cuda = env.gpu_count > 0;  // another worker program: as train.device auto would
+  st = env.worker_bin == env.self_bin ? CheckRunBeforeStart(opts, env, cmd, &on_cuda) : Status::OK();
   if (!st.ok()) {
     std::fprintf(stderr, "dtrain launch: error: %s\n", st.ToString().c_str());
     return ExitCodeFor(st);  // as `dtrain train` would exit on the same error
@@ -132,10 +164,9 @@ int LaunchWith(const LaunchOptions& opts) {
     std::fflush(stdout);
     return kExitOk;
   }
-  if (!opts.log_dir.empty()) {
-    st = MakeDirs(opts.log_dir);
-    if (!st.ok()) return LaunchError(st);
-  }
+  st = CheckLocalSlots(opts, env, cmd, on_cuda);
+  if (st.ok() && !opts.log_dir.empty()) st = PrepareLogDir(opts.log_dir);
+  if (!st.ok()) return UsageError(st);
   if (cmd.backend != Backend::kNode) {
     st = CheckInPath(cmd.argv[0]);
     if (!st.ok()) return LaunchError(st);

@@ -1,5 +1,6 @@
 #include "launcher/launch_command.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -94,6 +95,9 @@ std::string ShellQuote(const std::string& s) {
 Status ProbeLaunchEnv(LaunchEnv* out) {
   *out = LaunchEnv();
   out->gpu_count = CudaDeviceCount();
+  cpu_set_t cpus;
+  out->cpu_count = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+  if (out->cpu_count <= 0) out->cpu_count = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   out->is_root = geteuid() == 0;
   out->hostname = log::Hostname();
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {

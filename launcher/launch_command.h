@@ -51,6 +51,7 @@ namespace dtrain::launcher {
 // ProbeLaunchEnv, or written by tests.
 struct LaunchEnv {
   int gpu_count = 0;
+  int cpu_count = 0;  // CPU cores this process may run on (its affinity mask)
   bool is_root = false;
   bool in_slurm = false;                                  // SLURM_JOB_ID is set
   std::string hostname;                                   // short name of this host
@@ -59,7 +60,7 @@ struct LaunchEnv {
   std::vector<std::pair<std::string, std::string>> vars;  // the launcher's environment
 };
 
-// Fills `out` from this process (CUDA device count, uid, env).
+// Fills `out` from this process (CUDA device count, CPU cores, uid, env).
 Status ProbeLaunchEnv(LaunchEnv* out);
 
 // Where ranks run: hosts in rank order, each with its process count. Empty under srun when the

@@ -168,6 +168,9 @@ CLI::App* AddLaunchCommand(CLI::App* parent, LaunchOptions* o) {
         return eq == std::string::npos || eq == 0 ? "expected key=value, got '" + v + "'" : std::string();
       })
       ->trigger_on_parse();
+  app->add_flag("--oversubscribe", o->oversubscribe,
+                "start more ranks on this machine than it has slots (CPU cores; GPUs when training on CUDA)")
+      ->disable_flag_override();
   app->add_flag("--dry-run", o->dry_run, "print the command that would run and exit")->disable_flag_override();
   app->add_option("CONFIG", o->config, "a YAML config (configs/*.yaml)");
   app->callback([o, app] {

@@ -36,7 +36,8 @@ struct LaunchOptions {
   std::string hosts;                     // --hosts text ("a:8,b:8"), already validated
   std::string hostfile;                  // --hostfile path
   int max_restarts = 0;
-  std::string log_dir;  // empty: no per-rank log files
+  bool oversubscribe = false;  // --oversubscribe: more ranks on this machine than its slots (cores, or GPUs)
+  std::string log_dir;         // empty: no per-rank log files
   int grace_seconds = 10;
   bool dry_run = false;
   bool help = false;

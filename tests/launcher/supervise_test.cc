@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -203,6 +204,43 @@ TEST_F(SuperviseTest, UsageErrorOfAWorkerIsNotRestarted) {
   std::string err;
   EXPECT_EQ(Launch({"--nproc-per-node", "2", "--max-restarts", "2"}, &err), kExitUsage) << err;
   EXPECT_EQ(Read("attempts-0"), "0\n");
+}
+
+// The mistakes of issue 38 (item 5), each refused with exit 2 naming the flag before any worker starts.
+
+TEST_F(SuperviseTest, LogDirThatIsAFileIsAnErrorBeforeAnythingStarts) {
+  WriteWorker("exit 0\n");
+  std::ofstream(dir_ + "/notes.txt") << "a user's file\n";
+  std::string err;
+  EXPECT_EQ(Launch({"--nproc-per-node", "2", "--log-dir", dir_ + "/notes.txt"}, &err), kExitUsage) << err;
+  EXPECT_NE(err.find("--log-dir " + dir_ + "/notes.txt: cannot write there: Not a directory"), std::string::npos)
+      << err;
+  EXPECT_FALSE(Exists("pid-0")) << "a worker started";
+  EXPECT_EQ(Read("notes.txt"), "a user's file\n");
+  EXPECT_EQ(Launch({"--nproc-per-node", "2", "--log-dir", dir_ + "/notes.txt/logs"}, &err), kExitUsage) << err;
+  EXPECT_NE(err.find("--log-dir " + dir_ + "/notes.txt/logs: cannot create '" + dir_ + "/notes.txt/logs'"),
+            std::string::npos)
+      << err;
+  EXPECT_FALSE(Exists("pid-0")) << "a worker started";
+}
+
+TEST_F(SuperviseTest, MoreRanksThanCoresIsRefusedUnlessOversubscribe) {
+  cpu_set_t cpus;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+  const int cores = CPU_COUNT(&cpus);
+  const std::string n = std::to_string(cores + 1);
+  WriteWorker("exit 0\n");
+  std::string err;
+  EXPECT_EQ(Launch({"--nproc-per-node", n}, &err), kExitUsage) << err;
+  EXPECT_NE(err.find("dtrain launch: error: --nproc-per-node " + n + ": " + n + " ranks on this machine, which has " +
+                     std::to_string(cores) + " CPU core(s)"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("--oversubscribe"), std::string::npos) << err;
+  EXPECT_FALSE(Exists("pid-0")) << "a worker started";
+  if (cores > 16) GTEST_SKIP() << "not starting " << n << " processes to show --oversubscribe";
+  EXPECT_EQ(Launch({"--nproc-per-node", n, "--oversubscribe"}, &err), kExitOk) << err;
+  EXPECT_TRUE(Exists("pid-" + std::to_string(cores))) << err;
 }
 
 TEST_F(SuperviseTest, SigtermToTheLauncherReachesEveryWorker) {
