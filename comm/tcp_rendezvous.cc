@@ -48,10 +48,8 @@ Status SendNotice(const TcpSocket& s, NoticeCode code, const std::string& msg, D
 Status RecvNotice(const TcpSocket& s, Deadline deadline, const std::string& what, uint32_t* code, std::string* msg) {
   unsigned char head[12];
   DT_RETURN_IF_ERROR(s.RecvAll(head, sizeof(head), deadline, what));
-  if (GetU32(head) != kMagic) return Status::InvalidArgument(what + " is not a dtrain rendezvous (bad magic)");
-  *code = GetU32(head + 4);
-  const uint32_t n = GetU32(head + 8);
-  if (n > kMaxNoticeBytes) return Status::InvalidArgument(what + " sent a malformed notice");
+  uint32_t n = 0;
+  DT_RETURN_IF_ERROR(detail::ParseRendezvousNoticeHead(head, what, code, &n));
   msg->assign(n, '\0');
   if (n > 0) DT_RETURN_IF_ERROR(s.RecvAll(&(*msg)[0], n, deadline, what));
   return Status::OK();
@@ -75,33 +73,6 @@ void NotifyArrived(const std::vector<TcpSocket>& links, NoticeCode code, const s
   for (size_t r = 1; r < links.size(); ++r) {
     if (links[r].valid()) (void)SendNotice(links[r], code, msg, d, "rank " + std::to_string(r));
   }
-}
-
-// Checks one hello; "" when acceptable, else the reason (naming both sides' values).
-std::string CheckHello(const unsigned char* h, const std::string& from, const std::vector<TcpSocket>& links,
-                       const std::vector<std::string>& addrs, int world) {
-  const uint32_t version = GetU32(h + 4);
-  const int rank = static_cast<int32_t>(GetU32(h + 8));
-  const int peer_world = static_cast<int32_t>(GetU32(h + 12));
-  const std::string who = "rank " + std::to_string(rank) + " (from " + from + ")";
-  if (version != kVersion) {
-    return who + " speaks rendezvous protocol version " + std::to_string(version) + ", rank 0 speaks version " +
-           std::to_string(kVersion) + " (the same dtrain build must run everywhere)";
-  }
-  if (peer_world != world) {
-    return who + " has WORLD_SIZE=" + std::to_string(peer_world) +
-           " but rank 0 has WORLD_SIZE=" + std::to_string(world) + " (WORLD_SIZE must be the same on every rank)";
-  }
-  if (rank == 0) return "a second process has RANK=0 (from " + from + "): every process needs its own RANK";
-  if (rank < 0 || rank >= world) {
-    return "a peer (from " + from + ") has RANK=" + std::to_string(rank) + ", outside 1.." + std::to_string(world - 1) +
-           " for WORLD_SIZE=" + std::to_string(world);
-  }
-  if (links[rank].valid()) {
-    return "rank " + std::to_string(rank) + " joined twice (from " + addrs[rank] + ", then from " + from +
-           "): every process needs its own RANK";
-  }
-  return "";
 }
 
 Status RunRankZero(const RendezvousOptions& o, const std::string& where, Deadline deadline, StarLinks* out) {
@@ -152,7 +123,7 @@ Status RunRankZero(const RendezvousOptions& o, const std::string& where, Deadlin
       DT_LOG_WARN(kComm, "rendezvous: dropped a connection from {} that sent no dtrain hello (bad magic)", from);
       continue;
     }
-    const std::string bad = CheckHello(hello, from, links, addrs, o.world_size);
+    const std::string bad = detail::CheckRendezvousHello(hello, from, addrs, o.world_size);
     if (!bad.empty()) {
       const std::string msg = "rendezvous at " + where + ": " + bad;
       (void)SendNotice(conn, kInvalid, "rank 0 refused this rank: " + msg, DeadlineIn(2), from);
@@ -237,6 +208,44 @@ Status RunPeer(const RendezvousOptions& o, const std::string& where, Deadline de
 }
 
 }  // namespace
+
+namespace detail {
+
+Status ParseRendezvousNoticeHead(const unsigned char* head, const std::string& what, uint32_t* code, uint32_t* n) {
+  if (GetU32(head) != kMagic) return Status::InvalidArgument(what + " is not a dtrain rendezvous (bad magic)");
+  *code = GetU32(head + 4);
+  *n = GetU32(head + 8);
+  if (*n > kMaxNoticeBytes) return Status::InvalidArgument(what + " sent a malformed notice");
+  return Status::OK();
+}
+
+std::string CheckRendezvousHello(const unsigned char* h, const std::string& from, const std::vector<std::string>& addrs,
+                                 int world) {
+  const uint32_t version = GetU32(h + 4);
+  const int rank = static_cast<int32_t>(GetU32(h + 8));
+  const int peer_world = static_cast<int32_t>(GetU32(h + 12));
+  const std::string who = "rank " + std::to_string(rank) + " (from " + from + ")";
+  if (version != kVersion) {
+    return who + " speaks rendezvous protocol version " + std::to_string(version) + ", rank 0 speaks version " +
+           std::to_string(kVersion) + " (the same dtrain build must run everywhere)";
+  }
+  if (peer_world != world) {
+    return who + " has WORLD_SIZE=" + std::to_string(peer_world) +
+           " but rank 0 has WORLD_SIZE=" + std::to_string(world) + " (WORLD_SIZE must be the same on every rank)";
+  }
+  if (rank == 0) return "a second process has RANK=0 (from " + from + "): every process needs its own RANK";
+  if (rank < 0 || rank >= world) {
+    return "a peer (from " + from + ") has RANK=" + std::to_string(rank) + ", outside 1.." + std::to_string(world - 1) +
+           " for WORLD_SIZE=" + std::to_string(world);
+  }
+  if (static_cast<size_t>(rank) >= addrs.size() || !addrs[rank].empty()) {
+    return "rank " + std::to_string(rank) + " joined twice (from " + addrs[rank] + ", then from " + from +
+           "): every process needs its own RANK";
+  }
+  return "";
+}
+
+}  // namespace detail
 
 Status RendezvousTcp(const RendezvousOptions& opts, StarLinks* out) {
   const std::string where = opts.master_addr + ":" + std::to_string(opts.master_port);

@@ -28,6 +28,8 @@
 // Blocking: every wait is bounded by the timeout (poll); EINTR is retried.
 // Thread-safety: a plain function; call it once per process and job attempt.
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -57,5 +59,17 @@ struct StarLinks {
 
 // Runs the protocol above. `out` is filled only on success.
 Status RendezvousTcp(const RendezvousOptions& opts, StarLinks* out);
+
+// The wire checks of steps 2-3, exposed for the fuzzer (fuzz/rendezvous_fuzzer.cc). Pure functions.
+namespace detail {
+constexpr size_t kRendezvousHelloBytes = 16;  // magic, version, rank, world size
+// Rank 0's check of a hello (kRendezvousHelloBytes bytes, magic already checked) from `from`; addrs[r] non-empty
+// for the ranks already in (addrs.size() == world). "" when acceptable (then 1 <= rank < world, not yet in); else
+// the reason, naming both sides' values.
+std::string CheckRendezvousHello(const unsigned char* hello, const std::string& from,
+                                 const std::vector<std::string>& addrs, int world);
+// A notice's 12-byte head (magic, code, length): InvalidArgument for another magic or a length over 64 KiB.
+Status ParseRendezvousNoticeHead(const unsigned char* head, const std::string& what, uint32_t* code, uint32_t* n);
+}  // namespace detail
 
 }  // namespace dtrain::comm

@@ -155,6 +155,33 @@ def main():
         '<Error><Code>SlowDown</Code><Message>Please reduce your request rate &lt;now&gt; &#128512;</Message>'
         '<RequestId>tx1</RequestId></Error>')
 
+    control_plane()
+
+
+def control_plane():
+    """Seeds of node_link_fuzzer and rendezvous_fuzzer: an answer, a valid challenge, then frames / hellos."""
+    answer = bytes(range(64))
+    challenge = b"DTAU" + struct.pack(">I", 1) + bytes(range(100, 132))
+
+    def frame(kind, node, a, b, text=b""):
+        return struct.pack(">4sIiii", b"dtNL", kind, node, a, b) + text[:235].ljust(236, b"\0")
+
+    put("node_link_fuzzer", "hello_node1", answer + challenge + frame(1, 1, 4, 1))
+    put("node_link_fuzzer", "stray_hello_other_nnodes", answer + challenge + frame(1, 1, 3, 1))
+    put("node_link_fuzzer", "stop_and_alive", answer + challenge + frame(5, 2, 137, 0, b"rank 5 on host c failed first")
+        + frame(4, 2, 0, 0) + frame(6, 2, 0, 0))
+    put("node_link_fuzzer", "bad_challenge", answer + b"DTAU" + struct.pack(">I", 9) + bytes(32) + frame(2, 0, 0, 0))
+
+    def hello(version, rank, world):
+        return b"DTRZ" + struct.pack(">IiI", version, rank, world)
+
+    def notice(code, n):
+        return b"DTRZ" + struct.pack(">II", code, n)
+
+    put("rendezvous_fuzzer", "hello_rank2", answer + hello(2, 2, 4) + notice(0, 0) + hello(2, 1, 4) + notice(1, 0))
+    put("rendezvous_fuzzer", "hello_other_world", answer + hello(2, 3, 8) + notice(2, 40))
+    put("rendezvous_fuzzer", "hello_v1_negative_rank", answer + hello(1, -1, 4) + notice(3, 70000))
+
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,5 @@
 #include "launcher/node_link.h"
 
-#include <arpa/inet.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -12,65 +11,25 @@
 #include "comm/auth_acceptor.h"
 #include "core/check.h"
 #include "core/logging.h"
+#include "launcher/node_link_frame.h"
 
 namespace dtrain::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kMagic = 0x64744e4c;                 // "dtNL"
-constexpr const char* kContext = "dtrain node-link 2";  // in the job-secret proofs (comm/job_secret.h)
-constexpr double kPeerHandshakeS = 10;                  // each connection's time to prove the secret and say hello
-enum Kind : uint32_t { kHello = 1, kReady, kError, kAlive, kStop, kDone };
-
-// One fixed-size frame per message, integers in network order.
-struct Frame {
-  uint32_t magic;
-  uint32_t kind;
-  int32_t node;
-  int32_t a;  // hello: nnodes; stop: exit code
-  int32_t b;  // hello: attempt
-  char text[236];
-};
-static_assert(sizeof(Frame) == 256, "frame size is part of the protocol");
-
-Frame MakeFrame(uint32_t kind, int node, int a, int b, const std::string& text) {
-  Frame f = {};
-  f.magic = htonl(kMagic);
-  f.kind = htonl(kind);
-  f.node = static_cast<int32_t>(htonl(static_cast<uint32_t>(node)));
-  f.a = static_cast<int32_t>(htonl(static_cast<uint32_t>(a)));
-  f.b = static_cast<int32_t>(htonl(static_cast<uint32_t>(b)));
-  std::strncpy(f.text, text.c_str(), sizeof(f.text) - 1);
-  return f;
-}
-
-struct Message {
-  uint32_t kind = 0;
-  int node = 0, a = 0, b = 0;
-  std::string text;
-};
+constexpr double kPeerHandshakeS = 10;  // each connection's time to prove the secret and say hello
+using Frame = NodeLinkFrame;
+using Message = NodeLinkMessage;
 
 Status Send(const comm::TcpSocket& s, const Frame& f, double timeout_s, const std::string& what) {
   return s.SendAll(&f, sizeof(f), comm::DeadlineIn(timeout_s), what);
 }
 
-Status Decode(const Frame& frame, const std::string& what, Message* m) {
-  Frame f = frame;
-  if (ntohl(f.magic) != kMagic) return Status::InvalidArgument(what + " is not a dtrain launcher (bad magic)");
-  f.text[sizeof(f.text) - 1] = '\0';
-  m->kind = ntohl(f.kind);
-  m->node = static_cast<int32_t>(ntohl(static_cast<uint32_t>(f.node)));
-  m->a = static_cast<int32_t>(ntohl(static_cast<uint32_t>(f.a)));
-  m->b = static_cast<int32_t>(ntohl(static_cast<uint32_t>(f.b)));
-  m->text = f.text;
-  return Status::OK();
-}
-
 Status Recv(const comm::TcpSocket& s, comm::Deadline deadline, const std::string& what, Message* m) {
   Frame f;
   DT_RETURN_IF_ERROR(s.RecvAll(&f, sizeof(f), deadline, what));
-  return Decode(f, what, m);
+  return DecodeNodeLinkFrame(f, what, m);
 }
 
 // Waits until `fd` is readable, `cancel_fd` is readable (kAborted) or `deadline` (kUnavailable).
@@ -122,7 +81,7 @@ Status NodeLink::JoinAsHub(const NodeLinkOptions& opts, std::vector<Peer>* peers
   }
   const comm::Deadline deadline = comm::DeadlineIn(opts.join_timeout_s);
   comm::AuthAcceptorOptions ao;
-  ao.context = kContext;
+  ao.context = kNodeLinkContext;
   ao.hello_bytes = sizeof(Frame);
   ao.per_peer_s = kPeerHandshakeS;
   ao.cancel_fd = opts.cancel_fd;
@@ -156,27 +115,14 @@ Status NodeLink::JoinAsHub(const NodeLinkOptions& opts, std::vector<Peer>* peers
     Frame frame;
     std::memcpy(&frame, arrival.hello.data(), sizeof(frame));
     Message hello;
-    st = Decode(frame, "a launcher at " + from, &hello);
+    st = DecodeNodeLinkFrame(frame, "a launcher at " + from, &hello);
     if (!st.ok()) {
       DT_LOG_WARN(kLauncher, "node 0: ignoring a connection from {}: {}", from, st.message());
       continue;
     }
-    std::string error;
-    if (hello.kind != kHello) {
-      error = "expected a hello";
-    } else if (hello.a != opts.nnodes) {
-      error = "--nnodes differs: node 0 has " + std::to_string(opts.nnodes) + ", node " + std::to_string(hello.node) +
-              " has " + std::to_string(hello.a);
-    } else if (hello.node < 1 || hello.node >= opts.nnodes) {
-      error = "--node-rank " + std::to_string(hello.node) + " is out of range 1.." + std::to_string(opts.nnodes - 1);
-    } else if (joined[hello.node]) {
-      error = "two launchers say --node-rank " + std::to_string(hello.node) + " (the second from " + from + ")";
-    } else if (hello.b != opts.attempt) {
-      error = "node " + std::to_string(hello.node) + " is at attempt " + std::to_string(hello.b + 1) +
-              ", node 0 at attempt " + std::to_string(opts.attempt + 1);
-    }
+    const std::string error = CheckNodeLinkHello(hello, opts.nnodes, opts.attempt, joined, from);
     if (!error.empty()) {
-      (void)Send(sock, MakeFrame(kError, 0, 0, 0, error), 2, "node at " + from);
+      (void)Send(sock, MakeNodeLinkFrame(kError, 0, 0, 0, error), 2, "node at " + from);
       return Status::InvalidArgument("node 0: " + error);
     }
     joined[hello.node] = true;
@@ -187,7 +133,7 @@ Status NodeLink::JoinAsHub(const NodeLinkOptions& opts, std::vector<Peer>* peers
     peers->push_back(std::move(p));
   }
   for (Peer& p : *peers) {
-    DT_RETURN_IF_ERROR(Send(p.sock, MakeFrame(kReady, 0, 0, 0, ""), 10, "node " + std::to_string(p.node)));
+    DT_RETURN_IF_ERROR(Send(p.sock, MakeNodeLinkFrame(kReady, 0, 0, 0, ""), 10, "node " + std::to_string(p.node)));
   }
   return Status::OK();
 }
@@ -201,11 +147,12 @@ Status NodeLink::JoinAsMember(const NodeLinkOptions& opts, std::vector<Peer>* pe
   while (true) {
     last = comm::TcpSocket::Connect(opts.master_addr, opts.port, std::min(deadline, comm::DeadlineIn(5)), &sock);
     if (last.ok()) {
-      last = comm::ClientHandshake(sock, opts.secret, kContext, std::min(deadline, comm::DeadlineIn(kPeerHandshakeS)),
-                                   what);
+      last = comm::ClientHandshake(sock, opts.secret, kNodeLinkContext,
+                                   std::min(deadline, comm::DeadlineIn(kPeerHandshakeS)), what);
       if (last.code() == Status::Code::kInvalidArgument) return Status::InvalidArgument(me + ": " + last.message());
     }
-    if (last.ok()) last = Send(sock, MakeFrame(kHello, opts.node_rank, opts.nnodes, opts.attempt, ""), 10, what);
+    if (last.ok())
+      last = Send(sock, MakeNodeLinkFrame(kHello, opts.node_rank, opts.nnodes, opts.attempt, ""), 10, what);
     if (last.ok()) {
       // Node 0 answers once every node is in: wait for it, or for a signal.
       last = WaitReadable(sock.fd(), opts.cancel_fd, deadline);
@@ -288,7 +235,8 @@ void NodeLink::ReportDone() {
 void NodeLink::SendTo(Peer* peer, const Outgoing& msg) {
   if (peer->gone) return;
   // A send that fails is found by the reading side (closed link) or by the silence timeout.
-  (void)Send(peer->sock, MakeFrame(msg.kind, msg.node, msg.code, 0, msg.text), 2, "node " + std::to_string(peer->node));
+  (void)Send(peer->sock, MakeNodeLinkFrame(msg.kind, msg.node, msg.code, 0, msg.text), 2,
+             "node " + std::to_string(peer->node));
 }
 
 void NodeLink::RecordStop(const NodeStop& stop, int from_node) {

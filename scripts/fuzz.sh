@@ -16,7 +16,8 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-60}
 shift || true
 BUILD_DIR=${FUZZ_BUILD_DIR:-build-asan}
-ALL_TARGETS=(config_fuzzer hostfile_fuzzer dataset_fuzzer checkpoint_manifest_fuzzer safetensors_fuzzer s3_xml_fuzzer)
+ALL_TARGETS=(config_fuzzer hostfile_fuzzer dataset_fuzzer checkpoint_manifest_fuzzer safetensors_fuzzer s3_xml_fuzzer
+  node_link_fuzzer rendezvous_fuzzer)
 if (($#)); then TARGETS=("$@"); else TARGETS=("${ALL_TARGETS[@]}"); fi
 
 # shellcheck source=scripts/sanitizers/config.sh
