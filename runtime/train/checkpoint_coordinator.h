@@ -1,7 +1,8 @@
 #pragma once
 // CheckpointCoordinator: everything a training run does with checkpoints, for the Trainer (runtime/train/trainer.h).
 //
-//   Open()      (every rank, in the trainer's setup, before anything is written to run.dir) opens the store
+//   Open()      (every rank, in the trainer's setup, before config.yaml, metrics.jsonl or any other run.dir file is
+//               written: the storage probe's object is written and deleted, the owner's lock taken) opens the store
 //               (checkpoint.url, default <run.dir>/checkpoints), runs the storage preflight, takes the store's owner
 //               object where the scheme needs one (runtime/checkpoint/store_owner.h), installs the preemption
 //               handlers, decides what to resume from (PlanResume, runtime/checkpoint/resume_plan.h: refusals are
