@@ -21,10 +21,11 @@ namespace dtrain::launcher {
 
 // How a rank ended, as the process manager (or the rank's rank-exec) reported it.
 struct RankExit {
-  int rank = -1;       // -1: no report seen
-  std::string host;    // "" when the report does not name it
-  int exit_code = -1;  // -1: unknown (died by signal, or not reported)
-  int signal = 0;      // > 0: died by this signal
+  int rank = -1;        // -1: no report seen
+  std::string host;     // "" when the report does not name it
+  int exit_code = -1;   // -1: unknown (died by signal, or not reported)
+  int signal = 0;       // > 0: died by this signal
+  double ended_at = 0;  // when it ended, Unix seconds, from its rank-exec line (launcher/rank_exec.h); 0: unknown
   // 128+signal, else exit_code (-1 when neither is known).
   int ProcessExitCode() const;
   std::string Describe() const;  // "exit code 3" / "signal 9 (Killed)"

@@ -153,9 +153,29 @@ bool OutputRouter::ParseRankExecLine(int rank, const std::string& text) {
   if (std::sscanf(what, "exit code %d", &r.exit_code) != 1 && std::sscanf(what, "signal %d", &r.signal) != 1) {
     return false;  // e.g. "cannot run ...": an ordinary line of the rank
   }
+  const auto at = text.rfind(" at ");
+  if (at != std::string::npos && std::sscanf(text.c_str() + at, " at %lf", &r.ended_at) != 1) r.ended_at = 0;
   report_.failure_seen = true;
   if (first_rank_exit_.rank < 0) first_rank_exit_ = r;
+  rank_exits_.emplace(rank, r);  // a rank's first end line
+  if (r.ended_at > 0 && (earliest_rank_exit_.rank < 0 || r.ended_at < earliest_rank_exit_.ended_at)) {
+    earliest_rank_exit_ = r;
+  }
   return true;
+}
+
+RankExit OutputRouter::root_cause() const {
+  const RankExit& named = report_.root_cause;
+  if (named.rank < 0) return earliest_rank_exit_.rank >= 0 ? earliest_rank_exit_ : first_rank_exit_;
+  // The process manager names the first end it noticed; when that rank's own line gives a time, a rank that ended
+  // earlier by its line is the first failure (all ranks failing at once: the one that failed first by time). A rank
+  // that could not say (its rank-exec died with it, or its host) is the manager's to name.
+  const auto own = rank_exits_.find(named.rank);
+  if (own != rank_exits_.end() && own->second.ended_at > 0 && earliest_rank_exit_.rank >= 0 &&
+      earliest_rank_exit_.ended_at < own->second.ended_at) {
+    return earliest_rank_exit_;
+  }
+  return named;
 }
 
 FILE* OutputRouter::LogFile(const std::string& name) {

@@ -15,8 +15,10 @@
 // ranks that die by SIGKILL or a segfault, which could not report anything themselves.
 // Under mpirun each rank also runs under `dtrain rank-exec`, which writes "dtrain rank-exec: exit
 // code C" / "...: signal S (Name)" as the rank's last line when it ends other than with 0
-// (launcher/rank_exec.h). The first such line is the root cause when mpirun's report is missing
-// (Open MPI 4.1 sometimes leaves it out); those lines go to the rank's log file only.
+// (launcher/rank_exec.h), with the time it ended. The earliest such line is the root cause when mpirun's report is
+// missing (Open MPI 4.1 sometimes leaves it out), or when the rank mpirun names ended later by its own line (ranks
+// failing together, e.g. on a wrong credential: mpirun names the first end it noticed); those lines go to the rank's
+// log file only.
 //
 // Spot notices: a worker whose spot watcher saw a termination notice for its host writes kSpotNoticeLine as a line
 // of its own before it exits 75 (launcher/cli/train_cmd.cc); notice_ranks() are the ranks that did (their hosts are
@@ -71,8 +73,10 @@ class OutputRouter {
 
   // A failure report (or an abort banner) has been seen: the job is being torn down.
   bool failure_seen() const { return report_.failure_seen; }
-  // The process manager's report, else the first rank-exec line; rank -1 when neither was seen.
-  const RankExit& root_cause() const { return report_.root_cause.rank >= 0 ? report_.root_cause : first_rank_exit_; }
+  // The root cause, rank -1 when nothing named one: the rank that ended first by the times of the rank-exec lines
+  // when the process manager's report names a rank whose own line ended later; else the manager's report; else
+  // the earliest rank-exec line by time, else the first one seen.
+  RankExit root_cause() const;
   // mpirun could not start its daemons on some host (ssh failed, host unreachable, no dtrain there).
   bool daemons_failed() const { return daemons_failed_; }
   // Hosts whose Open MPI daemon mpirun lost ("ORTE has lost communication with a remote daemon ... Remote daemon:
@@ -101,6 +105,8 @@ class OutputRouter {
   std::unique_ptr<const OutputDialect> dialect_;  // of opts_.backend: the lines' tags, the manager's report
   ManagerReport report_;                          // the process manager's report, and whether the job is failing
   RankExit first_rank_exit_;                      // from the first rank-exec end line
+  RankExit earliest_rank_exit_;                   // from the rank-exec end line with the earliest time
+  std::map<int, RankExit> rank_exits_;            // each rank's first rank-exec end line
   bool daemons_failed_ = false;
   std::vector<int> notice_ranks_;
   std::vector<std::string> lost_daemon_hosts_;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/clock.h"
 #include "launcher/exit_codes.h"
 #include "launcher/output_router.h"
 
@@ -77,6 +78,7 @@ int RunRankExec(const std::vector<std::string>& args) {
       }
     }
   }
+  const double ended_at = WallSeconds();  // the root cause is the rank that ended first by this time
   RankExit end;
   if (WIFSIGNALED(status)) {
     end.signal = WTERMSIG(status);
@@ -84,7 +86,7 @@ int RunRankExec(const std::vector<std::string>& args) {
     end.exit_code = WEXITSTATUS(status);
   }
   if (end.ProcessExitCode() != kExitOk) {
-    std::fprintf(stderr, "%s%s\n", kRankExitPrefix, end.Describe().c_str());
+    std::fprintf(stderr, "%s%s at %.6f\n", kRankExitPrefix, end.Describe().c_str(), ended_at);
     std::fflush(stderr);
   }
   if (end.signal > 0) DieBySignal(end.signal);

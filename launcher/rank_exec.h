@@ -12,8 +12,10 @@
 //     child. mpirun signals a rank's whole process group and the launcher every process of the job,
 //     so PROGRAM may get such a signal twice; dtrain's handlers only set a flag (runtime/checkpoint/preemption.h).
 //   - When PROGRAM ends other than with exit code 0, writes one line to stderr, which mpirun's
-//     --tag-output gives the rank: kRankExitPrefix + RankExit::Describe(), e.g.
-//     "dtrain rank-exec: exit code 5", "dtrain rank-exec: signal 9 (Killed)".
+//     --tag-output gives the rank: kRankExitPrefix + RankExit::Describe() + " at " + the Unix time it ended
+//     (microseconds), e.g. "dtrain rank-exec: exit code 5 at 1764716400.123456", "dtrain rank-exec: signal 9
+//     (Killed) at 1764716400.125000". The launcher names the rank that ended first by that time as the root
+//     cause (launcher/output_router.h).
 //   - Then ends the same way: the same exit code, or the same signal (without a second core dump),
 //     so mpirun and the exit-code contract (launcher/exit_codes.h) see what they saw before.
 //   - PROGRAM that cannot be started: a line naming it and the errno text, then exit code 127.

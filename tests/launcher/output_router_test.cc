@@ -182,6 +182,43 @@ TEST(OutputRouterTest, MpirunReportWinsOverRankExecLines) {
   EXPECT_EQ(r2.Tail(2), std::vector<std::string>{"dtrain rank-exec: cannot run /x: No such file or directory"});
 }
 
+// Every rank fails on the same mistake (a wrong credential, exit 2) within milliseconds; mpirun names the first end
+// it noticed (rank 1), but rank 2's own line says it ended first: the summary blames the rank that failed first by
+// time.
+TEST(OutputRouterTest, TheRankThatFailedFirstByTimeIsTheRootCause) {
+  Capture cap;
+  OutputRouter r(cap.Opts(Backend::kMpirun));
+  FeedText(&r, true,
+           "[1,1]<stderr>:dtrain rank-exec: exit code 3 at 1764716400.250000\n"
+           "[1,0]<stderr>:dtrain rank-exec: exit code 2 at 1764716400.120000\n"
+           "[1,2]<stderr>:dtrain rank-exec: exit code 2 at 1764716400.100000\n");
+  FeedText(&r, true, kMpirunExitReport);  // names rank 1, exit code 3
+  r.Finish();
+  EXPECT_EQ(r.root_cause().rank, 2);
+  EXPECT_EQ(r.root_cause().exit_code, 2);
+  EXPECT_DOUBLE_EQ(r.root_cause().ended_at, 1764716400.1);
+  // Without mpirun's report: the earliest line by time, not the first to arrive.
+  OutputRouter r2(cap.Opts(Backend::kMpirun));
+  FeedText(&r2, true,
+           "[1,0]<stderr>:dtrain rank-exec: signal 15 (Terminated) at 1764716400.300000\n"
+           "[1,3]<stderr>:dtrain rank-exec: signal 9 (Killed) at 1764716400.200000\n");
+  r2.Finish();
+  EXPECT_EQ(r2.root_cause().rank, 3);
+  EXPECT_EQ(r2.root_cause().signal, 9);
+}
+
+// A rank whose rank-exec died with it (its host went away) says nothing: mpirun, which saw it end, names it even
+// though the ranks that lost their peer there wrote timed lines.
+TEST(OutputRouterTest, TheManagersReportNamesARankThatCouldNotSpeak) {
+  Capture cap;
+  OutputRouter r(cap.Opts(Backend::kMpirun));
+  FeedText(&r, true, "[1,0]<stderr>:dtrain rank-exec: exit code 1 at 1764716400.500000\n");
+  FeedText(&r, true, kMpirunExitReport);  // rank 1: no line of its own
+  r.Finish();
+  EXPECT_EQ(r.root_cause().rank, 1);
+  EXPECT_EQ(r.root_cause().exit_code, 3);
+}
+
 TEST(OutputRouterTest, ParsesMpirunSignalReport) {
   Capture cap;
   OutputRouter r(cap.Opts(Backend::kMpirun));

@@ -7,9 +7,11 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <regex>
 #include <string>
 #include <thread>
 
+#include "core/clock.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::launcher {
@@ -22,6 +24,18 @@ using testing::TempDir;
 
 std::string RankExec(const std::string& program) { return "exec " + DtrainBin() + " rank-exec " + program; }
 
+// `output` with the time of each rank-exec end line (" at 1764716400.123456") taken out; each such time must lie
+// within the test's own clock's [`from`, now].
+std::string WithoutTimes(const std::string& output, double from) {
+  const std::regex time(" at ([0-9]+\\.[0-9]{6})\n");
+  for (std::sregex_iterator it(output.begin(), output.end(), time), end; it != end; ++it) {
+    const double t = std::stod((*it)[1].str());
+    EXPECT_GE(t, from - 1e-6) << output;
+    EXPECT_LE(t, WallSeconds() + 1e-6) << output;
+  }
+  return std::regex_replace(output, time, "\n");
+}
+
 // Alive = the process exists and is not a zombie.
 bool Alive(const std::string& pid) {
   const std::string stat = ReadFile("/proc/" + pid + "/stat");
@@ -30,24 +44,28 @@ bool Alive(const std::string& pid) {
 }
 
 TEST(RankExecTest, ExitCodeIsPassedThroughAndANonZeroEndIsReported) {
+  const double t0 = WallSeconds();
   auto r = RunCommand(RankExec("sh -c 'echo hello; exit 5'"));
   EXPECT_EQ(r.exit_code, 5);
-  EXPECT_EQ(r.output, "hello\ndtrain rank-exec: exit code 5\n");
+  EXPECT_NE(r.output.find("exit code 5 at "), std::string::npos) << r.output;
+  EXPECT_EQ(WithoutTimes(r.output, t0), "hello\ndtrain rank-exec: exit code 5\n");
   r = RunCommand(RankExec("sh -c 'echo fine'"));
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.output, "fine\n");  // nothing to report
 }
 
 TEST(RankExecTest, SignalDeathIsReportedAndRepeated) {
+  const double t0 = WallSeconds();
   const auto r = RunCommand(RankExec("sh -c 'kill -9 $$'"));
   EXPECT_EQ(r.signal, SIGKILL) << r.output;
-  EXPECT_EQ(r.output, "dtrain rank-exec: signal 9 (Killed)\n");
+  EXPECT_EQ(WithoutTimes(r.output, t0), "dtrain rank-exec: signal 9 (Killed)\n");
 }
 
 TEST(RankExecTest, ProgramThatCannotRunIsNamedAndExits127) {
+  const double t0 = WallSeconds();
   const auto r = RunCommand(RankExec("/nonexistent/worker train cfg.yaml"));
   EXPECT_EQ(r.exit_code, 127);
-  EXPECT_EQ(r.output,
+  EXPECT_EQ(WithoutTimes(r.output, t0),
             "dtrain rank-exec: cannot run /nonexistent/worker: No such file or directory\n"
             "dtrain rank-exec: exit code 127\n");
 }
@@ -57,10 +75,11 @@ TEST(RankExecTest, ProgramThatCannotRunIsNamedAndExits127) {
 TEST(RankExecTest, SignalsArePassedOnToTheProgram) {
   TempDir dir;
   const std::string d = dir.path();
+  const double t0 = WallSeconds();
   const auto r = RunCommand("(" + DtrainBin() + " rank-exec sh -c 'trap \"exit 75\" USR1; touch " + d +
                             "/ready; for i in $(seq 200); do sleep 0.05; done; exit 3' & p=$!; while [ ! -e " + d +
                             "/ready ]; do sleep 0.05; done; kill -USR1 $p; wait $p; echo rc=$?)");
-  EXPECT_EQ(r.output, "dtrain rank-exec: exit code 75\nrc=75\n");
+  EXPECT_EQ(WithoutTimes(r.output, t0), "dtrain rank-exec: exit code 75\nrc=75\n");
 }
 
 // The program does not outlive rank-exec (PR_SET_PDEATHSIG).

@@ -339,6 +339,30 @@ TEST_F(SuperviseTest, RankExecLineNamesTheRankWhenMpirunReportsNone) {
   EXPECT_EQ(err.find("dtrain rank-exec:"), std::string::npos) << err;
 }
 
+// Every rank fails on the same credentials error (exit 2) within milliseconds; mpirun names the end it noticed first
+// (rank 1), the ranks' own lines say rank 0 failed first. Not retried (exit 2), and the summary names rank 0.
+TEST_F(SuperviseTest, CredentialsErrorOfEveryRankIsNotRetriedAndBlamesTheFirstByTime) {
+  FakeMpirun(
+      "echo \"$DTRAIN_RESTART_COUNT\" >> \"$DTRAIN_TEST_DIR/attempts\"\n"
+      "echo '[1,0]<stderr>:S3 rejected the credentials for s3://b/run: SignatureDoesNotMatch'\n"
+      "echo '[1,1]<stderr>:S3 rejected the credentials for s3://b/run: SignatureDoesNotMatch'\n"
+      "echo '[1,1]<stderr>:dtrain rank-exec: exit code 2 at 1764716400.180000'\n"
+      "echo '[1,0]<stderr>:dtrain rank-exec: exit code 2 at 1764716400.120000'\n"
+      "echo 'mpirun detected that one or more processes exited with non-zero status, thus causing' >&2\n"
+      "echo 'the job to be terminated. The first process to do so was:' >&2\n"
+      "echo '  Process name: [[29367,1],1]' >&2\n"
+      "echo '  Exit code:    2' >&2\n"
+      "exit 2\n");
+  WriteWorker("exit 0\n");
+  std::string err;
+  EXPECT_EQ(Launch({"--nproc-per-node", "2", "--max-restarts", "3"}, &err), kExitUsage) << err;
+  EXPECT_EQ(Read("attempts"), "0\n");  // one attempt: never retried
+  EXPECT_NE(err.find("rank 0 on host " + log::Hostname() + " failed first: exit code 2 (attempt 1 of 4)"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("usage/config error (exit 2): not restarting"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace dtrain::launcher
 
