@@ -179,10 +179,11 @@ fi
 if has pernode && [[ $NGPU -ge 2 ]]; then
   $BIN launch --nproc-per-node 2 $GPT2 --set run.dir=$OUT/pn_mpirun > $OUT/pn_mpirun.log 2>&1
   echo "pernode: dtrain launch (mpirun) 2 GPU rc=$?: $(step_line $OUT/pn_mpirun.log)"
+  openssl rand -hex 32 > $OUT/pn_secret && chmod 600 $OUT/pn_secret  # the job secret both nodes share
   pn() {  # pn NODE EXTRA...: one per-node launcher on GPU NODE
     local node=$1; shift
     CUDA_VISIBLE_DEVICES=$node $BIN launch --nnodes 2 --node-rank $node --master-addr 127.0.0.1 --master-port 29600 \
-      --nproc-per-node 1 --grace-seconds 3 $GPT2 "$@" > $OUT/pn_node$node.log 2>&1
+      --secret-file $OUT/pn_secret --nproc-per-node 1 --grace-seconds 3 $GPT2 "$@" > $OUT/pn_node$node.log 2>&1
     echo "pernode: node $node rc=$?"
   }
   pn 1 --set run.dir=$OUT/pn_run & pn 0 --set run.dir=$OUT/pn_run; wait
