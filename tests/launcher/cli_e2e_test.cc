@@ -51,7 +51,7 @@ TEST(CliE2E, EverySubcommandAnswersHelpWithItsFlagsAndAnExample) {
       {"ckpt list", {"URL"}},
       {"ckpt verify", {"URL", "--step"}},
       {"ckpt inspect", {"URL", "--step"}},
-      {"ckpt export", {"URL", "--out", "--step", "--format"}},
+      {"ckpt export", {"URL", "--out", "--step", "--format", "--overwrite"}},
       {"data convert-fashion-mnist", {"--src", "--out", "--samples-per-shard", "--split"}},
       {"data convert-text", {"--out", "--dtype", "--seq-len", "--samples-per-shard", "FILES"}},
       {"data inspect", {"DIR"}},

@@ -48,7 +48,7 @@ TEST_F(CompletionE2E, SubcommandsAndFlagsComeFromTheParser) {
   EXPECT_EQ(Complete("dtrain launch configs/x.yaml --max"), "--max-restarts\n");
   EXPECT_EQ(Complete("dtrain data conv"), "convert-fashion-mnist convert-text\n");
   EXPECT_EQ(Complete("dtrain data bench d --th"), "--threads\n");
-  EXPECT_EQ(Complete("dtrain ckpt export u --o"), "--out\n");
+  EXPECT_EQ(Complete("dtrain ckpt export u --ou"), "--out\n");
   EXPECT_EQ(Complete("dtrain config show --d"), "--defaults --diff\n");
   EXPECT_EQ(Complete("dtrain c"), "ckpt config completion\n");
   EXPECT_EQ(Complete("dtrain bench ''"), "allreduce\n");
