@@ -3,7 +3,8 @@
 // the launcher's machine, read by `dtrain report` (goodput, time to recover; runtime/observe/elastic_report.h):
 //   {"kind":"attempt","attempt":A,"hosts":"h1,h2","world":W,"start":T,"end":T,"noticed":T,"reason":R,"lost":"h3"}
 // A = the attempt's DTRAIN_RESTART_COUNT; times are Unix seconds; noticed = when the launcher learned what ended the
-// attempt. Written by both elastic loops (mpirun: launcher/elastic_launch.h; srun: launcher/slurm_elastic.h).
+// attempt. Written by both elastic restart policies (mpirun: launcher/elastic_launch.h; srun:
+// launcher/slurm_elastic.h) from the one attempt loop (launcher/attempt_loop.h).
 // Not thread-safe: one loop writes it.
 
 #include <string>

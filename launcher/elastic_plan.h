@@ -1,7 +1,8 @@
 #pragma once
 // The pure decisions of an elastic launch (`dtrain launch --nnodes MIN:MAX --hosts|--hostfile ...`): which hosts
-// an attempt runs on, and how the batch is split at that world size. No processes, no files: launcher/launch.cc
-// gathers the facts (the hostfile re-read, the reachability probe, the failed rank's host) and asks these.
+// an attempt runs on, and how the batch is split at that world size. No processes, no files: the elastic restart
+// policies (launcher/elastic_launch.cc, launcher/slurm_elastic.cc) gather the facts (the hostfile re-read, the
+// reachability probe, the failed rank's host) and ask these.
 //
 // Batch semantics across world sizes (--elastic-batch):
 //   global (default): the global batch G = data.batch_size * train.grad_accum_steps * W0 of the full host set
