@@ -137,11 +137,17 @@ Status FileLock::Acquire(const Spec& spec, std::unique_ptr<FileLock>* out, std::
   return Status::IoError(path + ": the lock file kept being replaced; giving up");
 }
 
+bool FileLock::StillAtPath() const {
+  struct stat mine, now;
+  return ::fstat(fd_, &mine) == 0 && ::stat(path_.c_str(), &now) == 0 && mine.st_ino == now.st_ino &&
+         mine.st_dev == now.st_dev;
+}
+
 FileLock::~FileLock() {
   // Emptied (or removed) first, then unlocked: a file naming a holder whose lock is free means that holder died. A
   // process that opened the removed file and locks it after us sees that the path no longer names its inode and
   // opens it again (Acquire's check).
-  if (remove_) {
+  if (remove_ && StillAtPath()) {  // never another holder's file that now lives at our old path
     (void)::unlink(path_.c_str());
   } else {
     (void)::ftruncate(fd_, 0);

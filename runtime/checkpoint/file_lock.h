@@ -38,11 +38,15 @@ class FileLock {
   // naming the file for any other failure.
   static Status Acquire(const Spec& spec, std::unique_ptr<FileLock>* out, std::string* note = nullptr);
 
-  ~FileLock();  // empties (or removes) the file, then releases the lock: a file naming a holder means it died
+  // Empties (or, when it is still at path(), removes) the file, then releases the lock: a file naming a holder
+  // means it died.
+  ~FileLock();
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
 
   const std::string& path() const { return path_; }
+  // False when path() no longer names the locked file (it, or a directory above it, was renamed or replaced).
+  bool StillAtPath() const;
 
  private:
   FileLock(int fd, std::string path, bool remove) : fd_(fd), path_(std::move(path)), remove_(remove) {}

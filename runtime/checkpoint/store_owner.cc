@@ -66,11 +66,7 @@ Status StoreOwner::Acquire(storage::Storage* store, const Options& options, std:
   std::string dir;
   if (options.lock_local_dirs && storage::LocalDir(store->url(), &dir)) {
     std::unique_ptr<FileLock> lock;
-    DT_RETURN_IF_ERROR(FileLock::Acquire({dir, kKey, "checkpoint.url " + store->url(),
-                                          "give this job another checkpoint.url (two jobs writing one checkpoint "
-                                          "root mix their checkpoints)",
-                                          /*remove_on_release=*/true},
-                                         &lock, note));
+    DT_RETURN_IF_ERROR(FileLock::Acquire(LockSpec(dir, store->url()), &lock, note));
     std::unique_ptr<StoreOwner> owner(new StoreOwner(store, options, ""));  // private constructor
     owner->lock_ = std::move(lock);
     *out = std::move(owner);
@@ -114,6 +110,12 @@ Status StoreOwner::Acquire(storage::Storage* store, const Options& options, std:
   return Status::OK();
 }
 
+FileLock::Spec StoreOwner::LockSpec(const std::string& dir, const std::string& url) {
+  return {dir, kKey, "checkpoint.url " + url,
+          "give this job another checkpoint.url (two jobs writing one checkpoint root mix their checkpoints)",
+          /*remove_on_release=*/true};
+}
+
 Status StoreOwner::Write() {
   last_write_ = WallSeconds();
   std::string text = "token=" + token_ + "\nhost=" + HostName() + "\npid=" + std::to_string(::getpid()) +
@@ -122,10 +124,26 @@ Status StoreOwner::Write() {
   return store_->Put(kKey, text.data(), text.size()).WithContext("writing " + store_->url() + "/" + kKey);
 }
 
-bool StoreOwner::Due() const { return lock_ == nullptr && WallSeconds() - last_write_ >= options_.ttl_s / 4; }
+bool StoreOwner::Due() const { return WallSeconds() - last_write_ >= options_.ttl_s / 4; }
 
 Status StoreOwner::Refresh() {
-  if (lock_ != nullptr) return Status::OK();
+  if (lock_ != nullptr) {
+    last_write_ = WallSeconds();
+    if (lock_->StillAtPath()) return Status::OK();
+    // The root was moved away under the lock (its old file goes with it): lock the root that is there now.
+    std::string dir;
+    storage::LocalDir(store_->url(), &dir);
+    std::unique_ptr<FileLock> lock;
+    const Status st = FileLock::Acquire(LockSpec(dir, store_->url()), &lock);
+    if (!st.ok()) {
+      return Status::FailedPrecondition("checkpoint.url " + store_->url() +
+                                        " was moved away under this job's lock and another job holds it now; "
+                                        "stopping so the two do not mix checkpoints: " +
+                                        st.message());
+    }
+    lock_ = std::move(lock);  // the old lock's file, elsewhere now, is emptied: it names no holder
+    return Status::OK();
+  }
   std::string text;
   DT_RETURN_IF_ERROR(store_->Get(kKey, &text).WithContext("reading " + store_->url() + "/" + kKey));
   const auto kv = ParseOwner(text);

@@ -49,16 +49,20 @@ class StoreOwner {
   StoreOwner(const StoreOwner&) = delete;
   StoreOwner& operator=(const StoreOwner&) = delete;
 
-  // True when the heartbeat is due (ttl_s / 4 since the last write); never for a file lock.
+  // True when the heartbeat is due (ttl_s / 4 since the last write); for a file lock, when the lock's place is due
+  // a check (at the first call, then every ttl_s / 4).
   bool Due() const;
   // Checks the object is still ours and rewrites its heartbeat. FailedPrecondition naming the other job when it
-  // is not; the store's error when it cannot be read or written. OK at once for a file lock (the kernel keeps it).
+  // is not; the store's error when it cannot be read or written. For a file lock: when the root was moved away
+  // (checkpoint.overwrite moves a local root aside after the lock was taken), locks the new root, FailedPrecondition
+  // naming the holder when another job took it meanwhile.
   Status Refresh();
 
  private:
   StoreOwner(storage::Storage* store, Options options, std::string token)
       : store_(store), options_(options), token_(std::move(token)) {}
   Status Write();
+  static FileLock::Spec LockSpec(const std::string& dir, const std::string& url);
 
   std::unique_ptr<FileLock> lock_;  // a local root's lock; then store_ is unused
 

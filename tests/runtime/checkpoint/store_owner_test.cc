@@ -123,8 +123,8 @@ TEST(StoreOwner, ALocalRootIsLockedAndASecondJobIsRefusedNamingTheHolder) {
   std::unique_ptr<StoreOwner> first, second;
   StoreOwner::Options o;  // the defaults: a file lock for a local root
   ASSERT_TRUE(StoreOwner::Acquire(store.get(), o, &first).ok());
-  EXPECT_FALSE(first->Due());  // no heartbeat to write
-  EXPECT_TRUE(first->Refresh().ok());
+  EXPECT_TRUE(first->Refresh().ok());  // still in place: nothing to do
+  EXPECT_FALSE(first->Due());
   const std::string lock = dir.path() + "/" + StoreOwner::kKey;
   EXPECT_NE(testing::ReadFile(lock).find("pid=" + std::to_string(getpid())), std::string::npos);
 
@@ -139,6 +139,26 @@ TEST(StoreOwner, ALocalRootIsLockedAndASecondJobIsRefusedNamingTheHolder) {
   first.reset();  // a clean end removes the lock file
   EXPECT_NE(access(lock.c_str(), F_OK), 0);
   ASSERT_TRUE(StoreOwner::Acquire(store.get(), o, &second).ok());
+}
+
+// checkpoint.overwrite moves a whole local root aside after the owner was taken: the lock went with it, and the root
+// recreated in its place was unguarded. The first Refresh() (Due at the first step) locks the new root.
+TEST(StoreOwner, ALocalRootMovedAwayIsLockedAgainAtTheFirstRefresh) {
+  testing::TempDir dir;
+  const std::string root = dir.path() + "/ckpt";
+  auto store = Open("file://" + root);
+  std::unique_ptr<StoreOwner> owner, second;
+  ASSERT_TRUE(StoreOwner::Acquire(store.get(), StoreOwner::Options(), &owner).ok());
+  ASSERT_EQ(rename(root.c_str(), (root + ".overwritten-1").c_str()), 0);
+  ASSERT_TRUE(owner->Due());
+  ASSERT_TRUE(owner->Refresh().ok());
+  EXPECT_FALSE(owner->Due());
+  EXPECT_NE(testing::ReadFile(root + "/" + StoreOwner::kKey).find("pid=" + std::to_string(getpid())),
+            std::string::npos);
+  EXPECT_EQ(StoreOwner::Acquire(store.get(), StoreOwner::Options(), &second).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(testing::ReadFile(root + ".overwritten-1/" + StoreOwner::kKey), "");  // names no holder
+  owner.reset();
+  EXPECT_NE(access((root + "/" + StoreOwner::kKey).c_str(), F_OK), 0);
 }
 
 }  // namespace
