@@ -45,7 +45,15 @@ bool LooksLikeStore(const std::string& dir) {
   const std::string base = slash == std::string::npos ? dir : dir.substr(slash + 1);
   int64_t step = 0;
   if (CheckpointManager::ParseStepDir(base, &step) && Exists(dir + "/manifest.pb")) return true;
-  return Exists(dir + "/latest") || Exists(dir + "/" + StoreOwner::kKey);
+  if (Exists(dir + "/" + StoreOwner::kKey)) return true;
+  if (!Exists(dir + "/latest")) return false;
+  // `latest` alone is a common name: a store also holds a step directory.
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return false;
+  bool found = false;
+  for (dirent* e; !found && (e = ::readdir(d)) != nullptr;) found = CheckpointManager::ParseStepDir(e->d_name, &step);
+  ::closedir(d);
+  return found;
 }
 
 // The checkpoint store at `path` or above it (its resolved directory), or "".

@@ -3,8 +3,8 @@
 // without asking:
 //   - a path inside the checkpoint store it reads (a file of the checkpoint itself, `latest`, a step directory), or
 //     one that holds that store: always refused, --overwrite or not (the export would damage what it reads);
-//   - a path inside another checkpoint store (a directory holding `latest` or `.dtrain-owner`, or a step
-//     directory with its manifest.pb, at PATH or above it): refused unless `overwrite`;
+//   - a path inside another checkpoint store (a directory holding `.dtrain-owner`, or `latest` and a step
+//     directory, or a step directory with its manifest.pb, at PATH or above it): refused unless `overwrite`;
 //   - an existing PATH (a file; for --format hf a directory that is not empty): refused unless `overwrite`, which
 //     moves it aside to "<PATH>.replaced-<UTC time>" (core/file_guard.h MoveAside), never deletes it.
 // Refusals are InvalidArgument (exit 2) naming the path and what to do.
