@@ -1,8 +1,11 @@
 // One job per s3:// checkpoint root, through the real binary against a real Ceph RGW on loopback: a root whose
 // owner object has a fresh heartbeat refuses a second job (exit 2, naming the holder) before any step; a stale
-// one is taken over with a warning, and the job's clean end leaves no owner object behind.
+// one is taken over with a warning, as is a fresh one of this host whose pid is gone, and the job's clean end leaves
+// no owner object behind.
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -51,6 +54,24 @@ TEST(S3OwnerE2E, ALiveOwnerRefusesTheJobAndAStaleOneIsTakenOver) {
   EXPECT_EQ(live.exit_code, 2) << live.output;
   EXPECT_NE(live.output.find("is in use by another job: host otherhost pid 4242"), std::string::npos) << live.output;
   EXPECT_EQ(live.output.find("step 1/"), std::string::npos) << live.output;
+
+  // A job of this host that died (an S3 outage) a moment ago: its pid is gone, so its fresh owner is taken over at
+  // once (the rerun used to be refused for ttl_s as "in use").
+  {
+    const pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    int status = 0;
+    waitpid(dead, &status, 0);
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const std::string text = "token=crashed\nhost=" + std::string(host) + "\npid=" + std::to_string(dead) +
+                             "\nstarted=1\nheartbeat=" + std::to_string(now - 2) + "\n";
+    ASSERT_TRUE(store->Put(runtime::StoreOwner::kKey, text.data(), text.size()).ok());
+    ProcessResult rerun = RunCommand(train);
+    ASSERT_EQ(rerun.exit_code, 0) << rerun.output;
+    EXPECT_NE(rerun.output.find("(that pid no longer exists on this host)"), std::string::npos) << rerun.output;
+  }
 
   plant(1000);  // a job that died long ago
   ProcessResult stale = RunCommand(train);
