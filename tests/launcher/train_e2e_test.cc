@@ -135,9 +135,9 @@ TEST_P(LaunchEquivalence, NRanksEndWithTheParametersOfOneRankWithNTimesTheBatch)
   ProcessResult one = RunCommand(DtrainBin() + " train " + kCiConfig + common + " --set data.batch_size=64" +
                                  " --set run.dir=" + dir.path() + "/one");
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  ProcessResult many =
-      RunCommand(DtrainBin() + " launch --nproc-per-node " + std::to_string(n) + " " + kCiConfig + common +
-                 " --set data.batch_size=" + std::to_string(64 / n) + " --set run.dir=" + dir.path() + "/many");
+  ProcessResult many = RunCommand(DtrainBin() + " launch --oversubscribe --nproc-per-node " + std::to_string(n) + " " +
+                                  kCiConfig + common + " --set data.batch_size=" + std::to_string(64 / n) +
+                                  " --set run.dir=" + dir.path() + "/many");
   ASSERT_EQ(many.exit_code, 0) << many.output;
 
   std::vector<runtime::NamedTensor> a, b;

@@ -39,7 +39,7 @@ constexpr double kTol = 1e-6;
 
 // `dtrain launch` of the CI config at `ranks` CPU ranks (oversubscribed on small machines).
 std::string Launch(int ranks, bool zero1, const std::string& run_dir) {
-  return DtrainBin() + " launch --nproc-per-node " + std::to_string(ranks) + " " + kCiConfig + kCommon +
+  return DtrainBin() + " launch --oversubscribe --nproc-per-node " + std::to_string(ranks) + " " + kCiConfig + kCommon +
          " --set data.batch_size=" + std::to_string(kGlobalBatch / ranks) +
          " --set dist.zero1=" + (zero1 ? "true" : "false") + " --set run.dir=" + run_dir;
 }
