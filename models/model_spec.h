@@ -37,8 +37,11 @@ struct HfTensor {
   std::string name;                  // HF's name ("transformer.h.0.attn.c_attn.weight")
   std::string param;                 // dtrain's parameter ("h.0.attn.c_attn.weight")
   std::vector<int64_t> param_shape;  // the parameter's shape, checked before the export
-  bool transpose = false;            // a [rows, cols] matrix written as [cols, rows]
-  int64_t keep_rows = -1;            // >= 0: only the first keep_rows rows of dim 0 (e.g. an unpadded vocabulary)
+  bool transpose = false;            // a [rows, cols] matrix written as [cols, rows] (after the row slice below)
+  // A slice of dim 0: rows [row_begin, row_begin + keep_rows) of the parameter (keep_rows -1: to the end). E.g. an
+  // unpadded vocabulary (keep_rows = vocab_size), or q_proj out of a fused qkv weight (row_begin 0, keep_rows NH*hs).
+  int64_t row_begin = 0;
+  int64_t keep_rows = -1;
 };
 
 // What `dtrain ckpt export --format hf` writes: model.safetensors with `tensors` (in this order) and

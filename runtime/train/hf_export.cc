@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "core/check.h"
 #include "models/model_registry.h"
@@ -23,28 +24,31 @@ std::vector<float> Transposed(const NamedTensor& t) {
   return out;
 }
 
-// The HF tensor `h` of the plan, made from its parameter in `by_name`.
+// The HF tensor `h` of the plan, made from its parameter in `by_name`: the row slice, then the transpose.
 Status MakeTensor(const models::HfTensor& h, const std::map<std::string, const NamedTensor*>& by_name,
                   const std::string& kind, NamedTensor* out) {
   const auto it = by_name.find(h.param);
   if (it == by_name.end()) return Status::InvalidArgument(kind + " parameter '" + h.param + "' is missing");
   const NamedTensor& t = *it->second;
   if (t.shape != h.param_shape) return Status::InvalidArgument(kind + " parameter '" + h.param + "' has another shape");
-  if (h.transpose && t.shape.size() != 2) {
-    return Status::Internal(kind + " HF export: parameter '" + h.param + "' is no matrix to transpose");
+  if ((h.transpose && t.shape.size() != 2) || t.shape.empty()) {
+    return Status::Internal(kind + " HF export: parameter '" + h.param + "' is no matrix to slice or transpose");
   }
-  out->name = h.name;
-  out->shape = t.shape;
+  const int64_t rows = h.keep_rows >= 0 ? h.keep_rows : t.shape[0] - h.row_begin;
+  if (h.row_begin < 0 || rows < 0 || h.row_begin + rows > t.shape[0]) {
+    return Status::Internal(kind + " HF export: rows of '" + h.param + "' outside its shape");
+  }
+  int64_t row = 1;  // values per row
+  for (size_t d = 1; d < t.shape.size(); ++d) row *= t.shape[d];
+  NamedTensor slice{h.name, t.shape, {}};
+  slice.shape[0] = rows;
+  slice.data.assign(t.data.begin() + h.row_begin * row, t.data.begin() + (h.row_begin + rows) * row);
   if (h.transpose) {
-    out->shape = {t.shape[1], t.shape[0]};
-    out->data = Transposed(t);
-  } else if (h.keep_rows >= 0 && !t.shape.empty() && h.keep_rows < t.shape[0]) {
-    int64_t row = 1;  // values per row
-    for (size_t d = 1; d < t.shape.size(); ++d) row *= t.shape[d];
-    out->shape[0] = h.keep_rows;
-    out->data.assign(t.data.begin(), t.data.begin() + h.keep_rows * row);
+    out->name = h.name;
+    out->shape = {slice.shape[1], slice.shape[0]};
+    out->data = Transposed(slice);
   } else {
-    out->data = t.data;
+    *out = std::move(slice);
   }
   return Status::OK();
 }
