@@ -26,6 +26,9 @@
 #           checkpoint + exit 75, then the resume finishes
 #   prometheus  GPT-2 on up to 2 GPUs with run.prometheus_port: /metrics scraped every second; GPU series vs nvidia-smi
 #   hf      `dtrain ckpt export --format hf` loaded by transformers, logits vs dtrain's (bench/hf_export_check.sh)
+#   llama   Llama shapes ($LLAMA_SHAPES: smollm2_360m llama3_1b) at B x T = 16 x 1024 bf16: dtrain vs PyTorch in the
+#           same call: bench/llama_torch.py for each of $LLAMA_TORCH (impl:mode pairs; default hand:default
+#           hand:reduce-overhead hf:default hf:reduce-overhead), tokens/s, step ms, peak memory, and the ratios
 #   tb      TensorBoard's own reader over a run's event file (tests/tools/read_tensorboard.py)
 #   restore the restore path on this GPU (issue 22): its tests (the CUDA staging case among them), then
 #           ckpt_io_bench load-device (reads + CRC32C + copies to the GPU) vs cat/dd (bench/ckpt_local_bench.sh), and a
@@ -381,6 +384,22 @@ for g in sorted({r[0] for r in smi}):
     busy = [float(r[1]) for r in smi if r[0] == g and float(r[1]) > 0]
     print("nvidia-smi: gpu %s utilization while busy mean %.1f%% over %d samples" % (g, sum(busy) / max(1, len(busy)), len(busy)))
 PY
+fi
+
+if has llama; then
+  for shape in ${LLAMA_SHAPES:-smollm2_360m llama3_1b}; do
+    $BIN train configs/$shape.yaml --set data.dataset=synthetic_tokens --set data.batch_size=16 \
+      --set train.grad_accum_steps=1 --set train.max_steps=${LLAMA_STEPS:-60} --set train.log_every=20 \
+      --set schedule.warmup_steps=10 --set checkpoint.enabled=false --set train.eval=false \
+      --set run.dir=$OUT/llama_$shape > $OUT/llama_$shape.log 2>&1
+    echo "llama $shape dtrain rc=$?: $(step_line $OUT/llama_$shape.log)"
+    grep -hE "CUDA graph|attention:|peak" $OUT/llama_$shape.log | head -3 | sed 's/.*\] //'
+    for im in ${LLAMA_TORCH:-hand:default hand:reduce-overhead hf:default hf:reduce-overhead}; do
+      python3 bench/llama_torch.py --shape $shape --impl ${im%%:*} --compile --mode ${im#*:} \
+        --json $OUT/llama_torch_${shape}_${im/:/_}.json > $OUT/llama_torch_${shape}_${im/:/_}.log 2>&1
+      echo "llama $shape torch ${im} rc=$?: $(tail -1 $OUT/llama_torch_${shape}_${im/:/_}.log)"
+    done
+  done
 fi
 
 if has tb; then
