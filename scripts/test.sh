@@ -6,7 +6,8 @@
 #          (scripts/check_layers.py, scripts/check_comment_paths.py), run the tests with ctest; GPU tests skip
 #          with a reason when no GPU is visible. Extra arguments go to this ctest.
 #   asan   scripts/sanitize.sh asan: the unit tests under AddressSanitizer + UndefinedBehaviorSanitizer
-#   fuzz   scripts/fuzz.sh 30: every libFuzzer target for 30 s, two at a time (on the ASan build)
+#   fuzz   scripts/fuzz.sh 20: every libFuzzer target for 20 s, two at a time (on the ASan build; longer runs:
+#          scripts/fuzz.sh 300)
 #   tsan   scripts/sanitize.sh tsan: data loader, checkpoint writer, launcher supervision, Prometheus exporter under TSan
 # STAGES="plain" (or any space-separated subset) runs only those; default: all five. Every stage runs even when
 # an earlier one failed; the exit code is non-zero when any failed, and a table of each stage's result and
@@ -46,7 +47,7 @@ plain() {
   fi
 }
 asan() { scripts/sanitize.sh asan; }
-fuzz() { scripts/fuzz.sh 30; }
+fuzz() { scripts/fuzz.sh 20; }
 tsan() { scripts/sanitize.sh tsan; }
 
 summary=()
