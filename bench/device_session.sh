@@ -29,6 +29,9 @@
 #   llama   Llama shapes ($LLAMA_SHAPES: smollm2_360m llama3_1b) at B x T = 16 x 1024 bf16: dtrain vs PyTorch in the
 #           same call: bench/llama_torch.py for each of $LLAMA_TORCH (impl:mode pairs; default hand:default
 #           hand:reduce-overhead hf:default hf:reduce-overhead), tokens/s, step ms, peak memory, and the ratios
+#   llamaloss  loss curves of the SmolLM2-360M shape from the same imported weights (transformers' random init,
+#           save_pretrained) on the same byte-level tokens of real text, 200 steps: dtrain vs two PyTorch runs (the
+#           hand-written Llama and transformers' LlamaForCausalLM, eager), PNG to $OUT
 #   tb      TensorBoard's own reader over a run's event file (tests/tools/read_tensorboard.py)
 #   restore the restore path on this GPU (issue 22): its tests (the CUDA staging case among them), then
 #           ckpt_io_bench load-device (reads + CRC32C + copies to the GPU) vs cat/dd (bench/ckpt_local_bench.sh), and a
@@ -400,6 +403,39 @@ if has llama; then
       echo "llama $shape torch ${im} rc=$?: $(tail -1 $OUT/llama_torch_${shape}_${im/:/_}.log)"
     done
   done
+fi
+
+if has llamaloss; then
+  L=/tmp/llamaloss; rm -rf $L; mkdir -p $L
+  python3 - $L/hf <<'PY' > $OUT/llamaloss_init.log 2>&1
+import sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+torch.manual_seed(1234)
+cfg = LlamaConfig(hidden_size=960, num_hidden_layers=32, num_attention_heads=15, num_key_value_heads=5,
+                  intermediate_size=2560, vocab_size=49152, rope_theta=100000.0, max_position_embeddings=8192,
+                  rms_norm_eps=1e-5, tie_word_embeddings=True, torch_dtype=torch.float32)
+LlamaForCausalLM(cfg).save_pretrained(sys.argv[1], safe_serialization=True)
+PY
+  echo "llamaloss init (transformers save_pretrained) rc=$?"
+  $BIN data convert-text --out $L/shards --seq-len 1024 ${TEXT:-.device-carry/text/corpus.txt} > $OUT/llamaloss_data.log 2>&1
+  echo "convert-text rc=$?: $(tail -1 $OUT/llamaloss_data.log)"
+  $BIN train configs/smollm2_360m.yaml --set data.dataset=shards --set data.train_shards=$L/shards --set data.shuffle=false \
+    --set data.batch_size=16 --set train.grad_accum_steps=1 --set schedule.kind=constant --set schedule.warmup_steps=0 \
+    --set checkpoint.enabled=false --set train.eval=false --set train.log_every=1 --set train.max_steps=${LOSS_STEPS:-200} \
+    --set optim.lr=3e-4 --set model.init_from=hf:$L/hf --set run.dir=$OUT/llamaloss_dtrain > $OUT/llamaloss_dtrain.log 2>&1
+  echo "dtrain rc=$?: $(step_line $OUT/llamaloss_dtrain.log)"
+  for impl in hand hf; do
+    python3 bench/llama_torch.py --shape smollm2_360m --impl $impl --init $L/hf --tokens ${TEXT:-.device-carry/text/corpus.txt} \
+      --losses $OUT/llamaloss_torch_$impl.json --steps ${LOSS_STEPS:-200} --warmup 0 --lr 3e-4 > $OUT/llamaloss_torch_$impl.log 2>&1
+    echo "torch $impl rc=$?: $(tail -1 $OUT/llamaloss_torch_$impl.log)"
+  done
+  python3 bench/plot_losses.py $OUT/llamaloss_dtrain/metrics.jsonl $OUT/llamaloss_torch_hand.json $FINAL_OUT/llama_loss_curves.png "SmolLM2-360M shape"
+  python3 - $OUT/llamaloss_torch_hand.json $OUT/llamaloss_torch_hf.json <<'PY'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+d = [abs(x - y) for x, y in zip(a, b)][-50:]
+print(json.dumps({"torch_hand_vs_hf_mean_abs_diff_last50": sum(d) / len(d), "max": max(d)}))
+PY
 fi
 
 if has tb; then

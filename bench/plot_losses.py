@@ -1,6 +1,6 @@
 """Plots dtrain's and PyTorch's per-step training loss from the same initial weights on the same tokens.
 
-usage: python3 bench/plot_losses.py DTRAIN_METRICS.jsonl TORCH_LOSSES.json OUT.png
+usage: python3 bench/plot_losses.py DTRAIN_METRICS.jsonl TORCH_LOSSES.json OUT.png [MODEL_NAME]
 Prints the mean and max |difference| over all steps and over the last 50, and the final losses.
 """
 import json, sys
@@ -27,7 +27,7 @@ def main():
     ax.plot(xs, a, label="dtrain (bf16, cuBLASLt)", lw=1.2)
     ax.plot(xs, b, label="PyTorch (bf16 autocast, SDPA)", lw=1.2, ls="--")
     ax.set_ylabel("training loss")
-    ax.set_title("GPT-2 124M, same initial weights, same byte-level tokens (vim docs), 1 H200")
+    ax.set_title((sys.argv[4] if len(sys.argv) > 4 else "GPT-2 124M") + ", same initial weights, same byte-level tokens (vim docs), 1 H200")
     ax.legend()
     ax.grid(alpha=0.3)
     ax2.plot(xs, [x - y for x, y in zip(a, b)], color="gray", lw=1)
