@@ -1,0 +1,124 @@
+#include "kernels/rmsnorm.h"
+
+#include <cmath>
+#include <initializer_list>
+#include <vector>
+
+#include "core/check.h"
+#include "kernels/half.h"
+
+namespace dtrain::ops {
+
+template <typename T>
+void RmsNormForwardCpu(T* y, T* rstd, const T* x, const T* weight, int64_t n, int64_t c, T eps) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T* xr = x + i * c;
+    double sq = 0;
+    for (int64_t j = 0; j < c; ++j) sq += static_cast<double>(xr[j]) * xr[j];
+    const double rs = 1.0 / std::sqrt(sq / c + eps);
+    T* yr = y + i * c;
+    for (int64_t j = 0; j < c; ++j) yr[j] = static_cast<T>(xr[j] * rs * weight[j]);
+    rstd[i] = static_cast<T>(rs);
+  }
+}
+
+template <typename T>
+void RmsNormBackwardCpu(T* dx, T* dweight, const T* x, const T* weight, const T* rstd, const T* dy, int64_t n,
+                        int64_t c, bool accumulate_dx) {
+  // Column sums start from zero and are added to dweight once (one rounding, like the GPU kernels).
+  std::vector<double> sum_dweight(static_cast<size_t>(c), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    const T* xr = x + i * c;
+    const T* dyr = dy + i * c;
+    const double rs = rstd[i];
+    double sum_gx = 0;
+    for (int64_t j = 0; j < c; ++j) {
+      const double xhat = xr[j] * rs;
+      sum_gx += static_cast<double>(dyr[j]) * weight[j] * xhat;
+      sum_dweight[j] += dyr[j] * xhat;
+    }
+    const double mean_gx = sum_gx / c;
+    T* dxr = dx + i * c;
+    for (int64_t j = 0; j < c; ++j) {
+      const double xhat = xr[j] * rs;
+      const double d = rs * (static_cast<double>(dyr[j]) * weight[j] - xhat * mean_gx);
+      dxr[j] = static_cast<T>(accumulate_dx ? dxr[j] + d : d);
+    }
+  }
+  for (int64_t j = 0; j < c; ++j) dweight[j] = static_cast<T>(dweight[j] + sum_dweight[j]);
+}
+
+template void RmsNormForwardCpu<float>(float*, float*, const float*, const float*, int64_t, int64_t, float);
+template void RmsNormForwardCpu<double>(double*, double*, const double*, const double*, int64_t, int64_t, double);
+template void RmsNormBackwardCpu<float>(float*, float*, const float*, const float*, const float*, const float*, int64_t,
+                                        int64_t, bool);
+template void RmsNormBackwardCpu<double>(double*, double*, const double*, const double*, const double*, const double*,
+                                         int64_t, int64_t, bool);
+
+namespace {
+
+// x[..., C] with C > 0; `x_like` tensors have x's shape and dtype, `param_like` ones shape [C] and `row_like` ones
+// x.shape[:-1], both of x's dtype, or f32 when x is bf16/f16 (CUDA only). All sit on the context's device.
+Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& x, std::initializer_list<const Tensor*> x_like,
+                 std::initializer_list<const Tensor*> param_like, std::initializer_list<const Tensor*> row_like) {
+  DT_CHECK_ARG(x.ndim() >= 1 && x.dim(-1) > 0, op << ": x " << x.ToString() << " needs a non-empty last dim C");
+  DT_CHECK_ARG(x.device() == ctx.type(), op << ": x " << x.ToString() << " not on " << DeviceName(ctx.type()));
+  if (ctx.is_cuda()) {
+    DT_CHECK_ARG(x.dtype() == DType::kF32 || IsHalfFloat(x.dtype()),
+                 op << ": CUDA supports f32, bf16 and f16, got " << x.ToString());
+  } else {
+    DT_CHECK_ARG(x.dtype() == DType::kF32 || x.dtype() == DType::kF64,
+                 op << ": CPU supports f32/f64, got " << x.ToString());
+  }
+  const DType stats = IsHalfFloat(x.dtype()) ? DType::kF32 : x.dtype();
+  const std::vector<int64_t> rows(x.shape().begin(), x.shape().end() - 1);
+  const std::vector<int64_t> params = {x.dim(-1)};
+  auto check = [&](const Tensor* t, const std::vector<int64_t>& want, DType dtype, const char* kind) -> Status {
+    DT_CHECK_ARG(t->shape() == want && t->dtype() == dtype && t->device() == ctx.type(),
+                 op << ": shapes do not match: x " << x.ToString() << " needs " << kind << " " << DTypeName(dtype)
+                    << " on the same device, got " << t->ToString());
+    return Status::OK();
+  };
+  for (const Tensor* t : x_like) DT_RETURN_IF_ERROR(check(t, x.shape(), x.dtype(), "x-shaped"));
+  for (const Tensor* t : param_like) DT_RETURN_IF_ERROR(check(t, params, stats, "[C]"));
+  for (const Tensor* t : row_like) DT_RETURN_IF_ERROR(check(t, rows, stats, "x.shape[:-1]"));
+  return Status::OK();
+}
+
+}  // namespace
+
+Status RmsNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, float eps, Tensor* y, Tensor* rstd) {
+  DT_CHECK_ARG(y != nullptr && rstd != nullptr, "RmsNormForward: null output");
+  DT_RETURN_IF_ERROR(CheckArgs(ctx, "RmsNormForward", x, {y}, {&weight}, {rstd}));
+  const int64_t c = x.dim(-1), n = x.numel() / c;
+  if (ctx.is_cuda()) {
+    return Status::Unimplemented("RmsNormForward: the CUDA path is not written yet");
+  }
+  if (x.dtype() == DType::kF32) {
+    RmsNormForwardCpu<float>(y->data<float>(), rstd->data<float>(), x.data<float>(), weight.data<float>(), n, c, eps);
+  } else {
+    RmsNormForwardCpu<double>(y->data<double>(), rstd->data<double>(), x.data<double>(), weight.data<double>(), n, c,
+                              eps);
+  }
+  return Status::OK();
+}
+
+Status RmsNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy,
+                       Tensor* dx, Tensor* dweight, bool accumulate_dx) {
+  DT_CHECK_ARG(dx != nullptr && dweight != nullptr, "RmsNormBackward: null output");
+  DT_RETURN_IF_ERROR(CheckArgs(ctx, "RmsNormBackward", x, {&dy, dx}, {&weight, dweight}, {&rstd}));
+  const int64_t c = x.dim(-1), n = x.numel() / c;
+  if (ctx.is_cuda()) {
+    return Status::Unimplemented("RmsNormBackward: the CUDA path is not written yet");
+  }
+  if (x.dtype() == DType::kF32) {
+    RmsNormBackwardCpu<float>(dx->data<float>(), dweight->data<float>(), x.data<float>(), weight.data<float>(),
+                              rstd.data<float>(), dy.data<float>(), n, c, accumulate_dx);
+  } else {
+    RmsNormBackwardCpu<double>(dx->data<double>(), dweight->data<double>(), x.data<double>(), weight.data<double>(),
+                               rstd.data<double>(), dy.data<double>(), n, c, accumulate_dx);
+  }
+  return Status::OK();
+}
+
+}  // namespace dtrain::ops
