@@ -18,27 +18,34 @@ namespace dtrain::ops {
 
 namespace {
 
-// Row (b, t) of qkv starts at ((b * t_len) + t) * 3C; q, k, v of head h at offsets h*hs, C + h*hs, 2C + h*hs.
+// Row (b, t) of qkv starts at (b * t_len + t) * w with w = (nh + 2 nkv) hs; q of head h at h*hs, k and v of kv
+// head g at (nh + g) hs and (nh + nkv + g) hs. Rows of out are nh * hs wide.
 struct QkvIndex {
-  int64_t t_len, nh, hs, c;
-  int64_t Row(int64_t b, int64_t t) const { return (b * t_len + t) * 3 * c; }
-  int64_t OutRow(int64_t b, int64_t t) const { return (b * t_len + t) * c; }
+  int64_t t_len, nh, nkv, hs;
+  int64_t Width() const { return (nh + 2 * nkv) * hs; }
+  int64_t Row(int64_t b, int64_t t) const { return (b * t_len + t) * Width(); }
+  int64_t OutRow(int64_t b, int64_t t) const { return (b * t_len + t) * nh * hs; }
+  int64_t Q(int64_t h) const { return h * hs; }
+  int64_t K(int64_t g) const { return (nh + g) * hs; }
+  int64_t V(int64_t g) const { return (nh + nkv + g) * hs; }
 };
 
 }  // namespace
 
 template <typename T>
-void AttentionForwardCpu(T* out, T* lse, const T* qkv, int64_t b, int64_t t, int64_t nh, int64_t hs) {
-  const QkvIndex ix{t, nh, hs, nh * hs};
+void AttentionForwardCpu(T* out, T* lse, const T* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hs) {
+  const QkvIndex ix{t, nh, nkv, hs};
+  const int64_t group = nh / nkv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
   std::vector<double> s(static_cast<size_t>(t)), acc(static_cast<size_t>(hs));
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t h = 0; h < nh; ++h) {
+      const int64_t g = h / group;
       for (int64_t i = 0; i < t; ++i) {
-        const T* q = qkv + ix.Row(bi, i) + h * hs;
+        const T* q = qkv + ix.Row(bi, i) + ix.Q(h);
         double m = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j <= i; ++j) {
-          const T* k = qkv + ix.Row(bi, j) + ix.c + h * hs;
+          const T* k = qkv + ix.Row(bi, j) + ix.K(g);
           double dot = 0;
           for (int64_t d = 0; d < hs; ++d) dot += static_cast<double>(q[d]) * k[d];
           s[j] = dot * scale;
@@ -49,7 +56,7 @@ void AttentionForwardCpu(T* out, T* lse, const T* qkv, int64_t b, int64_t t, int
         for (int64_t j = 0; j <= i; ++j) {
           const double p = std::exp(s[j] - m);
           l += p;
-          const T* v = qkv + ix.Row(bi, j) + 2 * ix.c + h * hs;
+          const T* v = qkv + ix.Row(bi, j) + ix.V(g);
           for (int64_t d = 0; d < hs; ++d) acc[d] += p * v[d];
         }
         T* o = out + ix.OutRow(bi, i) + h * hs;
@@ -62,76 +69,86 @@ void AttentionForwardCpu(T* out, T* lse, const T* qkv, int64_t b, int64_t t, int
 
 template <typename T>
 void AttentionBackwardCpu(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t b, int64_t t,
-                          int64_t nh, int64_t hs) {
-  const QkvIndex ix{t, nh, hs, nh * hs};
+                          int64_t nh, int64_t nkv, int64_t hs) {
+  const QkvIndex ix{t, nh, nkv, hs};
+  const int64_t group = nh / nkv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
-  // Per (b, h): dq, dk, dv of every row in double, written once at the end (one rounding for T = float).
+  // Per (b, kv head g): dk, dv of every row summed over the group's query heads in order, and dq per query head, in
+  // double, written once at the end (one rounding for T = float).
   std::vector<double> dq(static_cast<size_t>(t * hs)), dk(dq.size()), dv(dq.size());
   for (int64_t bi = 0; bi < b; ++bi) {
-    for (int64_t h = 0; h < nh; ++h) {
-      std::fill(dq.begin(), dq.end(), 0.0);
+    for (int64_t g = 0; g < nkv; ++g) {
       std::fill(dk.begin(), dk.end(), 0.0);
       std::fill(dv.begin(), dv.end(), 0.0);
-      for (int64_t i = 0; i < t; ++i) {
-        const T* q = qkv + ix.Row(bi, i) + h * hs;
-        const T* o = out + ix.OutRow(bi, i) + h * hs;
-        const T* dorow = dout + ix.OutRow(bi, i) + h * hs;
-        double delta = 0;
-        for (int64_t d = 0; d < hs; ++d) delta += static_cast<double>(dorow[d]) * o[d];
-        const double lse_i = lse[(bi * nh + h) * t + i];
-        for (int64_t j = 0; j <= i; ++j) {
-          const T* k = qkv + ix.Row(bi, j) + ix.c + h * hs;
-          const T* v = qkv + ix.Row(bi, j) + 2 * ix.c + h * hs;
-          double dot = 0, dp = 0;
-          for (int64_t d = 0; d < hs; ++d) {
-            dot += static_cast<double>(q[d]) * k[d];
-            dp += static_cast<double>(dorow[d]) * v[d];
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        std::fill(dq.begin(), dq.end(), 0.0);
+        for (int64_t i = 0; i < t; ++i) {
+          const T* q = qkv + ix.Row(bi, i) + ix.Q(h);
+          const T* o = out + ix.OutRow(bi, i) + h * hs;
+          const T* dorow = dout + ix.OutRow(bi, i) + h * hs;
+          double delta = 0;
+          for (int64_t d = 0; d < hs; ++d) delta += static_cast<double>(dorow[d]) * o[d];
+          const double lse_i = lse[(bi * nh + h) * t + i];
+          for (int64_t j = 0; j <= i; ++j) {
+            const T* k = qkv + ix.Row(bi, j) + ix.K(g);
+            const T* v = qkv + ix.Row(bi, j) + ix.V(g);
+            double dot = 0, dp = 0;
+            for (int64_t d = 0; d < hs; ++d) {
+              dot += static_cast<double>(q[d]) * k[d];
+              dp += static_cast<double>(dorow[d]) * v[d];
+            }
+            const double p = std::exp(dot * scale - lse_i);
+            const double ds = p * (dp - delta) * scale;
+            for (int64_t d = 0; d < hs; ++d) {
+              dv[j * hs + d] += p * dorow[d];
+              dq[i * hs + d] += ds * k[d];
+              dk[j * hs + d] += ds * q[d];
+            }
           }
-          const double p = std::exp(dot * scale - lse_i);
-          const double ds = p * (dp - delta) * scale;
-          for (int64_t d = 0; d < hs; ++d) {
-            dv[j * hs + d] += p * dorow[d];
-            dq[i * hs + d] += ds * k[d];
-            dk[j * hs + d] += ds * q[d];
-          }
+        }
+        for (int64_t i = 0; i < t; ++i) {
+          T* row = dqkv + ix.Row(bi, i) + ix.Q(h);
+          for (int64_t d = 0; d < hs; ++d) row[d] = static_cast<T>(dq[i * hs + d]);
         }
       }
       for (int64_t i = 0; i < t; ++i) {
-        T* row = dqkv + ix.Row(bi, i) + h * hs;
+        T* row = dqkv + ix.Row(bi, i);
         for (int64_t d = 0; d < hs; ++d) {
-          row[d] = static_cast<T>(dq[i * hs + d]);
-          row[ix.c + d] = static_cast<T>(dk[i * hs + d]);
-          row[2 * ix.c + d] = static_cast<T>(dv[i * hs + d]);
+          row[ix.K(g) + d] = static_cast<T>(dk[i * hs + d]);
+          row[ix.V(g) + d] = static_cast<T>(dv[i * hs + d]);
         }
       }
     }
   }
 }
 
-template void AttentionForwardCpu<float>(float*, float*, const float*, int64_t, int64_t, int64_t, int64_t);
-template void AttentionForwardCpu<double>(double*, double*, const double*, int64_t, int64_t, int64_t, int64_t);
+template void AttentionForwardCpu<float>(float*, float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t);
+template void AttentionForwardCpu<double>(double*, double*, const double*, int64_t, int64_t, int64_t, int64_t, int64_t);
 template void AttentionBackwardCpu<float>(float*, const float*, const float*, const float*, const float*, int64_t,
-                                          int64_t, int64_t, int64_t);
+                                          int64_t, int64_t, int64_t, int64_t);
 template void AttentionBackwardCpu<double>(double*, const double*, const double*, const double*, const double*, int64_t,
-                                           int64_t, int64_t, int64_t);
+                                           int64_t, int64_t, int64_t, int64_t);
 
 namespace {
 
 struct Dims {
-  int64_t b, t, nh, hs;
+  int64_t b, t, nh, nkv, hs;
 };
 
-// qkv [B, T, 3C] with C % n_head == 0, on the context's device with a dtype it supports (CPU f32/f64, CUDA
-// f32/bf16/f16, hs <= kAttentionMaxHeadSize, f16 only with a flash head size); `out_like` tensors are [B, T, C] of
-// qkv's dtype, `qkv_like` ones are qkv-shaped, lse is [B, NH, T] (f64 for f64 qkv, else f32).
-Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& qkv, int64_t n_head,
+// qkv [B, T, (NH + 2 NKV) hs] with NKV dividing NH, on the context's device with a dtype it supports (CPU f32/f64,
+// CUDA f32/bf16/f16, hs <= kAttentionMaxHeadSize, f16 only with a flash head size); `out_like` tensors are
+// [B, T, NH hs] of qkv's dtype, `qkv_like` ones are qkv-shaped, lse is [B, NH, T] (f64 for f64 qkv, else f32).
+Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
                  std::initializer_list<const Tensor*> out_like, std::initializer_list<const Tensor*> qkv_like,
                  const Tensor& lse, Dims* dims) {
-  DT_CHECK_ARG(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0 && qkv.numel() > 0,
-               op << ": qkv " << qkv.ToString() << " must be a non-empty [B, T, 3C]");
-  const int64_t c = qkv.dim(2) / 3;
-  DT_CHECK_ARG(n_head > 0 && c % n_head == 0, op << ": C = " << c << " is not a multiple of n_head = " << n_head);
-  *dims = {qkv.dim(0), qkv.dim(1), n_head, c / n_head};
+  DT_CHECK_ARG(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0,
+               op << ": n_head = " << n_head << " is not a positive multiple of n_kv_head = " << n_kv_head);
+  const int64_t parts = n_head + 2 * n_kv_head;
+  DT_CHECK_ARG(qkv.ndim() == 3 && qkv.numel() > 0 && qkv.dim(2) % parts == 0,
+               op << ": qkv " << qkv.ToString() << " must be a non-empty [B, T, (n_head + 2 n_kv_head) hs] with n_head "
+                  << n_head << ", n_kv_head " << n_kv_head);
+  *dims = {qkv.dim(0), qkv.dim(1), n_head, n_kv_head, qkv.dim(2) / parts};
+  const int64_t c = n_head * dims->hs;
   DT_CHECK_ARG(qkv.device() == ctx.type(), op << ": qkv " << qkv.ToString() << " not on " << DeviceName(ctx.type()));
   if (ctx.is_cuda()) {
     DT_CHECK_ARG(qkv.dtype() == DType::kF32 || qkv.dtype() == DType::kBF16 || qkv.dtype() == DType::kF16,
@@ -146,12 +163,13 @@ Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& qkv, in
   }
   auto check = [&](const Tensor* x, const std::vector<int64_t>& shape, DType dt, const char* kind) -> Status {
     DT_CHECK_ARG(x != nullptr && x->shape() == shape && x->dtype() == dt && x->device() == ctx.type(),
-                 op << ": shapes do not match: qkv " << qkv.ToString() << " (n_head " << n_head << ") needs " << kind
-                    << " " << DTypeName(dt) << ", got " << (x ? x->ToString() : "null"));
+                 op << ": shapes do not match: qkv " << qkv.ToString() << " (n_head " << n_head << ", n_kv_head "
+                    << n_kv_head << ") needs " << kind << " " << DTypeName(dt) << ", got "
+                    << (x ? x->ToString() : "null"));
     return Status::OK();
   };
-  for (const Tensor* x : out_like) DT_RETURN_IF_ERROR(check(x, {dims->b, dims->t, c}, qkv.dtype(), "[B, T, C]"));
-  for (const Tensor* x : qkv_like) DT_RETURN_IF_ERROR(check(x, qkv.shape(), qkv.dtype(), "[B, T, 3C]"));
+  for (const Tensor* x : out_like) DT_RETURN_IF_ERROR(check(x, {dims->b, dims->t, c}, qkv.dtype(), "[B, T, NH hs]"));
+  for (const Tensor* x : qkv_like) DT_RETURN_IF_ERROR(check(x, qkv.shape(), qkv.dtype(), "qkv's shape"));
   const DType lse_dt = qkv.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
   return check(&lse, {dims->b, n_head, dims->t}, lse_dt, "lse [B, NH, T]");
 }
@@ -218,12 +236,14 @@ Status GemmWorkspace(DeviceContext& ctx, const Dims& d, bool backward, Tensor* w
 
 }  // namespace
 
-Status AttentionForward(DeviceContext& ctx, const Tensor& qkv, int64_t n_head, Tensor* out, Tensor* lse) {
+Status AttentionForward(DeviceContext& ctx, const Tensor& qkv, int64_t n_head, int64_t n_kv_head, Tensor* out,
+                        Tensor* lse) {
   DT_CHECK_ARG(out != nullptr && lse != nullptr, "AttentionForward: null output");
   Dims d;
-  DT_RETURN_IF_ERROR(CheckArgs(ctx, "AttentionForward", qkv, n_head, {out}, {}, *lse, &d));
+  DT_RETURN_IF_ERROR(CheckArgs(ctx, "AttentionForward", qkv, n_head, n_kv_head, {out}, {}, *lse, &d));
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
+    if (d.nkv != d.nh) return Status::Unimplemented("AttentionForward: grouped-query attention on CUDA");
     if (qkv.dtype() == DType::kBF16 || qkv.dtype() == DType::kF16) {
       Path path;
       DT_RETURN_IF_ERROR(ChoosePath(ctx, qkv.dtype(), d, {&qkv, out}, &path));
@@ -247,20 +267,21 @@ Status AttentionForward(DeviceContext& ctx, const Tensor& qkv, int64_t n_head, T
 #endif
   }
   if (qkv.dtype() == DType::kF32) {
-    AttentionForwardCpu(out->data<float>(), lse->data<float>(), qkv.data<float>(), d.b, d.t, d.nh, d.hs);
+    AttentionForwardCpu(out->data<float>(), lse->data<float>(), qkv.data<float>(), d.b, d.t, d.nh, d.nkv, d.hs);
   } else {
-    AttentionForwardCpu(out->data<double>(), lse->data<double>(), qkv.data<double>(), d.b, d.t, d.nh, d.hs);
+    AttentionForwardCpu(out->data<double>(), lse->data<double>(), qkv.data<double>(), d.b, d.t, d.nh, d.nkv, d.hs);
   }
   return Status::OK();
 }
 
 Status AttentionBackward(DeviceContext& ctx, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                         const Tensor& dout, int64_t n_head, Tensor* dqkv) {
+                         const Tensor& dout, int64_t n_head, int64_t n_kv_head, Tensor* dqkv) {
   DT_CHECK_ARG(dqkv != nullptr, "AttentionBackward: dqkv is null");
   Dims d;
-  DT_RETURN_IF_ERROR(CheckArgs(ctx, "AttentionBackward", qkv, n_head, {&out, &dout}, {dqkv}, lse, &d));
+  DT_RETURN_IF_ERROR(CheckArgs(ctx, "AttentionBackward", qkv, n_head, n_kv_head, {&out, &dout}, {dqkv}, lse, &d));
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
+    if (d.nkv != d.nh) return Status::Unimplemented("AttentionBackward: grouped-query attention on CUDA");
     // Workspaces go back to the caching allocator when they leave scope; the allocator is stream-ordered on the
     // context's stream, so the work queued below finishes with them before any later reuse.
     if (qkv.dtype() == DType::kBF16 || qkv.dtype() == DType::kF16) {
@@ -293,12 +314,21 @@ Status AttentionBackward(DeviceContext& ctx, const Tensor& qkv, const Tensor& ou
   }
   if (qkv.dtype() == DType::kF32) {
     AttentionBackwardCpu(dqkv->data<float>(), dout.data<float>(), qkv.data<float>(), out.data<float>(),
-                         lse.data<float>(), d.b, d.t, d.nh, d.hs);
+                         lse.data<float>(), d.b, d.t, d.nh, d.nkv, d.hs);
   } else {
     AttentionBackwardCpu(dqkv->data<double>(), dout.data<double>(), qkv.data<double>(), out.data<double>(),
-                         lse.data<double>(), d.b, d.t, d.nh, d.hs);
+                         lse.data<double>(), d.b, d.t, d.nh, d.nkv, d.hs);
   }
   return Status::OK();
+}
+
+Status AttentionForward(DeviceContext& ctx, const Tensor& qkv, int64_t n_head, Tensor* out, Tensor* lse) {
+  return AttentionForward(ctx, qkv, n_head, n_head, out, lse);
+}
+
+Status AttentionBackward(DeviceContext& ctx, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                         const Tensor& dout, int64_t n_head, Tensor* dqkv) {
+  return AttentionBackward(ctx, qkv, out, lse, dout, n_head, n_head, dqkv);
 }
 
 }  // namespace dtrain::ops

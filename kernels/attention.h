@@ -1,12 +1,17 @@
 #pragma once
-// Causal multi-head self-attention (GPT-2's), from a fused projection qkv[B, T, 3C] to out[B, T, C].
+// Causal self-attention from a fused projection qkv to out[B, T, NH*hs], multi-head (GPT-2's: NKV = NH) or
+// grouped-query (Llama's: NKV < NH key/value heads, NKV dividing NH; NKV = 1 is multi-query).
 //
-// Layout: row (b, t) of qkv is q | k | v, each C = NH * hs wide; head h of each is columns [h*hs, (h+1)*hs).
-// With s_ij = (q_i . k_j) / sqrt(hs) for j <= i (causal mask: keys after the query are excluded):
+// Layout: row (b, t) of qkv is q (NH*hs) | k (NKV*hs) | v (NKV*hs), so qkv is [B, T, (NH + 2 NKV) hs] (for NKV = NH
+// the familiar [B, T, 3C]); head h of q is columns [h*hs, (h+1)*hs), kv head g of k (of v) starts at column
+// (NH + g) hs ((NH + NKV + g) hs). Query head h reads kv head g(h) = h / (NH / NKV) (consecutive query heads share
+// one). With s_ij = (q_i . k_j) / sqrt(hs) for j <= i (causal mask: keys after the query are excluded), per query head
+// h (k, v those of kv head g(h)):
 //   forward:  lse_i = log sum_{j<=i} exp(s_ij)            (per b, h, i: saved for backward, shape [B, NH, T])
 //             out_i = sum_{j<=i} exp(s_ij - lse_i) v_j      (written to columns h*hs.. of out's row)
 //   backward: P_ij = exp(s_ij - lse_i),  D_i = dout_i . out_i,  dS_ij = P_ij (dout_i . v_j - D_i)
 //             dq_i = sum_j dS_ij k_j / sqrt(hs),  dk_j = sum_i dS_ij q_i / sqrt(hs),  dv_j = sum_i P_ij dout_i
+//             and a kv head's dk, dv are the sums of those over its group's NH / NKV query heads.
 //             dqkv is SET (not accumulated), in qkv's layout.
 // Nothing T x T outlives a call: backward recomputes P from qkv and lse.
 //
@@ -65,11 +70,13 @@ constexpr int64_t kAttentionMaxHeadSize = 128;
 // Head sizes the tensor-core flash kernels are built for.
 constexpr bool FlashAttentionSupportsHeadSize(int64_t hs) { return hs == 64 || hs == 128; }
 
+// nh query heads, nkv kv heads (nh % nkv == 0), in the layout above. Backward sums a kv head's dk, dv over its
+// group's query heads in order (h = g * nh / nkv, ...), in double.
 template <typename T>
-void AttentionForwardCpu(T* out, T* lse, const T* qkv, int64_t b, int64_t t, int64_t nh, int64_t hs);
+void AttentionForwardCpu(T* out, T* lse, const T* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hs);
 template <typename T>
 void AttentionBackwardCpu(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t b, int64_t t,
-                          int64_t nh, int64_t hs);
+                          int64_t nh, int64_t nkv, int64_t hs);
 
 #if DT_HAVE_CUDA
 // `delta`: a device workspace of b * nh * t floats (D_i), not in use by other work on `stream`.
@@ -116,12 +123,19 @@ Status AttentionBackwardGemmBf16(const BlasHandles& blas, uint16_t* dqkv, const 
                                  void* workspace, cudaStream_t stream);
 #endif
 
-// qkv [B, T, 3C], out [B, T, C] (qkv's dtype), lse [B, NH, T] (f64 for f64 qkv, else f32); C % n_head == 0.
-Status AttentionForward(DeviceContext& ctx, const Tensor& qkv, int64_t n_head, Tensor* out, Tensor* lse);
-// dout [B, T, C] and dqkv [B, T, 3C] in qkv's dtype; qkv, out, lse as saved by AttentionForward (by the same
+// qkv [B, T, (NH + 2 NKV) hs], out [B, T, NH hs] (qkv's dtype), lse [B, NH, T] (f64 for f64 qkv, else f32), with
+// NH = n_head, NKV = n_kv_head: 0 < NKV <= NH, NH % NKV == 0, and qkv's last dim a multiple of NH + 2 NKV.
+Status AttentionForward(DeviceContext& ctx, const Tensor& qkv, int64_t n_head, int64_t n_kv_head, Tensor* out,
+                        Tensor* lse);
+// dout [B, T, NH hs] and dqkv (qkv's shape) in qkv's dtype; qkv, out, lse as saved by AttentionForward (by the same
 // CUDA path: the flash and cuBLAS lse agree to fp32 rounding only). On CUDA the workspaces (D for f32 and flash;
 // the T x T buffers of the bf16 cuBLAS path, forward too) are taken from ctx.allocator() (the caching allocator: no
 // cudaMalloc once warm).
+Status AttentionBackward(DeviceContext& ctx, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                         const Tensor& dout, int64_t n_head, int64_t n_kv_head, Tensor* dqkv);
+
+// Multi-head attention (n_kv_head = n_head): qkv [B, T, 3C], out and dout [B, T, C], C % n_head == 0.
+Status AttentionForward(DeviceContext& ctx, const Tensor& qkv, int64_t n_head, Tensor* out, Tensor* lse);
 Status AttentionBackward(DeviceContext& ctx, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                          const Tensor& dout, int64_t n_head, Tensor* dqkv);
 

@@ -36,10 +36,13 @@ std::unique_ptr<DeviceContext> Cpu() {
   return ctx;
 }
 
+// nkv = 0 means multi-head (nkv = nh).
 struct Shape {
-  int64_t b, t, nh, hs;
+  int64_t b, t, nh, hs, nkv = 0;
+  int64_t kv() const { return nkv > 0 ? nkv : nh; }
   int64_t c() const { return nh * hs; }
-  int64_t qkv_numel() const { return b * t * 3 * c(); }
+  int64_t width() const { return (nh + 2 * kv()) * hs; }  // of a qkv row
+  int64_t qkv_numel() const { return b * t * width(); }
   int64_t out_numel() const { return b * t * c(); }
 };
 
@@ -120,22 +123,23 @@ void RunAttention(DeviceContext& ctx, DType dt, const Shape& s, const std::vecto
                   const std::vector<double>& dout, Result* r) {
   const DType lse_dt = dt == DType::kF64 ? DType::kF64 : DType::kF32;
   Tensor tqkv, tout, tlse, tdout, tdqkv;
-  DT_ASSERT_OK(Make(ctx, dt, {s.b, s.t, 3 * s.c()}, qkv, &tqkv));
+  DT_ASSERT_OK(Make(ctx, dt, {s.b, s.t, s.width()}, qkv, &tqkv));
   DT_ASSERT_OK(Make(ctx, dt, {s.b, s.t, s.c()}, std::vector<double>(s.out_numel(), NAN), &tout));
   DT_ASSERT_OK(Make(ctx, lse_dt, {s.b, s.nh, s.t}, std::vector<double>(s.b * s.nh * s.t, NAN), &tlse));
-  DT_ASSERT_OK(AttentionForward(ctx, tqkv, s.nh, &tout, &tlse));
+  DT_ASSERT_OK(AttentionForward(ctx, tqkv, s.nh, s.kv(), &tout, &tlse));
   DT_ASSERT_OK(Get(ctx, tout, &r->out));
   DT_ASSERT_OK(Get(ctx, tlse, &r->lse));
   if (dout.empty()) return;
   DT_ASSERT_OK(Make(ctx, dt, {s.b, s.t, s.c()}, dout, &tdout));
-  DT_ASSERT_OK(Make(ctx, dt, {s.b, s.t, 3 * s.c()}, std::vector<double>(s.qkv_numel(), NAN), &tdqkv));
-  DT_ASSERT_OK(AttentionBackward(ctx, tqkv, tout, tlse, tdout, s.nh, &tdqkv));
+  DT_ASSERT_OK(Make(ctx, dt, {s.b, s.t, s.width()}, std::vector<double>(s.qkv_numel(), NAN), &tdqkv));
+  DT_ASSERT_OK(AttentionBackward(ctx, tqkv, tout, tlse, tdout, s.nh, s.kv(), &tdqkv));
   DT_ASSERT_OK(Get(ctx, tdqkv, &r->dqkv));
 }
 
-// Index of element d of head h's q (part 0), k (1) or v (2) in row (b, t) of qkv.
+// Index of element d of query head h's q (part 0), or of kv head h's k (1) or v (2), in row (b, t) of qkv.
 int64_t QkvAt(const Shape& s, int64_t b, int64_t t, int part, int64_t h, int64_t d) {
-  return (b * s.t + t) * 3 * s.c() + part * s.c() + h * s.hs + d;
+  const int64_t head0 = part == 0 ? 0 : part == 1 ? s.nh : s.nh + s.kv();
+  return (b * s.t + t) * s.width() + (head0 + h) * s.hs + d;
 }
 
 TEST(AttentionCpu, SingleTokenReturnsV) {
@@ -218,6 +222,139 @@ TEST(AttentionCpu, F32MatchesF64) {
   EXPECT_LE(testing::MaxAbsDiff(r32.out, r64.out), 1e-6 * testing::Scale(r64.out));
   EXPECT_LE(testing::MaxAbsDiff(r32.lse, r64.lse), 1e-6 * testing::Scale(r64.lse));
   EXPECT_LE(testing::MaxAbsDiff(r32.dqkv, r64.dqkv), 1e-5 * testing::Scale(r64.dqkv));
+}
+
+// ---- grouped-query attention (NKV < NH) ---------------------------------------------------------------------
+
+// The MHA qkv in which query head h has its own copy of kv head h / (NH / NKV)'s k and v.
+std::vector<double> RepeatKvHeads(const Shape& gqa, const std::vector<double>& qkv) {
+  const Shape mha{gqa.b, gqa.t, gqa.nh, gqa.hs};
+  const int64_t group = gqa.nh / gqa.kv();
+  std::vector<double> rep(static_cast<size_t>(mha.qkv_numel()));
+  for (int64_t b = 0; b < gqa.b; ++b) {
+    for (int64_t t = 0; t < gqa.t; ++t) {
+      for (int64_t h = 0; h < gqa.nh; ++h) {
+        for (int64_t d = 0; d < gqa.hs; ++d) {
+          rep[QkvAt(mha, b, t, 0, h, d)] = qkv[QkvAt(gqa, b, t, 0, h, d)];
+          rep[QkvAt(mha, b, t, 1, h, d)] = qkv[QkvAt(gqa, b, t, 1, h / group, d)];
+          rep[QkvAt(mha, b, t, 2, h, d)] = qkv[QkvAt(gqa, b, t, 2, h / group, d)];
+        }
+      }
+    }
+  }
+  return rep;
+}
+
+// GQA is MHA on repeated kv heads: out and lse equal (the same double arithmetic, so bit for bit), dq equals the
+// repeated run's dq, and a kv head's dk / dv equal the sums of the repeated heads' dk / dv over its group. Covers a
+// group of 3, MQA (NKV = 1) and NKV = NH through the GQA entry points, f64 and f32.
+TEST(AttentionCpu, GqaEqualsMhaOnRepeatedKvHeads) {
+  auto cpu = Cpu();
+  for (DType dt : {DType::kF64, DType::kF32}) {
+    for (int64_t nkv : {2, 1, 6}) {
+      const Shape s{2, 7, 6, 4, nkv};
+      const Shape mha{s.b, s.t, s.nh, s.hs};
+      auto qkv = RandomVector(s.qkv_numel(), 60 + nkv, -1.5, 1.5), dout = RandomVector(s.out_numel(), 61);
+      if (dt == DType::kF32) {
+        for (double& e : qkv) e = static_cast<float>(e);
+        for (double& e : dout) e = static_cast<float>(e);
+      }
+      Result gqa, rep;
+      ASSERT_NO_FATAL_FAILURE(RunAttention(*cpu, dt, s, qkv, dout, &gqa));
+      ASSERT_NO_FATAL_FAILURE(RunAttention(*cpu, dt, mha, RepeatKvHeads(s, qkv), dout, &rep));
+      const std::string where = std::string(DTypeName(dt)) + " nkv " + std::to_string(nkv);
+      EXPECT_EQ(gqa.out, rep.out) << where;
+      EXPECT_EQ(gqa.lse, rep.lse) << where;
+      const int64_t group = s.nh / nkv;
+      // f64: the group sum in one accumulator vs summed per head, ~1e-15; f32: each side rounded once to f32.
+      const double tol = (dt == DType::kF64 ? 1e-13 : 1e-6) * testing::Scale(rep.dqkv);
+      for (int64_t b = 0; b < s.b; ++b) {
+        for (int64_t t = 0; t < s.t; ++t) {
+          for (int64_t d = 0; d < s.hs; ++d) {
+            for (int64_t h = 0; h < s.nh; ++h) {
+              ASSERT_EQ(gqa.dqkv[QkvAt(s, b, t, 0, h, d)], rep.dqkv[QkvAt(mha, b, t, 0, h, d)]) << where;
+            }
+            for (int64_t g = 0; g < nkv; ++g) {
+              for (int part = 1; part <= 2; ++part) {
+                double sum = 0;
+                for (int64_t h = g * group; h < (g + 1) * group; ++h) sum += rep.dqkv[QkvAt(mha, b, t, part, h, d)];
+                ASSERT_NEAR(gqa.dqkv[QkvAt(s, b, t, part, g, d)], sum, tol)
+                    << where << " part " << part << " kv head " << g << " b " << b << " t " << t << " d " << d;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The f64 GQA backward is the gradient of sum(W .* out) w.r.t. every qkv element, k and v of shared heads included.
+TEST(AttentionCpu, GqaGradientMatchesFiniteDifferences) {
+  auto cpu = Cpu();
+  for (int64_t nkv : {2, 1}) {
+    const Shape s{2, 5, 4, 3, nkv};
+    const auto qkv = RandomVector(s.qkv_numel(), 70 + nkv, -1.5, 1.5), w = RandomVector(s.out_numel(), 71);
+    Result r;
+    ASSERT_NO_FATAL_FAILURE(RunAttention(*cpu, DType::kF64, s, qkv, w, &r));
+    const auto check = testing::CheckGradient(
+        [&](const std::vector<double>& x) {
+          Result fr;
+          RunAttention(*cpu, DType::kF64, s, x, {}, &fr);
+          return testing::Dot(w, fr.out);
+        },
+        qkv, r.dqkv);
+    EXPECT_LT(check.max_rel_error, 1e-6) << "nkv " << nkv << ": " << check.ToString();
+  }
+}
+
+// The multi-head overloads are the GQA ones with n_kv_head = n_head, bit for bit.
+TEST(AttentionCpu, MhaOverloadsEqualGqaWithAllHeads) {
+  auto cpu = Cpu();
+  const Shape s{2, 9, 3, 8};
+  const auto qkv = RandomVector(s.qkv_numel(), 80), dout = RandomVector(s.out_numel(), 81);
+  Tensor tqkv, tdout, out[2], lse[2], dqkv[2];
+  DT_ASSERT_OK(MakeTensor(*cpu, DType::kF32, {s.b, s.t, s.width()}, qkv, &tqkv));
+  DT_ASSERT_OK(MakeTensor(*cpu, DType::kF32, {s.b, s.t, s.c()}, dout, &tdout));
+  for (int i = 0; i < 2; ++i) {
+    DT_ASSERT_OK(Tensor::Empty({s.b, s.t, s.c()}, DType::kF32, cpu->allocator(), &out[i]));
+    DT_ASSERT_OK(Tensor::Empty({s.b, s.nh, s.t}, DType::kF32, cpu->allocator(), &lse[i]));
+    DT_ASSERT_OK(Tensor::Empty({s.b, s.t, s.width()}, DType::kF32, cpu->allocator(), &dqkv[i]));
+  }
+  DT_ASSERT_OK(AttentionForward(*cpu, tqkv, s.nh, &out[0], &lse[0]));
+  DT_ASSERT_OK(AttentionBackward(*cpu, tqkv, out[0], lse[0], tdout, s.nh, &dqkv[0]));
+  DT_ASSERT_OK(AttentionForward(*cpu, tqkv, s.nh, s.nh, &out[1], &lse[1]));
+  DT_ASSERT_OK(AttentionBackward(*cpu, tqkv, out[1], lse[1], tdout, s.nh, s.nh, &dqkv[1]));
+  for (Tensor* pair : {out, lse, dqkv}) {
+    std::vector<double> a, b;
+    DT_ASSERT_OK(Fetch(*cpu, pair[0], &a));
+    DT_ASSERT_OK(Fetch(*cpu, pair[1], &b));
+    EXPECT_EQ(a, b);
+  }
+}
+
+// GQA shapes: qkv [B, T, (NH + 2 NKV) hs], out [B, T, NH hs], lse [B, NH, T]; NKV must divide NH.
+TEST(Attention, GqaRejectsMismatchedShapes) {
+  auto cpu = Cpu();
+  const Shape s{2, 4, 4, 3, 2};  // qkv width 24, out width 12
+  Tensor qkv, out, lse, out_kv, dqkv;
+  DT_ASSERT_OK(MakeTensor(*cpu, DType::kF32, {s.b, s.t, s.width()}, RandomVector(s.qkv_numel(), 90), &qkv));
+  DT_ASSERT_OK(MakeTensor(*cpu, DType::kF32, {s.b, s.t, s.c()}, std::vector<double>(s.out_numel(), 0), &out));
+  DT_ASSERT_OK(MakeTensor(*cpu, DType::kF32, {s.b, s.nh, s.t}, std::vector<double>(s.b * s.nh * s.t, 0), &lse));
+  DT_ASSERT_OK(
+      MakeTensor(*cpu, DType::kF32, {s.b, s.t, 2 * s.hs}, std::vector<double>(s.b * s.t * 2 * s.hs, 0), &out_kv));
+  DT_ASSERT_OK(AttentionForward(*cpu, qkv, 4, 2, &out, &lse));
+  EXPECT_EQ(AttentionForward(*cpu, qkv, 4, 3, &out, &lse).code(), Status::Code::kInvalidArgument);  // 4 % 3
+  EXPECT_EQ(AttentionForward(*cpu, qkv, 4, 0, &out, &lse).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(AttentionForward(*cpu, qkv, 2, 4, &out, &lse).code(), Status::Code::kInvalidArgument);  // NKV > NH
+  EXPECT_EQ(AttentionForward(*cpu, qkv, 5, 1, &out, &lse).code(), Status::Code::kInvalidArgument);  // 24 % 7
+  // out sized by the kv heads (NKV hs) instead of the query heads (NH hs): the message names both shapes.
+  const Status st = AttentionForward(*cpu, qkv, 4, 2, &out_kv, &lse);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("f32[2,4,6]"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("n_kv_head 2"), std::string::npos) << st.ToString();
+  DT_ASSERT_OK(Tensor::Empty({s.b, s.t, 3 * s.c()}, DType::kF32, cpu->allocator(), &dqkv));  // the MHA shape
+  EXPECT_EQ(AttentionBackward(*cpu, qkv, out, lse, out, 4, 2, &dqkv).code(), Status::Code::kInvalidArgument);
 }
 
 TEST(Attention, RejectsMismatchedShapes) {
