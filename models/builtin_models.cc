@@ -2,6 +2,6 @@
 
 namespace dtrain::models {
 
-std::vector<ModelSpec> BuiltinModels() { return {MlpSpec(), CnnSpec(), Gpt2Spec()}; }
+std::vector<ModelSpec> BuiltinModels() { return {MlpSpec(), CnnSpec(), Gpt2Spec(), LlamaSpec()}; }
 
 }  // namespace dtrain::models

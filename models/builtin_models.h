@@ -8,9 +8,10 @@
 
 namespace dtrain::models {
 
-ModelSpec MlpSpec();   // models/mlp_spec.cc
-ModelSpec CnnSpec();   // models/cnn_spec.cc
-ModelSpec Gpt2Spec();  // models/gpt2_spec.cc
+ModelSpec MlpSpec();    // models/mlp_spec.cc
+ModelSpec CnnSpec();    // models/cnn_spec.cc
+ModelSpec Gpt2Spec();   // models/gpt2_spec.cc
+ModelSpec LlamaSpec();  // models/llama_spec.cc
 
 // Every built-in spec, in the order ModelKinds() lists them.
 std::vector<ModelSpec> BuiltinModels();

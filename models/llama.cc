@@ -1,0 +1,318 @@
+#include "models/llama.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/nvtx.h"
+#include "core/random.h"
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/softmax_xent.h"
+#include "kernels/swiglu.h"
+
+namespace dtrain::models {
+
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+// Standard normals from SplitMix64 by Box-Muller, both outputs used: identical on every platform (Gpt2's draw).
+class Normal {
+ public:
+  explicit Normal(uint64_t seed) : rng_(seed) {}
+  double Next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double u1 = 1.0 - rng_.Uniform();  // (0, 1]: log is finite
+    const double u2 = rng_.Uniform();
+    const double r = std::sqrt(-2.0 * std::log(u1)), a = 2.0 * kPi * u2;
+    spare_ = r * std::sin(a);
+    has_spare_ = true;
+    return r * std::cos(a);
+  }
+
+ private:
+  SplitMix64 rng_;
+  double spare_ = 0;
+  bool has_spare_ = false;
+};
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+Status Llama::Create(DeviceContext& ctx, const LlamaOptions& opts, int64_t batch, int64_t seq_len,
+                     std::unique_ptr<Llama>* out) {
+  DT_CHECK_ARG(opts.vocab_size >= 2, "Llama: vocab_size " << opts.vocab_size << " must be >= 2");
+  DT_CHECK_ARG(opts.n_layer >= 1 && opts.n_head >= 1 && opts.n_kv_head >= 1 && opts.hidden >= 1 && opts.ffn_hidden >= 1,
+               "Llama: n_layer " << opts.n_layer << ", n_head " << opts.n_head << ", n_kv_head " << opts.n_kv_head
+                                 << ", hidden " << opts.hidden << ", ffn_hidden " << opts.ffn_hidden
+                                 << " must be >= 1");
+  DT_CHECK_ARG(opts.n_head % opts.n_kv_head == 0,
+               "Llama: n_head " << opts.n_head << " must be a multiple of n_kv_head " << opts.n_kv_head);
+  DT_CHECK_ARG(opts.hidden % opts.n_head == 0,
+               "Llama: hidden " << opts.hidden << " must be a multiple of n_head " << opts.n_head);
+  const int64_t hs = opts.hidden / opts.n_head;
+  DT_CHECK_ARG(hs % 2 == 0, "Llama: head size hidden / n_head = " << hs << " must be even (RoPE rotates pairs)");
+  DT_CHECK_ARG(opts.rope_theta > 0 && opts.rms_norm_eps > 0,
+               "Llama: rope_theta " << opts.rope_theta << " and rms_norm_eps " << opts.rms_norm_eps << " must be > 0");
+  DT_CHECK_ARG(batch >= 1 && seq_len >= 1 && seq_len <= opts.max_seq_len,
+               "Llama: batch " << batch << " and seq_len " << seq_len << " must be >= 1, seq_len <= max_seq_len "
+                               << opts.max_seq_len);
+  if (opts.precision == Precision::kFp16) return Status::InvalidArgument("Llama: fp16 is not supported (bf16, fp32)");
+  if (opts.precision == Precision::kBf16) {
+    DT_CHECK_ARG(ctx.is_cuda() && opts.dtype == DType::kF32,
+                 "Llama: bf16 precision needs a CUDA context and f32 master params (the CPU runs fp32 only)");
+  } else {
+    DT_CHECK_ARG(opts.dtype == DType::kF32 || (opts.dtype == DType::kF64 && !ctx.is_cuda()),
+                 "Llama: fp32 runs in f32 (CPU, CUDA) or f64 (CPU only)");
+  }
+  std::unique_ptr<Llama> m(new Llama(ctx, opts));  // private constructor
+
+  const int64_t c = opts.hidden, f = opts.ffn_hidden, vp = PaddedVocab(opts.vocab_size);
+  int64_t offset = 0;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    const int64_t numel = Tensor::NumelOf(shape);
+    m->infos_.push_back({name, std::move(shape), offset, numel});
+    offset += numel;
+  };
+  add("model.embed_tokens.weight", {vp, c});
+  for (int64_t l = 0; l < opts.n_layer; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {c});
+    add(p + "self_attn.qkv_proj.weight", {m->qkv_width(), c});
+    add(p + "self_attn.o_proj.weight", {c, opts.n_head * hs});
+    add(p + "post_attention_layernorm.weight", {c});
+    add(p + "mlp.gate_up_proj.weight", {2 * f, c});
+    add(p + "mlp.down_proj.weight", {c, f});
+  }
+  add("model.norm.weight", {c});
+  if (!opts.tie_embeddings) add("lm_head.weight", {vp, c});
+
+  DT_RETURN_IF_ERROR(m->Alloc({offset}, opts.dtype, &m->params_));
+  DT_RETURN_IF_ERROR(m->Alloc({offset}, opts.dtype, &m->grads_));
+  DT_RETURN_IF_ERROR(m->grads_.SetZero(ctx.stream()));
+  const bool mixed = m->mixed();
+  if (mixed) DT_RETURN_IF_ERROR(m->Alloc({offset}, DType::kBF16, &m->params16_));
+  for (const ParamInfo& p : m->infos_) {
+    Tensor w, g, w16;
+    DT_RETURN_IF_ERROR(m->params_.View(p.offset, p.shape, &w));
+    DT_RETURN_IF_ERROR(m->grads_.View(p.offset, p.shape, &g));
+    if (mixed) DT_RETURN_IF_ERROR(m->params16_.View(p.offset, p.shape, &w16));
+    m->w_.push_back(w);
+    m->g_.push_back(g);
+    m->w16_.push_back(w16);
+  }
+  // Made once here: RopeTable synchronizes with the device, which a step (or a graph capture) must not.
+  DT_RETURN_IF_ERROR(ops::RopeTable(ctx, opts.max_seq_len, hs, opts.rope_theta, &m->rope_cos_, &m->rope_sin_));
+  DT_RETURN_IF_ERROR(m->Alloc({c}, m->act_dtype(), &m->zero_bias_));
+  DT_RETURN_IF_ERROR(m->zero_bias_.SetZero(ctx.stream()));
+  DT_RETURN_IF_ERROR(m->EnsureActivations(batch, seq_len));
+  *out = std::move(m);
+  return Status::OK();
+}
+
+Status Llama::Alloc(const std::vector<int64_t>& shape, DType dt, Tensor* t) {
+  return Tensor::Empty(shape, dt, ctx_.allocator(), t);
+}
+
+Status Llama::InitParams(uint64_t seed) {
+  // Generated on the host straight into the staging buffer, so every device and dtype starts from the same values.
+  Tensor staging;
+  DT_RETURN_IF_ERROR(Tensor::Empty({params_.numel()}, opts_.dtype, ctx_.host_allocator(), &staging));
+  const bool f64 = opts_.dtype == DType::kF64;
+  Normal normal(seed);
+  const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(opts_.n_layer));
+  for (const ParamInfo& p : infos_) {
+    const bool is_norm = EndsWith(p.name, "norm.weight");
+    const bool is_proj = EndsWith(p.name, "o_proj.weight") || EndsWith(p.name, "down_proj.weight");
+    for (int64_t k = 0; k < p.numel; ++k) {
+      const double v = is_norm ? 1.0 : normal.Next() * (is_proj ? proj_std : 0.02);
+      if (f64) {
+        staging.data<double>()[p.offset + k] = v;
+      } else {
+        staging.data<float>()[p.offset + k] = static_cast<float>(v);
+      }
+    }
+  }
+  DT_RETURN_IF_ERROR(params_.CopyFrom(staging, ctx_.stream()));
+  // `staging` is pageable host memory: cudaMemcpyAsync from it returns only after the copy is staged.
+  return ctx_.Synchronize();
+}
+
+Status Llama::EnsureActivations(int64_t batch, int64_t seq_len) {
+  if (batch == batch_ && seq_len == seq_len_) return Status::OK();
+  const int64_t n = batch * seq_len, c = opts_.hidden, f = opts_.ffn_hidden, L = opts_.n_layer;
+  const int64_t qkv = qkv_width(), vp = PaddedVocab(opts_.vocab_size);
+  const DType act = act_dtype(), stat = stat_dtype();
+  x_.assign(L + 1, Tensor());
+  for (Tensor& x : x_) DT_RETURN_IF_ERROR(Alloc({n, c}, act, &x));
+  acts_.assign(opts_.recompute ? 1 : L, LayerActs());
+  for (LayerActs& a : acts_) {
+    DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.ln1));
+    DT_RETURN_IF_ERROR(Alloc({n}, stat, &a.ln1_rstd));
+    DT_RETURN_IF_ERROR(Alloc({batch, seq_len, qkv}, act, &a.qkv));
+    DT_RETURN_IF_ERROR(Alloc({batch, seq_len, c}, act, &a.att));
+    DT_RETURN_IF_ERROR(Alloc({batch, opts_.n_head, seq_len}, stat, &a.lse));
+    DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.x_mid));
+    DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.ln2));
+    DT_RETURN_IF_ERROR(Alloc({n}, stat, &a.ln2_rstd));
+    DT_RETURN_IF_ERROR(Alloc({n, 2 * f}, act, &a.h));
+    DT_RETURN_IF_ERROR(Alloc({n, f}, act, &a.act));
+  }
+  DT_RETURN_IF_ERROR(Alloc({n, c}, act, &lnf_));
+  DT_RETURN_IF_ERROR(Alloc({n}, stat, &lnf_rstd_));
+  DT_RETURN_IF_ERROR(Alloc({n, vp}, act, &logits_));
+  DT_RETURN_IF_ERROR(Alloc({n}, stat, &losses_));
+  DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dres_));
+  DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dln_));
+  DT_RETURN_IF_ERROR(Alloc({batch, seq_len, qkv}, act, &dqkv_));
+  DT_RETURN_IF_ERROR(Alloc({batch, seq_len, c}, act, &datt_));
+  DT_RETURN_IF_ERROR(Alloc({n, 2 * f}, act, &dh_));
+  DT_RETURN_IF_ERROR(Alloc({n, f}, act, &dact_));
+  batch_ = batch;
+  seq_len_ = seq_len;
+  return Status::OK();
+}
+
+Status Llama::Forward(const Tensor& inputs, const Tensor& targets) {
+  DT_NVTX_RANGE("llama.forward");
+  DT_CHECK_ARG(inputs.ndim() == 2 && inputs.dtype() == DType::kI32 && inputs.device() == ctx_.type() &&
+                   inputs.numel() > 0 && inputs.dim(1) <= opts_.max_seq_len,
+               "Llama expects token ids i32[B, T] (T <= " << opts_.max_seq_len << ") on " << DeviceName(ctx_.type())
+                                                          << ", got " << inputs.ToString());
+  DT_CHECK_ARG(targets.shape() == inputs.shape() && targets.dtype() == DType::kI32 && targets.device() == ctx_.type(),
+               "targets " << targets.ToString() << " do not match inputs " << inputs.ToString());
+  DT_RETURN_IF_ERROR(EnsureActivations(inputs.dim(0), inputs.dim(1)));
+  const int64_t n = batch_ * seq_len_;
+  DT_RETURN_IF_ERROR(inputs.Reshape({n}, &ids_));
+  DT_RETURN_IF_ERROR(targets.Reshape({n}, &targets_));
+  // The bf16 working copy of the (just updated) master weights.
+  if (mixed()) DT_RETURN_IF_ERROR(ops::Cast(ctx_, params_, &params16_));
+
+  // x = embed[ids]: the lookup reads the master table and writes the activation dtype (bf16 rows in a mixed run).
+  DT_RETURN_IF_ERROR(ops::EmbeddingForward(ctx_, ids_, w_[0], &x_[0]));
+  for (int l = 0; l < opts_.n_layer; ++l) DT_RETURN_IF_ERROR(LayerForward(l));
+  const float eps = static_cast<float>(opts_.rms_norm_eps);
+  DT_RETURN_IF_ERROR(ops::RmsNormForward(ctx_, x_.back(), w_[norm_index()], eps, &lnf_, &lnf_rstd_));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, lnf_, false, gemm_weight(head_index()), true, &logits_));
+  // Fused classifier (training): losses and d(mean loss)/d(logits), in place over the logits. Otherwise losses only;
+  // Backward derives dlogits from them and the logits, over the logits (no second [N, Vp] buffer).
+  dlogits_in_place_ = opts_.fused_classifier && training_;
+  return ops::SoftmaxCrossEntropy(ctx_, logits_, targets_, &losses_, dlogits_in_place_ ? &logits_ : nullptr,
+                                  1.0f / static_cast<float>(n), opts_.vocab_size);
+}
+
+Status Llama::LayerForward(int layer) {
+  DT_NVTX_RANGE("llama.layer_forward");
+  LayerActs& a = acts(layer);
+  const Tensor& x = x_[layer];
+  Tensor& y = x_[layer + 1];
+  auto w = [&](int p) -> const Tensor& { return w_[ParamIndex(layer, p)]; };
+  auto gw = [&](int p) -> const Tensor& { return gemm_weight(ParamIndex(layer, p)); };
+  const float eps = static_cast<float>(opts_.rms_norm_eps);
+  Tensor qkv2, att2;  // 2-D views [B*T, (NH + 2 NKV) hs] / [B*T, C] for the GEMMs
+  DT_RETURN_IF_ERROR(a.qkv.Reshape({x.dim(0), qkv_width()}, &qkv2));
+  DT_RETURN_IF_ERROR(a.att.Reshape(x.shape(), &att2));
+
+  // Attention: x_mid = x + o_proj(attn(rope(qkv_proj(rmsnorm_1(x))))). RoPE rotates q and k in place, so qkv holds
+  // what attention read (its backward needs exactly that).
+  DT_RETURN_IF_ERROR(ops::RmsNormForward(ctx_, x, w(kInNorm), eps, &a.ln1, &a.ln1_rstd));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, a.ln1, false, gw(kQkv), true, &qkv2));
+  DT_RETURN_IF_ERROR(ops::RopeForward(ctx_, rope_cos_, rope_sin_, opts_.n_head, opts_.n_kv_head, &a.qkv));
+  DT_RETURN_IF_ERROR(ops::AttentionForward(ctx_, a.qkv, opts_.n_head, opts_.n_kv_head, &a.att, &a.lse));
+  // The residual add rides in the GEMM's epilogue (C = x read once); the epilogue comes with a bias, zero here.
+  Tensor residual = x;  // a handle: the epilogue reads it
+  DT_RETURN_IF_ERROR(ops::MatmulEpilogue(ctx_, att2, false, gw(kOProj), true, zero_bias_, ops::Epilogue::kBiasResidual,
+                                         &a.x_mid, &residual));
+
+  // MLP: y = x_mid + down_proj(silu(gate) * up), [gate | up] = gate_up_proj(rmsnorm_2(x_mid)).
+  DT_RETURN_IF_ERROR(ops::RmsNormForward(ctx_, a.x_mid, w(kPostNorm), eps, &a.ln2, &a.ln2_rstd));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, a.ln2, false, gw(kGateUp), true, &a.h));
+  DT_RETURN_IF_ERROR(ops::SwiGluForward(ctx_, a.h, &a.act));
+  residual = a.x_mid;
+  return ops::MatmulEpilogue(ctx_, a.act, false, gw(kDown), true, zero_bias_, ops::Epilogue::kBiasResidual, &y,
+                             &residual);
+}
+
+Status Llama::Backward(float loss_scale, const GradReadyFn& on_ready) {
+  DT_NVTX_RANGE("llama.backward");
+  DT_CHECK_ARG(ids_.defined(), "Backward called before Forward");
+  const int64_t n = batch_ * seq_len_;
+  auto ready = [&](int i) { return on_ready ? on_ready(i) : Status::OK(); };
+  // dlogits = d(loss_scale * mean loss)/d(logits), in place over the logits (0 in the padded columns): from the
+  // forward's losses (one pass over the logits), or already there (fused classifier: d(mean loss)/d(logits), the
+  // loss scale then goes into the GEMMs' alpha).
+  float alpha = 1.f;
+  if (dlogits_in_place_) {
+    alpha = loss_scale;
+    dlogits_in_place_ = false;  // consumed: a second Backward needs a new Forward
+  } else {
+    DT_RETURN_IF_ERROR(ops::SoftmaxCrossEntropyBackward(ctx_, logits_, targets_, losses_, &logits_,
+                                                        loss_scale / static_cast<float>(n), opts_.vocab_size));
+  }
+  // LM head: dhead += dlogits^T lnf (tied: the first of embed_tokens' two contributions), dlnf = dlogits head.
+  const int head = head_index(), norm = norm_index();
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, true, lnf_, false, &g_[head], alpha, 1.f));
+  if (!opts_.tie_embeddings) DT_RETURN_IF_ERROR(ready(head));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, false, gemm_weight(head), false, &dln_, alpha));
+  DT_RETURN_IF_ERROR(ops::RmsNormBackward(ctx_, x_.back(), w_[norm], lnf_rstd_, dln_, &dres_, &g_[norm]));
+  DT_RETURN_IF_ERROR(ready(norm));
+  for (int l = static_cast<int>(opts_.n_layer) - 1; l >= 0; --l) DT_RETURN_IF_ERROR(LayerBackward(l, on_ready));
+  // dres_ = d x_[0]; the embedding backward accumulates in the master dtype (reading bf16 rows directly). Tied:
+  // embed_tokens is complete only now (LM head + embedding).
+  DT_RETURN_IF_ERROR(ops::EmbeddingBackward(ctx_, ids_, dres_, &g_[0]));
+  return ready(0);
+}
+
+Status Llama::LayerBackward(int layer, const GradReadyFn& on_ready) {
+  DT_NVTX_RANGE("llama.layer_backward");
+  if (opts_.recompute) DT_RETURN_IF_ERROR(LayerForward(layer));  // refills the shared activations (same values)
+  LayerActs& a = acts(layer);
+  auto w = [&](int p) -> const Tensor& { return w_[ParamIndex(layer, p)]; };
+  auto gw = [&](int p) -> const Tensor& { return gemm_weight(ParamIndex(layer, p)); };
+  auto g = [&](int p) -> Tensor* { return &g_[ParamIndex(layer, p)]; };
+  auto ready = [&](int p) { return on_ready ? on_ready(ParamIndex(layer, p)) : Status::OK(); };
+  Tensor qkv2, att2, dqkv2, datt2;
+  DT_RETURN_IF_ERROR(a.qkv.Reshape({dres_.dim(0), qkv_width()}, &qkv2));
+  DT_RETURN_IF_ERROR(a.att.Reshape(dres_.shape(), &att2));
+  DT_RETURN_IF_ERROR(dqkv_.Reshape(qkv2.shape(), &dqkv2));
+  DT_RETURN_IF_ERROR(datt_.Reshape(dres_.shape(), &datt2));
+
+  // MLP, with dres_ = dy. Weight gradients accumulate (beta = 1) across micro-steps.
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, true, a.act, false, g(kDown), 1.f, 1.f));
+  DT_RETURN_IF_ERROR(ready(kDown));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, false, gw(kDown), false, &dact_));
+  DT_RETURN_IF_ERROR(ops::SwiGluBackward(ctx_, a.h, dact_, &dh_));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dh_, true, a.ln2, false, g(kGateUp), 1.f, 1.f));
+  DT_RETURN_IF_ERROR(ready(kGateUp));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dh_, false, gw(kGateUp), false, &dln_));
+  DT_RETURN_IF_ERROR(ops::RmsNormBackward(ctx_, a.x_mid, w(kPostNorm), a.ln2_rstd, dln_, &dres_, g(kPostNorm),
+                                          /*accumulate_dx=*/true));  // the residual path plus the norm path
+  DT_RETURN_IF_ERROR(ready(kPostNorm));
+
+  // Attention, with dres_ = d x_mid. The gradient of the rotated q, k is rotated back in place before the projection.
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, true, att2, false, g(kOProj), 1.f, 1.f));
+  DT_RETURN_IF_ERROR(ready(kOProj));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, false, gw(kOProj), false, &datt2));
+  DT_RETURN_IF_ERROR(ops::AttentionBackward(ctx_, a.qkv, a.att, a.lse, datt_, opts_.n_head, opts_.n_kv_head, &dqkv_));
+  DT_RETURN_IF_ERROR(ops::RopeBackward(ctx_, rope_cos_, rope_sin_, opts_.n_head, opts_.n_kv_head, &dqkv_));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dqkv2, true, a.ln1, false, g(kQkv), 1.f, 1.f));
+  DT_RETURN_IF_ERROR(ready(kQkv));
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dqkv2, false, gw(kQkv), false, &dln_));
+  DT_RETURN_IF_ERROR(ops::RmsNormBackward(ctx_, x_[layer], w(kInNorm), a.ln1_rstd, dln_, &dres_, g(kInNorm),
+                                          /*accumulate_dx=*/true));  // dres_ = d x_[layer]
+  return ready(kInNorm);
+}
+
+}  // namespace dtrain::models

@@ -1,0 +1,136 @@
+#pragma once
+// Llama: a Llama-style decoder-only language model with Hugging Face LlamaForCausalLM's semantics, so HF weights
+// give the same logits. Implements models::Model (see model.h for the step protocol, the flat parameter layout and
+// the gradient-ready contract).
+//
+//   x = embed[ids]                                                             residual stream [B*T, C]
+//   per layer: x += o_proj(attn(rope(qkv_proj(rmsnorm_1(x)))));  x += down_proj(swiglu(gate_up_proj(rmsnorm_2(x))))
+//   logits = rmsnorm_f(x) @ head^T  [B*T, Vp]  (head = embed_tokens when tied, else lm_head)
+//   loss = cross-entropy over the first vocab_size columns (padded columns never take part in the softmax or argmax)
+// RMSNorm: y = x / sqrt(mean(x^2) + eps) * w. RoPE (rotate-half, HF's layout): head dims (i, i + hs/2) of q and k at
+// position t rotate by t * theta^(-2i/hs). Attention is causal grouped-query attention: query head h reads key/value
+// head h / (NH / NKV). SwiGLU: silu(gate) * up. No biases anywhere.
+// Inputs: i32 token ids [B, T]; targets: i32 [B, T]; losses(): f32 (f64 in f64 mode) [B*T], one per token.
+//
+// Parameters, forward order (HF's names except the two fused projections): model.embed_tokens.weight [Vp, C]; per
+// layer l, model.layers.<l>.{input_layernorm.weight [C], self_attn.qkv_proj.weight [(NH + 2 NKV) hs, C] (rows
+// q | k | v: HF's q_proj, k_proj, v_proj stacked), self_attn.o_proj.weight [C, NH hs], post_attention_layernorm.weight
+// [C], mlp.gate_up_proj.weight [2F, C] (rows gate | up: HF's gate_proj, up_proj), mlp.down_proj.weight [C, F]};
+// model.norm.weight [C]; lm_head.weight [Vp, C] only when untied. Linear weights are [out, in] (nn.Linear's layout,
+// y = x W^T). Vp = vocab_size rounded up to a multiple of 128 (PaddedVocab); embed_tokens and lm_head rows past
+// vocab_size are padding (initialised like the rest; they receive no gradient from the loss, only weight decay).
+// Backward announces parameters ready in exactly the reverse of that order; embed_tokens (LM head when tied, and the
+// embedding) is last.
+//
+// Init: every weight N(0, 0.02) (HF's initializer_range) except o_proj and down_proj, the residual projections,
+// N(0, 0.02 / sqrt(2 * n_layer)) (GPT-2's scaling); RMSNorm weights 1. Drawn on the host from SplitMix64(seed)
+// (Box-Muller), so every device and rank starts identical.
+//
+// Precision:
+//   kFp32: every tensor f32 (CPU or CUDA), or f64 on the CPU (options.dtype; for gradient checks).
+//   kBf16 (CUDA only): params()/grads() stay f32 (master weights, f32 gradients); Forward casts the params into a bf16
+//     copy used by the GEMMs; activations are bf16; RMSNorm statistics, softmax statistics and every reduction fp32.
+//     Attention on CUDA bf16 needs a head size of 64 or 128.
+//   kFp16 is not supported (InvalidArgument).
+// recompute: keep only each layer's input; Backward re-runs a layer's forward just before its backward (one layer's
+// activations are alive at a time). Gradients are identical to the stored-activation path.
+// fused_classifier: as Gpt2's (the training forward's cross-entropy writes d(mean loss)/d(logits) over the logits).
+// logits() are valid until Backward, which overwrites them in place with dlogits.
+// Graph-capturable: once the activations exist for a shape, Forward and Backward allocate nothing outside ctx's
+// allocator and never synchronize the host.
+
+#include <memory>
+#include <vector>
+
+#include "models/model.h"
+
+namespace dtrain::models {
+
+// Mirrors proto::LlamaConfig (the spec copies it) plus the run's precision/recompute.
+struct LlamaOptions {
+  int64_t vocab_size = 32000;
+  int64_t max_seq_len = 2048;
+  int64_t n_layer = 16;
+  int64_t n_head = 32;
+  int64_t n_kv_head = 8;  // divides n_head
+  int64_t hidden = 2048;  // C, a multiple of n_head; head size hidden / n_head, even
+  int64_t ffn_hidden = 8192;
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-5;
+  bool tie_embeddings = true;
+  Precision precision = Precision::kFp32;
+  bool recompute = false;
+  bool fused_classifier = false;  // see the file comment; bf16/fp32 training forwards only
+  DType dtype = DType::kF32;      // kFp32 only: kF64 on the CPU
+};
+
+class Llama final : public Model {
+ public:
+  // The rows of the embedding and LM head: vocab_size rounded up to a multiple of 128.
+  static int64_t PaddedVocab(int64_t vocab_size) { return (vocab_size + 127) / 128 * 128; }
+
+  // Activations are allocated for [batch, seq_len] up front (a later Forward of another shape reallocates them).
+  // InvalidArgument for options the model cannot run (named).
+  static Status Create(DeviceContext& ctx, const LlamaOptions& opts, int64_t batch, int64_t seq_len,
+                       std::unique_ptr<Llama>* out);
+
+  const std::vector<ParamInfo>& param_infos() const override { return infos_; }
+  Tensor& params() override { return params_; }
+  Tensor& grads() override { return grads_; }
+  Status InitParams(uint64_t seed) override;
+  Status Forward(const Tensor& inputs, const Tensor& targets) override;
+  const Tensor& losses() const override { return losses_; }
+  const Tensor& logits() const override { return logits_; }
+  Status Backward(float loss_scale, const GradReadyFn& on_ready) override;
+  void set_training(bool training) override { training_ = training; }
+
+  const LlamaOptions& options() const { return opts_; }
+
+ protected:
+  int64_t num_eval_classes() const override { return opts_.vocab_size; }  // padded columns are not classes
+
+ private:
+  // Per layer, forward order of the 6 parameters.
+  enum LayerParam { kInNorm, kQkv, kOProj, kPostNorm, kGateUp, kDown, kLayerParams };
+  // Activations of one layer (all of them, or one reused set under recompute).
+  struct LayerActs {
+    Tensor ln1, ln1_rstd, qkv, att, lse, x_mid, ln2, ln2_rstd, h, act;
+  };
+
+  Llama(DeviceContext& ctx, const LlamaOptions& opts) : ctx_(ctx), opts_(opts) {}
+  int ParamIndex(int layer, int p) const { return 1 + layer * kLayerParams + p; }
+  int norm_index() const { return ParamIndex(static_cast<int>(opts_.n_layer), 0); }
+  int head_index() const { return opts_.tie_embeddings ? 0 : norm_index() + 1; }
+  int64_t head_size() const { return opts_.hidden / opts_.n_head; }
+  int64_t qkv_width() const { return (opts_.n_head + 2 * opts_.n_kv_head) * head_size(); }
+  bool mixed() const { return opts_.precision != Precision::kFp32; }
+  DType act_dtype() const { return mixed() ? DType::kBF16 : opts_.dtype; }
+  DType stat_dtype() const { return opts_.dtype; }  // RMSNorm statistics, losses: f32 (f64 in f64 mode)
+  Status Alloc(const std::vector<int64_t>& shape, DType dt, Tensor* t);
+  Status EnsureActivations(int64_t batch, int64_t seq_len);
+  LayerActs& acts(int layer) { return acts_[opts_.recompute ? 0 : layer]; }
+  // Weight `i` as used by the GEMMs: a view of params_, or of the bf16 copy.
+  const Tensor& gemm_weight(int i) const { return mixed() ? w16_[i] : w_[i]; }
+
+  Status LayerForward(int layer);                                // x_[layer] -> x_[layer + 1]
+  Status LayerBackward(int layer, const GradReadyFn& on_ready);  // d x_[layer + 1] in dres_ -> d x_[layer]
+
+  DeviceContext& ctx_;
+  LlamaOptions opts_;
+  std::vector<ParamInfo> infos_;
+  Tensor params_, grads_, params16_;  // params16_: the bf16 copy (kBf16)
+  std::vector<Tensor> w_, g_, w16_;   // views per parameter
+  Tensor rope_cos_, rope_sin_;        // RoPE tables [max_seq_len, hs / 2], made once
+  Tensor zero_bias_;                  // [C] zeros of the activation dtype: the residual GEMMs' (bias-free) epilogue
+  int64_t batch_ = -1, seq_len_ = -1;
+  Tensor ids_, targets_;   // the last Forward's inputs, flat [B*T]
+  std::vector<Tensor> x_;  // x_[l]: residual stream entering layer l; x_[n_layer]: after the last layer
+  std::vector<LayerActs> acts_;
+  Tensor lnf_, lnf_rstd_, logits_, losses_;
+  bool training_ = true;
+  bool dlogits_in_place_ = false;  // the last Forward left d(mean loss)/d(logits) in logits_ (fused_classifier)
+  // Backward scratch: dres_ is d(loss)/d(residual stream) at the current layer boundary.
+  Tensor dres_, dln_, dqkv_, datt_, dh_, dact_;
+};
+
+}  // namespace dtrain::models

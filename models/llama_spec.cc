@@ -1,0 +1,194 @@
+// model.kind llama (models/llama.h): the Llama language model, with its Hugging Face export (LlamaForCausalLM).
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/check.h"
+#include "kernels/attention.h"
+#include "models/builtin_models.h"
+#include "models/llama.h"
+
+namespace dtrain::models {
+namespace {
+
+constexpr int64_t kMaxHeadSize = 256;
+
+// Every size in range, the Llama constraints and the parameter count within kMaxModelParams, each error naming its
+// key. `bf16_cuda`: the run's attention is CUDA bf16, which takes head sizes 64 and 128 only.
+Status CheckConfig(const proto::LlamaConfig& g, bool bf16_cuda) {
+  DT_RETURN_IF_ERROR(CheckModelSize("model.llama.vocab_size", g.vocab_size(), 2));
+  DT_RETURN_IF_ERROR(CheckModelSize("model.llama.max_seq_len", g.max_seq_len(), 1));
+  DT_RETURN_IF_ERROR(CheckModelSize("model.llama.hidden", g.hidden(), 1));
+  DT_RETURN_IF_ERROR(CheckModelSize("model.llama.ffn_hidden", g.ffn_hidden(), 1));
+  DT_RETURN_IF_ERROR(CheckModelSize("model.llama.n_head", g.n_head(), 1));
+  DT_RETURN_IF_ERROR(CheckModelSize("model.llama.n_kv_head", g.n_kv_head(), 1, g.n_head()));
+  if (g.n_head() % g.n_kv_head() != 0) {
+    return Status::InvalidArgument("model.llama.n_head " + std::to_string(g.n_head()) +
+                                   " must be a multiple of model.llama.n_kv_head " + std::to_string(g.n_kv_head()) +
+                                   " (grouped-query attention shares each key/value head among n_head / n_kv_head "
+                                   "query heads)");
+  }
+  if (g.hidden() % g.n_head() != 0) {
+    return Status::InvalidArgument("model.llama.hidden " + std::to_string(g.hidden()) +
+                                   " must be a multiple of model.llama.n_head " + std::to_string(g.n_head()) +
+                                   " (head size = hidden / n_head)");
+  }
+  const int64_t hs = g.hidden() / g.n_head();
+  if (hs % 2 != 0 || hs > kMaxHeadSize) {
+    return Status::InvalidArgument("model.llama: head size hidden / n_head = " + std::to_string(g.hidden()) + " / " +
+                                   std::to_string(g.n_head()) + " = " + std::to_string(hs) +
+                                   " must be even (RoPE rotates pairs) and at most " + std::to_string(kMaxHeadSize));
+  }
+  if (bf16_cuda && !ops::FlashAttentionSupportsHeadSize(hs)) {
+    return Status::InvalidArgument("model.llama: head size hidden / n_head = " + std::to_string(hs) +
+                                   ", but bf16 attention on CUDA runs head sizes 64 and 128 only: change "
+                                   "model.llama.hidden or model.llama.n_head, or train in fp32");
+  }
+  int64_t params = 0;  // embedding (and LM head), then per layer q|k|v, o, gate|up, down and two norms, final norm
+  const int64_t vp = Llama::PaddedVocab(g.vocab_size());
+  DT_RETURN_IF_ERROR(AddModelParams("model.llama", vp, g.hidden() * (g.tie_embeddings() ? 1 : 2), &params));
+  const int64_t per_layer_rows = (g.n_head() + 2 * g.n_kv_head()) * hs + g.n_head() * hs + 3 * g.ffn_hidden() + 2;
+  DT_RETURN_IF_ERROR(AddModelParams("model.llama", g.n_layer() * per_layer_rows + 1, g.hidden(), &params));
+  return Status::OK();
+}
+
+Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Model>* out) {
+  const proto::LlamaConfig& g = config.model().llama();
+  const std::string& precision = config.train().precision();
+  LlamaOptions opts;
+  if (precision == "bf16" || (precision == "auto" && ctx.is_cuda())) {
+    opts.precision = Precision::kBf16;
+  } else if (precision == "fp16") {
+    return Status::InvalidArgument("train.precision: fp16 is not supported by model.kind llama; use bf16 or fp32");
+  }
+  if (opts.precision != Precision::kFp32 && !ctx.is_cuda()) {
+    return Status::InvalidArgument("train.precision: " + precision + " needs a GPU; the CPU path is fp32");
+  }
+  DT_RETURN_IF_ERROR(CheckConfig(g, opts.precision == Precision::kBf16));
+  opts.vocab_size = g.vocab_size();
+  opts.max_seq_len = g.max_seq_len();
+  opts.n_layer = g.n_layer();
+  opts.n_head = g.n_head();
+  opts.n_kv_head = g.n_kv_head();
+  opts.hidden = g.hidden();
+  opts.ffn_hidden = g.ffn_hidden();
+  opts.rope_theta = g.rope_theta();
+  opts.rms_norm_eps = g.rms_norm_eps();
+  opts.tie_embeddings = g.tie_embeddings();
+  opts.recompute = config.train().recompute();
+  opts.fused_classifier = true;  // training runs; eval mode keeps the logits
+  std::unique_ptr<Llama> llama;
+  DT_RETURN_IF_ERROR(Llama::Create(ctx, opts, config.data().batch_size(), g.max_seq_len(), &llama));
+  *out = std::move(llama);
+  return Status::OK();
+}
+
+Status CheckData(const proto::Config& config, const std::string& what, const proto::DatasetSchema& s) {
+  const proto::LlamaConfig& g = config.model().llama();
+  // The model's own constraints first: the run check (dtrain launch) reports them before any worker starts.
+  DT_RETURN_IF_ERROR(CheckConfig(g, /*bf16_cuda=*/false));
+  if (s.kind() != proto::DatasetSchema::TOKENS) {
+    return Status::InvalidArgument(what + " holds images, but model.kind llama takes tokens");
+  }
+  if (s.vocab_size() > g.vocab_size()) {
+    return Status::InvalidArgument(what + " has token ids up to " + std::to_string(s.vocab_size() - 1) +
+                                   " (vocab_size " + std::to_string(s.vocab_size()) +
+                                   "), but model.llama.vocab_size is " + std::to_string(g.vocab_size()) +
+                                   ": raise it to at least " + std::to_string(s.vocab_size()));
+  }
+  if (s.dims_size() > 0 && s.dims(0) - 1 > g.max_seq_len()) {
+    return Status::InvalidArgument(what + " has records of " + std::to_string(s.dims(0)) + " tokens (sequences of " +
+                                   std::to_string(s.dims(0) - 1) + "), longer than model.llama.max_seq_len " +
+                                   std::to_string(g.max_seq_len()));
+  }
+  return Status::OK();
+}
+
+TokenInput Tokens(const proto::Config& config) {
+  return {config.model().llama().max_seq_len(), config.model().llama().vocab_size()};
+}
+
+void WeightsMetadata(const proto::Config& config, std::map<std::string, std::string>* m) {
+  (*m)["vocab_size"] = std::to_string(config.model().llama().vocab_size());
+  (*m)["max_seq_len"] = std::to_string(config.model().llama().max_seq_len());
+}
+
+// transformers' LlamaForCausalLM: dtrain's names are HF's, except the two fused projections, which HF keeps apart:
+// q_proj, k_proj, v_proj are row slices of qkv_proj, gate_proj and up_proj of gate_up_proj (nn.Linear's [out, in]
+// on both sides: no transpose). embed_tokens and lm_head lose the padded rows past vocab_size. config.json states
+// what dtrain's Llama computes: SiLU, no biases, no RoPE scaling, no dropout.
+Status HfExport(const proto::Config& config, HfExportPlan* plan) {
+  const proto::LlamaConfig& g = config.model().llama();
+  DT_RETURN_IF_ERROR(CheckConfig(g, /*bf16_cuda=*/false));
+  const int64_t c = g.hidden(), f = g.ffn_hidden(), hs = c / g.n_head(), vp = Llama::PaddedVocab(g.vocab_size());
+  const int64_t q_rows = g.n_head() * hs, kv_rows = g.n_kv_head() * hs;
+  const std::vector<int64_t> qkv_shape = {q_rows + 2 * kv_rows, c}, gate_up_shape = {2 * f, c};
+  plan->tensors.clear();
+  HfTensor embed{"model.embed_tokens.weight", "model.embed_tokens.weight", {vp, c}};
+  embed.keep_rows = g.vocab_size();
+  plan->tensors.push_back(embed);
+  auto slice = [](std::string name, std::string param, std::vector<int64_t> shape, int64_t begin, int64_t rows) {
+    HfTensor t{std::move(name), std::move(param), std::move(shape)};
+    t.row_begin = begin;
+    t.keep_rows = rows;
+    return t;
+  };
+  for (int64_t l = 0; l < g.n_layer(); ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string qkv = p + "self_attn.qkv_proj.weight", gate_up = p + "mlp.gate_up_proj.weight";
+    plan->tensors.push_back({p + "input_layernorm.weight", p + "input_layernorm.weight", {c}});
+    plan->tensors.push_back(slice(p + "self_attn.q_proj.weight", qkv, qkv_shape, 0, q_rows));
+    plan->tensors.push_back(slice(p + "self_attn.k_proj.weight", qkv, qkv_shape, q_rows, kv_rows));
+    plan->tensors.push_back(slice(p + "self_attn.v_proj.weight", qkv, qkv_shape, q_rows + kv_rows, kv_rows));
+    plan->tensors.push_back({p + "self_attn.o_proj.weight", p + "self_attn.o_proj.weight", {c, q_rows}});
+    plan->tensors.push_back({p + "post_attention_layernorm.weight", p + "post_attention_layernorm.weight", {c}});
+    plan->tensors.push_back(slice(p + "mlp.gate_proj.weight", gate_up, gate_up_shape, 0, f));
+    plan->tensors.push_back(slice(p + "mlp.up_proj.weight", gate_up, gate_up_shape, f, f));
+    plan->tensors.push_back({p + "mlp.down_proj.weight", p + "mlp.down_proj.weight", {c, f}});
+  }
+  plan->tensors.push_back({"model.norm.weight", "model.norm.weight", {c}});
+  if (!g.tie_embeddings()) {
+    HfTensor head{"lm_head.weight", "lm_head.weight", {vp, c}};
+    head.keep_rows = g.vocab_size();
+    plan->tensors.push_back(head);
+  }
+  const nlohmann::ordered_json json = {{"architectures", {"LlamaForCausalLM"}},
+                                       {"model_type", "llama"},
+                                       {"vocab_size", g.vocab_size()},
+                                       {"hidden_size", c},
+                                       {"intermediate_size", f},
+                                       {"num_hidden_layers", g.n_layer()},
+                                       {"num_attention_heads", g.n_head()},
+                                       {"num_key_value_heads", g.n_kv_head()},
+                                       {"head_dim", hs},
+                                       {"max_position_embeddings", g.max_seq_len()},
+                                       {"hidden_act", "silu"},
+                                       {"rms_norm_eps", g.rms_norm_eps()},
+                                       {"rope_theta", g.rope_theta()},
+                                       {"rope_scaling", nullptr},
+                                       {"attention_bias", false},
+                                       {"attention_dropout", 0.0},
+                                       {"mlp_bias", false},
+                                       {"initializer_range", 0.02},
+                                       {"tie_word_embeddings", g.tie_embeddings()},
+                                       {"torch_dtype", "float32"}};
+  plan->config_json = json.dump(2) + "\n";
+  return Status::OK();
+}
+
+}  // namespace
+
+ModelSpec LlamaSpec() {
+  ModelSpec spec;
+  spec.kind = "llama";
+  spec.build = &Build;
+  spec.check_data = &CheckData;
+  spec.tokens = &Tokens;
+  spec.weights_metadata = &WeightsMetadata;
+  spec.hf_export = &HfExport;
+  return spec;
+}
+
+}  // namespace dtrain::models
