@@ -153,8 +153,9 @@ CLI::App* AddLaunchCommand(CLI::App* parent, LaunchOptions* o) {
       ->trigger_on_parse();
   app->add_flag_callback(
          "--overwrite", [o] { o->sets.push_back("checkpoint.overwrite=true"); },
-         "start over in a run directory that holds checkpoints: move them aside first (= --set "
-         "checkpoint.overwrite=true; without it such a start is refused)")
+         "start over in a run directory that holds checkpoints: move them aside first; with --resume N, move the "
+         "checkpoints newer than N aside and train on from N (= --set checkpoint.overwrite=true; without it such a "
+         "start is refused)")
       ->trigger_on_parse();
   app->add_flag_callback(
          "--idle-exit", [o] { o->sets.push_back("run.gpu_idle_exit=true"); },
