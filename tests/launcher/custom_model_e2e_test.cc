@@ -118,7 +118,8 @@ TEST(CustomModelE2E, InstalledPackageBuildsTheExampleWhichTrainsOnTwoRanks) {
                                    "/examples/custom_model/fashion_mnist_two_layer.yaml --set train.device=cpu" +
                                    " --set run.dir=" + d + "/stock");
   EXPECT_EQ(stock.exit_code, 2) << stock.output;
-  EXPECT_NE(stock.output.find("model.kind: unknown model 'two_layer_mlp' (known: mlp, cnn, gpt2;"), std::string::npos)
+  EXPECT_NE(stock.output.find("model.kind: unknown model 'two_layer_mlp' (known: mlp, cnn, gpt2, llama;"),
+            std::string::npos)
       << stock.output;
   EXPECT_NE(stock.output.find("RegisterModel"), std::string::npos) << stock.output;
   // Refused right after the config is read, before the worker picks its device ("rank 0/1 ... started by").

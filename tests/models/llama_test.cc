@@ -1,0 +1,808 @@
+// Tests of models/llama and its spec (models/llama_spec.cc): the parameter layout (names, shapes, forward order, the
+// derived padded vocabulary, tied and untied heads), the init, the loss at init (padded columns masked),
+// finite-difference gradients of the whole model (CPU f64; grouped-query and multi-head attention, tied and untied),
+// recompute and the fused classifier giving the same gradients, the reverse-layout ready order, AdamW steps
+// reducing the loss, the spec's constraints and their messages, its HF export plan; on a GPU, CUDA f32 and bf16
+// against the CPU and a CUDA-graph replay of the step against the eager step.
+#include "models/llama.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/device_context.h"
+#include "kernels/optim_update.h"
+#include "models/model_registry.h"
+#include "tests/testing/grad_check.h"
+#if DT_HAVE_CUDA
+#include "core/cuda_graph.h"
+#endif
+
+namespace dtrain::models {
+namespace {
+
+using testing::Fetch;
+using testing::MakeTensor;
+
+// 2 layers, 4 query heads over 2 KV heads (head size 4), C = 16, F = 24, T = 8, vocab 61 (padded to 128).
+LlamaOptions Tiny() {
+  LlamaOptions o;
+  o.vocab_size = 61;
+  o.max_seq_len = 8;
+  o.n_layer = 2;
+  o.n_head = 4;
+  o.n_kv_head = 2;
+  o.hidden = 16;
+  o.ffn_hidden = 24;
+  return o;
+}
+
+std::unique_ptr<DeviceContext> Cpu() {
+  std::unique_ptr<DeviceContext> ctx;
+  EXPECT_TRUE(DeviceContext::CreateCpu(&ctx).ok());
+  return ctx;
+}
+
+// Token ids uniform in [0, vocab), reproducible from `seed`.
+std::vector<double> Tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  std::vector<double> v = testing::RandomVector(n, seed, 0.0, static_cast<double>(vocab));
+  for (double& e : v) e = std::floor(e);
+  return v;
+}
+
+struct Batch {
+  Tensor inputs, targets;
+};
+
+void MakeBatch(DeviceContext& ctx, int64_t b, int64_t t, int64_t vocab, uint64_t seed, Batch* out) {
+  DT_ASSERT_OK(MakeTensor(ctx, DType::kI32, {b, t}, Tokens(b * t, vocab, seed), &out->inputs));
+  DT_ASSERT_OK(MakeTensor(ctx, DType::kI32, {b, t}, Tokens(b * t, vocab, seed + 1), &out->targets));
+}
+
+double Mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double e : v) s += e;
+  return s / static_cast<double>(v.size());
+}
+
+// One Forward/Backward (with `loss_scale`, divided out of the returned grads) from zeroed grads; returns the mean
+// loss, the grads and the ready order.
+void Step(DeviceContext& ctx, Llama& m, const Batch& batch, double* loss, std::vector<double>* grads,
+          std::vector<int>* order = nullptr, float loss_scale = 1.0f) {
+  DT_ASSERT_OK(m.grads().SetZero(ctx.stream()));
+  DT_ASSERT_OK(m.Forward(batch.inputs, batch.targets));
+  std::vector<double> losses;
+  DT_ASSERT_OK(Fetch(ctx, m.losses(), &losses));
+  *loss = Mean(losses);
+  DT_ASSERT_OK(m.Backward(loss_scale, [&](int i) {
+    if (order != nullptr) order->push_back(i);
+    return Status::OK();
+  }));
+  DT_ASSERT_OK(Fetch(ctx, m.grads(), grads));
+  for (double& g : *grads) g /= loss_scale;
+}
+
+TEST(Llama, ParamLayoutUsesHfNamesInForwardOrderWithAPaddedVocabulary) {
+  auto cpu = Cpu();
+  for (bool tied : {true, false}) {
+    LlamaOptions o = Tiny();
+    o.tie_embeddings = tied;
+    std::unique_ptr<Llama> m;
+    DT_ASSERT_OK(Llama::Create(*cpu, o, 2, 8, &m));
+    const auto& p = m->param_infos();
+    ASSERT_EQ(p.size(), 1u + 6u * 2u + 1u + (tied ? 0u : 1u));
+    EXPECT_EQ(p[0].name, "model.embed_tokens.weight");
+    EXPECT_EQ(p[0].shape, (std::vector<int64_t>{128, 16}));  // 61 rounded up to a multiple of 128
+    EXPECT_EQ(p[1].name, "model.layers.0.input_layernorm.weight");
+    EXPECT_EQ(p[1].shape, (std::vector<int64_t>{16}));
+    EXPECT_EQ(p[2].name, "model.layers.0.self_attn.qkv_proj.weight");
+    EXPECT_EQ(p[2].shape, (std::vector<int64_t>{(4 + 2 * 2) * 4, 16}));  // q | k | v rows
+    EXPECT_EQ(p[3].name, "model.layers.0.self_attn.o_proj.weight");
+    EXPECT_EQ(p[3].shape, (std::vector<int64_t>{16, 16}));
+    EXPECT_EQ(p[4].name, "model.layers.0.post_attention_layernorm.weight");
+    EXPECT_EQ(p[5].name, "model.layers.0.mlp.gate_up_proj.weight");
+    EXPECT_EQ(p[5].shape, (std::vector<int64_t>{48, 16}));  // gate | up rows
+    EXPECT_EQ(p[6].name, "model.layers.0.mlp.down_proj.weight");
+    EXPECT_EQ(p[6].shape, (std::vector<int64_t>{16, 24}));
+    EXPECT_EQ(p[7].name, "model.layers.1.input_layernorm.weight");
+    EXPECT_EQ(p[13].name, "model.norm.weight");
+    if (!tied) {
+      EXPECT_EQ(p[14].name, "lm_head.weight");
+      EXPECT_EQ(p[14].shape, (std::vector<int64_t>{128, 16}));
+    }
+    int64_t offset = 0;
+    for (const ParamInfo& info : p) {
+      EXPECT_EQ(info.offset, offset) << info.name;
+      EXPECT_EQ(info.numel, Tensor::NumelOf(info.shape)) << info.name;
+      offset += info.numel;
+    }
+    EXPECT_EQ(m->params().numel(), offset);
+    const int64_t layer = 16 + 32 * 16 + 16 * 16 + 16 + 48 * 16 + 16 * 24;
+    EXPECT_EQ(offset, 128 * 16 * (tied ? 1 : 2) + 2 * layer + 16) << "tied " << tied;
+  }
+  EXPECT_EQ(Llama::PaddedVocab(256), 256);
+  EXPECT_EQ(Llama::PaddedVocab(49152), 49152);
+  EXPECT_EQ(Llama::PaddedVocab(128256), 128256);
+  EXPECT_EQ(Llama::PaddedVocab(50257), 50304);
+}
+
+// N(0, 0.02) weights, o_proj/down_proj N(0, 0.02 / sqrt(2 L)), norms 1; same seed, same values.
+TEST(Llama, InitIsNormalWithScaledResidualProjectionsAndDeterministic) {
+  auto cpu = Cpu();
+  LlamaOptions o = Tiny();
+  o.hidden = 64;
+  o.ffn_hidden = 128;
+  std::unique_ptr<Llama> a, b;
+  DT_ASSERT_OK(Llama::Create(*cpu, o, 1, 8, &a));
+  DT_ASSERT_OK(Llama::Create(*cpu, o, 1, 8, &b));
+  DT_ASSERT_OK(a->InitParams(7));
+  DT_ASSERT_OK(b->InitParams(7));
+  ASSERT_EQ(std::memcmp(a->params().data(), b->params().data(), a->params().nbytes()), 0);
+  const float* w = a->params().data<float>();
+  for (const ParamInfo& p : a->param_infos()) {
+    if (p.name.find("norm") != std::string::npos) {
+      for (int64_t k = 0; k < p.numel; ++k) ASSERT_EQ(w[p.offset + k], 1.0f) << p.name;
+      continue;
+    }
+    ASSERT_GE(p.numel, 4096) << p.name;  // enough samples for a 10% check of the standard deviation
+    double s = 0, s2 = 0;
+    for (int64_t k = 0; k < p.numel; ++k) {
+      s += w[p.offset + k];
+      s2 += static_cast<double>(w[p.offset + k]) * w[p.offset + k];
+    }
+    const double sd = std::sqrt(s2 / p.numel);
+    EXPECT_NEAR(s / p.numel, 0.0, 0.1 * sd) << p.name;
+    const bool proj = p.name.find("o_proj") != std::string::npos || p.name.find("down_proj") != std::string::npos;
+    const double want = proj ? 0.02 / 2.0 : 0.02;  // sqrt(2 * 2 layers)
+    EXPECT_NEAR(sd, want, 0.1 * want) << p.name;
+  }
+}
+
+// At init the logits are ~0, so the loss is ~ln(vocab); and it is the cross-entropy over the first 61 columns only.
+TEST(LlamaCpu, InitialLossIsLogVocabWithPaddedColumnsMasked) {
+  auto cpu = Cpu();
+  std::unique_ptr<Llama> m;
+  DT_ASSERT_OK(Llama::Create(*cpu, Tiny(), 4, 8, &m));
+  DT_ASSERT_OK(m->InitParams(1234));
+  Batch batch;
+  ASSERT_NO_FATAL_FAILURE(MakeBatch(*cpu, 4, 8, 61, 1, &batch));
+  m->set_training(false);  // eval mode keeps the logits
+  DT_ASSERT_OK(m->Forward(batch.inputs, batch.targets));
+  std::vector<double> losses, logits, targets;
+  DT_ASSERT_OK(Fetch(*cpu, m->losses(), &losses));
+  DT_ASSERT_OK(Fetch(*cpu, m->logits(), &logits));
+  DT_ASSERT_OK(Fetch(*cpu, batch.targets, &targets));
+  ASSERT_EQ(losses.size(), 32u);
+  ASSERT_EQ(logits.size(), 32u * 128u);
+  EXPECT_NEAR(Mean(losses), std::log(61.0), 0.1);
+  for (size_t i = 0; i < losses.size(); ++i) {
+    double mx = -INFINITY, sum = 0;
+    for (int j = 0; j < 61; ++j) mx = std::max(mx, logits[i * 128 + j]);
+    for (int j = 0; j < 61; ++j) sum += std::exp(logits[i * 128 + j] - mx);
+    const double want = std::log(sum) + mx - logits[i * 128 + static_cast<int>(targets[i])];
+    EXPECT_NEAR(losses[i], want, 1e-5) << "token " << i;
+  }
+}
+
+// The whole model in f64: d(mean loss)/d(params) against central differences, at random (not init) parameters so
+// attention, SwiGLU, RoPE and RMSNorm are well away from linear (norm weights around 1). Up to 12 elements of every
+// parameter tensor are checked, for grouped-query (NKV 2 < NH 4) and multi-head (NKV = NH) attention, tied and
+// untied heads.
+TEST(LlamaCpu, GradientMatchesFiniteDifferences) {
+  auto cpu = Cpu();
+  struct Case {
+    int64_t n_kv_head;
+    bool tied;
+  };
+  for (const Case& c : {Case{2, true}, Case{4, true}, Case{2, false}}) {
+    SCOPED_TRACE("n_kv_head " + std::to_string(c.n_kv_head) + (c.tied ? ", tied" : ", untied"));
+    LlamaOptions o = Tiny();
+    o.n_kv_head = c.n_kv_head;
+    o.tie_embeddings = c.tied;
+    o.dtype = DType::kF64;
+    std::unique_ptr<Llama> m;
+    DT_ASSERT_OK(Llama::Create(*cpu, o, 2, 8, &m));
+    const int64_t np = m->params().numel();
+    std::vector<double> base = testing::RandomVector(np, 3, -0.3, 0.3);
+    for (const ParamInfo& p : m->param_infos()) {
+      if (p.name.find("norm") == std::string::npos) continue;
+      for (int64_t k = 0; k < p.numel; ++k) base[p.offset + k] += 1.0;
+    }
+    double* params = m->params().data<double>();
+    std::memcpy(params, base.data(), np * sizeof(double));
+    Batch batch;
+    ASSERT_NO_FATAL_FAILURE(MakeBatch(*cpu, 2, 8, 61, 5, &batch));
+    double loss0 = 0;
+    std::vector<double> grads;
+    ASSERT_NO_FATAL_FAILURE(Step(*cpu, *m, batch, &loss0, &grads));
+
+    std::vector<int64_t> idx;
+    for (const ParamInfo& p : m->param_infos()) {
+      const int64_t stride = std::max<int64_t>(1, p.numel / 12);
+      for (int64_t k = 0; k < p.numel; k += stride) idx.push_back(p.offset + k);
+    }
+    std::vector<double> x(idx.size()), analytic(idx.size());
+    for (size_t i = 0; i < idx.size(); ++i) {
+      x[i] = base[idx[i]];
+      analytic[i] = grads[idx[i]];
+    }
+    auto loss = [&](const std::vector<double>& xs) {
+      for (size_t i = 0; i < idx.size(); ++i) params[idx[i]] = xs[i];
+      EXPECT_TRUE(m->Forward(batch.inputs, batch.targets).ok());
+      std::vector<double> losses;
+      EXPECT_TRUE(Fetch(*cpu, m->losses(), &losses).ok());
+      return Mean(losses);
+    };
+    const auto r = testing::CheckGradient(loss, x, analytic, 1e-5, 1e-4);
+    EXPECT_LT(r.max_rel_error, 1e-5) << r.ToString() << " (flat index " << idx[r.worst_index] << ")";
+  }
+}
+
+// recompute re-runs each layer's forward in backward: the same arithmetic, so bit-identical gradients; both announce
+// every parameter exactly once, in reverse layout order (embed_tokens last; lm_head first when untied).
+TEST(LlamaCpu, RecomputeGivesBitIdenticalGradsAndReverseReadyOrder) {
+  auto cpu = Cpu();
+  for (bool tied : {true, false}) {
+    LlamaOptions o = Tiny();
+    o.tie_embeddings = tied;
+    std::unique_ptr<Llama> plain, recompute;
+    DT_ASSERT_OK(Llama::Create(*cpu, o, 2, 8, &plain));
+    o.recompute = true;
+    DT_ASSERT_OK(Llama::Create(*cpu, o, 2, 8, &recompute));
+    DT_ASSERT_OK(plain->InitParams(11));
+    DT_ASSERT_OK(recompute->InitParams(11));
+    Batch batch;
+    ASSERT_NO_FATAL_FAILURE(MakeBatch(*cpu, 2, 8, 61, 9, &batch));
+    double la = 0, lb = 0;
+    std::vector<double> ga, gb;
+    std::vector<int> oa, ob;
+    ASSERT_NO_FATAL_FAILURE(Step(*cpu, *plain, batch, &la, &ga, &oa));
+    ASSERT_NO_FATAL_FAILURE(Step(*cpu, *recompute, batch, &lb, &gb, &ob));
+    EXPECT_EQ(la, lb);
+    ASSERT_EQ(ga.size(), gb.size());
+    for (size_t i = 0; i < ga.size(); ++i) ASSERT_EQ(ga[i], gb[i]) << "flat index " << i << " tied " << tied;
+    const int np = static_cast<int>(plain->param_infos().size());
+    ASSERT_EQ(static_cast<int>(oa.size()), np);
+    for (int k = 0; k < np; ++k) EXPECT_EQ(oa[k], np - 1 - k) << "position " << k << " tied " << tied;
+    EXPECT_EQ(oa, ob);
+  }
+}
+
+// The fused classifier (the forward writes d(mean loss)/d(logits) over the logits; the loss scale goes into the
+// LM-head GEMMs) computes the same gradient as the separate backward pass: f64, loss scale 4 (exact to divide out).
+TEST(LlamaCpu, FusedClassifierGivesTheTwoPassGradients) {
+  auto cpu = Cpu();
+  LlamaOptions o = Tiny();
+  o.dtype = DType::kF64;
+  std::unique_ptr<Llama> plain, fused;
+  DT_ASSERT_OK(Llama::Create(*cpu, o, 2, 8, &plain));
+  o.fused_classifier = true;
+  DT_ASSERT_OK(Llama::Create(*cpu, o, 2, 8, &fused));
+  DT_ASSERT_OK(plain->InitParams(5));
+  DT_ASSERT_OK(fused->InitParams(5));
+  Batch batch;
+  ASSERT_NO_FATAL_FAILURE(MakeBatch(*cpu, 2, 8, 61, 3, &batch));
+  double la = 0, lb = 0;
+  std::vector<double> ga, gb;
+  ASSERT_NO_FATAL_FAILURE(Step(*cpu, *plain, batch, &la, &ga, nullptr, 4.0f));
+  ASSERT_NO_FATAL_FAILURE(Step(*cpu, *fused, batch, &lb, &gb, nullptr, 4.0f));
+  EXPECT_EQ(la, lb);
+  EXPECT_LE(testing::MaxAbsDiff(gb, ga), 1e-12 * testing::Scale(ga));
+}
+
+// 40 AdamW steps (lr 1e-2) on one fixed batch: the model memorizes it, so the loss falls well below ln(61) = 4.11.
+TEST(LlamaCpu, AdamWStepsReduceTheLossOnAFixedBatch) {
+  auto cpu = Cpu();
+  std::unique_ptr<Llama> m;
+  DT_ASSERT_OK(Llama::Create(*cpu, Tiny(), 2, 8, &m));
+  DT_ASSERT_OK(m->InitParams(1));
+  Batch batch;
+  ASSERT_NO_FATAL_FAILURE(MakeBatch(*cpu, 2, 8, 61, 3, &batch));
+  const int64_t np = m->params().numel();
+  Tensor exp_avg, exp_avg_sq;
+  DT_ASSERT_OK(MakeTensor(*cpu, DType::kF32, {np}, std::vector<double>(np, 0.0), &exp_avg));
+  DT_ASSERT_OK(MakeTensor(*cpu, DType::kF32, {np}, std::vector<double>(np, 0.0), &exp_avg_sq));
+  double first = 0, loss = 0;
+  std::vector<double> grads;
+  for (int step = 1; step <= 40; ++step) {
+    ASSERT_NO_FATAL_FAILURE(Step(*cpu, *m, batch, &loss, &grads));
+    if (step == 1) first = loss;
+    ops::AdamWHyper h;
+    h.lr = 1e-2;
+    h.beta2 = 0.95;
+    h.weight_decay = 0.0;
+    h.step = step;
+    DT_ASSERT_OK(ops::AdamWUpdate(*cpu, h, &m->params(), m->grads(), &exp_avg, &exp_avg_sq));
+  }
+  EXPECT_NEAR(first, std::log(61.0), 0.1);
+  EXPECT_LT(loss, first - 1.0) << "first " << first << ", after 40 steps " << loss;
+}
+
+TEST(Llama, CreateRejectsBadOptions) {
+  auto cpu = Cpu();
+  std::unique_ptr<Llama> m;
+  auto code = [&](const LlamaOptions& o, int64_t t = 8) { return Llama::Create(*cpu, o, 1, t, &m).code(); };
+  LlamaOptions o = Tiny();
+  o.n_kv_head = 3;  // 4 % 3 != 0
+  EXPECT_EQ(code(o), Status::Code::kInvalidArgument);
+  o = Tiny();
+  o.n_head = 3;  // 16 % 3 != 0
+  o.n_kv_head = 1;
+  EXPECT_EQ(code(o), Status::Code::kInvalidArgument);
+  o = Tiny();
+  o.hidden = 12;  // head size 3: odd
+  EXPECT_EQ(code(o), Status::Code::kInvalidArgument);
+  EXPECT_EQ(code(Tiny(), 9), Status::Code::kInvalidArgument);  // T > max_seq_len
+  o = Tiny();
+  o.precision = Precision::kBf16;  // CUDA only
+  EXPECT_EQ(code(o), Status::Code::kInvalidArgument);
+  o.precision = Precision::kFp16;  // not supported
+  EXPECT_EQ(code(o), Status::Code::kInvalidArgument);
+}
+
+// ---- the spec ----------------------------------------------------------------------------------------------------
+
+proto::Config LlamaConfig() {
+  proto::Config cfg;
+  cfg.mutable_model()->set_kind("llama");
+  auto* g = cfg.mutable_model()->mutable_llama();
+  g->set_vocab_size(256);
+  g->set_max_seq_len(64);
+  g->set_n_layer(2);
+  g->set_n_head(4);
+  g->set_n_kv_head(2);
+  g->set_hidden(64);
+  g->set_ffn_hidden(172);
+  g->set_rope_theta(10000);
+  g->set_rms_norm_eps(1e-5);
+  g->set_tie_embeddings(true);
+  cfg.mutable_data()->set_batch_size(2);
+  cfg.mutable_train()->set_precision("fp32");
+  return cfg;
+}
+
+proto::DatasetSchema TokenSchema(int64_t record, int64_t vocab) {
+  proto::DatasetSchema s;
+  s.set_kind(proto::DatasetSchema::TOKENS);
+  s.add_dims(record);
+  s.set_vocab_size(vocab);
+  return s;
+}
+
+// The message of building `cfg` on the CPU, which must be InvalidArgument.
+std::string BuildRefusal(const proto::Config& cfg) {
+  auto cpu = Cpu();
+  std::unique_ptr<Model> m;
+  const Status st = FindModel("llama")->build(cfg, *cpu, &m);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+  return st.message();
+}
+
+TEST(LlamaSpec, IsABuiltInTokenModelThatBuildsFromItsConfig) {
+  const ModelSpec* spec = FindModel("llama");
+  ASSERT_NE(spec, nullptr);
+  ASSERT_TRUE(spec->check_data && spec->tokens && spec->weights_metadata && spec->hf_export);
+  const proto::Config cfg = LlamaConfig();
+  const TokenInput t = spec->tokens(cfg);
+  EXPECT_EQ(t.seq_len, 64);
+  EXPECT_EQ(t.vocab_size, 256);
+  std::map<std::string, std::string> meta;
+  spec->weights_metadata(cfg, &meta);
+  EXPECT_EQ(meta.at("vocab_size"), "256");
+  EXPECT_EQ(meta.at("max_seq_len"), "64");
+  auto cpu = Cpu();
+  std::unique_ptr<Model> m;
+  DT_ASSERT_OK(spec->build(cfg, *cpu, &m));
+  EXPECT_EQ(m->param_infos().front().shape, (std::vector<int64_t>{256, 64}));
+  EXPECT_EQ(m->param_infos().back().name, "model.norm.weight");
+}
+
+// The Llama constraints, each refused with the config keys named (at build, and by the run check).
+TEST(LlamaSpec, ConstraintsAreRefusedNamingTheKeys) {
+  proto::Config cfg = LlamaConfig();
+  cfg.mutable_model()->mutable_llama()->set_n_kv_head(3);
+  EXPECT_NE(BuildRefusal(cfg).find("model.llama.n_head 4 must be a multiple of model.llama.n_kv_head 3"),
+            std::string::npos)
+      << BuildRefusal(cfg);
+  const Status at_check = FindModel("llama")->check_data(cfg, "data.train_shards /d", TokenSchema(65, 256));
+  EXPECT_NE(at_check.message().find("model.llama.n_kv_head 3"), std::string::npos) << at_check.ToString();
+
+  cfg = LlamaConfig();
+  cfg.mutable_model()->mutable_llama()->set_n_head(3);
+  cfg.mutable_model()->mutable_llama()->set_n_kv_head(1);
+  EXPECT_NE(BuildRefusal(cfg).find("model.llama.hidden 64 must be a multiple of model.llama.n_head 3"),
+            std::string::npos)
+      << BuildRefusal(cfg);
+
+  cfg = LlamaConfig();
+  cfg.mutable_model()->mutable_llama()->set_hidden(36);  // head size 9
+  EXPECT_NE(BuildRefusal(cfg).find("head size hidden / n_head = 36 / 4 = 9 must be even"), std::string::npos)
+      << BuildRefusal(cfg);
+  cfg.mutable_model()->mutable_llama()->set_hidden(4 * 258);  // head size 258
+  EXPECT_NE(BuildRefusal(cfg).find("= 258 must be even (RoPE rotates pairs) and at most 256"), std::string::npos)
+      << BuildRefusal(cfg);
+
+  cfg = LlamaConfig();
+  cfg.mutable_model()->mutable_llama()->set_n_kv_head(8);  // more KV heads than heads
+  EXPECT_NE(BuildRefusal(cfg).find("model.llama.n_kv_head: 8 is outside [1, 4]"), std::string::npos)
+      << BuildRefusal(cfg);
+
+  cfg = LlamaConfig();
+  cfg.mutable_train()->set_precision("fp16");
+  EXPECT_NE(BuildRefusal(cfg).find("train.precision: fp16 is not supported by model.kind llama"), std::string::npos);
+  cfg.mutable_train()->set_precision("bf16");
+  EXPECT_NE(BuildRefusal(cfg).find("train.precision: bf16 needs a GPU"), std::string::npos);
+
+  cfg = LlamaConfig();
+  cfg.mutable_model()->mutable_llama()->set_hidden(int64_t{1} << 30);
+  EXPECT_NE(BuildRefusal(cfg).find("model.llama.hidden: 1073741824 is outside"), std::string::npos);
+}
+
+TEST(LlamaSpec, CheckDataNamesTheDataAndTheKey) {
+  const proto::Config cfg = LlamaConfig();
+  const ModelSpec& spec = *FindModel("llama");
+  DT_ASSERT_OK(spec.check_data(cfg, "data.train_shards /d", TokenSchema(65, 256)));
+  DT_ASSERT_OK(spec.check_data(cfg, "data.train_shards /d", TokenSchema(33, 100)));
+  Status st = spec.check_data(cfg, "data.train_shards /d", TokenSchema(65, 300));
+  EXPECT_NE(st.message().find("data.train_shards /d has token ids up to 299 (vocab_size 300), but "
+                              "model.llama.vocab_size is 256: raise it to at least 300"),
+            std::string::npos)
+      << st.ToString();
+  st = spec.check_data(cfg, "data.train_shards /d", TokenSchema(129, 256));
+  EXPECT_NE(st.message().find("records of 129 tokens (sequences of 128), longer than model.llama.max_seq_len 64"),
+            std::string::npos)
+      << st.ToString();
+  proto::DatasetSchema images;
+  images.set_kind(proto::DatasetSchema::IMAGE);
+  st = spec.check_data(cfg, "data.dataset fashion_mnist", images);
+  EXPECT_NE(st.message().find("holds images, but model.kind llama takes tokens"), std::string::npos);
+}
+
+// LlamaForCausalLM's names: q/k/v and gate/up as row slices of the fused weights, the vocabulary unpadded, lm_head
+// only when untied; config.json as transformers reads it.
+TEST(LlamaSpec, HfExportPlanSlicesTheFusedWeights) {
+  proto::Config cfg = LlamaConfig();
+  cfg.mutable_model()->mutable_llama()->set_vocab_size(200);  // padded to 256 inside the model
+  HfExportPlan plan;
+  DT_ASSERT_OK(FindModel("llama")->hf_export(cfg, &plan));
+  ASSERT_EQ(plan.tensors.size(), 1u + 9u * 2u + 1u);
+  const HfTensor& embed = plan.tensors[0];
+  EXPECT_EQ(embed.name, "model.embed_tokens.weight");
+  EXPECT_EQ(embed.param_shape, (std::vector<int64_t>{256, 64}));
+  EXPECT_EQ(embed.keep_rows, 200);
+  struct Want {
+    std::string name, param;
+    int64_t row_begin, keep_rows;
+  };
+  const std::string p = "model.layers.1.";
+  const std::vector<Want> want = {{p + "input_layernorm.weight", p + "input_layernorm.weight", 0, -1},
+                                  {p + "self_attn.q_proj.weight", p + "self_attn.qkv_proj.weight", 0, 64},
+                                  {p + "self_attn.k_proj.weight", p + "self_attn.qkv_proj.weight", 64, 32},
+                                  {p + "self_attn.v_proj.weight", p + "self_attn.qkv_proj.weight", 96, 32},
+                                  {p + "self_attn.o_proj.weight", p + "self_attn.o_proj.weight", 0, -1},
+                                  {p + "post_attention_layernorm.weight", p + "post_attention_layernorm.weight", 0, -1},
+                                  {p + "mlp.gate_proj.weight", p + "mlp.gate_up_proj.weight", 0, 172},
+                                  {p + "mlp.up_proj.weight", p + "mlp.gate_up_proj.weight", 172, 172},
+                                  {p + "mlp.down_proj.weight", p + "mlp.down_proj.weight", 0, -1}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    const HfTensor& t = plan.tensors[10 + i];
+    EXPECT_EQ(t.name, want[i].name);
+    EXPECT_EQ(t.param, want[i].param) << t.name;
+    EXPECT_EQ(t.row_begin, want[i].row_begin) << t.name;
+    EXPECT_EQ(t.keep_rows, want[i].keep_rows) << t.name;
+    EXPECT_FALSE(t.transpose) << t.name;
+  }
+  EXPECT_EQ(plan.tensors[11].param_shape, (std::vector<int64_t>{128, 64}));
+  EXPECT_EQ(plan.tensors[16].param_shape, (std::vector<int64_t>{344, 64}));
+  EXPECT_EQ(plan.tensors.back().name, "model.norm.weight");
+  for (const char* key :
+       {"\"architectures\": [\n    \"LlamaForCausalLM\"\n  ]", "\"model_type\": \"llama\"", "\"vocab_size\": 200",
+        "\"hidden_size\": 64", "\"intermediate_size\": 172", "\"num_hidden_layers\": 2", "\"num_attention_heads\": 4",
+        "\"num_key_value_heads\": 2", "\"head_dim\": 16", "\"max_position_embeddings\": 64", "\"hidden_act\": \"silu\"",
+        "\"rms_norm_eps\": 1e-05", "\"rope_theta\": 10000.0", "\"rope_scaling\": null", "\"attention_bias\": false",
+        "\"mlp_bias\": false", "\"tie_word_embeddings\": true"}) {
+    EXPECT_NE(plan.config_json.find(key), std::string::npos) << key << "\n" << plan.config_json;
+  }
+
+  cfg.mutable_model()->mutable_llama()->set_tie_embeddings(false);
+  DT_ASSERT_OK(FindModel("llama")->hf_export(cfg, &plan));
+  ASSERT_EQ(plan.tensors.size(), 1u + 9u * 2u + 2u);
+  EXPECT_EQ(plan.tensors.back().name, "lm_head.weight");
+  EXPECT_EQ(plan.tensors.back().param, "lm_head.weight");
+  EXPECT_EQ(plan.tensors.back().keep_rows, 200);
+  EXPECT_NE(plan.config_json.find("\"tie_word_embeddings\": false"), std::string::npos);
+}
+
+// ---- Hugging Face semantics ------------------------------------------------------------------------------------
+
+// LlamaForCausalLM's forward written out from transformers' modeling_llama.py, in double, on the tensors of the
+// spec's HF export plan (q/k/v and gate/up cut from the fused weights): separate projections, rotate_half RoPE with
+// HF's fp32 table (inv_freq = 1 / theta^(2i/hs) and angle = t * inv_freq rounded to f32, as torch computes them),
+// repeat_kv (query head h reads KV head h / (NH / NKV)), causal softmax, silu(gate) * up, RMSNorm
+// x / sqrt(mean(x^2) + eps) * w. Returns the logits [T, vocab_size] of one sequence.
+using HfWeights = std::map<std::string, std::vector<double>>;
+
+std::vector<double> HfLinear(const std::vector<double>& x, const std::vector<double>& w, int64_t out, int64_t in) {
+  std::vector<double> y(out, 0.0);
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t i = 0; i < in; ++i) y[o] += w[o * in + i] * x[i];
+  }
+  return y;
+}
+
+std::vector<double> HfRmsNorm(const std::vector<double>& x, const std::vector<double>& w, double eps) {
+  double ms = 0;
+  for (double v : x) ms += v * v;
+  const double r = 1.0 / std::sqrt(ms / static_cast<double>(x.size()) + eps);
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = w[i] * (x[i] * r);
+  return y;
+}
+
+std::vector<std::vector<double>> HfLlamaLogits(const LlamaOptions& o, const HfWeights& w, const std::vector<int>& ids) {
+  const int64_t c = o.hidden, hs = c / o.n_head, nh = o.n_head, nkv = o.n_kv_head, f = o.ffn_hidden;
+  const int64_t t_len = static_cast<int64_t>(ids.size()), half = hs / 2;
+  auto rope = [&](std::vector<double>* x, int64_t heads, int64_t t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < half; ++i) {
+        const float expo = static_cast<float>(2 * i) / static_cast<float>(hs);
+        const float inv_freq = static_cast<float>(1.0 / static_cast<float>(std::pow(o.rope_theta, double{expo})));
+        const float angle = static_cast<float>(t) * inv_freq;
+        const double cs = static_cast<float>(std::cos(double{angle})), sn = static_cast<float>(std::sin(double{angle}));
+        double& x1 = (*x)[h * hs + i];
+        double& x2 = (*x)[h * hs + i + half];
+        const double a = x1 * cs - x2 * sn, b = x2 * cs + x1 * sn;
+        x1 = a;
+        x2 = b;
+      }
+    }
+  };
+  std::vector<std::vector<double>> x(t_len);
+  for (int64_t t = 0; t < t_len; ++t) {
+    const auto& e = w.at("model.embed_tokens.weight");
+    x[t].assign(e.begin() + ids[t] * c, e.begin() + (ids[t] + 1) * c);
+  }
+  for (int64_t l = 0; l < o.n_layer; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    std::vector<std::vector<double>> q(t_len), k(t_len), v(t_len);
+    for (int64_t t = 0; t < t_len; ++t) {
+      const auto n = HfRmsNorm(x[t], w.at(p + "input_layernorm.weight"), o.rms_norm_eps);
+      q[t] = HfLinear(n, w.at(p + "self_attn.q_proj.weight"), nh * hs, c);
+      k[t] = HfLinear(n, w.at(p + "self_attn.k_proj.weight"), nkv * hs, c);
+      v[t] = HfLinear(n, w.at(p + "self_attn.v_proj.weight"), nkv * hs, c);
+      rope(&q[t], nh, t);
+      rope(&k[t], nkv, t);
+    }
+    for (int64_t t = 0; t < t_len; ++t) {
+      std::vector<double> att(nh * hs, 0.0);
+      for (int64_t h = 0; h < nh; ++h) {
+        const int64_t g = h / (nh / nkv);  // repeat_kv
+        std::vector<double> s(t + 1);
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= t; ++j) {
+          s[j] = 0;
+          for (int64_t d = 0; d < hs; ++d) s[j] += q[t][h * hs + d] * k[j][g * hs + d];
+          s[j] /= std::sqrt(static_cast<double>(hs));
+          mx = std::max(mx, s[j]);
+        }
+        for (int64_t j = 0; j <= t; ++j) sum += (s[j] = std::exp(s[j] - mx));
+        for (int64_t j = 0; j <= t; ++j) {
+          for (int64_t d = 0; d < hs; ++d) att[h * hs + d] += s[j] / sum * v[j][g * hs + d];
+        }
+      }
+      const auto out = HfLinear(att, w.at(p + "self_attn.o_proj.weight"), c, nh * hs);
+      for (int64_t i = 0; i < c; ++i) x[t][i] += out[i];
+      const auto n = HfRmsNorm(x[t], w.at(p + "post_attention_layernorm.weight"), o.rms_norm_eps);
+      const auto gate = HfLinear(n, w.at(p + "mlp.gate_proj.weight"), f, c);
+      const auto up = HfLinear(n, w.at(p + "mlp.up_proj.weight"), f, c);
+      std::vector<double> act(f);
+      for (int64_t i = 0; i < f; ++i) act[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+      const auto down = HfLinear(act, w.at(p + "mlp.down_proj.weight"), c, f);
+      for (int64_t i = 0; i < c; ++i) x[t][i] += down[i];
+    }
+  }
+  const auto& head = w.at(o.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  std::vector<std::vector<double>> logits(t_len);
+  for (int64_t t = 0; t < t_len; ++t) {
+    logits[t] = HfLinear(HfRmsNorm(x[t], w.at("model.norm.weight"), o.rms_norm_eps), head, o.vocab_size, c);
+  }
+  return logits;
+}
+
+// dtrain's logits (f64, eval mode) equal LlamaForCausalLM's on the weights dtrain's HF export writes, for
+// grouped-query and multi-head attention, tied and untied heads, and a RoPE theta of 500000: the model computes
+// what transformers computes, and the export plan names and slices the tensors the way transformers reads them.
+TEST(LlamaCpu, LogitsMatchHuggingFaceLlamaOnTheExportedWeights) {
+  auto cpu = Cpu();
+  struct Case {
+    int64_t n_kv_head;
+    bool tied;
+    double theta;
+  };
+  for (const Case& c : {Case{2, true, 10000.0}, Case{4, false, 500000.0}, Case{1, true, 10000.0}}) {
+    SCOPED_TRACE("n_kv_head " + std::to_string(c.n_kv_head) + (c.tied ? ", tied" : ", untied"));
+    LlamaOptions o = Tiny();
+    o.n_kv_head = c.n_kv_head;
+    o.tie_embeddings = c.tied;
+    o.rope_theta = c.theta;
+    o.rms_norm_eps = 1e-6;
+    o.dtype = DType::kF64;
+    std::unique_ptr<Llama> m;
+    DT_ASSERT_OK(Llama::Create(*cpu, o, 2, 8, &m));
+    const int64_t np = m->params().numel();
+    std::vector<double> params = testing::RandomVector(np, 13, -0.3, 0.3);
+    for (const ParamInfo& p : m->param_infos()) {
+      if (p.name.find("norm") == std::string::npos) continue;
+      for (int64_t k = 0; k < p.numel; ++k) params[p.offset + k] += 1.0;
+    }
+    std::memcpy(m->params().data<double>(), params.data(), np * sizeof(double));
+    Batch batch;
+    ASSERT_NO_FATAL_FAILURE(MakeBatch(*cpu, 2, 8, 61, 7, &batch));
+    m->set_training(false);
+    DT_ASSERT_OK(m->Forward(batch.inputs, batch.targets));
+    std::vector<double> logits, ids;
+    DT_ASSERT_OK(Fetch(*cpu, m->logits(), &logits));
+    DT_ASSERT_OK(Fetch(*cpu, batch.inputs, &ids));
+
+    proto::Config cfg = LlamaConfig();
+    auto* g = cfg.mutable_model()->mutable_llama();
+    g->set_vocab_size(o.vocab_size);
+    g->set_max_seq_len(o.max_seq_len);
+    g->set_n_layer(o.n_layer);
+    g->set_n_head(o.n_head);
+    g->set_n_kv_head(o.n_kv_head);
+    g->set_hidden(o.hidden);
+    g->set_ffn_hidden(o.ffn_hidden);
+    g->set_tie_embeddings(o.tie_embeddings);
+    HfExportPlan plan;
+    DT_ASSERT_OK(FindModel("llama")->hf_export(cfg, &plan));
+    HfWeights hf;
+    for (const HfTensor& t : plan.tensors) {
+      const ParamInfo* info = nullptr;
+      for (const ParamInfo& p : m->param_infos()) info = p.name == t.param ? &p : info;
+      ASSERT_NE(info, nullptr) << t.param;
+      ASSERT_EQ(info->shape, t.param_shape) << t.param;
+      const int64_t row = info->shape.size() == 2 ? info->shape[1] : 1;
+      const int64_t rows = t.keep_rows >= 0 ? t.keep_rows : info->shape[0] - t.row_begin;
+      const auto begin = params.begin() + info->offset + t.row_begin * row;
+      hf[t.name].assign(begin, begin + rows * row);
+    }
+    const int64_t vp = Llama::PaddedVocab(o.vocab_size);
+    double max_diff = 0, scale = 0;
+    for (int64_t b = 0; b < 2; ++b) {
+      std::vector<int> seq(8);
+      for (int64_t t = 0; t < 8; ++t) seq[t] = static_cast<int>(ids[b * 8 + t]);
+      const auto want = HfLlamaLogits(o, hf, seq);
+      for (int64_t t = 0; t < 8; ++t) {
+        for (int64_t j = 0; j < o.vocab_size; ++j) {
+          max_diff = std::max(max_diff, std::fabs(logits[(b * 8 + t) * vp + j] - want[t][j]));
+          scale = std::max(scale, std::fabs(want[t][j]));
+        }
+      }
+    }
+    EXPECT_GT(scale, 0.5);
+    EXPECT_LE(max_diff, 1e-10 * scale) << "max |dtrain - HF| " << max_diff << ", max |logit| " << scale;
+  }
+}
+
+// ---- CUDA ------------------------------------------------------------------------------------------------------
+
+// A GPU-sized variant: head size 64 (the bf16 attention kernels run 64 and 128), 4 heads over 2 KV heads, T = 128.
+LlamaOptions Small() {
+  LlamaOptions o = Tiny();
+  o.vocab_size = 200;
+  o.max_seq_len = 128;
+  o.hidden = 256;
+  o.n_head = 4;
+  o.n_kv_head = 2;
+  o.ffn_hidden = 512;
+  return o;
+}
+
+// Loss and grads of one step of `o` on ctx, from InitParams(21) on a fixed batch [2, 128].
+void RunSmall(DeviceContext& ctx, const LlamaOptions& o, double* loss, std::vector<double>* losses,
+              std::vector<double>* grads) {
+  std::unique_ptr<Llama> m;
+  DT_ASSERT_OK(Llama::Create(ctx, o, 2, 128, &m));
+  DT_ASSERT_OK(m->InitParams(21));
+  Batch batch;
+  ASSERT_NO_FATAL_FAILURE(MakeBatch(ctx, 2, 128, o.vocab_size, 17, &batch));
+  ASSERT_NO_FATAL_FAILURE(Step(ctx, *m, batch, loss, grads));
+  DT_ASSERT_OK(Fetch(ctx, m->losses(), losses));
+}
+
+// CUDA f32 vs the CPU f64 reference from the same init: per-token losses within 1e-5 * scale, the gradient within
+// 1e-4 relative Frobenius error (fp32 GEMMs without TF32).
+TEST(LlamaCuda, F32MatchesCpu) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto cpu = Cpu();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  LlamaOptions ref = Small();
+  ref.dtype = DType::kF64;
+  double want_loss = 0, got_loss = 0;
+  std::vector<double> want_losses, got_losses, want_grads, got_grads;
+  ASSERT_NO_FATAL_FAILURE(RunSmall(*cpu, ref, &want_loss, &want_losses, &want_grads));
+  ASSERT_NO_FATAL_FAILURE(RunSmall(*gpu, Small(), &got_loss, &got_losses, &got_grads));
+  EXPECT_LE(testing::MaxAbsDiff(got_losses, want_losses), 1e-5 * testing::Scale(want_losses));
+  EXPECT_LE(testing::RelFrobenius(got_grads, want_grads), 1e-4);
+}
+
+// CUDA bf16 (bf16 activations and GEMM inputs, f32 master params and grads) vs CPU f32 from the same init, with the
+// separate cross-entropy backward and with the fused classifier. Gpt2's bf16 tolerances (2 layers): mean loss within
+// 1e-2, per-token losses within 5e-2 * scale, gradient within 5e-2 relative Frobenius error.
+TEST(LlamaCuda, Bf16MatchesCpuF32) {
+  DT_SKIP_WITHOUT_CUDA();
+  auto cpu = Cpu();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  double want_loss = 0;
+  std::vector<double> want_losses, want_grads;
+  ASSERT_NO_FATAL_FAILURE(RunSmall(*cpu, Small(), &want_loss, &want_losses, &want_grads));
+  for (bool fused : {false, true}) {
+    LlamaOptions bf16 = Small();
+    bf16.precision = Precision::kBf16;
+    bf16.fused_classifier = fused;
+    double got_loss = 0;
+    std::vector<double> got_losses, got_grads;
+    ASSERT_NO_FATAL_FAILURE(RunSmall(*gpu, bf16, &got_loss, &got_losses, &got_grads));
+    EXPECT_NEAR(got_loss, want_loss, 1e-2) << "fused " << fused;
+    EXPECT_LE(testing::MaxAbsDiff(got_losses, want_losses), 5e-2 * testing::Scale(want_losses)) << "fused " << fused;
+    EXPECT_LE(testing::RelFrobenius(got_grads, want_grads), 5e-2) << "fused " << fused;
+  }
+}
+
+#if DT_HAVE_CUDA
+// The bf16 step (zero grads, forward, fused classifier, backward) captured once as a CUDA graph and replayed gives the
+// eager step's loss and gradients bit for bit: nothing in Forward/Backward syncs the host or allocates outside the
+// caching allocator once warm, and every kernel argument stays fixed. Attention runs dtrain's deterministic flash
+// kernels (DTRAIN_ATTENTION=flash, set before the process's first attention call) so eager steps repeat exactly.
+TEST(LlamaCuda, GraphedStepEqualsEagerStep) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  LlamaOptions o = Small();
+  o.precision = Precision::kBf16;
+  o.fused_classifier = true;
+  std::unique_ptr<Llama> m;
+  DT_ASSERT_OK(Llama::Create(*gpu, o, 2, 128, &m));
+  DT_ASSERT_OK(m->InitParams(21));
+  Batch batch;
+  ASSERT_NO_FATAL_FAILURE(MakeBatch(*gpu, 2, 128, o.vocab_size, 17, &batch));
+  auto step = [&]() -> Status {
+    DT_RETURN_IF_ERROR(m->grads().SetZero(gpu->stream()));
+    DT_RETURN_IF_ERROR(m->Forward(batch.inputs, batch.targets));
+    return m->Backward(1.0f, nullptr);
+  };
+  std::vector<double> eager_grads, eager_losses, graph_grads, graph_losses;
+  for (int i = 0; i < 2; ++i) DT_ASSERT_OK(step());  // warm: plans, workspaces, the allocator's cache
+  DT_ASSERT_OK(Fetch(*gpu, m->grads(), &eager_grads));
+  DT_ASSERT_OK(Fetch(*gpu, m->losses(), &eager_losses));
+  auto pool = std::make_shared<CudaGraphPool>(gpu->device_allocator());
+  std::unique_ptr<CudaGraph> graph;
+  DT_ASSERT_OK(CudaGraph::Capture(gpu->stream(), pool, step, &graph));
+  DT_ASSERT_OK(m->grads().SetZero(gpu->stream()));
+  DT_ASSERT_OK(graph->Launch(gpu->stream()));
+  DT_ASSERT_OK(graph->Launch(gpu->stream()));  // a replay zeroes the grads itself: the second equals the first
+  DT_ASSERT_OK(Fetch(*gpu, m->grads(), &graph_grads));
+  DT_ASSERT_OK(Fetch(*gpu, m->losses(), &graph_losses));
+  EXPECT_EQ(graph_losses, eager_losses);
+  ASSERT_EQ(graph_grads.size(), eager_grads.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < graph_grads.size(); ++i) differ += graph_grads[i] != eager_grads[i];
+  EXPECT_EQ(differ, 0u) << "of " << graph_grads.size() << " gradient elements";
+}
+#endif
+
+// Deterministic attention for this binary's CUDA tests (the graph test compares bit for bit); a user's setting wins.
+const bool kFlashAttention = setenv("DTRAIN_ATTENTION", "flash", /*overwrite=*/0) == 0;
+
+}  // namespace
+}  // namespace dtrain::models
