@@ -92,7 +92,17 @@ Status RmsNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& weight,
   DT_RETURN_IF_ERROR(CheckArgs(ctx, "RmsNormForward", x, {y}, {&weight}, {rstd}));
   const int64_t c = x.dim(-1), n = x.numel() / c;
   if (ctx.is_cuda()) {
-    return Status::Unimplemented("RmsNormForward: the CUDA path is not written yet");
+#if DT_HAVE_CUDA
+    if (IsHalfFloat(x.dtype())) {
+      const auto fn = x.dtype() == DType::kBF16 ? RmsNormForwardCudaBf16 : RmsNormForwardCudaF16;
+      return fn(y->data<uint16_t>(), rstd->data<float>(), x.data<uint16_t>(), weight.data<float>(), n, c, eps,
+                ctx.stream());
+    }
+    return RmsNormForwardCuda(y->data<float>(), rstd->data<float>(), x.data<float>(), weight.data<float>(), n, c, eps,
+                              ctx.stream());
+#else
+    return Status::Unavailable("RmsNormForward: CUDA tensor in a build without CUDA");
+#endif
   }
   if (x.dtype() == DType::kF32) {
     RmsNormForwardCpu<float>(y->data<float>(), rstd->data<float>(), x.data<float>(), weight.data<float>(), n, c, eps);
@@ -109,7 +119,21 @@ Status RmsNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& weight
   DT_RETURN_IF_ERROR(CheckArgs(ctx, "RmsNormBackward", x, {&dy, dx}, {&weight, dweight}, {&rstd}));
   const int64_t c = x.dim(-1), n = x.numel() / c;
   if (ctx.is_cuda()) {
-    return Status::Unimplemented("RmsNormBackward: the CUDA path is not written yet");
+#if DT_HAVE_CUDA
+    // Scratch from the caching allocator: stream-ordered, so it may be reused as soon as this returns.
+    Tensor scratch;
+    DT_RETURN_IF_ERROR(Tensor::Empty({RmsNormBackwardScratchFloats(n, c)}, DType::kF32, ctx.allocator(), &scratch));
+    if (IsHalfFloat(x.dtype())) {
+      const auto fn = x.dtype() == DType::kBF16 ? RmsNormBackwardCudaBf16 : RmsNormBackwardCudaF16;
+      return fn(dx->data<uint16_t>(), dweight->data<float>(), x.data<uint16_t>(), weight.data<float>(),
+                rstd.data<float>(), dy.data<uint16_t>(), n, c, scratch.data<float>(), accumulate_dx, ctx.stream());
+    }
+    return RmsNormBackwardCuda(dx->data<float>(), dweight->data<float>(), x.data<float>(), weight.data<float>(),
+                               rstd.data<float>(), dy.data<float>(), n, c, scratch.data<float>(), accumulate_dx,
+                               ctx.stream());
+#else
+    return Status::Unavailable("RmsNormBackward: CUDA tensor in a build without CUDA");
+#endif
   }
   if (x.dtype() == DType::kF32) {
     RmsNormBackwardCpu<float>(dx->data<float>(), dweight->data<float>(), x.data<float>(), weight.data<float>(),

@@ -10,13 +10,13 @@
 // they are the same.
 // CPU references take T = float or double (row sums in double); CUDA launchers are f32, or bf16 / fp16 (mixed
 // precision: x, y, dy, dx 16-bit, raw bits in uint16_t; weight, rstd, dweight f32; fp32 math). CUDA: one warp per row
-// with V-element accesses (128-bit when C and the pointers allow: C % 8 == 0 for 16-bit, C % 4 == 0 for f32). The
-// backward with 128-bit accesses and C <= 8 * 32 * V (2048 in bf16, 1024 in f32) is one pass over x and dy: block b
-// writes its rows' dx and its dweight partial sums to scratch[b][C]; a second kernel adds the blocks in order. Other
-// shapes take a dx pass and a column pass over row chunks. No atomics: dweight is bitwise reproducible run to run.
-// Queued on `stream`, no host synchronisation. The Tensor entry points check shapes/dtypes/devices (InvalidArgument
-// naming the shapes), take scratch from ctx's allocator, and dispatch CPU f32/f64 -> *Cpu, CUDA f32 -> *Cuda,
-// bf16 -> *CudaBf16, f16 -> *CudaF16. Outputs must not alias inputs.
+// with V-element accesses (128-bit when C and the pointers allow: C % 8 == 0 for 16-bit, C % 4 == 0 for f32). Rows of
+// C <= 2048 (Llama-3.2-1B's hidden) are held in registers: the forward reads x once, and the backward is one pass
+// over x and dy (a row's second read hits L1): block b writes its 64 rows' dx and its dweight partial sums to
+// scratch[b][C]; a second kernel adds the blocks in order. Wider rows take a dx pass and a column pass over row chunks.
+// No atomics: dweight is bitwise reproducible run to run. Queued on `stream`, no host synchronisation. The Tensor entry
+// points check shapes/dtypes/devices (InvalidArgument naming the shapes), take scratch from ctx's allocator, and
+// dispatch CPU f32/f64 -> *Cpu, CUDA f32 -> *Cuda, bf16 -> *CudaBf16, f16 -> *CudaF16. Outputs must not alias inputs.
 
 #include <cstdint>
 

@@ -1,6 +1,7 @@
 #include "kernels/rope.h"
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/check.h"
@@ -101,7 +102,17 @@ Status Run(DeviceContext& ctx, const char* op, const Tensor& cos, const Tensor& 
   DT_RETURN_IF_ERROR(CheckArgs(ctx, op, cos, sin, n_head, n_kv_head, qkv, &hs));
   const int64_t b = qkv->dim(0), t = qkv->dim(1);
   if (ctx.is_cuda()) {
-    return Status::Unimplemented(std::string(op) + ": the CUDA path is not written yet");
+#if DT_HAVE_CUDA
+    if (IsHalfFloat(qkv->dtype())) {
+      const auto fn = qkv->dtype() == DType::kBF16 ? RopeCudaBf16 : RopeCudaF16;
+      return fn(qkv->data<uint16_t>(), cos.data<float>(), sin.data<float>(), b, t, n_head, n_kv_head, hs, backward,
+                ctx.stream());
+    }
+    return RopeCuda(qkv->data<float>(), cos.data<float>(), sin.data<float>(), b, t, n_head, n_kv_head, hs, backward,
+                    ctx.stream());
+#else
+    return Status::Unavailable(std::string(op) + ": CUDA tensor in a build without CUDA");
+#endif
   }
   if (qkv->dtype() == DType::kF32) {
     RopeCpu<float>(qkv->data<float>(), cos.data<float>(), sin.data<float>(), b, t, n_head, n_kv_head, hs, backward);

@@ -78,7 +78,15 @@ Status SwiGluForward(DeviceContext& ctx, const Tensor& h, Tensor* out) {
   DT_RETURN_IF_ERROR(CheckArgs(ctx, "SwiGluForward", h, {out}, {}));
   const int64_t f = h.dim(-1) / 2, n = h.numel() / (2 * f);
   if (ctx.is_cuda()) {
-    return Status::Unimplemented("SwiGluForward: the CUDA path is not written yet");
+#if DT_HAVE_CUDA
+    if (IsHalfFloat(h.dtype())) {
+      const auto fn = h.dtype() == DType::kBF16 ? SwiGluForwardCudaBf16 : SwiGluForwardCudaF16;
+      return fn(out->data<uint16_t>(), h.data<uint16_t>(), n, f, ctx.stream());
+    }
+    return SwiGluForwardCuda(out->data<float>(), h.data<float>(), n, f, ctx.stream());
+#else
+    return Status::Unavailable("SwiGluForward: CUDA tensor in a build without CUDA");
+#endif
   }
   if (h.dtype() == DType::kF32) {
     SwiGluForwardCpu<float>(out->data<float>(), h.data<float>(), n, f);
@@ -92,7 +100,15 @@ Status SwiGluBackward(DeviceContext& ctx, const Tensor& h, const Tensor& dout, T
   DT_RETURN_IF_ERROR(CheckArgs(ctx, "SwiGluBackward", h, {&dout}, {dh}));
   const int64_t f = h.dim(-1) / 2, n = h.numel() / (2 * f);
   if (ctx.is_cuda()) {
-    return Status::Unimplemented("SwiGluBackward: the CUDA path is not written yet");
+#if DT_HAVE_CUDA
+    if (IsHalfFloat(h.dtype())) {
+      const auto fn = h.dtype() == DType::kBF16 ? SwiGluBackwardCudaBf16 : SwiGluBackwardCudaF16;
+      return fn(dh->data<uint16_t>(), h.data<uint16_t>(), dout.data<uint16_t>(), n, f, ctx.stream());
+    }
+    return SwiGluBackwardCuda(dh->data<float>(), h.data<float>(), dout.data<float>(), n, f, ctx.stream());
+#else
+    return Status::Unavailable("SwiGluBackward: CUDA tensor in a build without CUDA");
+#endif
   }
   if (h.dtype() == DType::kF32) {
     SwiGluBackwardCpu<float>(dh->data<float>(), h.data<float>(), dout.data<float>(), n, f);

@@ -190,9 +190,9 @@ TEST(RmsNorm, AcceptsLeadingDimsAndRejectsMismatchedShapes) {
 // GPU vs the CPU f64 reference on inputs rounded to the GPU's dtype. Tolerances (max abs err <= tol * scale):
 // f32 1e-5 everywhere; 16-bit y and dx (one final rounding of an fp32 result: 2^-9 relative for bf16, 2^-11 for
 // fp16, plus fp32 sums) 8e-3 / 2e-3; rstd and dweight (fp32 sums of 16-bit inputs) 1e-4 relative to their scale.
-// Shapes take both backward paths: one pass (128-bit rows of C <= 8 * 32 * V: 960 = SmolLM2's hidden, 2048 and 256
-// in bf16; 1000 rows = 16 blocks of partial sums) and the two-pass fallback (C = 33 and 1: scalar; 4096 in bf16 and
-// 2048 in f32: wider than the one-pass kernel).
+// Shapes take every path: rows held in registers (C <= 2048) with 128-bit accesses (960 = SmolLM2's hidden, 2048 =
+// Llama-3.2-1B's, 256, 1024; 1000 rows = 16 blocks of dweight partial sums) and scalar ones (33, 1), and the two-pass
+// fallback of wider rows (4096: 128-bit; 2051: scalar).
 TEST(RmsNormCuda, MatchesCpuReference) {
   DT_SKIP_WITHOUT_CUDA();
   auto cpu = Cpu();
@@ -215,8 +215,14 @@ TEST(RmsNormCuda, MatchesCpuReference) {
       for (double& e : v) e = static_cast<float>(e);
       return v;
     };
-    for (const auto& [n, c] :
-         {std::pair<int64_t, int64_t>{257, 960}, {64, 33}, {3, 1}, {9, 2048}, {1000, 256}, {130, 4096}, {16, 1024}}) {
+    for (const auto& [n, c] : {std::pair<int64_t, int64_t>{257, 960},
+                               {64, 33},
+                               {3, 1},
+                               {9, 2048},
+                               {1000, 256},
+                               {130, 4096},
+                               {16, 1024},
+                               {5, 2051}}) {
       const auto x = round(RandomVector(n * c, n + c, -2, 2)), dy = round(RandomVector(n * c, 3));
       const auto w = round_f32(RandomVector(c, 1, 0.5, 1.5)), base = round_f32(RandomVector(c, 4));
       const auto dx_base = round(RandomVector(n * c, 5));
