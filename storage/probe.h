@@ -6,10 +6,10 @@
 // Steps, in order (the first failure is returned, its message starting "storage preflight of <url>:"):
 //   1. list   List(prefix): the bucket/directory exists and the credentials are accepted.
 //             s3: NoSuchBucket -> NotFound ("bucket 'b' does not exist at <endpoint>");
-//             SignatureDoesNotMatch / InvalidAccessKeyId -> FailedPrecondition naming the variable to
-//             check; AccessDenied -> FailedPrecondition ("access denied").
+//             SignatureDoesNotMatch / InvalidAccessKeyId -> InvalidArgument naming the variable to
+//             check; AccessDenied -> InvalidArgument ("access denied"): configuration errors (exit 2).
 //   2. write  Put(prefix + ".dtrain-probe-<random hex>", 64 bytes): "not writable: ..." with the
-//             store's own code (file: IoError with errno's text; s3: FailedPrecondition for a 403).
+//             store's own code (file: IoError with errno's text; s3: InvalidArgument for a 403).
 //   3. read   Get of that object: the same bytes came back (DataLoss otherwise).
 //   4. delete Delete of that object: "cannot delete ..." (checkpoint retention deletes old steps).
 // Steps 2-4 run only when `need_write` (checkpoints); a data URL, read only, is probed with step 1.

@@ -65,6 +65,14 @@ Status S3Storage::Open(const std::string& url, const StorageOptions& opts, std::
   s->region_ = FirstNonEmpty(opts.region, "AWS_REGION", "AWS_DEFAULT_REGION");
   if (s->region_.empty()) s->region_ = "us-east-1";
   s->endpoint_ = FirstNonEmpty(opts.endpoint, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL");
+  // Named in error messages: a wrong endpoint is one cause of rejected credentials.
+  if (!opts.endpoint.empty()) {
+    s->endpoint_from_ = "storage.endpoint";
+  } else if (!FirstNonEmpty("", "AWS_ENDPOINT_URL_S3").empty()) {
+    s->endpoint_from_ = "AWS_ENDPOINT_URL_S3";
+  } else {
+    s->endpoint_from_ = s->endpoint_.empty() ? "the AWS default for the region" : "AWS_ENDPOINT_URL";
+  }
   if (s->endpoint_.empty()) s->endpoint_ = "https://s3." + s->region_ + ".amazonaws.com";
   while (!s->endpoint_.empty() && s->endpoint_.back() == '/') s->endpoint_.pop_back();
   const size_t sep = s->endpoint_.find("://");
@@ -169,6 +177,10 @@ Status S3Storage::Send(const Call& call, HttpResponse* resp, const std::string& 
   return Status::IoError(st.message() + tail);
 }
 
+std::string S3Storage::Where() const {
+  return "endpoint " + endpoint_ + " (" + endpoint_from_ + "), region " + region_;
+}
+
 Status S3Storage::HttpError(const HttpResponse& r, const std::string& what) const {
   if (r.too_large) return Status::IoError(what + ": S3 answer too large: " + r.curl_error);
   if (r.status == 0) return Status::IoError(what + ": cannot reach S3 endpoint " + endpoint_ + ": " + r.curl_error);
@@ -176,18 +188,25 @@ Status S3Storage::HttpError(const HttpResponse& r, const std::string& what) cons
   std::string message;
   if (!detail::XmlFirst(r.body, "Message", &message)) message.clear();
   message = message.substr(0, 200);
-  if (r.status == 403 && (code == "SignatureDoesNotMatch" || code == "InvalidAccessKeyId")) {
-    const char* hint = code == "SignatureDoesNotMatch" ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID";
-    return Status::FailedPrecondition("S3 rejected the credentials for " + url_ + ": " + code + " — check " + hint +
-                                      " (endpoint " + endpoint_ + ", region " + region_ + ")");
-  }
   if (code == "RequestTimeTooSkewed") {  // not retried: waiting does not set the clock
     return Status::FailedPrecondition(what + ": S3 refused the request time (RequestTimeTooSkewed): this machine's " +
                                       "clock differs from the server's by more than 15 minutes; sync it (NTP)");
   }
+  // A 403 is a configuration error (credentials, a bucket policy), never a passing failure: InvalidArgument, which
+  // `dtrain launch` does not retry (exit 2), since a restart would send the same credentials again. The clock skew
+  // above (also a 403) is the exception: the machine's clock, not the job's configuration.
+  if (r.status == 403 && (code == "SignatureDoesNotMatch" || code == "InvalidAccessKeyId")) {
+    const char* fix = code == "SignatureDoesNotMatch"
+                          ? "AWS_SECRET_ACCESS_KEY (the secret does not match the access key in AWS_ACCESS_KEY_ID)"
+                          : "AWS_ACCESS_KEY_ID (the endpoint does not know this access key)";
+    return Status::InvalidArgument("S3 rejected the credentials for " + url_ + ": " + code + " — check " + fix +
+                                   " in the environment of every rank; " + Where());
+  }
   if (r.status == 403) {
-    return Status::FailedPrecondition(what + ": access denied (HTTP 403 " + (code.empty() ? "" : code + ": ") +
-                                      message + ")");
+    return Status::InvalidArgument(what + ": access denied (HTTP 403 " + (code.empty() ? "" : code + ": ") + message +
+                                   ") — check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY and what that key may do in "
+                                   "bucket '" +
+                                   bucket_ + "'; " + Where());
   }
   if (r.status == 404 && code == "NoSuchBucket") {
     return Status::NotFound(what + ": bucket '" + bucket_ + "' does not exist at " + endpoint_);

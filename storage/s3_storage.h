@@ -17,6 +17,10 @@
 // error codes (SlowDown, Throttling, RequestTimeout, InternalError, ...) and curl connect/timeout/send/
 // recv errors are retried with full-jitter exponential backoff (100 ms base, 20 s cap) until
 // max_retries retries or retry_budget_s seconds (default 60) are spent; other 4xx are not retried.
+// A 403 (SignatureDoesNotMatch, InvalidAccessKeyId, AccessDenied, ...) is InvalidArgument: a configuration error
+// (exit 2, never restarted by `dtrain launch --max-restarts`), naming the variable to check and the endpoint with
+// where it came from (storage.endpoint, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL); RequestTimeTooSkewed (also a 403)
+// is FailedPrecondition: the machine's clock.
 // Each retry is one warning naming the object, the reason and the attempt. Credentials never appear
 // in a Status message or a log line.
 // Listings are checked key by key (storage/s3_list.h): a key outside the requested prefix, with a
@@ -99,6 +103,7 @@ class S3Storage : public Storage {
   // Errors name `what` (the URL and key) and never the credentials.
   Status Send(const Call& call, detail::HttpResponse* resp, const std::string& what);
   Status HttpError(const detail::HttpResponse& resp, const std::string& what) const;
+  std::string Where() const;  // "endpoint E (where E came from), region R" for error messages: no credentials
   std::string ObjectName(const std::string& key) const;
   // Bodies (PUT, UploadPart) go as UNSIGNED-PAYLOAD (StorageOptions::unsigned_payload), not hashed.
   bool UnsignedBodies() const { return opts_.unsigned_payload; }
@@ -113,8 +118,9 @@ class S3Storage : public Storage {
   std::string bucket_;
   std::string prefix_;  // no leading or trailing '/'; may be empty
   std::string endpoint_;
-  std::string scheme_;  // "http" or "https"
-  std::string host_;    // host[:port] of the endpoint
+  std::string endpoint_from_;  // where endpoint_ came from, for error messages: "storage.endpoint", an AWS_* name
+  std::string scheme_;         // "http" or "https"
+  std::string host_;           // host[:port] of the endpoint
   std::string region_;
   std::string access_key_;
   std::string secret_key_;

@@ -93,11 +93,17 @@ Status CheckpointCoordinator::OpenStore() {
     probe = StoreOwner::Acquire(&ckpt_->store(), {}, &store_owner_, &took_over);
     if (probe.ok() && !took_over.empty()) DT_LOG_WARN(kRuntime, "{}", took_over);
   }
-  std::vector<double> probe_failed = {probe.ok() ? 0.0 : 1.0};
+  // 0 passed, 1 failed, 2 failed on a configuration error (rejected credentials, a missing bucket): every rank then
+  // fails with a configuration error too, so that no rank's exit invites `dtrain launch --max-restarts` to retry.
+  const bool config_error = probe.code() == Status::Code::kInvalidArgument || probe.code() == Status::Code::kNotFound;
+  std::vector<double> probe_failed = {probe.ok() ? 0.0 : config_error ? 2.0 : 1.0};
   DT_RETURN_IF_ERROR(AllReduceHost(&probe_failed, comm::ReduceOp::kMax));
   if (!probe.ok()) return probe;
-  if (probe_failed[0] != 0)
-    return Status::FailedPrecondition("the checkpoint storage preflight failed on rank 0: " + url);
+  if (probe_failed[0] != 0) {
+    const std::string msg = "the checkpoint storage preflight failed on rank 0: " + url;
+    return probe_failed[0] == 2 ? Status::InvalidArgument(msg) : Status::FailedPrecondition(msg);
+  }
+  // SIGTERM from here on (SIGUSR1 since RunWorker's start: Preemption::InstallEarly): a stop is now a checkpoint.
   Preemption::InstallHandlers();
   if (rank_ == 0) writer_ = std::make_unique<CheckpointWriter>();
   return Status::OK();

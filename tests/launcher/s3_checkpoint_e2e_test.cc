@@ -154,12 +154,38 @@ TEST_F(S3CheckpointE2E, WrongSecretFailsFastNamingTheUrlWithoutLeakingIt) {
   ProcessResult r = RunCommand(Env(wrong) + Train("run2", dir.path() + "/run"));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("%.2f s: %s\n", s, ErrorLine(r.output).c_str());
-  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;  // a configuration error, as a bad config key is
   EXPECT_LT(s, 10.0) << r.output;
   EXPECT_NE(r.output.find("s3://" + kBucket + "/run2"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("SignatureDoesNotMatch"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("SignatureDoesNotMatch — check AWS_SECRET_ACCESS_KEY"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("endpoint " + S3Server().endpoint + " (storage.endpoint)"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find(wrong), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find(S3Server().secret), std::string::npos) << r.output;
+}
+
+// The mistake under a launcher that restarts failures: `dtrain launch --max-restarts 2` of 2 ranks with a wrong
+// secret makes one attempt and exits 2 (rank 0's preflight is refused; rank 1 learns it through the preflight's
+// all-reduce and fails as a configuration error too), naming the variable to fix. Restarting would only send the
+// same secret again.
+TEST_F(S3CheckpointE2E, WrongSecretUnderMaxRestartsIsOneAttemptAndExit2) {
+  TempDir dir;
+  const std::string wrong = "WRONGsecret0123456789abcdefWRONG";
+  const std::string launch =
+      DtrainBin() + " launch --nproc-per-node 2 --max-restarts 2 " + kCiConfig + kArgs + " --set checkpoint.url=s3://" +
+      kBucket + "/run4 --set storage.endpoint=" + S3Server().endpoint + " --set run.dir=" + dir.path() + "/run";
+  const ProcessResult r = RunCommand(Env(wrong) + launch);
+  std::printf("%s\n", ErrorLine(r.output).c_str());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("(attempt 1 of 3)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("attempt 2 of 3"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("restarting the job"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("usage/config error (exit 2): not restarting"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("S3 rejected the credentials for s3://" + kBucket +
+                          "/run4: SignatureDoesNotMatch — check "
+                          "AWS_SECRET_ACCESS_KEY"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find(wrong), std::string::npos) << r.output;
 }
 
 // The storage server goes away while training runs (RGW stopped once the checkpoint of step 3 is

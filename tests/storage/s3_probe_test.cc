@@ -1,6 +1,7 @@
 // ProbeStorage, the storage preflight, against a real Ceph RGW on loopback (one server for this binary,
 // which ctest runs whole as an s3_* test): a good bucket, a missing bucket, a wrong secret, an unknown
-// access key. The file:// cases are in probe_test.cc.
+// access key (both InvalidArgument: configuration errors, exit 2, never restarted). The file:// cases are in
+// probe_test.cc.
 
 #include <gtest/gtest.h>
 
@@ -64,7 +65,7 @@ TEST_F(ProbeS3Test, MissingBucketIsNotFoundNamingIt) {
 TEST_F(ProbeS3Test, WrongSecretIsRejectedCredentialsNeverPrinted) {
   opts_.secret_key = "wrong-secret-never-printed-42";
   const Status st = Probe("s3://dtrain-probe/good");
-  EXPECT_EQ(st.code(), Status::Code::kFailedPrecondition) << st.ToString();
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();  // a config error: exit 2
   EXPECT_NE(st.message().find("S3 rejected the credentials for s3://dtrain-probe/good: SignatureDoesNotMatch — check "
                               "AWS_SECRET_ACCESS_KEY"),
             std::string::npos)
@@ -76,7 +77,7 @@ TEST_F(ProbeS3Test, WrongSecretIsRejectedCredentialsNeverPrinted) {
 TEST_F(ProbeS3Test, UnknownAccessKeyIsRejected) {
   opts_.access_key = "AKIDNOSUCHUSER000000";
   const Status st = Probe("s3://dtrain-probe/good");
-  EXPECT_EQ(st.code(), Status::Code::kFailedPrecondition) << st.ToString();
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();  // a config error: exit 2
   EXPECT_NE(st.message().find("InvalidAccessKeyId — check AWS_ACCESS_KEY_ID"), std::string::npos) << st.message();
 }
 

@@ -290,13 +290,18 @@ TEST_F(S3StorageTest, WrongSecretIsAClearAuthErrorWithoutTheSecret) {
   ASSERT_TRUE(Open("s3://dtrain-test/auth", &store_).ok());
   statuses.push_back(Put("big", S3TestPattern(6u << 20, 1)));
   const Status& put = statuses[0];
-  EXPECT_EQ(put.code(), Status::Code::kFailedPrecondition) << put.ToString();
+  // A configuration error (exit 2: `dtrain launch --max-restarts` does not try again with the same secret), naming
+  // the variable to fix and the endpoint with where it came from.
+  EXPECT_EQ(put.code(), Status::Code::kInvalidArgument) << put.ToString();
   EXPECT_NE(put.message().find("S3 rejected the credentials for s3://dtrain-test/auth: SignatureDoesNotMatch"),
             std::string::npos)
       << put.message();
   EXPECT_NE(put.message().find("check AWS_SECRET_ACCESS_KEY"), std::string::npos) << put.message();
+  EXPECT_NE(put.message().find("endpoint " + S3Server().endpoint + " (storage.endpoint), region us-east-1"),
+            std::string::npos)
+      << put.message();
   for (const Status& s : statuses) {
-    EXPECT_FALSE(s.ok());
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
     EXPECT_EQ(s.message().find(planted), std::string::npos) << s.message();
     EXPECT_EQ(s.message().find("Signature="), std::string::npos) << s.message();
   }
@@ -307,8 +312,10 @@ TEST_F(S3StorageTest, UnknownAccessKeyNamesTheKeyVariable) {
   opts_.access_key = "NOSUCHACCESSKEY00000";
   ASSERT_TRUE(Open("s3://dtrain-test/auth", &store_).ok());
   const Status st = Put("k", "v");
-  EXPECT_EQ(st.code(), Status::Code::kFailedPrecondition) << st.ToString();
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("InvalidAccessKeyId — check AWS_ACCESS_KEY_ID"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("endpoint " + S3Server().endpoint + " (storage.endpoint)"), std::string::npos)
+      << st.message();
 }
 
 TEST_F(S3StorageTest, CredentialsAndEndpointFromEnvironment) {
@@ -327,6 +334,22 @@ TEST_F(S3StorageTest, CredentialsAndEndpointFromEnvironment) {
   EXPECT_EQ(got, "env");
   std::unique_ptr<Storage> none;
   EXPECT_EQ(Storage::Open("s3://dtrain-test/env", StorageOptions{}, &none).code(), Status::Code::kInvalidArgument);
+
+  // A wrong secret in the environment: the message names the endpoint's variable, not storage.endpoint.
+  ::setenv("AWS_ENDPOINT_URL", S3Server().endpoint.c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", S3Server().access.c_str(), 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "wrong-env-secret-0123456789", 1);
+  std::unique_ptr<Storage> wrong;
+  const Status open_wrong = Storage::Open("s3://dtrain-test/env/", StorageOptions{}, &wrong);
+  for (const char* v : {"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}) ::unsetenv(v);
+  ASSERT_TRUE(open_wrong.ok()) << open_wrong.ToString();
+  const Status st = wrong->Put("k", "env", 3);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("SignatureDoesNotMatch — check AWS_SECRET_ACCESS_KEY"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("endpoint " + S3Server().endpoint + " (AWS_ENDPOINT_URL)"), std::string::npos)
+      << st.message();
+  EXPECT_EQ(st.message().find("wrong-env-secret"), std::string::npos) << st.message();
 }
 
 TEST_F(S3StorageTest, VirtualHostAddressing) {
