@@ -13,16 +13,27 @@ static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a
 
 void OnSignal(int sig) { g_signal.store(sig, std::memory_order_relaxed); }
 
-}  // namespace
-
-void Preemption::InstallHandlers() {
+void SetAction(int sig, void (*handler)(int)) {
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = OnSignal;
+  sa.sa_handler = handler;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;  // blocking calls (reads, MPI progress) continue; the loop polls the flag
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(sig, &sa, nullptr);
+}
+
+}  // namespace
+
+void Preemption::InstallEarly() { SetAction(SIGUSR1, OnSignal); }
+
+void Preemption::UndoEarly() {
+  SetAction(SIGUSR1, SIG_DFL);
+  if (g_signal.load(std::memory_order_relaxed) == SIGUSR1) raise(SIGUSR1);  // ends the process (default action)
+}
+
+void Preemption::InstallHandlers() {
+  SetAction(SIGTERM, OnSignal);
+  SetAction(SIGUSR1, OnSignal);
 }
 
 int Preemption::Requested() { return g_signal.load(std::memory_order_relaxed); }

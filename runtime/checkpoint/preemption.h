@@ -1,17 +1,34 @@
 #pragma once
 // Preemption: SIGTERM and SIGUSR1 (Slurm `--signal=USR1@90`, a spot-termination notice forwarded by
-// `dtrain launch`) ask the worker to checkpoint and exit with the "preempted, requeue me" code 75.
+// `dtrain launch`, the elastic launcher's grow request) ask the worker to checkpoint and exit with the
+// "preempted, requeue me" code 75.
 //
 // The signal handler only stores the signal number in a lock-free atomic (async-signal-safe); the
 // trainer polls Requested() at every step boundary and the ranks agree on it with a one-element MAX
 // all-reduce (runtime/train/trainer.cc), so every rank stops after the same step, rank 0 saves, and all
 // exit 75. The flag is process-wide by nature (signals are): the one piece of global state in the
 // runtime, set only by the handler and by Raise() (tests, a metadata watcher).
+//
+// Two installs, because a worker's start (MPI wire-up, the device, the data, the store's preflight) can take
+// seconds under load and the launcher may ask for a checkpoint during it:
+//   1. InstallEarly(), first thing in the worker (runtime/train/worker.cc RunWorker): SIGUSR1 only. A checkpoint
+//      request during the start is remembered and acted on at the first step boundary; it no longer kills the
+//      worker (which the elastic launcher would count as a lost host). SIGTERM keeps its default action: a worker
+//      stopped before it has trained a step has nothing to save, and a teardown after a peer's failure must not
+//      wait on a rank still blocked in its start-up (waiting for that peer).
+//      A run without checkpoints never reads the flag: it calls UndoEarly() once its config is known.
+//   2. InstallHandlers(), once the checkpoint store is open (runtime/train/checkpoint_coordinator.cc): both signals.
 
 namespace dtrain::runtime {
 
 class Preemption {
  public:
+  // Installs the handler for SIGUSR1 (step 1 above; idempotent).
+  static void InstallEarly();
+  // Undoes InstallEarly for a run that will never read the flag: SIGUSR1 gets its default action back, and one
+  // that arrived since InstallEarly is delivered again (raise), so the process ends by it as it would have
+  // without InstallEarly. Call it before InstallHandlers, from the main thread.
+  static void UndoEarly();
   // Installs the handlers for SIGTERM and SIGUSR1 (idempotent). Restores nothing: the worker keeps
   // them until it exits.
   static void InstallHandlers();

@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "core/device_context.h"
 #include "core/logging.h"
+#include "runtime/checkpoint/preemption.h"
 #include "runtime/checkpoint/spot_watcher.h"
 #include "runtime/config/config.h"
 #include "runtime/train/run_check.h"
@@ -32,6 +33,7 @@ Status PickDevice(const std::string& want, int local_rank, std::unique_ptr<Devic
 Status RunWithEnv(const WorkerRequest& req, const comm::DistEnv& env, WorkerOutcome* out) {
   proto::Config cfg;
   DT_RETURN_IF_ERROR(LoadConfig(req.config_path, req.overrides, &cfg));
+  if (!cfg.checkpoint().enabled()) Preemption::UndoEarly();  // nothing reads the flag: SIGUSR1 ends the worker
   RunCheck check;
   DT_RETURN_IF_ERROR(CheckRun(cfg, env.world_size, &check));
   // `dtrain launch` (which sets DTRAIN_RESTART_COUNT for its workers: env.launched) printed these once already.
@@ -120,6 +122,9 @@ Status RunWithEnv(const WorkerRequest& req, const comm::DistEnv& env, WorkerOutc
 }  // namespace
 
 Status RunWorker(const WorkerRequest& req, WorkerOutcome* out) {
+  // Before anything slow (MPI wire-up, the device, the data, the store's preflight): a checkpoint request (SIGUSR1)
+  // during the start is remembered for the first step, not fatal (runtime/checkpoint/preemption.h).
+  Preemption::InstallEarly();
   *out = WorkerOutcome();
   comm::DistEnv env;
   DT_RETURN_IF_ERROR(comm::DetectDistEnv(&env));

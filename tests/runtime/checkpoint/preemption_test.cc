@@ -1,0 +1,73 @@
+// The worker's early SIGUSR1 handler (Preemption::InstallEarly, runtime/checkpoint/preemption.h): a checkpoint request
+// during the start is kept, not fatal; SIGTERM stays fatal until InstallHandlers; a run without checkpoints gets
+// SIGUSR1's default action back, and a request kept meanwhile then ends it as it would have ended it at once.
+// The handlers are process-wide: each case runs in a child (a death test) so that none leaks into the next.
+
+#include "runtime/checkpoint/preemption.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+namespace dtrain::runtime {
+namespace {
+
+// The handler this process has for `sig` now.
+void (*HandlerOf(int sig))(int) {
+  struct sigaction now;
+  sigaction(sig, nullptr, &now);
+  return now.sa_handler;
+}
+
+TEST(PreemptionDeathTest, AnEarlyRequestIsKeptThroughInstallHandlers) {
+  EXPECT_EXIT(
+      {
+        Preemption::Clear();
+        Preemption::InstallEarly();
+        raise(SIGUSR1);  // delivered synchronously to this thread: the launcher's grow request during the start
+        const bool kept = Preemption::Requested() == SIGUSR1;
+        Preemption::InstallHandlers();  // the store is open: both signals
+        _exit(kept && Preemption::Requested() == SIGUSR1 && HandlerOf(SIGTERM) != SIG_DFL ? 42 : 1);
+      },
+      ::testing::ExitedWithCode(42), "");
+}
+
+TEST(PreemptionDeathTest, SigtermStaysFatalUntilInstallHandlers) {
+  EXPECT_EXIT(
+      {
+        Preemption::InstallEarly();
+        raise(SIGTERM);  // a stop before there is anything to save: at once
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGTERM), "");
+}
+
+TEST(PreemptionDeathTest, UndoEarlyDeliversARequestKeptDuringTheStart) {
+  EXPECT_EXIT(
+      {
+        Preemption::Clear();
+        Preemption::InstallEarly();
+        raise(SIGUSR1);
+        if (Preemption::Requested() != SIGUSR1) _exit(1);
+        Preemption::UndoEarly();  // checkpoints off: nothing will read the flag
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGUSR1), "");
+}
+
+TEST(PreemptionDeathTest, UndoEarlyWithoutARequestRestoresTheDefault) {
+  EXPECT_EXIT(
+      {
+        Preemption::Clear();
+        Preemption::InstallEarly();
+        if (HandlerOf(SIGUSR1) == SIG_DFL) _exit(1);
+        Preemption::UndoEarly();
+        if (HandlerOf(SIGUSR1) != SIG_DFL) _exit(2);
+        raise(SIGUSR1);  // now fatal, as before InstallEarly
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGUSR1), "");
+}
+
+}  // namespace
+}  // namespace dtrain::runtime
