@@ -136,6 +136,9 @@ Status HfExport(const proto::Config& config, HfExportPlan* plan) {
                                        {"eos_token_id", g.vocab_size() - 1},
                                        {"torch_dtype", "float32"}};
   plan->config_json = json.dump(2) + "\n";
+  plan->config_keys = {{"vocab_size", "model.gpt2.vocab_size"}, {"n_positions", "model.gpt2.max_seq_len"},
+                       {"n_ctx", "model.gpt2.max_seq_len"},     {"n_embd", "model.gpt2.n_embd"},
+                       {"n_layer", "model.gpt2.n_layer"},       {"n_head", "model.gpt2.n_head"}};
   return Status::OK();
 }
 

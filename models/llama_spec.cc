@@ -175,6 +175,15 @@ Status HfExport(const proto::Config& config, HfExportPlan* plan) {
                                        {"tie_word_embeddings", g.tie_embeddings()},
                                        {"torch_dtype", "float32"}};
   plan->config_json = json.dump(2) + "\n";
+  plan->config_keys = {{"vocab_size", "model.llama.vocab_size"},
+                       {"hidden_size", "model.llama.hidden"},
+                       {"intermediate_size", "model.llama.ffn_hidden"},
+                       {"num_hidden_layers", "model.llama.n_layer"},
+                       {"num_attention_heads", "model.llama.n_head"},
+                       {"num_key_value_heads", "model.llama.n_kv_head"},
+                       {"rms_norm_eps", "model.llama.rms_norm_eps"},
+                       {"rope_theta", "model.llama.rope_theta"},
+                       {"tie_word_embeddings", "model.llama.tie_embeddings"}};
   return Status::OK();
 }
 

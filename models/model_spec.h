@@ -45,10 +45,14 @@ struct HfTensor {
 };
 
 // What `dtrain ckpt export --format hf` writes: model.safetensors with `tensors` (in this order) and
-// config.json with `config_json`.
+// config.json with `config_json`. The import (`model.init_from: hf:DIR`, runtime/train/hf_import.h) inverts it.
 struct HfExportPlan {
   std::vector<HfTensor> tensors;
   std::string config_json;
+  // config.json keys the import checks against config_json, each with the dtrain config key that sets it
+  // ({"n_embd", "model.gpt2.n_embd"}), for the error message. The import also checks the usual structural keys
+  // of HF configs (sizes, heads, vocab, rope_theta, eps, tie_word_embeddings, activation) without this map.
+  std::map<std::string, std::string> config_keys;
 };
 
 struct ModelSpec {

@@ -163,9 +163,14 @@ Status Export(const runtime::LoadedCheckpoint& ck, const CkptArgs& a) {
   DT_RETURN_IF_ERROR(runtime::ClaimExportTarget({out, a.url, format == "hf", a.overwrite}, &moved));
   if (!moved.empty()) std::printf("%s\n", moved.c_str());
   if (format == "hf") {
-    DT_RETURN_IF_ERROR(runtime::ExportHuggingFace(cfg, tensors, metadata, out));
-    std::printf("%s: config.json and model.safetensors (Hugging Face, model.kind %s) of %s (step %lld)\n", out.c_str(),
-                cfg.model().kind().c_str(), ck.dir.c_str(), static_cast<long long>(ck.manifest.step()));
+    runtime::HfExportReport report;
+    DT_RETURN_IF_ERROR(runtime::ExportHuggingFace(cfg, tensors, metadata, out, &report));
+    std::string tokenizer;
+    for (const std::string& f : report.tokenizer_files) tokenizer += (tokenizer.empty() ? " + " : ", ") + f;
+    std::printf("%s: config.json and model.safetensors%s (Hugging Face, model.kind %s) of %s (step %lld)\n",
+                out.c_str(), tokenizer.c_str(), cfg.model().kind().c_str(), ck.dir.c_str(),
+                static_cast<long long>(ck.manifest.step()));
+    if (!report.warning.empty()) std::fprintf(stderr, "warning: %s\n", report.warning.c_str());
     return Status::OK();
   }
   DT_RETURN_IF_ERROR(runtime::WriteSafetensors(out, tensors, metadata));
@@ -210,8 +215,9 @@ CLI::App* AddCkptCommand(CLI::App* parent, CkptArgs* a) {
       app->add_option("--out", a->out, "the safetensors file to write, or with --format hf a directory (required)")
           ->type_name("PATH");
       app->add_option("--format", a->format,
-                      "safetensors (default; dtrain's names), or hf: a Hugging Face GPT-2 directory (config.json + "
-                      "model.safetensors) that transformers' from_pretrained loads")
+                      "safetensors (default; dtrain's names), or hf: a Hugging Face directory (config.json + "
+                      "model.safetensors, and the tokenizer files of a run started from hf:DIR) that transformers' "
+                      "from_pretrained loads")
           ->type_name("safetensors|hf")
           ->check(OneOf({"safetensors", "hf"}));
       app->add_flag("--overwrite", a->overwrite,

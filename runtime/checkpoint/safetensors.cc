@@ -29,6 +29,60 @@ bool UintArray(const nlohmann::ordered_json& j, std::vector<uint64_t>* out) {
   return true;
 }
 
+// Bytes per element of the dtypes read, 0 for the others.
+uint64_t ElementBytes(const std::string& dtype) {
+  if (dtype == "F32") return 4;
+  if (dtype == "BF16" || dtype == "F16") return 2;
+  return 0;
+}
+
+// bfloat16 is the top half of a float32: widening is exact.
+float Bf16ToF32(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// IEEE half to float32, exact for every value (subnormals are normalised; inf and NaN keep their payload).
+float F16ToF32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);  // rebias 15 -> 127
+  } else if (man == 0) {
+    bits = sign;
+  } else {  // subnormal: shift the mantissa up until its leading 1 is the implicit bit
+    exp = 113;
+    while ((man & 0x400u) == 0) {
+      man <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// `numel` elements of `dtype` (little-endian) at `src` as float32 into `dst`.
+void ToF32(const std::string& dtype, const char* src, uint64_t numel, float* dst) {
+  if (dtype == "F32") {
+    std::memcpy(dst, src, numel * sizeof(float));
+    return;
+  }
+  const bool bf16 = dtype == "BF16";
+  for (uint64_t i = 0; i < numel; ++i) {
+    const uint16_t h = static_cast<uint16_t>(static_cast<unsigned char>(src[2 * i]) |
+                                             (static_cast<unsigned char>(src[2 * i + 1]) << 8));
+    dst[i] = bf16 ? Bf16ToF32(h) : F16ToF32(h);
+  }
+}
+
 }  // namespace
 
 Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
@@ -147,8 +201,10 @@ Status ReadSafetensors(const std::string& path, std::vector<NamedTensor>* tensor
     std::vector<uint64_t> shape, offsets;
     if (!entry.contains("shape") || !UintArray(entry["shape"], &shape)) return bad;
     if (!entry.contains("data_offsets") || !UintArray(entry["data_offsets"], &offsets)) return bad;
-    if (dtype != "F32")
-      return Status::InvalidArgument(path + ": tensor '" + name + "' has dtype " + dtype + ", want F32");
+    const uint64_t element = ElementBytes(dtype);
+    if (element == 0) {
+      return Status::InvalidArgument(path + ": tensor '" + name + "' has dtype " + dtype + ", want F32, BF16 or F16");
+    }
     NamedTensor nt;
     nt.name = name;
     uint64_t numel = 1;
@@ -158,11 +214,11 @@ Status ReadSafetensors(const std::string& path, std::vector<NamedTensor>* tensor
       nt.shape.push_back(static_cast<int64_t>(d));
     }
     if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_bytes ||
-        offsets[1] - offsets[0] != numel * sizeof(float)) {
+        offsets[1] - offsets[0] != numel * element) {
       return Status::DataLoss(path + ": tensor '" + name + "' offsets do not match its shape or the file size");
     }
     nt.data.resize(numel);
-    if (numel > 0) std::memcpy(nt.data.data(), data.data() + offsets[0], numel * sizeof(float));  // [0]: no buffer
+    if (numel > 0) ToF32(dtype, data.data() + offsets[0], numel, nt.data.data());  // numel 0: no buffer
     tensors->push_back(std::move(nt));
   }
   return Status::OK();

@@ -1,6 +1,7 @@
 #pragma once
-// safetensors (https://github.com/huggingface/safetensors) files of f32 tensors: what PyTorch and
-// Hugging Face load with `safetensors.torch.load_file`. Layout: an 8-byte little-endian header
+// safetensors (https://github.com/huggingface/safetensors) files: what PyTorch and Hugging Face load with
+// `safetensors.torch.load_file`. Written as F32; read from F32, BF16 or F16 (published Llama weights are bf16),
+// widened to f32 exactly. Layout: an 8-byte little-endian header
 // length N, N bytes of JSON {"name": {"dtype": "F32", "shape": [...], "data_offsets": [b, e]}, ...,
 // "__metadata__": {string: string}}, then the raw little-endian data. Offsets are relative to the
 // end of the header. Written to `path.tmp`, fsync'ed, then renamed, so a reader never sees half a file.
@@ -24,7 +25,8 @@ struct NamedTensor {
 Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                         const std::map<std::string, std::string>& metadata = {});
 
-// Reads every tensor (F32 only; other dtypes are an error naming the tensor). Sizes and offsets from
+// Reads every tensor as f32: F32 as is, BF16 and F16 widened (exact: every bf16/f16 value is a float32 value;
+// inf and NaN stay so); another dtype is InvalidArgument naming the tensor. Sizes and offsets from
 // the file are bounds-checked before use: a truncated or corrupt file, or one naming a tensor twice, is
 // DataLoss naming the path.
 Status ReadSafetensors(const std::string& path, std::vector<NamedTensor>* tensors);

@@ -8,7 +8,9 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/file_guard.h"
 #include "models/model_registry.h"
+#include "runtime/train/hf_import.h"
 #include "runtime/train/model_factory.h"
 
 namespace dtrain::runtime {
@@ -66,10 +68,31 @@ Status WriteText(const std::string& path, const std::string& text) {
   return Status::OK();
 }
 
+// Copies the tokenizer files that the run's hf: source still holds into `dir`.
+Status CopyTokenizerFiles(const proto::Config& cfg, const std::string& dir, HfExportReport* report) {
+  std::string src;
+  if (!HfInitDir(cfg.model().init_from(), &src)) return Status::OK();
+  struct stat st;
+  if (::stat(src.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    report->warning = "the run started from model.init_from hf:" + src + ", which is gone: no tokenizer files copied";
+    return Status::OK();
+  }
+  for (const std::string& name : HfTokenizerFiles()) {
+    const std::string from = src + "/" + name;
+    if (::stat(from.c_str(), &st) != 0) continue;
+    std::string text;
+    DT_RETURN_IF_ERROR(ReadRegularFile(from, "tokenizer file", &text));
+    DT_RETURN_IF_ERROR(WriteText(dir + "/" + name, text));
+    report->tokenizer_files.push_back(name);
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status ExportHuggingFace(const proto::Config& cfg, const std::vector<NamedTensor>& params,
-                         const std::map<std::string, std::string>& metadata, const std::string& dir) {
+                         const std::map<std::string, std::string>& metadata, const std::string& dir,
+                         HfExportReport* report) {
   const models::ModelSpec* spec = nullptr;
   DT_RETURN_IF_ERROR(FindModelSpec(cfg, &spec));
   const std::string& kind = cfg.model().kind();
@@ -94,7 +117,9 @@ Status ExportHuggingFace(const proto::Config& cfg, const std::vector<NamedTensor
     return Status::IoError("cannot create '" + dir + "': " + std::strerror(errno));
   }
   DT_RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", hf, metadata));
-  return WriteText(dir + "/config.json", plan.config_json);
+  DT_RETURN_IF_ERROR(WriteText(dir + "/config.json", plan.config_json));
+  HfExportReport ignored;
+  return CopyTokenizerFiles(cfg, dir, report != nullptr ? report : &ignored);
 }
 
 }  // namespace dtrain::runtime

@@ -17,6 +17,7 @@
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/config/config.h"
 #include "runtime/observe/step_breakdown.h"
+#include "runtime/train/hf_import.h"
 #include "runtime/train/model_factory.h"
 #include "runtime/train/step_body.h"
 #include "runtime/train/step_graph.h"
@@ -526,7 +527,9 @@ Status Trainer::ExportParams(const std::string& path) {
 
 Status Trainer::ImportParams(const std::string& path) {
   std::vector<NamedTensor> tensors;
-  DT_RETURN_IF_ERROR(ReadSafetensors(path, &tensors));
+  std::string hf_dir;  // hf:DIR (or a directory with config.json): HF's names and layout, through the model's spec
+  DT_RETURN_IF_ERROR(HfInitDir(path, &hf_dir) ? ImportHuggingFace(cfg_, hf_dir, &tensors)
+                                              : ReadSafetensors(path, &tensors));
   std::map<std::string, const NamedTensor*> by_name;
   for (const NamedTensor& t : tensors) by_name[t.name] = &t;
   std::vector<float> flat(model_->params().numel());

@@ -99,7 +99,8 @@ class Trainer {
   int64_t EndStep() const;
   // The LR of the step about to run (the schedule at `step`, or at samples seen / schedule.samples_per_step).
   double StepLr(int64_t step) const;
-  // Sets every parameter from a safetensors file (model.init_from): all names present, shapes equal, no extras.
+  // Sets every parameter from model.init_from: a safetensors file of dtrain's names, or hf:DIR (hf_import.h); all
+  // names present, shapes equal, no extras.
   Status ImportParams(const std::string& path);
   // Writes the parameters as <name>: tensor to a safetensors file (loadable by PyTorch).
   Status ExportParams(const std::string& path);

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 
 #include "tests/testing/subprocess.h"
 
@@ -86,6 +89,62 @@ TEST(Safetensors, DuplicateNamesAreRefusedByTheWriterAndTheReader) {
   const Status rd = ReadSafetensors(path, &out);
   EXPECT_EQ(rd.code(), Status::Code::kDataLoss) << rd.ToString();
   EXPECT_NE(rd.message().find(path + ": tensor 'w' appears twice"), std::string::npos) << rd.message();
+}
+
+// A file from a header and raw data (the 8-byte little-endian length, the header padded with spaces).
+std::string RawFile(std::string header, const std::string& data) {
+  while (header.size() % 8 != 0) header += ' ';
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  return out + header + data;
+}
+
+// Little-endian 16-bit words.
+std::string Words(const std::vector<uint16_t>& w) {
+  std::string out;
+  for (uint16_t v : w) out += std::string{static_cast<char>(v & 0xff), static_cast<char>(v >> 8)};
+  return out;
+}
+
+// Published Llama weights are bf16, some checkpoints f16: both read as f32, exactly.
+TEST(Safetensors, Bf16AndF16WidenToF32Exactly) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/h.safetensors";
+  // bf16: 1, -2.5, 3.140625, +inf, the smallest subnormal 2^-133, -0
+  // f16:  1, -2.5, 65504 (the largest), +inf, the smallest subnormal 2^-24, the largest subnormal 1023 * 2^-24, -0
+  const std::string bf16 = Words({0x3f80, 0xc020, 0x4049, 0x7f80, 0x0001, 0x8000});
+  const std::string f16 = Words({0x3c00, 0xc100, 0x7bff, 0x7c00, 0x0001, 0x03ff, 0x8000, 0x7e00});
+  testing::WriteFile(path, RawFile(R"({"__metadata__":{"format":"pt"},)"
+                                   R"("b":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]},)"
+                                   R"("h":{"dtype":"F16","shape":[8],"data_offsets":[12,28]}})",
+                                   bf16 + f16));
+  std::vector<NamedTensor> out;
+  const Status st = ReadSafetensors(path, &out);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].shape, (std::vector<int64_t>{2, 3}));
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> want_b = {1.0f, -2.5f, 3.140625f, inf, std::ldexp(1.0f, -133), -0.0f};
+  ASSERT_EQ(out[0].data.size(), want_b.size());
+  for (size_t i = 0; i < want_b.size(); ++i) EXPECT_EQ(out[0].data[i], want_b[i]) << i;
+  EXPECT_TRUE(std::signbit(out[0].data[5]));
+  const std::vector<float> want_h = {1.0f, -2.5f, 65504.0f, inf, std::ldexp(1.0f, -24), 1023 * std::ldexp(1.0f, -24),
+                                     -0.0f};
+  ASSERT_EQ(out[1].data.size(), 8u);
+  for (size_t i = 0; i < want_h.size(); ++i) EXPECT_EQ(out[1].data[i], want_h[i]) << i;
+  EXPECT_TRUE(std::signbit(out[1].data[6]));
+  EXPECT_TRUE(std::isnan(out[1].data[7]));
+
+  // The offsets must span 2 bytes per element for these dtypes (4 would be an F32 size): corrupt.
+  testing::WriteFile(path, RawFile(R"({"b":{"dtype":"BF16","shape":[3],"data_offsets":[0,12]}})", bf16));
+  Status bad = ReadSafetensors(path, &out);
+  EXPECT_EQ(bad.code(), Status::Code::kDataLoss) << bad.ToString();
+  EXPECT_NE(bad.message().find("tensor 'b' offsets do not match its shape"), std::string::npos) << bad.message();
+  // Other dtypes are named.
+  testing::WriteFile(path, RawFile(R"({"q":{"dtype":"I8","shape":[4],"data_offsets":[0,4]}})", "abcd"));
+  bad = ReadSafetensors(path, &out);
+  EXPECT_EQ(bad.code(), Status::Code::kInvalidArgument) << bad.ToString();
+  EXPECT_NE(bad.message().find("tensor 'q' has dtype I8, want F32, BF16 or F16"), std::string::npos) << bad.message();
 }
 
 }  // namespace
