@@ -13,9 +13,11 @@
 // transformers rotate by the same fp32 angles: inv_freq_i = fl(1 / fl(theta^fl(2i / hs))) and
 // angle = fl(float(t) * inv_freq_i) (fl: rounded to f32; theta^e and 1/p as torch does them in fp32, computed
 // here in double and rounded once), then cos/sin of that f32 angle in double, rounded to f32. Against HF's own fp32
-// table this differs only by torch's fp32 pow/cos/sin errors (a few f32 ulps, < 3e-7 absolute); against the exact
-// angles t * theta^(-2i/hs) both carry the same fp32 angle error, up to t * 2^-24 * inv_freq_i rad (HF behaviour,
-// reproduced on purpose). No rope_scaling variants (Llama 3.1/3.2's "llama3" frequency scaling is not applied).
+// table: the same f32 angles wherever torch's fp32 pow rounds as this does (glibc's powf or Sleef's, on the CPU, where
+// HF builds inv_freq unless told a device; one ulp off would move an angle by up to angle * 2^-23), and cos/sin within
+// torch's few-ulp fp32 errors (< 3e-7 absolute). Against the exact angles t * theta^(-2i/hs) both carry the same fp32
+// angle error, up to 3 * 2^-24 * angle rad (HF's behaviour, reproduced on purpose). No rope_scaling variants (Llama
+// 3.1/3.2's "llama3" frequency scaling is not applied).
 //
 // CPU references take qkv of T = float or double (math in T, the table f32); CUDA launchers are f32, bf16 and fp16
 // (16-bit as uint16_t raw bits, fp32 math, rounded once per element), one thread per V pairs (128-bit accesses of
