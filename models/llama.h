@@ -30,7 +30,7 @@
 //   kFp32: every tensor f32 (CPU or CUDA), or f64 on the CPU (options.dtype; for gradient checks).
 //   kBf16 (CUDA only): params()/grads() stay f32 (master weights, f32 gradients); Forward casts the params into a bf16
 //     copy used by the GEMMs; activations are bf16; RMSNorm statistics, softmax statistics and every reduction fp32.
-//     Attention on CUDA bf16 needs a head size of 64 or 128.
+//     Attention on CUDA takes head sizes up to 128; bf16 is fastest at 64 and 128 (kernels/attention.h).
 //   kFp16 is not supported (InvalidArgument).
 // recompute: keep only each layer's input; Backward re-runs a layer's forward just before its backward (one layer's
 // activations are alive at a time). Gradients are identical to the stored-activation path.

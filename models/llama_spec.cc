@@ -16,8 +16,9 @@ namespace {
 constexpr int64_t kMaxHeadSize = 256;
 
 // Every size in range, the Llama constraints and the parameter count within kMaxModelParams, each error naming its
-// key. `bf16_cuda`: the run's attention is CUDA bf16, which takes head sizes 64 and 128 only.
-Status CheckConfig(const proto::LlamaConfig& g, bool bf16_cuda) {
+// key. `cuda`: the run's attention is CUDA's, which takes head sizes up to ops::kAttentionMaxHeadSize (bf16 runs 64
+// and 128 on the tensor-core flash and cuDNN kernels, other sizes on the slower cuBLAS path: kernels/attention.h).
+Status CheckConfig(const proto::LlamaConfig& g, bool cuda) {
   DT_RETURN_IF_ERROR(CheckModelSize("model.llama.vocab_size", g.vocab_size(), 2));
   DT_RETURN_IF_ERROR(CheckModelSize("model.llama.max_seq_len", g.max_seq_len(), 1));
   DT_RETURN_IF_ERROR(CheckModelSize("model.llama.hidden", g.hidden(), 1));
@@ -41,10 +42,11 @@ Status CheckConfig(const proto::LlamaConfig& g, bool bf16_cuda) {
                                    std::to_string(g.n_head()) + " = " + std::to_string(hs) +
                                    " must be even (RoPE rotates pairs) and at most " + std::to_string(kMaxHeadSize));
   }
-  if (bf16_cuda && !ops::FlashAttentionSupportsHeadSize(hs)) {
+  if (cuda && hs > ops::kAttentionMaxHeadSize) {
     return Status::InvalidArgument("model.llama: head size hidden / n_head = " + std::to_string(hs) +
-                                   ", but bf16 attention on CUDA runs head sizes 64 and 128 only: change "
-                                   "model.llama.hidden or model.llama.n_head, or train in fp32");
+                                   ", but attention on CUDA runs head sizes up to " +
+                                   std::to_string(ops::kAttentionMaxHeadSize) +
+                                   " (64 and 128 fastest): change model.llama.hidden or model.llama.n_head");
   }
   int64_t params = 0;  // embedding (and LM head), then per layer q|k|v, o, gate|up, down and two norms, final norm
   const int64_t vp = Llama::PaddedVocab(g.vocab_size());
@@ -66,7 +68,7 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
   if (opts.precision != Precision::kFp32 && !ctx.is_cuda()) {
     return Status::InvalidArgument("train.precision: " + precision + " needs a GPU; the CPU path is fp32");
   }
-  DT_RETURN_IF_ERROR(CheckConfig(g, opts.precision == Precision::kBf16));
+  DT_RETURN_IF_ERROR(CheckConfig(g, ctx.is_cuda()));
   opts.vocab_size = g.vocab_size();
   opts.max_seq_len = g.max_seq_len();
   opts.n_layer = g.n_layer();
@@ -88,7 +90,7 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
 Status CheckData(const proto::Config& config, const std::string& what, const proto::DatasetSchema& s) {
   const proto::LlamaConfig& g = config.model().llama();
   // The model's own constraints first: the run check (dtrain launch) reports them before any worker starts.
-  DT_RETURN_IF_ERROR(CheckConfig(g, /*bf16_cuda=*/false));
+  DT_RETURN_IF_ERROR(CheckConfig(g, /*cuda=*/false));
   if (s.kind() != proto::DatasetSchema::TOKENS) {
     return Status::InvalidArgument(what + " holds images, but model.kind llama takes tokens");
   }
@@ -121,7 +123,7 @@ void WeightsMetadata(const proto::Config& config, std::map<std::string, std::str
 // what dtrain's Llama computes: SiLU, no biases, no RoPE scaling, no dropout.
 Status HfExport(const proto::Config& config, HfExportPlan* plan) {
   const proto::LlamaConfig& g = config.model().llama();
-  DT_RETURN_IF_ERROR(CheckConfig(g, /*bf16_cuda=*/false));
+  DT_RETURN_IF_ERROR(CheckConfig(g, /*cuda=*/false));
   const int64_t c = g.hidden(), f = g.ffn_hidden(), hs = c / g.n_head(), vp = Llama::PaddedVocab(g.vocab_size());
   const int64_t q_rows = g.n_head() * hs, kv_rows = g.n_kv_head() * hs;
   const std::vector<int64_t> qkv_shape = {q_rows + 2 * kv_rows, c}, gate_up_shape = {2 * f, c};
