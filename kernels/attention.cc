@@ -207,18 +207,22 @@ Status ChoosePath(const DeviceContext& ctx, DType dt, const Dims& d, std::initia
   DT_CHECK_ARG(env >= 0, "attention: DTRAIN_ATTENTION=" << std::getenv("DTRAIN_ATTENTION")
                                                         << " is not auto, cudnn, flash or gemm");
   if (env <= 1) {
-    if (CudnnAttentionSupported(ctx, dt, d.b, d.t, d.nh, d.hs)) {
+    if (CudnnAttentionSupported(ctx, dt, d.b, d.t, d.nh, d.nkv, d.hs)) {
       *path = Path::kCudnn;
       return Status::OK();
     }
     if (env == 1) {
       return Status::Unavailable("attention: DTRAIN_ATTENTION=cudnn but cuDNN cannot run " +
-                                 std::string(DTypeName(dt)) + " head size " + std::to_string(d.hs));
+                                 std::string(DTypeName(dt)) + " head size " + std::to_string(d.hs) + " (NH " +
+                                 std::to_string(d.nh) + ", NKV " + std::to_string(d.nkv) + ", T " +
+                                 std::to_string(d.t) + ")");
     }
     static std::once_flag logged;
     std::call_once(logged, [&] {
-      DT_LOG_INFO(kModel, "attention: cuDNN's fused attention cannot run {} with head size {}; using dtrain's kernels",
-                  DTypeName(dt), d.hs);
+      DT_LOG_INFO(kModel,
+                  "attention: cuDNN's fused attention cannot run {} with head size {} (NH {}, NKV {}, T {}); using "
+                  "dtrain's kernels",
+                  DTypeName(dt), d.hs, d.nh, d.nkv, d.t);
     });
   }
   const bool flash_ok = FlashAttentionSupportsHeadSize(d.hs) && Aligned16(ts);
@@ -229,7 +233,7 @@ Status ChoosePath(const DeviceContext& ctx, DType dt, const Dims& d, std::initia
 // A u8 device tensor of the cuBLAS bf16 path's workspace size, from the context's caching allocator.
 Status GemmWorkspace(DeviceContext& ctx, const Dims& d, bool backward, Tensor* ws) {
   DT_CHECK_ARG(ctx.blas() != nullptr, "attention: CUDA context without cuBLAS handles");
-  const size_t bytes = AttentionGemmWorkspaceBytes(d.b, d.t, d.nh, d.hs, backward);
+  const size_t bytes = AttentionGemmWorkspaceBytes(d.b, d.t, d.nh, d.nkv, d.hs, backward);
   return Tensor::Empty({static_cast<int64_t>(bytes)}, DType::kU8, ctx.allocator(), ws);
 }
 #endif
@@ -243,24 +247,24 @@ Status AttentionForward(DeviceContext& ctx, const Tensor& qkv, int64_t n_head, i
   DT_RETURN_IF_ERROR(CheckArgs(ctx, "AttentionForward", qkv, n_head, n_kv_head, {out}, {}, *lse, &d));
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
-    if (d.nkv != d.nh) return Status::Unimplemented("AttentionForward: grouped-query attention on CUDA");
     if (qkv.dtype() == DType::kBF16 || qkv.dtype() == DType::kF16) {
       Path path;
       DT_RETURN_IF_ERROR(ChoosePath(ctx, qkv.dtype(), d, {&qkv, out}, &path));
       if (path == Path::kCudnn) {
         return CudnnAttentionForward(ctx, qkv.dtype(), out->data(), lse->data<float>(), qkv.data(), d.b, d.t, d.nh,
-                                     d.hs);
+                                     d.nkv, d.hs);
       }
       if (path == Path::kFlash) {
         auto* fwd = qkv.dtype() == DType::kF16 ? FlashAttentionForwardFp16 : FlashAttentionForwardBf16;
-        return fwd(out->data<uint16_t>(), lse->data<float>(), qkv.data<uint16_t>(), d.b, d.t, d.nh, d.hs, ctx.stream());
+        return fwd(out->data<uint16_t>(), lse->data<float>(), qkv.data<uint16_t>(), d.b, d.t, d.nh, d.nkv, d.hs,
+                   ctx.stream());
       }
       Tensor ws;
       DT_RETURN_IF_ERROR(GemmWorkspace(ctx, d, /*backward=*/false, &ws));
       return AttentionForwardGemmBf16(*ctx.blas(), out->data<uint16_t>(), lse->data<float>(), qkv.data<uint16_t>(), d.b,
-                                      d.t, d.nh, d.hs, ws.data(), ctx.stream());
+                                      d.t, d.nh, d.nkv, d.hs, ws.data(), ctx.stream());
     }
-    return AttentionForwardCuda(out->data<float>(), lse->data<float>(), qkv.data<float>(), d.b, d.t, d.nh, d.hs,
+    return AttentionForwardCuda(out->data<float>(), lse->data<float>(), qkv.data<float>(), d.b, d.t, d.nh, d.nkv, d.hs,
                                 ctx.stream());
 #else
     return Status::Unavailable("AttentionForward: CUDA tensor in a build without CUDA");
@@ -281,7 +285,6 @@ Status AttentionBackward(DeviceContext& ctx, const Tensor& qkv, const Tensor& ou
   DT_RETURN_IF_ERROR(CheckArgs(ctx, "AttentionBackward", qkv, n_head, n_kv_head, {&out, &dout}, {dqkv}, lse, &d));
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
-    if (d.nkv != d.nh) return Status::Unimplemented("AttentionBackward: grouped-query attention on CUDA");
     // Workspaces go back to the caching allocator when they leave scope; the allocator is stream-ordered on the
     // context's stream, so the work queued below finishes with them before any later reuse.
     if (qkv.dtype() == DType::kBF16 || qkv.dtype() == DType::kF16) {
@@ -289,25 +292,25 @@ Status AttentionBackward(DeviceContext& ctx, const Tensor& qkv, const Tensor& ou
       DT_RETURN_IF_ERROR(ChoosePath(ctx, qkv.dtype(), d, {&qkv, &out, &dout, dqkv}, &path));
       if (path == Path::kCudnn) {
         return CudnnAttentionBackward(ctx, qkv.dtype(), dqkv->data(), dout.data(), qkv.data(), out.data(),
-                                      lse.data<float>(), d.b, d.t, d.nh, d.hs);
+                                      lse.data<float>(), d.b, d.t, d.nh, d.nkv, d.hs);
       }
       if (path == Path::kFlash) {
         Tensor delta;
         DT_RETURN_IF_ERROR(Tensor::Empty({d.b, d.nh, d.t}, DType::kF32, ctx.allocator(), &delta));
         auto* bwd = qkv.dtype() == DType::kF16 ? FlashAttentionBackwardFp16 : FlashAttentionBackwardBf16;
         return bwd(dqkv->data<uint16_t>(), delta.data<float>(), dout.data<uint16_t>(), qkv.data<uint16_t>(),
-                   out.data<uint16_t>(), lse.data<float>(), d.b, d.t, d.nh, d.hs, ctx.stream());
+                   out.data<uint16_t>(), lse.data<float>(), d.b, d.t, d.nh, d.nkv, d.hs, ctx.stream());
       }
       Tensor ws;
       DT_RETURN_IF_ERROR(GemmWorkspace(ctx, d, /*backward=*/true, &ws));
       return AttentionBackwardGemmBf16(*ctx.blas(), dqkv->data<uint16_t>(), dout.data<uint16_t>(), qkv.data<uint16_t>(),
-                                       out.data<uint16_t>(), lse.data<float>(), d.b, d.t, d.nh, d.hs, ws.data(),
+                                       out.data<uint16_t>(), lse.data<float>(), d.b, d.t, d.nh, d.nkv, d.hs, ws.data(),
                                        ctx.stream());
     }
     Tensor delta;
     DT_RETURN_IF_ERROR(Tensor::Empty({d.b, d.nh, d.t}, DType::kF32, ctx.allocator(), &delta));
     return AttentionBackwardCuda(dqkv->data<float>(), delta.data<float>(), dout.data<float>(), qkv.data<float>(),
-                                 out.data<float>(), lse.data<float>(), d.b, d.t, d.nh, d.hs, ctx.stream());
+                                 out.data<float>(), lse.data<float>(), d.b, d.t, d.nh, d.nkv, d.hs, ctx.stream());
 #else
     return Status::Unavailable("AttentionBackward: CUDA tensor in a build without CUDA");
 #endif

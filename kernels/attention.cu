@@ -54,22 +54,35 @@ __device__ __forceinline__ float RowDot(const float* a, const float* b, int hs) 
   return acc;
 }
 
-// Block (query tile, head, batch); query tiles in reverse so the longest (last) causal rows start first.
+// Row layout of qkv (see attention.h): q of head h at column h*hs, k / v of kv head g at (nh + g) hs /
+// (nh + nkv + g) hs, rows (nh + 2 nkv) hs apart.
+struct QkvCols {
+  int nh, nkv, hs;
+  __device__ int64_t stride() const { return static_cast<int64_t>(nh + 2 * nkv) * hs; }
+  __device__ int64_t q(int h) const { return static_cast<int64_t>(h) * hs; }
+  __device__ int64_t k(int g) const { return static_cast<int64_t>(nh + g) * hs; }
+  __device__ int64_t v(int g) const { return static_cast<int64_t>(nh + nkv + g) * hs; }
+};
+
+// Block (query tile, head, batch); query tiles in reverse so the longest (last) causal rows start first. Query head
+// h reads kv head h / (nh / nkv).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    AttentionForwardKernel(T* out, float* lse, const T* qkv, int t, int nh, int hs, float scale) {
+    AttentionForwardKernel(T* out, float* lse, const T* qkv, int t, QkvCols cols, float scale) {
   extern __shared__ float smem[];
+  const int nh = cols.nh, hs = cols.hs;
   const int ld = hs + 1;
   float* sq = smem;
   float* sk = sq + kTile * ld;
   float* sv = sk + kTile * ld;
   float* sp = sv + kTile * ld;  // [kTile][kPld] probabilities of the current tile
   const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int64_t c = static_cast<int64_t>(nh) * hs, stride = 3 * c;
-  const T* base = qkv + static_cast<int64_t>(b) * t * stride + h * hs;
+  const int kvh = h / (nh / cols.nkv);
+  const int64_t c = static_cast<int64_t>(nh) * hs, stride = cols.stride();
+  const T* rows = qkv + static_cast<int64_t>(b) * t * stride;
   const int r = threadIdx.x / kGroup, g = threadIdx.x % kGroup;
   const int q0 = qt * kTile, i = q0 + r;
-  LoadTile(sq, base, q0, t, stride, hs);
+  LoadTile(sq, rows + cols.q(h), q0, t, stride, hs);
 
   float o[kDimsPerLane];
 #pragma unroll
@@ -78,8 +91,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int kt = 0; kt <= qt; ++kt) {  // causal: key tiles up to the diagonal one
     const int k0 = kt * kTile;
     __syncthreads();  // the previous tile's sk/sv/sp reads are done
-    LoadTile(sk, base + c, k0, t, stride, hs);
-    LoadTile(sv, base + 2 * c, k0, t, stride, hs);
+    LoadTile(sk, rows + cols.k(kvh), k0, t, stride, hs);
+    LoadTile(sv, rows + cols.v(kvh), k0, t, stride, hs);
     __syncthreads();
     float s[kColsPerLane];
     float tile_max = -INFINITY;
@@ -179,85 +192,92 @@ __device__ BwdTiles CarveBwd(float* smem, int hs) {
   return {smem, smem + tile, smem + 2 * tile, smem + 3 * tile, smem + 4 * tile, smem + 4 * tile + kTile};
 }
 
-// Block (key tile, head, batch): dK and dV of kTile key rows, summed over every query tile at or after the key tile
-// (earlier queries cannot see these keys). Thread (r, g) accumulates key row k0 + r, dims g, g + 8, ...
+// Block (key tile, kv head, batch): dK and dV of kTile key rows, summed over the kv head's query heads in order and,
+// for each, over every query tile at or after the key tile (earlier queries cannot see these keys). Thread (r, g)
+// accumulates key row k0 + r, dims g, g + 8, ...
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    AttentionBackwardKvKernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int t, int nh,
-                              int hs, float scale) {
+    AttentionBackwardKvKernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int t,
+                              QkvCols cols, float scale) {
   extern __shared__ float smem[];
+  const int nh = cols.nh, hs = cols.hs;
   const BwdTiles s = CarveBwd(smem, hs);
   float* sp = s.sdelta + kTile;  // [kTile][kPld]
   float* sds = sp + kTile * kPld;
   const int ld = hs + 1;
-  const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, nt = gridDim.x;
-  const int64_t c = static_cast<int64_t>(nh) * hs, stride = 3 * c;
+  const int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, nt = gridDim.x;
+  const int group = nh / cols.nkv;
+  const int64_t c = static_cast<int64_t>(nh) * hs, stride = cols.stride();
   const int64_t row_base = static_cast<int64_t>(b) * t;
-  const T* base = qkv + row_base * stride + h * hs;
-  const T* dout_base = dout + row_base * c + h * hs;
-  const float* lse_bh = lse + (static_cast<int64_t>(b) * nh + h) * t;
-  const float* delta_bh = delta + (static_cast<int64_t>(b) * nh + h) * t;
+  const T* rows = qkv + row_base * stride;
   const int r = threadIdx.x / kGroup, g = threadIdx.x % kGroup;
   const int k0 = kt * kTile;
-  LoadTile(s.sk, base + c, k0, t, stride, hs);
-  LoadTile(s.sv, base + 2 * c, k0, t, stride, hs);
+  LoadTile(s.sk, rows + cols.k(kvh), k0, t, stride, hs);
+  LoadTile(s.sv, rows + cols.v(kvh), k0, t, stride, hs);
 
   float dk[kDimsPerLane], dv[kDimsPerLane];
 #pragma unroll
   for (int k = 0; k < kDimsPerLane; ++k) dk[k] = dv[k] = 0.f;
-  for (int qt = kt; qt < nt; ++qt) {
-    const int q0 = qt * kTile;
-    __syncthreads();  // the previous query tile's reads are done
-    LoadTile(s.sq, base, q0, t, stride, hs);
-    LoadTile(s.sdo, dout_base, q0, t, c, hs);
-    LoadRowStats(s, lse_bh, delta_bh, q0, t);
-    __syncthreads();
-    ScoresAndGrads(s, sp, sds, q0, k0, t, hs, scale, r, g);
-    __syncthreads();  // key row r needs column r of every query row's P and dS
+  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+    const float* lse_bh = lse + (static_cast<int64_t>(b) * nh + h) * t;
+    const float* delta_bh = delta + (static_cast<int64_t>(b) * nh + h) * t;
+    for (int qt = kt; qt < nt; ++qt) {
+      const int q0 = qt * kTile;
+      __syncthreads();  // the previous query tile's reads are done
+      LoadTile(s.sq, rows + cols.q(h), q0, t, stride, hs);
+      LoadTile(s.sdo, dout + row_base * c + static_cast<int64_t>(h) * hs, q0, t, c, hs);
+      LoadRowStats(s, lse_bh, delta_bh, q0, t);
+      __syncthreads();
+      ScoresAndGrads(s, sp, sds, q0, k0, t, hs, scale, r, g);
+      __syncthreads();  // key row r needs column r of every query row's P and dS
 #pragma unroll
-    for (int k = 0; k < kDimsPerLane; ++k) {
-      const int d = g + kGroup * k;
-      if (d < hs) {
-        float acc_v = dv[k], acc_k = dk[k];
-        for (int ii = 0; ii < kTile; ++ii) {
-          acc_v = fmaf(sp[ii * kPld + r], s.sdo[ii * ld + d], acc_v);
-          acc_k = fmaf(sds[ii * kPld + r], s.sq[ii * ld + d], acc_k);
+      for (int k = 0; k < kDimsPerLane; ++k) {
+        const int d = g + kGroup * k;
+        if (d < hs) {
+          float acc_v = dv[k], acc_k = dk[k];
+          for (int ii = 0; ii < kTile; ++ii) {
+            acc_v = fmaf(sp[ii * kPld + r], s.sdo[ii * ld + d], acc_v);
+            acc_k = fmaf(sds[ii * kPld + r], s.sq[ii * ld + d], acc_k);
+          }
+          dv[k] = acc_v;
+          dk[k] = acc_k;
         }
-        dv[k] = acc_v;
-        dk[k] = acc_k;
       }
     }
   }
   const int j = k0 + r;
   if (j < t) {
-    T* row = dqkv + (row_base + j) * stride + h * hs;
+    T* row = dqkv + (row_base + j) * stride;
 #pragma unroll
     for (int k = 0; k < kDimsPerLane; ++k) {
       const int d = g + kGroup * k;
       if (d < hs) {
-        StoreAs(row + c + d, dk[k] * scale);
-        StoreAs(row + 2 * c + d, dv[k]);
+        StoreAs(row + cols.k(kvh) + d, dk[k] * scale);
+        StoreAs(row + cols.v(kvh) + d, dv[k]);
       }
     }
   }
 }
 
-// Block (query tile, head, batch): dQ of kTile query rows over the key tiles up to the diagonal.
+// Block (query tile, head, batch): dQ of kTile query rows over the key tiles (of the head's kv head) up to the
+// diagonal.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    AttentionBackwardQKernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int t, int nh,
-                             int hs, float scale) {
+    AttentionBackwardQKernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int t,
+                             QkvCols cols, float scale) {
   extern __shared__ float smem[];
+  const int nh = cols.nh, hs = cols.hs;
   const BwdTiles s = CarveBwd(smem, hs);
   float* sds = s.sdelta + kTile;  // [kTile][kPld]
   const int ld = hs + 1;
   const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int64_t c = static_cast<int64_t>(nh) * hs, stride = 3 * c;
+  const int kvh = h / (nh / cols.nkv);
+  const int64_t c = static_cast<int64_t>(nh) * hs, stride = cols.stride();
   const int64_t row_base = static_cast<int64_t>(b) * t;
-  const T* base = qkv + row_base * stride + h * hs;
+  const T* rows = qkv + row_base * stride;
   const int r = threadIdx.x / kGroup, g = threadIdx.x % kGroup;
   const int q0 = qt * kTile;
-  LoadTile(s.sq, base, q0, t, stride, hs);
+  LoadTile(s.sq, rows + cols.q(h), q0, t, stride, hs);
   LoadTile(s.sdo, dout + row_base * c + h * hs, q0, t, c, hs);
   LoadRowStats(s, lse + (static_cast<int64_t>(b) * nh + h) * t, delta + (static_cast<int64_t>(b) * nh + h) * t, q0, t);
 
@@ -267,8 +287,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int kt = 0; kt <= qt; ++kt) {
     const int k0 = kt * kTile;
     __syncthreads();  // the previous key tile's reads are done (and, on the first pass, the Q/dO loads)
-    LoadTile(s.sk, base + c, k0, t, stride, hs);
-    LoadTile(s.sv, base + 2 * c, k0, t, stride, hs);
+    LoadTile(s.sk, rows + cols.k(kvh), k0, t, stride, hs);
+    LoadTile(s.sv, rows + cols.v(kvh), k0, t, stride, hs);
     __syncthreads();
     ScoresAndGrads(s, nullptr, sds, q0, k0, t, hs, scale, r, g);
     __syncwarp();  // row r of sds was written by this row group (lanes of this warp) and is read by it only
@@ -284,7 +304,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int i = q0 + r;
   if (i < t) {
-    T* row = dqkv + (row_base + i) * stride + h * hs;
+    T* row = dqkv + (row_base + i) * stride + cols.q(h);
 #pragma unroll
     for (int k = 0; k < kDimsPerLane; ++k) {
       const int d = g + kGroup * k;
@@ -293,9 +313,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-Status CheckDims(int64_t b, int64_t t, int64_t nh, int64_t hs) {
+Status CheckDims(int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hs) {
   DT_CHECK_ARG(b > 0 && b < 65536 && nh > 0 && nh < 65536 && t > 0 && t < (int64_t{1} << 30),
                "attention: unsupported B = " << b << ", T = " << t << ", NH = " << nh);
+  DT_CHECK_ARG(nkv > 0 && nh % nkv == 0, "attention: NH = " << nh << " is not a multiple of NKV = " << nkv);
   DT_CHECK_ARG(hs > 0 && hs <= kAttentionMaxHeadSize, "attention: head size " << hs << " not in [1, 128]");
   return Status::OK();
 }
@@ -314,24 +335,29 @@ dim3 TileGrid(int64_t b, int64_t t, int64_t nh) {
   return dim3(static_cast<unsigned>((t + kTile - 1) / kTile), static_cast<unsigned>(nh), static_cast<unsigned>(b));
 }
 
+QkvCols Cols(int64_t nh, int64_t nkv, int64_t hs) {
+  return {static_cast<int>(nh), static_cast<int>(nkv), static_cast<int>(hs)};
+}
+
 template <typename T>
-Status Forward(T* out, float* lse, const T* qkv, int64_t b, int64_t t, int64_t nh, int64_t hs, cudaStream_t stream) {
+Status Forward(T* out, float* lse, const T* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hs,
+               cudaStream_t stream) {
   DT_NVTX_RANGE("AttentionForwardCuda");
-  DT_RETURN_IF_ERROR(CheckDims(b, t, nh, hs));
+  DT_RETURN_IF_ERROR(CheckDims(b, t, nh, nkv, hs));
   const size_t smem = sizeof(float) * (3 * kTile * (hs + 1) + kTile * kPld);
   DT_RETURN_IF_ERROR(LaunchSetup(AttentionForwardKernel<T>, smem));
   const float scale = 1.f / sqrtf(static_cast<float>(hs));
-  AttentionForwardKernel<T><<<TileGrid(b, t, nh), kThreads, smem, stream>>>(
-      out, lse, qkv, static_cast<int>(t), static_cast<int>(nh), static_cast<int>(hs), scale);
+  AttentionForwardKernel<T>
+      <<<TileGrid(b, t, nh), kThreads, smem, stream>>>(out, lse, qkv, static_cast<int>(t), Cols(nh, nkv, hs), scale);
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
 }
 
 template <typename T>
 Status Backward(T* dqkv, float* delta, const T* dout, const T* qkv, const T* out, const float* lse, int64_t b,
-                int64_t t, int64_t nh, int64_t hs, cudaStream_t stream) {
+                int64_t t, int64_t nh, int64_t nkv, int64_t hs, cudaStream_t stream) {
   DT_NVTX_RANGE("AttentionBackwardCuda");
-  DT_RETURN_IF_ERROR(CheckDims(b, t, nh, hs));
+  DT_RETURN_IF_ERROR(CheckDims(b, t, nh, nkv, hs));
   const int it = static_cast<int>(t), inh = static_cast<int>(nh), ihs = static_cast<int>(hs);
   const int64_t warps = b * t * nh;
   const unsigned delta_blocks = static_cast<unsigned>(std::min<int64_t>((warps + 7) / 8, 65536));
@@ -342,40 +368,41 @@ Status Backward(T* dqkv, float* delta, const T* dout, const T* qkv, const T* out
   const size_t smem_kv = sizeof(float) * (tiles + 2 * kTile * kPld);
   DT_RETURN_IF_ERROR(LaunchSetup(AttentionBackwardKvKernel<T>, smem_kv));
   AttentionBackwardKvKernel<T>
-      <<<TileGrid(b, t, nh), kThreads, smem_kv, stream>>>(dqkv, dout, qkv, lse, delta, it, inh, ihs, scale);
+      <<<TileGrid(b, t, nkv), kThreads, smem_kv, stream>>>(dqkv, dout, qkv, lse, delta, it, Cols(nh, nkv, hs), scale);
   DT_CUDA_CHECK_LAUNCH();
   const size_t smem_q = sizeof(float) * (tiles + kTile * kPld);
   DT_RETURN_IF_ERROR(LaunchSetup(AttentionBackwardQKernel<T>, smem_q));
   AttentionBackwardQKernel<T>
-      <<<TileGrid(b, t, nh), kThreads, smem_q, stream>>>(dqkv, dout, qkv, lse, delta, it, inh, ihs, scale);
+      <<<TileGrid(b, t, nh), kThreads, smem_q, stream>>>(dqkv, dout, qkv, lse, delta, it, Cols(nh, nkv, hs), scale);
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
 }
 
 }  // namespace
 
-Status AttentionForwardCuda(float* out, float* lse, const float* qkv, int64_t b, int64_t t, int64_t nh, int64_t hs,
-                            cudaStream_t stream) {
-  return Forward(out, lse, qkv, b, t, nh, hs, stream);
+Status AttentionForwardCuda(float* out, float* lse, const float* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                            int64_t hs, cudaStream_t stream) {
+  return Forward(out, lse, qkv, b, t, nh, nkv, hs, stream);
 }
 
 Status AttentionBackwardCuda(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
-                             const float* lse, int64_t b, int64_t t, int64_t nh, int64_t hs, cudaStream_t stream) {
-  return Backward(dqkv, delta, dout, qkv, out, lse, b, t, nh, hs, stream);
+                             const float* lse, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hs,
+                             cudaStream_t stream) {
+  return Backward(dqkv, delta, dout, qkv, out, lse, b, t, nh, nkv, hs, stream);
 }
 
 Status AttentionForwardCudaBf16(uint16_t* out, float* lse, const uint16_t* qkv, int64_t b, int64_t t, int64_t nh,
-                                int64_t hs, cudaStream_t stream) {
-  return Forward(reinterpret_cast<__nv_bfloat16*>(out), lse, reinterpret_cast<const __nv_bfloat16*>(qkv), b, t, nh, hs,
-                 stream);
+                                int64_t nkv, int64_t hs, cudaStream_t stream) {
+  return Forward(reinterpret_cast<__nv_bfloat16*>(out), lse, reinterpret_cast<const __nv_bfloat16*>(qkv), b, t, nh, nkv,
+                 hs, stream);
 }
 
 Status AttentionBackwardCudaBf16(uint16_t* dqkv, float* delta, const uint16_t* dout, const uint16_t* qkv,
-                                 const uint16_t* out, const float* lse, int64_t b, int64_t t, int64_t nh, int64_t hs,
-                                 cudaStream_t stream) {
+                                 const uint16_t* out, const float* lse, int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                                 int64_t hs, cudaStream_t stream) {
   return Backward(reinterpret_cast<__nv_bfloat16*>(dqkv), delta, reinterpret_cast<const __nv_bfloat16*>(dout),
                   reinterpret_cast<const __nv_bfloat16*>(qkv), reinterpret_cast<const __nv_bfloat16*>(out), lse, b, t,
-                  nh, hs, stream);
+                  nh, nkv, hs, stream);
 }
 
 }  // namespace dtrain::ops

@@ -31,8 +31,8 @@ struct Plan {
   Status status;  // the build's outcome, cached too: an unsupported shape is not rebuilt every call
 };
 
-// (handle, backward, dtype, b, t, nh, hs)
-using Key = std::tuple<cudnnHandle_t, bool, int, int64_t, int64_t, int64_t, int64_t>;
+// (handle, backward, dtype, b, t, nh, nkv, hs)
+using Key = std::tuple<cudnnHandle_t, bool, int, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
 std::mutex& CacheMutex() {
   static std::mutex mu;
@@ -48,22 +48,25 @@ Status FromFe(fe::error_t e, const char* what) {
   return Status::Unavailable(std::string("cuDNN attention: ") + what + ": " + e.get_message());
 }
 
-// qkv's layout [B, T, 3, NH, hs] seen as Q, K or V [B, NH, T, hs]; out's [B, T, NH, hs] as O [B, NH, T, hs].
-std::vector<int64_t> QkvStride(int64_t t, int64_t nh, int64_t hs) { return {3 * nh * hs * t, hs, 3 * nh * hs, 1}; }
+// qkv's rows of w = (NH + 2 NKV) hs elements seen as Q [B, NH, T, hs] and K, V [B, NKV, T, hs] (from their column
+// offsets: cuDNN reads a kv head for each group of NH / NKV query heads); out's [B, T, NH, hs] as O [B, NH, T, hs].
+std::vector<int64_t> QkvStride(int64_t t, int64_t w, int64_t hs) { return {w * t, hs, w, 1}; }
 std::vector<int64_t> OutStride(int64_t t, int64_t nh, int64_t hs) { return {nh * hs * t, hs, nh * hs, 1}; }
 
-Status Build(cudnnHandle_t handle, bool backward, DType dt, int64_t b, int64_t t, int64_t nh, int64_t hs, Plan* p) {
+Status Build(cudnnHandle_t handle, bool backward, DType dt, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hs,
+             Plan* p) {
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(dt == DType::kBF16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
-  const std::vector<int64_t> dims = {b, nh, t, hs};
-  auto input = [&](const char* name, const std::vector<int64_t>& stride) {
-    return g->tensor(fe::graph::Tensor_attributes().set_name(name).set_dim(dims).set_stride(stride));
+  const std::vector<int64_t> dims = {b, nh, t, hs}, kv_dims = {b, nkv, t, hs};
+  const std::vector<int64_t> qkv_stride = QkvStride(t, (nh + 2 * nkv) * hs, hs);
+  auto input = [&](const char* name, const std::vector<int64_t>& dim, const std::vector<int64_t>& stride) {
+    return g->tensor(fe::graph::Tensor_attributes().set_name(name).set_dim(dim).set_stride(stride));
   };
-  p->q = input("Q", QkvStride(t, nh, hs));
-  p->k = input("K", QkvStride(t, nh, hs));
-  p->v = input("V", QkvStride(t, nh, hs));
+  p->q = input("Q", dims, qkv_stride);
+  p->k = input("K", kv_dims, qkv_stride);
+  p->v = input("V", kv_dims, qkv_stride);
   p->scale = g->tensor(fe::graph::Tensor_attributes()
                            .set_name("attn_scale")
                            .set_dim({1, 1, 1, 1})
@@ -79,8 +82,8 @@ Status Build(cudnnHandle_t handle, bool backward, DType dt, int64_t b, int64_t t
     p->o = o;
     p->stats = stats;
   } else {
-    p->o = input("O", OutStride(t, nh, hs));
-    p->dout = input("dO", OutStride(t, nh, hs));
+    p->o = input("O", dims, OutStride(t, nh, hs));
+    p->dout = input("dO", dims, OutStride(t, nh, hs));
     p->stats = g->tensor(fe::graph::Tensor_attributes()
                              .set_name("stats")
                              .set_dim({b, nh, t, 1})
@@ -89,7 +92,8 @@ Status Build(cudnnHandle_t handle, bool backward, DType dt, int64_t b, int64_t t
     auto opts = fe::graph::SDPA_backward_attributes().set_name("sdpa_backward").set_causal_mask(true);
     opts.set_attn_scale(p->scale);
     auto [dq, dk, dv] = g->sdpa_backward(p->q, p->k, p->v, p->o, p->dout, p->stats, opts);
-    for (const auto& d : {dq, dk, dv}) d->set_output(true).set_dim(dims).set_stride(QkvStride(t, nh, hs));
+    dq->set_output(true).set_dim(dims).set_stride(qkv_stride);
+    for (const auto& d : {dk, dv}) d->set_output(true).set_dim(kv_dims).set_stride(qkv_stride);
     p->dq = dq;
     p->dk = dk;
     p->dv = dv;
@@ -105,11 +109,13 @@ Status Build(cudnnHandle_t handle, bool backward, DType dt, int64_t b, int64_t t
 }
 
 // The cached plan for this call (built on first use; a failed build is cached as its status).
-Status GetPlan(const DeviceContext& ctx, bool backward, DType dt, int64_t b, int64_t t, int64_t nh, int64_t hs,
-               const Plan** out) {
+Status GetPlan(const DeviceContext& ctx, bool backward, DType dt, int64_t b, int64_t t, int64_t nh, int64_t nkv,
+               int64_t hs, const Plan** out) {
   DT_CHECK_ARG(ctx.is_cuda() && ctx.cudnn() != nullptr, "cuDNN attention needs a CUDA context with a cuDNN handle");
   DT_CHECK_ARG(dt == DType::kBF16 || dt == DType::kF16, "cuDNN attention runs bf16 or f16, got " << DTypeName(dt));
   DT_CHECK_ARG(FlashAttentionSupportsHeadSize(hs), "cuDNN attention: head size " << hs << " (64 or 128)");
+  DT_CHECK_ARG(nh > 0 && nkv > 0 && nh % nkv == 0,
+               "cuDNN attention: NH = " << nh << " is not a multiple of NKV = " << nkv);
   // Short sequences stay on dtrain's kernels: replayed in a CUDA graph on the H200 (cuDNN 9.14), cuDNN's plans
   // for T = 32 hit an illegal address and its backward for T = 64 left dqkv unwritten, while T = 128 and 1024
   // replay correctly (AttentionCuda.CudnnReplaysInACudaGraph).
@@ -117,12 +123,12 @@ Status GetPlan(const DeviceContext& ctx, bool backward, DType dt, int64_t b, int
     return Status::Unavailable("cuDNN attention: sequence length " + std::to_string(t) + " < " +
                                std::to_string(kCudnnAttentionMinSeq));
   }
-  const Key key{ctx.cudnn()->get(), backward, static_cast<int>(dt), b, t, nh, hs};
+  const Key key{ctx.cudnn()->get(), backward, static_cast<int>(dt), b, t, nh, nkv, hs};
   std::lock_guard<std::mutex> lock(CacheMutex());
   auto& slot = Cache()[key];
   if (!slot) {
     slot = std::make_unique<Plan>();
-    slot->status = Build(ctx.cudnn()->get(), backward, dt, b, t, nh, hs, slot.get());
+    slot->status = Build(ctx.cudnn()->get(), backward, dt, b, t, nh, nkv, hs, slot.get());
   }
   DT_RETURN_IF_ERROR(slot->status);
   *out = slot.get();
@@ -139,45 +145,47 @@ Status Execute(DeviceContext& ctx, const Plan& p,
 
 }  // namespace
 
-bool CudnnAttentionSupported(const DeviceContext& ctx, DType dt, int64_t b, int64_t t, int64_t nh, int64_t hs) {
+bool CudnnAttentionSupported(const DeviceContext& ctx, DType dt, int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                             int64_t hs) {
   const Plan* fwd = nullptr;
   const Plan* bwd = nullptr;
-  return GetPlan(ctx, false, dt, b, t, nh, hs, &fwd).ok() && GetPlan(ctx, true, dt, b, t, nh, hs, &bwd).ok();
+  return GetPlan(ctx, false, dt, b, t, nh, nkv, hs, &fwd).ok() && GetPlan(ctx, true, dt, b, t, nh, nkv, hs, &bwd).ok();
 }
 
 Status CudnnAttentionForward(DeviceContext& ctx, DType dt, void* out, float* lse, const void* qkv, int64_t b, int64_t t,
-                             int64_t nh, int64_t hs) {
+                             int64_t nh, int64_t nkv, int64_t hs) {
   DT_NVTX_FN();
   const Plan* p = nullptr;
-  DT_RETURN_IF_ERROR(GetPlan(ctx, false, dt, b, t, nh, hs, &p));
-  const size_t elem = 2, c = static_cast<size_t>(nh * hs);
+  DT_RETURN_IF_ERROR(GetPlan(ctx, false, dt, b, t, nh, nkv, hs, &p));
+  // Byte offsets of K and V in a qkv row (16-bit elements).
+  const size_t k_off = static_cast<size_t>(nh * hs) * 2, v_off = static_cast<size_t>((nh + nkv) * hs) * 2;
   char* base = static_cast<char*>(const_cast<void*>(qkv));
   float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   std::unordered_map<std::shared_ptr<fe::graph::Tensor_attributes>, void*> pack = {
-      {p->q, base}, {p->k, base + c * elem}, {p->v, base + 2 * c * elem}, {p->scale, &scale},
-      {p->o, out},  {p->stats, lse}};
+      {p->q, base}, {p->k, base + k_off}, {p->v, base + v_off}, {p->scale, &scale}, {p->o, out}, {p->stats, lse}};
   return Execute(ctx, *p, pack);
 }
 
 Status CudnnAttentionBackward(DeviceContext& ctx, DType dt, void* dqkv, const void* dout, const void* qkv,
-                              const void* out, const float* lse, int64_t b, int64_t t, int64_t nh, int64_t hs) {
+                              const void* out, const float* lse, int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                              int64_t hs) {
   DT_NVTX_FN();
   const Plan* p = nullptr;
-  DT_RETURN_IF_ERROR(GetPlan(ctx, true, dt, b, t, nh, hs, &p));
-  const size_t elem = 2, c = static_cast<size_t>(nh * hs);
+  DT_RETURN_IF_ERROR(GetPlan(ctx, true, dt, b, t, nh, nkv, hs, &p));
+  const size_t k_off = static_cast<size_t>(nh * hs) * 2, v_off = static_cast<size_t>((nh + nkv) * hs) * 2;
   char* base = static_cast<char*>(const_cast<void*>(qkv));
   char* dbase = static_cast<char*>(dqkv);
   float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   std::unordered_map<std::shared_ptr<fe::graph::Tensor_attributes>, void*> pack = {{p->q, base},
-                                                                                   {p->k, base + c * elem},
-                                                                                   {p->v, base + 2 * c * elem},
+                                                                                   {p->k, base + k_off},
+                                                                                   {p->v, base + v_off},
                                                                                    {p->o, const_cast<void*>(out)},
                                                                                    {p->dout, const_cast<void*>(dout)},
                                                                                    {p->stats, const_cast<float*>(lse)},
                                                                                    {p->scale, &scale},
                                                                                    {p->dq, dbase},
-                                                                                   {p->dk, dbase + c * elem},
-                                                                                   {p->dv, dbase + 2 * c * elem}};
+                                                                                   {p->dk, dbase + k_off},
+                                                                                   {p->dv, dbase + v_off}};
   return Execute(ctx, *p, pack);
 }
 

@@ -33,12 +33,14 @@ constexpr int kLd = HS + 8;  // shared row stride, elements
 template <int HS>
 constexpr int kTileElems = (HS + 8) * kTile;
 
-// Host-side preconditions of the entry points: head size 64 or 128, grid limits, 16-byte aligned tensors (the
-// tiles move as 16-byte vectors; with hs % 8 == 0 every row start is then aligned too).
-inline Status CheckArgs(int64_t b, int64_t t, int64_t nh, int64_t hs, std::initializer_list<const void*> ptrs) {
+// Host-side preconditions of the entry points: head size 64 or 128, grid limits, NKV dividing NH, 16-byte aligned
+// tensors (the tiles move as 16-byte vectors; with hs % 8 == 0 every row start is then aligned too).
+inline Status CheckArgs(int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hs,
+                        std::initializer_list<const void*> ptrs) {
   DT_CHECK_ARG(hs == 64 || hs == 128, "flash attention: head size " << hs << " is not 64 or 128");
   DT_CHECK_ARG(b > 0 && b < 65536 && nh > 0 && nh < 65536 && t > 0 && t < (int64_t{1} << 30),
                "flash attention: unsupported B = " << b << ", T = " << t << ", NH = " << nh);
+  DT_CHECK_ARG(nkv > 0 && nh % nkv == 0, "flash attention: NH = " << nh << " is not a multiple of NKV = " << nkv);
   for (const void* p : ptrs) {
     DT_CHECK_ARG(reinterpret_cast<uintptr_t>(p) % 16 == 0,
                  "flash attention: tensor at " << p << " not 16-byte aligned");

@@ -66,14 +66,16 @@ __device__ __forceinline__ void LoadRowStats(float* slse, float* sdelta, const f
   }
 }
 
-// CTA (key tile, head, batch) with 4 warps of 16 key rows: dK and dV of those keys, summed over the query tiles from
-// the diagonal one to the last (block x = key tile: the longest loops start first). Works in the transposed frame
-// (keys as rows): S^T = K Q^T, P^T, dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q.
-// Shared: K, V, then Q[2], dO[2] (the query tiles, double-buffered through cp.async), lse[2][64], D[2][64].
+// CTA (key tile, kv head, batch) with 4 warps of 16 key rows: dK and dV of those keys, summed over the kv head's
+// query heads h (in order) and, for each, over the query tiles from the diagonal one to the last (block x = key tile:
+// the longest loops start first). K and V are loaded once for the whole group and the sums stay in registers: no
+// atomics, no partial dK/dV in memory. Works in the transposed frame (keys as rows): S^T = K Q^T, P^T,
+// dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q. Shared: K, V, then Q[2], dO[2] (the (head,
+// query tile) steps, double-buffered through cp.async), lse[2][64], D[2][64].
 template <typename T, int HS>
 __global__ void __launch_bounds__(kThreads)
     FlashBackwardKvKernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int t, int nh,
-                          float scale, float scale_log2) {
+                          int nkv, float scale, float scale_log2) {
   constexpr int kC = kChunk<HS>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sk = reinterpret_cast<T*>(smem_raw);
@@ -82,34 +84,43 @@ __global__ void __launch_bounds__(kThreads)
   T* sdo = sq + 2 * kTileElems<HS>;
   float* slse = reinterpret_cast<float*>(sdo + 2 * kTileElems<HS>);
   float* sdelta = slse + 2 * kTile;
-  const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, nt = gridDim.x;
+  const int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, nt = gridDim.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-  const int64_t c = static_cast<int64_t>(nh) * HS, stride = 3 * c;
+  const int64_t c = static_cast<int64_t>(nh) * HS, stride = static_cast<int64_t>(nh + 2 * nkv) * HS;
   const int64_t row_base = static_cast<int64_t>(b) * t;
-  const T* base = qkv + row_base * stride + h * HS;
-  const T* dout_base = dout + row_base * c + h * HS;
-  const float* lse_bh = lse + (static_cast<int64_t>(b) * nh + h) * t;
-  const float* delta_bh = delta + (static_cast<int64_t>(b) * nh + h) * t;
+  const T* rows = qkv + row_base * stride;
+  // Query head h's Q, dO, lse and D.
+  auto q_base = [&](int h) { return rows + static_cast<int64_t>(h) * HS; };
+  auto dout_base = [&](int h) { return dout + row_base * c + static_cast<int64_t>(h) * HS; };
+  auto lse_bh = [&](int h) { return lse + (static_cast<int64_t>(b) * nh + h) * t; };
+  auto delta_bh = [&](int h) { return delta + (static_cast<int64_t>(b) * nh + h) * t; };
+  const int h_begin = kvh * (nh / nkv), h_end = h_begin + nh / nkv;
   const int k0 = kt * kTile, row0 = warp * 16;
 
-  flash::LoadTileAsync<HS>(sk, base + c, stride, k0, t);
-  flash::LoadTileAsync<HS>(sv, base + 2 * c, stride, k0, t);
-  flash::LoadTileAsync<HS>(sq, base, stride, k0, t);
-  flash::LoadTileAsync<HS>(sdo, dout_base, c, k0, t);
+  flash::LoadTileAsync<HS>(sk, rows + static_cast<int64_t>(nh + kvh) * HS, stride, k0, t);
+  flash::LoadTileAsync<HS>(sv, rows + static_cast<int64_t>(nh + nkv + kvh) * HS, stride, k0, t);
+  flash::LoadTileAsync<HS>(sq, q_base(h_begin), stride, k0, t);
+  flash::LoadTileAsync<HS>(sdo, dout_base(h_begin), c, k0, t);
   flash::CpAsyncCommit();
-  LoadRowStats(slse, sdelta, lse_bh, delta_bh, k0, t);
+  LoadRowStats(slse, sdelta, lse_bh(h_begin), delta_bh(h_begin), k0, t);
 
   float dk[HS / 8][4], dv[HS / 8][4];
   flash::Zero(dk);
   flash::Zero(dv);
-  for (int qt = kt, it = 0; qt < nt; ++qt, ++it) {
+  // Steps (h, qt): qt from kt to nt - 1 for each h of the group in turn; (h1, qt1) is the step after.
+  for (int h = h_begin, qt = kt, it = 0; h < h_end; ++it) {
     const int buf = it & 1;
-    if (qt + 1 < nt) {
-      const int nb = (buf ^ 1) * kTileElems<HS>, q1 = (qt + 1) * kTile;
-      flash::LoadTileAsync<HS>(sq + nb, base, stride, q1, t);
-      flash::LoadTileAsync<HS>(sdo + nb, dout_base, c, q1, t);
+    int h1 = h, qt1 = qt + 1;
+    if (qt1 == nt) {
+      qt1 = kt;
+      ++h1;
+    }
+    if (h1 < h_end) {
+      const int nb = (buf ^ 1) * kTileElems<HS>, q1 = qt1 * kTile;
+      flash::LoadTileAsync<HS>(sq + nb, q_base(h1), stride, q1, t);
+      flash::LoadTileAsync<HS>(sdo + nb, dout_base(h1), c, q1, t);
       flash::CpAsyncCommit();
-      LoadRowStats(slse + (buf ^ 1) * kTile, sdelta + (buf ^ 1) * kTile, lse_bh, delta_bh, q1, t);
+      LoadRowStats(slse + (buf ^ 1) * kTile, sdelta + (buf ^ 1) * kTile, lse_bh(h1), delta_bh(h1), q1, t);
       flash::CpAsyncWait<1>();
     } else {
       flash::CpAsyncWait<0>();
@@ -141,41 +152,46 @@ __global__ void __launch_bounds__(kThreads)
       flash::MmaMix<HS, kC, T>(dk, ds, sqb, qc);  // dK += dS^T Q
     }
     __syncthreads();  // every warp is done with buffer buf before the next iteration refills it
+    h = h1;
+    qt = qt1;
   }
 
   // Each warp stages only its own 16 rows of K / V (which only it read), so a warp barrier suffices.
-  T* row_out = dqkv + row_base * stride + h * HS;
+  T* row_out = dqkv + row_base * stride;
   flash::StageWarpRows<HS>(sk, dk, row0, scale, scale);
   flash::StageWarpRows<HS>(sv, dv, row0, 1.f, 1.f);
   __syncwarp();
-  flash::StoreWarpRows<HS>(row_out + c, stride, sk, row0, k0, t);
-  flash::StoreWarpRows<HS>(row_out + 2 * c, stride, sv, row0, k0, t);
+  flash::StoreWarpRows<HS>(row_out + static_cast<int64_t>(nh + kvh) * HS, stride, sk, row0, k0, t);
+  flash::StoreWarpRows<HS>(row_out + static_cast<int64_t>(nh + nkv + kvh) * HS, stride, sv, row0, k0, t);
 }
 
 // CTA (query tile, head, batch) with 4 warps of 16 query rows: dQ = scale * sum over keys up to the diagonal of
-// dS K, with S = Q K^T, P = exp(S - lse), dP = dO V^T, dS = P (dP - D). Key tiles from the diagonal down, double-
-// buffered; query tiles in reverse block order. Shared: Q, dO, then K[2], V[2].
+// dS K, with S = Q K^T, P = exp(S - lse), dP = dO V^T, dS = P (dP - D) (K, V those of the head's kv head). Key
+// tiles from the diagonal down, double-buffered; query tiles in reverse block order. Shared: Q, dO, then K[2], V[2].
 template <typename T, int HS>
 __global__ void __launch_bounds__(kThreads)
     FlashBackwardQKernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int t, int nh,
-                         float scale, float scale_log2) {
+                         int nkv, float scale, float scale_log2) {
   constexpr int kC = kChunk<HS>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sq = reinterpret_cast<T*>(smem_raw);
   T* sdo = sq + kTileElems<HS>;
   T* sk = sdo + kTileElems<HS>;
   T* sv = sk + 2 * kTileElems<HS>;
-  const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, kvh = h / (nh / nkv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-  const int64_t c = static_cast<int64_t>(nh) * HS, stride = 3 * c;
+  const int64_t c = static_cast<int64_t>(nh) * HS, stride = static_cast<int64_t>(nh + 2 * nkv) * HS;
   const int64_t row_base = static_cast<int64_t>(b) * t;
-  const T* base = qkv + row_base * stride + h * HS;
+  const T* rows = qkv + row_base * stride;
+  const T* qb = rows + static_cast<int64_t>(h) * HS;
+  const T* kb = rows + static_cast<int64_t>(nh + kvh) * HS;
+  const T* vb = rows + static_cast<int64_t>(nh + nkv + kvh) * HS;
   const int q0 = qt * kTile, row0 = warp * 16;
 
-  flash::LoadTileAsync<HS>(sq, base, stride, q0, t);
+  flash::LoadTileAsync<HS>(sq, qb, stride, q0, t);
   flash::LoadTileAsync<HS>(sdo, dout + row_base * c + h * HS, c, q0, t);
-  flash::LoadTileAsync<HS>(sk, base + c, stride, q0, t);
-  flash::LoadTileAsync<HS>(sv, base + 2 * c, stride, q0, t);
+  flash::LoadTileAsync<HS>(sk, kb, stride, q0, t);
+  flash::LoadTileAsync<HS>(sv, vb, stride, q0, t);
   flash::CpAsyncCommit();
   // This thread's rows g and g + 8: lse in log2 units (+inf past T: P = 0) and D.
   float row_lse[2], row_d[2];
@@ -193,8 +209,8 @@ __global__ void __launch_bounds__(kThreads)
     const int buf = it & 1;
     if (kt > 0) {
       const int nb = (buf ^ 1) * kTileElems<HS>;
-      flash::LoadTileAsync<HS>(sk + nb, base + c, stride, (kt - 1) * kTile, t);
-      flash::LoadTileAsync<HS>(sv + nb, base + 2 * c, stride, (kt - 1) * kTile, t);
+      flash::LoadTileAsync<HS>(sk + nb, kb, stride, (kt - 1) * kTile, t);
+      flash::LoadTileAsync<HS>(sv + nb, vb, stride, (kt - 1) * kTile, t);
       flash::CpAsyncCommit();
       flash::CpAsyncWait<1>();
     } else {
@@ -227,7 +243,7 @@ __global__ void __launch_bounds__(kThreads)
 
   flash::StageWarpRows<HS>(sq, dq, row0, scale, scale);  // this warp's own Q rows: only it read them
   __syncwarp();
-  flash::StoreWarpRows<HS>(dqkv + row_base * stride + h * HS, stride, sq, row0, q0, t);
+  flash::StoreWarpRows<HS>(dqkv + row_base * stride + static_cast<int64_t>(h) * HS, stride, sq, row0, q0, t);
 }
 
 template <typename Kernel>
@@ -238,7 +254,7 @@ Status SetSmem(Kernel kernel, size_t bytes) {
 
 template <typename T, int HS>
 Status LaunchBackward(T* dqkv, float* delta, const T* dout, const T* qkv, const T* out, const float* lse, int64_t b,
-                      int64_t t, int64_t nh, cudaStream_t stream) {
+                      int64_t t, int64_t nh, int64_t nkv, cudaStream_t stream) {
   const int64_t rows = b * t * nh;
   const int64_t warps = (rows * (HS / 8) + 31) / 32;
   const unsigned delta_blocks = static_cast<unsigned>(std::min<int64_t>((warps + 7) / 8, 1 << 16));
@@ -246,46 +262,49 @@ Status LaunchBackward(T* dqkv, float* delta, const T* dout, const T* qkv, const 
       <<<delta_blocks, 256, 0, stream>>>(delta, dout, out, rows, static_cast<int>(t), static_cast<int>(nh));
   DT_CUDA_CHECK_LAUNCH();
   const float scale = 1.f / sqrtf(static_cast<float>(HS)), scale_log2 = scale * flash::kLog2e;
-  const dim3 grid(static_cast<unsigned>((t + kTile - 1) / kTile), static_cast<unsigned>(nh), static_cast<unsigned>(b));
-  const int it = static_cast<int>(t), inh = static_cast<int>(nh);
+  const unsigned tiles = static_cast<unsigned>((t + kTile - 1) / kTile);
+  const int it = static_cast<int>(t), inh = static_cast<int>(nh), inkv = static_cast<int>(nkv);
   const size_t smem_kv = sizeof(T) * 6 * kTileElems<HS> + sizeof(float) * 4 * kTile;
   DT_RETURN_IF_ERROR(SetSmem(FlashBackwardKvKernel<T, HS>, smem_kv));
   FlashBackwardKvKernel<T, HS>
-      <<<grid, kThreads, smem_kv, stream>>>(dqkv, dout, qkv, lse, delta, it, inh, scale, scale_log2);
+      <<<dim3(tiles, static_cast<unsigned>(nkv), static_cast<unsigned>(b)), kThreads, smem_kv, stream>>>(
+          dqkv, dout, qkv, lse, delta, it, inh, inkv, scale, scale_log2);
   DT_CUDA_CHECK_LAUNCH();
   const size_t smem_q = sizeof(T) * 6 * kTileElems<HS>;
   DT_RETURN_IF_ERROR(SetSmem(FlashBackwardQKernel<T, HS>, smem_q));
   FlashBackwardQKernel<T, HS>
-      <<<grid, kThreads, smem_q, stream>>>(dqkv, dout, qkv, lse, delta, it, inh, scale, scale_log2);
+      <<<dim3(tiles, static_cast<unsigned>(nh), static_cast<unsigned>(b)), kThreads, smem_q, stream>>>(
+          dqkv, dout, qkv, lse, delta, it, inh, inkv, scale, scale_log2);
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
 }
 
 template <typename T>
 Status Backward(T* dqkv, float* delta, const T* dout, const T* qkv, const T* out, const float* lse, int64_t b,
-                int64_t t, int64_t nh, int64_t hs, cudaStream_t stream) {
-  DT_RETURN_IF_ERROR(flash::CheckArgs(b, t, nh, hs, {dqkv, dout, qkv, out}));
-  if (hs == 64) return LaunchBackward<T, 64>(dqkv, delta, dout, qkv, out, lse, b, t, nh, stream);
-  return LaunchBackward<T, 128>(dqkv, delta, dout, qkv, out, lse, b, t, nh, stream);
+                int64_t t, int64_t nh, int64_t nkv, int64_t hs, cudaStream_t stream) {
+  DT_RETURN_IF_ERROR(flash::CheckArgs(b, t, nh, nkv, hs, {dqkv, dout, qkv, out}));
+  if (hs == 64) return LaunchBackward<T, 64>(dqkv, delta, dout, qkv, out, lse, b, t, nh, nkv, stream);
+  return LaunchBackward<T, 128>(dqkv, delta, dout, qkv, out, lse, b, t, nh, nkv, stream);
 }
 
 }  // namespace
 
 Status FlashAttentionBackwardBf16(uint16_t* dqkv, float* delta, const uint16_t* dout, const uint16_t* qkv,
-                                  const uint16_t* out, const float* lse, int64_t b, int64_t t, int64_t nh, int64_t hs,
-                                  cudaStream_t stream) {
+                                  const uint16_t* out, const float* lse, int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                                  int64_t hs, cudaStream_t stream) {
   DT_NVTX_RANGE("FlashAttentionBackwardBf16");
   using bf16 = __nv_bfloat16;
   return Backward(reinterpret_cast<bf16*>(dqkv), delta, reinterpret_cast<const bf16*>(dout),
-                  reinterpret_cast<const bf16*>(qkv), reinterpret_cast<const bf16*>(out), lse, b, t, nh, hs, stream);
+                  reinterpret_cast<const bf16*>(qkv), reinterpret_cast<const bf16*>(out), lse, b, t, nh, nkv, hs,
+                  stream);
 }
 
 Status FlashAttentionBackwardFp16(uint16_t* dqkv, float* delta, const uint16_t* dout, const uint16_t* qkv,
-                                  const uint16_t* out, const float* lse, int64_t b, int64_t t, int64_t nh, int64_t hs,
-                                  cudaStream_t stream) {
+                                  const uint16_t* out, const float* lse, int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                                  int64_t hs, cudaStream_t stream) {
   DT_NVTX_RANGE("FlashAttentionBackwardFp16");
   return Backward(reinterpret_cast<__half*>(dqkv), delta, reinterpret_cast<const __half*>(dout),
-                  reinterpret_cast<const __half*>(qkv), reinterpret_cast<const __half*>(out), lse, b, t, nh, hs,
+                  reinterpret_cast<const __half*>(qkv), reinterpret_cast<const __half*>(out), lse, b, t, nh, nkv, hs,
                   stream);
 }
 

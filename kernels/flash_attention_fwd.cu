@@ -18,26 +18,35 @@ using flash::kThreads;
 using flash::kTile;
 using flash::kTileElems;
 
+// CTAs per SM the forward is built for: hs = 64 fits 4 (46 KiB of shared memory each) at <= 128 registers a thread.
+template <int HS>
+constexpr int kMinBlocks = HS == 64 ? 4 : 1;
+
 // CTA (query tile, head, batch) with 4 warps of 16 query rows. Query tiles run in reverse block order so the
 // longest causal rows start first. Key tiles go from the diagonal one (the only one needing the causal mask; it
 // holds key q0 <= every row, so each row's running max is finite after it) down to 0, double-buffered through
-// cp.async: tile kt - 1 is in flight while tile kt is used. Shared: Q, then K[2], V[2].
+// cp.async: tile kt - 1 is in flight while tile kt is used. Shared: Q, then K[2], V[2]. Query head h reads kv head
+// h / (nh / nkv); the query heads sharing a kv head are adjacent in blockIdx.y, so their K/V reads meet in L2.
 template <typename T, int HS>
-__global__ void __launch_bounds__(kThreads)
-    FlashForwardKernel(T* out, float* lse, const T* qkv, int t, int nh, float scale, float scale_log2) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks<HS>)
+    FlashForwardKernel(T* out, float* lse, const T* qkv, int t, int nh, int nkv, float scale, float scale_log2) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sq = reinterpret_cast<T*>(smem_raw);
   T* sk = sq + kTileElems<HS>;
   T* sv = sk + 2 * kTileElems<HS>;
   const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-  const int64_t c = static_cast<int64_t>(nh) * HS, stride = 3 * c;
-  const T* base = qkv + static_cast<int64_t>(b) * t * stride + h * HS;
+  const int kvh = h / (nh / nkv);
+  const int64_t c = static_cast<int64_t>(nh) * HS, stride = static_cast<int64_t>(nh + 2 * nkv) * HS;
+  const T* rows = qkv + static_cast<int64_t>(b) * t * stride;
+  const T* qb = rows + static_cast<int64_t>(h) * HS;
+  const T* kb = rows + static_cast<int64_t>(nh + kvh) * HS;
+  const T* vb = rows + static_cast<int64_t>(nh + nkv + kvh) * HS;
   const int q0 = qt * kTile, row0 = warp * 16;
 
-  flash::LoadTileAsync<HS>(sq, base, stride, q0, t);
-  flash::LoadTileAsync<HS>(sk, base + c, stride, q0, t);
-  flash::LoadTileAsync<HS>(sv, base + 2 * c, stride, q0, t);
+  flash::LoadTileAsync<HS>(sq, qb, stride, q0, t);
+  flash::LoadTileAsync<HS>(sk, kb, stride, q0, t);
+  flash::LoadTileAsync<HS>(sv, vb, stride, q0, t);
   flash::CpAsyncCommit();
 
   uint32_t qf[HS / 16][4];  // this warp's Q rows as A fragments, loaded once
@@ -48,8 +57,8 @@ __global__ void __launch_bounds__(kThreads)
     const int buf = it & 1;
     if (kt > 0) {
       const int nb = (buf ^ 1) * kTileElems<HS>;
-      flash::LoadTileAsync<HS>(sk + nb, base + c, stride, (kt - 1) * kTile, t);
-      flash::LoadTileAsync<HS>(sv + nb, base + 2 * c, stride, (kt - 1) * kTile, t);
+      flash::LoadTileAsync<HS>(sk + nb, kb, stride, (kt - 1) * kTile, t);
+      flash::LoadTileAsync<HS>(sv + nb, vb, stride, (kt - 1) * kTile, t);
       flash::CpAsyncCommit();
       flash::CpAsyncWait<1>();
     } else {
@@ -133,38 +142,40 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, int HS>
-Status LaunchForward(T* out, float* lse, const T* qkv, int64_t b, int64_t t, int64_t nh, cudaStream_t stream) {
+Status LaunchForward(T* out, float* lse, const T* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv,
+                     cudaStream_t stream) {
   const size_t smem = sizeof(T) * 5 * kTileElems<HS>;
   DT_CUDA_CHECK(cudaFuncSetAttribute(FlashForwardKernel<T, HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   const float scale = 1.f / sqrtf(static_cast<float>(HS));
   const dim3 grid(static_cast<unsigned>((t + kTile - 1) / kTile), static_cast<unsigned>(nh), static_cast<unsigned>(b));
   FlashForwardKernel<T, HS><<<grid, kThreads, smem, stream>>>(out, lse, qkv, static_cast<int>(t), static_cast<int>(nh),
-                                                              scale, scale * flash::kLog2e);
+                                                              static_cast<int>(nkv), scale, scale * flash::kLog2e);
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
 }
 
 template <typename T>
-Status Forward(T* out, float* lse, const T* qkv, int64_t b, int64_t t, int64_t nh, int64_t hs, cudaStream_t stream) {
-  DT_RETURN_IF_ERROR(flash::CheckArgs(b, t, nh, hs, {qkv, out}));
-  if (hs == 64) return LaunchForward<T, 64>(out, lse, qkv, b, t, nh, stream);
-  return LaunchForward<T, 128>(out, lse, qkv, b, t, nh, stream);
+Status Forward(T* out, float* lse, const T* qkv, int64_t b, int64_t t, int64_t nh, int64_t nkv, int64_t hs,
+               cudaStream_t stream) {
+  DT_RETURN_IF_ERROR(flash::CheckArgs(b, t, nh, nkv, hs, {qkv, out}));
+  if (hs == 64) return LaunchForward<T, 64>(out, lse, qkv, b, t, nh, nkv, stream);
+  return LaunchForward<T, 128>(out, lse, qkv, b, t, nh, nkv, stream);
 }
 
 }  // namespace
 
 Status FlashAttentionForwardBf16(uint16_t* out, float* lse, const uint16_t* qkv, int64_t b, int64_t t, int64_t nh,
-                                 int64_t hs, cudaStream_t stream) {
+                                 int64_t nkv, int64_t hs, cudaStream_t stream) {
   DT_NVTX_RANGE("FlashAttentionForwardBf16");
-  return Forward(reinterpret_cast<__nv_bfloat16*>(out), lse, reinterpret_cast<const __nv_bfloat16*>(qkv), b, t, nh, hs,
-                 stream);
+  return Forward(reinterpret_cast<__nv_bfloat16*>(out), lse, reinterpret_cast<const __nv_bfloat16*>(qkv), b, t, nh, nkv,
+                 hs, stream);
 }
 
 Status FlashAttentionForwardFp16(uint16_t* out, float* lse, const uint16_t* qkv, int64_t b, int64_t t, int64_t nh,
-                                 int64_t hs, cudaStream_t stream) {
+                                 int64_t nkv, int64_t hs, cudaStream_t stream) {
   DT_NVTX_RANGE("FlashAttentionForwardFp16");
-  return Forward(reinterpret_cast<__half*>(out), lse, reinterpret_cast<const __half*>(qkv), b, t, nh, hs, stream);
+  return Forward(reinterpret_cast<__half*>(out), lse, reinterpret_cast<const __half*>(qkv), b, t, nh, nkv, hs, stream);
 }
 
 }  // namespace dtrain::ops
