@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks `dtrain ckpt export --format hf` against Hugging Face transformers: trains a small GPT-2 with dtrain on
 # byte tokens of real text, exports it, loads the export with transformers.GPT2LMHeadModel.from_pretrained and
-# prints the largest |logit difference| against dtrain's own forward (bench/gpt2_logits) on the same tokens.
+# prints the largest |logit difference| against dtrain's own forward (bench/model_logits) on the same tokens.
 # Needs python3 with torch and transformers. Usage: bench/hf_export_check.sh [BUILD_DIR] [OUT_DIR]
 #   DTRAIN_ARGS: extra --set overrides for the training run (e.g. --set train.device=cuda)
 set -euo pipefail
@@ -25,7 +25,7 @@ text = open(f"{out}/input.txt", "rb").read()
 B, T = 4, 64  # byte tokens of the text, as int32
 open(f"{out}/tokens.bin", "wb").write(struct.pack(f"<{B * T}i", *text[1000:1000 + B * T]))
 PY
-"$BUILD/bench/gpt2_logits" "$CFG" "$OUT/weights.safetensors" "$OUT/tokens.bin" "$OUT/dtrain_logits.bin" \
+"$BUILD/bench/model_logits" "$CFG" "$OUT/weights.safetensors" "$OUT/tokens.bin" "$OUT/dtrain_logits.bin" \
   "${SETS[@]}" --set data.batch_size=4
 python3 - "$OUT" <<'PY'
 import sys, numpy as np, torch, transformers
