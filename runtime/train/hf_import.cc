@@ -302,9 +302,12 @@ Status ImportHuggingFace(const proto::Config& cfg, const std::string& dir, std::
   const std::string& kind = cfg.model().kind();
   if (dir.empty()) return Status::InvalidArgument("model.init_from hf: names no directory (hf:DIR)");
   if (!IsDir(dir)) {
-    return Status::NotFound(dir +
-                            ": no such directory (hf:DIR names a Hugging Face model directory, as "
-                            "save_pretrained writes it: config.json and model.safetensors)");
+    const std::string what =
+        " (hf:DIR names a Hugging Face model directory, as save_pretrained writes it: "
+        "config.json and model.safetensors)";
+    struct stat st;
+    if (::stat(dir.c_str(), &st) == 0) return Status::InvalidArgument(dir + ": not a directory" + what);
+    return Status::NotFound(dir + ": no such directory" + what);
   }
   const models::ModelSpec* spec = nullptr;
   DT_RETURN_IF_ERROR(FindModelSpec(cfg, &spec));

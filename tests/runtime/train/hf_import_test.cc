@@ -349,6 +349,9 @@ TEST(HfImport, HostileFilesAreErrorsNamingTheFile) {
       << st.message();
   st = Import(TinyGpt2(), tmp.path() + "/nowhere", &p);
   EXPECT_EQ(st.code(), Status::Code::kNotFound) << st.ToString();
+  st = Import(TinyGpt2(), dir + "/config.json", &p);  // hf: naming a file
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find(dir + "/config.json: not a directory"), std::string::npos) << st.message();
   // A model kind without an HF layout.
   proto::Config mlp;
   mlp.mutable_model()->set_kind("mlp");
