@@ -158,17 +158,27 @@ Status Llama::EnsureActivations(int64_t batch, int64_t seq_len) {
   x_.assign(L + 1, Tensor());
   for (Tensor& x : x_) DT_RETURN_IF_ERROR(Alloc({n, c}, act, &x));
   acts_.assign(opts_.recompute ? 1 : L, LayerActs());
+  Tensor shared_ln, shared_act;  // recompute_pointwise: every layer's ln1, ln2 (one buffer: never live at once) and act
+  if (opts_.recompute_pointwise) {
+    DT_RETURN_IF_ERROR(Alloc({n, c}, act, &shared_ln));
+    DT_RETURN_IF_ERROR(Alloc({n, f}, act, &shared_act));
+  }
   for (LayerActs& a : acts_) {
-    DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.ln1));
+    if (opts_.recompute_pointwise) {
+      a.ln1 = a.ln2 = shared_ln;
+      a.act = shared_act;
+    } else {
+      DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.ln1));
+      DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.ln2));
+      DT_RETURN_IF_ERROR(Alloc({n, f}, act, &a.act));
+    }
     DT_RETURN_IF_ERROR(Alloc({n}, stat, &a.ln1_rstd));
     DT_RETURN_IF_ERROR(Alloc({batch, seq_len, qkv}, act, &a.qkv));
     DT_RETURN_IF_ERROR(Alloc({batch, seq_len, c}, act, &a.att));
     DT_RETURN_IF_ERROR(Alloc({batch, opts_.n_head, seq_len}, stat, &a.lse));
     DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.x_mid));
-    DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.ln2));
     DT_RETURN_IF_ERROR(Alloc({n}, stat, &a.ln2_rstd));
     DT_RETURN_IF_ERROR(Alloc({n, 2 * f}, act, &a.h));
-    DT_RETURN_IF_ERROR(Alloc({n, f}, act, &a.act));
   }
   DT_RETURN_IF_ERROR(Alloc({n, c}, act, &lnf_));
   DT_RETURN_IF_ERROR(Alloc({n}, stat, &lnf_rstd_));
@@ -289,11 +299,18 @@ Status Llama::LayerBackward(int layer, const GradReadyFn& on_ready) {
   DT_RETURN_IF_ERROR(dqkv_.Reshape(qkv2.shape(), &dqkv2));
   DT_RETURN_IF_ERROR(datt_.Reshape(dres_.shape(), &datt2));
 
+  // recompute_pointwise: the SwiGLU product and the norm outputs are recomputed right before the GEMMs that read
+  // them (the same kernels on the same inputs: the same values); RmsNormForward rewrites rstd with its own bits.
+  const bool pointwise = opts_.recompute_pointwise;
+  const float eps = static_cast<float>(opts_.rms_norm_eps);
+
   // MLP, with dres_ = dy. Weight gradients accumulate (beta = 1) across micro-steps.
+  if (pointwise) DT_RETURN_IF_ERROR(ops::SwiGluForward(ctx_, a.h, &a.act));
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, true, a.act, false, g(kDown), 1.f, 1.f));
   DT_RETURN_IF_ERROR(ready(kDown));
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, false, gw(kDown), false, &dact_));
   DT_RETURN_IF_ERROR(ops::SwiGluBackward(ctx_, a.h, dact_, &dh_));
+  if (pointwise) DT_RETURN_IF_ERROR(ops::RmsNormForward(ctx_, a.x_mid, w(kPostNorm), eps, &a.ln2, &a.ln2_rstd));
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dh_, true, a.ln2, false, g(kGateUp), 1.f, 1.f));
   DT_RETURN_IF_ERROR(ready(kGateUp));
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dh_, false, gw(kGateUp), false, &dln_));
@@ -307,6 +324,7 @@ Status Llama::LayerBackward(int layer, const GradReadyFn& on_ready) {
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, false, gw(kOProj), false, &datt2));
   DT_RETURN_IF_ERROR(ops::AttentionBackward(ctx_, a.qkv, a.att, a.lse, datt_, opts_.n_head, opts_.n_kv_head, &dqkv_));
   DT_RETURN_IF_ERROR(ops::RopeBackward(ctx_, rope_cos_, rope_sin_, opts_.n_head, opts_.n_kv_head, &dqkv_));
+  if (pointwise) DT_RETURN_IF_ERROR(ops::RmsNormForward(ctx_, x_[layer], w(kInNorm), eps, &a.ln1, &a.ln1_rstd));
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dqkv2, true, a.ln1, false, g(kQkv), 1.f, 1.f));
   DT_RETURN_IF_ERROR(ready(kQkv));
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dqkv2, false, gw(kQkv), false, &dln_));

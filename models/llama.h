@@ -34,6 +34,10 @@
 //   kFp16 is not supported (InvalidArgument).
 // recompute: keep only each layer's input; Backward re-runs a layer's forward just before its backward (one layer's
 // activations are alive at a time). Gradients are identical to the stored-activation path.
+// recompute_pointwise: the two RMSNorm outputs and the SwiGLU product of every layer live in one shared set of
+// buffers; Backward recomputes them from the kept layer input, x_mid and gate|up (RmsNormForward, SwiGluForward) just
+// before the weight gradients that read them: per layer 2C + F fewer activations kept (of 5C + (NH+2NKV)hs + 3F), the
+// same gradients bit for bit.
 // fused_classifier: as Gpt2's (the training forward's cross-entropy writes d(mean loss)/d(logits) over the logits).
 // logits() are valid until Backward, which overwrites them in place with dlogits.
 // Graph-capturable: once the activations exist for a shape, Forward and Backward allocate nothing outside ctx's
@@ -60,8 +64,9 @@ struct LlamaOptions {
   bool tie_embeddings = true;
   Precision precision = Precision::kFp32;
   bool recompute = false;
-  bool fused_classifier = false;  // see the file comment; bf16/fp32 training forwards only
-  DType dtype = DType::kF32;      // kFp32 only: kF64 on the CPU
+  bool recompute_pointwise = false;  // see the file comment
+  bool fused_classifier = false;     // see the file comment; bf16/fp32 training forwards only
+  DType dtype = DType::kF32;         // kFp32 only: kF64 on the CPU
 };
 
 class Llama final : public Model {
@@ -92,7 +97,8 @@ class Llama final : public Model {
  private:
   // Per layer, forward order of the 6 parameters.
   enum LayerParam { kInNorm, kQkv, kOProj, kPostNorm, kGateUp, kDown, kLayerParams };
-  // Activations of one layer (all of them, or one reused set under recompute).
+  // Activations of one layer (all of them, or one reused set under recompute; ln1, ln2 and act are one shared set
+  // under recompute_pointwise, ln1 and ln2 one buffer).
   struct LayerActs {
     Tensor ln1, ln1_rstd, qkv, att, lse, x_mid, ln2, ln2_rstd, h, act;
   };

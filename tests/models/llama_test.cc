@@ -243,33 +243,54 @@ TEST(LlamaCpu, GradientMatchesFiniteDifferences) {
   }
 }
 
-// recompute re-runs each layer's forward in backward: the same arithmetic, so bit-identical gradients; both announce
-// every parameter exactly once, in reverse layout order (embed_tokens last; lm_head first when untied).
+// recompute re-runs each layer's forward in backward, recompute_pointwise its RMSNorm outputs and SwiGLU product: the
+// same arithmetic, so bit-identical gradients (also both at once, and with gradients accumulated over two
+// micro-batches); every variant announces every parameter exactly once, in reverse layout order (embed_tokens last;
+// lm_head first when untied).
 TEST(LlamaCpu, RecomputeGivesBitIdenticalGradsAndReverseReadyOrder) {
   auto cpu = Cpu();
   for (bool tied : {true, false}) {
     LlamaOptions o = Tiny();
     o.tie_embeddings = tied;
-    std::unique_ptr<Llama> plain, recompute;
+    std::unique_ptr<Llama> plain;
     DT_ASSERT_OK(Llama::Create(*cpu, o, 2, 8, &plain));
-    o.recompute = true;
-    DT_ASSERT_OK(Llama::Create(*cpu, o, 2, 8, &recompute));
     DT_ASSERT_OK(plain->InitParams(11));
-    DT_ASSERT_OK(recompute->InitParams(11));
-    Batch batch;
+    Batch batch, batch2;
     ASSERT_NO_FATAL_FAILURE(MakeBatch(*cpu, 2, 8, 61, 9, &batch));
-    double la = 0, lb = 0;
-    std::vector<double> ga, gb;
-    std::vector<int> oa, ob;
+    ASSERT_NO_FATAL_FAILURE(MakeBatch(*cpu, 2, 8, 61, 19, &batch2));
+    double la = 0;
+    std::vector<double> ga, ga2;
+    std::vector<int> oa;
     ASSERT_NO_FATAL_FAILURE(Step(*cpu, *plain, batch, &la, &ga, &oa));
-    ASSERT_NO_FATAL_FAILURE(Step(*cpu, *recompute, batch, &lb, &gb, &ob));
-    EXPECT_EQ(la, lb);
-    ASSERT_EQ(ga.size(), gb.size());
-    for (size_t i = 0; i < ga.size(); ++i) ASSERT_EQ(ga[i], gb[i]) << "flat index " << i << " tied " << tied;
     const int np = static_cast<int>(plain->param_infos().size());
     ASSERT_EQ(static_cast<int>(oa.size()), np);
     for (int k = 0; k < np; ++k) EXPECT_EQ(oa[k], np - 1 - k) << "position " << k << " tied " << tied;
-    EXPECT_EQ(oa, ob);
+    // Two accumulated micro-batches (Step zeroes first; the second Backward adds).
+    DT_ASSERT_OK(plain->Forward(batch2.inputs, batch2.targets));
+    DT_ASSERT_OK(plain->Backward(1.0f, nullptr));
+    DT_ASSERT_OK(Fetch(*cpu, plain->grads(), &ga2));
+    for (int variant = 1; variant <= 3; ++variant) {
+      SCOPED_TRACE("recompute " + std::to_string(variant & 1) + ", recompute_pointwise " +
+                   std::to_string(variant >> 1) + (tied ? ", tied" : ", untied"));
+      LlamaOptions r = o;
+      r.recompute = variant & 1;
+      r.recompute_pointwise = variant & 2;
+      std::unique_ptr<Llama> m;
+      DT_ASSERT_OK(Llama::Create(*cpu, r, 2, 8, &m));
+      DT_ASSERT_OK(m->InitParams(11));
+      double lb = 0;
+      std::vector<double> gb, gb2;
+      std::vector<int> ob;
+      ASSERT_NO_FATAL_FAILURE(Step(*cpu, *m, batch, &lb, &gb, &ob));
+      EXPECT_EQ(la, lb);
+      EXPECT_EQ(oa, ob);
+      ASSERT_EQ(ga.size(), gb.size());
+      for (size_t i = 0; i < ga.size(); ++i) ASSERT_EQ(ga[i], gb[i]) << "flat index " << i;
+      DT_ASSERT_OK(m->Forward(batch2.inputs, batch2.targets));
+      DT_ASSERT_OK(m->Backward(1.0f, nullptr));
+      DT_ASSERT_OK(Fetch(*cpu, m->grads(), &gb2));
+      for (size_t i = 0; i < ga2.size(); ++i) ASSERT_EQ(ga2[i], gb2[i]) << "accumulated, flat index " << i;
+    }
   }
 }
 
