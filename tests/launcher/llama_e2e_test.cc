@@ -1,5 +1,5 @@
-// model.kind llama through the real binary on the CPU (configs/llama_tiny.yaml on byte tokens of the repository's
-// own docs, `dtrain data convert-text`): it trains (the loss falls well below ln 256), a run interrupted after its
+// model.kind llama through the real binary on the CPU (configs/llama_tiny.yaml on byte tokens of a fixed text,
+// `dtrain data convert-text`): it trains (the loss falls well below ln 256), a run interrupted after its
 // checkpoint and resumed ends with exactly the uninterrupted run's parameters and losses, and `dtrain ckpt export
 // --format hf` writes config.json and model.safetensors in LlamaForCausalLM's names and shapes; on 2 ranks the
 // ZeRO-1 optimizer ends where the replicated one does, and both where one rank with their global batch does.
@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -21,10 +22,30 @@ namespace {
 
 const std::string kConfig = std::string(DT_SOURCE_DIR) + "/configs/llama_tiny.yaml";
 
-// Byte tokens of README.md and docs/architecture.md in records of 65 (sequences of 64), into <dir>/tok.
+// Byte tokens of a fixed English text (the same bytes on every run and checkout: the measured differences below
+// depend on the data) in records of 65 (sequences of 64), into <dir>/tok: 1500 sentences drawn from 12 by an LCG.
 void MakeData(const std::string& dir) {
-  const ProcessResult r = RunCommand(DtrainBin() + " data convert-text --out " + dir + "/tok --seq-len 64 " +
-                                     DT_SOURCE_DIR + "/README.md " + DT_SOURCE_DIR + "/docs/architecture.md");
+  static const char* const kSentences[] = {"The quick brown fox jumps over the lazy dog. ",
+                                           "A model is one spec, registered by name. ",
+                                           "Gradients are announced in reverse layout order. ",
+                                           "Rotary embeddings rotate pairs of query and key dimensions. ",
+                                           "Grouped-query attention shares each key and value head. ",
+                                           "The checkpoint is written, then sealed, then named latest. ",
+                                           "RMSNorm divides by the root mean square of the row. ",
+                                           "SwiGLU multiplies the SiLU of the gate by the up projection. ",
+                                           "Every rank starts from the same seeded parameters. ",
+                                           "The loss falls as the model learns the statistics of bytes. ",
+                                           "Hugging Face names the projections q, k, v and o. ",
+                                           "A resumed run ends where the uninterrupted run ends. "};
+  std::string text;
+  uint32_t state = 12345;
+  for (int i = 0; i < 1500; ++i) {
+    state = state * 1664525u + 1013904223u;
+    text += kSentences[(state >> 16) % 12];
+  }
+  WriteFile(dir + "/input.txt", text);
+  const ProcessResult r =
+      RunCommand(DtrainBin() + " data convert-text --out " + dir + "/tok --seq-len 64 " + dir + "/input.txt");
   ASSERT_EQ(r.exit_code, 0) << r.output;
 }
 
@@ -115,8 +136,10 @@ TEST(LlamaE2E, TinyTrainsResumesExactlyAndExportsToHuggingFace) {
 
 // The same global batch of 8 sequences, 30 steps: 2 CPU ranks x 4 with ZeRO-1 (the optimizer state sharded, 0.05 MiB
 // buckets: several per rank), 2 ranks x 4 replicated, 1 rank x 8. They differ only in float summation order (the
-// gradient average over ranks, reduce-scatter vs all-reduce, the clip norm from per-shard sums). Measured here:
-// 6.0e-8 and 2.4e-7.
+// gradient average over ranks, reduce-scatter vs all-reduce, the clip norm from per-shard sums), which AdamW's
+// normalised steps carry into the weights: measured here 2.2e-6 and 9.6e-6 after 30 steps of lr 3e-3, where a wrong
+// gradient (one rank's batch, a missed bucket) moves weights by ~lr per step. Asserted: 1e-4, and the loss lines
+// within 1e-4.
 TEST(LlamaE2E, Zero1OnTwoRanksMatchesReplicatedAndOneRank) {
   TempDir tmp;
   const std::string d = tmp.path();
@@ -138,11 +161,19 @@ TEST(LlamaE2E, Zero1OnTwoRanksMatchesReplicatedAndOneRank) {
   std::printf("llama_tiny, 30 steps: max |w_zero1 - w_replicated| = %g, max |w_2ranks - w_1rank| = %g\n",
               zero1_vs_plain, two_vs_one);
   EXPECT_GE(zero1_vs_plain, 0.0);
-  EXPECT_LT(zero1_vs_plain, 1e-6);
+  EXPECT_LT(zero1_vs_plain, 1e-4);
   EXPECT_GE(two_vs_one, 0.0);
-  EXPECT_LT(two_vs_one, 1e-5);
+  EXPECT_LT(two_vs_one, 1e-4);
   const auto lz = Lines(ReadFile(d + "/zero1/metrics.jsonl"), "\"kind\":\"train\"");
+  const auto lp = Lines(ReadFile(d + "/plain/metrics.jsonl"), "\"kind\":\"train\"");
+  const auto lo = Lines(ReadFile(d + "/one/metrics.jsonl"), "\"kind\":\"train\"");
   ASSERT_EQ(lz.size(), 3u);
+  ASSERT_EQ(lp.size(), 3u);
+  ASSERT_EQ(lo.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(Field(lz[i], "loss"), Field(lp[i], "loss"), 1e-4) << lz[i];
+    EXPECT_NEAR(Field(lo[i], "loss"), Field(lp[i], "loss"), 1e-4) << lo[i];
+  }
   EXPECT_LT(Field(lz[2], "loss"), Field(lz[0], "loss") - 1.0);
 }
 
