@@ -21,6 +21,7 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr int64_t kMaxJsonBytes = 64 << 20;  // config.json and the index are kilobytes; refuse what is not
+constexpr int kMaxJsonDepth = 64;            // HF configs nest 3 deep
 
 // Tensors an HF checkpoint may hold that are no weights of the model: (name suffix, why they are not imported).
 // lm_head.weight is the one more case, handled by name below: skipped when the model ties its head and the file's
@@ -84,6 +85,30 @@ bool IsFile(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// The deepest nesting of arrays and objects in JSON `text` (strings skipped). Serialising or comparing a value
+// recurses once per level: a hostile file nested a million deep would overflow the stack.
+int JsonDepth(const std::string& text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 // A JSON object from `path` (at most kMaxJsonBytes). NotFound when it does not exist.
 Status ReadJsonObject(const std::string& path, Json* out) {
   struct stat st;
@@ -92,6 +117,9 @@ Status ReadJsonObject(const std::string& path, Json* out) {
   }
   std::string text;
   DT_RETURN_IF_ERROR(ReadRegularFile(path, "Hugging Face file", &text));
+  if (JsonDepth(text) > kMaxJsonDepth) {
+    return Status::InvalidArgument(path + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
   *out = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (out->is_discarded() || !out->is_object()) return Status::InvalidArgument(path + ": not a JSON object");
   return Status::OK();

@@ -336,6 +336,11 @@ TEST(HfImport, HostileFilesAreErrorsNamingTheFile) {
   st = Import(TinyGpt2(), dir, &p);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
   EXPECT_EQ(st.message(), dir + "/config.json: not a JSON object");
+  // A value nested a million deep (printing it in the error used to recurse once per level: a stack overflow).
+  WriteFile(dir + "/config.json", "{\"model_type\": " + std::string(1000000, '[') + std::string(1000000, ']') + "}");
+  st = Import(TinyGpt2(), dir, &p);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+  EXPECT_EQ(st.message(), dir + "/config.json: JSON nested deeper than 64 levels");
   std::remove((dir + "/config.json").c_str());
   st = Import(TinyGpt2(), dir, &p);
   EXPECT_EQ(st.code(), Status::Code::kNotFound) << st.ToString();
