@@ -247,10 +247,10 @@ struct Assembled {
 Status Place(const models::HfTensor& h, int idx, const NamedTensor& t, const std::string& file,
              const std::vector<models::HfTensor>& plan, Assembled* p) {
   const int64_t rows = h.keep_rows >= 0 ? h.keep_rows : p->shape[0] - h.row_begin;
+  std::vector<float> values(p->row);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t pr = h.row_begin + r;
     float* dst = p->data.data() + pr * p->row;
-    std::vector<float> values(p->row);
     for (int64_t c = 0; c < p->row; ++c) values[c] = h.transpose ? t.data[c * rows + r] : t.data[r * p->row + c];
     if (p->filled_by[pr] >= 0) {
       if (!std::equal(values.begin(), values.end(), dst)) {
