@@ -66,7 +66,9 @@ Status JobSecret::FromText(const std::string& text, const std::string& source, J
 }
 
 Status JobSecret::FromFile(const std::string& path, JobSecret* out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  // Symlinks are followed (a Kubernetes Secret volume's files are links into its ..data directory); the checks
+  // below apply to the file opened.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     return Status::InvalidArgument("job secret file '" + path + "': " + std::strerror(errno) + " (" + kHowToMake + ")");
   }

@@ -4,7 +4,7 @@
 // rendezvous (comm/tcp_rendezvous.h) run before they read a single byte of a hello.
 //
 // Where the secret comes from (JobSecret::Resolve): `--secret-file FILE` (a regular file of mode 0600 or
-// stricter), else DTRAIN_JOB_SECRET (the text itself), else DTRAIN_JOB_SECRET_FILE (a file, as for
+// stricter, or a symlink to one, as in a Kubernetes Secret volume), else DTRAIN_JOB_SECRET (the text itself), else DTRAIN_JOB_SECRET_FILE (a file, as for
 // --secret-file; for a Kubernetes Secret mounted as a file), else — where one process starts the whole job —
 // 32 fresh random bytes (RAND_bytes) as 64 hex digits. A secret is at least 32 characters (trailing blanks
 // and newlines are not part of it); `openssl rand -hex 32 > secret && chmod 600 secret` makes one.
