@@ -64,7 +64,7 @@ void ClampUnbelievable(runtime::RunSummary* s, std::string* note) {
   clamp("the restart time", &s->restart_s, kMaxSeconds);
   for (size_t i = 0; i < s->attempts.size(); ++i) {
     runtime::AttemptSummary& a = s->attempts[i];
-    const std::string which = "attempt " + std::to_string(i) + "'s ";
+    const std::string which = "attempt " + std::to_string(i + 1) + "'s ";
     double span = a.last_time - a.start_time;
     clamp(which + "duration", &span, kMaxSeconds);
     if (!std::isfinite(a.start_time)) a.start_time = 0;
@@ -138,7 +138,7 @@ Status BuildReportText(const ReportArgs& args, std::string* text) {
     if (st.ok()) {
       price = cfg.run().price_per_gpu_hour();
     } else if (st.code() != Status::Code::kNotFound) {
-      note = "  note: price not read from " + config_path + ": " + st.ToString() + "\n";
+      note += "  note: price not read from " + config_path + ": " + st.ToString() + "\n";
     }
   }
   *text = runtime::FormatRunSummary(summary, price) + note;

@@ -102,7 +102,7 @@ TEST(ReportCmdTest, UnbelievableFiguresAreClampedWithANote) {
                        "shown as 0\n"))
       << text;
   EXPECT_TRUE(Contains(text, "  note: the mean step time was -1e+308")) << text;
-  EXPECT_TRUE(Contains(text, "  note: attempt 0's duration was inf")) << text;
+  EXPECT_TRUE(Contains(text, "  note: attempt 1's duration was inf")) << text;
   EXPECT_TRUE(Contains(text, "$0.00 at $2.50")) << text;
 }
 
