@@ -85,6 +85,13 @@ Status CheckRun(const proto::Config& cfg, int world_size, RunCheck* out) {
   } else if (d.dataset() == "synthetic_tokens") {
     models::TokenInput tokens;
     DT_RETURN_IF_ERROR(SyntheticTokenInput(cfg, &tokens));
+    if (spec->check_data) {  // the model's own constraints, on the records synthetic_tokens makes
+      proto::DatasetSchema schema;
+      schema.set_kind(proto::DatasetSchema::TOKENS);
+      schema.set_vocab_size(tokens.vocab_size);
+      schema.add_dims(tokens.seq_len + 1);
+      DT_RETURN_IF_ERROR(spec->check_data(cfg, "data.dataset synthetic_tokens", schema));
+    }
     if (t.max_steps() == 0)
       return Status::InvalidArgument("data.dataset synthetic_tokens has no epochs: set train.max_steps");
   }

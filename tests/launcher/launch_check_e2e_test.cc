@@ -14,6 +14,7 @@ namespace {
 
 const std::string kMlp = std::string(DT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml";
 const std::string kGpt2Tiny = std::string(DT_SOURCE_DIR) + "/configs/gpt2_tiny.yaml";
+const std::string kLlamaTiny = std::string(DT_SOURCE_DIR) + "/configs/llama_tiny.yaml";
 
 int Count(const std::string& text, const std::string& what) {
   int n = 0;
@@ -59,6 +60,12 @@ TEST(LaunchCheckE2E, DataThatDoesNotFitTheModelIsRejected) {
                  "holds tokens, but model.kind mlp takes images");
   ExpectRejected(kMlp, "--set data.dataset=shards --set data.train_shards=" + data.path() + "/missing",
                  "data.train_shards");
+}
+
+// The model's constraints on synthetic tokens too (llama_tiny's default data): every worker used to find them at
+// build time instead.
+TEST(LaunchCheckE2E, ModelConstraintsAreCheckedOnSyntheticTokens) {
+  ExpectRejected(kLlamaTiny, "--set model.llama.n_kv_head=3", "must be a multiple of model.llama.n_kv_head 3");
 }
 
 TEST(LaunchCheckE2E, DryRunChecksTooAndWarmupLongerThanTheRunIsClippedWithOneWarning) {
