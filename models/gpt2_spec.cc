@@ -124,7 +124,7 @@ Status HfExport(const proto::Config& config, HfExportPlan* plan) {
                                        {"n_embd", c},
                                        {"n_layer", g.n_layer()},
                                        {"n_head", g.n_head()},
-                                       {"n_inner", nullptr},
+                                       {"n_inner", 4 * c},
                                        {"activation_function", "gelu_new"},
                                        {"layer_norm_epsilon", 1e-5},
                                        {"resid_pdrop", 0.0},

@@ -34,8 +34,8 @@ const std::pair<const char*, const char*> kIgnoredHfBuffers[] = {
 constexpr const char* kLmHead = "lm_head.weight";
 
 // config.json keys that fix the weights' layout or what the model computes, beyond the plan's config_keys. A key
-// the plan's config_json has must have the same value in the file (absent there: transformers' default, taken as
-// the same); a key the plan does not have must be absent, null or false in the file (rope_scaling, biases).
+// the plan's config_json has must have the same value in the file (absent or null there: transformers' default,
+// taken as the same); a key the plan does not have must be absent, null or false in the file (rope_scaling, biases).
 const char* const kStructuralKeys[] = {
     "model_type",
     "vocab_size",
@@ -162,7 +162,7 @@ Status CheckConfig(const std::string& path, const Json& file, const Json& plan,
   for (const std::string& key : keys) {
     Json scratch;
     const Json* have = FileValue(file, key, &scratch);
-    if (have == nullptr) continue;  // transformers' default
+    if (have == nullptr || have->is_null()) continue;  // transformers' default (n_inner: null is 4 n_embd)
     const auto want = plan.find(key);
     if (want == plan.end() ? Unset(*have) : SameValue(key, *have, *want)) continue;
     const auto dkey = config_keys.find(key);

@@ -294,6 +294,18 @@ TEST(HfImport, EachMistakeIsOneClearError) {
   wide["n_embd"] = 768;
   expect_error("config", wide, hf, Status::Code::kInvalidArgument,
                "/config.json: n_embd is 768, but the run's model has 2 (set model.gpt2.n_embd: 768)");
+  // n_inner written out as 4 n_embd, or null (transformers' default, as the hub's gpt2 has it): the same model.
+  for (const nlohmann::json& inner : {nlohmann::json(8), nlohmann::json(nullptr)}) {
+    nlohmann::json with_inner = Gpt2ConfigJson();
+    with_inner["n_inner"] = inner;
+    std::vector<NamedTensor> got;
+    const Status st = Import(TinyGpt2(), WriteHfDir(tmp.path() + "/inner" + inner.dump(), with_inner, hf), &got);
+    EXPECT_TRUE(st.ok()) << inner.dump() << ": " << st.ToString();
+  }
+  nlohmann::json narrow = Gpt2ConfigJson();
+  narrow["n_inner"] = 6;
+  expect_error("inner", narrow, hf, Status::Code::kInvalidArgument,
+               "/config.json: n_inner is 6, but the run's model has 8");
   nlohmann::json tanh_alias = Gpt2ConfigJson();  // the same function under transformers' other name: accepted
   tanh_alias["activation_function"] = "gelu_pytorch_tanh";
   std::vector<NamedTensor> p;
@@ -412,7 +424,7 @@ TEST(HfImport, ExportCopiesTheTokenizerFilesOfTheHfSource) {
   EXPECT_EQ(ReadFile(tmp.path() + "/out/merges.txt"), "#version: 0.2\n");
   EXPECT_FALSE(std::ifstream(tmp.path() + "/out/README.md").good());
   // config.json stays the plan's (dtrain's statement of what it computes), not the source's.
-  EXPECT_NE(ReadFile(tmp.path() + "/out/config.json").find("\"n_inner\": null"), std::string::npos);
+  EXPECT_NE(ReadFile(tmp.path() + "/out/config.json").find("\"n_inner\": 8"), std::string::npos);
 
   cfg.mutable_model()->set_init_from("hf:" + tmp.path() + "/gone");
   HfExportReport gone;
