@@ -5,8 +5,8 @@
 //    that has not answered for `lost_after_s` is lost — its network is cut or it is gone, while mpirun and the
 //    surviving ranks may wait on it for as long as TCP does: the watch records it and stops the attempt
 //    (SupervisorScope::RequestStop), once. So a silent host is noticed within lost_after_s + one probe timeout.
-//  - Growth: from `grow_delay_s` after the start (the workers need that long to install their signal handlers: a
-//    SIGUSR1 before that would kill them), every 2 s while the attempt runs on fewer than MAX hosts, it re-reads the
+//  - Growth: from `grow_delay_s` after the start (mpirun needs about that long to spawn the ranks: a worker keeps a
+//    SIGUSR1 from the first line of RunWorker on, but one that reaches a rank before its main() kills it), every 2 s while the attempt runs on fewer than MAX hosts, it re-reads the
 //    host list, probes the dropped hosts whose rejoin time has come and the listed hosts beyond the attempt's, and
 //    when one answers (a host dropped after a spot notice: only once a probe found it gone) asks the job for a
 //    coordinated checkpoint (SIGUSR1 to this process, which the supervisor
