@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
-# The tests are not built here (scripts/test.sh builds them in the same tree).
-scripts/build.sh -DDT_BUILD_TESTS=OFF
+# Only the dtrain binary is built here: the tests are built by scripts/test.sh in the same tree, the benchmarks
+# (bench/) by scripts/build.sh.
+BUILD_TARGETS=${BUILD_TARGETS:-dtrain} scripts/build.sh -DDT_BUILD_TESTS=OFF
 if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 exec "${BUILD_DIR:-build}/dtrain" launch --nproc-per-node auto configs/fashion_mnist_mlp.yaml "$@"
