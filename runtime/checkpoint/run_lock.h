@@ -22,15 +22,22 @@ class RunLock {
   // process holds it; IoError naming the file for any other failure.
   static Status Acquire(const std::string& run_dir, std::unique_ptr<RunLock>* out, std::string* note = nullptr);
 
-  explicit RunLock(std::unique_ptr<FileLock> lock) : lock_(std::move(lock)) {}
+  RunLock(std::unique_ptr<FileLock> lock, std::string dir, bool dir_existed, bool file_existed)
+      : lock_(std::move(lock)), dir_(std::move(dir)), dir_existed_(dir_existed), file_existed_(file_existed) {}
   // Releasing empties the file: a clean release names no holder.
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;
 
   const std::string& path() const { return lock_->path(); }
 
+  // For a start that was refused (it must write nothing): releases the lock and removes what Acquire created, the
+  // lock file when it was new and run_dir when it was new (and is empty).
+  void Discard();
+
  private:
   std::unique_ptr<FileLock> lock_;
+  std::string dir_;
+  bool dir_existed_, file_existed_;
 };
 
 }  // namespace dtrain::runtime

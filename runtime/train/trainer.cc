@@ -156,7 +156,11 @@ Status Trainer::Create(const proto::Config& cfg, DeviceContext& ctx, comm::Commu
   t->env_ = env;
   t->rank_ = env.rank;
   t->world_ = env.world_size;
-  DT_RETURN_IF_ERROR(t->Setup());
+  const Status st = t->Setup();
+  if (!st.ok()) {
+    if (t->run_lock_ != nullptr) t->run_lock_->Discard();  // a refused start leaves no run directory behind
+    return st;
+  }
   *out = std::move(t);
   return Status::OK();
 }

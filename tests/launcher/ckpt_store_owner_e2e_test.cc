@@ -36,6 +36,8 @@ TEST(CkptStoreOwnerE2E, ASecondJobOnOneFileRootIsRefusedNamingTheFirst) {
       << refused.output;
   EXPECT_NE(refused.output.find("pid=" + std::to_string(getpid())), std::string::npos) << refused.output;
   EXPECT_EQ(refused.output.find("step 1/"), std::string::npos) << refused.output;
+  // A refused start writes nothing: its new run.dir (made for the run's lock) is gone again.
+  EXPECT_NE(access((dir.path() + "/second-run").c_str(), F_OK), 0) << "a refused start left its run.dir";
 
   first_job.reset();
   ProcessResult ran = RunCommand(train);
