@@ -3,6 +3,7 @@
 // standard library (unlike std::uniform_*_distribution). Used wherever dtrain needs the same
 // random numbers on every rank and across runs: parameter init, data order.
 
+#include <cmath>
 #include <cstdint>
 
 namespace dtrain {
@@ -24,6 +25,30 @@ class SplitMix64 {
 
  private:
   uint64_t state_;
+};
+
+// Standard normals from SplitMix64 by Box-Muller, both outputs of each pair used: identical on every platform
+// (unlike std::normal_distribution). The GPT-2 and Llama inits draw from it.
+class NormalSampler {
+ public:
+  explicit NormalSampler(uint64_t seed) : rng_(seed) {}
+  double Next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double u1 = 1.0 - rng_.Uniform();  // (0, 1]: log is finite
+    const double u2 = rng_.Uniform();
+    const double r = std::sqrt(-2.0 * std::log(u1)), a = 2.0 * 3.14159265358979323846 * u2;
+    spare_ = r * std::sin(a);
+    has_spare_ = true;
+    return r * std::cos(a);
+  }
+
+ private:
+  SplitMix64 rng_;
+  double spare_ = 0;
+  bool has_spare_ = false;
 };
 
 }  // namespace dtrain

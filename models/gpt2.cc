@@ -20,30 +20,6 @@ namespace dtrain::models {
 namespace {
 
 constexpr float kLnEps = 1e-5f;  // GPT-2's layer_norm_epsilon
-constexpr double kPi = 3.14159265358979323846;
-
-// Standard normals from SplitMix64 by Box-Muller, both outputs used: identical on every platform.
-class Normal {
- public:
-  explicit Normal(uint64_t seed) : rng_(seed) {}
-  double Next() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    const double u1 = 1.0 - rng_.Uniform();  // (0, 1]: log is finite
-    const double u2 = rng_.Uniform();
-    const double r = std::sqrt(-2.0 * std::log(u1)), a = 2.0 * kPi * u2;
-    spare_ = r * std::sin(a);
-    has_spare_ = true;
-    return r * std::cos(a);
-  }
-
- private:
-  SplitMix64 rng_;
-  double spare_ = 0;
-  bool has_spare_ = false;
-};
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -132,7 +108,7 @@ Status Gpt2::InitParams(uint64_t seed) {
   Tensor staging;
   DT_RETURN_IF_ERROR(Tensor::Empty({params_.numel()}, opts_.dtype, ctx_.host_allocator(), &staging));
   const bool f64 = opts_.dtype == DType::kF64;
-  Normal normal(seed);
+  NormalSampler normal(seed);
   const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(opts_.n_layer));
   for (const ParamInfo& p : infos_) {
     const bool is_ln = p.name.find("ln_") != std::string::npos;

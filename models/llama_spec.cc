@@ -92,21 +92,7 @@ Status CheckData(const proto::Config& config, const std::string& what, const pro
   const proto::LlamaConfig& g = config.model().llama();
   // The model's own constraints first: the run check (dtrain launch) reports them before any worker starts.
   DT_RETURN_IF_ERROR(CheckConfig(g, /*cuda=*/false));
-  if (s.kind() != proto::DatasetSchema::TOKENS) {
-    return Status::InvalidArgument(what + " holds images, but model.kind llama takes tokens");
-  }
-  if (s.vocab_size() > g.vocab_size()) {
-    return Status::InvalidArgument(what + " has token ids up to " + std::to_string(s.vocab_size() - 1) +
-                                   " (vocab_size " + std::to_string(s.vocab_size()) +
-                                   "), but model.llama.vocab_size is " + std::to_string(g.vocab_size()) +
-                                   ": raise it to at least " + std::to_string(s.vocab_size()));
-  }
-  if (s.dims_size() > 0 && s.dims(0) - 1 > g.max_seq_len()) {
-    return Status::InvalidArgument(what + " has records of " + std::to_string(s.dims(0)) + " tokens (sequences of " +
-                                   std::to_string(s.dims(0) - 1) + "), longer than model.llama.max_seq_len " +
-                                   std::to_string(g.max_seq_len()));
-  }
-  return Status::OK();
+  return CheckTokenData("llama", what, s, g.vocab_size(), g.max_seq_len());
 }
 
 TokenInput Tokens(const proto::Config& config) {

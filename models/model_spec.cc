@@ -11,6 +11,25 @@ std::string Shape(const std::vector<int64_t>& dims) {
 
 }  // namespace
 
+Status CheckTokenData(const std::string& kind, const std::string& what, const proto::DatasetSchema& s,
+                      int64_t vocab_size, int64_t max_seq_len) {
+  if (s.kind() != proto::DatasetSchema::TOKENS) {
+    return Status::InvalidArgument(what + " holds images, but model.kind " + kind + " takes tokens");
+  }
+  if (s.vocab_size() > vocab_size) {
+    return Status::InvalidArgument(what + " has token ids up to " + std::to_string(s.vocab_size() - 1) +
+                                   " (vocab_size " + std::to_string(s.vocab_size()) + "), but model." + kind +
+                                   ".vocab_size is " + std::to_string(vocab_size) + ": raise it to at least " +
+                                   std::to_string(s.vocab_size()));
+  }
+  if (s.dims_size() > 0 && s.dims(0) - 1 > max_seq_len) {
+    return Status::InvalidArgument(what + " has records of " + std::to_string(s.dims(0)) + " tokens (sequences of " +
+                                   std::to_string(s.dims(0) - 1) + "), longer than model." + kind + ".max_seq_len " +
+                                   std::to_string(max_seq_len));
+  }
+  return Status::OK();
+}
+
 Status CheckImageClassifierData(const std::string& kind, const std::string& what, const proto::DatasetSchema& schema,
                                 const std::vector<int64_t>& input_shape, const std::string& input_key,
                                 int64_t num_classes, const std::string& classes_key) {

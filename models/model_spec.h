@@ -90,6 +90,11 @@ Status CheckImageClassifierData(const std::string& kind, const std::string& what
                                 const std::vector<int64_t>& input_shape, const std::string& input_key,
                                 int64_t num_classes, const std::string& classes_key);
 
+// The run check of a language model, for check_data: `schema` must hold token records of at most max_seq_len + 1
+// tokens with ids below vocab_size. Keys are named "model.<kind>.vocab_size" and "model.<kind>.max_seq_len".
+Status CheckTokenData(const std::string& kind, const std::string& what, const proto::DatasetSchema& schema,
+                      int64_t vocab_size, int64_t max_seq_len);
+
 // Size checks of a model's config before anything is allocated (a width of 2e9 used to ask the allocator for
 // 4e18 bytes, naming no field). kMaxModelDim bounds one size, kMaxModelParams a model's parameter count (2^34:
 // 64 GiB of fp32 weights, before gradients and optimizer state).
