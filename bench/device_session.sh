@@ -29,6 +29,8 @@
 #   llama   Llama shapes ($LLAMA_SHAPES: smollm2_360m llama3_1b) at B x T = 16 x 1024 bf16: dtrain vs PyTorch in the
 #           same call: bench/llama_torch.py for each of $LLAMA_TORCH (impl:mode pairs; default hand:default
 #           hand:reduce-overhead hf:default hf:reduce-overhead), tokens/s, step ms, peak memory, and the ratios
+#   llamaprobe  kernels of 2 Llama steps ($PROBE_SHAPE, default llama3_1b; synthetic tokens) by total time (ncu), and
+#           the hand-written Llama's under torch.compile (torch.profiler)
 #   llamaloss  loss curves of the SmolLM2-360M shape from the same imported weights (transformers' random init,
 #           save_pretrained) on the same byte-level tokens of real text, 200 steps: dtrain vs two PyTorch runs (the
 #           hand-written Llama and transformers' LlamaForCausalLM, eager), PNG to $OUT
@@ -403,6 +405,21 @@ if has llama; then
       echo "llama $shape torch ${im} rc=$?: $(tail -1 $OUT/llama_torch_${shape}_${im/:/_}.log)"
     done
   done
+fi
+
+if has llamaprobe; then
+  shape=${PROBE_SHAPE:-llama3_1b}
+  if command -v ncu >/dev/null; then
+    timeout ${PROBE_TIMEOUT:-280} ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw --nvtx \
+      --nvtx-include "train_step/" --log-file $OUT/ncu_$shape.csv $BIN train configs/$shape.yaml \
+      --set data.dataset=synthetic_tokens --set train.max_steps=2 --set schedule.warmup_steps=0 \
+      --set checkpoint.enabled=false --set run.dir=$OUT/${shape}_prof_run > $OUT/ncu_${shape}_run.log 2>&1
+    echo "ncu $shape rc=$?"; python3 bench/kernel_profile.py $OUT/ncu_$shape.csv 2 | tee $OUT/kern_$shape.txt | head -40 | cut -c1-170
+  else
+    echo "no ncu on this machine"
+  fi
+  python3 bench/llama_torch.py --shape $shape --impl hand --compile --steps 10 --profile > $OUT/torch_prof_$shape.log 2>&1
+  echo "torch.compile $shape profile rc=$?"; grep -E "Name|^ *[a-zA-Z_].*%" $OUT/torch_prof_$shape.log | head -34 | cut -c1-170
 fi
 
 if has llamaloss; then

@@ -152,6 +152,7 @@ def main():
     ap.add_argument("--losses", help="write the loss of every step to this JSON file")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--json")
+    ap.add_argument("--profile", action="store_true", help="after timing, print the CUDA kernels of 3 steps by total time")
     a = ap.parse_args()
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
@@ -194,6 +195,12 @@ def main():
             losses.append(loss.item())
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
+    if a.profile:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                train_step(rec.to(dev, non_blocking=True))
+            torch.cuda.synchronize()
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=90))
     c, L, nh, nkv, ffn, _, _ = SHAPES[a.shape]
     flops_per_token = 6 * n_params + 6 * L * c * a.seq  # 6N + attention's 6 L d T (d = heads x head size = hidden)
     tokens_per_s = a.steps * a.batch * a.seq / dt
