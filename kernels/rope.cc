@@ -9,15 +9,47 @@
 
 namespace dtrain::ops {
 
-void RopeTableCpu(float* cos, float* sin, int64_t max_seq_len, int64_t head_size, double theta) {
+void RopeInvFreqCpu(float* inv_freq, int64_t head_size, double theta, const RopeScaling& scaling) {
   const int64_t half = head_size / 2;
   const float base = static_cast<float>(theta);
   for (int64_t i = 0; i < half; ++i) {
     // HF: 1.0 / (base ** (arange(0, hs, 2).float() / hs)), every step in fp32.
     const float expo = static_cast<float>(2 * i) / static_cast<float>(head_size);
-    const float inv_freq = 1.0f / static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(expo)));
+    inv_freq[i] = 1.0f / static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(expo)));
+  }
+  if (scaling.kind != RopeScaling::Kind::kLlama3) return;
+  // transformers' _compute_llama3_parameters. Its Python scalars are doubles (low_freq_wavelen = old_context_len /
+  // low_freq_factor, high_freq_factor - low_freq_factor: Python arithmetic); each torch op taking one rounds it to
+  // fp32 (a wrapped number takes the tensor's dtype). Every line below is one torch op, one f32 rounding (this file
+  // is compiled as ISO C++ without FMA: no contraction).
+  const double old_context_len = static_cast<double>(scaling.original_max_position_embeddings);
+  const float low_freq_wavelen = static_cast<float>(old_context_len / scaling.low_freq_factor);
+  const float high_freq_wavelen = static_cast<float>(old_context_len / scaling.high_freq_factor);
+  const float factor = static_cast<float>(scaling.factor), low = static_cast<float>(scaling.low_freq_factor);
+  const float span = static_cast<float>(scaling.high_freq_factor - scaling.low_freq_factor);
+  const float two_pi = static_cast<float>(2.0 * 3.14159265358979323846);  // Python's 2 * math.pi, to fp32
+  const float old_len = static_cast<float>(old_context_len);
+  for (int64_t i = 0; i < half; ++i) {
+    const float f = inv_freq[i];
+    const float wavelen = (1.0f / f) * two_pi;  // 2 * math.pi / inv_freq: Tensor.__rtruediv__ is reciprocal() * other
+    const float scaled = wavelen > low_freq_wavelen ? f / factor : f;  // where(wavelen > low_freq_wavelen, ...)
+    const float ratio = (1.0f / wavelen) * old_len;                    // old_context_len / wavelen
+    const float smooth = (ratio - low) / span;                         // (... - low_freq_factor) / (high - low)
+    const float a = (1.0f - smooth) * scaled, b = smooth * scaled;
+    const float smoothed = a / factor + b;  // (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
+    const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+    inv_freq[i] = medium ? smoothed : scaled;
+  }
+}
+
+void RopeTableCpu(float* cos, float* sin, int64_t max_seq_len, int64_t head_size, double theta,
+                  const RopeScaling& scaling) {
+  const int64_t half = head_size / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  RopeInvFreqCpu(inv_freq.data(), head_size, theta, scaling);
+  for (int64_t i = 0; i < half; ++i) {
     for (int64_t t = 0; t < max_seq_len; ++t) {
-      const float angle = static_cast<float>(t) * inv_freq;  // HF: inv_freq @ position_ids in fp32 (one product)
+      const float angle = static_cast<float>(t) * inv_freq[i];  // HF: inv_freq @ position_ids in fp32 (one product)
       cos[t * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
       sin[t * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
     }
@@ -46,20 +78,31 @@ void RopeCpu(T* qkv, const float* cos, const float* sin, int64_t b, int64_t t, i
 template void RopeCpu<float>(float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t, bool);
 template void RopeCpu<double>(double*, const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t, bool);
 
-Status RopeTable(DeviceContext& ctx, int64_t max_seq_len, int64_t head_size, double theta, Tensor* cos, Tensor* sin) {
+Status RopeTable(DeviceContext& ctx, int64_t max_seq_len, int64_t head_size, double theta, Tensor* cos, Tensor* sin,
+                 const RopeScaling& scaling) {
   DT_CHECK_ARG(cos != nullptr && sin != nullptr, "RopeTable: null output");
   DT_CHECK_ARG(max_seq_len > 0 && head_size > 0 && head_size % 2 == 0 && theta > 0,
                "RopeTable: needs max_seq_len > 0, an even head_size > 0 and theta > 0, got max_seq_len "
                    << max_seq_len << ", head_size " << head_size << ", theta " << theta);
+  if (scaling.kind == RopeScaling::Kind::kLlama3) {
+    DT_CHECK_ARG(scaling.factor >= 1 && scaling.low_freq_factor > 0 &&
+                     scaling.high_freq_factor > scaling.low_freq_factor &&
+                     scaling.original_max_position_embeddings >= 1,
+                 "RopeTable: llama3 scaling needs factor >= 1, 0 < low_freq_factor < high_freq_factor and "
+                 "original_max_position_embeddings >= 1, got factor "
+                     << scaling.factor << ", low_freq_factor " << scaling.low_freq_factor << ", high_freq_factor "
+                     << scaling.high_freq_factor << ", original_max_position_embeddings "
+                     << scaling.original_max_position_embeddings);
+  }
   const std::vector<int64_t> shape = {max_seq_len, head_size / 2};
   DT_RETURN_IF_ERROR(Tensor::Empty(shape, DType::kF32, ctx.allocator(), cos));
   DT_RETURN_IF_ERROR(Tensor::Empty(shape, DType::kF32, ctx.allocator(), sin));
   if (!ctx.is_cuda()) {
-    RopeTableCpu(cos->data<float>(), sin->data<float>(), max_seq_len, head_size, theta);
+    RopeTableCpu(cos->data<float>(), sin->data<float>(), max_seq_len, head_size, theta, scaling);
     return Status::OK();
   }
   std::vector<float> host_cos(static_cast<size_t>(cos->numel())), host_sin(host_cos.size());
-  RopeTableCpu(host_cos.data(), host_sin.data(), max_seq_len, head_size, theta);
+  RopeTableCpu(host_cos.data(), host_sin.data(), max_seq_len, head_size, theta, scaling);
   DT_RETURN_IF_ERROR(cos->CopyFrom(Tensor::Wrap(host_cos.data(), shape, DType::kF32, DeviceType::kCPU), ctx.stream()));
   DT_RETURN_IF_ERROR(sin->CopyFrom(Tensor::Wrap(host_sin.data(), shape, DType::kF32, DeviceType::kCPU), ctx.stream()));
   return ctx.Synchronize();  // the host vectors die on return: the copies must have read them (setup only)

@@ -89,7 +89,8 @@ Status Llama::Create(DeviceContext& ctx, const LlamaOptions& opts, int64_t batch
     m->w16_.push_back(w16);
   }
   // Made once here: RopeTable synchronizes with the device, which a step (or a graph capture) must not.
-  DT_RETURN_IF_ERROR(ops::RopeTable(ctx, opts.max_seq_len, hs, opts.rope_theta, &m->rope_cos_, &m->rope_sin_));
+  DT_RETURN_IF_ERROR(
+      ops::RopeTable(ctx, opts.max_seq_len, hs, opts.rope_theta, &m->rope_cos_, &m->rope_sin_, opts.rope_scaling));
   DT_RETURN_IF_ERROR(m->Alloc({c}, m->act_dtype(), &m->zero_bias_));
   DT_RETURN_IF_ERROR(m->zero_bias_.SetZero(ctx.stream()));
   DT_RETURN_IF_ERROR(m->EnsureActivations(batch, seq_len));

@@ -8,8 +8,9 @@
 //   logits = rmsnorm_f(x) @ head^T  [B*T, Vp]  (head = embed_tokens when tied, else lm_head)
 //   loss = cross-entropy over the first vocab_size columns (padded columns never take part in the softmax or argmax)
 // RMSNorm: y = x / sqrt(mean(x^2) + eps) * w. RoPE (rotate-half, HF's layout): head dims (i, i + hs/2) of q and k at
-// position t rotate by t * theta^(-2i/hs). Attention is causal grouped-query attention: query head h reads key/value
-// head h / (NH / NKV). SwiGLU: silu(gate) * up. No biases anywhere.
+// position t rotate by t * theta^(-2i/hs), those frequencies scaled as Llama 3.1/3.2's when rope_scaling is kLlama3
+// (kernels/rope.h). Attention is causal grouped-query attention: query head h reads key/value head h / (NH / NKV).
+// SwiGLU: silu(gate) * up. No biases anywhere.
 // Inputs: i32 token ids [B, T]; targets: i32 [B, T]; losses(): f32 (f64 in f64 mode) [B*T], one per token.
 //
 // Parameters, forward order (HF's names except the two fused projections): model.embed_tokens.weight [Vp, C]; per
@@ -46,6 +47,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/rope.h"
 #include "models/model.h"
 
 namespace dtrain::models {
@@ -60,6 +62,7 @@ struct LlamaOptions {
   int64_t hidden = 2048;  // C, a multiple of n_head; head size hidden / n_head, even
   int64_t ffn_hidden = 8192;
   double rope_theta = 10000.0;
+  ops::RopeScaling rope_scaling;  // kNone: plain RoPE; kLlama3: Llama 3.1/3.2's (kernels/rope.h)
   double rms_norm_eps = 1e-5;
   bool tie_embeddings = true;
   Precision precision = Precision::kFp32;

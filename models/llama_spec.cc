@@ -15,6 +15,8 @@ namespace {
 
 constexpr int64_t kMaxHeadSize = 256;
 
+std::string Num(double x) { return nlohmann::json(x).dump(); }  // shortest round-trip text: 32.0, 0.5
+
 // Every size in range, the Llama constraints and the parameter count within kMaxModelParams, each error naming its
 // key. `cuda`: the run's attention is CUDA's, which takes head sizes up to ops::kAttentionMaxHeadSize (bf16 runs 64
 // and 128 on the tensor-core flash and cuDNN kernels, other sizes on the slower cuBLAS path: kernels/attention.h).
@@ -48,12 +50,46 @@ Status CheckConfig(const proto::LlamaConfig& g, bool cuda) {
                                    std::to_string(ops::kAttentionMaxHeadSize) +
                                    " (64 and 128 fastest): change model.llama.hidden or model.llama.n_head");
   }
+  const proto::LlamaRopeScaling& rs = g.rope_scaling();
+  if (!rs.rope_type().empty() && rs.rope_type() != "none" && rs.rope_type() != "llama3") {
+    return Status::InvalidArgument("model.llama.rope_scaling.rope_type '" + rs.rope_type() +
+                                   "' is none of none|llama3");
+  }
+  if (rs.rope_type() == "llama3") {
+    if (!(rs.factor() >= 1)) {
+      return Status::InvalidArgument("model.llama.rope_scaling.factor " + Num(rs.factor()) +
+                                     " must be >= 1 (rope_type llama3 divides the low frequencies by it)");
+    }
+    if (!(rs.low_freq_factor() > 0 && rs.high_freq_factor() > rs.low_freq_factor())) {
+      return Status::InvalidArgument(
+          "model.llama.rope_scaling: rope_type llama3 needs 0 < low_freq_factor < "
+          "high_freq_factor, got low_freq_factor " +
+          Num(rs.low_freq_factor()) + ", high_freq_factor " + Num(rs.high_freq_factor()));
+    }
+    if (rs.original_max_position_embeddings() < 1) {
+      return Status::InvalidArgument("model.llama.rope_scaling.original_max_position_embeddings " +
+                                     std::to_string(rs.original_max_position_embeddings()) + " must be >= 1");
+    }
+  }
   int64_t params = 0;  // embedding (and LM head), then per layer q|k|v, o, gate|up, down and two norms, final norm
   const int64_t vp = Llama::PaddedVocab(g.vocab_size());
   DT_RETURN_IF_ERROR(AddModelParams("model.llama", vp, g.hidden() * (g.tie_embeddings() ? 1 : 2), &params));
   const int64_t per_layer_rows = (g.n_head() + 2 * g.n_kv_head()) * hs + g.n_head() * hs + 3 * g.ffn_hidden() + 2;
   DT_RETURN_IF_ERROR(AddModelParams("model.llama", g.n_layer() * per_layer_rows + 1, g.hidden(), &params));
   return Status::OK();
+}
+
+// model.llama.rope_scaling as the RoPE table takes it (CheckConfig has checked it).
+ops::RopeScaling RopeScalingOf(const proto::LlamaConfig& g) {
+  ops::RopeScaling r;
+  const proto::LlamaRopeScaling& rs = g.rope_scaling();
+  if (rs.rope_type() != "llama3") return r;
+  r.kind = ops::RopeScaling::Kind::kLlama3;
+  r.factor = rs.factor();
+  r.low_freq_factor = rs.low_freq_factor();
+  r.high_freq_factor = rs.high_freq_factor();
+  r.original_max_position_embeddings = rs.original_max_position_embeddings();
+  return r;
 }
 
 Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Model>* out) {
@@ -77,6 +113,7 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
   opts.hidden = g.hidden();
   opts.ffn_hidden = g.ffn_hidden();
   opts.rope_theta = g.rope_theta();
+  opts.rope_scaling = RopeScalingOf(g);
   opts.rms_norm_eps = g.rms_norm_eps();
   opts.tie_embeddings = g.tie_embeddings();
   opts.recompute = config.train().recompute();
@@ -107,7 +144,10 @@ void WeightsMetadata(const proto::Config& config, std::map<std::string, std::str
 // transformers' LlamaForCausalLM: dtrain's names are HF's, except the two fused projections, which HF keeps apart:
 // q_proj, k_proj, v_proj are row slices of qkv_proj, gate_proj and up_proj of gate_up_proj (nn.Linear's [out, in]
 // on both sides: no transpose). embed_tokens and lm_head lose the padded rows past vocab_size. config.json states
-// what dtrain's Llama computes: SiLU, no biases, no RoPE scaling, no dropout.
+// what dtrain's Llama computes: SiLU, no biases, no dropout, rope_scaling null or Llama 3's, written as transformers
+// 4.4x's save_pretrained writes it ({"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+// "original_max_position_embeddings": 8192, "rope_type": "llama3"}; the import also reads transformers 5's
+// rope_parameters).
 Status HfExport(const proto::Config& config, HfExportPlan* plan) {
   const proto::LlamaConfig& g = config.model().llama();
   DT_RETURN_IF_ERROR(CheckConfig(g, /*cuda=*/false));
@@ -143,6 +183,15 @@ Status HfExport(const proto::Config& config, HfExportPlan* plan) {
     head.keep_rows = g.vocab_size();
     plan->tensors.push_back(head);
   }
+  nlohmann::ordered_json rope_scaling = nullptr;
+  const proto::LlamaRopeScaling& rs = g.rope_scaling();
+  if (rs.rope_type() == "llama3") {  // HF's keys, sorted as save_pretrained sorts them
+    rope_scaling = {{"factor", rs.factor()},
+                    {"high_freq_factor", rs.high_freq_factor()},
+                    {"low_freq_factor", rs.low_freq_factor()},
+                    {"original_max_position_embeddings", rs.original_max_position_embeddings()},
+                    {"rope_type", "llama3"}};
+  }
   const nlohmann::ordered_json json = {{"architectures", {"LlamaForCausalLM"}},
                                        {"model_type", "llama"},
                                        {"vocab_size", g.vocab_size()},
@@ -156,7 +205,7 @@ Status HfExport(const proto::Config& config, HfExportPlan* plan) {
                                        {"hidden_act", "silu"},
                                        {"rms_norm_eps", g.rms_norm_eps()},
                                        {"rope_theta", g.rope_theta()},
-                                       {"rope_scaling", nullptr},
+                                       {"rope_scaling", rope_scaling},
                                        {"attention_bias", false},
                                        {"attention_dropout", 0.0},
                                        {"mlp_bias", false},
@@ -164,15 +213,21 @@ Status HfExport(const proto::Config& config, HfExportPlan* plan) {
                                        {"tie_word_embeddings", g.tie_embeddings()},
                                        {"torch_dtype", "float32"}};
   plan->config_json = json.dump(2) + "\n";
-  plan->config_keys = {{"vocab_size", "model.llama.vocab_size"},
-                       {"hidden_size", "model.llama.hidden"},
-                       {"intermediate_size", "model.llama.ffn_hidden"},
-                       {"num_hidden_layers", "model.llama.n_layer"},
-                       {"num_attention_heads", "model.llama.n_head"},
-                       {"num_key_value_heads", "model.llama.n_kv_head"},
-                       {"rms_norm_eps", "model.llama.rms_norm_eps"},
-                       {"rope_theta", "model.llama.rope_theta"},
-                       {"tie_word_embeddings", "model.llama.tie_embeddings"}};
+  plan->config_keys = {
+      {"vocab_size", "model.llama.vocab_size"},
+      {"hidden_size", "model.llama.hidden"},
+      {"intermediate_size", "model.llama.ffn_hidden"},
+      {"num_hidden_layers", "model.llama.n_layer"},
+      {"num_attention_heads", "model.llama.n_head"},
+      {"num_key_value_heads", "model.llama.n_kv_head"},
+      {"rms_norm_eps", "model.llama.rms_norm_eps"},
+      {"rope_theta", "model.llama.rope_theta"},
+      {"rope_scaling.rope_type", "model.llama.rope_scaling.rope_type"},
+      {"rope_scaling.factor", "model.llama.rope_scaling.factor"},
+      {"rope_scaling.low_freq_factor", "model.llama.rope_scaling.low_freq_factor"},
+      {"rope_scaling.high_freq_factor", "model.llama.rope_scaling.high_freq_factor"},
+      {"rope_scaling.original_max_position_embeddings", "model.llama.rope_scaling.original_max_position_embeddings"},
+      {"tie_word_embeddings", "model.llama.tie_embeddings"}};
   return Status::OK();
 }
 

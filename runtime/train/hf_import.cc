@@ -35,7 +35,8 @@ constexpr const char* kLmHead = "lm_head.weight";
 
 // config.json keys that fix the weights' layout or what the model computes, beyond the plan's config_keys. A key
 // the plan's config_json has must have the same value in the file (absent or null there: transformers' default,
-// taken as the same); a key the plan does not have must be absent, null or false in the file (rope_scaling, biases).
+// taken as the same); a key the plan does not have must be absent, null or false in the file (biases). RoPE scaling
+// (rope_scaling, transformers 5's rope_parameters) is compared on its own, key by key (CheckRopeScaling).
 const char* const kStructuralKeys[] = {
     "model_type",
     "vocab_size",
@@ -51,7 +52,6 @@ const char* const kStructuralKeys[] = {
     "head_dim",
     "n_positions",
     "rope_theta",
-    "rope_scaling",
     "rms_norm_eps",
     "layer_norm_epsilon",
     "tie_word_embeddings",
@@ -127,15 +127,12 @@ Status ReadJsonObject(const std::string& path, Json* out) {
 
 // --- config.json ---------------------------------------------------------------------------------------------
 
-// The file's value of `key`; transformers 5 keeps rope_theta and the scaling kind under rope_parameters.
-const Json* FileValue(const Json& file, const std::string& key, Json* scratch) {
+// The file's value of `key`; transformers 5 keeps rope_theta under rope_parameters.
+const Json* FileValue(const Json& file, const std::string& key) {
   if (file.contains(key)) return &file[key];
   const auto rp = file.find("rope_parameters");
-  if (rp == file.end() || !rp->is_object()) return nullptr;
-  if (key == "rope_theta" && rp->contains("rope_theta")) return &(*rp)["rope_theta"];
-  if (key == "rope_scaling" && rp->contains("rope_type") && (*rp)["rope_type"] != "default") {
-    *scratch = *rp;
-    return scratch;
+  if (key == "rope_theta" && rp != file.end() && rp->is_object() && rp->contains("rope_theta")) {
+    return &(*rp)["rope_theta"];
   }
   return nullptr;
 }
@@ -153,6 +150,126 @@ bool SameValue(const std::string& key, const Json& a, const Json& b) {
 
 bool Unset(const Json& v) { return v.is_null() || (v.is_boolean() && !v.get<bool>()); }
 
+// The (choices) of the dtrain config key `dotted` ("model.llama.rope_scaling.rope_type"; proto/config.proto), ""
+// when it has none or names no field.
+std::string ConfigChoices(const std::string& dotted) {
+  const google::protobuf::Descriptor* d = proto::Config::descriptor();
+  for (size_t start = 0; d != nullptr;) {
+    const size_t dot = dotted.find('.', start);
+    const google::protobuf::FieldDescriptor* f =
+        d->FindFieldByName(dotted.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (f == nullptr) return "";
+    if (dot == std::string::npos) return f->options().GetExtension(proto::choices);
+    d = f->message_type();
+    start = dot + 1;
+  }
+  return "";
+}
+
+bool IsChoice(const std::string& value, const std::string& choices) {
+  for (size_t start = 0; start <= choices.size();) {
+    const size_t bar = std::min(choices.find('|', start), choices.size());
+    if (choices.compare(start, bar - start, value) == 0) return true;
+    start = bar + 1;
+  }
+  return false;
+}
+
+// The file's RoPE scaling as one object {"rope_type": ..., its numbers}, or null for none: transformers 4's
+// rope_scaling (older files name the kind "type", which LlamaConfig copies over "rope_type"), else transformers 5's
+// rope_parameters less its rope_theta (transformers 5 reads rope_scaling first too). rope_type "default" is none.
+// *key gets the file's key it came from.
+Json FileRopeScaling(const Json& file, std::string* key) {
+  Json s;
+  const auto rs = file.find("rope_scaling");
+  const auto rp = file.find("rope_parameters");
+  *key = "rope_scaling";
+  if (rs != file.end() && !rs->is_null()) {
+    s = *rs;
+  } else if (rp != file.end() && rp->is_object()) {
+    *key = "rope_parameters";
+    s = *rp;
+    s.erase("rope_theta");
+  } else {
+    return nullptr;
+  }
+  if (!s.is_object()) return s;
+  if (s.contains("type")) {
+    s["rope_type"] = s["type"];
+    s.erase("type");
+  }
+  const auto type = s.find("rope_type");
+  return type != s.end() && *type == "default" ? Json(nullptr) : s;
+}
+
+// The file's RoPE scaling against the plan's "rope_scaling" (null, or an object with "rope_type"; a plan without the
+// key does none): the same kind, and the same value for every other key, numbers compared exactly (they decide the
+// fp32 frequencies). Errors name the file's kind or key and, through the plan's config_keys ("rope_scaling.<key>"),
+// the dtrain key to set, or the kinds the dtrain key takes when it cannot take the file's.
+Status CheckRopeScaling(const std::string& path, const Json& file, const Json& plan,
+                        const std::map<std::string, std::string>& config_keys, const std::string& kind) {
+  std::string name;
+  const Json have = FileRopeScaling(file, &name);
+  const auto p = plan.find("rope_scaling");
+  const Json want = p == plan.end() ? Json(nullptr) : *p;
+  if (have.is_null() && want.is_null()) return Status::OK();
+  if (!have.is_null() && !have.is_object()) {
+    return Status::InvalidArgument(path + ": " + name + " is " + have.dump() + ", not an object or null");
+  }
+  const auto dkey = [&](const std::string& k) {
+    const auto it = config_keys.find("rope_scaling." + k);
+    return it == config_keys.end() ? std::string() : it->second;
+  };
+  const auto type_of = [](const Json& s) {
+    if (s.is_null()) return std::string("none");
+    const auto t = s.find("rope_type");
+    return t != s.end() && t->is_string() ? t->get<std::string>() : std::string();
+  };
+  const std::string have_type = type_of(have), want_type = type_of(want);
+  if (have_type.empty()) return Status::InvalidArgument(path + ": " + name + " " + have.dump() + " has no rope_type");
+  const auto raw = file.find(name);  // what the file says, for a "default" kind
+  const std::string have_text = !have.is_null() ? have.dump() : raw == file.end() ? "null" : raw->dump();
+  const std::string want_text = want.is_null() ? "none" : want.dump();
+  if (have_type != want_type) {
+    const std::string key = dkey("rope_type"), choices = key.empty() ? "" : ConfigChoices(key);
+    std::string fix = "model.kind " + kind + " does not do this";
+    if (!key.empty() && !choices.empty() && !IsChoice(have_type, choices)) {
+      fix = "model.kind " + kind + " does not do rope_type \"" + have_type + "\"; " + key + " is one of " + choices;
+    } else if (!key.empty()) {
+      fix = "set " + key + ": " + have_type;
+      if (!have.is_null()) {
+        for (const auto& [k, v] : have.items()) {
+          if (k != "rope_type" && !dkey(k).empty()) fix += ", " + dkey(k) + ": " + v.dump();
+        }
+      }
+    }
+    return Status::InvalidArgument(path + ": " + name + " is " + have_text + ", but the run's model has " + want_text +
+                                   " (" + fix + ")");
+  }
+  for (const auto& [k, w] : want.items()) {
+    if (k == "rope_type") continue;
+    const auto h = have.find(k);
+    if (h != have.end() && (h->is_number() && w.is_number() ? h->get<double>() == w.get<double>() : *h == w)) {
+      continue;
+    }
+    const std::string key = dkey(k);
+    std::string fix = key.empty() ? "set the model.kind " + kind + " config key that gives it" : "set " + key;
+    if (h == have.end()) {
+      fix = "transformers needs it";
+    } else if (!key.empty()) {
+      fix += ": " + h->dump();
+    }
+    return Status::InvalidArgument(path + ": " + name + "." + k + " is " + (h == have.end() ? "missing" : h->dump()) +
+                                   ", but the run's model has " + w.dump() + " (" + fix + ")");
+  }
+  for (const auto& [k, h] : have.items()) {
+    if (k == "rope_type" || want.contains(k) || h.is_null()) continue;
+    return Status::InvalidArgument(path + ": " + name + "." + k + " is " + h.dump() +
+                                   ", but the run's model has none (model.kind " + kind + " does not do this)");
+  }
+  return Status::OK();
+}
+
 Status CheckConfig(const std::string& path, const Json& file, const Json& plan,
                    const std::map<std::string, std::string>& config_keys, const std::string& kind) {
   std::vector<std::string> keys(std::begin(kStructuralKeys), std::end(kStructuralKeys));
@@ -160,8 +277,8 @@ Status CheckConfig(const std::string& path, const Json& file, const Json& plan,
     if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
   }
   for (const std::string& key : keys) {
-    Json scratch;
-    const Json* have = FileValue(file, key, &scratch);
+    if (key.find('.') != std::string::npos) continue;  // a sub-key ("rope_scaling.factor"): CheckRopeScaling
+    const Json* have = FileValue(file, key);
     if (have == nullptr || have->is_null()) continue;  // transformers' default (n_inner: null is 4 n_embd)
     const auto want = plan.find(key);
     if (want == plan.end() ? Unset(*have) : SameValue(key, *have, *want)) continue;
@@ -175,7 +292,7 @@ Status CheckConfig(const std::string& path, const Json& file, const Json& plan,
     return Status::InvalidArgument(path + ": " + key + " is " + have->dump() + ", but the run's model has " +
                                    (want == plan.end() ? std::string("none") : want->dump()) + " (" + fix + ")");
   }
-  return Status::OK();
+  return CheckRopeScaling(path, file, plan, config_keys, kind);
 }
 
 // --- weights -------------------------------------------------------------------------------------------------

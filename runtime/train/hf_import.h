@@ -10,6 +10,10 @@
 //   - config.json against the plan's config_json: the structural keys (sizes, heads, kv heads, vocab, rope_theta,
 //     norm eps, tie_word_embeddings, activation; the plan's config_keys) must agree; InvalidArgument naming the HF
 //     key, both values and the dtrain config key to set;
+//   - RoPE scaling: transformers 4's rope_scaling (null, or {"rope_type" (or "type"), numbers...}) or transformers
+//     5's rope_parameters (rope_type "default": none) must be the plan's rope_scaling, the same rope_type and every
+//     number equal; a rope_type the dtrain key does not take (yarn, linear, dynamic, longrope for llama) is an error
+//     naming it and the kinds the key takes;
 //   - every HF tensor of the plan is present with the shape the plan implies (after the row slice and transpose);
 //   - no tensor the plan does not name, except HF buffers that are not weights (kIgnoredHfBuffers in the .cc:
 //     GPT-2's attn.bias / attn.masked_bias masks, RoPE's inv_freq, lm_head.weight when the head is tied and it

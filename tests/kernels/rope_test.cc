@@ -1,4 +1,5 @@
-// Tests of kernels/rope: the table against the exact angles (within HF's fp32 angle error), the forward against the
+// Tests of kernels/rope: the table against the exact angles (within HF's fp32 angle error), the default table bit for
+// bit as before frequency scaling, Llama 3's scaling against its formula in each band, the forward against the
 // direct rotate_half formula on a grouped-query layout (v untouched), the backward as the exact transpose
 // (<R x, y> = <x, R^T y>) and inverse of the forward, argument errors, and CUDA f32 / bf16 / f16 against the CPU
 // reference (skipped without a GPU).
@@ -7,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -92,6 +94,105 @@ TEST(RopeCpu, TableMatchesExactAnglesWithinFp32AngleError) {
   }
 }
 
+// The table before frequency scaling existed, verbatim: the default (RopeScaling kNone) must stay this bit for bit.
+void OldRopeTable(float* cos, float* sin, int64_t max_seq_len, int64_t head_size, double theta) {
+  const int64_t half = head_size / 2;
+  const float base = static_cast<float>(theta);
+  for (int64_t i = 0; i < half; ++i) {
+    const float expo = static_cast<float>(2 * i) / static_cast<float>(head_size);
+    const float inv_freq = 1.0f / static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(expo)));
+    for (int64_t t = 0; t < max_seq_len; ++t) {
+      const float angle = static_cast<float>(t) * inv_freq;
+      cos[t * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      sin[t * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+  }
+}
+
+TEST(RopeCpu, DefaultTableIsUnchangedBitForBit) {
+  auto cpu = Cpu();
+  RopeScaling ignored;  // kNone: the numbers are not read
+  ignored.factor = 32;
+  for (double theta : {10000.0, 500000.0}) {
+    for (int64_t hs : {64, 128, 6}) {
+      const int64_t rows = 300, n = rows * hs / 2;
+      std::vector<float> want_cos(n), want_sin(n), cos(n), sin(n);
+      OldRopeTable(want_cos.data(), want_sin.data(), rows, hs, theta);
+      RopeTableCpu(cos.data(), sin.data(), rows, hs, theta);
+      EXPECT_EQ(std::memcmp(cos.data(), want_cos.data(), n * sizeof(float)), 0) << theta << " " << hs;
+      EXPECT_EQ(std::memcmp(sin.data(), want_sin.data(), n * sizeof(float)), 0) << theta << " " << hs;
+      Tensor tc, ts;
+      DT_ASSERT_OK(RopeTable(*cpu, rows, hs, theta, &tc, &ts, ignored));
+      EXPECT_EQ(std::memcmp(tc.data<float>(), want_cos.data(), n * sizeof(float)), 0) << theta << " " << hs;
+      EXPECT_EQ(std::memcmp(ts.data<float>(), want_sin.data(), n * sizeof(float)), 0) << theta << " " << hs;
+    }
+  }
+}
+
+// Llama 3's scaling (Llama-3.2-1B: theta 500000, hs 64, factor 32, low 1, high 4, original 8192) against the formula
+// evaluated in double from the exact frequencies theta^(-2i/hs). Bands: wavelen 2 pi theta^(2i/64) < 2048 for i <= 14
+// (kept: bit for bit the unscaled f32 frequency), > 8192 for i >= 18 (divided by 32: exact in f32, so bit for bit
+// unscaled / 32), between for i = 15..17 (interpolated). Tolerance: the unscaled f32 frequency is within 2^-23
+// (relative) of the exact one; in the medium band L / wavelen in [1, 4] carries a few ulp (< 2^-20 absolute), so s =
+// (L / wavelen - 1) / 3 is within 2^-21, and (1 - s) f / 32 + s f within 2^-21 f plus a few ulp: 2^-19 f bounds it.
+// The table's angles t * inv_freq then carry t times that, plus the product's and cos/sin's roundings.
+TEST(RopeCpu, Llama3ScalingMatchesTheFormulaInEachBand) {
+  auto cpu = Cpu();
+  const int64_t hs = 64, half = hs / 2, rows = 2048;
+  const double theta = 500000.0, pi = 3.14159265358979323846;
+  RopeScaling llama3;
+  llama3.kind = RopeScaling::Kind::kLlama3;
+  llama3.factor = 32;
+  llama3.low_freq_factor = 1;
+  llama3.high_freq_factor = 4;
+  llama3.original_max_position_embeddings = 8192;
+  std::vector<float> plain(half), scaled(half);
+  RopeInvFreqCpu(plain.data(), hs, theta);
+  RopeInvFreqCpu(scaled.data(), hs, theta, llama3);
+  std::vector<double> want(half);
+  int high = 0, medium = 0, low = 0;
+  for (int64_t i = 0; i < half; ++i) {
+    const double f = std::pow(theta, -2.0 * i / hs), wavelen = 2 * pi / f;
+    if (wavelen < 8192.0 / 4) {
+      want[i] = f;
+      ++high;
+      EXPECT_EQ(scaled[i], plain[i]) << "high-frequency band, i " << i;
+    } else if (wavelen > 8192.0 / 1) {
+      want[i] = f / 32;
+      ++low;
+      EXPECT_EQ(scaled[i], plain[i] / 32) << "low-frequency band, i " << i;
+    } else {
+      const double s = (8192.0 / wavelen - 1) / (4 - 1);
+      want[i] = (1 - s) * f / 32 + s * f;
+      ++medium;
+      EXPECT_GT(scaled[i], plain[i] / 32) << "medium band, i " << i;
+      EXPECT_LT(scaled[i], plain[i]) << "medium band, i " << i;
+    }
+    EXPECT_NEAR(scaled[i], want[i], std::ldexp(f, -19)) << i;
+  }
+  EXPECT_EQ(high, 15);
+  EXPECT_EQ(medium, 3);
+  EXPECT_EQ(low, 14);
+
+  Tensor cos, sin;
+  DT_ASSERT_OK(RopeTable(*cpu, rows, hs, theta, &cos, &sin, llama3));
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = t * want[i], tol = t * std::ldexp(std::pow(theta, -2.0 * i / hs), -19) + 2.4e-7;
+      ASSERT_NEAR(cos.data<float>()[t * half + i], std::cos(angle), tol) << t << "," << i;
+      ASSERT_NEAR(sin.data<float>()[t * half + i], std::sin(angle), tol) << t << "," << i;
+    }
+  }
+  // Row t is cos/sin of fl(t * inv_freq) for the scaled frequencies, exactly as for the plain ones.
+  for (int64_t t : {1, 777, 2047}) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(t) * scaled[i];
+      EXPECT_EQ(cos.data<float>()[t * half + i], static_cast<float>(std::cos(static_cast<double>(angle))));
+      EXPECT_EQ(sin.data<float>()[t * half + i], static_cast<float>(std::sin(static_cast<double>(angle))));
+    }
+  }
+}
+
 // GQA layout (4 q heads, 2 kv heads): q and k heads rotated by the formula at their token's position, v untouched.
 TEST(RopeCpu, ForwardMatchesRotateHalfFormulaAndLeavesVAlone) {
   auto cpu = Cpu();
@@ -158,6 +259,16 @@ TEST(Rope, RejectsBadArguments) {
   EXPECT_EQ(RopeBackward(*cpu, cos, qkv, 4, 1, &qkv).code(), Status::Code::kInvalidArgument);    // sin not a table
   EXPECT_EQ(RopeTable(*cpu, 4, 7, 10000.0, &cos, &sin).code(), Status::Code::kInvalidArgument);  // odd head size
   EXPECT_EQ(RopeTable(*cpu, 0, 8, 10000.0, &cos, &sin).code(), Status::Code::kInvalidArgument);
+  RopeScaling llama3;
+  llama3.kind = RopeScaling::Kind::kLlama3;
+  DT_ASSERT_OK(RopeTable(*cpu, 4, 8, 10000.0, &cos, &sin, llama3));
+  llama3.high_freq_factor = llama3.low_freq_factor;  // the medium band's division by high - low
+  const Status flat = RopeTable(*cpu, 4, 8, 10000.0, &cos, &sin, llama3);
+  EXPECT_EQ(flat.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(flat.message().find("high_freq_factor 1"), std::string::npos) << flat.ToString();
+  llama3.high_freq_factor = 4;
+  llama3.factor = 0.5;
+  EXPECT_EQ(RopeTable(*cpu, 4, 8, 10000.0, &cos, &sin, llama3).code(), Status::Code::kInvalidArgument);
 }
 
 // GPU vs the CPU f64 rotation of the same (rounded) inputs with the same f32 table; 16-bit: one final rounding

@@ -214,6 +214,57 @@ TEST(LlamaSpec, HfExportPlanSlicesTheFusedWeights) {
   EXPECT_NE(plan.config_json.find("\"tie_word_embeddings\": false"), std::string::npos);
 }
 
+// model.llama.rope_scaling: llama3 reaches the model's options and the export's config.json (as transformers 4.4x's
+// save_pretrained writes it); none is plain RoPE and config.json's null; bad numbers are refused naming the key.
+TEST(LlamaSpec, RopeScalingReachesTheModelAndTheHfConfig) {
+  auto cpu = Cpu();
+  proto::Config cfg = LlamaConfig();
+  std::unique_ptr<Model> m;
+  DT_ASSERT_OK(FindModel("llama")->build(cfg, *cpu, &m));
+  EXPECT_EQ(dynamic_cast<Llama&>(*m).options().rope_scaling.kind, ops::RopeScaling::Kind::kNone);
+  cfg.mutable_model()->mutable_llama()->mutable_rope_scaling()->set_rope_type("none");
+  DT_ASSERT_OK(FindModel("llama")->build(cfg, *cpu, &m));
+  EXPECT_EQ(dynamic_cast<Llama&>(*m).options().rope_scaling.kind, ops::RopeScaling::Kind::kNone);
+
+  auto* rs = cfg.mutable_model()->mutable_llama()->mutable_rope_scaling();
+  rs->set_rope_type("llama3");
+  rs->set_factor(32);
+  rs->set_low_freq_factor(1);
+  rs->set_high_freq_factor(4);
+  rs->set_original_max_position_embeddings(8192);
+  DT_ASSERT_OK(FindModel("llama")->build(cfg, *cpu, &m));
+  const ops::RopeScaling& got = dynamic_cast<Llama&>(*m).options().rope_scaling;
+  EXPECT_EQ(got.kind, ops::RopeScaling::Kind::kLlama3);
+  EXPECT_EQ(got.factor, 32.0);
+  EXPECT_EQ(got.low_freq_factor, 1.0);
+  EXPECT_EQ(got.high_freq_factor, 4.0);
+  EXPECT_EQ(got.original_max_position_embeddings, 8192);
+  HfExportPlan plan;
+  DT_ASSERT_OK(FindModel("llama")->hf_export(cfg, &plan));
+  EXPECT_NE(plan.config_json.find("  \"rope_scaling\": {\n    \"factor\": 32.0,\n    \"high_freq_factor\": 4.0,\n"
+                                  "    \"low_freq_factor\": 1.0,\n    \"original_max_position_embeddings\": 8192,\n"
+                                  "    \"rope_type\": \"llama3\"\n  },\n"),
+            std::string::npos)
+      << plan.config_json;
+  EXPECT_EQ(plan.config_keys.at("rope_scaling.factor"), "model.llama.rope_scaling.factor");
+
+  rs->set_high_freq_factor(1);
+  EXPECT_NE(BuildRefusal(cfg).find("model.llama.rope_scaling: rope_type llama3 needs 0 < low_freq_factor < "
+                                   "high_freq_factor, got low_freq_factor 1.0, high_freq_factor 1.0"),
+            std::string::npos)
+      << BuildRefusal(cfg);
+  EXPECT_EQ(FindModel("llama")->hf_export(cfg, &plan).code(), Status::Code::kInvalidArgument);
+  rs->set_high_freq_factor(4);
+  rs->set_factor(0.5);
+  EXPECT_NE(BuildRefusal(cfg).find("model.llama.rope_scaling.factor 0.5 must be >= 1"), std::string::npos)
+      << BuildRefusal(cfg);
+  rs->set_factor(32);
+  rs->set_rope_type("yarn");  // the YAML loader refuses it first (choices); a Config built in code here
+  EXPECT_NE(BuildRefusal(cfg).find("model.llama.rope_scaling.rope_type 'yarn' is none of none|llama3"),
+            std::string::npos)
+      << BuildRefusal(cfg);
+}
+
 // ---- Hugging Face semantics ------------------------------------------------------------------------------------
 
 // LlamaForCausalLM's forward written out from transformers' modeling_llama.py, in double, on the tensors of the
@@ -221,6 +272,9 @@ TEST(LlamaSpec, HfExportPlanSlicesTheFusedWeights) {
 // HF's fp32 table (inv_freq = 1 / theta^(2i/hs) and angle = t * inv_freq rounded to f32, as torch computes them),
 // repeat_kv (query head h reads KV head h / (NH / NKV)), causal softmax, silu(gate) * up, RMSNorm
 // x / sqrt(mean(x^2) + eps) * w. Returns the logits [T, vocab_size] of one sequence.
+// Llama 3's frequency scaling (o.rope_scaling kLlama3): modeling_rope_utils.py's _compute_llama3_parameters, one
+// frequency at a time, each torch op one f32 rounding (Python scalars rounded to f32 by the op; scalar / tensor is
+// reciprocal() * scalar).
 using HfWeights = std::map<std::string, std::vector<double>>;
 
 std::vector<double> HfLinear(const std::vector<double>& x, const std::vector<double>& w, int64_t out, int64_t in) {
@@ -240,6 +294,23 @@ std::vector<double> HfRmsNorm(const std::vector<double>& x, const std::vector<do
   return y;
 }
 
+float HfLlama3InvFreq(float inv_freq, const ops::RopeScaling& r) {
+  const double old_context_len = static_cast<double>(r.original_max_position_embeddings);
+  const double low_freq_wavelen = old_context_len / r.low_freq_factor;
+  const double high_freq_wavelen = old_context_len / r.high_freq_factor;
+  const float wavelen = (1.0f / inv_freq) * static_cast<float>(2 * 3.14159265358979323846);
+  const float inv_freq_llama =
+      wavelen > static_cast<float>(low_freq_wavelen) ? inv_freq / static_cast<float>(r.factor) : inv_freq;
+  const float smooth_factor =
+      ((1.0f / wavelen) * static_cast<float>(old_context_len) - static_cast<float>(r.low_freq_factor)) /
+      static_cast<float>(r.high_freq_factor - r.low_freq_factor);
+  const float smoothed_inv_freq =
+      (1.0f - smooth_factor) * inv_freq_llama / static_cast<float>(r.factor) + smooth_factor * inv_freq_llama;
+  const bool is_medium_freq =
+      !(wavelen < static_cast<float>(high_freq_wavelen)) && !(wavelen > static_cast<float>(low_freq_wavelen));
+  return is_medium_freq ? smoothed_inv_freq : inv_freq_llama;
+}
+
 std::vector<std::vector<double>> HfLlamaLogits(const LlamaOptions& o, const HfWeights& w, const std::vector<int>& ids) {
   const int64_t c = o.hidden, hs = c / o.n_head, nh = o.n_head, nkv = o.n_kv_head, f = o.ffn_hidden;
   const int64_t t_len = static_cast<int64_t>(ids.size()), half = hs / 2;
@@ -247,7 +318,9 @@ std::vector<std::vector<double>> HfLlamaLogits(const LlamaOptions& o, const HfWe
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t i = 0; i < half; ++i) {
         const float expo = static_cast<float>(2 * i) / static_cast<float>(hs);
-        const float inv_freq = static_cast<float>(1.0 / static_cast<float>(std::pow(o.rope_theta, double{expo})));
+        float inv_freq = static_cast<float>(1.0 / static_cast<float>(std::pow(o.rope_theta, double{expo})));
+        if (o.rope_scaling.kind == ops::RopeScaling::Kind::kLlama3)
+          inv_freq = HfLlama3InvFreq(inv_freq, o.rope_scaling);
         const float angle = static_cast<float>(t) * inv_freq;
         const double cs = static_cast<float>(std::cos(double{angle})), sn = static_cast<float>(std::sin(double{angle}));
         double& x1 = (*x)[h * hs + i];
@@ -311,21 +384,31 @@ std::vector<std::vector<double>> HfLlamaLogits(const LlamaOptions& o, const HfWe
 }
 
 // dtrain's logits (f64, eval mode) equal LlamaForCausalLM's on the weights dtrain's HF export writes, for
-// grouped-query and multi-head attention, tied and untied heads, and a RoPE theta of 500000: the model computes
-// what transformers computes, and the export plan names and slices the tensors the way transformers reads them.
+// grouped-query and multi-head attention, tied and untied heads, a RoPE theta of 500000, and Llama 3's frequency
+// scaling (head size 4: frequencies 1 and theta^-1/2; with original_max_position_embeddings 64, low 1, high 4 the
+// bands are wavelen < 16 kept, > 64 divided, between interpolated: theta 10000 puts the two frequencies in the
+// outer bands, theta 100 (wavelen 62.8) the second in the medium one): the model computes what transformers
+// computes, and the export plan names and slices the tensors the way transformers reads them.
 TEST(LlamaCpu, LogitsMatchHuggingFaceLlamaOnTheExportedWeights) {
   auto cpu = Cpu();
   struct Case {
     int64_t n_kv_head;
     bool tied;
     double theta;
+    bool llama3 = false;
   };
-  for (const Case& c : {Case{2, true, 10000.0}, Case{4, false, 500000.0}, Case{1, true, 10000.0}}) {
-    SCOPED_TRACE("n_kv_head " + std::to_string(c.n_kv_head) + (c.tied ? ", tied" : ", untied"));
+  ops::RopeScaling llama3;
+  llama3.kind = ops::RopeScaling::Kind::kLlama3;
+  llama3.original_max_position_embeddings = 64;  // factor 8, low 1, high 4
+  for (const Case& c : {Case{2, true, 10000.0}, Case{4, false, 500000.0}, Case{1, true, 10000.0},
+                        Case{2, true, 10000.0, true}, Case{2, false, 100.0, true}}) {
+    SCOPED_TRACE("n_kv_head " + std::to_string(c.n_kv_head) + (c.tied ? ", tied" : ", untied") + ", theta " +
+                 std::to_string(c.theta) + (c.llama3 ? ", llama3" : ""));
     LlamaOptions o = Tiny();
     o.n_kv_head = c.n_kv_head;
     o.tie_embeddings = c.tied;
     o.rope_theta = c.theta;
+    if (c.llama3) o.rope_scaling = llama3;
     o.rms_norm_eps = 1e-6;
     o.dtype = DType::kF64;
     std::unique_ptr<Llama> m;

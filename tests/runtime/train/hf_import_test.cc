@@ -699,5 +699,155 @@ TEST(HfImport, LlamaFusesQkvAndGateUpAndRoundTrips) {
       << untied.message();
 }
 
+// --- Llama 3.1/3.2: RoPE frequency scaling ("rope_type": "llama3") ---------------------------------------------
+
+proto::Config Llama3(bool tied) {
+  proto::Config cfg = TinyLlama(tied);
+  auto* g = cfg.mutable_model()->mutable_llama();
+  g->set_rope_theta(500000);
+  auto* rs = g->mutable_rope_scaling();
+  rs->set_rope_type("llama3");
+  rs->set_factor(32);
+  rs->set_low_freq_factor(1);
+  rs->set_high_freq_factor(4);
+  rs->set_original_max_position_embeddings(8192);
+  return cfg;
+}
+
+// Llama-3.2-1B's rope_scaling as transformers 4.4x's save_pretrained writes it.
+nlohmann::json Llama3ConfigJson(bool tied) {
+  nlohmann::json j = LlamaConfigJson(tied);
+  j["rope_theta"] = 500000.0;
+  j["rope_scaling"] = {{"factor", 32.0},
+                       {"high_freq_factor", 4.0},
+                       {"low_freq_factor", 1.0},
+                       {"original_max_position_embeddings", 8192},
+                       {"rope_type", "llama3"}};
+  return j;
+}
+
+// The text of the "rope_scaling" entry of a config.json, from its key to its closing brace or null.
+std::string RopeScalingText(const std::string& json) {
+  const size_t at = json.find("\"rope_scaling\"");
+  if (at == std::string::npos) return "";
+  const size_t value = at + std::strlen("\"rope_scaling\": ");
+  const size_t end = json.find(json.compare(value, 1, "{") == 0 ? '}' : ',', value);
+  return json.substr(at, end == std::string::npos ? std::string::npos : end + 1 - at);
+}
+
+TEST(HfImport, Llama3RopeScalingImportsAndRoundTrips) {
+  TempDir tmp;
+  const std::vector<NamedTensor> hf = HfLlama(true);
+  const std::string dir = WriteHfDir(tmp.path() + "/hf", Llama3ConfigJson(true), hf);
+  std::vector<NamedTensor> p;
+  Status st = Import(Llama3(true), dir, &p);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_TRUE(ExportHuggingFace(Llama3(true), p, {}, tmp.path() + "/out").ok());
+  ExpectSameFile(hf, tmp.path() + "/out/model.safetensors");
+  // The exported rope_scaling is the file's, byte for byte, and the export imports again.
+  const std::string exported = ReadFile(tmp.path() + "/out/config.json");
+  EXPECT_EQ(RopeScalingText(exported), RopeScalingText(ReadFile(dir + "/config.json")));
+  EXPECT_NE(RopeScalingText(exported).find("\"rope_type\": \"llama3\""), std::string::npos) << exported;
+  std::vector<NamedTensor> again;
+  st = Import(Llama3(true), tmp.path() + "/out", &again);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(again.size(), p.size());
+  for (size_t i = 0; i < p.size(); ++i) EXPECT_EQ(again[i].data, p[i].data) << p[i].name;
+
+  // Older files name the kind "type"; transformers 5 writes rope_parameters (rope_theta inside).
+  nlohmann::json old = Llama3ConfigJson(true);
+  old["rope_scaling"].erase("rope_type");
+  old["rope_scaling"]["type"] = "llama3";
+  st = Import(Llama3(true), WriteHfDir(tmp.path() + "/old", old, hf), &p);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  nlohmann::json v5 = Llama3ConfigJson(true);
+  v5["rope_parameters"] = v5["rope_scaling"];
+  v5["rope_parameters"]["rope_theta"] = 500000.0;
+  v5.erase("rope_scaling");
+  v5.erase("rope_theta");
+  st = Import(Llama3(true), WriteHfDir(tmp.path() + "/v5", v5, hf), &p);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  v5["rope_parameters"]["low_freq_factor"] = 2.0;
+  st = Import(Llama3(true), WriteHfDir(tmp.path() + "/v5low", v5, hf), &p);
+  EXPECT_NE(st.message().find("config.json: rope_parameters.low_freq_factor is 2.0, but the run's model has 1.0 "
+                              "(set model.llama.rope_scaling.low_freq_factor: 2.0)"),
+            std::string::npos)
+      << st.ToString();
+  // A transformers 5 file without scaling into the llama3 model: rope_type default is none.
+  v5["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "default"}};
+  st = Import(Llama3(true), WriteHfDir(tmp.path() + "/v5plain", v5, hf), &p);
+  EXPECT_NE(st.message().find("config.json: rope_parameters is {\"rope_theta\":500000.0,\"rope_type\":\"default\"}, "
+                              "but the run's model has {\"factor\":32.0,"
+                              "\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"
+                              "\"original_max_position_embeddings\":8192,\"rope_type\":\"llama3\"} (set "
+                              "model.llama.rope_scaling.rope_type: none)"),
+            std::string::npos)
+      << st.ToString();
+  nlohmann::json none = Llama3ConfigJson(true);
+  none["rope_scaling"] = nullptr;
+  st = Import(Llama3(true), WriteHfDir(tmp.path() + "/null", none, hf), &p);
+  EXPECT_NE(st.message().find("config.json: rope_scaling is null, but the run's model has {"), std::string::npos)
+      << st.ToString();
+}
+
+TEST(HfImport, Llama3RopeScalingDisagreementsNameTheKeyOrTheType) {
+  TempDir tmp;
+  const std::vector<NamedTensor> hf = HfLlama(true);
+  std::vector<NamedTensor> p;
+  // Llama 3.1's factor 8 into a model of factor 32.
+  nlohmann::json j = Llama3ConfigJson(true);
+  j["rope_scaling"]["factor"] = 8.0;
+  Status st = Import(Llama3(true), WriteHfDir(tmp.path() + "/factor", j, hf), &p);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("config.json: rope_scaling.factor is 8.0, but the run's model has 32.0 (set "
+                              "model.llama.rope_scaling.factor: 8.0)"),
+            std::string::npos)
+      << st.ToString();
+  // Meta's file into a model without scaling: every key to set is named.
+  proto::Config plain = Llama3(true);
+  plain.mutable_model()->mutable_llama()->clear_rope_scaling();
+  st = Import(plain, WriteHfDir(tmp.path() + "/plain", Llama3ConfigJson(true), hf), &p);
+  EXPECT_NE(st.message().find("but the run's model has none (set model.llama.rope_scaling.rope_type: llama3, "
+                              "model.llama.rope_scaling.factor: 32.0, model.llama.rope_scaling.high_freq_factor: 4.0, "
+                              "model.llama.rope_scaling.low_freq_factor: 1.0, "
+                              "model.llama.rope_scaling.original_max_position_embeddings: 8192)"),
+            std::string::npos)
+      << st.ToString();
+  // Other kinds of scaling are refused naming the kind and what the key takes.
+  j = LlamaConfigJson(true);
+  j["rope_theta"] = 500000.0;
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  for (const proto::Config& cfg : {plain, Llama3(true)}) {
+    st = Import(cfg, WriteHfDir(tmp.path() + "/yarn", j, hf), &p);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(st.message().find("config.json: rope_scaling is {\"factor\":4.0,"
+                                "\"original_max_position_embeddings\":32768,\"rope_type\":\"yarn\"}, but the "
+                                "run's model has "),
+              std::string::npos)
+        << st.ToString();
+    EXPECT_NE(st.message().find("(model.kind llama does not do rope_type \"yarn\"; "
+                                "model.llama.rope_scaling.rope_type is one of none|llama3)"),
+              std::string::npos)
+        << st.ToString();
+  }
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  st = Import(plain, WriteHfDir(tmp.path() + "/linear", j, hf), &p);
+  EXPECT_NE(st.message().find("does not do rope_type \"linear\""), std::string::npos) << st.ToString();
+  // A key llama3 does not take, and one it needs.
+  j = Llama3ConfigJson(true);
+  j["rope_scaling"]["attention_factor"] = 2.0;
+  st = Import(Llama3(true), WriteHfDir(tmp.path() + "/extra", j, hf), &p);
+  EXPECT_NE(st.message().find("config.json: rope_scaling.attention_factor is 2.0, but the run's model has none"),
+            std::string::npos)
+      << st.ToString();
+  j = Llama3ConfigJson(true);
+  j["rope_scaling"].erase("original_max_position_embeddings");
+  st = Import(Llama3(true), WriteHfDir(tmp.path() + "/missing", j, hf), &p);
+  EXPECT_NE(st.message().find("config.json: rope_scaling.original_max_position_embeddings is missing, but the run's "
+                              "model has 8192"),
+            std::string::npos)
+      << st.ToString();
+}
+
 }  // namespace
 }  // namespace dtrain::runtime
