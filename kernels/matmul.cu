@@ -10,9 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include "core/cuda_check.h"
 #include "core/cuda_handles.h"
@@ -20,6 +18,7 @@
 #include "core/nvtx.h"
 #include "kernels/bf16_vec.cuh"
 #include "kernels/bias.h"
+#include "kernels/cublaslt_plan.h"
 #include "kernels/gelu.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"
@@ -28,21 +27,21 @@ namespace dtrain::ops {
 
 namespace {
 
+using detail::LtAlignment;
+using detail::LtDesc;
+using detail::LtLayout;
+using detail::LtMakeDesc;
+using detail::LtMakeLayout;
+using detail::LtPickAlgo;
+using detail::LtSetAttr;
+using detail::PlanMemo;
+
 // C[i] *= beta (or = 0 when beta == 0): the K == 0 case, which cuBLASLt does not accept.
 template <typename T>
 __global__ void ScaleKernel(T* c, int64_t n, float beta) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     c[i] = detail::FromF32<T>(beta == 0.f ? 0.f : detail::ToF32(c[i]) * beta);
   }
-}
-
-// Largest power of two (<= 256) dividing the address: cuBLASLt's heuristics assume 256-byte aligned operands
-// unless told otherwise, and parameter views inside the flat buffer can sit at any element offset.
-uint32_t Alignment(const void* p) {
-  const auto addr = reinterpret_cast<uintptr_t>(p);
-  uint32_t align = 256;
-  while (align > 2 && addr % align != 0) align /= 2;
-  return align;
 }
 
 cudaDataType_t LtType(DType t) { return t == DType::kBF16 ? CUDA_R_16BF : t == DType::kF16 ? CUDA_R_16F : CUDA_R_32F; }
@@ -64,15 +63,6 @@ cublasLtEpilogue_t ToCublas(LtEpi e) {
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
 
-struct LtDeleter {
-  void operator()(cublasLtMatmulDescOpaque_t* d) const { cublasLtMatmulDescDestroy(d); }
-  void operator()(cublasLtMatrixLayoutOpaque_t* l) const { cublasLtMatrixLayoutDestroy(l); }
-  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublasLtMatmulPreferenceDestroy(p); }
-};
-using LtDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, LtDeleter>;
-using LtLayout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LtDeleter>;
-using LtPref = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, LtDeleter>;
-
 // Everything the heuristic's choice depends on. Alignments are part of it: an algorithm picked for 256-byte
 // aligned operands may not run on a view at a 4-byte offset.
 struct PlanKey {
@@ -82,15 +72,6 @@ struct PlanKey {
   bool ta, tb;
   int64_t m, n, k;
   uint32_t align_a, align_b, align_c, align_bias, align_aux;
-  bool operator==(const PlanKey& o) const { return std::memcmp(this, &o, sizeof(PlanKey)) == 0; }
-};
-struct PlanKeyHash {
-  size_t operator()(const PlanKey& k) const {
-    size_t h = 0;
-    const auto* bytes = reinterpret_cast<const unsigned char*>(&k);
-    for (size_t i = 0; i < sizeof(PlanKey); ++i) h = h * 131 + bytes[i];
-    return h;
-  }
 };
 
 struct Plan {
@@ -101,129 +82,83 @@ struct Plan {
   cublasLtMatmulAlgo_t algo = {};
 };
 
-// Column-major `rows` x `cols` layout of `type` with leading dimension `ld`.
-Status MakeLayout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld, LtLayout* out) {
-  cublasLtMatrixLayout_t l = nullptr;
-  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld));
-  out->reset(l);
-  return Status::OK();
-}
-
-template <typename T>
-Status SetAttr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v) {
-  DT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)));
-  return Status::OK();
-}
-
 // Builds the descriptors and asks the heuristic once. `bias`/`aux` are only looked at for their alignment.
 Status BuildPlan(const BlasHandles& blas, const PlanKey& key, const void* bias, const void* aux, Plan* plan) {
-  cublasLtMatmulDesc_t desc_raw = nullptr;
-  DT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  plan->desc.reset(desc_raw);
+  DT_RETURN_IF_ERROR(LtMakeDesc(CUBLAS_COMPUTE_32F, CUDA_R_32F, &plan->desc));
   cublasLtMatmulDesc_t d = plan->desc.get();
   // First operand (row-major B), second operand (row-major A); see the file comment.
-  DT_RETURN_IF_ERROR(SetAttr(d, CUBLASLT_MATMUL_DESC_TRANSA, key.tb ? CUBLAS_OP_T : CUBLAS_OP_N));
-  DT_RETURN_IF_ERROR(SetAttr(d, CUBLASLT_MATMUL_DESC_TRANSB, key.ta ? CUBLAS_OP_T : CUBLAS_OP_N));
-  DT_RETURN_IF_ERROR(SetAttr(d, CUBLASLT_MATMUL_DESC_EPILOGUE, ToCublas(key.epi)));
+  DT_RETURN_IF_ERROR(LtSetAttr(d, CUBLASLT_MATMUL_DESC_TRANSA, key.tb ? CUBLAS_OP_T : CUBLAS_OP_N));
+  DT_RETURN_IF_ERROR(LtSetAttr(d, CUBLASLT_MATMUL_DESC_TRANSB, key.ta ? CUBLAS_OP_T : CUBLAS_OP_N));
+  DT_RETURN_IF_ERROR(LtSetAttr(d, CUBLASLT_MATMUL_DESC_EPILOGUE, ToCublas(key.epi)));
   if (key.epi == LtEpi::kBias || key.epi == LtEpi::kGeluAuxBias) {
-    DT_RETURN_IF_ERROR(SetAttr(d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(LtType(key.bias))));
-    DT_RETURN_IF_ERROR(SetAttr(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias));
+    DT_RETURN_IF_ERROR(LtSetAttr(d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(LtType(key.bias))));
+    DT_RETURN_IF_ERROR(LtSetAttr(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias));
   }
   if (key.epi == LtEpi::kGeluAuxBias || key.epi == LtEpi::kDGelu) {
-    DT_RETURN_IF_ERROR(SetAttr(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux));
-    DT_RETURN_IF_ERROR(SetAttr(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, key.n));
-    DT_RETURN_IF_ERROR(SetAttr(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, static_cast<int32_t>(LtType(key.c))));
+    DT_RETURN_IF_ERROR(LtSetAttr(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux));
+    DT_RETURN_IF_ERROR(LtSetAttr(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, key.n));
+    DT_RETURN_IF_ERROR(LtSetAttr(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, static_cast<int32_t>(LtType(key.c))));
   }
   // Stored (column-major) shapes: B^T is [N,K] (ld N) or, when trans_b, [K,N] (ld K); likewise for A.
   const cudaDataType_t ab = LtType(key.ab);
-  DT_RETURN_IF_ERROR(key.tb ? MakeLayout(ab, key.k, key.n, key.k, &plan->first)
-                            : MakeLayout(ab, key.n, key.k, key.n, &plan->first));
-  DT_RETURN_IF_ERROR(key.ta ? MakeLayout(ab, key.m, key.k, key.m, &plan->second)
-                            : MakeLayout(ab, key.k, key.m, key.k, &plan->second));
-  DT_RETURN_IF_ERROR(MakeLayout(LtType(key.c), key.n, key.m, key.n, &plan->out));
+  DT_RETURN_IF_ERROR(key.tb ? LtMakeLayout(ab, key.k, key.n, key.k, &plan->first)
+                            : LtMakeLayout(ab, key.n, key.k, key.n, &plan->first));
+  DT_RETURN_IF_ERROR(key.ta ? LtMakeLayout(ab, key.m, key.k, key.m, &plan->second)
+                            : LtMakeLayout(ab, key.k, key.m, key.k, &plan->second));
+  DT_RETURN_IF_ERROR(LtMakeLayout(LtType(key.c), key.n, key.m, key.n, &plan->out));
 
-  cublasLtMatmulPreference_t pref_raw = nullptr;
-  DT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_raw));
-  LtPref pref(pref_raw);
-  const size_t ws_bytes = blas.workspace_bytes();
-  DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                       sizeof(ws_bytes)));
-  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c}};
-  for (const auto& [attr, value] : aligns) {
-    DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), attr, &value, sizeof(value)));
-  }
-  cublasLtMatmulHeuristicResult_t heuristic = {};
-  int found = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(blas.lt(), d, plan->first.get(), plan->second.get(), plan->out.get(),
-                                     plan->out.get(), pref.get(), 1, &heuristic, &found);
   // Any refusal (NOT_SUPPORTED, INVALID_VALUE for a type combination, no algorithm) means "cannot fuse/run this
   // case": epilogue callers fall back to unfused kernels, plain GEMMs report it.
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    plan->supported = false;
-    plan->refusal = st != CUBLAS_STATUS_SUCCESS ? ::dtrain::detail::CublasStatusString(st) : "no algorithm found";
-    return Status::OK();
-  }
-  plan->algo = heuristic.algo;
-  plan->supported = true;
+  DT_RETURN_IF_ERROR(LtPickAlgo(blas, d, plan->first.get(), plan->second.get(), plan->out.get(),
+                                {key.align_b, key.align_a, key.align_c, key.align_c}, &plan->algo, &plan->refusal));
+  plan->supported = plan->refusal.empty();
   return Status::OK();
 }
 
-// Process-wide memo of plans (see matmul.h). Plans are never evicted: a model has a few dozen GEMM shapes.
-class PlanCache {
- public:
-  // Runs one GEMM with the plan for `key` (built on first use). Sets *supported = false, running nothing, when
-  // cuBLASLt has no algorithm. The bias/aux pointers live in the shared descriptor, so they are set and the
-  // GEMM is enqueued under the lock.
-  Status Run(const BlasHandles& blas, const PlanKey& key, const MatmulCudaArgs& args, const void* bias, const void* aux,
-             cudaStream_t stream, bool* supported, std::string* refusal) {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::unique_ptr<Plan>& plan = plans_[key];
-    if (plan == nullptr) {
-      auto fresh = std::make_unique<Plan>();
-      DT_RETURN_IF_ERROR(BuildPlan(blas, key, bias, aux, fresh.get()));
-      if (!fresh->supported && key.epi != LtEpi::kNone) {
-        // Once per shape: an unfused epilogue costs extra passes over C on every step.
-        DT_LOG_INFO(
-            kModel,
-            "cuBLASLt cannot fuse epilogue {} for m={} n={} k={} ({} x {} -> {}, bias {}): {}; running it unfused",
-            static_cast<int>(key.epi), key.m, key.n, key.k, DTypeName(key.ab), DTypeName(key.ab), DTypeName(key.c),
-            DTypeName(key.bias), fresh->refusal);
-      }
-      plan = std::move(fresh);
+// Process-wide memo of plans (see matmul.h and cublaslt_plan.h).
+PlanMemo<PlanKey, Plan>& Cache() {
+  static PlanMemo<PlanKey, Plan> cache;
+  return cache;
+}
+
+// Runs one GEMM with the plan for `key` (built on first use). Sets *supported = false, running nothing, when
+// cuBLASLt has no algorithm. The bias/aux pointers live in the shared descriptor, so they are set and the GEMM is
+// enqueued under the memo's lock.
+Status RunPlan(const BlasHandles& blas, const PlanKey& key, const MatmulCudaArgs& args, const void* bias,
+               const void* aux, cudaStream_t stream, bool* supported, std::string* refusal) {
+  auto build = [&](Plan* fresh) -> Status {
+    DT_RETURN_IF_ERROR(BuildPlan(blas, key, bias, aux, fresh));
+    if (!fresh->supported && key.epi != LtEpi::kNone) {
+      // Once per shape: an unfused epilogue costs extra passes over C on every step.
+      DT_LOG_INFO(
+          kModel,
+          "cuBLASLt cannot fuse epilogue {} for m={} n={} k={} ({} x {} -> {}, bias {}): {}; running it unfused",
+          static_cast<int>(key.epi), key.m, key.n, key.k, DTypeName(key.ab), DTypeName(key.ab), DTypeName(key.c),
+          DTypeName(key.bias), fresh->refusal);
     }
-    *supported = plan->supported;
-    if (!plan->supported) {
-      if (refusal != nullptr) *refusal = plan->refusal;
+    return Status::OK();
+  };
+  auto run = [&](Plan& plan) -> Status {
+    *supported = plan.supported;
+    if (!plan.supported) {
+      if (refusal != nullptr) *refusal = plan.refusal;
       return Status::OK();
     }
-    cublasLtMatmulDesc_t d = plan->desc.get();
+    cublasLtMatmulDesc_t d = plan.desc.get();
     if (key.epi == LtEpi::kBias || key.epi == LtEpi::kGeluAuxBias) {
-      DT_RETURN_IF_ERROR(SetAttr(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias));
+      DT_RETURN_IF_ERROR(LtSetAttr(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias));
     }
     if (key.epi == LtEpi::kGeluAuxBias || key.epi == LtEpi::kDGelu) {
-      DT_RETURN_IF_ERROR(SetAttr(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux));
+      DT_RETURN_IF_ERROR(LtSetAttr(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux));
     }
     // C is both the input C (scaled by beta) and the output D: in-place accumulation when beta = 1.
     const void* c_in = args.c_in != nullptr ? args.c_in : args.c;
-    DT_CUBLAS_CHECK(cublasLtMatmul(blas.lt(), d, &args.alpha, args.b, plan->first.get(), args.a, plan->second.get(),
-                                   &args.beta, c_in, plan->out.get(), args.c, plan->out.get(), &plan->algo,
+    DT_CUBLAS_CHECK(cublasLtMatmul(blas.lt(), d, &args.alpha, args.b, plan.first.get(), args.a, plan.second.get(),
+                                   &args.beta, c_in, plan.out.get(), args.c, plan.out.get(), &plan.algo,
                                    blas.workspace(), blas.workspace_bytes(), stream));
     return Status::OK();
-  }
-
- private:
-  std::mutex mu_;
-  std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
-};
-
-PlanCache& Cache() {
-  static PlanCache cache;
-  return cache;
+  };
+  return Cache().With(key, build, run);
 }
 
 Status CheckTypes(const MatmulCudaArgs& a) {
@@ -251,12 +186,12 @@ Status TryLt(const BlasHandles& blas, const MatmulCudaArgs& args, LtEpi epi, con
   key.m = args.m;
   key.n = args.n;
   key.k = args.k;
-  key.align_a = Alignment(args.a);
-  key.align_b = Alignment(args.b);
-  key.align_c = std::min(Alignment(args.c), args.c_in != nullptr ? Alignment(args.c_in) : 256u);
-  key.align_bias = bias != nullptr ? Alignment(bias) : 0;
-  key.align_aux = aux != nullptr ? Alignment(aux) : 0;
-  return Cache().Run(blas, key, args, bias, aux, stream, fused, refusal);
+  key.align_a = LtAlignment(args.a);
+  key.align_b = LtAlignment(args.b);
+  key.align_c = std::min(LtAlignment(args.c), args.c_in != nullptr ? LtAlignment(args.c_in) : 256u);
+  key.align_bias = bias != nullptr ? LtAlignment(bias) : 0;
+  key.align_aux = aux != nullptr ? LtAlignment(aux) : 0;
+  return RunPlan(blas, key, args, bias, aux, stream, fused, refusal);
 }
 
 Status ScaleC(const MatmulCudaArgs& args, cudaStream_t stream) {

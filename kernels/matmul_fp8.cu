@@ -1,0 +1,137 @@
+// The FP8 GEMM of matmul_fp8.h through cuBLASLt, with plans memoized per shape (cublaslt_plan.h). Host code only.
+//
+// Row-major C[M,N] = A[M,K] B[N,K]^T is the column-major C^T[N,M] = op(B) op(A) with op(B) = T on B stored [K,N]
+// (ld K) and op(A) = N on A stored [K,M] (ld K): cuBLASLt's "TN", the FP8 layout. D = C (in place, beta 0 or 1).
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <string>
+
+#include "core/cuda_check.h"
+#include "core/nvtx.h"
+#include "kernels/bf16_vec.cuh"
+#include "kernels/cublaslt_plan.h"
+#include "kernels/matmul_fp8.h"
+
+namespace dtrain::ops {
+
+namespace {
+
+using detail::LtAlignment;
+using detail::LtDesc;
+using detail::LtLayout;
+
+cudaDataType_t LtFp8Type(Fp8Format f) { return f == Fp8Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+
+// cuBLASLt's A is our B, its B our A (see the file comment), and so are their scales.
+Status SetScales(cublasLtMatmulDesc_t d, const MatmulFp8Args& args) {
+  DT_RETURN_IF_ERROR(detail::LtSetAttr(d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, args.b_scale_inv));
+  return detail::LtSetAttr(d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, args.a_scale_inv);
+}
+
+// Everything the heuristic's choice depends on (see matmul.cu's PlanKey).
+struct Fp8PlanKey {
+  int device;
+  Fp8Format a_format, b_format;
+  DType c_dtype;
+  bool fast_accum;
+  int64_t m, n, k;
+  uint32_t align_a, align_b, align_c;
+};
+
+struct Fp8Plan {
+  std::string refusal;  // non-empty: cuBLASLt has no algorithm for this case
+  LtDesc desc;
+  LtLayout first, second, out;  // cuBLASLt's A (our B), B (our A), C = D
+  cublasLtMatmulAlgo_t algo = {};
+};
+
+// The scale pointers of `args` go into the descriptor too (a null scale pointer means "no scaling" to cuBLASLt);
+// later calls overwrite them with their own.
+Status BuildFp8Plan(const BlasHandles& blas, const Fp8PlanKey& key, const MatmulFp8Args& args, Fp8Plan* plan) {
+  DT_RETURN_IF_ERROR(detail::LtMakeDesc(CUBLAS_COMPUTE_32F, CUDA_R_32F, &plan->desc));
+  cublasLtMatmulDesc_t d = plan->desc.get();
+  DT_RETURN_IF_ERROR(detail::LtSetAttr(d, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T));
+  DT_RETURN_IF_ERROR(detail::LtSetAttr(d, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N));
+  const int8_t fast = key.fast_accum ? 1 : 0;
+  DT_RETURN_IF_ERROR(detail::LtSetAttr(d, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast));
+  DT_RETURN_IF_ERROR(SetScales(d, args));
+  DT_RETURN_IF_ERROR(detail::LtMakeLayout(LtFp8Type(key.b_format), key.k, key.n, key.k, &plan->first));
+  DT_RETURN_IF_ERROR(detail::LtMakeLayout(LtFp8Type(key.a_format), key.k, key.m, key.k, &plan->second));
+  const cudaDataType_t c_type = key.c_dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+  DT_RETURN_IF_ERROR(detail::LtMakeLayout(c_type, key.n, key.m, key.n, &plan->out));
+  return detail::LtPickAlgo(blas, d, plan->first.get(), plan->second.get(), plan->out.get(),
+                            {key.align_b, key.align_a, key.align_c, key.align_c}, &plan->algo, &plan->refusal);
+}
+
+detail::PlanMemo<Fp8PlanKey, Fp8Plan>& Fp8Cache() {
+  static detail::PlanMemo<Fp8PlanKey, Fp8Plan> cache;
+  return cache;
+}
+
+std::string Describe(const MatmulFp8Args& a) {
+  return std::string(Fp8FormatName(a.a_format)) + " A[" + std::to_string(a.m) + "," + std::to_string(a.k) + "] x " +
+         Fp8FormatName(a.b_format) + " B[" + std::to_string(a.n) + "," + std::to_string(a.k) + "]^T -> " +
+         DTypeName(a.c_dtype) + " C[" + std::to_string(a.m) + "," + std::to_string(a.n) + "]";
+}
+
+Status CheckArgs(const MatmulFp8Args& a) {
+  DT_CHECK_ARG(a.m >= 0 && a.n >= 0 && a.k >= 0, "MatmulFp8Cuda: negative size in " << Describe(a));
+  DT_CHECK_ARG(a.c_dtype == DType::kBF16 || a.c_dtype == DType::kF32,
+               "MatmulFp8Cuda: C must be bf16 or f32: " << Describe(a));
+  DT_CHECK_ARG(a.a_format == Fp8Format::kE4M3 || a.b_format == Fp8Format::kE4M3,
+               "MatmulFp8Cuda: cuBLASLt has no e5m2 x e5m2 GEMM: " << Describe(a));
+  DT_CHECK_ARG(a.k % 16 == 0, "MatmulFp8Cuda: K must be a multiple of 16 (16-byte fp8 rows): " << Describe(a));
+  DT_CHECK_ARG(
+      a.n * static_cast<int64_t>(DTypeSize(a.c_dtype)) % 16 == 0,
+      "MatmulFp8Cuda: N must make 16-byte rows of C (N % " << 16 / DTypeSize(a.c_dtype) << " == 0): " << Describe(a));
+  DT_CHECK_ARG(detail::Aligned16({a.a, a.b, a.c}),
+               "MatmulFp8Cuda: A, B and C must be 16-byte aligned: " << Describe(a));
+  DT_CHECK_ARG(a.a_scale_inv != nullptr && a.b_scale_inv != nullptr,
+               "MatmulFp8Cuda: null scale_inv pointer: " << Describe(a));
+  return Status::OK();
+}
+
+}  // namespace
+
+Status MatmulFp8Cuda(const BlasHandles& blas, const MatmulFp8Args& args, cudaStream_t stream) {
+  DT_NVTX_FN();
+  DT_RETURN_IF_ERROR(CheckArgs(args));
+  if (args.m == 0 || args.n == 0) return Status::OK();
+  if (args.k == 0) {  // an empty sum: C = 0, or C unchanged when accumulating (cuBLASLt does not take K = 0)
+    if (args.accumulate) return Status::OK();
+    DT_CUDA_CHECK(cudaMemsetAsync(args.c, 0, static_cast<size_t>(args.m * args.n) * DTypeSize(args.c_dtype), stream));
+    return Status::OK();
+  }
+  int device = 0;
+  DT_CUDA_CHECK(cudaGetDevice(&device));
+  Fp8PlanKey key;
+  std::memset(&key, 0, sizeof(key));  // padding bytes take part in the memo's hash and compare
+  key.device = device;
+  key.a_format = args.a_format;
+  key.b_format = args.b_format;
+  key.c_dtype = args.c_dtype;
+  key.fast_accum = args.fast_accum;
+  key.m = args.m;
+  key.n = args.n;
+  key.k = args.k;
+  key.align_a = LtAlignment(args.a);
+  key.align_b = LtAlignment(args.b);
+  key.align_c = LtAlignment(args.c);
+  auto build = [&](Fp8Plan* plan) { return BuildFp8Plan(blas, key, args, plan); };
+  auto run = [&](Fp8Plan& plan) -> Status {
+    if (!plan.refusal.empty()) {
+      return Status::Internal("MatmulFp8Cuda: cuBLASLt has no algorithm for " + Describe(args) + ": " + plan.refusal);
+    }
+    cublasLtMatmulDesc_t d = plan.desc.get();
+    DT_RETURN_IF_ERROR(SetScales(d, args));
+    const float alpha = 1.f, beta = args.accumulate ? 1.f : 0.f;
+    DT_CUBLAS_CHECK(cublasLtMatmul(blas.lt(), d, &alpha, args.b, plan.first.get(), args.a, plan.second.get(), &beta,
+                                   args.c, plan.out.get(), args.c, plan.out.get(), &plan.algo, blas.workspace(),
+                                   blas.workspace_bytes(), stream));
+    return Status::OK();
+  };
+  return Fp8Cache().With(key, build, run);
+}
+
+}  // namespace dtrain::ops
