@@ -89,6 +89,9 @@ Status CheckArgs(const MatmulFp8Args& a) {
                "MatmulFp8Cuda: A, B and C must be 16-byte aligned: " << Describe(a));
   DT_CHECK_ARG(a.a_scale_inv != nullptr && a.b_scale_inv != nullptr,
                "MatmulFp8Cuda: null scale_inv pointer: " << Describe(a));
+  // cuBLASLt of CUDA 13.0 on the H200 answered every GEMM with scales at 4-byte offsets NOT_SUPPORTED at run time.
+  DT_CHECK_ARG(detail::Aligned16({a.a_scale_inv, a.b_scale_inv}),
+               "MatmulFp8Cuda: the scale_inv pointers must be 16-byte aligned: " << Describe(a));
   return Status::OK();
 }
 

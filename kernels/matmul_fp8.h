@@ -11,10 +11,13 @@
 // cuBLASLt is column-major: the row-major C = A B^T is the column-major C^T[N,M] = B A^T, so B is cuBLASLt's first
 // operand with op T (stored [K,N] column-major, ld K) and A its second with op N (stored [K,M], ld K): the "TN"
 // format that cuBLASLt requires for FP8 (as kernels/matmul.cu maps a row-major product with trans_b = true).
-// Compute is CUBLAS_COMPUTE_32F with f32 scale type; a_scale_inv and b_scale_inv are DEVICE floats passed as
+// Compute is CUBLAS_COMPUTE_32F with f32 scale type; a_scale_inv and b_scale_inv are 16-byte aligned DEVICE floats
+// (packed neighbours of a float array are refused: cuBLASLt rejected them at run time on the H200) passed as
 // CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER (cuBLASLt multiplies the product by both), so the GEMM reads the scales
 // that fp8.h's Fp8ScaleCuda wrote without any host synchronization (CUDA-graph safe). alpha = 1; accumulate = true
-// sets beta = 1 (C = A B^T + C, the f32 sum rounded once to C's type), else beta = 0 and C is never read.
+// sets beta = 1 (C = A B^T + C), else beta = 0 and C is never read. Into an f32 C the sum is rounded once; into a bf16
+// C cuBLASLt rounds the product to bf16 before it adds C (measured on the H200: a product cancelling C to within
+// bf16 rounding came back exactly 0), so accumulating costs a second bf16 rounding.
 //
 // fast_accum (CUBLASLT_MATMUL_DESC_FAST_ACCUM): Hopper's FP8 tensor-core instructions accumulate with less than f32
 // precision (DeepSeek-V3's report measured about 14 retained bits on H800). Without fast accumulation cuBLASLt
