@@ -1,7 +1,7 @@
 #include "data/import_tokens.h"
 
+#include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -15,23 +15,59 @@
 namespace dtrain::data {
 namespace {
 
-constexpr int32_t kLlmcMagic = 20240520;
+// llm.c's token shards (dev/data/data_common.py, HEADERS_INFO and write_datafile): a header of 256 little-endian
+// int32 — [0] magic, [1] version, [2] token count — then the tokens. These two are all llm.c writes.
+struct LlmcFormat {
+  int32_t magic;
+  int32_t version;
+  size_t width;  // bytes per token
+};
+constexpr LlmcFormat kLlmcFormats[] = {{20240520, 1, 2}, {20240801, 7, 4}};
+constexpr char kLlmcKnown[] =
+    "known: magic 20240520 version 1 (GPT-2, uint16 tokens) and magic 20240801 version 7 (Llama 3, uint32 tokens)";
 constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
+constexpr int64_t kLlama3Vocab = 128256;
 
-// One input file opened at its first token: the width of its tokens and how many there are.
+bool IsLlmcMagic(int32_t magic) {
+  for (const LlmcFormat& f : kLlmcFormats) {
+    if (f.magic == magic) return true;
+  }
+  return false;
+}
+
+const LlmcFormat* FindLlmcFormat(int32_t magic, int32_t version) {
+  for (const LlmcFormat& f : kLlmcFormats) {
+    if (f.magic == magic && f.version == version) return &f;
+  }
+  return nullptr;
+}
+
+// One input file opened at its first token: the width of its tokens, how many there are, and the byte offset of the
+// first one (the header's size).
 struct TokenFile {
   std::ifstream in;
   size_t width = 2;
   int64_t count = 0;
+  int64_t first_byte = 0;
 };
 
 // A raw-looking file (no llm.c magic) whose first 1024 bytes are an llm.c header with a damaged magic: the magic is
-// a few bits off, or version and token count fit the file's size exactly. Raw uint16 tokens almost never do either;
-// importing such a header as 512 tokens would hide the damage.
+// a few bits off one of llm.c's, or a known version and token count fit the file's size exactly. Raw uint16 tokens
+// almost never do either; importing such a header as 512 tokens would hide the damage.
 bool LooksLikeDamagedLlmcHeader(const int32_t* header, int64_t size) {
-  if (__builtin_popcount(static_cast<uint32_t>(header[0] ^ kLlmcMagic)) <= 4) return true;
-  const int64_t width = header[1] == 1 ? 2 : header[1] == 2 ? 4 : 0;
-  return width != 0 && header[2] >= 0 && static_cast<int64_t>(kLlmcHeaderBytes) + header[2] * width == size;
+  for (const LlmcFormat& f : kLlmcFormats) {
+    if (__builtin_popcount(static_cast<uint32_t>(header[0] ^ f.magic)) <= 4) return true;
+    if (header[1] == f.version && header[2] >= 0 &&
+        static_cast<int64_t>(kLlmcHeaderBytes) + header[2] * static_cast<int64_t>(f.width) == size) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string HeaderValues(const int32_t* header) {
+  return "magic " + std::to_string(header[0]) + ", version " + std::to_string(header[1]) + ", " +
+         std::to_string(header[2]) + " tokens";
 }
 
 Status Open(const std::string& path, const std::string& format, TokenFile* f) {
@@ -47,28 +83,33 @@ Status Open(const std::string& path, const std::string& format, TokenFile* f) {
   const int64_t size = static_cast<int64_t>(f->in.tellg());
   f->in.seekg(0);
   int32_t header[256] = {};
-  const bool has_header = size >= static_cast<int64_t>(kLlmcHeaderBytes) &&
-                          f->in.read(reinterpret_cast<char*>(header), kLlmcHeaderBytes) && header[0] == kLlmcMagic;
-  const bool llmc = format == "llmc" || (format == "auto" && has_header);
-  if (format == "auto" && !has_header && size >= static_cast<int64_t>(kLlmcHeaderBytes) &&
-      LooksLikeDamagedLlmcHeader(header, size)) {
-    char magic[16];
-    std::snprintf(magic, sizeof(magic), "%d", header[0]);
-    return Status::DataLoss(path + ": starts like an llm.c token shard whose header is damaged (magic " + magic +
-                            ", not 20240520; version " + std::to_string(header[1]) + ", " + std::to_string(header[2]) +
-                            " tokens); --format raw imports it as raw uint16 tokens if that is what it is");
+  const int64_t head = std::min<int64_t>(size, kLlmcHeaderBytes);
+  if (!f->in.read(reinterpret_cast<char*>(header), head)) return Status::IoError(path + ": read failed");
+  const bool whole_header = size >= static_cast<int64_t>(kLlmcHeaderBytes);
+  const bool magic = size >= 4 && IsLlmcMagic(header[0]);
+  if (format == "auto" && !magic && whole_header && LooksLikeDamagedLlmcHeader(header, size)) {
+    return Status::DataLoss(path + ": starts like an llm.c token shard whose header is damaged (" +
+                            HeaderValues(header) + "; " + kLlmcKnown +
+                            "); --format raw imports it as raw uint16 tokens if that is what it is");
   }
-  if (llmc) {
-    if (!has_header) return Status::DataLoss(path + ": not an llm.c token shard (no magic 20240520 in its header)");
-    if (header[1] != 1 && header[1] != 2) {
-      return Status::DataLoss(path + ": llm.c shard version " + std::to_string(header[1]) + " (known: 1, 2)");
+  if (format == "llmc" || (format == "auto" && magic)) {
+    if (!whole_header) {
+      return Status::DataLoss(path + ": llm.c token shard cut short: " + std::to_string(size) +
+                              " bytes, less than its 1024-byte header");
     }
-    f->width = header[1] == 1 ? 2 : 4;
+    const LlmcFormat* known = FindLlmcFormat(header[0], header[1]);
+    if (known == nullptr) {
+      return Status::InvalidArgument(path + ": not an llm.c token shard this import knows: its header has " +
+                                     HeaderValues(header) + " (" + kLlmcKnown + ")");
+    }
+    f->width = known->width;
     f->count = header[2];
+    f->first_byte = kLlmcHeaderBytes;
     const int64_t want = static_cast<int64_t>(kLlmcHeaderBytes) + f->count * static_cast<int64_t>(f->width);
     if (f->count < 0 || want != size) {
-      return Status::DataLoss(path + ": llm.c header says " + std::to_string(header[2]) + " tokens (" +
-                              std::to_string(want) + " bytes) but the file has " + std::to_string(size) + " bytes");
+      return Status::DataLoss(path + ": llm.c header says " + std::to_string(header[2]) + " tokens of " +
+                              std::to_string(f->width) + " bytes (" + std::to_string(want) +
+                              " bytes in all) but the file has " + std::to_string(size) + " bytes");
     }
     f->in.seekg(kLlmcHeaderBytes);
     return Status::OK();
@@ -77,6 +118,7 @@ Status Open(const std::string& path, const std::string& format, TokenFile* f) {
     return Status::DataLoss(path + ": " + std::to_string(size) + " bytes is not a whole number of uint16 tokens");
   f->width = 2;
   f->count = size / 2;
+  f->first_byte = 0;
   f->in.clear();
   f->in.seekg(0);
   return Status::OK();
@@ -134,8 +176,14 @@ Status ImportTokens(const std::vector<std::string>& files, const std::string& ou
         uint32_t tok = 0;
         std::memcpy(&tok, buf.data() + k * f.width, f.width);  // little-endian
         if (tok >= opts.vocab_size) {
-          return Status::InvalidArgument(files[i] + ": token " + std::to_string(index) + " is " + std::to_string(tok) +
-                                         ", not below --vocab-size " + std::to_string(opts.vocab_size));
+          const int64_t offset = f.first_byte + index * static_cast<int64_t>(f.width);
+          std::string hint;
+          if (f.width == 4 && opts.vocab_size < kLlama3Vocab && tok < kLlama3Vocab) {
+            hint = " (an llm.c Llama 3 shard: Llama 3's vocabulary is 128256, --vocab-size 128256)";
+          }
+          return Status::InvalidArgument(files[i] + ": token " + std::to_string(index) + " (byte offset " +
+                                         std::to_string(offset) + ") is " + std::to_string(tok) +
+                                         ", not below --vocab-size " + std::to_string(opts.vocab_size) + hint);
         }
         window.push_back(tok);
         if (static_cast<int64_t>(window.size()) == len) {
