@@ -132,10 +132,12 @@ std::vector<PromSample> PrometheusSamples(const PrometheusRunInfo& info, int64_t
     add_gpu("dtrain_gpu_throttled", "1 when the driver slowed the GPU (power or thermal) in the last interval",
             w.throttle != 0 ? 1 : 0);
   }
-  add("dtrain_restart_count", "Restarts of the job by dtrain launch (DTRAIN_RESTART_COUNT)",
-      static_cast<double>(info.restarts));
-  add("dtrain_slurm_requeue_count", "Requeues of the Slurm job (SLURM_RESTART_COUNT)",
-      static_cast<double>(info.requeues));
+  // Counters, so named with _total (promtool check metrics refuses a counter without it, and a gauge ending in
+  // _count, which Prometheus reserves for histograms and summaries).
+  add("dtrain_restarts_total", "Restarts of the job by dtrain launch (DTRAIN_RESTART_COUNT)",
+      static_cast<double>(info.restarts), /*counter=*/true);
+  add("dtrain_slurm_requeues_total", "Requeues of the Slurm job (SLURM_RESTART_COUNT)",
+      static_cast<double>(info.requeues), /*counter=*/true);
   add("dtrain_preemptions", "Earlier attempts of this run that ended preempted (exit 75), from metrics.jsonl",
       static_cast<double>(info.preemptions));
   add("dtrain_preemption_requested", "1 once this attempt received a preemption signal or spot notice",

@@ -89,8 +89,8 @@ TEST(PrometheusFeed, ProgressMetricsInBaseUnitsWithHostAndRankLabels) {
   EXPECT_EQ(m.at("dtrain_gpu_temperature_celsius" + g), 70);
   EXPECT_EQ(m.at("dtrain_gpu_sm_clock_hertz" + g), 1980e6);
   EXPECT_EQ(m.at("dtrain_gpu_throttled" + g), 0);
-  EXPECT_EQ(m.at("dtrain_restart_count" + l), 2);
-  EXPECT_EQ(m.at("dtrain_slurm_requeue_count" + l), 1);
+  EXPECT_EQ(m.at("dtrain_restarts_total" + l), 2);
+  EXPECT_EQ(m.at("dtrain_slurm_requeues_total" + l), 1);
   EXPECT_EQ(m.at("dtrain_preemptions" + l), 3);
   EXPECT_EQ(m.at("dtrain_preemption_requested" + l), 0);
   EXPECT_EQ(m.count("dtrain_last_checkpoint_step" + l), 0u);  // none taken yet
@@ -211,7 +211,9 @@ TEST(PrometheusFeed, ServesOnlyOnANodesLocalRankZeroAndExposesNoConfigValues) {
   ASSERT_EQ(testing::HttpGet("127.0.0.1", port, "/metrics", &body), 200);
   EXPECT_NE(body.find("# TYPE dtrain_loss gauge\ndtrain_loss{host=\"node-a\",rank=\"4\"} 0.75\n"), std::string::npos)
       << body;
-  EXPECT_NE(body.find("dtrain_restart_count{host=\"node-a\",rank=\"4\"} 5\n"), std::string::npos) << body;
+  EXPECT_NE(body.find("# TYPE dtrain_restarts_total counter\ndtrain_restarts_total{host=\"node-a\",rank=\"4\"} 5\n"),
+            std::string::npos)
+      << body;
   EXPECT_NE(body.find("dtrain_last_checkpoint_step{host=\"node-a\",rank=\"4\"} 20\n"), std::string::npos) << body;
   EXPECT_EQ(body.find("secret-endpoint"), std::string::npos);
   EXPECT_EQ(body.find("/nonexistent/run"), std::string::npos);
