@@ -2,6 +2,8 @@
 # Sanitizer builds of dtrain (CPU only, clang-14) running the unit tests; any report fails the run.
 #
 #   scripts/sanitize.sh [asan|tsan|all]     (default all)   extra arguments after it go to ctest
+#   scripts/sanitize.sh asan-build|tsan-build                only build what asan / tsan runs (scripts/test.sh
+#                                                            builds them in the background during the plain stage)
 #
 # asan  build-asan: AddressSanitizer + LeakSanitizer + UndefinedBehaviorSanitizer (-fno-sanitize-recover:
 #       the first UB report aborts the test). The same build as scripts/fuzz.sh (libFuzzer coverage
@@ -93,11 +95,15 @@ asan_test_targets() {
   return 0
 }
 
+build_asan() {
+  configure_asan "${ASAN_BUILD_DIR:-build-asan}"
+  # shellcheck disable=SC2046
+  JOBS=$(nproc) scripts/cmake_build.sh "${ASAN_BUILD_DIR:-build-asan}" dtrain $(asan_test_targets)
+}
+
 run_asan() {
   local dir=${ASAN_BUILD_DIR:-build-asan}
-  configure_asan "$dir"
-  # shellcheck disable=SC2046
-  JOBS=$(nproc) scripts/cmake_build.sh "$dir" dtrain $(asan_test_targets)
+  build_asan
   # A skipped file's tests are "<target>_NOT_BUILT" (gtest discovery) or "<target>" (s3/mpi: whole binary).
   local skip_bins
   skip_bins=$(asan_test_targets 1 | paste -sd'|')"|docs_readme_commands"
@@ -112,11 +118,15 @@ run_asan() {
     -E "^($ASAN_SKIP_CASES)|^($skip_bins)(_NOT_BUILT)?\$" "$@"
 }
 
+build_tsan() {
+  configure_tsan "${TSAN_BUILD_DIR:-build-tsan}"
+  JOBS=$(nproc) scripts/cmake_build.sh "${TSAN_BUILD_DIR:-build-tsan}" data_loader_test checkpoint_checkpoint_test \
+    launcher_supervise_test observe_prometheus_exporter_test
+}
+
 run_tsan() {
   local dir=${TSAN_BUILD_DIR:-build-tsan}
-  configure_tsan "$dir"
-  JOBS=$(nproc) scripts/cmake_build.sh "$dir" data_loader_test checkpoint_checkpoint_test launcher_supervise_test \
-    observe_prometheus_exporter_test
+  build_tsan
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/scripts/sanitizers/tsan.supp" \
     ctest --test-dir "$dir" --output-on-failure -j "$JOBS" -R "$TSAN_TESTS" "$@"
 }
@@ -160,6 +170,8 @@ case "$WHAT" in
   plain-tests) plain_tests "${1:?usage: scripts/sanitize.sh plain-tests BUILD_DIR}" ;;
   asan) run_asan "$@" ;;
   tsan) run_tsan "$@" ;;
+  asan-build) build_asan ;;
+  tsan-build) build_tsan ;;
   all) run_asan "$@" && run_tsan "$@" ;;
-  *) echo "usage: scripts/sanitize.sh [asan|tsan|all] [ctest args...] | plain-targets | plain-tests BUILD_DIR" >&2; exit 2 ;;
+  *) echo "usage: scripts/sanitize.sh [asan|tsan|all] [ctest args...] | asan-build | tsan-build | plain-targets | plain-tests BUILD_DIR" >&2; exit 2 ;;
 esac

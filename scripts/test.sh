@@ -35,11 +35,48 @@ if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_
 # end-to-end tests, two at a time: 163 s spinning, 124 s yielding).
 export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}
 
+# The sanitizer builds run in the background from the plain stage on (BG_BUILDS=1, the default when the plain
+# stage and a sanitizer stage both run), at nice 19: the plain stage's end-to-end tests leave a core idle much of
+# the time (processes starting, ranks waiting on each other, timeouts running out), and the clang builds fill it
+# without taking a core the tests want. The asan and tsan stages then wait for their build (its log is printed
+# there) and run the tests. BG_BUILDS=0: each stage builds for itself, as scripts/sanitize.sh does alone.
+BG_BUILDS=${BG_BUILDS:-1}
+BG_DIR=$(mktemp -d)
+BG_PID=
+trap '[[ -n $BG_PID ]] && kill -- -"$BG_PID" 2>/dev/null; rm -rf "$BG_DIR"' EXIT
+start_bg_builds() {
+  [[ $BG_BUILDS == 1 && -z $BG_PID ]] || return 0
+  local what=()
+  [[ " $STAGES " == *" asan "* ]] && what+=(asan)
+  [[ " $STAGES " == *" tsan "* ]] && what+=(tsan)
+  ((${#what[@]})) || return 0
+  set -m  # the builds in a process group of their own, so that the EXIT trap can stop all of them
+  (for w in "${what[@]}"; do
+    nice -n 19 scripts/sanitize.sh "$w-build" > "$BG_DIR/$w.log" 2>&1
+    echo "$? $(date +%s)" > "$BG_DIR/$w.rc"
+  done) &
+  BG_PID=$!
+  set +m
+  echo "=== test.sh: building ${what[*]} in the background (nice 19)"
+}
+# wait_bg asan|tsan: waits for that background build (none: returns 0 at once), prints its log, returns its status.
+wait_bg() {
+  [[ -n $BG_PID ]] || return 0
+  while [[ ! -e $BG_DIR/$1.rc ]] && kill -0 "$BG_PID" 2>/dev/null; do sleep 1; done
+  cat "$BG_DIR/$1.log" 2>/dev/null
+  [[ -e $BG_DIR/$1.rc ]] || { echo "test.sh: the background $1 build died" >&2; return 1; }
+  local rc done_at
+  read -r rc done_at < "$BG_DIR/$1.rc"
+  echo "=== test.sh: $1 build (background) ended $((done_at - T0)) s after the first stage began, rc $rc"
+  return "$rc"
+}
+
 # (Inside `if`, bash ignores set -e: each stage chains its steps with &&.)
 main() { scripts/run.sh --set train.epochs=1; }
 plain() {
   scripts/install_deps.sh --test && python3 scripts/check_layers.py && python3 scripts/check_comment_paths.py ||
     return 1
+  start_bg_builds  # clang and the other test packages are installed now
   if [[ $PLAIN == all ]]; then
     scripts/build.sh -DDT_BUILD_TESTS=ON &&
       ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "${JOBS:-$(nproc)}" "$@"
@@ -50,12 +87,13 @@ plain() {
       ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "${JOBS:-$(nproc)}" -R "$tests" "$@"
   fi
 }
-asan() { scripts/sanitize.sh asan; }
+asan() { wait_bg asan && scripts/sanitize.sh asan; }
 fuzz() { scripts/fuzz.sh 10; }
-tsan() { scripts/sanitize.sh tsan; }
+tsan() { wait_bg tsan && scripts/sanitize.sh tsan; }
 
 summary=()
 failed=0
+T0=$(date +%s)
 for stage in $STAGES; do
   case "$stage" in
     main | plain | asan | fuzz | tsan) ;;
