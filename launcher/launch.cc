@@ -144,7 +144,8 @@ int LaunchWith(const LaunchOptions& opts) {
     if (!listed) {
       return UsageError(Status::InvalidArgument(
           "--nnodes MIN:MAX: an elastic host set needs --hosts or --hostfile (mpirun over ssh), or a Slurm "
-          "allocation (srun)"));
+          "allocation (srun)" +
+          FixedNodesHint(opts.elastic_min, opts.elastic_max)));
     }
     return SuperviseElastic(opts, env);
   }

@@ -31,7 +31,33 @@ std::string CheckHosts(const std::string& v) {
 
 std::string CheckNotEmpty(const std::string& v) { return v.empty() ? "empty path" : ""; }
 
+// torchrun's flags that mean nothing to dtrain launch, each answered with the dtrain way instead of "unknown flag".
+struct TorchrunHabit {
+  const char* names;  // CLI11 names: the dashed spelling (named in the message), then torchrun's underscore one
+  const char* name;
+  bool takes_value;
+  const char* hint;
+};
+constexpr const char* kNoRendezvous =
+    "dtrain launch needs no rendezvous: to start every node from here give --hosts a:8,b:8 or --hostfile F (mpirun "
+    "over ssh); to start each node yourself give each one --nnodes N --node-rank R --master-addr HOST [--master-port "
+    "P] (node 0's address); under Slurm the allocation is the host set";
+constexpr TorchrunHabit kTorchrunHabits[] = {
+    {"--standalone", "--standalone", false,
+     "dtrain launch is single-node by default (mpirun on this host, nothing to set up); drop --standalone"},
+    {"--rdzv-endpoint,--rdzv_endpoint", "--rdzv-endpoint", true, kNoRendezvous},
+    {"--rdzv-backend,--rdzv_backend", "--rdzv-backend", true, kNoRendezvous},
+    {"--rdzv-id,--rdzv_id", "--rdzv-id", true, kNoRendezvous},
+    {"--rdzv-conf,--rdzv_conf", "--rdzv-conf", true, kNoRendezvous},
+};
+
 }  // namespace
+
+std::string FixedNodesHint(int min_nodes, int max_nodes) {
+  if (min_nodes != max_nodes) return "";
+  const std::string n = std::to_string(min_nodes);
+  return "; for a fixed " + n + " node(s) write --nnodes " + n;
+}
 
 const char* BackendName(Backend backend) {
   switch (backend) {
@@ -149,7 +175,7 @@ CLI::App* AddLaunchCommand(CLI::App* parent, LaunchOptions* o) {
          "--resume", [o](const std::string& v) { o->sets.push_back("checkpoint.resume=" + v); },
          "where workers resume from (= --set checkpoint.resume=...; default auto: the newest valid checkpoint)")
       ->type_name("auto|never|STEP")
-      ->check([](const std::string& v) { return v.empty() ? "expected auto|never|a step number, got ''" : ""; })
+      ->check(ResumeValue())
       ->trigger_on_parse();
   app->add_flag_callback(
          "--overwrite", [o] { o->sets.push_back("checkpoint.overwrite=true"); },
@@ -174,14 +200,22 @@ CLI::App* AddLaunchCommand(CLI::App* parent, LaunchOptions* o) {
       ->disable_flag_override();
   app->add_flag("--dry-run", o->dry_run, "print the command that would run and exit")->disable_flag_override();
   app->add_option("CONFIG", o->config, "a YAML config (configs/*.yaml)");
+  // torchrun's flags that mean nothing to dtrain: hidden (no help, no completion), each refused with the dtrain way.
+  for (const TorchrunHabit& h : kTorchrunHabits) {
+    app->add_option(h.names)->group("")->expected(0, h.takes_value ? 1 : 0);
+  }
   app->callback([o, app] {
+    for (const TorchrunHabit& h : kTorchrunHabits) {
+      if (app->count(h.name) > 0) FailParse(std::string(h.name) + ": " + h.hint);
+    }
     o->nproc_given = app->count("--nproc-per-node") > 0;
     if (o->config.empty()) FailParse("missing CONFIG (usage: dtrain launch [options] CONFIG)");
     if (!o->hosts.empty() && !o->hostfile.empty()) FailParse("--hosts and --hostfile: give one of them, not both");
     if (o->elastic_min > 0) {
       // Without hosts: the Slurm allocation's nodes (srun; whether there is one is known only at launch).
       if (o->hosts.empty() && o->hostfile.empty() && o->backend == Backend::kMpirun) {
-        FailParse("--nnodes MIN:MAX: an elastic host set needs --hosts or --hostfile (mpirun over ssh)");
+        FailParse("--nnodes MIN:MAX: an elastic host set needs --hosts or --hostfile (mpirun over ssh)" +
+                  FixedNodesHint(o->elastic_min, o->elastic_max));
       }
       if (o->backend == Backend::kSrun && !(o->hosts.empty() && o->hostfile.empty())) {
         FailParse("--nnodes MIN:MAX --backend srun: the allocation is the host set; drop --hosts/--hostfile");

@@ -53,7 +53,8 @@ struct LaunchOptions {
 // Registers `launch` and its flags on `parent` (launcher/cli/cli_parse.h); parsing fills *out, which must
 // outlive `parent`. Accepts `--flag value` and `--flag=value`; options and `--set`/`--resume` may come
 // before or after CONFIG and keep their order. torchrun's spellings --nproc_per_node and
-// --max_restarts are aliases. Exactly one CONFIG is required unless --help.
+// --max_restarts are aliases; torchrun's flags that mean nothing here (--standalone, --rdzv-*) and its
+// `--resume latest` are refused with the dtrain way to say it. Exactly one CONFIG is required unless --help.
 CLI::App* AddLaunchCommand(CLI::App* parent, LaunchOptions* out);
 
 // Parses the arguments after `launch` (AddLaunchCommand on a root of its own). On --help, out->help
@@ -61,5 +62,9 @@ CLI::App* AddLaunchCommand(CLI::App* parent, LaunchOptions* out);
 Status ParseLaunchArgs(const std::vector<std::string>& args, LaunchOptions* out, std::string* help_text = nullptr);
 
 const char* BackendName(Backend backend);
+
+// torchrun writes a fixed node count as a range (--nnodes 2:2): the hint that follows an elastic-range error, "" unless
+// min_nodes == max_nodes.
+std::string FixedNodesHint(int min_nodes, int max_nodes);
 
 }  // namespace dtrain::launcher

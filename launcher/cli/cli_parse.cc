@@ -145,6 +145,20 @@ ValueCheck OneOf(const std::vector<std::string>& choices) {
   };
 }
 
+ValueCheck ResumeValue() {
+  return [](const std::string& v) {
+    long long step = 0;
+    if (v == "auto" || v == "never" || ParseIntText(v, &step)) return std::string();
+    std::string msg = "expected auto|never|STEP, got '" + v + "'";
+    if (v == "latest" || v == "last" || v == "newest") {
+      msg +=
+          ": dtrain resumes from the newest valid checkpoint of the run by default (--resume auto, "
+          "checkpoint.resume: auto); drop --resume, or give a STEP to resume from an older one";
+    }
+    return msg;
+  };
+}
+
 void FailParse(const std::string& message) { throw CLI::ValidationError(message, CLI::ExitCodes::ValidationError); }
 
 }  // namespace dtrain::launcher

@@ -44,6 +44,9 @@ using ValueCheck = std::function<std::string(const std::string&)>;
 ValueCheck PositiveInt();
 ValueCheck NonNegativeInt();
 ValueCheck OneOf(const std::vector<std::string>& choices);  // "expected a|b|c, got 'x'"
+// --resume of `launch` and `train`: auto, never or a step number (checkpoint.resume). torchrun-style words for the
+// newest checkpoint (latest, last, newest) are answered with dtrain's way: auto, the default.
+ValueCheck ResumeValue();
 
 // Throws the CLI11 error that ParseWithCli reports as `message` (one line): for checks that span
 // several flags, run in a CLI::App callback after the flags are parsed. Only valid inside a parse.

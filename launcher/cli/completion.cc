@@ -15,10 +15,11 @@ std::string Join(const std::vector<std::string>& words) {
   return s;
 }
 
-// The flags offered for `app`: short names and the first long name of each option (not positionals).
+// The flags offered for `app`: short names and the first long name of each option (not positionals, not hidden ones).
 std::string Flags(const CLI::App* app) {
   std::vector<std::string> flags;
   for (const CLI::Option* opt : app->get_options()) {
+    if (opt->get_group().empty()) continue;  // hidden: refused with a hint (launcher/launch_options.cc)
     for (const auto& s : opt->get_snames()) flags.push_back("-" + s);
     if (!opt->get_lnames().empty()) flags.push_back("--" + opt->get_lnames().front());
   }

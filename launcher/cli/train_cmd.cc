@@ -3,10 +3,14 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "launcher/cli/cli_parse.h"
 #include "launcher/exit_codes.h"
 #include "launcher/output_router.h"
+#include "proto/config.pb.h"
+#include "runtime/config/config.h"
 #include "runtime/train/worker.h"
 
 namespace dtrain::launcher {
@@ -21,6 +25,37 @@ namespace {
   std::fflush(stdout);
   std::fflush(stderr);
   std::_Exit(kExitFailure);
+}
+
+// `word` as a POSIX shell reads it back: as it is when every character is safe, else in single quotes.
+std::string ShellWord(const std::string& word) {
+  constexpr const char* kSafe = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./=:,+@%";
+  if (!word.empty() && word.find_first_not_of(kSafe) == std::string::npos) return word;
+  std::string quoted = "'";
+  for (const char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// An override that only says how a run starts (--resume, --overwrite and their --set forms): not for its resume.
+bool IsStartOverride(const std::string& kv) {
+  return kv.rfind("checkpoint.resume=", 0) == 0 || kv.rfind("checkpoint.overwrite=", 0) == 0;
+}
+
+// The command that resumes a run of this command stopped with a checkpoint: the same program, CONFIG and overrides,
+// without those that applied to the start only (the newest checkpoint is where it goes on from, and --overwrite
+// again would move it aside); `--resume auto` / `checkpoint.overwrite=false` where CONFIG itself says otherwise.
+std::string ResumeCommand(const std::string& program, const TrainArgs& args) {
+  std::vector<std::string> kept;
+  for (const std::string& kv : args.overrides) {
+    if (!IsStartOverride(kv)) kept.push_back(kv);
+  }
+  std::string cmd = ShellWord(program) + " train " + ShellWord(args.config);
+  for (const std::string& kv : kept) cmd += " --set " + ShellWord(kv);
+  proto::Config cfg;
+  const bool read = runtime::LoadConfig(args.config, kept, &cfg).ok();  // changed since the start: say both
+  if (!read || cfg.checkpoint().resume() != "auto") cmd += " --resume auto";
+  if (!read || cfg.checkpoint().overwrite()) cmd += " --set checkpoint.overwrite=false";
+  return cmd;
 }
 
 }  // namespace
@@ -41,6 +76,7 @@ CLI::App* AddTrainCommand(CLI::App* parent, TrainArgs* out) {
          "--resume", [out](const std::string& v) { out->overrides.push_back("checkpoint.resume=" + v); },
          "where to resume from (= --set checkpoint.resume=...; default auto)")
       ->type_name("auto|never|STEP")
+      ->check(ResumeValue())
       ->trigger_on_parse();
   app->add_flag_callback(
          "--overwrite", [out] { out->overrides.push_back("checkpoint.overwrite=true"); },
@@ -60,6 +96,8 @@ CLI::App* AddTrainCommand(CLI::App* parent, TrainArgs* out) {
 }
 
 Status RunTrain(int* argc, char*** argv, const TrainArgs& args) {
+  // Read before MPI_Init may rewrite argv: the program as it was typed, for the resume command.
+  const std::string program = *argc > 0 && (*argv)[0] != nullptr ? (*argv)[0] : "dtrain";
   runtime::WorkerRequest req;
   req.config_path = args.config;
   req.overrides = args.overrides;
@@ -70,6 +108,11 @@ Status RunTrain(int* argc, char*** argv, const TrainArgs& args) {
   const Status st = runtime::RunWorker(req, &outcome);
   // Tells the launcher which host is going away (launcher/output_router.h): it continues without it.
   if (outcome.spot_noticed) std::fprintf(stderr, "%s\n", kSpotNoticeLine);
+  // Started by hand (Ctrl-C, SIGTERM, an idle GPU): the one line printed (launcher/cli/cli.cc) ends with the exact
+  // command that resumes.
+  if (st.code() == Status::Code::kPreempted && outcome.by_hand) {
+    return Status::Preempted(st.message() + "; to resume: " + ResumeCommand(program, args));
+  }
   return st;
 }
 

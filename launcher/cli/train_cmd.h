@@ -26,7 +26,10 @@ struct TrainArgs {
 // *out must outlive `parent`.
 CLI::App* AddTrainCommand(CLI::App* parent, TrainArgs* out);
 
-// Runs the worker. argc/argv are the process's own (handed to MPI_Init); `args` were parsed from them.
+// Runs the worker. argc/argv are the process's own (handed to MPI_Init); `args` were parsed from them. A worker started
+// by hand that stopped with a checkpoint (SIGINT, SIGTERM, run.gpu_idle_exit: Status::Preempted, exit 75) has its
+// message end with "; to resume: COMMAND", the exact command (argv[0], CONFIG, the --set values without --resume and
+// --overwrite) that resumes from that checkpoint.
 Status RunTrain(int* argc, char*** argv, const TrainArgs& args);
 
 }  // namespace dtrain::launcher

@@ -151,8 +151,15 @@ FileLock::~FileLock() {
     (void)::unlink(path_.c_str());
   } else {
     (void)::ftruncate(fd_, 0);
+    if (restore_times_) (void)::futimens(fd_, times_);  // still locked: no other holder's write is undone
   }
   ::close(fd_);
+}
+
+void FileLock::RestoreTimesOnRelease(const struct timespec (&times)[2]) {
+  restore_times_ = true;
+  times_[0] = times[0];
+  times_[1] = times[1];
 }
 
 }  // namespace dtrain::runtime

@@ -15,6 +15,8 @@
 // orphaned child) is taken over by replacing the file, also with a message.
 // Thread-safety: Acquire may run from any thread; a FileLock is owned by one thread.
 
+#include <sys/stat.h>
+
 #include <memory>
 #include <string>
 
@@ -45,6 +47,9 @@ class FileLock {
   FileLock& operator=(const FileLock&) = delete;
 
   const std::string& path() const { return path_; }
+  // The release (the destructor) gives the emptied file these access and modification times, as futimens() takes
+  // them: a start that wrote nothing leaves the file as it found it (runtime/checkpoint/run_lock.h Discard).
+  void RestoreTimesOnRelease(const struct timespec (&times)[2]);
   // False when path() no longer names the locked file (it, or a directory above it, was renamed or replaced).
   bool StillAtPath() const;
 
@@ -54,6 +59,8 @@ class FileLock {
   int fd_;
   std::string path_;
   bool remove_;
+  bool restore_times_ = false;
+  struct timespec times_[2] = {};
 };
 
 }  // namespace dtrain::runtime

@@ -11,8 +11,6 @@ namespace {
 std::atomic<int> g_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free atomic");
 
-void OnSignal(int sig) { g_signal.store(sig, std::memory_order_relaxed); }
-
 void SetAction(int sig, void (*handler)(int)) {
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));
@@ -20,6 +18,18 @@ void SetAction(int sig, void (*handler)(int)) {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;  // blocking calls (reads, MPI progress) continue; the loop polls the flag
   sigaction(sig, &sa, nullptr);
+}
+
+// Async-signal-safe: an atomic store, or sigaction + raise.
+void OnSignal(int sig) {
+  if (sig == SIGINT && g_signal.load(std::memory_order_relaxed) != 0) {
+    // A second Ctrl-C while the first stop is under way: end now, by SIGINT's default action (SIGINT is blocked
+    // in this handler, so the raised one is delivered as it returns).
+    SetAction(SIGINT, SIG_DFL);
+    raise(SIGINT);
+    return;
+  }
+  g_signal.store(sig, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -34,6 +44,7 @@ void Preemption::UndoEarly() {
 void Preemption::InstallHandlers() {
   SetAction(SIGTERM, OnSignal);
   SetAction(SIGUSR1, OnSignal);
+  SetAction(SIGINT, OnSignal);
 }
 
 int Preemption::Requested() { return g_signal.load(std::memory_order_relaxed); }

@@ -1,7 +1,16 @@
 #pragma once
 // Preemption: SIGTERM and SIGUSR1 (Slurm `--signal=USR1@90`, a spot-termination notice forwarded by
 // `dtrain launch`, the elastic launcher's grow request) ask the worker to checkpoint and exit with the
-// "preempted, requeue me" code 75.
+// "preempted, requeue me" code 75. So does SIGINT: Ctrl-C on `dtrain train` started by hand (`dtrain launch` answers
+// its own SIGINT by stopping the job, launcher/supervisor.h; its workers run in sessions of their own, away from the
+// terminal's Ctrl-C).
+//
+// A second SIGINT while a stop is under way (still in the step, or saving) ends the process at once by SIGINT (exit
+// 130), as a second SIGINT/SIGTERM to `dtrain launch` kills its workers at once (launcher/stop_escalation.h). That
+// cannot corrupt a checkpoint: a save writes its manifest last and moves `latest` after it (runtime/checkpoint/
+// checkpoint.h), so the interrupted save is no checkpoint and the one before it stays the newest. A repeated SIGTERM
+// or SIGUSR1 only asks again: schedulers (Slurm's KillWait, the launcher's grace period) send SIGTERM more than once
+// and follow with SIGKILL when they mean it, and the save should have that time.
 //
 // The signal handler only stores the signal number in a lock-free atomic (async-signal-safe); the
 // trainer polls Requested() at every step boundary and the ranks agree on it with a one-element MAX
@@ -17,7 +26,8 @@
 //      stopped before it has trained a step has nothing to save, and a teardown after a peer's failure must not
 //      wait on a rank still blocked in its start-up (waiting for that peer).
 //      A run without checkpoints never reads the flag: it calls UndoEarly() once its config is known.
-//   2. InstallHandlers(), once the checkpoint store is open (runtime/train/checkpoint_coordinator.cc): both signals.
+//   2. InstallHandlers(), once the checkpoint store is open (runtime/train/checkpoint_coordinator.cc): SIGTERM,
+//      SIGUSR1 and SIGINT. Before it, SIGINT and SIGTERM keep their default action (nothing to save yet).
 
 namespace dtrain::runtime {
 
@@ -29,10 +39,10 @@ class Preemption {
   // that arrived since InstallEarly is delivered again (raise), so the process ends by it as it would have
   // without InstallEarly. Call it before InstallHandlers, from the main thread.
   static void UndoEarly();
-  // Installs the handlers for SIGTERM and SIGUSR1 (idempotent). Restores nothing: the worker keeps
+  // Installs the handlers for SIGTERM, SIGUSR1 and SIGINT (idempotent). Restores nothing: the worker keeps
   // them until it exits.
   static void InstallHandlers();
-  // The signal received (SIGTERM, SIGUSR1, or the value given to Raise()), 0 when none.
+  // The signal received (SIGTERM, SIGUSR1, SIGINT, or the value given to Raise()), 0 when none.
   static int Requested();
   static void Raise(int signal);
   static void Clear();  // for tests

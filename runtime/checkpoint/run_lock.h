@@ -5,6 +5,8 @@
 // metrics with the first one's.
 // Thread-safety: Acquire may run from any thread; a RunLock is owned by one thread.
 
+#include <sys/stat.h>
+
 #include <memory>
 #include <string>
 
@@ -22,22 +24,24 @@ class RunLock {
   // process holds it; IoError naming the file for any other failure.
   static Status Acquire(const std::string& run_dir, std::unique_ptr<RunLock>* out, std::string* note = nullptr);
 
-  RunLock(std::unique_ptr<FileLock> lock, std::string dir, bool dir_existed, bool file_existed)
-      : lock_(std::move(lock)), dir_(std::move(dir)), dir_existed_(dir_existed), file_existed_(file_existed) {}
+  // `found`: the lock file as Acquire found it (nullptr: there was none).
+  RunLock(std::unique_ptr<FileLock> lock, std::string dir, bool dir_existed, const struct stat* found);
   // Releasing empties the file: a clean release names no holder.
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;
 
   const std::string& path() const { return lock_->path(); }
 
-  // For a start that was refused (it must write nothing): releases the lock and removes what Acquire created, the
-  // lock file when it was new and run_dir when it was new (and is empty).
+  // For a start that writes nothing (a refused start; a finished run started again): releases the lock and leaves
+  // run_dir as Acquire found it: removes the lock file when it was new and run_dir when it was new (and is empty);
+  // a lock file that was there gets its access and modification times back (emptied, as a clean release leaves it).
   void Discard();
 
  private:
   std::unique_ptr<FileLock> lock_;
   std::string dir_;
   bool dir_existed_, file_existed_;
+  struct timespec file_times_[2] = {};  // the found lock file's atime and mtime
 };
 
 }  // namespace dtrain::runtime

@@ -1,6 +1,7 @@
 #include "runtime/train/checkpoint_coordinator.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -57,7 +58,7 @@ Status CheckpointCoordinator::Open(const CheckpointParts& parts, std::unique_ptr
   if (!ck.enabled()) return Status::OK();
   if (ck.resume() != "auto" && ck.resume() != "never" && !IsStepNumber(ck.resume())) {
     return Status::InvalidArgument("checkpoint.resume: expected auto, never or a step number, got '" + ck.resume() +
-                                   "'");
+                                   "' (auto, the default, resumes from the newest valid checkpoint)");
   }
   std::unique_ptr<CheckpointCoordinator> c(new CheckpointCoordinator(parts));  // private constructor
   DT_RETURN_IF_ERROR(c->OpenStore());
@@ -238,6 +239,7 @@ Status CheckpointCoordinator::Restore(const LoadedCheckpoint& ck, RestoreSink& s
   DT_RETURN_IF_ERROR(parts_.data->Restore({cfg.train().seed(), d.epoch(), d.samples_in_epoch()}).WithContext(ck.dir));
   at->resumed = true;
   at->step = m.step();
+  at->config_yaml = m.config_yaml();
   at->samples_seen = d.samples_consumed();
   return Status::OK();
 }
@@ -414,8 +416,17 @@ Status CheckpointCoordinator::AgreePreempted(int64_t step, std::string* why) {
   comm::WatchdogScope armed(watchdog_, "step " + std::to_string(step) + " preemption check (flag all-reduce)");
   std::vector<double> v = {static_cast<double>(Preemption::Requested()), reporter_->gpu_idle_stop() ? 1.0 : 0.0};
   DT_RETURN_IF_ERROR(AllReduceHost(&v, comm::ReduceOp::kMax));
-  *why = v[0] > 0 ? "preemption signal received" : v[1] > 0 ? "a GPU was idle (run.gpu_idle_exit)" : "";
-  if (v[0] > 0 && rank_ == 0) {
+  // (The MAX over the ranks: SIGINT, 2, only when no rank got SIGUSR1 or SIGTERM.)
+  *why = v[0] == SIGINT ? "interrupted (SIGINT)"
+         : v[0] > 0     ? "preemption signal received"
+         : v[1] > 0     ? "a GPU was idle (run.gpu_idle_exit)"
+                        : "";
+  if (v[0] == SIGINT && rank_ == 0) {
+    DT_LOG_WARN(kRuntime,
+                "interrupted (SIGINT): saving a checkpoint of step {} and exiting with code 75 (a second Ctrl-C stops "
+                "at once, without this checkpoint)",
+                step);
+  } else if (v[0] > 0 && rank_ == 0) {
     DT_LOG_WARN(kRuntime, "preemption signal {} ({}): saving a checkpoint and exiting with code 75",
                 static_cast<int>(v[0]), strsignal(static_cast<int>(v[0])));
   } else if (v[1] > 0 && rank_ == 0) {
@@ -438,8 +449,8 @@ Status CheckpointCoordinator::AfterStep(const StepPoint& p) {
     DT_RETURN_IF_ERROR(Save(p, /*sync=*/true));
     // Peers wait until rank 0's checkpoint is durable: a rank exiting early makes mpirun end the job.
     if (parts_.host_comm != nullptr && world_ > 1) DT_RETURN_IF_ERROR(parts_.host_comm->Barrier());
-    return Status::Preempted(stop_why + ": checkpoint of step " + std::to_string(p.step) + " saved in " + ckpt_->url() +
-                             "; run the same command again to resume");
+    // The caller says how to resume (runtime/train/worker.h): it knows who started this worker.
+    return Status::Preempted(stop_why + ": checkpoint of step " + std::to_string(p.step) + " saved in " + ckpt_->url());
   }
   if (periodic || (ck.at_end() && p.step == p.total_steps)) DT_RETURN_IF_ERROR(Save(p, /*sync=*/!ck.async()));
   return Status::OK();

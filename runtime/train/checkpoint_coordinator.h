@@ -80,6 +80,7 @@ struct ResumePoint {
   // No checkpoint was restored, but a load that failed verification had written into the parameters or the
   // optimizer state: the trainer initialises them again.
   bool reinit_state = false;
+  std::string config_yaml;  // the restored checkpoint's config (ConfigToYaml of the run that saved it); "" if none
 };
 
 // The state after an optimizer step, as AfterStep sees it.

@@ -17,6 +17,7 @@
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/config/config.h"
 #include "runtime/observe/step_breakdown.h"
+#include "runtime/train/finished_run.h"
 #include "runtime/train/hf_import.h"
 #include "runtime/train/model_factory.h"
 #include "runtime/train/step_body.h"
@@ -222,7 +223,12 @@ Status Trainer::Setup() {
   total_steps_ = EndStep();
   DT_LOG_INFO(kRuntime, "model {}: {} parameters in {} tensors; {} steps, global batch {}", cfg_.model().kind(),
               model_->params().numel(), model_->param_infos().size(), total_steps_, d.batch_size() * accum * world_);
-  if (AlreadyDone()) return Status::OK();  // Run() says so; a finished run started again writes nothing
+  if (AlreadyDone()) {
+    // A finished run started again writes nothing (Run() says "already done"); with another config it is refused.
+    DT_RETURN_IF_ERROR(CheckFinishedRun(at.config_yaml, cfg_, start_step_));
+    if (run_lock_ != nullptr) run_lock_->Discard();  // the lock file as it was, times included
+    return Status::OK();
+  }
 
   if (rank_ == 0) {
     DT_RETURN_IF_ERROR(MakeDirs(cfg_.run().dir()));

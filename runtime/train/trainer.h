@@ -24,7 +24,9 @@
 // the coordinator saves (every `every_steps` steps and at the end, in the background) and handles a preemption
 // request (the ranks agree, save synchronously, Run() returns Status::Preempted: exit 75).
 // Create() decides before it writes: a refused start (checkpoint.resume refused, every checkpoint corrupt) and a
-// finished run started again write nothing to run.dir (no config.yaml, metrics.jsonl, TensorBoard or trace files).
+// finished run started again write nothing to run.dir (no config.yaml, metrics.jsonl, TensorBoard or trace files; the
+// lock file keeps its times). A finished run started with another config than it was trained with is refused
+// (InvalidArgument naming the keys: runtime/train/finished_run.h).
 // Distributed: `grad_comm` (NCCL on GPU, MPI on CPU) reduces gradients; `host_comm` (MPI) reduces
 // the few host scalars (loss, accuracy). Both null for a single process. Not thread-safe.
 

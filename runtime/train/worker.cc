@@ -99,9 +99,11 @@ Status RunWithEnv(const WorkerRequest& req, const comm::DistEnv& env, WorkerOutc
   const Status st = trainer->Run(&s);
   if (st.code() == Status::Code::kPreempted) {
     // Every rank stopped after the same step and rank 0's checkpoint is durable (trainer.h): a clean exit.
-    if (env.rank == 0) DT_LOG_WARN(kRuntime, "{}", st.message());
     out->spot_noticed = spot && spot->noticed();
-    return st;
+    if (out->by_hand) return st;  // the caller adds the command that resumes and prints it
+    const Status stopped = Status::Preempted(st.message() + "; run the same command again to resume");
+    if (env.rank == 0) DT_LOG_WARN(kRuntime, "{}", stopped.message());
+    return stopped;
   }
   if (!st.ok()) {
     // Tear the collectives down so peers blocked in them are released, then report.
@@ -142,6 +144,7 @@ Status RunWorker(const WorkerRequest& req, WorkerOutcome* out) {
     env.local_rank = mpi->local_rank();
   }
   out->rank = env.rank;
+  out->by_hand = env.source == "single" && !env.launched;
   log::Init(env.rank);
   Status st = RunWithEnv(req, env, out);
   // A failed rank must not MPI_Finalize: that waits for peers, which may be blocked in a collective

@@ -11,7 +11,8 @@
 //      gradients under a process manager; over TCP (comm/tcp_bootstrap.h) for a torchrun-style start. A collective
 //      watchdog (comm/watchdog.h) over them.
 //   5. The Trainer (runtime/train/trainer.h), the spot-notice watcher of each host's local rank 0, then Run().
-// The Status is the run's: OK (done, or a finished run started again), Preempted (a checkpoint was saved: exit 75),
+// The Status is the run's: OK (done, or a finished run started again with the config it was trained with),
+// Preempted (a signal, a spot notice or an idle GPU stopped it and a checkpoint was saved: exit 75),
 // InvalidArgument for input and refused starts (exit 2), anything else a failure; launcher/exit_codes.h maps it.
 // A failed rank aborts NCCL so that its peers are released, and skips MPI_Finalize (which would wait for them).
 //
@@ -38,6 +39,10 @@ struct WorkerRequest {
 
 struct WorkerOutcome {
   int rank = 0;
+  // One process started by hand (DistEnv source "single", not by `dtrain launch`): only the caller knows the command
+  // line that resumes it, so a Preempted status does not say how (else it ends "run the same command again to
+  // resume", which is how a launcher or scheduler resumes a job).
+  bool by_hand = false;
   // This host's spot watcher saw a termination notice (with Status::Preempted): the caller tells the launcher that
   // the host is going away (launcher/output_router.h kSpotNoticeLine).
   bool spot_noticed = false;

@@ -114,6 +114,15 @@ TEST(CliParseTest, ValueChecks) {
   EXPECT_EQ(NonNegativeInt()("-1"), "expected a non-negative integer, got '-1'");
   EXPECT_EQ(OneOf({"a", "b"})("b"), "");
   EXPECT_EQ(OneOf({"a", "b"})("c"), "expected a|b, got 'c'");
+  for (const char* ok : {"auto", "never", "0", "42"}) EXPECT_EQ(ResumeValue()(ok), "") << ok;
+  EXPECT_EQ(ResumeValue()("-1"), "expected auto|never|STEP, got '-1'");
+  EXPECT_EQ(ResumeValue()(""), "expected auto|never|STEP, got ''");
+  for (const char* newest : {"latest", "last", "newest"}) {
+    EXPECT_EQ(ResumeValue()(newest), "expected auto|never|STEP, got '" + std::string(newest) +
+                                         "': dtrain resumes from the newest valid checkpoint of the run by default "
+                                         "(--resume auto, checkpoint.resume: auto); drop --resume, or give a STEP to "
+                                         "resume from an older one");
+  }
 }
 
 }  // namespace

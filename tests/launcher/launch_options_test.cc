@@ -90,10 +90,64 @@ TEST(LaunchOptionsTest, TorchrunUnderscoreSpellingsAreAliases) {
   EXPECT_NE(st.message().find("--nproc-per-node: expected a positive integer or gpu|cpu|auto, got '0'"),
             std::string::npos)
       << st.message();
-  st = ParseLaunchArgs({"--rdzv_backend", "c10d", "c.yaml"}, &o);
-  EXPECT_NE(st.message().find("unknown flag '--rdzv_backend'"), std::string::npos) << st.message();
-  st = ParseLaunchArgs({"--rdzv_id=7", "c.yaml"}, &o);
-  EXPECT_NE(st.message().find("unknown flag '--rdzv_id'"), std::string::npos) << st.message();
+  st = ParseLaunchArgs({"--monitor_interval", "5", "c.yaml"}, &o);
+  EXPECT_NE(st.message().find("unknown flag '--monitor_interval'"), std::string::npos) << st.message();
+}
+
+// torchrun habits without a dtrain meaning: one line naming the dtrain way (exit 2 through RunLaunch), never
+// "unknown flag" alone, and never offered by --help.
+TEST(LaunchOptionsTest, TorchrunFlagsWithoutADtrainMeaningNameTheDtrainWay) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {{"--standalone", "--nproc-per-node", "2", "c.yaml"},
+       "--standalone: dtrain launch is single-node by default (mpirun on this host, nothing to set up); drop "
+       "--standalone"},
+      {{"--rdzv-endpoint", "10.0.0.1:29400", "c.yaml"}, "--rdzv-endpoint: dtrain launch needs no rendezvous"},
+      {{"--rdzv_endpoint=10.0.0.1:29400", "c.yaml"}, "--rdzv-endpoint: dtrain launch needs no rendezvous"},
+      {{"c.yaml", "--rdzv_endpoint"}, "--rdzv-endpoint: dtrain launch needs no rendezvous"},  // no value
+      {{"--rdzv_backend", "c10d", "c.yaml"}, "--rdzv-backend: dtrain launch needs no rendezvous"},
+      {{"--rdzv_id=7", "c.yaml"}, "--rdzv-id: dtrain launch needs no rendezvous"},
+      {{"--rdzv-conf", "timeout=60", "c.yaml"}, "--rdzv-conf: dtrain launch needs no rendezvous"},
+      {{"--rdzv-endpoint", "h:1", "c.yaml"}, "--nnodes N --node-rank R --master-addr HOST [--master-port P]"},
+      {{"--resume", "latest", "c.yaml"},
+       "--resume: expected auto|never|STEP, got 'latest': dtrain resumes from the newest valid checkpoint of the run "
+       "by default (--resume auto, checkpoint.resume: auto)"},
+      {{"--resume=last", "c.yaml"}, "by default (--resume auto"},
+      {{"--resume", "soon", "c.yaml"}, "--resume: expected auto|never|STEP, got 'soon'"},
+      {{"--nnodes", "2:2", "--backend", "mpirun", "c.yaml"},
+       "--nnodes MIN:MAX: an elastic host set needs --hosts or --hostfile (mpirun over ssh); for a fixed 2 node(s) "
+       "write --nnodes 2"},
+  };
+  for (const auto& c : cases) {
+    LaunchOptions o;
+    const Status st = ParseLaunchArgs(c.args, &o);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << c.expected;
+    EXPECT_NE(st.message().find(c.expected), std::string::npos) << "got: " << st.message();
+    EXPECT_EQ(st.message().find("unknown flag"), std::string::npos) << st.message();
+    EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
+  }
+  // What dtrain does mean still parses: --resume auto|never|STEP, an elastic range with MIN < MAX.
+  for (const char* v : {"auto", "never", "0", "120"}) {
+    LaunchOptions o;
+    EXPECT_TRUE(ParseLaunchArgs({"--resume", v, "c.yaml"}, &o).ok()) << v;
+    EXPECT_EQ(o.sets, (std::vector<std::string>{std::string("checkpoint.resume=") + v}));
+  }
+  // Exit 2 with the one line; --help lists none of the hidden flags.
+  testing::internal::CaptureStderr();
+  const int rc = RunLaunch({"--standalone", "c.yaml"});
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, kExitUsage);
+  EXPECT_EQ(err,
+            "dtrain launch: error: --standalone: dtrain launch is single-node by default (mpirun on this host, nothing "
+            "to set up); drop --standalone\n");
+  std::string help;
+  LaunchOptions o;
+  ASSERT_TRUE(ParseLaunchArgs({"--help"}, &o, &help).ok());
+  EXPECT_EQ(help.find("standalone"), std::string::npos) << help;
+  EXPECT_EQ(help.find("rdzv"), std::string::npos) << help;
 }
 
 TEST(LaunchOptionsTest, ARepeatedSingleValuedFlagTakesTheLastValue) {

@@ -2,8 +2,9 @@
 // concurrent `dtrain launch` jobs; the holder killed -9, then taken over), `resume: never` over
 // existing checkpoints refused and --overwrite (checkpoint.overwrite) moving them aside, every
 // checkpoint corrupt refused with each reason and nothing deleted, a flipped bit in a manifest is
-// DataLoss naming the file, `--resume N` over newer checkpoints and of a step never saved refused writing nothing, and
-// the read-only `dtrain ckpt` commands on a missing path.
+// DataLoss naming the file, `--resume N` over newer checkpoints and of a step never saved refused writing nothing, a
+// finished run started again changing nothing on disk (exit 0 with its own config, 2 with another), and the read-only
+// `dtrain ckpt` commands on a missing path.
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -11,7 +12,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -210,6 +213,55 @@ TEST(CheckpointSafetyE2E, ResumeAtAnOlderOrMissingStepExits2NamingTheCheckpoints
       << over.output;
   EXPECT_NE(over.output.find("resumed from " + ck + "/step-00000010: step 10"), std::string::npos) << over.output;
   EXPECT_EQ(ReadFile(ck + "/latest"), "step-00000030\n");
+}
+
+// Every entry under `dir` with, for a file, its modification time (ns) and contents: what "changes nothing" compares.
+std::map<std::string, std::string> DiskState(const std::string& dir) {
+  std::map<std::string, std::string> state;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    std::string what = "dir";
+    if (e.is_regular_file()) {
+      struct stat st;
+      stat(e.path().c_str(), &st);
+      what = std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + " " +
+             ReadFile(e.path().string());
+    }
+    state[e.path().string()] = what;
+  }
+  return state;
+}
+
+TEST(CheckpointSafetyE2E, AFinishedRunStartedAgainChangesNothingOnDisk) {
+  DT_SKIP_WITHOUT_FASHION_MNIST();
+  TempDir dir;
+  const std::string run = dir.path() + "/run";
+  const std::string sets = kCommon + " --set train.max_steps=4 --set run.dir=" + run;
+  const ProcessResult first = RunCommand(DtrainBin() + " train " + kCiConfig + sets);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::map<std::string, std::string> before = DiskState(run);
+  ASSERT_EQ(before.count(run + "/config.yaml"), 1u);
+  ASSERT_EQ(before.count(run + "/.dtrain.lock"), 1u);
+
+  // The same command again (a requeue of a job that had finished): nothing to do, exit 0.
+  const ProcessResult same = RunCommand(DtrainBin() + " train " + kCiConfig + sets);
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_NE(same.output.find(run + ": already done at step 4 of 4"), std::string::npos) << same.output;
+  EXPECT_EQ(DiskState(run), before);
+
+  // Another value: never trained with, so not "done" either: exit 2 naming it, by `dtrain train` and `dtrain launch`.
+  const std::string refused = run +
+                              ": this run finished at step 4 with another config than this start's (then -> now: "
+                              "optim.lr: 0.001 -> 0.5): nothing was trained or changed. To train with the new values "
+                              "give another run.dir, or start over here with --resume never --overwrite";
+  const ProcessResult other = RunCommand(DtrainBin() + " train " + kCiConfig + sets + " --set optim.lr=0.5");
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_NE(other.output.find("dtrain: error: InvalidArgument: " + refused), std::string::npos) << other.output;
+  EXPECT_EQ(DiskState(run), before);
+  const ProcessResult launched =
+      RunCommand(DtrainBin() + " launch --nproc-per-node 2 " + kCiConfig + sets + " --set optim.lr=0.5");
+  EXPECT_EQ(launched.exit_code, 2) << launched.output;
+  EXPECT_NE(launched.output.find(refused), std::string::npos) << launched.output;
+  EXPECT_EQ(DiskState(run), before);
 }
 
 TEST(CkptCmdE2E, ReadOnlyCommandsOnAMissingPathCreateNothingAndExit2) {

@@ -1,6 +1,7 @@
 // The worker's early SIGUSR1 handler (Preemption::InstallEarly, runtime/checkpoint/preemption.h): a checkpoint request
 // during the start is kept, not fatal; SIGTERM stays fatal until InstallHandlers; a run without checkpoints gets
-// SIGUSR1's default action back, and a request kept meanwhile then ends it as it would have ended it at once.
+// SIGUSR1's default action back, and a request kept meanwhile then ends it as it would have ended it at once. After
+// InstallHandlers, SIGINT asks for a checkpoint too, and a second SIGINT ends the process.
 // The handlers are process-wide: each case runs in a child (a death test) so that none leaks into the next.
 
 #include "runtime/checkpoint/preemption.h"
@@ -67,6 +68,44 @@ TEST(PreemptionDeathTest, UndoEarlyWithoutARequestRestoresTheDefault) {
         _exit(0);
       },
       ::testing::KilledBySignal(SIGUSR1), "");
+}
+
+// Ctrl-C on `dtrain train`: the first SIGINT asks for a checkpoint like SIGTERM; a second one, while that stop is
+// under way, ends the process by SIGINT at once (as a second SIGINT to `dtrain launch` kills its workers at once).
+TEST(PreemptionDeathTest, ASecondSigintEndsTheProcessAtOnce) {
+  EXPECT_EXIT(
+      {
+        Preemption::Clear();
+        Preemption::InstallHandlers();
+        raise(SIGINT);
+        if (Preemption::Requested() != SIGINT) _exit(1);
+        raise(SIGINT);  // the user insists, e.g. while the checkpoint is written
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGINT), "");
+}
+
+// Repeated SIGTERM (a scheduler's, before its SIGKILL) and a SIGINT after it: the stop is asked again, not forced,
+// for SIGTERM; SIGINT after any pending request is the second stop.
+TEST(PreemptionDeathTest, ARepeatedSigtermOnlyAsksAgain) {
+  EXPECT_EXIT(
+      {
+        Preemption::Clear();
+        Preemption::InstallHandlers();
+        raise(SIGTERM);
+        raise(SIGTERM);
+        _exit(Preemption::Requested() == SIGTERM ? 42 : 1);
+      },
+      ::testing::ExitedWithCode(42), "");
+  EXPECT_EXIT(
+      {
+        Preemption::Clear();
+        Preemption::InstallHandlers();
+        raise(SIGTERM);
+        raise(SIGINT);
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGINT), "");
 }
 
 }  // namespace

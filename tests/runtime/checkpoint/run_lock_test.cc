@@ -1,11 +1,12 @@
 // RunLock (runtime/checkpoint/run_lock.h) on real files: the holder line, a second Acquire refused
-// naming the holder, a clean release, the takeover of a lock left by a dead holder (kernel dropped the
-// lock; or still held but naming a pid that no longer exists on this host).
+// naming the holder, a clean release, a discarded start leaving the directory as it was, the takeover of a lock left by
+// a dead holder (kernel dropped the lock; or still held but naming a pid that no longer exists on this host).
 
 #include "runtime/checkpoint/run_lock.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,6 +59,38 @@ TEST(RunLock, SecondAcquireIsRefusedNamingTheHolderUntilReleased) {
   EXPECT_EQ(ReadFile(run + "/.dtrain.lock"), "");
   ASSERT_TRUE(RunLock::Acquire(run, &second, &note).ok());
   EXPECT_EQ(note, "");
+}
+
+// A start that writes nothing (refused, or a finished run started again): Discard leaves the run directory as it was
+// found. A lock file that was there keeps its times (and its empty contents); new ones go, and a new directory too.
+TEST(RunLock, DiscardLeavesTheRunDirectoryAsItWasFound) {
+  TempDir dir;
+  const std::string run = dir.path() + "/run", file = run + "/" + RunLock::kFileName;
+  {
+    std::unique_ptr<RunLock> first;
+    ASSERT_TRUE(RunLock::Acquire(run, &first).ok());  // a finished run's clean release leaves an empty file
+  }
+  const struct timespec old_times[2] = {{1000000000, 111}, {1000000000, 222}};
+  ASSERT_EQ(utimensat(AT_FDCWD, file.c_str(), old_times, 0), 0);
+  std::unique_ptr<RunLock> again;
+  ASSERT_TRUE(RunLock::Acquire(run, &again).ok());
+  EXPECT_NE(ReadFile(file), "");  // holding it: the holder line
+  again->Discard();
+  struct stat st {};
+  ASSERT_EQ(stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mtim.tv_sec, 1000000000);
+  EXPECT_EQ(st.st_mtim.tv_nsec, 222);
+  EXPECT_EQ(st.st_atim.tv_nsec, 111);
+  EXPECT_EQ(ReadFile(file), "");
+  again.reset();  // a Discarded lock's destructor changes nothing more
+  ASSERT_EQ(stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mtim.tv_nsec, 222);
+
+  const std::string fresh = dir.path() + "/fresh";
+  std::unique_ptr<RunLock> made;
+  ASSERT_TRUE(RunLock::Acquire(fresh, &made).ok());
+  made->Discard();
+  EXPECT_NE(access(fresh.c_str(), F_OK), 0);  // the directory it made is gone with its lock file
 }
 
 TEST(RunLock, ALockFreedByADeadHolderIsTakenOverWithAMessage) {
