@@ -194,8 +194,10 @@ int main(int argc, char** argv) {
                                               s + kScaleSlot, fmt, stream));
     };
     const double q_x = TimeMs(stream, iters, [&] { quantize(x, m, in, Fp8Format::kE4M3, f, qx, qxt); });
-    const double q_w = TimeMs(stream, iters, [&] { quantize(w, out, in, Fp8Format::kE4M3, f + 3 * kScaleSlot, qw, qwt); });
-    const double q_dy = TimeMs(stream, iters, [&] { quantize(dy, m, out, Fp8Format::kE5M2, f + 6 * kScaleSlot, qdy, qdyt); });
+    const double q_w =
+        TimeMs(stream, iters, [&] { quantize(w, out, in, Fp8Format::kE4M3, f + 3 * kScaleSlot, qw, qwt); });
+    const double q_dy =
+        TimeMs(stream, iters, [&] { quantize(dy, m, out, Fp8Format::kE5M2, f + 6 * kScaleSlot, qdy, qdyt); });
 
     struct Gemm {
       const char* name;
@@ -249,8 +251,8 @@ int main(int argc, char** argv) {
       dtrain::ops::MatmulFp8Args fp8 = g.fp8;
       dtrain::Status probe = dtrain::ops::MatmulFp8Cuda(blas, fp8, stream);
       if (!probe.ok() && fp8.fast_accum) {  // is fast accumulation what it refuses?
-        std::fprintf(stderr, "%s %s %s with fast accumulation: %s; trying without\n", l.model.c_str(),
-                     l.name.c_str(), g.name, probe.ToString().c_str());
+        std::fprintf(stderr, "%s %s %s with fast accumulation: %s; trying without\n", l.model.c_str(), l.name.c_str(),
+                     g.name, probe.ToString().c_str());
         fp8.fast_accum = false;
         probe = dtrain::ops::MatmulFp8Cuda(blas, fp8, stream);
       }
