@@ -83,14 +83,14 @@ bool ShellSafe(const std::string& s) {
   return true;
 }
 
+}  // namespace
+
 std::string ShellQuote(const std::string& s) {
   if (ShellSafe(s)) return s;
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
 }
-
-}  // namespace
 
 Status ProbeLaunchEnv(LaunchEnv* out) {
   *out = LaunchEnv();

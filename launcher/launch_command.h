@@ -95,4 +95,8 @@ Status BuildLaunchCommand(const LaunchOptions& opts, const LaunchEnv& env, int r
 // "K=V ... mpirun -np 2 ..." with shell quoting where needed: the line --dry-run prints.
 std::string FormatCommandLine(const LaunchCommand& cmd);
 
+// `s` as a POSIX shell reads it back as one word: as it is when every character is safe (letters, digits and
+// _-./:=,@%+), else in single quotes.
+std::string ShellQuote(const std::string& s);
+
 }  // namespace dtrain::launcher

@@ -8,6 +8,7 @@
 
 #include "launcher/cli/cli_parse.h"
 #include "launcher/exit_codes.h"
+#include "launcher/launch_command.h"
 #include "launcher/output_router.h"
 #include "proto/config.pb.h"
 #include "runtime/config/config.h"
@@ -27,15 +28,6 @@ namespace {
   std::_Exit(kExitFailure);
 }
 
-// `word` as a POSIX shell reads it back: as it is when every character is safe, else in single quotes.
-std::string ShellWord(const std::string& word) {
-  constexpr const char* kSafe = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./=:,+@%";
-  if (!word.empty() && word.find_first_not_of(kSafe) == std::string::npos) return word;
-  std::string quoted = "'";
-  for (const char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
 // An override that only says how a run starts (--resume, --overwrite and their --set forms): not for its resume.
 bool IsStartOverride(const std::string& kv) {
   return kv.rfind("checkpoint.resume=", 0) == 0 || kv.rfind("checkpoint.overwrite=", 0) == 0;
@@ -49,8 +41,8 @@ std::string ResumeCommand(const std::string& program, const TrainArgs& args) {
   for (const std::string& kv : args.overrides) {
     if (!IsStartOverride(kv)) kept.push_back(kv);
   }
-  std::string cmd = ShellWord(program) + " train " + ShellWord(args.config);
-  for (const std::string& kv : kept) cmd += " --set " + ShellWord(kv);
+  std::string cmd = ShellQuote(program) + " train " + ShellQuote(args.config);
+  for (const std::string& kv : kept) cmd += " --set " + ShellQuote(kv);
   proto::Config cfg;
   const bool read = runtime::LoadConfig(args.config, kept, &cfg).ok();  // changed since the start: say both
   if (!read || cfg.checkpoint().resume() != "auto") cmd += " --resume auto";
