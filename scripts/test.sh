@@ -43,7 +43,13 @@ export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}
 BG_BUILDS=${BG_BUILDS:-1}
 BG_DIR=$(mktemp -d)
 BG_PID=
-trap '[[ -n $BG_PID ]] && kill -- -"$BG_PID" 2>/dev/null; rm -rf "$BG_DIR"' EXIT
+# The trap must not fail: under set -e a failing command in it (kill of a group that already ended) would make
+# the script's exit status 1 after every stage passed.
+stop_bg() {
+  if [[ -n $BG_PID ]]; then kill -- -"$BG_PID" 2>/dev/null || true; fi
+  rm -rf "$BG_DIR"
+}
+trap stop_bg EXIT
 start_bg_builds() {
   [[ $BG_BUILDS == 1 && -z $BG_PID ]] || return 0
   local what=()
