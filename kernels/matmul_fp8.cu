@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/cuda_check.h"
+#include "core/cuda_lib_check.h"
 #include "core/nvtx.h"
 #include "kernels/bf16_vec.cuh"
 #include "kernels/cublaslt_plan.h"
