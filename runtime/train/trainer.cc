@@ -178,6 +178,9 @@ Status Trainer::Setup() {
   const int64_t accum = cfg_.train().grad_accum_steps();
 
   DT_RETURN_IF_ERROR(BuildModel(cfg_, ctx_, &model_));
+  if (rank_ == 0 && !model_->precision_summary().empty()) {
+    DT_LOG_INFO(kRuntime, "precision {}", model_->precision_summary());
+  }
   DT_RETURN_IF_ERROR(model_->InitParams(cfg_.train().seed()));
   if (!cfg_.model().init_from().empty()) DT_RETURN_IF_ERROR(ImportParams(cfg_.model().init_from()));
   phases_ = std::make_unique<PhaseTimer>(ctx_, kNumPhases);
