@@ -4,8 +4,8 @@
 //   - rank 0's progress line per log interval, and the warnings that go with it (input pipeline behind, a
 //     step-time verdict that changed);
 //   - rank 0's <run.dir>/metrics.jsonl (every record kind: start, restore, first_step, train, eval, checkpoint,
-//     end), its train and eval records as rows of <run.dir>/metrics.csv (run.csv_metrics; runtime/observe/
-//     csv_metrics.h) and TensorBoard scalars (run.tensorboard);
+//     end), its train and eval records as rows of <run.dir>/metrics.csv (run.csv_metrics;
+//     runtime/observe/csv_metrics.h) and TensorBoard scalars (run.tensorboard);
 //   - the Prometheus feed (run.prometheus_port, each node's local rank 0: runtime/train/prometheus_feed.h);
 //   - this rank's GPU telemetry and its idle/throttle alarms (run.gpu_sample_s; run.gpu_idle_exit asks the run to
 //     stop through gpu_idle_stop());
