@@ -95,20 +95,20 @@ constexpr size_t kLtWorkspaceBytes = 32u << 20;
 
 Status BlasHandles::Create(cudaStream_t stream, BlasHandles* out) {
   BlasHandles h;
-  DT_CUBLAS_CHECK(cublasCreate(&h.cublas_));
-  DT_CUBLAS_CHECK(cublasSetStream(h.cublas_, stream));
-  DT_CUBLAS_CHECK(cublasLtCreate(&h.lt_));
+  DT_CUBLAS_CHECK(DT_CUBLAS(cublasCreate)(&h.cublas_));
+  DT_CUBLAS_CHECK(DT_CUBLAS(cublasSetStream)(h.cublas_, stream));
+  DT_CUBLAS_CHECK(DT_CUBLAS(cublasLtCreate)(&h.lt_));
   DT_CUDA_CHECK(cudaMalloc(&h.workspace_, kLtWorkspaceBytes));
   h.workspace_bytes_ = kLtWorkspaceBytes;
   // Same workspace for classic cuBLAS calls, so neither allocates inside the step loop.
-  DT_CUBLAS_CHECK(cublasSetWorkspace(h.cublas_, h.workspace_, h.workspace_bytes_));
+  DT_CUBLAS_CHECK(DT_CUBLAS(cublasSetWorkspace)(h.cublas_, h.workspace_, h.workspace_bytes_));
   *out = std::move(h);
   return Status::OK();
 }
 
 void BlasHandles::Reset() {
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
-  if (lt_ != nullptr) cublasLtDestroy(lt_);
+  if (cublas_ != nullptr) DT_CUBLAS(cublasDestroy)(cublas_);
+  if (lt_ != nullptr) DT_CUBLAS(cublasLtDestroy)(lt_);
   if (workspace_ != nullptr) cudaFree(workspace_);
   cublas_ = nullptr;
   lt_ = nullptr;

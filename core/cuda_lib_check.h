@@ -7,6 +7,7 @@
 #include <cublas_v2.h>
 #include <cudnn.h>
 
+#include "core/cublas_lazy.h"  // cuBLAS calls are written DT_CUBLAS(fn)(args)
 #include "core/cuda_check.h"
 
 namespace dtrain::detail {

@@ -10,8 +10,8 @@
 #include <string>
 #include <type_traits>
 
-#include "core/cuda_lib_check.h"
 #include "core/cuda_handles.h"
+#include "core/cuda_lib_check.h"
 #include "core/nvtx.h"
 #include "kernels/attention.h"
 
@@ -169,9 +169,14 @@ Status Gemm(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, i
             const bf16* a, int lda, long long stride_a, const bf16* b, int ldb, long long stride_b, void* c,
             cudaDataType_t c_type, int ldc, long long stride_c, int batch) {
   const float beta = 0.f;
-  DT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, ta, tb, m, n, k, &alpha, a, CUDA_R_16BF, lda, stride_a, b,
-                                             CUDA_R_16BF, ldb, stride_b, &beta, c, c_type, ldc, stride_c, batch,
-                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  // (The C function, not cublas_api.h's inline overload taking a cudaDataType compute type.)
+  using GemmFn =
+      cublasStatus_t(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*, const void*,
+                     cudaDataType, int, long long, const void*, cudaDataType, int, long long, const void*, void*,
+                     cudaDataType, int, long long, int, cublasComputeType_t, cublasGemmAlgo_t);
+  DT_CUBLAS_CHECK(DT_CUBLAS_AS(cublasGemmStridedBatchedEx, GemmFn)(
+      handle, ta, tb, m, n, k, &alpha, a, CUDA_R_16BF, lda, stride_a, b, CUDA_R_16BF, ldb, stride_b, &beta, c, c_type,
+      ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return Status::OK();
 }
 

@@ -14,14 +14,14 @@ uint32_t LtAlignment(const void* p) {
 
 Status LtMakeDesc(cublasComputeType_t compute, cudaDataType_t scale_type, LtDesc* out) {
   cublasLtMatmulDesc_t d = nullptr;
-  DT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d, compute, scale_type));
+  DT_CUBLAS_CHECK(DT_CUBLAS(cublasLtMatmulDescCreate)(&d, compute, scale_type));
   out->reset(d);
   return Status::OK();
 }
 
 Status LtMakeLayout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld, LtLayout* out) {
   cublasLtMatrixLayout_t l = nullptr;
-  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld));
+  DT_CUBLAS_CHECK(DT_CUBLAS(cublasLtMatrixLayoutCreate)(&l, type, rows, cols, ld));
   out->reset(l);
   return Status::OK();
 }
@@ -30,23 +30,23 @@ Status LtPickAlgo(const BlasHandles& blas, cublasLtMatmulDesc_t desc, cublasLtMa
                   cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, const LtAlignments& align,
                   cublasLtMatmulAlgo_t* algo, std::string* refusal) {
   cublasLtMatmulPreference_t pref_raw = nullptr;
-  DT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_raw));
+  DT_CUBLAS_CHECK(DT_CUBLAS(cublasLtMatmulPreferenceCreate)(&pref_raw));
   std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, LtDeleter> pref(pref_raw);
   const size_t ws_bytes = blas.workspace_bytes();
-  DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                       sizeof(ws_bytes)));
+  DT_CUBLAS_CHECK(DT_CUBLAS(cublasLtMatmulPreferenceSetAttribute)(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                                  &ws_bytes, sizeof(ws_bytes)));
   const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align.a},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align.b},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align.c},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align.d}};
   for (const auto& [attr, value] : aligns) {
-    DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), attr, &value, sizeof(value)));
+    DT_CUBLAS_CHECK(DT_CUBLAS(cublasLtMatmulPreferenceSetAttribute)(pref.get(), attr, &value, sizeof(value)));
   }
   cublasLtMatmulHeuristicResult_t heuristic = {};
   int found = 0;
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(blas.lt(), desc, a, b, c, c, pref.get(), 1, &heuristic, &found);
+      DT_CUBLAS(cublasLtMatmulAlgoGetHeuristic)(blas.lt(), desc, a, b, c, c, pref.get(), 1, &heuristic, &found);
   refusal->clear();
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     *refusal = st != CUBLAS_STATUS_SUCCESS ? ::dtrain::detail::CublasStatusString(st) : "no algorithm found";

@@ -17,16 +17,16 @@
 #include <string>
 #include <unordered_map>
 
-#include "core/cuda_lib_check.h"
 #include "core/cuda_handles.h"
+#include "core/cuda_lib_check.h"
 #include "core/status.h"
 
 namespace dtrain::ops::detail {
 
 struct LtDeleter {
-  void operator()(cublasLtMatmulDescOpaque_t* d) const { cublasLtMatmulDescDestroy(d); }
-  void operator()(cublasLtMatrixLayoutOpaque_t* l) const { cublasLtMatrixLayoutDestroy(l); }
-  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublasLtMatmulPreferenceDestroy(p); }
+  void operator()(cublasLtMatmulDescOpaque_t* d) const { DT_CUBLAS(cublasLtMatmulDescDestroy)(d); }
+  void operator()(cublasLtMatrixLayoutOpaque_t* l) const { DT_CUBLAS(cublasLtMatrixLayoutDestroy)(l); }
+  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { DT_CUBLAS(cublasLtMatmulPreferenceDestroy)(p); }
 };
 using LtDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, LtDeleter>;
 using LtLayout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LtDeleter>;
@@ -42,7 +42,7 @@ Status LtMakeLayout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t l
 
 template <typename T>
 Status LtSetAttr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v) {
-  DT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)));
+  DT_CUBLAS_CHECK(DT_CUBLAS(cublasLtMatmulDescSetAttribute)(d, attr, &v, sizeof(v)));
   return Status::OK();
 }
 

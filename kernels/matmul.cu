@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
-#include "core/cuda_lib_check.h"
 #include "core/cuda_handles.h"
+#include "core/cuda_lib_check.h"
 #include "core/logging.h"
 #include "core/nvtx.h"
 #include "kernels/bf16_vec.cuh"
@@ -153,9 +153,9 @@ Status RunPlan(const BlasHandles& blas, const PlanKey& key, const MatmulCudaArgs
     }
     // C is both the input C (scaled by beta) and the output D: in-place accumulation when beta = 1.
     const void* c_in = args.c_in != nullptr ? args.c_in : args.c;
-    DT_CUBLAS_CHECK(cublasLtMatmul(blas.lt(), d, &args.alpha, args.b, plan.first.get(), args.a, plan.second.get(),
-                                   &args.beta, c_in, plan.out.get(), args.c, plan.out.get(), &plan.algo,
-                                   blas.workspace(), blas.workspace_bytes(), stream));
+    DT_CUBLAS_CHECK(DT_CUBLAS(cublasLtMatmul)(
+        blas.lt(), d, &args.alpha, args.b, plan.first.get(), args.a, plan.second.get(), &args.beta, c_in,
+        plan.out.get(), args.c, plan.out.get(), &plan.algo, blas.workspace(), blas.workspace_bytes(), stream));
     return Status::OK();
   };
   return Cache().With(key, build, run);

@@ -205,9 +205,9 @@ Status MatmulFp8Cuda(const BlasHandles& blas, const MatmulFp8Args& args, cudaStr
     // The residual is cuBLASLt's C (beta 1), our C its D.
     const float alpha = 1.f, beta = args.accumulate || key.residual ? 1.f : 0.f;
     const void* c_in = key.residual ? args.residual : args.c;
-    DT_CUBLAS_CHECK(cublasLtMatmul(blas.lt(), d, &alpha, args.b, plan.first.get(), args.a, plan.second.get(), &beta,
-                                   c_in, plan.out.get(), args.c, plan.out.get(), &plan.algo, blas.workspace(),
-                                   blas.workspace_bytes(), stream));
+    DT_CUBLAS_CHECK(DT_CUBLAS(cublasLtMatmul)(blas.lt(), d, &alpha, args.b, plan.first.get(), args.a, plan.second.get(),
+                                              &beta, c_in, plan.out.get(), args.c, plan.out.get(), &plan.algo,
+                                              blas.workspace(), blas.workspace_bytes(), stream));
     return Status::OK();
   };
   DT_RETURN_IF_ERROR(Fp8Cache().With(key, build, run));

@@ -12,8 +12,8 @@
 #if DT_HAVE_CUDA
 #include <nccl.h>
 
-#include "core/cuda_lib_check.h"
 #include "core/cuda_handles.h"
+#include "core/cuda_lib_check.h"
 #endif
 #if DT_HAVE_MPI
 #include <mpi.h>
@@ -104,10 +104,10 @@ Status RunDoctor() {
   Line("CUDA runtime", VersionString(runtime, 1000, 10));
   Line("CUDA driver", driver == 0 ? std::string("none (no NVIDIA driver loaded)") : VersionString(driver, 1000, 10));
   int cublas_ver = 0;
-  cublasGetProperty(MAJOR_VERSION, &cublas_ver);
+  DT_CUBLAS(cublasGetProperty)(MAJOR_VERSION, &cublas_ver);
   int cublas_minor = 0, cublas_patch = 0;
-  cublasGetProperty(MINOR_VERSION, &cublas_minor);
-  cublasGetProperty(PATCH_LEVEL, &cublas_patch);
+  DT_CUBLAS(cublasGetProperty)(MINOR_VERSION, &cublas_minor);
+  DT_CUBLAS(cublasGetProperty)(PATCH_LEVEL, &cublas_patch);
   Line("cuBLAS", std::to_string(cublas_ver) + "." + std::to_string(cublas_minor) + "." + std::to_string(cublas_patch));
   const size_t cudnn = cudnnGetVersion();
   Line("cuDNN",
