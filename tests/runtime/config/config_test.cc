@@ -321,7 +321,8 @@ TEST(ConfigTest, MutatedConfigsFailCleanlyOrRoundTrip) {
   const std::string alphabet = " \n-:#[],'\"09.eEx_";
   std::mt19937 rng(42);
   int ok = 0;
-  for (int iter = 0; iter < 3000; ++iter) {
+  // 1,000 mutations (26 s under ASan at 3,000); fuzz/config_fuzzer.cc explores further, guided by coverage.
+  for (int iter = 0; iter < 1000; ++iter) {
     std::string text = seed;
     for (int e = 0; e < 3; ++e) {
       const std::size_t pos = rng() % text.size();
@@ -339,7 +340,7 @@ TEST(ConfigTest, MutatedConfigsFailCleanlyOrRoundTrip) {
     ASSERT_TRUE(ParseConfig(ConfigToYaml(c), "back.yaml", {}, &back).ok()) << ConfigToYaml(c);
     ASSERT_TRUE(MessageDifferencer::Equals(c, back)) << text;
   }
-  EXPECT_GT(ok, 100);  // many mutations land in comments or keep values valid
+  EXPECT_GT(ok, 30);  // many mutations land in comments or keep values valid
 }
 
 // ---- the storage section and its renamed keys ---------------------------------------------------
