@@ -12,10 +12,11 @@ Rules are tried in order; the first match wins. OUTPUT_CHECKS then read the outp
 what a zero exit status cannot show (a message contradicting itself or another command's help).
 
 Besides the commands, the docs are checked against the build where a file or a command shows the truth
-(CONSISTENCY): the README's config key list names every key `dtrain config show --defaults` prints, and every RUN
-line of the Dockerfile calls only scripts that CI itself runs (scripts/run.sh or scripts/test.sh call them), so
+(consistency checks): the README's config key list names every key `dtrain config show --defaults` prints; every
+RUN line of the Dockerfile calls only scripts that CI itself runs (scripts/run.sh or scripts/test.sh call them), so
 the image recipe cannot drift from the tested one (no registry or Docker daemon in CI: the file is checked, not an
-image).
+image); and the Kubernetes example's pods run the image its README builds with a config and --set values that
+`dtrain config show` accepts.
 
 Commands run in document order in one sandbox directory: the repository's configs/, examples/, scripts/ and
 bench/ linked in, `build` linked to the build under test (so `build/dtrain` works), that build directory first
@@ -56,7 +57,7 @@ RULES = [
     (r"--dry-run", "run", 60),
     (r"--hosts|--hostfile", "skip", HOSTS),
     (r"--node-rank|(^|&& |\| )kubectl ", "skip", PER_NODE),
-    (r"^docker ", "skip", "needs Docker and a registry (CONSISTENCY below checks the Dockerfile's RUN lines)"),
+    (r"^docker ", "skip", "needs Docker and a registry (check_dockerfile checks the Dockerfile's RUN lines instead)"),
     (r"^openssl rand -hex 32 > secret && chmod 600 secret$", "run", 30),
     (r"--nproc-per-node gpu", "skip", GPU),
     (r"^(\w+=\S+ )*bench/(device_session|allreduce|hf_parity)\.sh", "skip", GPU + " (the benchmark machine)"),
@@ -147,6 +148,41 @@ def check_config_key_list(source, env):
         elif not re.search(r"(?<![\w.])" + path[-1] + r"(?![\w])", listed):
             errors.append(f"README.md: the config key list does not name {'.'.join(path)}")
     return sorted(set(errors)) if path else ["`dtrain config show --defaults` printed no keys"]
+
+
+def check_k8s_example(source, env):
+    """examples/k8s/indexed_job.yaml runs as written: the image is the one its README builds, and the dtrain command
+    of its pods (their variables filled in from the manifest, as the shell in the pod fills them) names a config the
+    image holds whose --set overrides `dtrain config show` accepts."""
+    manifest = os.path.join(source, "examples", "k8s", "indexed_job.yaml")
+    text = open(manifest).read()
+    errors = []
+    images = re.findall(r"^\s*image:\s*(\S+)", text, re.M)
+    readme = open(os.path.join(source, "examples", "k8s", "README.md")).read()
+    built = re.findall(r"docker build -t (\S+) ", readme)
+    if len(images) != 1 or images[0] not in built:
+        errors.append(f"examples/k8s: the manifest's image {images} is not the one its README builds {built}")
+    variables = dict(re.findall(r"\{name: (\w+), value: \"?([^\"}]*?)\"?\}", text))
+    variables["JOB_COMPLETION_INDEX"] = "0"
+    folded = re.search(r"- >-\n((?:\s{14,}.*\n)+)", text)
+    if folded is None:
+        return errors + ["examples/k8s/indexed_job.yaml: no folded `args` command (- >-) found"]
+    command = re.sub(r"\$(\w+)", lambda m: variables.get(m.group(1), m.group(0)), " ".join(folded.group(1).split()))
+    words = command.split()
+    if words[:3] != ["exec", "dtrain", "launch"] or "$" in command:
+        return errors + [f"examples/k8s/indexed_job.yaml: expected `exec dtrain launch ...` with every variable "
+                         f"set in the manifest, got `{command}`"]
+    config = next((w for w in words if w.startswith("configs/") and w.endswith(".yaml")), None)
+    sets = [w for i, w in enumerate(words) if i > 0 and words[i - 1] == "--set"]
+    if config is None or not os.path.isfile(os.path.join(source, config)):
+        return errors + [f"examples/k8s/indexed_job.yaml: the config {config} is not in configs/ (the image's copy)"]
+    shown = subprocess.run([shutil.which("dtrain", path=env["PATH"]) or "dtrain", "config", "show",
+                            os.path.join(source, config)] + [a for kv in sets for a in ("--set", kv)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    if shown.returncode != 0:
+        errors.append(f"examples/k8s/indexed_job.yaml: `dtrain config show {config}` with the pods' --set values "
+                      f"exits {shown.returncode}: {shown.stdout.strip()[-300:]}")
+    return errors
 
 
 def check_dockerfile(source):
@@ -285,10 +321,11 @@ def main(argv):
     box, env = make_sandbox(source, build)
     failures, counts = [], {"run": 0, "start": 0, "skip": 0}
     if "--list" not in argv:
-        consistency = check_config_key_list(source, env) + check_dockerfile(source)
+        consistency = check_config_key_list(source, env) + check_dockerfile(source) + check_k8s_example(source, env)
         for c in consistency:
             print(f"FAIL  {c}")
-        print(f"consistency: the config key list and the Dockerfile: {len(consistency)} problem(s)")
+        print(f"consistency: the config key list, the Dockerfile, the Kubernetes example: {len(consistency)} "
+              "problem(s)")
         failures += consistency
     try:
         for doc, lineno, cmd in commands:
