@@ -12,7 +12,8 @@ Rules are tried in order; the first match wins. OUTPUT_CHECKS then read the outp
 what a zero exit status cannot show (a message contradicting itself or another command's help).
 
 Besides the commands, the docs are checked against the build where a file or a command shows the truth
-(consistency checks): the README's config key list names every key `dtrain config show --defaults` prints; every
+(consistency checks): the README's config key list names every key `dtrain config show --defaults` prints, and its
+`dtrain launch` flags are the ones `dtrain launch --help` lists; every
 RUN line of the Dockerfile calls only scripts that CI itself runs (scripts/run.sh or scripts/test.sh call them), so
 the image recipe cannot drift from the tested one (no registry or Docker daemon in CI: the file is checked, not an
 image); and the Kubernetes example's pods run the image its README builds with a config and --set values that
@@ -148,6 +149,32 @@ def check_config_key_list(source, env):
         elif not re.search(r"(?<![\w.])" + path[-1] + r"(?![\w])", listed):
             errors.append(f"README.md: the config key list does not name {'.'.join(path)}")
     return sorted(set(errors)) if path else ["`dtrain config show --defaults` printed no keys"]
+
+
+def check_launch_flags(source, env):
+    """The README's `dtrain launch` flags (its flag table and the torchrun spellings it says launch accepts) are
+    exactly the names `dtrain launch --help` lists: none documented that the parser lacks, none the parser takes
+    that the README leaves out or says do not exist."""
+    readme = open(os.path.join(source, "README.md")).read()
+    table = readme[readme.find("`dtrain launch`'s flags"):]
+    table = "\n".join(line for line in table[:table.find("\n\n", table.find("| ---"))].splitlines()
+                      if line.startswith("| `-"))
+    at = readme.find("`launch` also accepts torchrun's spellings")
+    torchrun = readme[at:readme.find("is spelled the same", at)] if at >= 0 else ""
+    documented = set(re.findall(r"--[a-z][\w-]*", table + " " + torchrun))
+    helped = set()  # the option column: "  --node-rank,--node_rank R   per-node start ..."
+    for line in dtrain_output(env, "launch", "--help").splitlines():
+        if line.startswith("  -"):
+            helped.update(n for n in line.split()[0].split(",") if n.startswith("--") and n != "--help")
+    errors = []
+    if not table or not torchrun:
+        errors.append("README.md: no `dtrain launch` flag table or torchrun spellings sentence found")
+    for flag in sorted(documented - helped):
+        errors.append(f"README.md: documents `dtrain launch {flag}`, which `dtrain launch --help` does not list")
+    for flag in sorted(helped - documented):
+        errors.append(f"README.md: `dtrain launch --help` lists {flag}, which the README's flag table and torchrun "
+                      "spellings leave out")
+    return errors
 
 
 def check_k8s_example(source, env):
@@ -321,10 +348,11 @@ def main(argv):
     box, env = make_sandbox(source, build)
     failures, counts = [], {"run": 0, "start": 0, "skip": 0}
     if "--list" not in argv:
-        consistency = check_config_key_list(source, env) + check_dockerfile(source) + check_k8s_example(source, env)
+        consistency = (check_config_key_list(source, env) + check_launch_flags(source, env) +
+                       check_dockerfile(source) + check_k8s_example(source, env))
         for c in consistency:
             print(f"FAIL  {c}")
-        print(f"consistency: the config key list, the Dockerfile, the Kubernetes example: {len(consistency)} "
+        print(f"consistency: config keys, launch flags, the Dockerfile, the Kubernetes example: {len(consistency)} "
               "problem(s)")
         failures += consistency
     try:
