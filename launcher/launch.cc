@@ -25,6 +25,7 @@
 #include "launcher/launch_options.h"
 #include "launcher/slurm_elastic.h"
 #include "runtime/config/config.h"
+#include "runtime/train/prometheus_feed.h"
 #include "runtime/train/run_check.h"
 
 namespace dtrain::launcher {
@@ -101,9 +102,14 @@ Status CheckRunBeforeStart(const LaunchOptions& opts, const LaunchEnv& env, cons
         "with `dtrain launch --hosts/--hostfile` (mpirun) or srun instead");
   }
   runtime::RunCheck check;
-  DT_RETURN_IF_ERROR(runtime::CheckRun(cfg, world_size, &check));
+  std::vector<Status> problems = {runtime::CheckRun(cfg, world_size, &check)};
+  // A Prometheus port in use here would stop this node's local rank 0 (exit 2) after the start: found now, when
+  // ranks run on this machine (other hosts' ports are checked by their ranks).
+  bool ranks_here = cmd.backend == Backend::kNode;
+  for (const HostSlots& h : cmd.placement.hosts) ranks_here |= h.name == "localhost" || h.name == env.hostname;
+  if (ranks_here) problems.push_back(runtime::CheckPrometheusEndpoint(cfg.run()));
   for (const std::string& w : check.warnings) DT_LOG_WARN(kLauncher, "{}", w);
-  return Status::OK();
+  return runtime::JoinProblems(problems);
 }
 
 }  // namespace

@@ -31,10 +31,13 @@ class ManagerBackend : public LaunchBackend {
     ropts.attempt = plan.attempt;
     OutputRouter router(ropts);
     AttemptResult result;
-    DT_RETURN_IF_ERROR(launcher::RunAttempt(cmd, opts_.grace_seconds, scope, &router, &result));
+    const Status st = launcher::RunAttempt(cmd, opts_.grace_seconds, scope, &router, &result);
+    if (!st.ok()) router.ReleaseHeldBanners(true);
+    DT_RETURN_IF_ERROR(st);
     if (!router.log_error().empty()) DT_LOG_WARN(kLauncher, "--log-dir: {}", router.log_error());
     end->stop_signal = result.stop_signal;
     if (result.exit_code == kExitOk) {
+      router.ReleaseHeldBanners(false);
       // Also after a signal: one that arrives while the ranks finish leaves nothing to save or resume.
       end->finished =
           "the job finished (" + cmd.argv[0] + " exited 0)" +
@@ -45,6 +48,10 @@ class ManagerBackend : public LaunchBackend {
     }
     end->cause = RootCause(router, cmd, result);
     end->exit_code = end->cause.ProcessExitCode();
+    // mpirun's "Primary job terminated normally, but 1 process returned a non-zero exit code" after a clean outcome
+    // (bad input explained by the ranks, a checkpoint before a preemption, a stop asked for) reads as a crash.
+    router.ReleaseHeldBanners(result.stop_signal == 0 && end->exit_code != kExitUsage &&
+                              end->exit_code != kExitPreempted);
     end->who = end->cause.rank >= 0 ? "rank " + std::to_string(end->cause.rank) : cmd.argv[0];
     end->notice_ranks = router.notice_ranks();
     end->lost_daemon_hosts = router.lost_daemon_hosts();

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace dtrain::launcher {
 
@@ -72,6 +73,20 @@ class MpirunDialect : public OutputDialect {
       report->root_cause = r;
       report->failure_seen = true;
     }
+  }
+
+  bool IsFrameLine(const std::string& line) const override {
+    return line.size() >= 20 && line.find_first_not_of('-') == std::string::npos;
+  }
+
+  bool IsExitBanner(const std::vector<std::string>& message) const override {
+    for (const std::string& line : message) {
+      if ((line.find("Primary job") != std::string::npos && line.find("terminated normally") != std::string::npos) ||
+          line.find("mpirun detected that one or more processes exited with non-zero status") != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
   }
 };
 

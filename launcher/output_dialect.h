@@ -6,7 +6,9 @@
 //   mpirun  --tag-output: "[J,R]<stdout>:text"; report (Open MPI 4.x help-orterun.txt, stable since 1.x):
 //           "Process name: [[J,1],R]" then "Exit code: C"; "mpirun noticed that process rank R with PID P on node H
 //           exited on signal S (Name)."; "... process rank R with PID P on node H exiting improperly" (no code:
-//           mpirun's own exit code stands).
+//           mpirun's own exit code stands). Its messages are framed by lines of dashes; two only restate exit codes
+//           ("Primary job  terminated normally, but N process returned a non-zero exit code...", "mpirun detected
+//           that one or more processes exited with non-zero status..."): exit banners.
 //   srun    --label: "  3: text" (padded to the width of the largest rank); report: "srun: error: H: task R: Exited
 //           with exit code C" / "srun: error: H: tasks R-S: Killed" (a signal's strsignal() text).
 // The per-node backend has no process manager: each worker's pipes are its rank's own lines
@@ -14,6 +16,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "launcher/launch_options.h"
 
@@ -46,6 +49,12 @@ class OutputDialect {
   virtual bool SplitRankLine(const std::string& line, int* rank, bool* is_stderr, std::string* text) const = 0;
   // One of the process manager's own lines: updates `report` with what it says about a failure.
   virtual void ParseReportLine(const std::string& line, ManagerReport* report) const = 0;
+  // The line that opens and closes the manager's framed messages (mpirun: a line of dashes); false when it has none.
+  virtual bool IsFrameLine(const std::string& /*line*/) const { return false; }
+  // A framed message (its lines, frames included) that only restates how ranks exited, e.g. mpirun's "Primary job
+  // terminated normally, but 1 process returned a non-zero exit code": the launcher's own report says the same, so
+  // the router holds it back, and shows it only for a failure (OutputRouter::ReleaseHeldBanners).
+  virtual bool IsExitBanner(const std::vector<std::string>& /*message*/) const { return false; }
 };
 
 // The dialect of `backend`: srun's for kSrun, else mpirun's.

@@ -77,6 +77,8 @@ void OutputRouter::Finish() {
     }
     rank_partial_[s].clear();
   }
+  PrintLines(message_);  // a framed message that never closed
+  message_.clear();
   for (auto& kv : files_) {
     if (kv.second != nullptr) std::fflush(kv.second);
   }
@@ -141,8 +143,30 @@ void OutputRouter::HandleManagerLine(const std::string& line) {
   if (!opts_.log_dir.empty()) {
     if (FILE* f = LogFile("launcher.log")) std::fprintf(f, "%s\n", line.c_str());
   }
-  std::fprintf(opts_.err, "%s\n", line.c_str());
+  const bool frame = dialect_->IsFrameLine(line);
+  if (message_.empty() && !frame) {
+    std::fprintf(opts_.err, "%s\n", line.c_str());
+    std::fflush(opts_.err);
+    return;
+  }
+  message_.push_back(line);
+  if (!frame || message_.size() == 1) return;  // the message goes on, or has just opened
+  if (dialect_->IsExitBanner(message_)) {
+    held_.insert(held_.end(), message_.begin(), message_.end());
+  } else {
+    PrintLines(message_);
+  }
+  message_.clear();
+}
+
+void OutputRouter::PrintLines(const std::vector<std::string>& lines) {
+  for (const std::string& l : lines) std::fprintf(opts_.err, "%s\n", l.c_str());
   std::fflush(opts_.err);
+}
+
+void OutputRouter::ReleaseHeldBanners(bool show) {
+  if (show) PrintLines(held_);
+  held_.clear();
 }
 
 bool OutputRouter::ParseRankExecLine(int rank, const std::string& text) {

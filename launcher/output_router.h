@@ -3,8 +3,10 @@
 // the failure report that names the root-cause rank.
 //
 // Per-line rank: mpirun runs with --tag-output ("[1,3]<stderr>:text"), srun with --label ("3: text").
-// Untagged lines are the process manager's own; they go to the console's stderr and are scanned
-// for its failure report (the first report wins: it names the first failing process):
+// Untagged lines are the process manager's own; they go to the console's stderr (a framed message as a whole,
+// when it closes; an exit banner, which only restates exit codes, is held back until the attempt's outcome is known:
+// ReleaseHeldBanners) and are scanned for its failure report (the first report wins: it names the first failing
+// process):
 //   mpirun (Open MPI 4.x help-orterun.txt; stable since 1.x):
 //     "The first process to do so was:" / "Process name: [[J,1],R]" / "Exit code: C"
 //     "mpirun noticed that process rank R with PID P on node H exited on signal S (Name)."
@@ -68,8 +70,12 @@ class OutputRouter {
   // Feeds bytes read from one rank's own stdout or stderr pipe (per-node start: no process manager tags the
   // lines); the lines are that rank's, handled as tagged lines are.
   void FeedRank(int rank, bool from_stderr, const char* data, size_t size);
-  // End of both streams: handles trailing partial lines and flushes files.
+  // End of both streams: handles trailing partial lines (and prints a framed message left open) and flushes files.
   void Finish();
+  // The exit banners held back (OutputDialect::IsExitBanner) go to the console's stderr when `show`, else nowhere
+  // (they are in DIR/launcher.log either way). The launcher shows them for a failure, not for exit 0, 2 (bad input,
+  // already explained) or 75 (preempted), nor after a stop signal.
+  void ReleaseHeldBanners(bool show);
 
   // A failure report (or an abort banner) has been seen: the job is being torn down.
   bool failure_seen() const { return report_.failure_seen; }
@@ -95,6 +101,7 @@ class OutputRouter {
   void HandleRankLine(int rank, bool is_stderr, const std::string& text);
   void HandleManagerLine(const std::string& line);
   bool ParseRankExecLine(int rank, const std::string& text);  // true: a rank-exec end line, recorded
+  void PrintLines(const std::vector<std::string>& lines);     // to the console's stderr
   FILE* LogFile(const std::string& name);
 
   Options opts_;
@@ -110,6 +117,8 @@ class OutputRouter {
   bool daemons_failed_ = false;
   std::vector<int> notice_ranks_;
   std::vector<std::string> lost_daemon_hosts_;
+  std::vector<std::string> message_;  // the framed message being read (frame lines included); empty: none open
+  std::vector<std::string> held_;     // exit banners held back, in order
   std::string log_error_;
 };
 

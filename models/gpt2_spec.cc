@@ -13,10 +13,22 @@
 namespace dtrain::models {
 namespace {
 
+// The embedding holds a row per token id: padded_vocab_size below vocab_size (a vocabulary raised for another
+// tokenizer, the padding left at GPT-2's 50304) is refused naming both keys and the value to set.
+Status CheckPadding(const proto::Gpt2Config& g) {
+  if (g.padded_vocab_size() >= g.vocab_size()) return Status::OK();
+  const int64_t rounded = (g.vocab_size() + 127) / 128 * 128;
+  return Status::InvalidArgument("model.gpt2.padded_vocab_size " + std::to_string(g.padded_vocab_size()) +
+                                 " is below model.gpt2.vocab_size " + std::to_string(g.vocab_size()) +
+                                 " (the embedding needs a row per token id): set it to " + std::to_string(rounded) +
+                                 ", the vocabulary rounded up to a multiple of 128");
+}
+
 // Every size in range and the parameter count within kMaxModelParams, each error naming its key.
 Status CheckSizes(const proto::Gpt2Config& g) {
   DT_RETURN_IF_ERROR(CheckModelSize("model.gpt2.vocab_size", g.vocab_size(), 2));
   DT_RETURN_IF_ERROR(CheckModelSize("model.gpt2.padded_vocab_size", g.padded_vocab_size(), 2));
+  DT_RETURN_IF_ERROR(CheckPadding(g));
   DT_RETURN_IF_ERROR(CheckModelSize("model.gpt2.max_seq_len", g.max_seq_len(), 1));
   DT_RETURN_IF_ERROR(CheckModelSize("model.gpt2.n_embd", g.n_embd(), 1));
   int64_t params = 0;  // embeddings, then per layer 12 n_embd^2 + 13 n_embd (attention, MLP, layer norms)
@@ -66,6 +78,7 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
 
 Status CheckData(const proto::Config& config, const std::string& what, const proto::DatasetSchema& s) {
   const proto::Gpt2Config& g = config.model().gpt2();
+  DT_RETURN_IF_ERROR(CheckPadding(g));  // what the workers would fail on at build time, found before they start
   return CheckTokenData("gpt2", what, s, g.vocab_size(), g.max_seq_len());
 }
 

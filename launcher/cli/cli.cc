@@ -18,6 +18,7 @@
 #include "launcher/exit_codes.h"
 #include "launcher/launch.h"
 #include "launcher/rank_exec.h"
+#include "runtime/config/config.h"
 
 namespace dtrain::launcher {
 namespace {
@@ -113,7 +114,7 @@ int Main(int argc, char** argv) {
     const Status show = ShowConfig(a.config, &yaml);
     return show.ok() ? PrintText(yaml) : Report(show);
   }
-  if (completion_bash->parsed()) return PrintText(BashCompletionScript(&root));
+  if (completion_bash->parsed()) return PrintText(BashCompletionScript(&root, runtime::ConfigKeys()));
   std::fputs(usage.c_str(), stderr);  // not reached: ParseWithCli requires a command
   return kExitUsage;
 }

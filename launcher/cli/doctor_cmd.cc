@@ -127,7 +127,10 @@ Status RunDoctor() {
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    Line("GPUs", std::string("none: ") + cudaGetErrorString(e) + " — dtrain will train on the CPU");
+    // Without a driver the runtime answers cudaErrorInsufficientDriver ("CUDA driver version is insufficient"),
+    // which reads as "upgrade the driver" when there is none to upgrade: say what the driver line says.
+    const std::string why = driver == 0 ? "no NVIDIA driver loaded" : cudaGetErrorString(e);
+    Line("GPUs", "none: " + why + " — dtrain will train on the CPU");
     n = 0;
   } else {
     Line("GPUs", std::to_string(n) + " visible");

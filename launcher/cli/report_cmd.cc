@@ -84,12 +84,14 @@ void ClampUnbelievable(runtime::RunSummary* s, std::string* note) {
 CLI::App* AddReportCommand(CLI::App* parent, ReportArgs* out) {
   *out = ReportArgs();
   CLI::App* app = parent->add_subcommand(
-      "report", "run summary: wall time, GPU-hours, cost, preemptions, restarts, steps recomputed");
+      "report",
+      "run summary: wall time, GPU-hours (rank-hours for a CPU run), cost, preemptions, restarts, steps recomputed");
   app->footer(kReportFooter);
   app->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app->add_option("RUN_DIR", out->run_dir, "a run directory, or its metrics.jsonl");
-  app->add_option("--price", out->price,
-                  "price of one GPU-hour (default: run.price_per_gpu_hour of RUN_DIR/config.yaml)")
+  app->add_option(
+         "--price", out->price,
+         "price of one GPU-hour, or rank-hour for a CPU run (default: run.price_per_gpu_hour of RUN_DIR/config.yaml)")
       ->type_name("P")
       ->check(CheckPrice);
   app->add_option("--price-spot", out->price_spot, "elastic runs: spot price of one rank-hour (cost per 1M samples)")

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string_view>
@@ -625,6 +626,23 @@ Status ConfigDiffYaml(const dtrain::proto::Config& c, std::string* out) {
   out->clear();
   Render(c, &defaults, 0, out);
   return Status::OK();
+}
+
+std::vector<std::string> ConfigKeys() {
+  std::vector<std::string> keys;
+  const std::function<void(const pb::Descriptor*, const std::string&)> walk = [&](const pb::Descriptor* d,
+                                                                                  const std::string& prefix) {
+    for (int i = 0; i < d->field_count(); ++i) {
+      const FD* f = d->field(i);
+      if (f->type() == FD::TYPE_MESSAGE && !f->is_repeated()) {
+        walk(f->message_type(), prefix + f->name() + ".");
+      } else {
+        keys.push_back(prefix + f->name());
+      }
+    }
+  };
+  walk(dtrain::proto::Config::descriptor(), "");
+  return keys;
 }
 
 }  // namespace dtrain::runtime

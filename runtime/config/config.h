@@ -54,4 +54,8 @@ std::string ConfigToYaml(const dtrain::proto::Config& c);
 // schema default does not parse.
 Status ConfigDiffYaml(const dtrain::proto::Config& c, std::string* out);
 
+// Every key of the schema as `--set` takes it ("optim.lr", "model.mlp.hidden"): each scalar or repeated-scalar field,
+// in schema order; renamed (old) keys are not listed. Shell completion offers them (launcher/cli/completion.h).
+std::vector<std::string> ConfigKeys();
+
 }  // namespace dtrain::runtime

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 namespace dtrain::runtime {
 namespace {
@@ -11,10 +12,34 @@ int Percent(double ms, double step_ms) { return static_cast<int>(std::lround(100
 struct Rule {
   const char* verdict;  // "input-bound"
   const char* what;     // "data wait"
-  const char* advice;   // "raise data.workers or data.prefetch"
+  std::string advice;   // "raise data.workers (4) or data.prefetch (4)"
   double ms;
   double threshold;
 };
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+std::string CommAdvice(const TuningSettings& s) {
+  return "raise dist.bucket_mb (" + Num(s.bucket_mb) + ")" + (s.bf16_compress ? "" : ", set dist.bf16_compress") +
+         ", or do more work per step (data.batch_size " + std::to_string(s.batch_size) + ", train.grad_accum_steps " +
+         std::to_string(s.grad_accum_steps) + ")";
+}
+
+std::string CheckpointAdvice(const TuningSettings& s) {
+  const std::string every = "checkpoint.every_steps (" + std::to_string(s.checkpoint_every_steps) + ")";
+  return s.checkpoint_async ? "raise " + every + " (checkpoint.async is on: the stall is the snapshot)"
+                            : "set checkpoint.async or raise " + every;
+}
+
+std::string OptimizerAdvice(const TuningSettings& s) {
+  const std::string accum = "train.grad_accum_steps (" + std::to_string(s.grad_accum_steps) + ")";
+  return s.zero1 ? "raise " + accum + " (dist.zero1 already shards the update)"
+                 : "set dist.zero1 to shard the update, or raise " + accum;
+}
 
 }  // namespace
 
@@ -32,18 +57,16 @@ std::string FormatStepBreakdown(const StepPhases& p) {
   return buf;
 }
 
-std::string StepVerdict(const StepPhases& p) {
+std::string StepVerdict(const StepPhases& p, const TuningSettings& s) {
   if (p.step_ms <= 0) return "";
   const Rule rules[] = {
-      {"input-bound", "data wait", "raise data.workers or data.prefetch", p.data_ms, kInputBoundShare},
-      {"communication-bound", "exposed all-reduce",
-       "raise dist.bucket_mb, set dist.bf16_compress, or do more work per step (data.batch_size, "
-       "train.grad_accum_steps)",
-       p.comm_exposed_ms, kCommBoundShare},
-      {"checkpoint-bound", "checkpoint stall", "set checkpoint.async or raise checkpoint.every_steps", p.ckpt_stall_ms,
-       kCheckpointBoundShare},
-      {"optimizer-bound", "optimizer", "set dist.zero1 to shard the update, or raise train.grad_accum_steps",
-       p.optim_ms, kOptimizerBoundShare},
+      {"input-bound", "data wait",
+       "raise data.workers (" + std::to_string(s.data_workers) + ") or data.prefetch (" +
+           std::to_string(s.data_prefetch) + ")",
+       p.data_ms, kInputBoundShare},
+      {"communication-bound", "exposed all-reduce", CommAdvice(s), p.comm_exposed_ms, kCommBoundShare},
+      {"checkpoint-bound", "checkpoint stall", CheckpointAdvice(s), p.ckpt_stall_ms, kCheckpointBoundShare},
+      {"optimizer-bound", "optimizer", OptimizerAdvice(s), p.optim_ms, kOptimizerBoundShare},
       {"host-bound", "time outside the measured phases",
        "record a trace (run.trace_steps) to see where the host spends it", p.other_ms(), kHostBoundShare},
   };
@@ -53,9 +76,9 @@ std::string StepVerdict(const StepPhases& p) {
   }
   char buf[320];
   if (worst != nullptr) {
-    std::snprintf(buf, sizeof(buf), "%s: %s %d%% of the step; %s", worst->verdict, worst->what,
-                  Percent(worst->ms, p.step_ms), worst->advice);
-    return buf;
+    std::snprintf(buf, sizeof(buf), "%s: %s %d%% of the step; ", worst->verdict, worst->what,
+                  Percent(worst->ms, p.step_ms));
+    return buf + worst->advice;
   }
   if (p.fwd_bwd_ms >= kComputeBoundShare * p.step_ms) {
     std::snprintf(buf, sizeof(buf), "compute-bound: forward+backward %d%% of the step (the healthy case)",

@@ -51,10 +51,25 @@ constexpr double kComputeBoundShare = 0.60;
 // "" when step_ms <= 0.
 std::string FormatStepBreakdown(const StepPhases& p);
 
+// The settings a verdict's advice names, as the run has them: the advice quotes their values and never suggests
+// turning on what is on already (a communication-bound run with dist.bf16_compress set is told to raise
+// dist.bucket_mb or do more work per step, not to set bf16_compress).
+struct TuningSettings {
+  int64_t data_workers = 4;
+  int64_t data_prefetch = 4;
+  int64_t batch_size = 0;
+  int64_t grad_accum_steps = 1;
+  double bucket_mb = 25;
+  bool bf16_compress = false;
+  bool zero1 = false;
+  bool checkpoint_async = true;
+  int64_t checkpoint_every_steps = 500;
+};
+
 // The verdict (see the file comment), e.g.
-//   "input-bound: data wait 38% of the step; raise data.workers or data.prefetch"
+//   "input-bound: data wait 38% of the step; raise data.workers (4) or data.prefetch (4)"
 // "" when no rule fires or step_ms <= 0.
-std::string StepVerdict(const StepPhases& p);
+std::string StepVerdict(const StepPhases& p, const TuningSettings& s);
 
 // Mean phase times over the steps since the last Reset (the progress line's window).
 class StepTimeWindow {

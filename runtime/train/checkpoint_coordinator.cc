@@ -46,6 +46,15 @@ bool IsStepNumber(const std::string& s) {
 
 }  // namespace
 
+void LogLockTakeover(const comm::DistEnv& env, const std::string& note) {
+  if (note.empty()) return;
+  if ((env.launched && env.restart_count > 0) || (env.slurm_job && env.requeue_count > 0)) {
+    DT_LOG_INFO(kRuntime, "{} (the attempt before this restart: {})", note, RestartCounts(env));
+  } else {
+    DT_LOG_WARN(kRuntime, "{}", note);
+  }
+}
+
 CheckpointCoordinator::CheckpointCoordinator(const CheckpointParts& parts)
     : parts_(parts), rank_(parts.env->rank), world_(parts.env->world_size) {}
 CheckpointCoordinator::~CheckpointCoordinator() = default;
@@ -92,7 +101,7 @@ Status CheckpointCoordinator::OpenStore() {
   if (probe.ok() && rank_ == 0 && scheme->traits.needs_owner) {
     std::string took_over;
     probe = StoreOwner::Acquire(&ckpt_->store(), {}, &store_owner_, &took_over);
-    if (probe.ok() && !took_over.empty()) DT_LOG_WARN(kRuntime, "{}", took_over);
+    if (probe.ok()) LogLockTakeover(*parts_.env, took_over);
   }
   // 0 passed, 1 failed, 2 failed on a configuration error (rejected credentials, a missing bucket): every rank then
   // fails with a configuration error too, so that no rank's exit invites `dtrain launch --max-restarts` to retry.

@@ -91,6 +91,11 @@ struct StepPoint {
   int64_t samples_seen = 0;  // global training samples so far
 };
 
+// Logs `note`, a lock of the run (run.dir's, or the checkpoint store's owner) taken over from a holder that ended
+// without releasing it: at info level after a restart by `dtrain launch` or a Slurm requeue (the holder was this
+// job's own attempt before, whose rank 0 was killed: planned), else as a warning. Nothing when `note` is "".
+void LogLockTakeover(const comm::DistEnv& env, const std::string& note);
+
 class CheckpointCoordinator {
  public:
   // *out is null (and *at a fresh start) when checkpoint.enabled is false. Errors: checkpoint.resume malformed or

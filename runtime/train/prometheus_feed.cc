@@ -156,6 +156,26 @@ std::vector<PromSample> PrometheusSamples(const PrometheusRunInfo& info, int64_t
   return out;
 }
 
+Status StartPrometheusEndpoint(const proto::RunConfig& run, std::unique_ptr<PrometheusExporter>* out) {
+  PrometheusOptions o;
+  o.addr = run.prometheus_addr();
+  o.port = static_cast<int>(run.prometheus_port());
+  Status st = PrometheusExporter::Start(o, out);
+  if (st.code() == Status::Code::kInvalidArgument)
+    return Status::InvalidArgument("run.prometheus_addr: " + st.message());
+  if (!st.ok()) {
+    return Status::InvalidArgument("run.prometheus_port: " + st.message() +
+                                   "; choose another run.prometheus_port, or 0 to turn the endpoint off");
+  }
+  return Status::OK();
+}
+
+Status CheckPrometheusEndpoint(const proto::RunConfig& run) {
+  if (run.prometheus_port() <= 0) return Status::OK();
+  std::unique_ptr<PrometheusExporter> probe;
+  return StartPrometheusEndpoint(run, &probe);  // closed again when `probe` goes
+}
+
 Status PrometheusFeed::Start(const proto::Config& cfg, PrometheusRunInfo info, std::unique_ptr<PrometheusFeed>* out) {
   out->reset();
   const auto& run = cfg.run();
@@ -171,16 +191,7 @@ Status PrometheusFeed::Start(const proto::Config& cfg, PrometheusRunInfo info, s
   RunSummary past;  // attempts so far (rank 0 reads it before this attempt's start record; other nodes if shared)
   if (LoadRunSummary(run.dir() + "/metrics.jsonl", &past).ok()) info.preemptions = past.preemptions;
   std::unique_ptr<PrometheusFeed> feed(new PrometheusFeed());  // private constructor
-  PrometheusOptions o;
-  o.addr = run.prometheus_addr();
-  o.port = static_cast<int>(run.prometheus_port());
-  Status st = PrometheusExporter::Start(o, &feed->exporter_);
-  if (st.code() == Status::Code::kInvalidArgument)
-    return Status::InvalidArgument("run.prometheus_addr: " + st.message());
-  if (!st.ok()) {
-    return Status::InvalidArgument("run.prometheus_port: " + st.message() +
-                                   "; choose another run.prometheus_port, or 0 to turn the endpoint off");
-  }
+  DT_RETURN_IF_ERROR(StartPrometheusEndpoint(run, &feed->exporter_));
   feed->step_ = info.start_step;
   feed->info_ = std::move(info);
   feed->Publish();

@@ -57,6 +57,13 @@ std::vector<PromSample> PrometheusSamples(const PrometheusRunInfo& info, int64_t
                                           const std::vector<ProgressMetric>& metrics, const std::vector<NodeGpu>& gpus,
                                           bool preemption_requested, int64_t last_ckpt_step, double last_ckpt_unix);
 
+// Starts the endpoint of `run` (run.prometheus_addr:run.prometheus_port), with PrometheusFeed::Start's errors.
+Status StartPrometheusEndpoint(const proto::RunConfig& run, std::unique_ptr<PrometheusExporter>* out);
+
+// With run.prometheus_port > 0: binds the endpoint on this machine and lets it go again, so that `dtrain launch`
+// finds a port in use before any rank starts (the error the node's local rank 0 would exit 2 with).
+Status CheckPrometheusEndpoint(const proto::RunConfig& run);
+
 class PrometheusFeed {
  public:
   // With run.prometheus_port > 0 on a node's local rank 0 (LOCAL_RANK/OMPI/Slurm variables; rank 0 of the job when

@@ -67,56 +67,11 @@ Status CheckShards(const proto::Config& cfg, const models::ModelSpec& spec, cons
   return Status::OK();
 }
 
-}  // namespace
-
-Status CheckRun(const proto::Config& cfg, int world_size, RunCheck* out) {
-  *out = RunCheck();
-  const models::ModelSpec* spec = nullptr;
-  DT_RETURN_IF_ERROR(FindModelSpec(cfg, &spec));
+// The run's length at `world_size` ranks (out->total_steps), from out->train_samples when the data check found
+// them, and the warmup beyond it (a warning).
+Status CheckRunLength(const proto::Config& cfg, int world_size, RunCheck* out) {
   const auto& d = cfg.data();
   const auto& t = cfg.train();
-  if (t.eval_every() > 0 && !t.eval()) {
-    return Status::InvalidArgument("train.eval_every " + std::to_string(t.eval_every()) +
-                                   " needs train.eval true (train.eval false turns every evaluation off)");
-  }
-  if (d.dataset() == "fashion_mnist") {
-    DT_RETURN_IF_ERROR(CheckFashionMnist(cfg, *spec, out));
-  } else if (d.dataset() == "shards") {
-    if (d.train_shards().empty()) return Status::InvalidArgument("data.dataset shards needs data.train_shards");
-    DT_RETURN_IF_ERROR(CheckShards(cfg, *spec, "data.train_shards", d.train_shards(), /*train=*/true, out));
-    if (t.eval() && !d.test_shards().empty()) {
-      DT_RETURN_IF_ERROR(CheckShards(cfg, *spec, "data.test_shards", d.test_shards(), /*train=*/false, out));
-    }
-  } else if (d.dataset() == "synthetic_tokens") {
-    models::TokenInput tokens;
-    DT_RETURN_IF_ERROR(SyntheticTokenInput(cfg, &tokens));
-    if (spec->check_data) {  // the model's own constraints, on the records synthetic_tokens makes
-      proto::DatasetSchema schema;
-      schema.set_kind(proto::DatasetSchema::TOKENS);
-      schema.set_vocab_size(tokens.vocab_size);
-      schema.add_dims(tokens.seq_len + 1);
-      DT_RETURN_IF_ERROR(spec->check_data(cfg, "data.dataset synthetic_tokens", schema));
-    }
-    if (t.max_steps() == 0)
-      return Status::InvalidArgument("data.dataset synthetic_tokens has no epochs: set train.max_steps");
-    for (const auto& [key, limit] : {std::pair<const char*, int64_t>{"data.limit_train", d.limit_train()},
-                                     std::pair<const char*, int64_t>{"data.limit_test", d.limit_test()}}) {
-      if (limit > 0) {
-        return Status::InvalidArgument(std::string(key) + " " + std::to_string(limit) +
-                                       ": data.dataset synthetic_tokens has no samples to limit (it runs "
-                                       "train.max_steps steps); set it to 0");
-      }
-    }
-    if (t.eval_every() > 0) {
-      return Status::InvalidArgument("train.eval_every " + std::to_string(t.eval_every()) +
-                                     ": data.dataset synthetic_tokens has no evaluation data; set it to 0");
-    }
-  }
-  if (t.eval_every() > 0 && d.dataset() == "shards" && d.test_shards().empty()) {
-    out->warnings.push_back("train.eval_every " + std::to_string(t.eval_every()) +
-                            " without data.test_shards: there is nothing to evaluate on");
-  }
-
   // The run's length, as the trainer counts it: whole optimizer steps per epoch (the remainder dropped).
   // Every product of config values is checked: an overflow is undefined behaviour, and a wrapped run length used
   // to end the run, exit 0, after one epoch.
@@ -154,6 +109,85 @@ Status CheckRun(const proto::Config& cfg, int world_size, RunCheck* out) {
                             std::to_string(out->total_steps) + " steps (the LR never reaches its decay)");
   }
   return Status::OK();
+}
+
+}  // namespace
+
+Status JoinProblems(const std::vector<Status>& problems) {
+  std::vector<const Status*> found;
+  for (const Status& st : problems) {
+    if (st.ok()) continue;
+    // Not bad input (a file that cannot be read, an internal error): that one alone, as it is.
+    const Status::Code c = st.code();
+    if (c != Status::Code::kInvalidArgument && c != Status::Code::kNotFound && c != Status::Code::kDataLoss) return st;
+    found.push_back(&st);
+  }
+  if (found.empty()) return Status::OK();
+  if (found.size() == 1) return *found[0];
+  std::string msg = std::to_string(found.size()) + " problems, each of which stops the run:";
+  for (const Status* st : found) msg += "\n  - " + st->message();
+  return Status::InvalidArgument(msg);
+}
+
+Status CheckRun(const proto::Config& cfg, int world_size, RunCheck* out) {
+  *out = RunCheck();
+  std::vector<Status> problems;  // every one found, so that one check lists them all
+  const models::ModelSpec* spec = nullptr;
+  problems.push_back(FindModelSpec(cfg, &spec));
+  models::ModelSpec any_data;  // an unknown model kind: its data checks are left out
+  const models::ModelSpec& model = spec != nullptr ? *spec : any_data;
+  const auto& d = cfg.data();
+  const auto& t = cfg.train();
+  if (t.eval_every() > 0 && !t.eval()) {
+    problems.push_back(Status::InvalidArgument("train.eval_every " + std::to_string(t.eval_every()) +
+                                               " needs train.eval true (train.eval false turns every evaluation off)"));
+  }
+  if (d.dataset() == "fashion_mnist") {
+    problems.push_back(CheckFashionMnist(cfg, model, out));
+  } else if (d.dataset() == "shards") {
+    if (d.train_shards().empty()) {
+      problems.push_back(Status::InvalidArgument("data.dataset shards needs data.train_shards"));
+    } else {
+      problems.push_back(CheckShards(cfg, model, "data.train_shards", d.train_shards(), /*train=*/true, out));
+    }
+    if (t.eval() && !d.test_shards().empty()) {
+      problems.push_back(CheckShards(cfg, model, "data.test_shards", d.test_shards(), /*train=*/false, out));
+    }
+  } else if (d.dataset() == "synthetic_tokens") {
+    models::TokenInput tokens;
+    const Status token_model = spec != nullptr ? SyntheticTokenInput(cfg, &tokens) : Status::OK();
+    problems.push_back(token_model);
+    if (spec != nullptr && token_model.ok() && spec->check_data) {
+      // the model's own constraints, on the records synthetic_tokens makes
+      proto::DatasetSchema schema;
+      schema.set_kind(proto::DatasetSchema::TOKENS);
+      schema.set_vocab_size(tokens.vocab_size);
+      schema.add_dims(tokens.seq_len + 1);
+      problems.push_back(spec->check_data(cfg, "data.dataset synthetic_tokens", schema));
+    }
+    if (t.max_steps() == 0) {
+      problems.push_back(Status::InvalidArgument("data.dataset synthetic_tokens has no epochs: set train.max_steps"));
+    }
+    for (const auto& [key, limit] : {std::pair<const char*, int64_t>{"data.limit_train", d.limit_train()},
+                                     std::pair<const char*, int64_t>{"data.limit_test", d.limit_test()}}) {
+      if (limit > 0) {
+        problems.push_back(Status::InvalidArgument(std::string(key) + " " + std::to_string(limit) +
+                                                   ": data.dataset synthetic_tokens has no samples to limit (it runs "
+                                                   "train.max_steps steps); set it to 0"));
+      }
+    }
+    if (t.eval_every() > 0) {
+      problems.push_back(
+          Status::InvalidArgument("train.eval_every " + std::to_string(t.eval_every()) +
+                                  ": data.dataset synthetic_tokens has no evaluation data; set it to 0"));
+    }
+  }
+  if (t.eval_every() > 0 && d.dataset() == "shards" && d.test_shards().empty()) {
+    out->warnings.push_back("train.eval_every " + std::to_string(t.eval_every()) +
+                            " without data.test_shards: there is nothing to evaluate on");
+  }
+  problems.push_back(CheckRunLength(cfg, world_size, out));
+  return JoinProblems(problems);
 }
 
 }  // namespace dtrain::runtime

@@ -14,7 +14,8 @@
 //   synthetic_tokens: a token model (ModelSpec::tokens) and train.max_steps set;
 // and the schedule: the run's optimizer steps at `world_size` ranks, and warmup_steps beyond them (a warning:
 // LrSchedule clips the warmup to the run). Errors are InvalidArgument / NotFound / DataLoss naming the key or
-// file. Thread-safe; reads files only.
+// file; every problem found is reported at once (JoinProblems), so a run with three mistakes is not fixed in three
+// tries. Thread-safe; reads files only.
 
 #include <string>
 #include <vector>
@@ -31,5 +32,11 @@ struct RunCheck {
 };
 
 Status CheckRun(const proto::Config& cfg, int world_size, RunCheck* out);
+
+// The problems of a check as one Status: OK when all are OK; the one that is not; with several bad-input ones
+// (InvalidArgument, NotFound, DataLoss), InvalidArgument "N problems, each of which stops the run:" and each message
+// on a line of its own ("\n  - ..."). Any other failure (an IoError: a file that could not be read) is returned
+// alone, as it is.
+Status JoinProblems(const std::vector<Status>& problems);
 
 }  // namespace dtrain::runtime

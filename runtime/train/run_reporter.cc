@@ -18,6 +18,21 @@ namespace {
 // Data wait above this share of the step time gets a warning (the GPU should never wait for input).
 constexpr double kDataWaitWarnShare = 0.05;
 
+// The settings the step-time verdict's advice names (runtime/observe/step_breakdown.h), as this run has them.
+TuningSettings TuningOf(const proto::Config& c) {
+  TuningSettings t;
+  t.data_workers = c.data().workers();
+  t.data_prefetch = c.data().prefetch();
+  t.batch_size = c.data().batch_size();
+  t.grad_accum_steps = c.train().grad_accum_steps();
+  t.bucket_mb = c.dist().bucket_mb();
+  t.bf16_compress = c.dist().bf16_compress();
+  t.zero1 = c.dist().zero1();
+  t.checkpoint_async = c.checkpoint().async();
+  t.checkpoint_every_steps = c.checkpoint().every_steps();
+  return t;
+}
+
 }  // namespace
 
 RunReporter::RunReporter(const proto::Config& cfg, const ReporterIdentity& id) : cfg_(cfg), id_(id), rank_(id.rank) {}
@@ -107,7 +122,7 @@ Status RunReporter::ReportInterval(const IntervalRecord& r) {
                 p.data_ms, 100.0 * p.data_ms / p.step_ms, cfg_.data().workers(), cfg_.data().prefetch());
   }
   data_warned_ = data_behind;
-  const std::string verdict = StepVerdict(p);
+  const std::string verdict = StepVerdict(p, TuningOf(cfg_));
   const std::string verdict_kind = verdict.substr(0, verdict.find(':'));  // "communication-bound", ...
   if (!verdict.empty() && verdict.rfind("compute-bound", 0) != 0 && verdict_kind != last_verdict_) {
     DT_LOG_WARN(kRuntime, "step time: {}", verdict);

@@ -172,7 +172,7 @@ Status Trainer::Setup() {
   if (rank_ == 0) {  // one job per run.dir, held until the trainer goes (runtime/checkpoint/run_lock.h)
     std::string took_over;
     DT_RETURN_IF_ERROR(RunLock::Acquire(cfg_.run().dir(), &run_lock_, &took_over));
-    if (!took_over.empty()) DT_LOG_WARN(kRuntime, "{}", took_over);
+    LogLockTakeover(env_, took_over);
   }
   DT_RETURN_IF_ERROR(MakeDataSource(cfg_, ctx_, env_, &data_));
   const int64_t accum = cfg_.train().grad_accum_steps();

@@ -56,6 +56,15 @@ TEST_F(CompletionE2E, SubcommandsAndFlagsComeFromTheParser) {
   EXPECT_EQ(Complete("dtrain launch conf"), "\n");
 }
 
+TEST_F(CompletionE2E, SetCompletesConfigKeysFromTheSchema) {
+  EXPECT_EQ(Complete("dtrain train x.yaml --set optim.l"), "optim.lr=\n");
+  EXPECT_EQ(Complete("dtrain launch x.yaml --set dist.z"), "dist.zero1=\n");
+  EXPECT_EQ(Complete("dtrain config show x.yaml --set model.mlp.h"), "model.mlp.hidden=\n");
+  EXPECT_EQ(Complete("dtrain train x.yaml --set = run.prometheus_"), "run.prometheus_port= run.prometheus_addr=\n");
+  // After the key, the value is the user's: bash's default.
+  EXPECT_EQ(Complete("dtrain train x.yaml --set optim.lr = 3"), "\n");
+}
+
 TEST_F(CompletionE2E, RegistersTheFunctionForDtrain) {
   const std::string script = dir_.path() + "/registered.sh";
   WriteFile(script, "source " + dir_.path() + "/dtrain.bash\ncomplete -p dtrain\n");

@@ -1,8 +1,12 @@
 // `dtrain launch` checks the whole run before any rank starts (runtime/train/run_check.h): a bad config,
-// data that does not fit the model, or a schedule longer than the run is one message from the launcher
-// (exit 2), printed once, with no mpirun started — also with --dry-run.
+// data that does not fit the model, a schedule longer than the run, or a Prometheus port in use is one message from
+// the launcher (exit 2, every problem listed), printed once, with no mpirun started — also with --dry-run.
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <string>
@@ -66,6 +70,43 @@ TEST(LaunchCheckE2E, DataThatDoesNotFitTheModelIsRejected) {
 // build time instead.
 TEST(LaunchCheckE2E, ModelConstraintsAreCheckedOnSyntheticTokens) {
   ExpectRejected(kLlamaTiny, "--set model.llama.n_kv_head=3", "must be a multiple of model.llama.n_kv_head 3");
+}
+
+// Was: one problem per try (fix it, start again, meet the next).
+TEST(LaunchCheckE2E, EveryProblemIsListedAtOnce) {
+  DT_SKIP_WITHOUT_FASHION_MNIST();
+  ExpectRejected(kMlp,
+                 "--set model.mlp.input_dim=100 --set train.eval=false --set train.eval_every=5 "
+                 "--set data.batch_size=40000",
+                 "3 problems, each of which stops the run:\n  - ");
+  TempDir dir;
+  const ProcessResult r = RunCommand(DtrainBin() + " launch --nproc-per-node 2 " + kMlp +
+                                     " --set model.mlp.input_dim=100 --set train.eval=false --set train.eval_every=5"
+                                     " --set data.batch_size=40000 --set train.device=cpu");
+  for (const char* each : {"\n  - train.eval_every 5 needs train.eval true", "\n  - data.dataset fashion_mnist",
+                           "model.mlp.input_dim 100", "\n  - data.batch_size x train.grad_accum_steps x 2 ranks"}) {
+    EXPECT_EQ(Count(r.output, each), 1) << each << "\n" << r.output;
+  }
+}
+
+// What the workers used to fail on after the start, each with exit 2 inside mpirun's banner: a Prometheus port in
+// use (rank 0's endpoint), GPT-2's padded vocabulary below the vocabulary (the embedding's build).
+TEST(LaunchCheckE2E, APrometheusPortInUseAndAPaddingBelowTheVocabularyAreFoundBeforeTheStart) {
+  const int holder = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(holder, 1), 0);
+  ASSERT_EQ(getsockname(holder, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  ExpectRejected(kGpt2Tiny, "--set run.prometheus_port=" + port,
+                 "run.prometheus_port: cannot serve metrics on 127.0.0.1:" + port + ": Address already in use");
+  close(holder);
+  ExpectRejected(kGpt2Tiny, "--set model.gpt2.vocab_size=100",
+                 "model.gpt2.padded_vocab_size 64 is below model.gpt2.vocab_size 100 (the embedding needs a row per "
+                 "token id): set it to 128");
 }
 
 TEST(LaunchCheckE2E, DryRunChecksTooAndWarmupLongerThanTheRunIsClippedWithOneWarning) {

@@ -98,8 +98,50 @@ TEST(OutputRouterTest, ParsesMpirunExitCodeReportAndKeepsTail) {
   EXPECT_EQ(tail.front(), "line 3");
   EXPECT_EQ(tail.back(), "line 12");
   EXPECT_TRUE(r.Tail(7).empty());
-  // The process manager's own lines reach the console's stderr.
-  EXPECT_NE(ReadAll(cap.err).find("Process name: [[29367,1],1]"), std::string::npos);
+  // The exit banners are held back until the launcher knows the outcome; for a failure they reach the console's
+  // stderr.
+  EXPECT_EQ(ReadAll(cap.err), "");
+  r.ReleaseHeldBanners(true);
+  EXPECT_EQ(ReadAll(cap.err), kMpirunExitReport);
+}
+
+// Was: "Primary job terminated normally, but 1 process returned a non-zero exit code" after every rank exited 2
+// (bad input, already explained) or 75 (a checkpoint before a preemption). Now only the manager's other messages
+// reach the console; the log file keeps everything.
+TEST(OutputRouterTest, ExitBannersAreDroppedForACleanOutcome) {
+  char dir[] = "/tmp/dtrain_router_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  Capture cap;
+  auto opts = cap.Opts(Backend::kMpirun);
+  opts.log_dir = dir;
+  OutputRouter r(opts);
+  const std::string other =
+      "--------------------------------------------------------------------------\n"
+      "WARNING: There was an error initializing an OpenFabrics device.\n"
+      "--------------------------------------------------------------------------\n";
+  FeedText(&r, true, other);
+  FeedText(&r, true, "mpirun: a line of its own\n");
+  FeedText(&r, true, kMpirunExitReport);
+  r.Finish();
+  EXPECT_EQ(r.root_cause().exit_code, 3);  // still read
+  r.ReleaseHeldBanners(false);
+  EXPECT_EQ(ReadAll(cap.err), other + "mpirun: a line of its own\n");
+  std::ifstream f(std::string(dir) + "/launcher.log");
+  std::stringstream all;
+  all << f.rdbuf();
+  EXPECT_NE(all.str().find("Primary job  terminated normally"), std::string::npos);
+  unlink((std::string(dir) + "/launcher.log").c_str());
+  rmdir(dir);
+}
+
+TEST(OutputRouterTest, AFramedMessageLeftOpenIsPrintedAtTheEnd) {
+  Capture cap;
+  OutputRouter r(cap.Opts(Backend::kMpirun));
+  FeedText(&r, true, "--------------------------------------------------------------------------\nmpirun was killed\n");
+  EXPECT_EQ(ReadAll(cap.err), "");
+  r.Finish();
+  EXPECT_EQ(ReadAll(cap.err),
+            "--------------------------------------------------------------------------\nmpirun was killed\n");
 }
 
 // Open MPI 4.1 sometimes prints only the first banner of kMpirunExitReport: then the first

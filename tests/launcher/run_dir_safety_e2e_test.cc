@@ -85,9 +85,30 @@ TEST(RunDirLockE2E, SecondConcurrentLaunchExits2NamingTheHolderAndADeadHolderIsT
   // Job C takes the lock over and says whose it was.
   ProcessResult c = RunCommand(job + " --set train.max_steps=25");
   ASSERT_EQ(c.exit_code, 0) << c.output;
-  EXPECT_NE(c.output.find("took over the lock " + run + "/.dtrain.lock"), std::string::npos) << c.output;
+  const auto took = Lines(c.output, "took over the lock " + run + "/.dtrain.lock");
+  ASSERT_EQ(took.size(), 1u) << c.output;
+  EXPECT_NE(took[0].find(" runtime W "), std::string::npos) << took[0];  // another job's lock: a warning
   EXPECT_NE(c.output.find("pid=" + pid + " "), std::string::npos) << c.output;
   EXPECT_EQ(ReadFile(run + "/.dtrain.lock"), "");  // released cleanly at the end
+}
+
+// Was: a restart by --max-restarts after rank 0 was killed warned twice that it "took over the lock ... of a job that
+// ended without releasing it" (run.dir's and the checkpoint store's), of its own job's attempt before. Now one info
+// line each, naming the restart.
+TEST(RunDirLockE2E, ARestartTakesOverItsOwnAttemptsLocksWithoutAWarning) {
+  DT_SKIP_WITHOUT_FASHION_MNIST();
+  TempDir dir;
+  const std::string run = dir.path() + "/run";
+  ProcessResult r = RunCommand("DTRAIN_FAULT=rank=0,step=3,action=kill,attempt=0 " + DtrainBin() +
+                               " launch --nproc-per-node 2 --max-restarts 1 " + kCiConfig + kCommon +
+                               " --set train.max_steps=6 --set checkpoint.every_steps=2 --set run.dir=" + run);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto took = Lines(r.output, "took over the lock");
+  ASSERT_EQ(took.size(), 2u) << r.output;  // .dtrain.lock and checkpoints/.dtrain-owner
+  for (const auto& line : took) {
+    EXPECT_NE(line.find(" runtime I "), std::string::npos) << line;
+    EXPECT_NE(line.find("(the attempt before this restart: DTRAIN_RESTART_COUNT=1)"), std::string::npos) << line;
+  }
 }
 
 TEST(CheckpointSafetyE2E, ResumeNeverRefusesExistingCheckpointsAndOverwriteMovesThemAside) {

@@ -31,37 +31,67 @@ TEST(StepBreakdownTest, FormatsShares) {
   EXPECT_EQ(FormatStepBreakdown(StepPhases()), "");
 }
 
+// The schema's defaults, with the fashion_mnist_mlp batch.
+TuningSettings Defaults() {
+  TuningSettings s;
+  s.batch_size = 64;
+  return s;
+}
+
 TEST(StepBreakdownTest, EachRuleAtItsThreshold) {
-  EXPECT_EQ(StepVerdict(Step(38, 45, 8, 5, 0)),
-            "input-bound: data wait 38% of the step; raise data.workers or data.prefetch");
-  EXPECT_EQ(StepVerdict(Step(20, 70, 0, 5, 0)),  // exactly 20%
-            "input-bound: data wait 20% of the step; raise data.workers or data.prefetch");
-  EXPECT_EQ(StepVerdict(Step(5, 60, 30, 5, 0)),
-            "communication-bound: exposed all-reduce 30% of the step; raise dist.bucket_mb, set "
-            "dist.bf16_compress, or do more work per step (data.batch_size, train.grad_accum_steps)");
-  EXPECT_EQ(StepVerdict(Step(5, 70, 5, 5, 12)),
-            "checkpoint-bound: checkpoint stall 12% of the step; set checkpoint.async or raise "
-            "checkpoint.every_steps");
-  EXPECT_EQ(StepVerdict(Step(5, 60, 5, 26, 0)),
+  const TuningSettings s = Defaults();
+  EXPECT_EQ(StepVerdict(Step(38, 45, 8, 5, 0), s),
+            "input-bound: data wait 38% of the step; raise data.workers (4) or data.prefetch (4)");
+  EXPECT_EQ(StepVerdict(Step(20, 70, 0, 5, 0), s),  // exactly 20%
+            "input-bound: data wait 20% of the step; raise data.workers (4) or data.prefetch (4)");
+  EXPECT_EQ(StepVerdict(Step(5, 60, 30, 5, 0), s),
+            "communication-bound: exposed all-reduce 30% of the step; raise dist.bucket_mb (25), set "
+            "dist.bf16_compress, or do more work per step (data.batch_size 64, train.grad_accum_steps 1)");
+  EXPECT_EQ(StepVerdict(Step(5, 70, 5, 5, 12), s),
+            "checkpoint-bound: checkpoint stall 12% of the step; raise checkpoint.every_steps (500) "
+            "(checkpoint.async is on: the stall is the snapshot)");
+  EXPECT_EQ(StepVerdict(Step(5, 60, 5, 26, 0), s),
             "optimizer-bound: optimizer 26% of the step; set dist.zero1 to shard the update, or raise "
-            "train.grad_accum_steps");
-  EXPECT_EQ(StepVerdict(Step(5, 50, 5, 5, 0)),  // other = 35%
+            "train.grad_accum_steps (1)");
+  EXPECT_EQ(StepVerdict(Step(5, 50, 5, 5, 0), s),  // other = 35%
             "host-bound: time outside the measured phases 35% of the step; record a trace (run.trace_steps) to "
             "see where the host spends it");
-  EXPECT_EQ(StepVerdict(Step(5, 85, 5, 5, 0)), "compute-bound: forward+backward 85% of the step (the healthy case)");
+  EXPECT_EQ(StepVerdict(Step(5, 85, 5, 5, 0), s), "compute-bound: forward+backward 85% of the step (the healthy case)");
+}
+
+// Was: a communication-bound run with dist.bf16_compress on was told to set it; a checkpoint-bound one with async
+// saves to set checkpoint.async, one with dist.zero1 to set dist.zero1.
+TEST(StepBreakdownTest, AdviceReadsTheRunsSettings) {
+  TuningSettings s = Defaults();
+  s.bf16_compress = true;
+  s.bucket_mb = 100;
+  s.grad_accum_steps = 4;
+  s.checkpoint_async = false;
+  s.checkpoint_every_steps = 50;
+  s.zero1 = true;
+  EXPECT_EQ(StepVerdict(Step(5, 60, 30, 5, 0), s),
+            "communication-bound: exposed all-reduce 30% of the step; raise dist.bucket_mb (100), or do more work per "
+            "step (data.batch_size 64, train.grad_accum_steps 4)");
+  EXPECT_EQ(StepVerdict(Step(5, 70, 5, 5, 12), s),
+            "checkpoint-bound: checkpoint stall 12% of the step; set checkpoint.async or raise "
+            "checkpoint.every_steps (50)");
+  EXPECT_EQ(StepVerdict(Step(5, 60, 5, 26, 0), s),
+            "optimizer-bound: optimizer 26% of the step; raise train.grad_accum_steps (4) (dist.zero1 already shards "
+            "the update)");
 }
 
 TEST(StepBreakdownTest, BelowThresholdsNoVerdict) {
   // data 19%, comm 19%, ckpt 9%, optim 24%, other 0%, fwd+bwd 29% < 60%: nothing dominates.
-  EXPECT_EQ(StepVerdict(Step(19, 29, 19, 24, 9)), "");
-  EXPECT_EQ(StepVerdict(StepPhases()), "");
+  EXPECT_EQ(StepVerdict(Step(19, 29, 19, 24, 9), Defaults()), "");
+  EXPECT_EQ(StepVerdict(StepPhases(), Defaults()), "");
 }
 
 TEST(StepBreakdownTest, LargestBottleneckWins) {
   // Input (25%) and communication (30%) both fire; communication has the larger share.
-  EXPECT_EQ(StepVerdict(Step(25, 40, 30, 5, 0)).rfind("communication-bound: exposed all-reduce 30%", 0), 0u);
+  EXPECT_EQ(StepVerdict(Step(25, 40, 30, 5, 0), Defaults()).rfind("communication-bound: exposed all-reduce 30%", 0),
+            0u);
   // A checkpoint stall of 15% passes its 10% threshold but loses to data wait at 22%.
-  EXPECT_EQ(StepVerdict(Step(22, 58, 0, 5, 15)).rfind("input-bound: data wait 22%", 0), 0u);
+  EXPECT_EQ(StepVerdict(Step(22, 58, 0, 5, 15), Defaults()).rfind("input-bound: data wait 22%", 0), 0u);
 }
 
 TEST(StepBreakdownTest, WindowMean) {
