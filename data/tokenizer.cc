@@ -193,14 +193,15 @@ Status OpenTokenizerJson(const std::string& path, const Json& j, proto::Tokenize
   return Status::OK();
 }
 
-// A .json file: a tokenizer.json (it has "model"), else a vocabulary whose merges file lies beside it.
+// A .json file: a tokenizer.json (its "model" is an object), else a vocabulary whose merges file lies beside it.
 Status OpenJson(const std::string& path, std::unique_ptr<Tokenizer>* out) {
   std::vector<std::string> texts;
   proto::TokenizerInfo info;
   DT_RETURN_IF_ERROR(ReadFiles({path}, "tokenizer file", &texts, &info));
   Json j;
   DT_RETURN_IF_ERROR(ParseJson(path, texts[0], &j));
-  if (j.contains("model")) return OpenTokenizerJson(path, j, info, out);
+  // (GPT-2's vocabulary has a token "model", with an integer id: only an object is tokenizer.json's model.)
+  if (j.contains("model") && j["model"].is_object()) return OpenTokenizerJson(path, j, info, out);
   const fs::path dir = fs::path(path).parent_path();
   for (const char* name : {"merges.txt", "vocab.bpe"}) {
     const std::string merges = (dir / name).string();
