@@ -34,6 +34,12 @@
 #   llamaloss  loss curves of the SmolLM2-360M shape from the same imported weights (transformers' random init,
 #           save_pretrained) on the same byte-level tokens of real text, 200 steps: dtrain vs two PyTorch runs (the
 #           hand-written Llama and transformers' LlamaForCausalLM, eager), PNG to $OUT
+#   gpt2fp8 train.precision fp8 (issue 35): the FP8 GPU tests, then for each of $FP8_SIZES (default 124m 350m) GPT-2
+#           at B x T = 16 x 1024 (synthetic tokens): dtrain bf16, dtrain fp8 with each of $FP8_LAYERS (default auto
+#           all), and (FP8_TORCH=1, the default) torch.compile in each of $TORCH_MODES (default default
+#           reduce-overhead) in the same call; with FP8_LOSS=1 also $LOSS_STEPS (300) steps on byte-level tokens of
+#           real text (the repo's README and docs): bf16, fp8 and bf16 with another train.seed, compared by
+#           bench/loss_diff.py over the last 200 steps
 #   tb      TensorBoard's own reader over a run's event file (tests/tools/read_tensorboard.py)
 #   restore the restore path on this GPU (issue 22): its tests (the CUDA staging case among them), then
 #           ckpt_io_bench load-device (reads + CRC32C + copies to the GPU) vs cat/dd (bench/ckpt_local_bench.sh), and a
@@ -182,6 +188,50 @@ if has gpt2big; then
   python3 bench/gpt2_torch.py --model 350m --batch ${BIG_BATCH:-16} --compile --steps 30 --json $OUT/gpt2big_torch.json \
     > $OUT/gpt2big_torch.log 2>&1
   echo "gpt2 350M torch.compile: $(tail -1 $OUT/gpt2big_torch.log)"
+fi
+
+if has gpt2fp8; then
+  for t in kernels_fp8_test kernels_matmul_fp8_test models_gpt2_fp8_test models_gpt2_test; do
+    f=""; [[ $t == models_gpt2_test ]] && f="--gtest_filter=Gpt2Cuda*"  # (its CPU cases run in CI)
+    build-dev/tests/$t $f > $OUT/$t.log 2>&1
+    echo "$t rc=$? ok=$(grep -c '\[       OK' $OUT/$t.log) skipped=$(grep -c '\[  SKIPPED \]' $OUT/$t.log)"
+    grep -hE "^\[  FAILED|Failure|Expected|Which is|^\[fp8\]" $OUT/$t.log | head -10
+  done
+  if [[ ${FP8_LOSS:-0} == 1 ]]; then
+    L=/tmp/fp8loss; rm -rf $L; mkdir -p $L
+    cat README.md docs/*.md > $L/corpus.txt
+    $BIN data convert-text --out $L/shards --seq-len 1024 $L/corpus.txt > $OUT/fp8loss_data.log 2>&1
+    echo "convert-text rc=$?: $(tail -1 $OUT/fp8loss_data.log)"
+    LCFG="configs/gpt2_124m.yaml --set data.train_shards=$L/shards --set data.shuffle=false --set train.grad_accum_steps=1 --set schedule.kind=constant --set schedule.warmup_steps=0 --set checkpoint.enabled=false --set train.eval=false --set train.log_every=1 --set optim.lr=3e-4 --set train.epochs=100000 --set train.max_steps=${LOSS_STEPS:-300}"
+    for r in "bf16 bf16 1234" "fp8 fp8 1234" "bf16b bf16 1235"; do
+      set -- $r
+      $BIN train $LCFG --set train.precision=$2 --set train.seed=$3 --set run.dir=$OUT/fp8loss_$1 > $OUT/fp8loss_$1.log 2>&1
+      echo "loss run $1 rc=$?: $(step_line $OUT/fp8loss_$1.log)"
+    done
+    python3 bench/loss_diff.py 200 $OUT/fp8loss_bf16 $OUT/fp8loss_fp8 $OUT/fp8loss_bf16b
+  fi
+  for size in ${FP8_SIZES:-124m 350m}; do
+    case $size in
+      124m) shape="" ;;
+      350m) shape="--set model.gpt2.n_layer=24 --set model.gpt2.n_head=16 --set model.gpt2.n_embd=1024" ;;
+      774m) shape="--set model.gpt2.n_layer=36 --set model.gpt2.n_head=20 --set model.gpt2.n_embd=1280" ;;
+    esac
+    run() {  # NAME ARGS...: one dtrain run of this size, its last progress line
+      local name=$1; shift
+      $BIN train $GPT2 $shape --set data.batch_size=16 "$@" --set run.dir=$OUT/fp8_${size}_$name > $OUT/fp8_${size}_$name.log 2>&1
+      echo "gpt2 $size dtrain $name rc=$?: $(step_line $OUT/fp8_${size}_$name.log)"
+      grep -h "precision fp8\|cannot fuse" $OUT/fp8_${size}_$name.log | head -3 | sed 's/.*\] //'
+    }
+    run bf16 --set train.precision=bf16
+    for layers in ${FP8_LAYERS:-auto all}; do run fp8_$layers --set train.precision=fp8 --set model.gpt2.fp8_layers=$layers; done
+    if [[ ${FP8_TORCH:-1} == 1 ]]; then
+      for mode in ${TORCH_MODES:-default reduce-overhead}; do
+        python3 bench/gpt2_torch.py --model $size --batch 16 --compile --mode $mode --steps 30 \
+          --json $OUT/fp8_${size}_torch_$mode.json > $OUT/fp8_${size}_torch_$mode.log 2>&1
+        echo "gpt2 $size torch.compile $mode: $(tail -1 $OUT/fp8_${size}_torch_$mode.log)"
+      done
+    fi
+  done
 fi
 
 if has pernode && [[ $NGPU -ge 2 ]]; then

@@ -1,5 +1,5 @@
 #if DT_HAVE_CUDA
-#include "core/cuda_check.h"
+#include "core/cuda_lib_check.h"
 
 namespace dtrain::detail {
 

@@ -1,7 +1,7 @@
 #if DT_HAVE_CUDA
 #include "core/cuda_handles.h"
 
-#include "core/cuda_check.h"
+#include "core/cuda_lib_check.h"
 
 namespace dtrain {
 

@@ -4,7 +4,7 @@
 
 #include "core/check.h"
 #if DT_HAVE_CUDA
-#include "core/cuda_check.h"
+#include "core/cuda_lib_check.h"
 #include "core/cuda_handles.h"
 #endif
 

@@ -102,7 +102,9 @@ Status Loader::Create(const LoaderOptions& opts, DeviceContext* ctx, std::unique
   const bool image = schema.kind() == proto::DatasetSchema::IMAGE;
   DT_CHECK_ARG(!opts.augment || image, opts.dataset_dir << ": augmentation is for image datasets");
   SamplerOptions so;
-  so.num_samples = l->dataset_->size();
+  DT_CHECK_ARG(opts.limit >= 0, "LoaderOptions::limit " << opts.limit << " is negative");
+  so.num_samples = opts.limit > 0 ? std::min(opts.limit, l->dataset_->size()) : l->dataset_->size();
+  l->num_samples_ = so.num_samples;
   so.batch_size = opts.batch_size;
   so.rank = opts.rank;
   so.world = opts.world;

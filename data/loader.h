@@ -75,6 +75,8 @@ struct LoaderOptions {
   bool verify_checksums = false;  // read every shard whole at Create (Dataset::Verify)
   ImageAugment augment;           // optional; images only
   std::string sample_log;         // debug/test: record each delivered batch's samples in this file (data/sample_log.h)
+  // Use only the samples [0, limit) of the dataset (0 = all; above its size = all): the sampler's epoch is that long.
+  int64_t limit = 0;
 };
 
 struct Batch {
@@ -113,6 +115,8 @@ class Loader {
 
   LoaderStats stats() const { return stats_; }
   const Dataset& dataset() const { return *dataset_; }
+  // Samples of an epoch: the dataset's size, or LoaderOptions::limit when that is smaller.
+  int64_t num_samples() const { return num_samples_; }
   int64_t batches_per_epoch() const { return sampler_.batches_per_epoch(); }
 
  private:
@@ -130,6 +134,7 @@ class Loader {
   std::unique_ptr<Dataset> dataset_;
   Sampler sampler_;
   SamplerState state_;
+  int64_t num_samples_ = 0;
   LoaderStats stats_;
   std::unique_ptr<Impl> impl_;
   std::unique_ptr<SampleLog> sample_log_;  // null unless opts_.sample_log

@@ -10,7 +10,7 @@
 #include <string>
 #include <type_traits>
 
-#include "core/cuda_check.h"
+#include "core/cuda_lib_check.h"
 #include "core/cuda_handles.h"
 #include "core/nvtx.h"
 #include "kernels/attention.h"

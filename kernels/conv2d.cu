@@ -6,7 +6,7 @@
 #include <map>
 #include <memory>
 
-#include "core/cuda_check.h"
+#include "core/cuda_lib_check.h"
 #include "core/cuda_handles.h"
 #include "core/logging.h"
 #include "core/nvtx.h"

@@ -17,7 +17,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "core/cuda_check.h"
+#include "core/cuda_lib_check.h"
 #include "core/cuda_handles.h"
 #include "core/status.h"
 

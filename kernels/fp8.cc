@@ -184,4 +184,26 @@ Status CastToFp8(DeviceContext& ctx, const Tensor& x, const Tensor& scale, Fp8Fo
 #endif
 }
 
+Status Fp8ScaleSlots(DeviceContext& ctx, int64_t count, Tensor* storage, std::vector<Fp8Scales>* slots) {
+  DT_CHECK_ARG(count >= 0, "Fp8ScaleSlots: negative count " << count);
+  constexpr int64_t kStride = 4;  // floats: 16 bytes per value
+  DT_RETURN_IF_ERROR(Tensor::Empty({std::max<int64_t>(1, count * 3 * kStride)}, DType::kF32, ctx.allocator(), storage));
+  DT_RETURN_IF_ERROR(storage->SetZero(ctx.stream()));
+  slots->assign(static_cast<size_t>(count), Fp8Scales());
+  for (int64_t i = 0; i < count; ++i) {
+    Fp8Scales& s = (*slots)[i];
+    DT_RETURN_IF_ERROR(storage->View((3 * i + 0) * kStride, {1}, &s.amax));
+    DT_RETURN_IF_ERROR(storage->View((3 * i + 1) * kStride, {1}, &s.scale));
+    DT_RETURN_IF_ERROR(storage->View((3 * i + 2) * kStride, {1}, &s.scale_inv));
+  }
+  return Status::OK();
+}
+
+Status Fp8Quantize(DeviceContext& ctx, const Tensor& x, Fp8Format f, Fp8Scales* s, Tensor* out, Tensor* out_t) {
+  DT_CHECK_ARG(s != nullptr, "Fp8Quantize: null scales for x " << x.ToString());
+  DT_RETURN_IF_ERROR(Fp8Amax(ctx, x, &s->amax));
+  DT_RETURN_IF_ERROR(Fp8Scale(ctx, s->amax, f, &s->scale, &s->scale_inv));
+  return CastToFp8(ctx, x, s->scale, f, out, out_t);
+}
+
 }  // namespace dtrain::ops

@@ -45,6 +45,7 @@
 // Outputs must not alias inputs.
 
 #include <cstdint>
+#include <vector>
 
 #include "core/cuda_fwd.h"
 #include "core/device_context.h"
@@ -94,5 +95,15 @@ Status Fp8Scale(DeviceContext& ctx, const Tensor& amax, Fp8Format f, Tensor* sca
 // x [rows, cols] (f32; bf16 on CUDA) -> out u8 [rows, cols] and/or out_t u8 [cols, rows]; pass nullptr (or an
 // undefined tensor) for an output not wanted. scale: the one-element f32 tensor from Fp8Scale.
 Status CastToFp8(DeviceContext& ctx, const Tensor& x, const Tensor& scale, Fp8Format f, Tensor* out, Tensor* out_t);
+
+// The per-tensor scaling state of one FP8 operand, in ctx's device memory: one-element f32 tensors, each 16-byte
+// aligned (kernels/matmul_fp8.h reads scale_inv). Fp8ScaleSlots makes `count` of them in one allocation.
+struct Fp8Scales {
+  Tensor amax, scale, scale_inv;
+};
+Status Fp8ScaleSlots(DeviceContext& ctx, int64_t count, Tensor* storage, std::vector<Fp8Scales>* slots);
+// Current scaling in one call: s->amax = amax(x), s->scale / s->scale_inv from it, then CastToFp8 into out and/or
+// out_t. Queued on ctx's stream with no host synchronization (CUDA-graph safe). x [rows, cols] as for CastToFp8.
+Status Fp8Quantize(DeviceContext& ctx, const Tensor& x, Fp8Format f, Fp8Scales* s, Tensor* out, Tensor* out_t);
 
 }  // namespace dtrain::ops

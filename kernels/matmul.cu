@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "core/cuda_check.h"
+#include "core/cuda_lib_check.h"
 #include "core/cuda_handles.h"
 #include "core/logging.h"
 #include "core/nvtx.h"

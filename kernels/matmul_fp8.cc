@@ -1,9 +1,19 @@
 #include "kernels/matmul_fp8.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/bias.h"
+#include "kernels/elementwise.h"
+#include "kernels/gelu.h"
 #include "kernels/matmul.h"
+
+#if DT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "core/cuda_check.h"
+#endif
 
 namespace dtrain::ops {
 
@@ -24,6 +34,16 @@ void MatmulFp8Cpu(float* c, const uint8_t* a, Fp8Format a_format, float a_scale_
 }
 
 namespace {
+
+// An epilogue tensor of c's dtype and device with `shape`, or absent.
+Status CheckEpilogueTensor(const char* name, const Tensor* t, const Tensor& c, const std::vector<int64_t>& shape) {
+  if (t == nullptr) return Status::OK();
+  DT_CHECK_ARG(t->dtype() == c.dtype() && t->device() == c.device() && t->shape() == shape,
+               "MatmulFp8: " << name << " " << t->ToString() << " must match c " << c.ToString() << " in dtype and "
+                             << "device, with " << shape.size() << "-D shape [" << shape[0]
+                             << (shape.size() > 1 ? "," + std::to_string(shape[1]) : std::string()) << "]");
+  return Status::OK();
+}
 
 Status CheckScaleInv(const DeviceContext& ctx, const char* name, const Tensor& t) {
   DT_CHECK_ARG(t.numel() == 1 && t.dtype() == DType::kF32 && t.device() == ctx.type(),
@@ -49,10 +69,24 @@ Status MatmulFp8(DeviceContext& ctx, const Tensor& a, Fp8Format a_format, const 
   DT_RETURN_IF_ERROR(CheckScaleInv(ctx, "a_scale_inv", a_scale_inv));
   DT_RETURN_IF_ERROR(CheckScaleInv(ctx, "b_scale_inv", b_scale_inv));
   const int64_t m = a.dim(0), n = b.dim(0), k = a.dim(1);
+  DT_RETURN_IF_ERROR(CheckEpilogueTensor("bias", opts.bias, *c, {n}));
+  DT_RETURN_IF_ERROR(CheckEpilogueTensor("gelu_aux", opts.gelu_aux, *c, {m, n}));
+  DT_RETURN_IF_ERROR(CheckEpilogueTensor("residual", opts.residual, *c, {m, n}));
+  const bool epilogue = opts.bias != nullptr || opts.gelu_aux != nullptr || opts.residual != nullptr;
+  DT_CHECK_ARG(!epilogue || !opts.accumulate, "MatmulFp8: an epilogue cannot accumulate into c " << c->ToString());
+  DT_CHECK_ARG(opts.gelu_aux == nullptr || opts.bias != nullptr, "MatmulFp8: gelu_aux needs a bias");
   if (!ctx.is_cuda()) {
     DT_CHECK_ARG(c->dtype() == DType::kF32, "MatmulFp8: the CPU reference writes an f32 c, got " << c->ToString());
-    MatmulFp8Cpu(c->data<float>(), a.data<uint8_t>(), a_format, a_scale_inv.data<float>()[0], b.data<uint8_t>(),
-                 b_format, b_scale_inv.data<float>()[0], m, n, k, opts.accumulate);
+    float* y = c->data<float>();
+    MatmulFp8Cpu(y, a.data<uint8_t>(), a_format, a_scale_inv.data<float>()[0], b.data<uint8_t>(), b_format,
+                 b_scale_inv.data<float>()[0], m, n, k, opts.accumulate);
+    if (opts.bias != nullptr) BiasAddCpu<float>(y, opts.bias->data<float>(), m, n);
+    if (opts.gelu_aux != nullptr) {
+      float* aux = opts.gelu_aux->data<float>();
+      std::copy(y, y + m * n, aux);
+      GeluForwardCpu<float>(y, aux, m * n);
+    }
+    if (opts.residual != nullptr) AddCpu<float>(y, y, opts.residual->data<float>(), m * n);
     return Status::OK();
   }
 #if DT_HAVE_CUDA
@@ -71,9 +105,27 @@ Status MatmulFp8(DeviceContext& ctx, const Tensor& a, Fp8Format a_format, const 
   args.k = k;
   args.accumulate = opts.accumulate;
   args.fast_accum = opts.fast_accum;
+  args.bias = opts.bias != nullptr ? opts.bias->data() : nullptr;
+  args.gelu_aux = opts.gelu_aux != nullptr ? opts.gelu_aux->data() : nullptr;
+  args.residual = opts.residual != nullptr ? opts.residual->data() : nullptr;
   return MatmulFp8Cuda(*ctx.blas(), args, ctx.stream());
 #else
   return Status::Unavailable("MatmulFp8: CUDA tensor in a build without CUDA");
+#endif
+}
+
+Status CheckFp8Device(const DeviceContext& ctx, const std::string& what) {
+  DT_CHECK_ARG(ctx.is_cuda(), what << ": FP8 GEMMs need a CUDA GPU of compute capability 8.9 or newer (Hopper: 9.0); "
+                                      "this run is on the CPU");
+#if DT_HAVE_CUDA
+  int major = 0, minor = 0;
+  DT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx.device_index()));
+  DT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ctx.device_index()));
+  DT_CHECK_ARG(major * 10 + minor >= 89, what << ": FP8 GEMMs need compute capability 8.9 or newer (Hopper: 9.0); GPU "
+                                              << ctx.device_index() << " is " << major << "." << minor);
+  return Status::OK();
+#else
+  return Status::InvalidArgument(what + ": FP8 GEMMs need a build with CUDA");
 #endif
 }
 

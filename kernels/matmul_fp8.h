@@ -27,6 +27,12 @@
 // hidden size, and the result only feeds the next layer) and not in the two backward GEMMs (wgrad's K is the token
 // count, 16384 or more, and gradient errors add up across steps).
 //
+// Epilogues (MatmulFp8Args::bias / gelu_aux / residual; CUDA, bf16 C, not with accumulate), per COLUMN n of the
+// row-major C as in kernels/matmul.h: bias (bf16 [N]) gives C = AB + bias; with gelu_aux (bf16 [M,N]) also
+// aux = AB + bias and C = gelu(aux) (GELU_AUX_BIAS: the forward of an MLP's first layer); residual (bf16 [M,N], not
+// C) gives C = AB + bias + residual (cuBLASLt's C operand with beta 1, D = our C). When cuBLASLt refuses a fused case
+// the same math runs unfused (plain FP8 GEMM, then kernels/bias.h, gelu.h, elementwise.h), logged once per shape.
+//
 // Requirements (checked, InvalidArgument naming the shapes): K % 16 == 0 (16-byte rows of fp8), N * sizeof(C) % 16 ==
 // 0 (16-byte rows of C: N % 8 for bf16, N % 4 for f32), A, B and C 16-byte aligned, scale pointers non-null.
 //
@@ -38,6 +44,7 @@
 // order of the f32 sums; tests/kernels/matmul_fp8_test.cc states the tolerance).
 
 #include <cstdint>
+#include <string>
 
 #include "core/cuda_fwd.h"
 #include "core/device_context.h"
@@ -62,6 +69,10 @@ struct MatmulFp8Args {
   int64_t m = 0, n = 0, k = 0;
   bool accumulate = false;  // beta = 1
   bool fast_accum = false;  // see the file comment
+  // Epilogue (see the file comment); device pointers, null = not used.
+  const void* bias = nullptr;      // bf16 [N]
+  void* gelu_aux = nullptr;        // bf16 [M,N], written; needs bias
+  const void* residual = nullptr;  // bf16 [M,N], read; must not be c
 };
 // One cuBLASLt FP8 GEMM on `stream` (CUDA builds only); `blas` as in MatmulCudaLt (kernels/matmul.h).
 Status MatmulFp8Cuda(const BlasHandles& blas, const MatmulFp8Args& args, cudaStream_t stream);
@@ -69,10 +80,19 @@ Status MatmulFp8Cuda(const BlasHandles& blas, const MatmulFp8Args& args, cudaStr
 struct MatmulFp8Options {
   bool accumulate = false;
   bool fast_accum = false;  // CUDA only (the CPU reference accumulates in f32 either way)
+  // Epilogue (see the file comment), not with accumulate; tensors of c's dtype and device: bias [N], gelu_aux and
+  // residual [M,N]. On the CPU (f32) the reference composes kernels/bias.h, gelu.h and elementwise.h's CPU ops.
+  const Tensor* bias = nullptr;
+  Tensor* gelu_aux = nullptr;
+  const Tensor* residual = nullptr;
 };
 // Tensor entry point: a u8 [M,K], b u8 [N,K], scale_inv one-element f32 tensors, c [M,N] f32 (CPU, CUDA) or bf16
 // (CUDA), all on ctx's device. CPU -> MatmulFp8Cpu, CUDA -> MatmulFp8Cuda.
 Status MatmulFp8(DeviceContext& ctx, const Tensor& a, Fp8Format a_format, const Tensor& a_scale_inv, const Tensor& b,
                  Fp8Format b_format, const Tensor& b_scale_inv, Tensor* c, const MatmulFp8Options& opts = {});
+
+// OK when ctx's GPU runs cuBLASLt's FP8 GEMMs (compute capability 8.9 or newer: Ada, Hopper); otherwise
+// InvalidArgument naming `what` (the caller's config key), the device and its compute capability.
+Status CheckFp8Device(const DeviceContext& ctx, const std::string& what);
 
 }  // namespace dtrain::ops

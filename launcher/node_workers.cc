@@ -110,7 +110,7 @@ Status RunNodeAttempt(const LaunchCommand& cmd, int grace_seconds, const std::st
     auto env = cmd.env_set;
     env.emplace_back("RANK", std::to_string(cmd.first_rank + i));
     env.emplace_back("LOCAL_RANK", std::to_string(i));
-    const Status st = SpawnSession(cmd.argv, env, SIGKILL, &workers[i]);
+    const Status st = SpawnSession(cmd.argv, env, SIGKILL, &workers[i], /*hold_sigusr1=*/true);
     if (!st.ok()) {
       for (int j = 0; j < i; ++j) {
         kill(-workers[j].pid, SIGKILL);

@@ -39,7 +39,7 @@ int RunRankExec(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   // The signals are blocked, not handled: sigwaitinfo() takes them one at a time below, and the
-  // child restores the old mask before exec, so PROGRAM starts with what mpirun gave us.
+  // child restores the old mask before exec, so PROGRAM starts with what mpirun gave us plus SIGUSR1 blocked.
   sigset_t waited, old_mask;
   sigemptyset(&waited);
   for (const int s : kPassedOn) sigaddset(&waited, s);
@@ -55,7 +55,11 @@ int RunRankExec(const std::vector<std::string>& args) {
   if (child == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != self) _exit(kExitFailure);  // rank-exec died before the line above
-    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    // The worker starts with SIGUSR1 blocked: a checkpoint request that arrives before its handler is in stays
+    // pending instead of killing it (runtime/checkpoint/preemption.h InstallEarly unblocks it).
+    sigset_t worker_mask = old_mask;
+    sigaddset(&worker_mask, SIGUSR1);
+    sigprocmask(SIG_SETMASK, &worker_mask, nullptr);
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);

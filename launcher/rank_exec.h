@@ -7,7 +7,10 @@
 // machine). The rank's own supervisor knows its end for certain, so it says so.
 //
 // Contract:
-//   - Runs PROGRAM as a child (execvp, same environment, same process group) and waits for it.
+//   - Runs PROGRAM as a child (execvp, same environment, same process group) and waits for it. PROGRAM starts
+//     with SIGUSR1 blocked (on top of the mask mpirun gave): a checkpoint request sent while the worker starts
+//     stays pending until its handler is in (runtime/checkpoint/preemption.h InstallEarly unblocks it), where it
+//     used to end the worker by SIGUSR1's default action, which an elastic launch took for a lost host.
 //   - SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 received meanwhile are passed on to the
 //     child. mpirun signals a rank's whole process group and the launcher every process of the job,
 //     so PROGRAM may get such a signal twice; dtrain's handlers only set a flag (runtime/checkpoint/preemption.h).

@@ -169,7 +169,7 @@ void SweepOrphans(pid_t sid) {
 
 Status SpawnSession(const std::vector<std::string>& args,
                     const std::vector<std::pair<std::string, std::string>>& env_set, int parent_death_signal,
-                    SessionChild* child) {
+                    SessionChild* child, bool hold_sigusr1) {
   // Everything the child needs is built before fork: only async-signal-safe calls after it.
   std::vector<std::string> env_strings;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
@@ -201,9 +201,10 @@ Status SpawnSession(const std::vector<std::string>& args,
     setsid();
     prctl(PR_SET_PDEATHSIG, parent_death_signal);
     if (getppid() != parent) _exit(ExitCodeForSignal(parent_death_signal));  // the launcher died already
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
+    sigset_t mask;
+    sigemptyset(&mask);
+    if (hold_sigusr1) sigaddset(&mask, SIGUSR1);
+    sigprocmask(SIG_SETMASK, &mask, nullptr);
     signal(SIGPIPE, SIG_DFL);  // an ignored signal stays ignored across exec
     if (devnull >= 0) dup2(devnull, STDIN_FILENO);
     dup2(out_pipe[1], STDOUT_FILENO);

@@ -94,10 +94,12 @@ struct SessionChild {
 };
 // Starts `args` (args[0] looked up in PATH) with this process's environment plus `env_set` (replacing
 // variables of the same name); the child gets `parent_death_signal` if the launcher dies. Signal handlers are
-// reset and the mask cleared in the child. An exec failure is the child's exit code 127.
+// reset and the mask cleared in the child; with `hold_sigusr1` (a dtrain worker, started without rank-exec) the
+// child starts with SIGUSR1 blocked, so a checkpoint request sent while it starts stays pending until its
+// handler is in (runtime/checkpoint/preemption.h InstallEarly). An exec failure is the child's exit code 127.
 Status SpawnSession(const std::vector<std::string>& args,
                     const std::vector<std::pair<std::string, std::string>>& env_set, int parent_death_signal,
-                    SessionChild* child);
+                    SessionChild* child, bool hold_sigusr1 = false);
 // Sends `sig` to every live process of session `sid` except its leader; with `ranks_only`, only to the ranks'
 // `dtrain rank-exec` parents and their descendants, not to Open MPI's daemons. Returns how many got it.
 int SignalSession(pid_t sid, int sig, bool ranks_only = false);

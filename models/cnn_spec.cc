@@ -26,9 +26,9 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
   const proto::CnnConfig& cfg = config.model().cnn();
   DT_RETURN_IF_ERROR(CheckSizes(cfg));
   const std::string& precision = config.train().precision();
-  if (precision == "fp16") {
-    return Status::InvalidArgument(
-        "train.precision: fp16 is not implemented for model.kind cnn (use auto, fp32 or bf16)");
+  if (precision == "fp16" || precision == "fp8") {
+    return Status::InvalidArgument("train.precision: " + precision +
+                                   " is not implemented for model.kind cnn (use auto, fp32 or bf16)");
   }
   CnnOptions opts;
   opts.in_channels = cfg.in_channels();

@@ -11,6 +11,7 @@
 #include "kernels/bias.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/softmax_xent.h"
@@ -39,9 +40,11 @@ Status Gpt2::Create(DeviceContext& ctx, const Gpt2Options& opts, int64_t batch, 
                "Gpt2: batch " << batch << " and seq_len " << seq_len << " must be >= 1, seq_len <= max_seq_len "
                               << opts.max_seq_len);
   if (opts.precision != Precision::kFp32) {
+    const char* name = opts.precision == Precision::kBf16   ? "bf16"
+                       : opts.precision == Precision::kFp16 ? "fp16"
+                                                            : "fp8";
     DT_CHECK_ARG(ctx.is_cuda() && opts.dtype == DType::kF32,
-                 "Gpt2: " << (opts.precision == Precision::kBf16 ? "bf16" : "fp16")
-                          << " precision needs a CUDA context and f32 master params (the CPU runs fp32 only)");
+                 "Gpt2: " << name << " precision needs a CUDA context and f32 master params (the CPU runs fp32 only)");
   } else {
     DT_CHECK_ARG(opts.dtype == DType::kF32 || (opts.dtype == DType::kF64 && !ctx.is_cuda()),
                  "Gpt2: fp32 runs in f32 (CPU, CUDA) or f64 (CPU only)");
@@ -95,7 +98,13 @@ Status Gpt2::Create(DeviceContext& ctx, const Gpt2Options& opts, int64_t batch, 
 }
 
 bool Gpt2::mixed() const { return opts_.precision != Precision::kFp32; }
-DType Gpt2::half_dtype() const { return opts_.precision == Precision::kBf16 ? DType::kBF16 : DType::kF16; }
+DType Gpt2::half_dtype() const { return opts_.precision == Precision::kFp16 ? DType::kF16 : DType::kBF16; }
+
+std::string Gpt2::precision_summary() const {
+  if (opts_.precision != Precision::kFp8) return "";
+  return "fp8: FP8 GEMMs (e4m3 x e4m3 forward, e5m2 gradients) for the block linears " + opts_.fp8_layers.Describe() +
+         "; bf16 for the rest (attention, LM head, layer norms)";
+}
 DType Gpt2::act_dtype() const { return mixed() ? half_dtype() : opts_.dtype; }
 DType Gpt2::stat_dtype() const { return opts_.dtype; }
 
@@ -171,6 +180,9 @@ Status Gpt2::EnsureActivations(int64_t batch, int64_t seq_len) {
   DT_RETURN_IF_ERROR(Alloc({n}, stat, &lnf_rstd_));
   DT_RETURN_IF_ERROR(Alloc({n, opts_.padded_vocab_size}, act, &logits_));
   DT_RETURN_IF_ERROR(Alloc({n}, stat, &losses_));
+  if (opts_.precision == Precision::kFp8) {
+    DT_RETURN_IF_ERROR(Gpt2Fp8::Create(ctx_, opts_.fp8_layers, L, c, static_cast<int64_t>(acts_.size()), n, &fp8_));
+  }
   DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dres_));
   DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dln_));
   DT_RETURN_IF_ERROR(Alloc({batch, seq_len, 3 * c}, act, &dqkv_));
@@ -194,6 +206,14 @@ Status Gpt2::Forward(const Tensor& inputs, const Tensor& targets) {
   DT_RETURN_IF_ERROR(targets.Reshape({n}, &targets_));
   // The 16-bit working copy of the (just updated) master weights.
   if (mixed()) DT_RETURN_IF_ERROR(ops::Cast(ctx_, params_, &params16_));
+  // The FP8 weights (both layouts), from the f32 masters.
+  const int kLinearWeight[kGpt2Linears] = {kAttnW, kAttnProjW, kFcW, kFcProjW};  // Gpt2Linear order
+  for (int l = 0; fp8_ != nullptr && l < opts_.n_layer; ++l) {
+    for (int i = 0; i < kGpt2Linears; ++i) {
+      const auto lin = static_cast<Gpt2Linear>(i);
+      if (fp8_->on(lin)) DT_RETURN_IF_ERROR(fp8_->QuantizeWeight(l, lin, w_[ParamIndex(l, kLinearWeight[i])]));
+    }
+  }
 
   DT_RETURN_IF_ERROR(EmbedForward(ids_));
   for (int l = 0; l < opts_.n_layer; ++l) DT_RETURN_IF_ERROR(BlockForward(l));
@@ -227,29 +247,37 @@ Status Gpt2::BlockForward(int layer) {
   const Tensor& x = x_[layer];
   Tensor& y = x_[layer + 1];
   auto w = [&](int p) -> const Tensor& { return w_[ParamIndex(layer, p)]; };
-  auto gw = [&](int p) -> const Tensor& { return gemm_weight(ParamIndex(layer, p)); };
   Tensor qkv2, att2;  // 2-D views [B*T, 3C] / [B*T, C] for the GEMMs
   DT_RETURN_IF_ERROR(a.qkv.Reshape({x.dim(0), 3 * opts_.n_embd}, &qkv2));
   DT_RETURN_IF_ERROR(a.att.Reshape(x.shape(), &att2));
 
   // Attention: x_mid = x + c_proj(attn(c_attn(ln_1(x)))).
   DT_RETURN_IF_ERROR(ops::LayerNormForward(ctx_, x, w(kLn1W), w(kLn1B), kLnEps, &a.ln1, &a.ln1_mean, &a.ln1_rstd));
-  DT_RETURN_IF_ERROR(
-      ops::MatmulEpilogue(ctx_, a.ln1, false, gw(kAttnW), true, gw(kAttnB), ops::Epilogue::kBias, &qkv2, nullptr));
+  DT_RETURN_IF_ERROR(LinearForward(layer, Gpt2Linear::kQkv, kAttnW, a.ln1, ops::Epilogue::kBias, &qkv2, nullptr));
   DT_RETURN_IF_ERROR(ops::AttentionForward(ctx_, a.qkv, opts_.n_head, &a.att, &a.lse));
   Tensor residual = x;  // a handle: the epilogue reads it
-  DT_RETURN_IF_ERROR(ops::MatmulEpilogue(ctx_, att2, false, gw(kAttnProjW), true, gw(kAttnProjB),
-                                         ops::Epilogue::kBiasResidual, &a.x_mid, &residual));
+  DT_RETURN_IF_ERROR(
+      LinearForward(layer, Gpt2Linear::kAttnProj, kAttnProjW, att2, ops::Epilogue::kBiasResidual, &a.x_mid, &residual));
 
   // MLP: y = x_mid + c_proj(gelu(c_fc(ln_2(x_mid)))). Biases, c_fc's GELU and the residual adds are fused into the
   // GEMMs' epilogues.
   DT_RETURN_IF_ERROR(
       ops::LayerNormForward(ctx_, a.x_mid, w(kLn2W), w(kLn2B), kLnEps, &a.ln2, &a.ln2_mean, &a.ln2_rstd));
-  DT_RETURN_IF_ERROR(ops::MatmulEpilogue(ctx_, a.ln2, false, gw(kFcW), true, gw(kFcB), ops::Epilogue::kBiasGelu,
-                                         &a.fc_act, &a.fc_pre));
+  DT_RETURN_IF_ERROR(
+      LinearForward(layer, Gpt2Linear::kFc, kFcW, a.ln2, ops::Epilogue::kBiasGelu, &a.fc_act, &a.fc_pre));
   residual = a.x_mid;
-  return ops::MatmulEpilogue(ctx_, a.fc_act, false, gw(kFcProjW), true, gw(kFcProjB), ops::Epilogue::kBiasResidual, &y,
-                             &residual);
+  return LinearForward(layer, Gpt2Linear::kFcProj, kFcProjW, a.fc_act, ops::Epilogue::kBiasResidual, &y, &residual);
+}
+
+Status Gpt2::LinearForward(int layer, Gpt2Linear l, int weight, const Tensor& x, ops::Epilogue e, Tensor* y,
+                           Tensor* aux) {
+  const Tensor& bias = gemm_weight(ParamIndex(layer, weight + 1));  // every block weight is followed by its bias
+  if (fp8_ != nullptr && fp8_->on(l)) {
+    const int set = opts_.recompute ? 0 : layer;
+    return fp8_->Forward(layer, set, l, x, bias, y, e == ops::Epilogue::kBiasGelu ? aux : nullptr,
+                         e == ops::Epilogue::kBiasResidual ? aux : nullptr, training_);
+  }
+  return ops::MatmulEpilogue(ctx_, x, false, gemm_weight(ParamIndex(layer, weight)), true, bias, e, y, aux);
 }
 
 Status Gpt2::Backward(float loss_scale, const GradReadyFn& on_ready) {
@@ -294,18 +322,38 @@ Status Gpt2::BlockBackward(int layer, const GradReadyFn& on_ready) {
   DT_RETURN_IF_ERROR(dqkv_.Reshape(qkv2.shape(), &dqkv2));
   DT_RETURN_IF_ERROR(datt_.Reshape(dres_.shape(), &datt2));
 
+  const int set = opts_.recompute ? 0 : layer;  // the FP8 activation copies of this block
+  auto fp8 = [&](Gpt2Linear l) { return fp8_ != nullptr && fp8_->on(l); };
+
   // MLP, with dres_ = dy. Weight gradients accumulate (beta = 1) across micro-steps.
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, true, a.fc_act, false, g(kFcProjW), 1.f, 1.f));
-  DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dres_, g(kFcProjB), /*accumulate=*/true));
-  DT_RETURN_IF_ERROR(ready(kFcProjB));
-  DT_RETURN_IF_ERROR(ready(kFcProjW));
-  // dfc_pre = (dy W_proj) * gelu'(fc_pre), and dbias_fc += its column sums, in one epilogue.
-  DT_RETURN_IF_ERROR(ops::MatmulEpilogue(ctx_, dres_, false, gw(kFcProjW), false, *g(kFcB), ops::Epilogue::kDGeluBGrad,
-                                         &dfc_, &a.fc_pre));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dfc_, true, a.ln2, false, g(kFcW), 1.f, 1.f));
-  DT_RETURN_IF_ERROR(ready(kFcB));
-  DT_RETURN_IF_ERROR(ready(kFcW));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dfc_, false, gw(kFcW), false, &dln_));
+  if (fp8(Gpt2Linear::kFcProj)) {
+    // dW_proj += dy^T fc_act and d fc_act = dy W_proj in FP8; gelu' and fc's bias gradient then run as their own
+    // passes over dfc_ (the bf16 path fuses them into the dgrad GEMM's epilogue).
+    DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dres_, g(kFcProjB), /*accumulate=*/true));
+    DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, Gpt2Linear::kFcProj, dres_, g(kFcProjW), &dfc_));
+    DT_RETURN_IF_ERROR(ready(kFcProjB));
+    DT_RETURN_IF_ERROR(ready(kFcProjW));
+    DT_RETURN_IF_ERROR(ops::GeluBackward(ctx_, a.fc_pre, dfc_, &dfc_));
+    DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dfc_, g(kFcB), /*accumulate=*/true));
+  } else {
+    DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, true, a.fc_act, false, g(kFcProjW), 1.f, 1.f));
+    DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dres_, g(kFcProjB), /*accumulate=*/true));
+    DT_RETURN_IF_ERROR(ready(kFcProjB));
+    DT_RETURN_IF_ERROR(ready(kFcProjW));
+    // dfc_pre = (dy W_proj) * gelu'(fc_pre), and dbias_fc += its column sums, in one epilogue.
+    DT_RETURN_IF_ERROR(ops::MatmulEpilogue(ctx_, dres_, false, gw(kFcProjW), false, *g(kFcB),
+                                           ops::Epilogue::kDGeluBGrad, &dfc_, &a.fc_pre));
+  }
+  if (fp8(Gpt2Linear::kFc)) {
+    DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, Gpt2Linear::kFc, dfc_, g(kFcW), &dln_));
+    DT_RETURN_IF_ERROR(ready(kFcB));
+    DT_RETURN_IF_ERROR(ready(kFcW));
+  } else {
+    DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dfc_, true, a.ln2, false, g(kFcW), 1.f, 1.f));
+    DT_RETURN_IF_ERROR(ready(kFcB));
+    DT_RETURN_IF_ERROR(ready(kFcW));
+    DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dfc_, false, gw(kFcW), false, &dln_));
+  }
   DT_RETURN_IF_ERROR(ops::LayerNormBackward(ctx_, a.x_mid, w(kLn2W), a.ln2_mean, a.ln2_rstd, dln_, &dres_, g(kLn2W),
                                             g(kLn2B),
                                             /*accumulate_dx=*/true));  // the residual path plus the layer-norm path
@@ -313,17 +361,25 @@ Status Gpt2::BlockBackward(int layer, const GradReadyFn& on_ready) {
   DT_RETURN_IF_ERROR(ready(kLn2W));
 
   // Attention, with dres_ = d x_mid.
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, true, att2, false, g(kAttnProjW), 1.f, 1.f));
   DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dres_, g(kAttnProjB), /*accumulate=*/true));
+  if (fp8(Gpt2Linear::kAttnProj)) {
+    DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, Gpt2Linear::kAttnProj, dres_, g(kAttnProjW), &datt2));
+  } else {
+    DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, true, att2, false, g(kAttnProjW), 1.f, 1.f));
+    DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, false, gw(kAttnProjW), false, &datt2));
+  }
   DT_RETURN_IF_ERROR(ready(kAttnProjB));
   DT_RETURN_IF_ERROR(ready(kAttnProjW));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, false, gw(kAttnProjW), false, &datt2));
   DT_RETURN_IF_ERROR(ops::AttentionBackward(ctx_, a.qkv, a.att, a.lse, datt_, opts_.n_head, &dqkv_));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dqkv2, true, a.ln1, false, g(kAttnW), 1.f, 1.f));
   DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dqkv2, g(kAttnB), /*accumulate=*/true));
+  if (fp8(Gpt2Linear::kQkv)) {
+    DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, Gpt2Linear::kQkv, dqkv2, g(kAttnW), &dln_));
+  } else {
+    DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dqkv2, true, a.ln1, false, g(kAttnW), 1.f, 1.f));
+    DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dqkv2, false, gw(kAttnW), false, &dln_));
+  }
   DT_RETURN_IF_ERROR(ready(kAttnB));
   DT_RETURN_IF_ERROR(ready(kAttnW));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dqkv2, false, gw(kAttnW), false, &dln_));
   DT_RETURN_IF_ERROR(ops::LayerNormBackward(ctx_, x_[layer], w(kLn1W), a.ln1_mean, a.ln1_rstd, dln_, &dres_, g(kLn1W),
                                             g(kLn1B),
                                             /*accumulate_dx=*/true));  // dres_ = d x_[layer]

@@ -31,14 +31,20 @@
 //   kFp16 (CUDA only): kBf16's scheme with fp16 instead of bf16 (the same code path and kernels). fp16's range
 //     (max 65504) needs dynamic loss scaling: the trainer passes LossScaler's scale to Backward
 //     (runtime/optim/loss_scaler.h), which keeps the activation gradients in range; grads() then hold scaled values.
-//   On the CPU, kBf16 and kFp16 are InvalidArgument.
+//   kFp8 (CUDA, compute capability 8.9+): kBf16, with the block linears of options.fp8_layers as FP8 GEMMs
+//     (models/gpt2_fp8.h: e4m3 activations and weights, e5m2 gradients, per-tensor current scaling, f32 weight
+//     gradients); the LM head, attention, layer norms and the other linears stay bf16.
+//   On the CPU, kBf16, kFp16 and kFp8 are InvalidArgument.
 // recompute: keep only each block's input; Backward re-runs a block's forward just before its backward (one
 // block's activations are alive at a time). Gradients are identical to the stored-activation path.
 // logits() are valid until Backward, which overwrites them in place with dlogits.
 
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "kernels/matmul.h"
+#include "models/gpt2_fp8.h"
 #include "models/model.h"
 
 namespace dtrain::models {
@@ -59,6 +65,7 @@ struct Gpt2Options {
   // Forward (eval mode keeps the logits). fp16 keeps the separate backward pass: its unscaled gradients underflow.
   bool fused_classifier = false;
   DType dtype = DType::kF32;  // kFp32 only: kF64 on the CPU
+  Fp8LayerSet fp8_layers;     // kFp8 only: which block linears run in FP8
 };
 
 class Gpt2 final : public Model {
@@ -76,6 +83,7 @@ class Gpt2 final : public Model {
   const Tensor& logits() const override { return logits_; }
   Status Backward(float loss_scale, const GradReadyFn& on_ready) override;
   void set_training(bool training) override { training_ = training; }
+  std::string precision_summary() const override;
 
   const Gpt2Options& options() const { return opts_; }
 
@@ -117,7 +125,9 @@ class Gpt2 final : public Model {
   const Tensor& gemm_weight(int i) const { return mixed() ? w16_[i] : w_[i]; }
 
   Status EmbedForward(const Tensor& ids);
-  Status BlockForward(int layer);                                // x_[layer] -> x_[layer + 1]
+  Status BlockForward(int layer);  // x_[layer] -> x_[layer + 1]
+  // One block linear of the forward: FP8 (fp8_) or bf16/fp32 (ops::MatmulEpilogue with epilogue e; aux as there).
+  Status LinearForward(int layer, Gpt2Linear l, int weight, const Tensor& x, ops::Epilogue e, Tensor* y, Tensor* aux);
   Status BlockBackward(int layer, const GradReadyFn& on_ready);  // d x_[layer + 1] in dres_ -> d x_[layer]
   Status EmbedBackward(const GradReadyFn& on_ready);
 
@@ -136,7 +146,8 @@ class Gpt2 final : public Model {
   bool dlogits_in_place_ = false;  // the last Forward left d(mean loss)/d(logits) in logits_ (fused_classifier)
   // Backward scratch: dres_ is d(loss)/d(residual stream) at the current block boundary.
   Tensor dres_, dln_, dqkv_, datt_, dfc_;
-  Tensor shared_;  // owns dfc_, tok_emb_ and pos_emb_ (views: see EnsureActivations)
+  Tensor shared_;                 // owns dfc_, tok_emb_ and pos_emb_ (views: see EnsureActivations)
+  std::unique_ptr<Gpt2Fp8> fp8_;  // kFp8 only
 };
 
 }  // namespace dtrain::models

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/matmul_fp8.h"
 #include "models/builtin_models.h"
 #include "models/gpt2.h"
 
@@ -41,9 +42,21 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
     opts.precision = Precision::kBf16;
   } else if (precision == "fp16") {
     opts.precision = Precision::kFp16;
+  } else if (precision == "fp8") {
+    opts.precision = Precision::kFp8;
+  }
+  // (A Config built in code rather than loaded from YAML has "" for the schema's default "auto".)
+  const std::string fp8_layers = g.fp8_layers().empty() ? "auto" : g.fp8_layers();
+  if (opts.precision != Precision::kFp8 && fp8_layers != "auto") {
+    return Status::InvalidArgument("model.gpt2.fp8_layers: '" + fp8_layers + "' is set but train.precision is " +
+                                   precision + " (it applies to fp8 only)");
   }
   if (opts.precision != Precision::kFp32 && !ctx.is_cuda()) {
     return Status::InvalidArgument("train.precision: " + precision + " needs a GPU; the CPU path is fp32");
+  }
+  if (opts.precision == Precision::kFp8) {
+    DT_RETURN_IF_ERROR(ops::CheckFp8Device(ctx, "train.precision: fp8"));
+    DT_RETURN_IF_ERROR(ParseFp8Layers(fp8_layers, g.n_embd(), &opts.fp8_layers));
   }
   std::unique_ptr<Gpt2> gpt2;
   DT_RETURN_IF_ERROR(Gpt2::Create(ctx, opts, config.data().batch_size(), g.max_seq_len(), &gpt2));

@@ -98,8 +98,9 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
   LlamaOptions opts;
   if (precision == "bf16" || (precision == "auto" && ctx.is_cuda())) {
     opts.precision = Precision::kBf16;
-  } else if (precision == "fp16") {
-    return Status::InvalidArgument("train.precision: fp16 is not supported by model.kind llama; use bf16 or fp32");
+  } else if (precision == "fp16" || precision == "fp8") {
+    return Status::InvalidArgument("train.precision: " + precision +
+                                   " is not supported by model.kind llama; use bf16 or fp32");
   }
   if (opts.precision != Precision::kFp32 && !ctx.is_cuda()) {
     return Status::InvalidArgument("train.precision: " + precision + " needs a GPU; the CPU path is fp32");

@@ -32,8 +32,9 @@
 namespace dtrain::models {
 
 // Arithmetic of a model's forward/backward. Parameters, gradients and optimizer state stay f32 (the
-// "master" copy) in every mode; kBf16/kFp16 run activations and GEMM inputs in 16 bits (CUDA only).
-enum class Precision { kFp32, kBf16, kFp16 };
+// "master" copy) in every mode; kBf16/kFp16 run activations and GEMM inputs in 16 bits (CUDA only); kFp8 (GPT-2,
+// CUDA sm_90) is kBf16 with some linear layers as FP8 GEMMs (models/gpt2_fp8.h).
+enum class Precision { kFp32, kBf16, kFp16, kFp8 };
 
 struct ParamInfo {
   std::string name;            // "fc1.weight"
@@ -85,6 +86,9 @@ class Model {
   // Training (the default) or evaluation mode. Only models with mode-dependent layers (batch norm:
   // batch statistics vs running statistics) care; the trainer sets false around evaluation.
   virtual void set_training(bool training) {}
+  // One line for the run's log when the model's precision needs more than train.precision to be told (which layers
+  // of an fp8 run are FP8); empty otherwise.
+  virtual std::string precision_summary() const { return ""; }
   // Named state that is not a parameter but belongs in checkpoints (batch-norm running mean/var),
   // on the model's device, updated by Forward in training mode. Empty for models without any.
   virtual std::vector<std::pair<std::string, Tensor*>> buffers() { return {}; }

@@ -12,7 +12,7 @@
 #if DT_HAVE_CUDA
 #include <nccl.h>
 
-#include "core/cuda_check.h"
+#include "core/cuda_lib_check.h"
 #include "core/cuda_handles.h"
 #endif
 #if DT_HAVE_MPI

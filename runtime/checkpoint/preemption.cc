@@ -34,7 +34,13 @@ void OnSignal(int sig) {
 
 }  // namespace
 
-void Preemption::InstallEarly() { SetAction(SIGUSR1, OnSignal); }
+void Preemption::InstallEarly() {
+  SetAction(SIGUSR1, OnSignal);
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  pthread_sigmask(SIG_UNBLOCK, &usr1, nullptr);  // a request held pending by the parent is delivered here
+}
 
 void Preemption::UndoEarly() {
   SetAction(SIGUSR1, SIG_DFL);

@@ -26,6 +26,9 @@
 //      stopped before it has trained a step has nothing to save, and a teardown after a peer's failure must not
 //      wait on a rank still blocked in its start-up (waiting for that peer).
 //      A run without checkpoints never reads the flag: it calls UndoEarly() once its config is known.
+//      The worker's parent closes the window before it: `dtrain rank-exec` (mpirun) and the per-node launcher start
+//      the worker with SIGUSR1 blocked, so a request that arrives while it execs, links and parses its config stays
+//      pending; InstallEarly unblocks SIGUSR1 once its handler is in, and the pending request lands there.
 //   2. InstallHandlers(), once the checkpoint store is open (runtime/train/checkpoint_coordinator.cc): SIGTERM,
 //      SIGUSR1 and SIGINT. Before it, SIGINT and SIGTERM keep their default action (nothing to save yet).
 
@@ -33,7 +36,8 @@ namespace dtrain::runtime {
 
 class Preemption {
  public:
-  // Installs the handler for SIGUSR1 (step 1 above; idempotent).
+  // Installs the handler for SIGUSR1, then unblocks SIGUSR1 in the calling thread (step 1 above; idempotent).
+  // Call it from the main thread.
   static void InstallEarly();
   // Undoes InstallEarly for a run that will never read the flag: SIGUSR1 gets its default action back, and one
   // that arrived since InstallEarly is delivered again (raise), so the process ends by it as it would have

@@ -25,6 +25,8 @@ class JsonLine {
   JsonLine& Add(const std::string& key, const std::string& value);
   // The object on one line without spaces, e.g. {"kind":"train","step":3,"loss":2.5}; "{}" when empty.
   std::string str() const;
+  // The object itself (read-only), for other renderings of the same values (runtime/observe/csv_metrics.h).
+  const nlohmann::ordered_json& object() const { return obj_; }
 
  private:
   nlohmann::ordered_json obj_ = nlohmann::ordered_json::object();

@@ -65,6 +65,8 @@ void Apply(const std::string& kind, const Json& r, AttemptSummary* a, RunSummary
     s->has_eval = true;
     s->eval_loss = Num(r, "eval_loss");
     s->eval_accuracy = Num(r, "eval_accuracy");
+    s->has_eval_ppl = Has(r, "eval_ppl");
+    s->eval_ppl = s->has_eval_ppl ? Num(r, "eval_ppl") : 0;
   } else if (kind == "checkpoint") {
     ++s->checkpoints;
     s->checkpoint_stall_s += Num(r, "stall_ms") / 1000.0;
@@ -229,7 +231,10 @@ std::string FormatRunSummary(const RunSummary& s, double price_per_gpu_hour) {
                            " checkpoints, " + FormatDuration(s.checkpoint_wait_s) + " waiting for async saves");
   if (s.has_loss || s.has_eval) {
     std::string v = s.has_loss ? Fmt("%.4f", s.last_loss) : "-";
-    if (s.has_eval) v += Fmt("; eval loss %.4f", s.eval_loss) + Fmt(", accuracy %.2f%%", 100.0 * s.eval_accuracy);
+    if (s.has_eval) {
+      v += Fmt("; eval loss %.4f", s.eval_loss) +
+           (s.has_eval_ppl ? Fmt(", ppl %.2f", s.eval_ppl) : Fmt(", accuracy %.2f%%", 100.0 * s.eval_accuracy));
+    }
     row("loss", v);
   }
   for (size_t i = 0; i < s.attempts.size(); ++i) {

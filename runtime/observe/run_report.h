@@ -6,7 +6,7 @@
 //   start       time, restart (DTRAIN_RESTART_COUNT), resume_step (0 = fresh), world, device, total_steps,
 //               global_batch (samples per step)
 //   first_step  step, time: the attempt's first step completed (the end of a recovery)
-//   train       step, time, loss, step_ms, ...          eval        step, time, eval_loss, eval_accuracy
+//   train       step, time, loss, step_ms, ...          eval        step, time, eval_loss, eval_accuracy[, eval_ppl]
 //   checkpoint  step, time, stall_ms, wait_ms, async    end         step, time, status done|preempted|failed
 //   restore     (written before its attempt's start record: ignored, so that it does not extend the previous one)
 // Each "start" opens an attempt; the records up to the next start belong to it.
@@ -82,7 +82,9 @@ struct RunSummary {
   double last_loss = 0;  // of the last train record with a loss
   bool has_eval = false;
   double eval_loss = 0, eval_accuracy = 0;  // of the last eval record
-  int64_t skipped_lines = 0;                // unparsable lines (see Robustness)
+  bool has_eval_ppl = false;                // the last eval record has eval_ppl (a token model)
+  double eval_ppl = 0;
+  int64_t skipped_lines = 0;  // unparsable lines (see Robustness)
   bool truncated_last_line = false;
 };
 

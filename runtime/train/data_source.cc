@@ -128,11 +128,12 @@ class LoaderSource final : public DataSource {
   }
 
   bool has_eval() const override { return eval_ != nullptr; }
-  Status BeginEval(int64_t* batches) override {
+  Status BeginEval(int64_t max_batches, int64_t* batches) override {
     *batches = 0;
     if (!eval_) return Status::OK();
     DT_RETURN_IF_ERROR(eval_->Restore({seed_, 0, 0}));
     *batches = eval_->batches_per_epoch();
+    if (max_batches > 0) *batches = std::min(*batches, max_batches);
     return Status::OK();
   }
   Status NextEval(data::Batch* b) override { return eval_->Next(b); }
@@ -165,10 +166,11 @@ Status LoaderSource::Init(const proto::Config& cfg, DeviceContext& ctx, const co
   lo.device_buffers = static_cast<int>(2 * std::min<int64_t>(accum, StepGraph::kMaxAccum));
   if (d.augment()) lo.augment = data::RandomCropFlip(/*pad=*/4, /*hflip=*/true, /*fill=*/0.f);
   lo.sample_log = SampleLogPath(rank, env.restart_count);
+  lo.limit = d.limit_train();  // Fashion-MNIST's shards are converted limited already: then a no-op
   DT_RETURN_IF_ERROR(ResolveDataset(d, cfg.storage(), /*train=*/true, &lo.dataset_dir));
   DT_RETURN_IF_ERROR(data::Loader::Create(lo, &ctx, &train_).WithContext("training data"));
   seed_ = lo.seed;
-  samples_ = train_->dataset().size();
+  samples_ = train_->num_samples();
 
   std::string eval_dir;
   if (cfg.train().eval()) DT_RETURN_IF_ERROR(ResolveDataset(d, cfg.storage(), /*train=*/false, &eval_dir));
@@ -180,6 +182,7 @@ Status LoaderSource::Init(const proto::Config& cfg, DeviceContext& ctx, const co
     eo.remainder = data::RemainderPolicy::kPad;  // every test sample once; padding rows are not counted
     eo.augment = nullptr;
     eo.sample_log.clear();
+    eo.limit = d.limit_test();
     eo.num_threads = std::max<int>(1, lo.num_threads / 2);
     eo.device_buffers = 2;  // evaluation queues each batch's work before taking the next
     DT_RETURN_IF_ERROR(data::Loader::Create(eo, &ctx, &eval_).WithContext("evaluation data"));
@@ -198,7 +201,10 @@ Status LoaderSource::Init(const proto::Config& cfg, DeviceContext& ctx, const co
     return Status::InvalidArgument("schedule.samples_per_step " + std::to_string(sps) + " exceeds the " +
                                    std::to_string(samples_) + " training samples of an epoch");
   }
-  DT_LOG_INFO(kRuntime, "data: {} training samples, {} steps per epoch, {} reader threads, prefetch {}", samples_,
+  DT_LOG_INFO(kRuntime, "data: {} training samples{}, {} steps per epoch, {} reader threads, prefetch {}", samples_,
+              samples_ < train_->dataset().size()
+                  ? " (data.limit_train of " + std::to_string(train_->dataset().size()) + ")"
+                  : std::string(),
               steps_per_epoch_, lo.num_threads, lo.prefetch_depth);
   return Status::OK();
 }
@@ -217,7 +223,7 @@ class SyntheticSource final : public DataSource {
   int64_t StepsLeft(const data::SamplerState&, int64_t) const override { return std::numeric_limits<int64_t>::max(); }
   int64_t ScheduleSteps(int64_t, int64_t) const override { return std::numeric_limits<int64_t>::max(); }
   bool has_eval() const override { return false; }
-  Status BeginEval(int64_t* batches) override {
+  Status BeginEval(int64_t, int64_t* batches) override {
     *batches = 0;
     return Status::OK();
   }

@@ -2,7 +2,8 @@
 // DataSource: where the trainer's batches come from, behind one interface; the trainer never asks which it holds.
 //   - the loader (data/loader.h) over a sharded dataset: Fashion-MNIST's IDX files converted once into shards under
 //     data.cache_dir, a local `dtrain data` dataset, or one in a remote store fetched into that cache
-//     (data/remote_cache.h); with an evaluation split when train.eval and the dataset has one. The training order is
+//     (data/remote_cache.h); with an evaluation split when train.eval and the dataset has one; each split limited to
+//     its first data.limit_train / data.limit_test samples when set. The training order is
 //     the data::Sampler's (seed, epoch, samples consumed globally), which is also the checkpointed data position. An
 //     epoch ends when the rest of it cannot fill a whole optimizer step (grad_accum_steps global batches).
 //   - synthetic tokens (data/synthetic_tokens.h, data.dataset synthetic_tokens) for throughput runs: no epochs (the
@@ -48,9 +49,10 @@ class DataSource {
   // --- Evaluation ---
   // False when there is no evaluation data (train.eval off, no test split, synthetic input).
   virtual bool has_eval() const = 0;
-  // Rewinds the evaluation split and sets *batches to its number of batches (every sample once; padding rows
-  // have num_real below the batch size). Then NextEval() that many times.
-  virtual Status BeginEval(int64_t* batches) = 0;
+  // Rewinds the evaluation split and sets *batches to its number of global batches (every sample once; padding rows
+  // have num_real below the batch size), at most `max_batches` of them (0 = all): always the first ones, in the
+  // split's order. Then NextEval() that many times. Every rank gets the same count (its share of each batch).
+  virtual Status BeginEval(int64_t max_batches, int64_t* batches) = 0;
   virtual Status NextEval(data::Batch* b) = 0;
 };
 

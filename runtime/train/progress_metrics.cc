@@ -63,6 +63,61 @@ std::string ProgressLine(int64_t epoch, int64_t epochs, int64_t step, int64_t to
          FormatDuration(eta_s);
 }
 
+std::vector<ProgressMetric> EvalMetrics(double loss, double accuracy, bool tokens, double seconds) {
+  std::vector<ProgressMetric> out = {{"eval_loss", "eval", loss, nullptr},
+                                     {"eval_accuracy", "eval", accuracy, nullptr}};
+  if (tokens) out.push_back({"eval_ppl", "eval", std::exp(loss), nullptr});
+  out.push_back({"eval_s", "eval", seconds, nullptr});
+  return out;
+}
+
+std::string EvalLine(int64_t epoch, int64_t epochs, int64_t step, int64_t total_steps, double loss, double accuracy,
+                     bool tokens, double seconds) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "epoch %lld/%lld step %lld/%lld eval | loss %.4f | ", static_cast<long long>(epoch),
+                static_cast<long long>(epochs), static_cast<long long>(step), static_cast<long long>(total_steps),
+                loss);
+  std::string out = buf;
+  if (tokens) {
+    std::snprintf(buf, sizeof(buf), "ppl %.2f", std::exp(loss));
+  } else {
+    std::snprintf(buf, sizeof(buf), "accuracy %.2f%%", 100.0 * accuracy);
+  }
+  out += buf;
+  std::snprintf(buf, sizeof(buf), " | %.2f s", seconds);
+  return out + buf;
+}
+
+const std::vector<std::string>& CsvColumns() {
+  static const std::vector<std::string> kColumns = {"kind",
+                                                    "epoch",
+                                                    "step",
+                                                    "time",
+                                                    "loss",
+                                                    "grad_norm",
+                                                    "lr",
+                                                    "samples_per_s",
+                                                    "tokens_per_s",
+                                                    "step_ms",
+                                                    "data_ms",
+                                                    "fwd_bwd_ms",
+                                                    "comm_exposed_ms",
+                                                    "optim_ms",
+                                                    "ckpt_stall_ms",
+                                                    "peak_mem_mib",
+                                                    "gpu_util_pct",
+                                                    "gpu_mem_used_mib",
+                                                    "gpu_power_w",
+                                                    "gpu_temp_c",
+                                                    "gpu_sm_clock_mhz",
+                                                    "eval_loss",
+                                                    "eval_accuracy",
+                                                    "eval_ppl",
+                                                    "eval_s",
+                                                    "verdict"};
+  return kColumns;
+}
+
 std::string ProgressBar(int64_t step, int64_t total_steps, double elapsed_s, double eta_s) {
   constexpr int kWidth = 30;
   const double done = total_steps > 0 ? static_cast<double>(step) / static_cast<double>(total_steps) : 0;

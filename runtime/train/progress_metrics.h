@@ -1,6 +1,7 @@
 #pragma once
-// The metrics of one progress interval, named once for the trainer's three sinks: the progress line
-// (rank 0's log), TensorBoard scalars and metrics.jsonl's "train" records (docs/architecture.md, Formats).
+// The metrics of one progress interval, named once for the trainer's sinks: the progress line (rank 0's log),
+// TensorBoard scalars, metrics.jsonl's "train" records (docs/architecture.md, Formats), metrics.csv and Prometheus;
+// and those of one evaluation ("eval" records).
 // A metric added to IntervalMetrics appears in every sink its entry names; the keys and the line's text are
 // what tests and bench scripts parse, so they do not change.
 
@@ -37,6 +38,17 @@ void AddGradNorm(double grad_norm, std::vector<ProgressMetric>* metrics);
 // means), and this rank's temperature and SM clock (`own`); the line shows "gpu N%" and "gpu mem N MiB".
 void AddGpuMetrics(double util_pct, double mem_used_mib, double power_w, const GpuWindow& own,
                    std::vector<ProgressMetric>* metrics);
+
+// One evaluation's metrics, in metrics.jsonl order (group "eval"): eval_loss, eval_accuracy (token models: of the next
+// token), eval_ppl = exp(eval_loss) for token models (`tokens`), eval_s (its wall time). No line formats: EvalLine.
+std::vector<ProgressMetric> EvalMetrics(double loss, double accuracy, bool tokens, double seconds);
+// "epoch E/N step S/T eval | loss 2.3456 | ppl 10.44 | 1.52 s" for token models; classifiers show
+// "| accuracy 85.12%" instead of the perplexity.
+std::string EvalLine(int64_t epoch, int64_t epochs, int64_t step, int64_t total_steps, double loss, double accuracy,
+                     bool tokens, double seconds);
+// The columns of <run.dir>/metrics.csv (runtime/observe/csv_metrics.h): kind, epoch, step, time, every key the train
+// records (IntervalMetrics, AddGradNorm, AddGpuMetrics) and the eval records (EvalMetrics) may hold, and the verdict.
+const std::vector<std::string>& CsvColumns();
 
 // "epoch E/N step S/T | loss ... | lr ... | ... samples/s | step ... ms (<breakdown>) | peak ... MiB | P% 1m 05s
 // elapsed, eta 3m 10s": the segments of the metrics with a line format, in order, the step breakdown right after the

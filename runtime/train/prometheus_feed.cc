@@ -24,6 +24,10 @@ struct Mapping {
 constexpr Mapping kMappings[] = {
     {"loss", "dtrain_loss", 1, "Training loss of the last progress interval, mean over the steps and ranks"},
     {"lr", "dtrain_learning_rate", 1, "Learning rate of the last step"},
+    {"eval_loss", "dtrain_eval_loss", 1, "Loss of the last evaluation, mean over its scored rows (all ranks)"},
+    {"eval_accuracy", "dtrain_eval_accuracy", 1, "Accuracy (0..1) of the last evaluation (token models: next token)"},
+    {"eval_ppl", "dtrain_eval_perplexity", 1, "Perplexity exp(eval loss) of the last evaluation (token models)"},
+    {"eval_s", "dtrain_eval_seconds", 1, "Wall time of the last evaluation"},
     {"samples_per_s", "dtrain_samples_per_second", 1, "Training samples per second over the last interval, all ranks"},
     {"tokens_per_s", "dtrain_tokens_per_second", 1, "Training tokens per second over the last interval, all ranks"},
     {"step_ms", "dtrain_step_seconds", 1e-3, "Wall time of one optimizer step, mean over the last interval"},
@@ -193,6 +197,11 @@ void PrometheusFeed::OnProgress(int64_t epoch, int64_t step, const std::vector<P
   Publish();
 }
 
+void PrometheusFeed::OnEval(const std::vector<ProgressMetric>& eval_metrics) {
+  eval_metrics_ = eval_metrics;
+  Publish();
+}
+
 void PrometheusFeed::OnCheckpoint(int64_t step, double unix_time) {
   last_ckpt_step_ = step;
   last_ckpt_unix_ = unix_time;
@@ -200,8 +209,10 @@ void PrometheusFeed::OnCheckpoint(int64_t step, double unix_time) {
 }
 
 void PrometheusFeed::Publish() {
-  exporter_->Publish(PrometheusSamples(info_, epoch_, step_, metrics_, gpus_, Preemption::Requested() != 0,
-                                       last_ckpt_step_, last_ckpt_unix_));
+  std::vector<ProgressMetric> all = metrics_;
+  all.insert(all.end(), eval_metrics_.begin(), eval_metrics_.end());
+  exporter_->Publish(PrometheusSamples(info_, epoch_, step_, all, gpus_, Preemption::Requested() != 0, last_ckpt_step_,
+                                       last_ckpt_unix_));
 }
 
 }  // namespace dtrain::runtime

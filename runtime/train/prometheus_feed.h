@@ -69,6 +69,9 @@ class PrometheusFeed {
   // PackGpuSlot, summed (empty without telemetry).
   void OnProgress(int64_t epoch, int64_t step, const std::vector<ProgressMetric>& metrics,
                   const std::vector<double>& gpu_slots);
+  // After each evaluation (EvalMetrics): dtrain_eval_loss, dtrain_eval_accuracy, dtrain_eval_perplexity (token
+  // models), dtrain_eval_seconds, shown with every later publish.
+  void OnEval(const std::vector<ProgressMetric>& eval_metrics);
   // When a checkpoint of `step` is taken (the save begins) at Unix time `unix_time`.
   void OnCheckpoint(int64_t step, double unix_time);
 
@@ -83,6 +86,7 @@ class PrometheusFeed {
   int64_t epoch_ = 0, step_ = 0, last_ckpt_step_ = 0;
   double last_ckpt_unix_ = 0;
   std::vector<ProgressMetric> metrics_;
+  std::vector<ProgressMetric> eval_metrics_;  // of the last evaluation
   std::vector<NodeGpu> gpus_;
 };
 

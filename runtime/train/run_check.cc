@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "core/check.h"
 #include "core/checked_math.h"
@@ -74,6 +75,10 @@ Status CheckRun(const proto::Config& cfg, int world_size, RunCheck* out) {
   DT_RETURN_IF_ERROR(FindModelSpec(cfg, &spec));
   const auto& d = cfg.data();
   const auto& t = cfg.train();
+  if (t.eval_every() > 0 && !t.eval()) {
+    return Status::InvalidArgument("train.eval_every " + std::to_string(t.eval_every()) +
+                                   " needs train.eval true (train.eval false turns every evaluation off)");
+  }
   if (d.dataset() == "fashion_mnist") {
     DT_RETURN_IF_ERROR(CheckFashionMnist(cfg, *spec, out));
   } else if (d.dataset() == "shards") {
@@ -94,6 +99,22 @@ Status CheckRun(const proto::Config& cfg, int world_size, RunCheck* out) {
     }
     if (t.max_steps() == 0)
       return Status::InvalidArgument("data.dataset synthetic_tokens has no epochs: set train.max_steps");
+    for (const auto& [key, limit] : {std::pair<const char*, int64_t>{"data.limit_train", d.limit_train()},
+                                     std::pair<const char*, int64_t>{"data.limit_test", d.limit_test()}}) {
+      if (limit > 0) {
+        return Status::InvalidArgument(std::string(key) + " " + std::to_string(limit) +
+                                       ": data.dataset synthetic_tokens has no samples to limit (it runs "
+                                       "train.max_steps steps); set it to 0");
+      }
+    }
+    if (t.eval_every() > 0) {
+      return Status::InvalidArgument("train.eval_every " + std::to_string(t.eval_every()) +
+                                     ": data.dataset synthetic_tokens has no evaluation data; set it to 0");
+    }
+  }
+  if (t.eval_every() > 0 && d.dataset() == "shards" && d.test_shards().empty()) {
+    out->warnings.push_back("train.eval_every " + std::to_string(t.eval_every()) +
+                            " without data.test_shards: there is nothing to evaluate on");
   }
 
   // The run's length, as the trainer counts it: whole optimizer steps per epoch (the remainder dropped).

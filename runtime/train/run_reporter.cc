@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -32,6 +33,17 @@ Status RunReporter::Create(const proto::Config& cfg, const ReporterIdentity& id,
   }
   if (id.rank == 0) {
     DT_RETURN_IF_ERROR(r->metrics_.Open(run.dir() + "/metrics.jsonl"));
+    if (run.csv_metrics()) {
+      r->csv_ = std::make_unique<CsvMetricsWriter>();
+      const Status st = r->csv_->Open(run.dir() + "/metrics.csv", CsvColumns());
+      if (st.code() == Status::Code::kFailedPrecondition) {  // another version's columns: metrics.jsonl has it all
+        DT_LOG_WARN(kRuntime, "run.csv_metrics: {}; this attempt writes no CSV rows (metrics.jsonl has them all)",
+                    st.message());
+        r->csv_.reset();
+      } else {
+        DT_RETURN_IF_ERROR(st);
+      }
+    }
     if (run.tensorboard()) DT_RETURN_IF_ERROR(EventWriter::Create(run.dir() + "/tensorboard", &r->tensorboard_));
   }
   *out = std::move(r);
@@ -105,25 +117,28 @@ Status RunReporter::ReportInterval(const IntervalRecord& r) {
   JsonLine record;
   record.Add("kind", std::string("train")).Add("epoch", r.epoch).Add("step", r.step).Add("time", WallSeconds());
   AddMetrics(metrics, &record);
-  return metrics_.Write(record.Add("verdict", verdict));
+  record.Add("verdict", verdict);
+  if (csv_) DT_RETURN_IF_ERROR(csv_->Write(record));
+  return metrics_.Write(record);
 }
 
-Status RunReporter::ReportEval(int64_t epoch, int64_t step, double loss, double accuracy) {
+Status RunReporter::ReportEval(const EvalRecord& r) {
+  const std::vector<ProgressMetric> metrics = EvalMetrics(r.loss, r.accuracy, r.tokens, r.seconds);
+  if (prom_) prom_->OnEval(metrics);
   if (rank_ != 0) return Status::OK();
   ClearBar();
-  DT_LOG_INFO(kRuntime, "epoch {}/{} eval | loss {:.4f} | accuracy {:.2f}%", epoch, cfg_.train().epochs(), loss,
-              100.0 * accuracy);
+  DT_LOG_INFO(kRuntime, "{}",
+              EvalLine(r.epoch, cfg_.train().epochs(), r.step, total_steps_, r.loss, r.accuracy, r.tokens, r.seconds));
   if (tensorboard_) {
-    DT_RETURN_IF_ERROR(
-        tensorboard_->AddScalars(step, WallSeconds(), {{"eval/loss", loss}, {"eval/accuracy", accuracy}}));
+    std::vector<std::pair<std::string, double>> scalars = {{"eval/loss", r.loss}, {"eval/accuracy", r.accuracy}};
+    if (r.tokens) scalars.emplace_back("eval/perplexity", std::exp(r.loss));
+    DT_RETURN_IF_ERROR(tensorboard_->AddScalars(r.step, WallSeconds(), scalars));
   }
-  return metrics_.Write(JsonLine()
-                            .Add("kind", std::string("eval"))
-                            .Add("epoch", epoch)
-                            .Add("step", step)
-                            .Add("time", WallSeconds())
-                            .Add("eval_loss", loss)
-                            .Add("eval_accuracy", accuracy));
+  JsonLine record;
+  record.Add("kind", std::string("eval")).Add("epoch", r.epoch).Add("step", r.step).Add("time", WallSeconds());
+  AddMetrics(metrics, &record);
+  if (csv_) DT_RETURN_IF_ERROR(csv_->Write(record));
+  return metrics_.Write(record);
 }
 
 void RunReporter::OnCheckpoint(int64_t step) {

@@ -4,7 +4,8 @@
 //   - rank 0's progress line per log interval, and the warnings that go with it (input pipeline behind, a
 //     step-time verdict that changed);
 //   - rank 0's <run.dir>/metrics.jsonl (every record kind: start, restore, first_step, train, eval, checkpoint,
-//     end) and TensorBoard scalars (run.tensorboard);
+//     end), its train and eval records as rows of <run.dir>/metrics.csv (run.csv_metrics;
+//     runtime/observe/csv_metrics.h) and TensorBoard scalars (run.tensorboard);
 //   - the Prometheus feed (run.prometheus_port, each node's local rank 0: runtime/train/prometheus_feed.h);
 //   - this rank's GPU telemetry and its idle/throttle alarms (run.gpu_sample_s; run.gpu_idle_exit asks the run to
 //     stop through gpu_idle_stop());
@@ -24,6 +25,7 @@
 
 #include "core/status.h"
 #include "proto/config.pb.h"
+#include "runtime/observe/csv_metrics.h"
 #include "runtime/observe/gpu_alarm.h"
 #include "runtime/observe/gpu_telemetry.h"
 #include "runtime/observe/metrics.h"
@@ -60,11 +62,22 @@ struct IntervalRecord {
   std::vector<double> gpu_slots;  // every rank's PackGpuSlot, summed (empty when GpuSlots gave none)
 };
 
+// One evaluation, as every sink shows it: the means over all ranks' scored rows.
+struct EvalRecord {
+  int64_t epoch = 0;  // 1-based, as shown
+  int64_t step = 0;   // optimizer steps done
+  double loss = 0;
+  double accuracy = 0;  // token models: of the next token
+  double seconds = 0;   // wall time of the evaluation
+  bool tokens = false;  // a token model: perplexity exp(loss) is shown instead of the accuracy
+};
+
 class RunReporter {
  public:
   // Starts this rank's GPU telemetry (cuda and run.gpu_sample_s > 0; a missing NVML is logged, not an error) and on
-  // rank 0 opens <run.dir>/metrics.jsonl (appending) and with run.tensorboard <run.dir>/tensorboard. run.dir must
-  // exist on rank 0.
+  // rank 0 opens <run.dir>/metrics.jsonl (appending), with run.csv_metrics <run.dir>/metrics.csv (appending; one of
+  // other columns is warned about and left alone) and with run.tensorboard <run.dir>/tensorboard. run.dir must exist
+  // on rank 0.
   static Status Create(const proto::Config& cfg, const ReporterIdentity& id, std::unique_ptr<RunReporter>* out);
   ~RunReporter();
   RunReporter(const RunReporter&) = delete;
@@ -85,14 +98,16 @@ class RunReporter {
   // False where ReportInterval does nothing (ranks other than 0 without a Prometheus feed): the trainer may skip
   // building the record.
   bool wants_intervals() const { return rank_ == 0 || prom_ != nullptr; }
-  // The progress line, its warnings, TensorBoard, metrics.jsonl "train" record and the Prometheus samples.
+  // The progress line, its warnings, TensorBoard, the metrics.jsonl "train" record (and its metrics.csv row) and the
+  // Prometheus samples.
   Status ReportInterval(const IntervalRecord& r);
   // True once the GPU alarm asked the run to stop (run.gpu_idle_exit).
   bool gpu_idle_stop() const { return gpu_idle_stop_; }
 
   // --- Other events ---
-  // Rank 0: the evaluation line, TensorBoard's eval scalars and the "eval" record (epoch 1-based).
-  Status ReportEval(int64_t epoch, int64_t step, double loss, double accuracy);
+  // Every rank: the Prometheus eval samples (a node's endpoint). Rank 0: the evaluation line (EvalLine), TensorBoard's
+  // eval/loss, eval/accuracy (and eval/perplexity), the "eval" record of metrics.jsonl and its metrics.csv row.
+  Status ReportEval(const EvalRecord& r);
   // A checkpoint of `step` begins (the Prometheus feed's last checkpoint).
   void OnCheckpoint(int64_t step);
   // Rank 0: one record into metrics.jsonl; other ranks: nothing.
@@ -116,6 +131,7 @@ class RunReporter {
   const int rank_;
   int64_t start_step_ = 0, total_steps_ = 0;
   MetricsWriter metrics_;                     // rank 0
+  std::unique_ptr<CsvMetricsWriter> csv_;     // rank 0 with run.csv_metrics
   std::unique_ptr<EventWriter> tensorboard_;  // rank 0 with run.tensorboard
   std::unique_ptr<PrometheusFeed> prom_;      // run.prometheus_port > 0, each node's local rank 0
   std::unique_ptr<GpuTelemetry> gpu_;         // null: off or no NVML

@@ -178,6 +178,9 @@ Status Trainer::Setup() {
   const int64_t accum = cfg_.train().grad_accum_steps();
 
   DT_RETURN_IF_ERROR(BuildModel(cfg_, ctx_, &model_));
+  if (rank_ == 0 && !model_->precision_summary().empty()) {
+    DT_LOG_INFO(kRuntime, "precision {}", model_->precision_summary());
+  }
   DT_RETURN_IF_ERROR(model_->InitParams(cfg_.train().seed()));
   if (!cfg_.model().init_from().empty()) DT_RETURN_IF_ERROR(ImportParams(cfg_.model().init_from()));
   phases_ = std::make_unique<PhaseTimer>(ctx_, kNumPhases);
@@ -460,11 +463,19 @@ Status Trainer::RunLoop(TrainSummary* summary) {
   int64_t epoch = data_->Position().epoch;
   double train_seconds = 0, t_interval = MonotonicSeconds(), data_s = 0;
   int64_t interval_steps = 0;
+  // Evaluation every eval_every steps (at multiples of it, so a resumed run keeps the schedule), else at epoch ends;
+  // and at the end of training. Each one follows a progress line of its step (interval_steps is 0 then): its time
+  // is kept out of the next interval and of the training time.
+  const bool eval_on = cfg_.train().eval() && data_->has_eval();
+  const int64_t eval_every = eval_on ? cfg_.train().eval_every() : 0;
   auto evaluate = [&](int64_t ep) -> Status {
-    if (!cfg_.train().eval() || !data_->has_eval()) return Status::OK();
+    if (!eval_on) return Status::OK();
+    const double t0 = MonotonicSeconds();
     DT_RETURN_IF_ERROR(Evaluate(&summary->eval_loss, &summary->eval_accuracy));
     last_eval_step = step;
-    return reporter_->ReportEval(ep + 1, step, summary->eval_loss, summary->eval_accuracy);
+    if (interval_steps == 0) t_interval = MonotonicSeconds();
+    return reporter_->ReportEval(
+        {ep + 1, step, summary->eval_loss, summary->eval_accuracy, MonotonicSeconds() - t0, TokensPerSample(cfg_) > 0});
   };
   reporter_->StartLoop();
   while (step < total_steps_) {
@@ -475,7 +486,7 @@ Status Trainer::RunLoop(TrainSummary* summary) {
       DT_RETURN_IF_ERROR(data_->Restore(pos));
     }
     if (pos.epoch != epoch) {  // the previous epoch is complete
-      DT_RETURN_IF_ERROR(evaluate(epoch));
+      if (eval_every == 0) DT_RETURN_IF_ERROR(evaluate(epoch));
       epoch = pos.epoch;
       if (epoch >= cfg_.train().epochs()) break;
     }
@@ -495,7 +506,8 @@ Status Trainer::RunLoop(TrainSummary* summary) {
     reporter_->Tick(step);
     const data::SamplerState next = data_->Position();
     const bool epoch_end = next.epoch != epoch || !data_->StepFits(next);
-    if (step % log_every == 0 || step == total_steps_ || epoch_end) {
+    const bool eval_due = eval_every > 0 && step % eval_every == 0;
+    if (step % log_every == 0 || step == total_steps_ || epoch_end || eval_due) {
       // LogProgress synchronizes, then takes the interval's wall time: it covers all of its device work.
       DT_RETURN_IF_ERROR(LogProgress(epoch, step, t_interval, interval_steps, data_s, &summary->last_train_loss));
       train_seconds += MonotonicSeconds() - t_interval;
@@ -503,6 +515,8 @@ Status Trainer::RunLoop(TrainSummary* summary) {
       data_s = 0;
       interval_steps = 0;
     }
+    // Before the save: a checkpoint of this step was taken after its evaluation, so a resume does not repeat it.
+    if (eval_due) DT_RETURN_IF_ERROR(evaluate(epoch));
     // Saves, the store's heartbeat, the preemption agreement (Status::Preempted once saved).
     if (checkpoints_) DT_RETURN_IF_ERROR(checkpoints_->AfterStep({step, total_steps_, next, samples_seen_}));
   }

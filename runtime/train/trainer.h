@@ -61,7 +61,7 @@ struct TrainSummary {
   double seconds = 0;   // training wall time, evaluation excluded
   double samples_per_s = 0;
   double last_train_loss = 0;  // mean over the last log interval
-  double eval_loss = 0;        // after the last epoch (NaN when eval is off)
+  double eval_loss = 0;        // of the last evaluation (NaN when eval is off)
   double eval_accuracy = 0;
   bool already_done = false;  // the run had finished before: nothing was trained
 };
@@ -90,6 +90,9 @@ class Trainer {
   Status TrainStep(int64_t step, double* data_seconds);
   // TrainStep through the step's CUDA graphs (step_graph_): take the micro-batches, replay (or capture).
   Status GraphedStep(int64_t step, double* data_seconds);
+  // One evaluation: the first train.eval_batches global batches of the test split (0 = all of it) on every rank,
+  // the sums all-reduced; loss and accuracy are means over the scored rows (tokens for token models). The training
+  // loader, the parameters and the RNG are untouched; the step graph is re-captured afterwards.
   Status Evaluate(double* loss, double* accuracy);
 
   // Length of the run (runtime/train/trainer_data.cc).

@@ -41,7 +41,7 @@ Status Trainer::Evaluate(double* loss, double* accuracy) {
   comm::WatchdogScope armed(watchdog_, "evaluation (device syncs, metric all-reduce)");
   model_->set_training(false);
   int64_t batches = 0;
-  DT_RETURN_IF_ERROR(data_->BeginEval(&batches));
+  DT_RETURN_IF_ERROR(data_->BeginEval(cfg_.train().eval_batches(), &batches));
   double loss_sum = 0;
   int64_t correct = 0, count = 0;
   for (int64_t k = 0; k < batches; ++k) {

@@ -15,6 +15,7 @@
 #include "runtime/checkpoint/spot_watcher.h"
 #include "runtime/config/config.h"
 #include "runtime/train/auto_sizes.h"
+#include "runtime/train/model_factory.h"
 #include "runtime/train/run_check.h"
 #include "runtime/train/trainer.h"
 
@@ -113,10 +114,12 @@ Status RunWithEnv(const WorkerRequest& req, const comm::DistEnv& env, WorkerOutc
     return st.WithContext("rank " + std::to_string(env.rank));
   }
   if (env.rank == 0 && !s.already_done) {
-    // Evaluation off: no eval figures (they would read "nan").
-    const std::string eval = std::isnan(s.eval_loss) ? std::string()
-                                                     : fmt::format("; eval loss {:.4f}, accuracy {:.2f}%", s.eval_loss,
-                                                                   100 * s.eval_accuracy);
+    // Evaluation off: no eval figures (they would read "nan"). Token models: the perplexity, as on the eval line.
+    const std::string eval =
+        std::isnan(s.eval_loss) ? std::string()
+        : TokensPerSample(cfg) > 0
+            ? fmt::format("; eval loss {:.4f}, ppl {:.2f}", s.eval_loss, std::exp(s.eval_loss))
+            : fmt::format("; eval loss {:.4f}, accuracy {:.2f}%", s.eval_loss, 100 * s.eval_accuracy);
     DT_LOG_INFO(kRuntime, "done: {} steps, {} samples in {:.1f} s ({:.0f} samples/s); last train loss {:.4f}{}",
                 s.steps, s.samples, s.seconds, s.samples_per_s, s.last_train_loss, eval);
   }

@@ -21,11 +21,12 @@ unity_off() { if [[ -e $1/unity-off ]]; then echo -DDT_UNITY_BUILD=OFF; fi; }
 
 # configure_asan DIR: ASan + LSan + UBSan (-fno-sanitize-recover: the first UB report aborts) with
 # libFuzzer's coverage instrumentation (fuzzer-no-link), and the fuzz targets on. scripts/sanitize.sh
-# (unit tests) and scripts/fuzz.sh share this build, so CI compiles the tree once for both.
+# (unit tests) and scripts/fuzz.sh share this build, so CI compiles the tree once for both. Each test file is one
+# ctest test (DT_TEST_WHOLE_BINARIES).
 configure_asan() {
   # shellcheck disable=SC2086
   cmake -S . -B "$1" "${SAN_CMAKE_COMMON[@]}" -DDT_SANITIZER="address;undefined;fuzzer-no-link" \
-    -DCMAKE_CXX_FLAGS="-fno-sanitize-recover=all" -DDT_BUILD_FUZZERS=ON ${CMAKE_ARGS:-} $(unity_off "$1") >/dev/null
+    -DCMAKE_CXX_FLAGS="-fno-sanitize-recover=all" -DDT_BUILD_FUZZERS=ON -DDT_TEST_WHOLE_BINARIES=ON ${CMAKE_ARGS:-} $(unity_off "$1") >/dev/null
 }
 
 # configure_tsan DIR: ThreadSanitizer, Open MPI off (no TSan test uses it in-process: the supervision

@@ -330,6 +330,50 @@ TEST(LoaderTest, BadOptionsAndMissingDataset) {
   EXPECT_EQ(Loader::Create(o, ctx.get(), &l).code(), Status::Code::kNotFound);
 }
 
+// LoaderOptions::limit: an epoch is the first `limit` samples (sampled, shuffled and padded within them), the position
+// restores inside them, and a limit above the dataset's size takes it all.
+TEST(LoaderTest, LimitMakesTheEpochItsFirstSamples) {
+  TempDir dir;
+  fixture::WriteImageDataset(dir.path(), 100, 2, 2, 40);
+  auto ctx = Cpu();
+  LoaderOptions o;
+  o.dataset_dir = dir.path();
+  o.batch_size = 4;
+  o.world = 2;
+  o.rank = 1;
+  o.num_threads = 2;
+  o.limit = 30;  // 3 global batches of 8 (the last 6 dropped)
+  std::unique_ptr<Loader> l;
+  ASSERT_TRUE(Loader::Create(o, ctx.get(), &l).ok());
+  EXPECT_EQ(l->num_samples(), 30);
+  EXPECT_EQ(l->dataset().size(), 100);
+  EXPECT_EQ(l->batches_per_epoch(), 3);
+  std::vector<int64_t> seen;
+  for (int k = 0; k < 3; ++k) {
+    Batch b;
+    ASSERT_TRUE(l->Next(&b).ok());
+    EXPECT_EQ(b.epoch, 0);
+    for (int64_t i : b.indices) {
+      EXPECT_LT(i, 30);
+      seen.push_back(i);
+    }
+  }
+  Batch next;
+  ASSERT_TRUE(l->Next(&next).ok());
+  EXPECT_EQ(next.epoch, 1);  // the epoch is 30 samples long
+  // Restoring the position after the first batch gives the same second batch as before.
+  const SamplerState after_one{o.seed, 0, 8};
+  ASSERT_TRUE(l->Restore(after_one).ok());
+  Batch again;
+  ASSERT_TRUE(l->Next(&again).ok());
+  EXPECT_EQ(again.indices, std::vector<int64_t>(seen.begin() + 4, seen.begin() + 8));
+  o.limit = 1000;
+  ASSERT_TRUE(Loader::Create(o, ctx.get(), &l).ok());
+  EXPECT_EQ(l->num_samples(), 100);
+  o.limit = -1;
+  EXPECT_EQ(Loader::Create(o, ctx.get(), &l).code(), Status::Code::kInvalidArgument);
+}
+
 // GPU: batches arrive on the device, equal to the CPU loader's (bit-exact: same decode on the host).
 TEST_F(FashionLoaderTest, CudaBatchesEqualCpuBatches) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the H2D copy-stream path needs a GPU";

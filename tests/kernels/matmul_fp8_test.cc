@@ -1,7 +1,8 @@
 // Tests of kernels/matmul_fp8: the CPU reference against a double-precision sum, the argument checks (shapes,
 // formats, cuBLASLt's FP8 alignment rules), and on a GPU the cuBLASLt FP8 GEMM against the double reference at
 // training-like shapes (with and without fast accumulation, bf16 and f32 C, accumulation into C), and the whole
-// amax -> scale -> cast -> GEMM chain replayed from a CUDA graph on new data (skipped without a GPU).
+// amax -> scale -> cast -> GEMM chain replayed from a CUDA graph on new data (skipped without a GPU); the bias, GELU
+// and residual epilogues on the CPU (the reference composition) and on the GPU against it.
 #include "kernels/matmul_fp8.h"
 
 #include <gtest/gtest.h>
@@ -108,6 +109,49 @@ TEST(MatmulFp8Cpu, EntryPointNamesBadShapes) {
   const Status st = MatmulFp8(*cpu, ta, kE4M3, s, tb, kE4M3, s, &tc);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.ToString().find("u8[8,16]"), std::string::npos) << st.ToString();
+}
+
+// The CPU entry point's epilogues are the composition of the reference ops: bias per column, aux = AB + bias and
+// c = gelu(aux) (tanh form), and the residual added last; checked against the double sum done by hand.
+TEST(MatmulFp8Cpu, EpiloguesComposeTheReferenceOps) {
+  auto cpu = Cpu();
+  const int64_t m = 9, n = 16, k = 32;
+  float sa = 0, sb = 0;
+  const auto a = RandomFp8(m * k, kE4M3, 1.f, 5, &sa);
+  const auto b = RandomFp8(n * k, kE4M3, 0.1f, 6, &sb);
+  std::vector<double> ref, abs;
+  DoubleGemm(a, kE4M3, sa, b, kE4M3, sb, m, n, k, &ref, &abs);
+  Tensor ta = Tensor::Wrap(const_cast<uint8_t*>(a.data()), {m, k}, DType::kU8, DeviceType::kCPU);
+  Tensor tb = Tensor::Wrap(const_cast<uint8_t*>(b.data()), {n, k}, DType::kU8, DeviceType::kCPU);
+  Tensor tsa = Tensor::Wrap(&sa, {1}, DType::kF32, DeviceType::kCPU);
+  Tensor tsb = Tensor::Wrap(&sb, {1}, DType::kF32, DeviceType::kCPU);
+  std::vector<float> bias(n), res(m * n), c(m * n), aux(m * n);
+  for (int64_t j = 0; j < n; ++j) bias[j] = 0.25f * static_cast<float>(j % 5) - 0.5f;
+  for (int64_t i = 0; i < m * n; ++i) res[i] = static_cast<float>(i % 7) - 3.f;
+  Tensor tbias = Tensor::Wrap(bias.data(), {n}, DType::kF32, DeviceType::kCPU);
+  Tensor tres = Tensor::Wrap(res.data(), {m, n}, DType::kF32, DeviceType::kCPU);
+  Tensor tc = Tensor::Wrap(c.data(), {m, n}, DType::kF32, DeviceType::kCPU);
+  Tensor taux = Tensor::Wrap(aux.data(), {m, n}, DType::kF32, DeviceType::kCPU);
+  auto gelu = [](double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); };
+  MatmulFp8Options gelu_opts;
+  gelu_opts.bias = &tbias;
+  gelu_opts.gelu_aux = &taux;
+  DT_ASSERT_OK(MatmulFp8(*cpu, ta, kE4M3, tsa, tb, kE4M3, tsb, &tc, gelu_opts));
+  for (int64_t i = 0; i < m * n; ++i) {
+    const double pre = ref[i] + bias[i % n];
+    ASSERT_NEAR(aux[i], pre, 1e-5 * (abs[i] + 1)) << i;
+    ASSERT_NEAR(c[i], gelu(pre), 1e-5 * (abs[i] + 1)) << i;
+  }
+  MatmulFp8Options res_opts;
+  res_opts.bias = &tbias;
+  res_opts.residual = &tres;
+  DT_ASSERT_OK(MatmulFp8(*cpu, ta, kE4M3, tsa, tb, kE4M3, tsb, &tc, res_opts));
+  for (int64_t i = 0; i < m * n; ++i) ASSERT_NEAR(c[i], ref[i] + bias[i % n] + res[i], 1e-5 * (abs[i] + 4)) << i;
+  MatmulFp8Options bad = res_opts;
+  bad.accumulate = true;
+  const Status st = MatmulFp8(*cpu, ta, kE4M3, tsa, tb, kE4M3, tsb, &tc, bad);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("cannot accumulate"), std::string::npos) << st.ToString();
 }
 
 #if DT_HAVE_CUDA
@@ -338,6 +382,66 @@ TEST_F(MatmulFp8CudaTest, QuantizedChainReplaysInACudaGraph) {
   DT_ASSERT_OK(graph->Launch(gpu_->stream()));
   DT_ASSERT_OK(gpu_->Synchronize());
   ASSERT_NO_FATAL_FAILURE(expect_matches_cpu("graph replay on 3x data"));
+}
+// The bf16 epilogues on the GPU (fused by cuBLASLt, or its unfused fallback) against the CPU entry point's f32
+// composition of the same fp8 inputs: bias; bias + GELU with the pre-activation saved; bias + residual. Tolerance:
+// fast accumulation (the model's forward setting, 2^-8 of sum|ab|, see ToleranceFor) plus the bf16 roundings of the
+// output, the aux and the bias/residual inputs (2^-7 of the magnitudes involved).
+TEST_F(MatmulFp8CudaTest, EpiloguesMatchTheCpuReference) {
+  auto cpu = Cpu();
+  const int64_t m = 128, n = 256, k = 256;
+  float sa = 0, sb = 0;
+  const auto a = RandomFp8(m * k, kE4M3, 1.f, 11, &sa);
+  const auto b = RandomFp8(n * k, kE4M3, 0.05f, 12, &sb);
+  std::vector<double> ref, abs;
+  DoubleGemm(a, kE4M3, sa, b, kE4M3, sb, m, n, k, &ref, &abs);
+  std::vector<double> bias(n), res(m * n);
+  for (int64_t j = 0; j < n; ++j) bias[j] = comm::Bf16ToF32(comm::F32ToBf16(0.01f * static_cast<float>(j % 13 - 6)));
+  for (int64_t i = 0; i < m * n; ++i) res[i] = comm::Bf16ToF32(comm::F32ToBf16(0.1f * static_cast<float>(i % 9 - 4)));
+  Tensor ta, tb, tsa, tsb;
+  Upload(DType::kU8, {m, k}, a.data(), &ta);
+  Upload(DType::kU8, {n, k}, b.data(), &tb);
+  Upload(DType::kF32, {1}, &sa, &tsa);
+  Upload(DType::kF32, {1}, &sb, &tsb);
+  Tensor gbias, gres, gc, gaux, cbias, cres, cc, caux;
+  DT_ASSERT_OK(testing::MakeTensor(*gpu_, DType::kBF16, {n}, bias, &gbias));
+  DT_ASSERT_OK(testing::MakeTensor(*gpu_, DType::kBF16, {m, n}, res, &gres));
+  DT_ASSERT_OK(testing::MakeTensor(*gpu_, DType::kBF16, {m, n}, std::vector<double>(m * n, 0.0), &gc));
+  DT_ASSERT_OK(testing::MakeTensor(*gpu_, DType::kBF16, {m, n}, std::vector<double>(m * n, 0.0), &gaux));
+  DT_ASSERT_OK(testing::MakeTensor(*cpu, DType::kF32, {n}, bias, &cbias));
+  DT_ASSERT_OK(testing::MakeTensor(*cpu, DType::kF32, {m, n}, res, &cres));
+  DT_ASSERT_OK(testing::MakeTensor(*cpu, DType::kF32, {m, n}, std::vector<double>(m * n, 0.0), &cc));
+  DT_ASSERT_OK(testing::MakeTensor(*cpu, DType::kF32, {m, n}, std::vector<double>(m * n, 0.0), &caux));
+  Tensor ca = Tensor::Wrap(const_cast<uint8_t*>(a.data()), {m, k}, DType::kU8, DeviceType::kCPU);
+  Tensor cb = Tensor::Wrap(const_cast<uint8_t*>(b.data()), {n, k}, DType::kU8, DeviceType::kCPU);
+  Tensor csa = Tensor::Wrap(&sa, {1}, DType::kF32, DeviceType::kCPU);
+  Tensor csb = Tensor::Wrap(&sb, {1}, DType::kF32, DeviceType::kCPU);
+  for (const char* which : {"bias", "bias+gelu", "bias+residual"}) {
+    const bool gelu = std::string(which) == "bias+gelu", residual = std::string(which) == "bias+residual";
+    MatmulFp8Options g, c;
+    g.fast_accum = true;
+    g.bias = &gbias;
+    c.bias = &cbias;
+    if (gelu) g.gelu_aux = &gaux, c.gelu_aux = &caux;
+    if (residual) g.residual = &gres, c.residual = &cres;
+    DT_ASSERT_OK(MatmulFp8(*gpu_, ta, kE4M3, tsa, tb, kE4M3, tsb, &gc, g));
+    DT_ASSERT_OK(MatmulFp8(*cpu, ca, kE4M3, csa, cb, kE4M3, csb, &cc, c));
+    std::vector<double> got, want, got_aux, want_aux;
+    DT_ASSERT_OK(testing::Fetch(*gpu_, gc, &got));
+    DT_ASSERT_OK(testing::Fetch(*cpu, cc, &want));
+    if (gelu) {
+      DT_ASSERT_OK(testing::Fetch(*gpu_, gaux, &got_aux));
+      DT_ASSERT_OK(testing::Fetch(*cpu, caux, &want_aux));
+    }
+    const double acc = std::ldexp(1.0, -8), out = std::ldexp(1.0, -7);
+    for (int64_t i = 0; i < m * n; ++i) {
+      const double mag = std::fabs(ref[i]) + std::fabs(bias[i % n]) + (residual ? std::fabs(res[i]) : 0.0);
+      const double bound = acc * abs[i] + out * mag + 1e-6;
+      ASSERT_NEAR(got[i], want[i], bound) << which << " at " << i;
+      if (gelu) ASSERT_NEAR(got_aux[i], want_aux[i], bound) << which << " aux at " << i;
+    }
+    EXPECT_LE(testing::RelFrobenius(got, want), 2e-2) << which;
+  }
 }
 #endif  // DT_HAVE_CUDA
 

@@ -93,13 +93,14 @@ class ElasticNetns : public ::testing::Test {
     ASSERT_EQ(ref.exit_code, 0) << ref.output;
   }
 
-  // A worker wrapper: rank 2 of the first attempt runs `on_checkpoint` (sh; $p is the worker's pid) once step 10's
+  // A worker wrapper: rank 2 of the first attempt runs `on_checkpoint` (bash; $p is the worker's pid) once step 10's
   // checkpoint exists, then waits for the worker and ends as it did, after running `after`. `worker_env` is set for
-  // that rank's worker only.
+  // that rank's worker only. (bash, not sh: dash clears the signal mask that rank-exec starts the worker with, and a
+  // grow request sent while the worker started would then kill it: launcher/rank_exec.h.)
   std::string Worker(const std::string& on_checkpoint, const std::string& after = "",
                      const std::string& worker_env = "") {
     const std::string worker = d_ + "/worker.sh";
-    WriteFile(worker, "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 2 ] && [ \"$DTRAIN_RESTART_COUNT\" = 0 ]; then\n  " +
+    WriteFile(worker, "#!/bin/bash\nif [ \"$OMPI_COMM_WORLD_RANK\" = 2 ] && [ \"$DTRAIN_RESTART_COUNT\" = 0 ]; then\n  " +
                           worker_env + " " + DtrainBin() + " \"$@\" & p=$!\n  for i in $(seq 600); do [ -e " + d_ +
                           "/run/checkpoints/step-00000010/manifest.pb ] && break; sleep 0.1; done\n  " + on_checkpoint +
                           "\n  wait $p; rc=$?\n  " + after + "\n  exit $rc\nfi\nexec " + DtrainBin() + " \"$@\"\n");

@@ -70,8 +70,8 @@ TEST(RankExecTest, ProgramThatCannotRunIsNamedAndExits127) {
             "dtrain rank-exec: exit code 127\n");
 }
 
-// SIGUSR1 sent to rank-exec alone reaches the program (remote ranks get signals this way). A program
-// that never gets it exits 3 after 10 s.
+// SIGUSR1 sent to rank-exec alone reaches the program (remote ranks get signals this way; dash's `trap` unblocks
+// it, as dtrain's handler does). A program that never gets it exits 3 after 10 s.
 TEST(RankExecTest, SignalsArePassedOnToTheProgram) {
   TempDir dir;
   const std::string d = dir.path();
@@ -80,6 +80,17 @@ TEST(RankExecTest, SignalsArePassedOnToTheProgram) {
                             "/ready; for i in $(seq 200); do sleep 0.05; done; exit 3' & p=$!; while [ ! -e " + d +
                             "/ready ]; do sleep 0.05; done; kill -USR1 $p; wait $p; echo rc=$?)");
   EXPECT_EQ(WithoutTimes(r.output, t0), "dtrain rank-exec: exit code 75\nrc=75\n");
+}
+
+// The program starts with SIGUSR1 blocked (and nothing else added): a checkpoint request sent while a worker
+// starts stays pending until the worker's handler is in (runtime/checkpoint/preemption.h).
+TEST(RankExecTest, ProgramStartsWithSigusr1Held) {
+  const auto r = RunCommand(RankExec("grep SigBlk /proc/self/status"));  // (dash would clear the mask)
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto colon = r.output.find(':');
+  ASSERT_NE(colon, std::string::npos) << r.output;
+  const unsigned long long blocked = std::stoull(r.output.substr(colon + 1), nullptr, 16);
+  EXPECT_EQ(blocked, 1ull << (SIGUSR1 - 1)) << r.output;
 }
 
 // The program does not outlive rank-exec (PR_SET_PDEATHSIG).

@@ -33,6 +33,25 @@ TEST(PreemptionDeathTest, AnEarlyRequestIsKeptThroughInstallHandlers) {
       ::testing::ExitedWithCode(42), "");
 }
 
+// A request that arrived while the worker's parent held SIGUSR1 blocked (dtrain rank-exec, the per-node launcher)
+// is pending, and InstallEarly's unblock delivers it to the handler.
+TEST(PreemptionDeathTest, ARequestHeldPendingByTheParentReachesTheEarlyHandler) {
+  EXPECT_EXIT(
+      {
+        sigset_t usr1;
+        sigemptyset(&usr1);
+        sigaddset(&usr1, SIGUSR1);
+        sigprocmask(SIG_BLOCK, &usr1, nullptr);  // as the worker starts
+        raise(SIGUSR1);                          // the request during exec: pending, not fatal
+        Preemption::Clear();
+        Preemption::InstallEarly();
+        sigset_t pending;
+        sigpending(&pending);
+        _exit(Preemption::Requested() == SIGUSR1 && !sigismember(&pending, SIGUSR1) ? 42 : 1);
+      },
+      ::testing::ExitedWithCode(42), "");
+}
+
 TEST(PreemptionDeathTest, SigtermStaysFatalUntilInstallHandlers) {
   EXPECT_EXIT(
       {

@@ -46,6 +46,7 @@ TEST(RunReportTest, PreemptedAndResumedRun) {
   EXPECT_DOUBLE_EQ(s.last_loss, 1.0);
   EXPECT_DOUBLE_EQ(s.eval_loss, 1.1);
   EXPECT_DOUBLE_EQ(s.eval_accuracy, 0.875);
+  EXPECT_FALSE(s.has_eval_ppl);  // a classifier's record
   EXPECT_EQ(s.skipped_lines, 0);
   EXPECT_FALSE(s.truncated_last_line);
   EXPECT_EQ(s.attempts[0].end_status, "preempted");
@@ -205,6 +206,22 @@ TEST(RunReportTest, Errors) {
   ASSERT_TRUE(LoadRunSummary(tmp.path() + "/metrics.jsonl", &s).ok());
   EXPECT_EQ(s.source, tmp.path() + "/metrics.jsonl");
   EXPECT_EQ(s.final_step, 400);
+}
+
+// A token model's eval record carries eval_ppl: the summary's loss row shows the perplexity instead of the accuracy.
+TEST(RunReportTest, TokenModelEvalShowsPerplexity) {
+  const std::string jsonl =
+      R"({"kind":"start","time":1000,"restart":0,"resume_step":0,"world":1,"device":"cpu","total_steps":10}
+{"kind":"train","epoch":1,"step":10,"time":1010,"loss":2.5,"step_ms":10}
+{"kind":"eval","epoch":1,"step":10,"time":1011,"eval_loss":2.25,"eval_accuracy":0.4,"eval_ppl":9.48773584,"eval_s":0.5}
+{"kind":"end","time":1012,"step":10,"status":"done"}
+)";
+  RunSummary s;
+  ASSERT_TRUE(SummarizeMetrics(jsonl, "t.jsonl", &s).ok());
+  EXPECT_TRUE(s.has_eval_ppl);
+  EXPECT_DOUBLE_EQ(s.eval_ppl, 9.48773584);
+  const std::string text = FormatRunSummary(s, 0);
+  EXPECT_NE(text.find("  loss           2.5000; eval loss 2.2500, ppl 9.49\n"), std::string::npos) << text;
 }
 
 TEST(RunReportTest, FormatDuration) {

@@ -117,7 +117,7 @@ TEST_F(DataSourceTest, RestoreRefusesAPositionBeyondTheEpochAndEvaluationCountsE
   EXPECT_EQ(s->Position().consumed, 48);
   ASSERT_TRUE(s->has_eval());
   int64_t batches = 0;
-  ASSERT_TRUE(s->BeginEval(&batches).ok());
+  ASSERT_TRUE(s->BeginEval(0, &batches).ok());
   ASSERT_EQ(batches, 4);  // 30 samples in batches of 8, the last padded
   int64_t real = 0;
   for (int64_t k = 0; k < batches; ++k) {
@@ -129,6 +129,40 @@ TEST_F(DataSourceTest, RestoreRefusesAPositionBeyondTheEpochAndEvaluationCountsE
   std::unique_ptr<DataSource> no_eval;
   ASSERT_TRUE(Make({"train.eval=false"}, &no_eval).ok());
   EXPECT_FALSE(no_eval->has_eval());
+}
+
+// data.limit_train / limit_test on shards: the epoch is the first N samples (steps, restore check), evaluation covers
+// the first N test samples; eval_batches caps an evaluation at its first K batches, the same ones every time.
+TEST_F(DataSourceTest, LimitsShortenTheSplitsAndEvalBatchesCapsAnEvaluation) {
+  std::unique_ptr<DataSource> s;
+  ASSERT_TRUE(Make({"data.limit_train=50", "data.limit_test=20"}, &s).ok());
+  EXPECT_EQ(s->StepsLeft({3, 0, 0}, 1), 3);  // 50 / 16
+  EXPECT_EQ(s->ScheduleSteps(2, 0), 6);
+  EXPECT_FALSE(s->StepFits({3, 0, 48}));
+  const Status beyond = s->Restore({3, 0, 51});
+  EXPECT_NE(beyond.message().find("only 50 samples"), std::string::npos) << beyond.message();
+  for (int64_t k = 0; k < 3; ++k) {
+    data::Batch b;
+    ASSERT_TRUE(s->Next(&b).ok());
+    for (int64_t i : b.indices) EXPECT_LT(i, 50);
+  }
+  int64_t batches = 0;
+  ASSERT_TRUE(s->BeginEval(0, &batches).ok());
+  EXPECT_EQ(batches, 3);  // 20 test samples in batches of 8
+  std::vector<int64_t> first;
+  ASSERT_TRUE(s->BeginEval(2, &batches).ok());
+  ASSERT_EQ(batches, 2);
+  for (int64_t k = 0; k < batches; ++k) {
+    data::Batch b;
+    ASSERT_TRUE(s->NextEval(&b).ok());
+    first.insert(first.end(), b.indices.begin(), b.indices.end());
+  }
+  EXPECT_EQ(first, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}));
+  ASSERT_TRUE(s->BeginEval(5, &batches).ok());  // more than the split has: all of it
+  EXPECT_EQ(batches, 3);
+  data::Batch again;  // a new evaluation starts at the first batch again
+  ASSERT_TRUE(s->NextEval(&again).ok());
+  EXPECT_EQ(again.indices.front(), 0);
 }
 
 TEST_F(DataSourceTest, SyntheticTokensHaveNoEpochsNoPositionAndNoEvaluation) {

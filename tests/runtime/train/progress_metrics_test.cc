@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 namespace dtrain::runtime {
 namespace {
 
@@ -56,6 +59,38 @@ TEST(ProgressMetricsTest, TensorBoardAndJsonlNames) {
     pos = at;
   }
   EXPECT_NE(json.find("\"peak_mem_mib\":12"), std::string::npos) << json;
+}
+
+// The eval line: loss and perplexity exp(loss) for token models, loss and accuracy for classifiers, with the step.
+TEST(ProgressMetricsTest, EvalLineAndMetrics) {
+  EXPECT_EQ(EvalLine(1, 1, 200, 1000, 2.345678, 0.4, /*tokens=*/true, 1.5),
+            "epoch 1/1 step 200/1000 eval | loss 2.3457 | ppl 10.44 | 1.50 s");
+  EXPECT_EQ(EvalLine(2, 3, 1876, 2814, 0.456789, 0.83214, /*tokens=*/false, 0.25),
+            "epoch 2/3 step 1876/2814 eval | loss 0.4568 | accuracy 83.21% | 0.25 s");
+  const auto t = EvalMetrics(2.345678, 0.4, true, 1.5);
+  ASSERT_EQ(t.size(), 4u);
+  EXPECT_STREQ(t[0].key, "eval_loss");
+  EXPECT_STREQ(t[1].key, "eval_accuracy");
+  EXPECT_STREQ(t[2].key, "eval_ppl");
+  EXPECT_DOUBLE_EQ(t[2].value, std::exp(2.345678));
+  EXPECT_STREQ(t[3].key, "eval_s");
+  const auto c = EvalMetrics(0.5, 0.8, false, 1.0);
+  ASSERT_EQ(c.size(), 3u);  // no perplexity for a classifier
+  for (const ProgressMetric& m : c) EXPECT_STRNE(m.key, "eval_ppl");
+}
+
+// Every key a train or eval record may hold is a metrics.csv column (a key missing here would vanish from the CSV).
+TEST(ProgressMetricsTest, CsvColumnsHoldEveryRecordKey) {
+  const std::vector<std::string>& cols = CsvColumns();
+  auto has = [&](const std::string& k) { return std::find(cols.begin(), cols.end(), k) != cols.end(); };
+  auto m = IntervalMetrics(0.5, 1e-3, 10, 64, Phases(), 100);
+  AddGradNorm(1.5, &m);
+  AddGpuMetrics(50, 1000, 200, GpuWindow(), &m);
+  const auto e = EvalMetrics(1, 0.5, true, 1);
+  m.insert(m.end(), e.begin(), e.end());
+  for (const ProgressMetric& x : m) EXPECT_TRUE(has(x.key)) << x.key;
+  for (const char* k : {"kind", "epoch", "step", "time", "verdict"}) EXPECT_TRUE(has(k)) << k;
+  EXPECT_EQ(cols.size(), m.size() + 5) << "a column no record holds";
 }
 
 }  // namespace

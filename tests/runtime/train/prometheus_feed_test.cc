@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cmath>
 #include <map>
 
 #include "tests/testing/http_client.h"
@@ -179,6 +180,15 @@ TEST(PrometheusFeed, AnUnmappedMetricKeepsItsJsonlKey) {
   std::vector<ProgressMetric> metrics = {{"grad_norm", "train", 1.5, nullptr}};
   const auto m = ByName(PrometheusSamples(Info(), 1, 1, metrics, {}, false, 0, 0));
   EXPECT_EQ(m.at("dtrain_grad_norm,host=node-a,rank=4"), 1.5);
+}
+
+// An evaluation's metrics (PrometheusFeed::OnEval adds them to the interval's) under their Prometheus names.
+TEST(PrometheusFeed, EvalMetricsHaveTheirOwnSeries) {
+  const auto m = ByName(PrometheusSamples(Info(), 1, 1, EvalMetrics(2.0, 0.25, /*tokens=*/true, 0.5), {}, false, 0, 0));
+  EXPECT_EQ(m.at("dtrain_eval_loss,host=node-a,rank=4"), 2.0);
+  EXPECT_EQ(m.at("dtrain_eval_accuracy,host=node-a,rank=4"), 0.25);
+  EXPECT_DOUBLE_EQ(m.at("dtrain_eval_perplexity,host=node-a,rank=4"), std::exp(2.0));
+  EXPECT_EQ(m.at("dtrain_eval_seconds,host=node-a,rank=4"), 0.5);
 }
 
 proto::Config PromConfig(int port) {

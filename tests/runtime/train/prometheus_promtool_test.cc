@@ -92,6 +92,8 @@ std::vector<PromSample> AllSamples() {
   std::vector<ProgressMetric> metrics = IntervalMetrics(3.25, 6e-4, 512, 1024, p, 60000);
   AddGradNorm(0.8, &metrics);
   AddGpuMetrics(95, 70000, 650, Gpu(95, 0), &metrics);
+  const std::vector<ProgressMetric> eval = EvalMetrics(2.5, 0.4, /*tokens=*/true, 1.5);  // as PrometheusFeed::OnEval
+  metrics.insert(metrics.end(), eval.begin(), eval.end());
   // Two ranks of this node with telemetry, summed as the all-reduce does.
   std::vector<double> sum(2 * kGpuSlotSize, 0.0), slot;
   for (int rank = 0; rank < 2; ++rank) {
@@ -124,7 +126,8 @@ TEST(PrometheusPromtool, EveryFamilyTheTrainerServesPassesPromtoolCheckMetrics) 
   // The families that need optional inputs are among them.
   for (const char* name : {"dtrain_tokens_per_second", "dtrain_grad_norm", "dtrain_gpu_utilization_percent",
                            "dtrain_gpu_sm_clock_hertz", "dtrain_gpu_throttled", "dtrain_last_checkpoint_age_seconds",
-                           "dtrain_restarts_total", "dtrain_slurm_requeues_total"}) {
+                           "dtrain_restarts_total", "dtrain_slurm_requeues_total", "dtrain_eval_loss",
+                           "dtrain_eval_perplexity", "dtrain_eval_accuracy", "dtrain_eval_seconds"}) {
     EXPECT_EQ(names.count(name), 1u) << name;
   }
   EXPECT_NE(body.find("# TYPE dtrain_restarts_total counter\n"), std::string::npos) << body;

@@ -1,9 +1,11 @@
 // RunReporter: one IntervalRecord becomes the progress line's metrics and the metrics.jsonl "train" record; the
-// gradient norm appears in both only when it is known (finite), right after the loss.
+// gradient norm appears in both only when it is known (finite), right after the loss. An EvalRecord becomes the "eval"
+// record (perplexity for token models); both become metrics.csv rows.
 #include "runtime/train/run_reporter.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -51,6 +53,7 @@ TEST(RunReporterTest, RankZeroWritesOneTrainRecordPerInterval) {
   proto::Config cfg;
   cfg.mutable_run()->set_dir(dir.path());
   cfg.mutable_train()->set_epochs(2);
+  cfg.mutable_run()->set_csv_metrics(true);
   std::unique_ptr<RunReporter> r;
   ASSERT_TRUE(RunReporter::Create(cfg, ReporterIdentity(), &r).ok());
   ASSERT_TRUE(r->SetPlan(0, 10).ok());
@@ -68,7 +71,16 @@ TEST(RunReporterTest, RankZeroWritesOneTrainRecordPerInterval) {
   rec.step = 10;
   rec.grad_norm = 2.5;
   ASSERT_TRUE(r->ReportInterval(rec).ok());
-  ASSERT_TRUE(r->ReportEval(1, 10, 0.5, 0.875).ok());
+  EvalRecord ev;
+  ev.epoch = 1;
+  ev.step = 10;
+  ev.loss = 0.5;
+  ev.accuracy = 0.875;
+  ev.seconds = 0.25;
+  ASSERT_TRUE(r->ReportEval(ev).ok());
+  ev.step = 12;
+  ev.tokens = true;  // a token model: perplexity exp(loss)
+  ASSERT_TRUE(r->ReportEval(ev).ok());
   const std::string jsonl = ReadAll(dir.File("metrics.jsonl"));
   const size_t second = jsonl.find("\"step\":10");
   ASSERT_NE(second, std::string::npos) << jsonl;
@@ -77,6 +89,18 @@ TEST(RunReporterTest, RankZeroWritesOneTrainRecordPerInterval) {
   EXPECT_EQ(jsonl.rfind("{\"kind\":\"train\",\"epoch\":1,\"step\":5,\"time\":", 0), 0u) << jsonl;
   EXPECT_NE(jsonl.find("\"kind\":\"eval\",\"epoch\":1,\"step\":10,"), std::string::npos) << jsonl;
   EXPECT_NE(jsonl.find("\"eval_accuracy\":0.875"), std::string::npos) << jsonl;
+  EXPECT_NE(jsonl.find("\"step\":12,"), std::string::npos) << jsonl;
+  EXPECT_NE(jsonl.find("\"eval_ppl\":1.64872127,\"eval_s\":0.25}"), std::string::npos) << jsonl;  // e^0.5
+  EXPECT_EQ(jsonl.find("\"eval_ppl\""), jsonl.rfind("\"eval_ppl\"")) << "only the token model's record";
+  // metrics.csv: the header, then one row per train and eval record, cells as in metrics.jsonl.
+  const std::string csv = ReadAll(dir.File("metrics.csv"));
+  std::string header;
+  for (const std::string& c : CsvColumns()) header += (header.empty() ? "" : ",") + c;
+  ASSERT_EQ(csv.rfind(header + "\ntrain,1,5,", 0), 0u) << csv;
+  EXPECT_NE(csv.find("\neval,1,12,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",0.5,0.875,1.64872127,0.25,\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",0.5,0.875,,0.25,\n"), std::string::npos) << csv;  // the classifier's: no perplexity
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5);
 }
 
 TEST(RunReporterTest, OtherRanksWriteNothing) {
