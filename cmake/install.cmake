@@ -6,7 +6,7 @@
 #   lib/libdtrain_{core,proto,storage,kernels,models,comm,data,config,observe,checkpoint,optim,train,launcher}.a
 #   include/dtrain/<repo path>.h           e.g. include/dtrain/models/model.h, include/dtrain/core/tensor.h,
 #   include/dtrain/proto/<name>.pb.h         generated; the .proto schemas beside them
-#   lib/cmake/dtrain/dtrainConfig.cmake    + dtrainConfigVersion.cmake, dtrainTargets*.cmake, FindNCCL/FindCUDNN/FindSentencePiece
+#   lib/cmake/dtrain/dtrainConfig.cmake    + dtrainConfigVersion.cmake, dtrainTargets*.cmake, FindNCCL/FindCUDNN
 #
 # include/dtrain is the include directory of the exported targets, so headers keep including each
 # other by their repository path ("core/status.h") and a user's code does the same.
@@ -59,5 +59,4 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/dtrainConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/dtrainConfig.cmake ${PROJECT_BINARY_DIR}/dtrainConfigVersion.cmake
   ${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake ${PROJECT_SOURCE_DIR}/cmake/FindCUDNN.cmake
-  ${PROJECT_SOURCE_DIR}/cmake/FindSentencePiece.cmake
   DESTINATION ${DT_INSTALL_CMAKEDIR})

@@ -60,6 +60,9 @@ TEST(AutoSizesTest, ImageDatasetHasNoVocabulary) {
   s.set_kind(proto::DatasetSchema::IMAGE);
   s.add_dims(2);
   s.add_dims(2);
+  s.set_has_label(true);
+  s.set_num_classes(2);
+  s.set_pixel_std(1.0f);  // a valid image schema (data/manifest.cc ValidateManifest)
   std::unique_ptr<data::DatasetWriter> w;
   ASSERT_TRUE(data::DatasetWriter::Create(dir.File("img"), s, 10, &w).ok());
   const std::vector<uint8_t> rec(4 + 4, 0);
