@@ -167,7 +167,7 @@ Status OpenSentencePiece(const std::string& path, proto::TokenizerInfo info, std
   ScratchDir dir;
   DT_RETURN_IF_ERROR(dir.Make());
   const Status st = RunTool("spm_export_vocab", {"--model=" + path, "--output_format=vocab", "--minloglevel=1"}, "",
-                            dir.File("vocab.txt"), dir.File("err.txt"), path);
+                            dir.File("vocab.txt"), dir.File("err.txt"), "its vocabulary");
   if (st.code() == Status::Code::kInvalidArgument) {
     return Status::InvalidArgument(path + ": not a SentencePiece model (" + st.message() +
                                    "); --tokenizer takes a tokenizer.json, vocab.json + merges.txt, or a .model");
