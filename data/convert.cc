@@ -18,6 +18,7 @@
 #include "data/idx_reader.h"
 #include "data/manifest.h"
 #include "data/shard_writer.h"
+#include "data/tokenizer.h"
 
 namespace dtrain::data {
 namespace {
@@ -131,42 +132,100 @@ Status ConvertFashionMnist(const std::string& src_dir, const std::string& split,
   return w->Finish("fashion-mnist " + split + " from " + src_dir, manifest);
 }
 
-Status ConvertText(const std::vector<std::string>& files, const std::string& out_dir, const TextConvertOptions& opts,
-                   int64_t* dropped_tokens, proto::DatasetManifest* manifest) {
-  DT_CHECK_ARG(!files.empty(), "convert-text: no input files");
-  DT_CHECK_ARG(opts.seq_len >= 1, "seq_len must be >= 1, got " << opts.seq_len);
-  std::string text;
-  for (const auto& f : files) DT_RETURN_IF_ERROR(ReadInput(f, &text));
-  const int64_t len = opts.seq_len + 1, total = static_cast<int64_t>(text.size());
-  if (total < len) {
-    return Status::InvalidArgument("convert-text: " + std::to_string(total) +
-                                   " bytes of text, fewer than one record of " + std::to_string(len) +
-                                   " tokens (lower --seq-len)");
-  }
-  proto::DatasetSchema schema;
-  schema.set_kind(proto::DatasetSchema::TOKENS);
-  schema.add_dims(len);
-  schema.set_token_dtype(opts.dtype);
-  schema.set_vocab_size(256);
-  std::string moved;
-  DT_RETURN_IF_ERROR(PrepareDatasetDir(out_dir, opts.overwrite, files, &moved));
-  if (!moved.empty()) DT_LOG_WARN(kData, "{}", moved);
+namespace {
+
+// Cuts tokens [begin, end) of `tokens` into records of seq_len + 1 and writes them as the dataset `dir`.
+Status WriteTokenRecords(const std::vector<int32_t>& tokens, size_t begin, size_t end, const std::string& dir,
+                         const proto::DatasetSchema& schema, const TextConvertOptions& opts, const std::string& source,
+                         int64_t* records, int64_t* dropped) {
+  const int64_t len = opts.seq_len + 1, total = static_cast<int64_t>(end - begin);
   std::unique_ptr<DatasetWriter> w;
-  DT_RETURN_IF_ERROR(DatasetWriter::Create(out_dir, schema, opts.samples_per_shard, &w));
-  const int64_t records = (total - 1) / opts.seq_len;  // record r covers [r*seq_len, r*seq_len + len)
-  const size_t tok_bytes = opts.dtype == proto::DatasetSchema::UINT32 ? 4 : 2;
+  DT_RETURN_IF_ERROR(DatasetWriter::Create(dir, schema, opts.samples_per_shard, &w));
+  *records = (total - 1) / opts.seq_len;  // record r covers [r*seq_len, r*seq_len + len)
+  const size_t tok_bytes = schema.token_dtype() == proto::DatasetSchema::UINT32 ? 4 : 2;
   std::vector<uint8_t> rec(static_cast<size_t>(len) * tok_bytes);
-  for (int64_t r = 0; r < records; ++r) {
+  for (int64_t r = 0; r < *records; ++r) {
     for (int64_t j = 0; j < len; ++j) {
-      const uint32_t tok = static_cast<uint8_t>(text[r * opts.seq_len + j]);
+      const auto tok = static_cast<uint32_t>(tokens[begin + r * opts.seq_len + j]);
       std::memcpy(rec.data() + j * tok_bytes, &tok, tok_bytes);  // little-endian: low bytes first
     }
     DT_RETURN_IF_ERROR(w->Add(rec.data(), rec.size()));
   }
-  if (dropped_tokens != nullptr) *dropped_tokens = total - (records * opts.seq_len + 1);
-  std::string source = "byte-level tokens of";
+  *dropped = total - (*records * opts.seq_len + 1);
+  return w->Finish(source, nullptr);
+}
+
+}  // namespace
+
+Status ConvertText(const std::vector<std::string>& files, const std::string& out_dir, const TextConvertOptions& opts,
+                   TextConvertResult* result) {
+  DT_CHECK_ARG(!files.empty(), "convert-text: no input files");
+  DT_CHECK_ARG(opts.seq_len >= 1, "seq_len must be >= 1, got " << opts.seq_len);
+  DT_CHECK_ARG(opts.val_fraction >= 0 && opts.val_fraction < 1,
+               "convert-text: --val-fraction must be in [0, 1), got " << opts.val_fraction);
+  std::unique_ptr<Tokenizer> tok;
+  if (opts.tokenizer.empty()) {
+    tok = MakeByteTokenizer();
+  } else {
+    DT_RETURN_IF_ERROR(OpenTokenizer(opts.tokenizer, &tok).WithContext("--tokenizer"));
+  }
+  const int64_t vocab = tok->vocab_size();
+  proto::DatasetSchema schema;
+  schema.set_kind(proto::DatasetSchema::TOKENS);
+  schema.add_dims(opts.seq_len + 1);
+  schema.set_token_dtype(opts.dtype != proto::DatasetSchema::TOKEN_DTYPE_UNSPECIFIED ? opts.dtype
+                         : vocab <= 65536                                            ? proto::DatasetSchema::UINT16
+                                                                                     : proto::DatasetSchema::UINT32);
+  if (schema.token_dtype() == proto::DatasetSchema::UINT16 && vocab > 65536) {
+    return Status::InvalidArgument("convert-text: --dtype uint16 cannot hold the tokenizer's " + std::to_string(vocab) +
+                                   " ids: use uint32 (or leave --dtype out)");
+  }
+  schema.set_vocab_size(vocab);
+  *schema.mutable_tokenizer() = tok->info();
+
+  std::vector<int32_t> tokens;
+  for (const auto& f : files) {
+    std::string text;
+    DT_RETURN_IF_ERROR(ReadInput(f, &text));
+    DT_RETURN_IF_ERROR(tok->Encode(text, &tokens).WithContext(f));
+    if (tok->info().eot_token() >= 0) tokens.push_back(static_cast<int32_t>(tok->info().eot_token()));
+  }
+  const int64_t len = opts.seq_len + 1, total = static_cast<int64_t>(tokens.size());
+  const bool split = opts.val_fraction > 0;
+  const auto n_val = static_cast<int64_t>(static_cast<double>(total) * opts.val_fraction);
+  const int64_t n_train = total - n_val;
+  for (const auto& [n, what] : {std::pair{n_train, "training"}, std::pair{split ? n_val : len, "validation"}}) {
+    if (n < len) {
+      return Status::InvalidArgument("convert-text: " + std::to_string(n) + " " + what + " tokens (of " +
+                                     std::to_string(total) + "), fewer than one record of " + std::to_string(len) +
+                                     " tokens (lower --seq-len" + (split ? ", or change --val-fraction)" : ")"));
+    }
+  }
+  std::string moved;
+  DT_RETURN_IF_ERROR(PrepareDatasetDir(out_dir, opts.overwrite, files, &moved));
+  if (!moved.empty()) DT_LOG_WARN(kData, "{}", moved);
+  std::string source = tok->info().kind() + " tokens";
+  if (!opts.tokenizer.empty()) source += " (tokenizer " + opts.tokenizer + ")";
+  source += " of";
   for (const auto& f : files) source += " " + f;
-  return w->Finish(source, manifest);
+  TextConvertResult r;
+  r.tokens = total;
+  r.schema = schema;
+  int64_t dropped = 0;
+  if (!split) {
+    DT_RETURN_IF_ERROR(WriteTokenRecords(tokens, 0, tokens.size(), out_dir, schema, opts, source, &r.train_records,
+                                         &r.dropped_tokens));
+  } else {
+    DT_RETURN_IF_ERROR(WriteTokenRecords(tokens, 0, n_train, out_dir + "/train", schema, opts,
+                                         source + " (the first " + std::to_string(n_train) + " tokens)",
+                                         &r.train_records, &r.dropped_tokens));
+    DT_RETURN_IF_ERROR(WriteTokenRecords(tokens, n_train, tokens.size(), out_dir + "/val", schema, opts,
+                                         source + " (the last " + std::to_string(n_val) + " tokens)", &r.val_records,
+                                         &dropped));
+    r.dropped_tokens += dropped;
+  }
+  if (result != nullptr) *result = std::move(r);
+  return Status::OK();
 }
 
 }  // namespace dtrain::data

@@ -19,10 +19,21 @@ Status ConvertFashionMnist(const std::string& src_dir, const std::string& split,
                            int64_t samples_per_shard, int64_t limit, proto::DatasetManifest* manifest = nullptr);
 
 struct TextConvertOptions {
-  proto::DatasetSchema::TokenDType dtype = proto::DatasetSchema::UINT16;
-  int64_t seq_len = 1024;  // tokens per record = seq_len + 1 (inputs and next-token targets)
+  std::string tokenizer;  // a tokenizer path for OpenTokenizer (data/tokenizer.h); "" = one token per byte
+  // UNSPECIFIED = the smallest that holds the vocabulary (UINT16 up to 65536 ids, else UINT32)
+  proto::DatasetSchema::TokenDType dtype = proto::DatasetSchema::TOKEN_DTYPE_UNSPECIFIED;
+  int64_t seq_len = 1024;   // tokens per record = seq_len + 1 (inputs and next-token targets)
+  double val_fraction = 0;  // in [0, 1): > 0 writes out_dir/train and out_dir/val, else out_dir alone
   int64_t samples_per_shard = 4096;
   bool overwrite = false;  // move aside what is already in out_dir (see PrepareDatasetDir)
+};
+
+struct TextConvertResult {
+  int64_t tokens = 0;           // of the whole stream, end-of-text tokens included
+  int64_t train_records = 0;    // in out_dir (or out_dir/train)
+  int64_t val_records = 0;      // in out_dir/val
+  int64_t dropped_tokens = 0;   // tails shorter than a record, of both splits
+  proto::DatasetSchema schema;  // the schema both datasets carry
 };
 
 // Makes `out_dir` ready for a new dataset, never deleting anything: an out_dir that holds (or is) one of `inputs`
@@ -33,13 +44,15 @@ struct TextConvertOptions {
 Status PrepareDatasetDir(const std::string& out_dir, bool overwrite, const std::vector<std::string>& inputs = {},
                          std::string* note = nullptr);
 
-// Byte-level tokens (each byte one token, vocab 256) of `files`, concatenated in order, cut into
-// records of seq_len + 1 tokens with a stride of seq_len (consecutive records share one token, so
-// every next-token pair of the stream is in some record). The tail shorter than a record is
-// dropped; `*dropped_tokens` (optional) says how many. NotFound / IoError name the file (with the
-// errno reason); InvalidArgument for a directory or an unreadable file given as input, when the text
-// is shorter than one record, or for a non-empty out_dir without opts.overwrite.
+// Tokens of `files` by opts.tokenizer (data/tokenizer.h; one token per byte when empty), file after file, with the
+// tokenizer's end-of-text token after each file when it has one, as one stream. With val_fraction F > 0 the first
+// (1 - F) of the stream makes out_dir/train and the rest out_dir/val; else the stream makes out_dir. Each is cut
+// into records of seq_len + 1 tokens with a stride of seq_len (consecutive records share one token, so every
+// next-token pair of the stream is in some record); a tail shorter than a record is dropped. The schema carries
+// the vocabulary size, the record length (dims) and the tokenizer (TokenizerInfo). Errors: NotFound / IoError /
+// InvalidArgument naming an input file or the tokenizer file; InvalidArgument when a split is shorter than one
+// record, when opts.dtype cannot hold the vocabulary, or for a non-empty out_dir without opts.overwrite.
 Status ConvertText(const std::vector<std::string>& files, const std::string& out_dir, const TextConvertOptions& opts,
-                   int64_t* dropped_tokens = nullptr, proto::DatasetManifest* manifest = nullptr);
+                   TextConvertResult* result = nullptr);
 
 }  // namespace dtrain::data

@@ -159,6 +159,13 @@ std::string Dataset::Describe() const {
   } else {
     os << "  token dtype " << proto::DatasetSchema::TokenDType_Name(s.token_dtype()) << ", vocab " << s.vocab_size()
        << "\n";
+    if (s.has_tokenizer()) {
+      const proto::TokenizerInfo& t = s.tokenizer();
+      os << "  tokenizer " << t.kind();
+      for (const auto& f : t.files()) os << " " << f;
+      if (t.files_size() > 0) os << " (crc32c " << Hex32(t.crc32c()) << ")";
+      os << ", end of text " << (t.eot_token() >= 0 ? std::to_string(t.eot_token()) : std::string("none")) << "\n";
+    }
   }
   os << "  record bytes " << record_bytes_ << "\n  samples " << size() << "\n  source " << manifest_.source()
      << "\n  shards " << manifest_.shards_size() << "\n";

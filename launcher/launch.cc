@@ -25,6 +25,7 @@
 #include "launcher/launch_options.h"
 #include "launcher/slurm_elastic.h"
 #include "runtime/config/config.h"
+#include "runtime/train/auto_sizes.h"
 #include "runtime/train/prometheus_feed.h"
 #include "runtime/train/run_check.h"
 
@@ -90,6 +91,7 @@ Status CheckRunBeforeStart(const LaunchOptions& opts, const LaunchEnv& env, cons
   const int world_size = cmd.placement.world_size();
   proto::Config cfg;
   DT_RETURN_IF_ERROR(runtime::LoadConfig(opts.config, opts.sets, &cfg));
+  DT_RETURN_IF_ERROR(runtime::ResolveAutoSizes(&cfg));  // as each worker does, before its run check
   const std::string& device = cfg.train().device();
   *on_cuda = device == "cuda" || (device != "cpu" && env.gpu_count > 0);
   if (cmd.backend == Backend::kNode && world_size > 1 &&

@@ -21,7 +21,7 @@ Status CheckPadding(const proto::Gpt2Config& g) {
   return Status::InvalidArgument("model.gpt2.padded_vocab_size " + std::to_string(g.padded_vocab_size()) +
                                  " is below model.gpt2.vocab_size " + std::to_string(g.vocab_size()) +
                                  " (the embedding needs a row per token id): set it to " + std::to_string(rounded) +
-                                 ", the vocabulary rounded up to a multiple of 128");
+                                 ", the vocabulary rounded up to a multiple of 128 (0 derives that)");
 }
 
 // Every size in range and the parameter count within kMaxModelParams, each error naming its key.
@@ -80,6 +80,17 @@ Status CheckData(const proto::Config& config, const std::string& what, const pro
   const proto::Gpt2Config& g = config.model().gpt2();
   DT_RETURN_IF_ERROR(CheckPadding(g));  // what the workers would fail on at build time, found before they start
   return CheckTokenData("gpt2", what, s, g.vocab_size(), g.max_seq_len());
+}
+
+// vocab_size and max_seq_len 0 from the data; padded_vocab_size 0: vocab_size rounded up to a multiple of 128.
+Status ResolveAuto(const proto::DatasetSchema* schema, const std::string& what, proto::Config* config) {
+  proto::Gpt2Config* g = config->mutable_model()->mutable_gpt2();
+  int64_t vocab = g->vocab_size(), seq = g->max_seq_len();
+  DT_RETURN_IF_ERROR(ResolveAutoTokenSizes("gpt2", schema, what, &vocab, &seq));
+  g->set_vocab_size(vocab);
+  g->set_max_seq_len(seq);
+  if (g->padded_vocab_size() == 0) g->set_padded_vocab_size((vocab + 127) / 128 * 128);
+  return Status::OK();
 }
 
 TokenInput Tokens(const proto::Config& config) {
@@ -161,6 +172,7 @@ ModelSpec Gpt2Spec() {
   spec.kind = "gpt2";
   spec.build = &Build;
   spec.check_data = &CheckData;
+  spec.resolve_auto = &ResolveAuto;
   spec.tokens = &Tokens;
   spec.weights_metadata = &WeightsMetadata;
   spec.hf_export = &HfExport;

@@ -133,6 +133,16 @@ Status CheckData(const proto::Config& config, const std::string& what, const pro
   return CheckTokenData("llama", what, s, g.vocab_size(), g.max_seq_len());
 }
 
+// vocab_size and max_seq_len 0 from the data (the model pads the vocabulary itself).
+Status ResolveAuto(const proto::DatasetSchema* schema, const std::string& what, proto::Config* config) {
+  proto::LlamaConfig* g = config->mutable_model()->mutable_llama();
+  int64_t vocab = g->vocab_size(), seq = g->max_seq_len();
+  DT_RETURN_IF_ERROR(ResolveAutoTokenSizes("llama", schema, what, &vocab, &seq));
+  g->set_vocab_size(vocab);
+  g->set_max_seq_len(seq);
+  return Status::OK();
+}
+
 TokenInput Tokens(const proto::Config& config) {
   return {config.model().llama().max_seq_len(), config.model().llama().vocab_size()};
 }
@@ -239,6 +249,7 @@ ModelSpec LlamaSpec() {
   spec.kind = "llama";
   spec.build = &Build;
   spec.check_data = &CheckData;
+  spec.resolve_auto = &ResolveAuto;
   spec.tokens = &Tokens;
   spec.weights_metadata = &WeightsMetadata;
   spec.hf_export = &HfExport;

@@ -11,6 +11,22 @@ std::string Shape(const std::vector<int64_t>& dims) {
 
 }  // namespace
 
+Status ResolveAutoTokenSizes(const std::string& kind, const proto::DatasetSchema* s, const std::string& what,
+                             int64_t* vocab_size, int64_t* max_seq_len) {
+  if (*vocab_size != 0 && *max_seq_len != 0) return Status::OK();
+  const std::string key = "model." + kind + (*vocab_size == 0 ? ".vocab_size" : ".max_seq_len");
+  if (s == nullptr) return Status::InvalidArgument(key + ": 0 (auto) takes it from the training dataset, but " + what);
+  if (s->kind() != proto::DatasetSchema::TOKENS || s->vocab_size() <= 0 || s->dims_size() != 1) {
+    return Status::InvalidArgument(key + ": 0 (auto) takes it from the training dataset, but " + what +
+                                   " has no token vocabulary (" +
+                                   (s->kind() == proto::DatasetSchema::IMAGE ? "it holds images" : "none recorded") +
+                                   "): set " + key + " in the config");
+  }
+  if (*vocab_size == 0) *vocab_size = s->vocab_size();
+  if (*max_seq_len == 0) *max_seq_len = s->dims(0) - 1;
+  return Status::OK();
+}
+
 Status CheckTokenData(const std::string& kind, const std::string& what, const proto::DatasetSchema& s,
                       int64_t vocab_size, int64_t max_seq_len) {
   if (s.kind() != proto::DatasetSchema::TOKENS) {
@@ -20,12 +36,12 @@ Status CheckTokenData(const std::string& kind, const std::string& what, const pr
     return Status::InvalidArgument(what + " has token ids up to " + std::to_string(s.vocab_size() - 1) +
                                    " (vocab_size " + std::to_string(s.vocab_size()) + "), but model." + kind +
                                    ".vocab_size is " + std::to_string(vocab_size) + ": raise it to at least " +
-                                   std::to_string(s.vocab_size()));
+                                   std::to_string(s.vocab_size()) + " (or 0: auto, from the dataset)");
   }
   if (s.dims_size() > 0 && s.dims(0) - 1 > max_seq_len) {
     return Status::InvalidArgument(what + " has records of " + std::to_string(s.dims(0)) + " tokens (sequences of " +
                                    std::to_string(s.dims(0) - 1) + "), longer than model." + kind + ".max_seq_len " +
-                                   std::to_string(max_seq_len));
+                                   std::to_string(max_seq_len) + ": raise it (or 0: auto, from the dataset)");
   }
   return Status::OK();
 }

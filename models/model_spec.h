@@ -69,6 +69,12 @@ struct ModelSpec {
   std::function<Status(const proto::Config& cfg, const std::string& what, const proto::DatasetSchema& schema)>
       check_data;
 
+  // Sizes that the config leaves to the data (0 = auto: model.gpt2.vocab_size ...): sets them in *cfg from `schema`,
+  // the training dataset's (runtime/train/auto_sizes.h calls it once, right after the config is loaded). `schema` is
+  // null when there is no local dataset to read; `what` names the data, or says why there is none. An auto size that
+  // cannot be resolved is InvalidArgument naming its key and the data. Empty: the model has no auto sizes.
+  std::function<Status(const proto::DatasetSchema* schema, const std::string& what, proto::Config* cfg)> resolve_auto;
+
   // Language models only: their token input (TokenInput). Empty: not a token model (no tokens/s; synthetic_tokens
   // data is refused).
   std::function<TokenInput(const proto::Config& cfg)> tokens;
@@ -89,6 +95,12 @@ struct ModelSpec {
 Status CheckImageClassifierData(const std::string& kind, const std::string& what, const proto::DatasetSchema& schema,
                                 const std::vector<int64_t>& input_shape, const std::string& input_key,
                                 int64_t num_classes, const std::string& classes_key);
+
+// The token sizes of a language model given as 0 (auto), from the training dataset `schema` (null: none, `what`
+// says why): *vocab_size from its vocab_size, *max_seq_len from its record length - 1; sizes not 0 are kept.
+// InvalidArgument naming "model.<kind>.<key>" when one is auto and the data has no token vocabulary.
+Status ResolveAutoTokenSizes(const std::string& kind, const proto::DatasetSchema* schema, const std::string& what,
+                             int64_t* vocab_size, int64_t* max_seq_len);
 
 // The run check of a language model, for check_data: `schema` must hold token records of at most max_seq_len + 1
 // tokens with ids below vocab_size. Keys are named "model.<kind>.vocab_size" and "model.<kind>.max_seq_len".

@@ -11,6 +11,7 @@ PKGS=(cmake ninja-build g++ pkg-config zlib1g-dev
       libopenmpi-dev openmpi-bin
       libprotobuf-dev protobuf-compiler
       libspdlog-dev libcurl4-openssl-dev libssl-dev nlohmann-json3-dev libcli11-dev
+      sentencepiece  # its tools (spm_train, spm_encode, ...): SentencePiece models, `dtrain data train-tokenizer`
       dataset-fashion-mnist)
 # --test: what the test suite adds (scripts/test.sh): its fixtures and tools.
 TEST_PKGS=(libgtest-dev iproute2 python3

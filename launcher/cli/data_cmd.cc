@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "core/check.h"
@@ -12,6 +13,7 @@
 #include "data/fashion_mnist.h"
 #include "data/import_tokens.h"
 #include "data/loader.h"
+#include "data/sentencepiece_tokenizer.h"
 #include "launcher/cli/cli_parse.h"
 
 namespace dtrain::launcher {
@@ -36,19 +38,43 @@ Status ConvertFashion(const DataArgs& a) {
 Status ConvertText(const DataArgs& a) {
   DT_CHECK_ARG(!a.out.empty(), "data convert-text: --out DIR is required");
   DT_CHECK_ARG(!a.pos.empty(), "data convert-text: no input FILES");
-  DT_CHECK_ARG(a.dtype == "uint16" || a.dtype == "uint32",
-               "data: --dtype must be uint16 or uint32, got '" << a.dtype << "'");
   data::TextConvertOptions o;
-  o.dtype = a.dtype == "uint32" ? proto::DatasetSchema::UINT32 : proto::DatasetSchema::UINT16;
+  o.tokenizer = a.tokenizer;
+  o.dtype = a.dtype == "uint32"   ? proto::DatasetSchema::UINT32
+            : a.dtype == "uint16" ? proto::DatasetSchema::UINT16
+                                  : proto::DatasetSchema::TOKEN_DTYPE_UNSPECIFIED;
   o.seq_len = a.seq_len;
+  o.val_fraction = a.val_fraction;
   o.overwrite = a.overwrite;
   if (a.samples_per_shard > 0) o.samples_per_shard = a.samples_per_shard;
-  int64_t dropped = 0;
-  proto::DatasetManifest m;
-  DT_RETURN_IF_ERROR(data::ConvertText(a.pos, a.out, o, &dropped, &m));
-  std::printf("%s: %llu records of %lld tokens in %d shards (%lld tail tokens dropped)\n", a.out.c_str(),
-              static_cast<unsigned long long>(m.total_samples()), static_cast<long long>(a.seq_len + 1),
-              m.shards_size(), static_cast<long long>(dropped));
+  data::TextConvertResult r;
+  DT_RETURN_IF_ERROR(data::ConvertText(a.pos, a.out, o, &r));
+  const auto& s = r.schema;
+  std::printf("%s: %lld %s tokens (vocab %lld, %s)", a.out.c_str(), static_cast<long long>(r.tokens),
+              s.tokenizer().kind().c_str(), static_cast<long long>(s.vocab_size()),
+              s.token_dtype() == proto::DatasetSchema::UINT32 ? "uint32" : "uint16");
+  if (a.val_fraction > 0) {
+    std::printf(" -> %s/train %lld and %s/val %lld records", a.out.c_str(), static_cast<long long>(r.train_records),
+                a.out.c_str(), static_cast<long long>(r.val_records));
+  } else {
+    std::printf(" -> %lld records", static_cast<long long>(r.train_records));
+  }
+  std::printf(" of %lld tokens (%lld tail tokens dropped)\n", static_cast<long long>(a.seq_len + 1),
+              static_cast<long long>(r.dropped_tokens));
+  return Status::OK();
+}
+
+Status TrainTokenizer(const DataArgs& a) {
+  data::SentencePieceTrainOptions o;
+  o.inputs = a.inputs;
+  o.out_prefix = a.out;
+  o.vocab_size = a.tokenizer_vocab;
+  o.model_type = a.model_type;
+  o.threads = a.threads;
+  DT_RETURN_IF_ERROR(data::TrainSentencePiece(o));
+  std::printf(
+      "%s.model, %s.vocab: SentencePiece %s, %lld pieces (use: dtrain data convert-text --tokenizer %s.model)\n",
+      a.out.c_str(), a.out.c_str(), a.model_type.c_str(), static_cast<long long>(a.tokenizer_vocab), a.out.c_str());
   return Status::OK();
 }
 
@@ -129,18 +155,47 @@ CLI::App* AddDataCommand(CLI::App* parent, DataArgs* a) {
       ->type_name("train|t10k|all")
       ->check(OneOf({"train", "t10k", "all"}));
 
-  CLI::App* text = verb("convert-text", "byte-level tokens of FILES, records of L+1 tokens",
-                        "dtrain data convert-text --out data/tokens --seq-len 256 corpus/*.txt");
-  text->add_option("--out", a->out, "output directory (required)")->type_name("DIR");
-  text->add_option("--dtype", a->dtype, "token type (default uint16)")
-      ->type_name("uint16|uint32")
-      ->check(OneOf({"uint16", "uint32"}));
+  CLI::App* text = verb("convert-text", "tokens of FILES (byte-level, or --tokenizer's), records of L+1 tokens",
+                        "dtrain data convert-text --tokenizer tok.model --val-fraction 0.1 --out data/tokens "
+                        "--seq-len 256 corpus/*.txt");
+  text->add_option("--out", a->out, "output directory (required); with --val-fraction it holds train/ and val/")
+      ->type_name("DIR");
+  text->add_option("--tokenizer", a->tokenizer,
+                   "tokenizer.json, vocab.json (merges.txt beside it), a SentencePiece .model, or a directory "
+                   "holding one (default: one token per byte)")
+      ->type_name("PATH");
+  text->add_option("--val-fraction", a->val_fraction,
+                   "the last F of the tokens make OUT/val, the rest OUT/train (default 0: OUT alone)")
+      ->type_name("F")
+      ->check([](const std::string& v) {
+        char* end = nullptr;
+        const double f = std::strtod(v.c_str(), &end);
+        return (!v.empty() && *end == '\0' && f >= 0 && f < 1) ? std::string()
+                                                               : "expected a fraction in [0, 1), got '" + v + "'";
+      });
+  text->add_option("--dtype", a->dtype, "token type (default auto: uint16 when the vocabulary fits, else uint32)")
+      ->type_name("auto|uint16|uint32")
+      ->check(OneOf({"auto", "uint16", "uint32"}));
   count(text, "--seq-len", &a->seq_len, "tokens per record minus one (default 1024)");
   count(text, "--samples-per-shard", &a->samples_per_shard, "records per shard");
   text->add_flag("--overwrite", a->overwrite,
                  "move a non-empty --out aside to DIR.replaced-<time> and write anew (else it is refused); an --out "
                  "that holds an input is always refused");
   text->add_option("FILES", a->pos, "input text files");
+
+  CLI::App* tt = verb("train-tokenizer", "a SentencePiece model (BPE or unigram) of text files: PREFIX.model",
+                      "dtrain data train-tokenizer --input corpus.txt --vocab-size 8000 --out tok");
+  tt->add_option("--input", a->inputs, "text files, one sentence per line (required)")
+      ->type_name("FILE")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->expected(1, -1);
+  tt->add_option("--out", a->out, "writes PREFIX.model and PREFIX.vocab; existing ones are refused (required)")
+      ->type_name("PREFIX");
+  count(tt, "--vocab-size", &a->tokenizer_vocab, "pieces, with <unk> <s> </s> and 256 byte pieces (default 8000)");
+  tt->add_option("--model-type", a->model_type, "SentencePiece's algorithm (default bpe)")
+      ->type_name("bpe|unigram")
+      ->check(OneOf({"bpe", "unigram"}));
+  count(tt, "--threads", &a->threads, "trainer threads (default 4)");
 
   CLI::App* imp = verb("import-tokens",
                        "token files of nanoGPT (raw uint16) or llm.c (.bin shards) -> a token dataset, records of L+1",
@@ -191,6 +246,7 @@ Status RunData(const std::vector<std::string>& args) {
 Status RunDataCommand(const DataArgs& a) {
   if (a.verb == "convert-fashion-mnist") return ConvertFashion(a);
   if (a.verb == "convert-text") return ConvertText(a);
+  if (a.verb == "train-tokenizer") return TrainTokenizer(a);
   if (a.verb == "import-tokens") return ImportTokens(a);
   if (a.verb == "bench") return Bench(a);
   if (a.verb != "inspect" && a.verb != "verify") {

@@ -14,6 +14,7 @@
 #include "runtime/checkpoint/preemption.h"
 #include "runtime/checkpoint/spot_watcher.h"
 #include "runtime/config/config.h"
+#include "runtime/train/auto_sizes.h"
 #include "runtime/train/model_factory.h"
 #include "runtime/train/run_check.h"
 #include "runtime/train/trainer.h"
@@ -34,6 +35,7 @@ Status PickDevice(const std::string& want, int local_rank, std::unique_ptr<Devic
 Status RunWithEnv(const WorkerRequest& req, const comm::DistEnv& env, WorkerOutcome* out) {
   proto::Config cfg;
   DT_RETURN_IF_ERROR(LoadConfig(req.config_path, req.overrides, &cfg));
+  DT_RETURN_IF_ERROR(ResolveAutoSizes(&cfg));                // model sizes given as 0 (auto), from the training data
   if (!cfg.checkpoint().enabled()) Preemption::UndoEarly();  // nothing reads the flag: SIGUSR1 ends the worker
   RunCheck check;
   DT_RETURN_IF_ERROR(CheckRun(cfg, env.world_size, &check));

@@ -234,9 +234,9 @@ TEST(LoaderTest, TokenBatchesAreShiftedByOne) {
   tc.seq_len = 16;
   tc.samples_per_shard = 10;
   tc.dtype = proto::DatasetSchema::UINT32;
-  int64_t dropped = -1;
-  ASSERT_TRUE(ConvertText({dir.File("t.txt")}, dir.File("ds"), tc, &dropped).ok());
-  EXPECT_EQ(dropped, 1000 - (62 * 16 + 1));  // (1000 - 1) / 16 = 62 records
+  TextConvertResult r;
+  ASSERT_TRUE(ConvertText({dir.File("t.txt")}, dir.File("ds"), tc, &r).ok());
+  EXPECT_EQ(r.dropped_tokens, 1000 - (62 * 16 + 1));  // (1000 - 1) / 16 = 62 records
   auto ctx = Cpu();
   LoaderOptions o;
   o.dataset_dir = dir.File("ds");

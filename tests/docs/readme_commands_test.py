@@ -73,6 +73,9 @@ RULES = [
     (r"^curl -s http://127\.0\.0\.1:\d+/metrics$", "skip",
      "reads a running job's endpoint (tests/runtime/train/prometheus_feed_e2e_test.cc scrapes a real 2-rank run "
      "with Prometheus)"),
+    (r"--tokenizer gpt2/tokenizer\.json", "skip",
+     "needs GPT-2's tokenizer.json from the Hugging Face hub (ctest data_gpt2_bpe_reference checks the same BPE "
+     "token for token with GPT-2's real files from npm)"),
     (r"^(build/)?dtrain doctor", "run", 120),
     (r"^source <\(dtrain completion bash\)$", "run", 30),
     (r"^dtrain completion bash > /etc/", "skip", "writes a system file (the line above runs the same generator)"),

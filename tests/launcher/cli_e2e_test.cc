@@ -107,7 +107,7 @@ TEST(CliE2E, EachParseErrorIsOneLineExitTwo) {
       {"bench allreduce --iters many", "dtrain bench allreduce: error: --iters: expects an integer, got 'many'"},
       // bad choice, missing operand, unknown command, a flag given a value
       {"data convert-text --out o --dtype int8 a.txt",
-       "dtrain data convert-text: error: --dtype: expected uint16|uint32, got 'int8'"},
+       "dtrain data convert-text: error: --dtype: expected auto|uint16|uint32, got 'int8'"},
       {"ckpt export /tmp/x", "dtrain ckpt export: error: --out FILE is required"},
       {"ckpt verify", "dtrain ckpt verify: error: missing URL (usage: dtrain ckpt verify URL)"},
       {"train", "dtrain train: error: missing CONFIG (usage: dtrain train CONFIG [--set key=value ...])"},
@@ -115,8 +115,8 @@ TEST(CliE2E, EachParseErrorIsOneLineExitTwo) {
        "dtrain: error: unknown command 'trian' (expected one of: launch, train, doctor, bench, ckpt, "
        "data, report, config, rank-exec, completion, version, help)"},
       {"data",
-       "dtrain data: error: expected a command (one of: convert-fashion-mnist, convert-text, import-tokens, "
-       "inspect, verify, bench)"},
+       "dtrain data: error: expected a command (one of: convert-fashion-mnist, convert-text, train-tokenizer, "
+       "import-tokens, inspect, verify, bench)"},
       {"launch --dry-run=yes c.yaml", "dtrain launch: error: --dry-run: takes no value"},
       {"config show c.yaml --defaults --diff", "dtrain config show: error: --defaults excludes --diff"},
   };
