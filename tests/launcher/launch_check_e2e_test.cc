@@ -2,11 +2,7 @@
 // data that does not fit the model, a schedule longer than the run, or a Prometheus port in use is one message from
 // the launcher (exit 2, every problem listed), printed once, with no mpirun started — also with --dry-run.
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <string>
@@ -92,18 +88,11 @@ TEST(LaunchCheckE2E, EveryProblemIsListedAtOnce) {
 // What the workers used to fail on after the start, each with exit 2 inside mpirun's banner: a Prometheus port in
 // use (rank 0's endpoint), GPT-2's padded vocabulary below the vocabulary (the embedding's build).
 TEST(LaunchCheckE2E, APrometheusPortInUseAndAPaddingBelowTheVocabularyAreFoundBeforeTheStart) {
-  const int holder = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  ASSERT_EQ(bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(listen(holder, 1), 0);
-  ASSERT_EQ(getsockname(holder, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  const std::string port = std::to_string(ntohs(a.sin_port));
+  const HeldLoopbackPort holder;
+  ASSERT_NE(holder.port(), 0);
+  const std::string port = std::to_string(holder.port());
   ExpectRejected(kGpt2Tiny, "--set run.prometheus_port=" + port,
                  "run.prometheus_port: cannot serve metrics on 127.0.0.1:" + port + ": Address already in use");
-  close(holder);
   ExpectRejected(kGpt2Tiny, "--set model.gpt2.vocab_size=100",
                  "model.gpt2.padded_vocab_size 64 is below model.gpt2.vocab_size 100 (the embedding needs a row per "
                  "token id): set it to 128");

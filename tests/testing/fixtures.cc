@@ -1,6 +1,10 @@
 #include "tests/testing/fixtures.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -47,6 +51,22 @@ int CudaDeviceCount() {
 #else
   return 0;
 #endif
+}
+
+HeldLoopbackPort::HeldLoopbackPort() {
+  fd_ = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (fd_ >= 0 && bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 && listen(fd_, 1) == 0 &&
+      getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port_ = ntohs(a.sin_port);
+  }
+}
+
+HeldLoopbackPort::~HeldLoopbackPort() {
+  if (fd_ >= 0) close(fd_);
 }
 
 }  // namespace dtrain::testing

@@ -40,6 +40,21 @@ bool WaitUntil(const std::function<bool()>& done, double timeout_s);
 // The number of CUDA devices this process sees (0 in a build without CUDA or without a driver).
 int CudaDeviceCount();
 
+// A TCP port on 127.0.0.1 that this process holds (bound and listening; the kernel picked it) until the end of
+// scope: "address already in use" for whatever the test points at it. port() is 0 when it could not be taken.
+class HeldLoopbackPort {
+ public:
+  HeldLoopbackPort();
+  ~HeldLoopbackPort();
+  HeldLoopbackPort(const HeldLoopbackPort&) = delete;
+  HeldLoopbackPort& operator=(const HeldLoopbackPort&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
 }  // namespace dtrain::testing
 
 #define DT_SKIP_WITHOUT_FASHION_MNIST()                                                      \

@@ -2,11 +2,8 @@
 // prometheus_server.h) scrapes a real 2-rank CPU training run under `dtrain launch` on Fashion-MNIST every second,
 // and the step-time and loss series read back through its HTTP API hold the values of the run's metrics.jsonl.
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -137,19 +134,12 @@ TEST(PrometheusFeedE2E, RealPrometheusScrapesStepTimeAndLossOfATwoRankCpuRun) {
 // A port another process holds: the worker stops at start with exit 2 and one line naming the key and addr:port.
 TEST(PrometheusFeedE2E, APortAlreadyTakenIsAUsageErrorNamingTheKeyAndPort) {
   DT_SKIP_WITHOUT_FASHION_MNIST();
-  const int holder = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  ASSERT_EQ(bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(listen(holder, 1), 0);
-  ASSERT_EQ(getsockname(holder, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  const std::string port = std::to_string(ntohs(a.sin_port));
+  const HeldLoopbackPort holder;
+  ASSERT_NE(holder.port(), 0);
+  const std::string port = std::to_string(holder.port());
   TempDir dir;
   const ProcessResult r = RunCommand(DtrainBin() + " train " + kCiConfig + " --set train.device=cpu" +
                                      " --set run.prometheus_port=" + port + " --set run.dir=" + dir.path() + "/run");
-  close(holder);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("dtrain: error: InvalidArgument: run.prometheus_port: cannot serve metrics on 127.0.0.1:" +
                           port + ": Address already in use"),
