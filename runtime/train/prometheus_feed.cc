@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "comm/dist_env.h"
+#include "core/check.h"
 #include "runtime/checkpoint/preemption.h"
 #include "runtime/observe/run_report.h"
 
