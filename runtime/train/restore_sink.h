@@ -88,7 +88,7 @@ class RestoreSink : public LoadSink {
   Status CopyOut(const Route& r, uint64_t offset, uint64_t size, const char* buf, Slot* slot);
 
   const std::vector<StateSlice> slices_;
-  const int device_;
+  [[maybe_unused]] const int device_;  // (read by the CUDA path only)
   Allocator* const alloc_;
   const uint64_t slot_bytes_;
   const size_t max_slots_;

@@ -15,8 +15,10 @@ struct StepGraph::Captured {
 #endif
 };
 
+#if DT_HAVE_CUDA
 namespace {
 
+// The batches' buffers: a captured graph replays the addresses it was captured with.
 std::vector<const void*> Addresses(const std::vector<StepGraph::MicroBatch>& batches) {
   std::vector<const void*> a;
   for (const auto& b : batches) {
@@ -27,6 +29,7 @@ std::vector<const void*> Addresses(const std::vector<StepGraph::MicroBatch>& bat
 }
 
 }  // namespace
+#endif  // DT_HAVE_CUDA
 
 std::string StepGraph::Blocker(const proto::Config& cfg, const DeviceContext& ctx, const ParameterUpdater& updater) {
   if (!ctx.is_cuda()) return "CPU run";

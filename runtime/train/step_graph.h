@@ -83,7 +83,7 @@ class StepGraph {
   // The first graph's batch shapes; later batches must match them.
   Status CheckShapes(const std::vector<MicroBatch>& batches);
 
-  DeviceContext& ctx_;
+  [[maybe_unused]] DeviceContext& ctx_;  // (read by the CUDA path only)
   std::vector<Captured> graphs_;         // in capture order
   std::shared_ptr<CudaGraphPool> pool_;  // their memory (null until the first capture)
   std::vector<MicroBatch> shapes_;       // the first captured step's batches (shapes and dtypes are what count)
