@@ -4,8 +4,8 @@
 
 #include "core/check.h"
 #if DT_HAVE_CUDA
-#include "core/cuda_lib_check.h"
 #include "core/cuda_handles.h"
+#include "core/cuda_lib_check.h"
 #endif
 
 namespace dtrain {

@@ -6,8 +6,8 @@
 #include <map>
 #include <memory>
 
-#include "core/cuda_lib_check.h"
 #include "core/cuda_handles.h"
+#include "core/cuda_lib_check.h"
 #include "core/logging.h"
 #include "core/nvtx.h"
 #include "kernels/conv2d.h"
