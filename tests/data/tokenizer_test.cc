@@ -216,13 +216,19 @@ std::string Corpus(int lines) {
   return text;
 }
 
-TEST(SentencePieceTest, TrainEncodeDecode) {
-  TempDir dir;
+// A 320-piece model trained on Corpus(2000) written into `dir` (dir/tok.model once trained).
+SentencePieceTrainOptions SmallModel(const TempDir& dir) {
   Write(dir.File("corpus.txt"), Corpus(2000));
   SentencePieceTrainOptions o;
   o.inputs = {dir.File("corpus.txt")};
   o.out_prefix = dir.File("tok");
   o.vocab_size = 320;
+  return o;
+}
+
+TEST(SentencePieceTest, TrainEncodeDecode) {
+  TempDir dir;
+  SentencePieceTrainOptions o = SmallModel(dir);
   ASSERT_TRUE(TrainSentencePiece(o).ok());
   const Status again = TrainSentencePiece(o);  // never overwrites
   EXPECT_NE(again.message().find("tok.model: exists"), std::string::npos) << again.ToString();
@@ -276,11 +282,7 @@ TEST(SentencePieceTest, MissingToolsNamed) {
 
 TEST(ConvertTextTest, TokenizerAndValidationSplit) {
   TempDir dir;
-  Write(dir.File("corpus.txt"), Corpus(2000));
-  SentencePieceTrainOptions o;
-  o.inputs = {dir.File("corpus.txt")};
-  o.out_prefix = dir.File("tok");
-  o.vocab_size = 320;
+  const SentencePieceTrainOptions o = SmallModel(dir);
   ASSERT_TRUE(TrainSentencePiece(o).ok());
   TextConvertOptions c;
   c.tokenizer = dir.File("tok.model");
