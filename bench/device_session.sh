@@ -71,7 +71,7 @@ if has tests; then
   ctest --test-dir build-dev -j8 --output-on-failure --timeout 300 -E "${CTEST_EXCLUDE:-slurm|fuzz}" > $OUT/ctest.log 2>&1
   echo "ctest rc=$?"; grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|\*\*\*" $OUT/ctest.log | tail -20
   # GPU test cases that ran (not skipped): the proof that the CUDA code executed.
-  for b in build-dev/tests/{core,comm,models,data,optim,checkpoint,train,observe}_*_test; do
+  for b in build-dev/tests/{core,comm,kernels,models,data,optim,checkpoint,train,observe}_*_test; do
     [[ $b == *_mpi_test ]] && continue
     $b --gtest_filter='*Cuda*:*Gpu*:*GPU*:*CUDA*' > $OUT/$(basename $b).gpu.log 2>&1
     ok=$(grep -c '\[       OK' $OUT/$(basename $b).gpu.log); sk=$(grep -c '\[  SKIPPED \]' $OUT/$(basename $b).gpu.log)
@@ -85,7 +85,7 @@ if has tests; then
 fi
 
 if has gputests; then
-  bins=(build-dev/tests/{core,comm,models,data,optim,checkpoint,train,observe}_*_test)
+  bins=(build-dev/tests/{core,comm,kernels,models,data,optim,checkpoint,train,observe}_*_test)
   [[ -n ${GPU_TEST_BINS:-} ]] && read -ra bins <<< "$GPU_TEST_BINS"
   for b in "${bins[@]}"; do
     [[ $b == *_mpi_test || $b == *_e2e_test ]] && continue

@@ -8,7 +8,9 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/crc32c.h"
 #include "core/file_guard.h"
+#include "data/manifest.h"
 #include "models/model_registry.h"
 #include "runtime/train/hf_import.h"
 #include "runtime/train/model_factory.h"
@@ -88,6 +90,62 @@ Status CopyTokenizerFiles(const proto::Config& cfg, const std::string& dir, HfEx
   return Status::OK();
 }
 
+// The tokenizer files of the run's training dataset (its schema's TokenizerInfo, written by `convert-text
+// --tokenizer`), under the names transformers' AutoTokenizer reads, with a tokenizer_config.json naming the class
+// that tokenizes as dtrain did: a tokenizer.json as is (PreTrainedTokenizerFast), vocab.json + merges.txt (GPT-2's
+// byte-level BPE, GPT2TokenizerFast), a SentencePiece model as tokenizer.model (LlamaTokenizer: the
+// sentencepiece-backed class, no BOS/EOS added). Nothing when the dataset is not a local directory or names no
+// tokenizer file; a warning when its files are gone or changed since the conversion (CRC32C), since copying another
+// tokenizer would pair the weights with the wrong ids.
+Status CopyDatasetTokenizer(const proto::Config& cfg, const std::string& dir, HfExportReport* report) {
+  const std::string& data = cfg.data().train_shards();
+  if (cfg.data().dataset() != "shards" || data.empty() || data.find("://") != std::string::npos) return Status::OK();
+  proto::DatasetManifest m;
+  if (!data::ReadManifest(data, &m).ok() || !m.schema().has_tokenizer()) return Status::OK();
+  const proto::TokenizerInfo& t = m.schema().tokenizer();
+  if (t.files().empty() || (t.kind() != "gpt2_bpe" && t.kind() != "sentencepiece")) return Status::OK();
+  std::vector<std::string> texts;
+  uint32_t crc = 0;
+  for (const std::string& f : t.files()) {
+    std::string text;
+    if (!ReadRegularFile(f, "tokenizer file", &text).ok()) {
+      report->warning = "the dataset's tokenizer file " + f + " is gone: no tokenizer files written";
+      return Status::OK();
+    }
+    crc = Crc32cExtend(crc, text.data(), text.size());
+    texts.push_back(std::move(text));
+  }
+  if (crc != t.crc32c()) {
+    report->warning = "the dataset's tokenizer (" + t.files(0) +
+                      ") changed since the data was converted (CRC32C): no tokenizer files written";
+    return Status::OK();
+  }
+  std::vector<std::string> names;
+  std::string cls;
+  if (t.kind() == "sentencepiece") {
+    names = {"tokenizer.model"};
+    cls =
+        "\"tokenizer_class\": \"LlamaTokenizer\", \"add_bos_token\": false, \"add_eos_token\": false, \"legacy\": true";
+  } else if (texts.size() == 1) {
+    names = {"tokenizer.json"};
+    cls = "\"tokenizer_class\": \"PreTrainedTokenizerFast\"";
+  } else {
+    names = {"vocab.json", "merges.txt"};
+    cls = "\"tokenizer_class\": \"GPT2TokenizerFast\", \"add_prefix_space\": false";
+  }
+  if (names.size() != texts.size()) {
+    return Status::DataLoss(data + ": the schema's " + t.kind() + " tokenizer lists " + std::to_string(texts.size()) +
+                            " files");
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    DT_RETURN_IF_ERROR(WriteText(dir + "/" + names[i], texts[i]));
+    report->tokenizer_files.push_back(names[i]);
+  }
+  DT_RETURN_IF_ERROR(WriteText(dir + "/tokenizer_config.json", "{" + cls + "}\n"));
+  report->tokenizer_files.push_back("tokenizer_config.json");
+  return Status::OK();
+}
+
 }  // namespace
 
 Status ExportHuggingFace(const proto::Config& cfg, const std::vector<NamedTensor>& params,
@@ -119,7 +177,9 @@ Status ExportHuggingFace(const proto::Config& cfg, const std::vector<NamedTensor
   DT_RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", hf, metadata));
   DT_RETURN_IF_ERROR(WriteText(dir + "/config.json", plan.config_json));
   HfExportReport ignored;
-  return CopyTokenizerFiles(cfg, dir, report != nullptr ? report : &ignored);
+  HfExportReport* r = report != nullptr ? report : &ignored;
+  DT_RETURN_IF_ERROR(CopyTokenizerFiles(cfg, dir, r));
+  return r->tokenizer_files.empty() && r->warning.empty() ? CopyDatasetTokenizer(cfg, dir, r) : Status::OK();
 }
 
 }  // namespace dtrain::runtime

@@ -19,8 +19,10 @@ namespace dtrain::runtime {
 
 // What an export did besides config.json and model.safetensors.
 struct HfExportReport {
-  std::vector<std::string> tokenizer_files;  // copied from the run's hf:DIR (HfTokenizerFiles, hf_import.h)
-  std::string warning;                       // set when the run's hf:DIR is gone: no tokenizer files copied
+  // Written beside the weights: copied from the run's hf:DIR (HfTokenizerFiles, hf_import.h), else the training
+  // dataset's tokenizer (its schema's TokenizerInfo) under transformers' names plus a tokenizer_config.json.
+  std::vector<std::string> tokenizer_files;
+  std::string warning;  // set when the tokenizer source is gone or changed: no tokenizer files written
 };
 
 // `params` are dtrain's parameters by name (as in a checkpoint or final.safetensors) for the model of `cfg`.
@@ -28,6 +30,10 @@ struct HfExportReport {
 // mis-shaped (named); IoError naming the file when DIR cannot be written. `metadata` goes into model.safetensors.
 // When cfg's model.init_from is hf:SRC (a relative SRC is taken from the current directory) and SRC still holds
 // tokenizer files, they are copied into DIR, so that DIR loads with its tokenizer; config.json stays the plan's.
+// Otherwise, when data.train_shards is a local dataset whose schema names a GPT-2 BPE or SentencePiece tokenizer
+// (`convert-text --tokenizer`), its files are written under transformers' names with a tokenizer_config.json (the
+// CRC32C recorded at conversion must still match; a warning otherwise). Relative paths are taken from the current
+// directory, as when the run started.
 Status ExportHuggingFace(const proto::Config& cfg, const std::vector<NamedTensor>& params,
                          const std::map<std::string, std::string>& metadata, const std::string& dir,
                          HfExportReport* report = nullptr);

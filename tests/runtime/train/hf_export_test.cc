@@ -4,9 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/crc32c.h"
+#include "data/shard_writer.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::runtime {
@@ -109,6 +112,70 @@ TEST(HfExport, RefusesOtherModelsAndMissingParameters) {
   const Status st = ExportHuggingFace(TinyGpt2(), missing, {}, dir.path() + "/b");
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(st.message().find("ln_f.bias"), std::string::npos) << st.ToString();
+}
+
+// A token dataset at `dir` whose schema names `files` (their CRC32C as `convert-text --tokenizer` records it).
+void WriteTokenDataset(const std::string& dir, const std::string& kind, const std::vector<std::string>& files,
+                       uint32_t crc) {
+  proto::DatasetSchema schema;
+  schema.set_kind(proto::DatasetSchema::TOKENS);
+  schema.add_dims(5);
+  schema.set_token_dtype(proto::DatasetSchema::UINT16);
+  schema.set_vocab_size(5);
+  schema.mutable_tokenizer()->set_kind(kind);
+  for (const std::string& f : files) schema.mutable_tokenizer()->add_files(f);
+  schema.mutable_tokenizer()->set_crc32c(crc);
+  schema.mutable_tokenizer()->set_eot_token(-1);
+  std::unique_ptr<data::DatasetWriter> w;
+  ASSERT_TRUE(data::DatasetWriter::Create(dir, schema, 4, &w).ok());
+  const uint16_t rec[5] = {0, 1, 2, 3, 4};
+  ASSERT_TRUE(w->Add(rec, sizeof(rec)).ok());
+  ASSERT_TRUE(w->Finish("test").ok());
+}
+
+void WriteText(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+// With no hf: source, the export writes the training dataset's tokenizer under transformers' names with a
+// tokenizer_config.json naming the class; a tokenizer file changed since the conversion is a warning, not a copy.
+TEST(HfExport, WritesTheDatasetsTokenizer) {
+  TempDir tmp;
+  const std::string vocab = tmp.path() + "/encoder.json", merges = tmp.path() + "/vocab.bpe";
+  WriteText(vocab, "{\"a\": 0}");
+  WriteText(merges, "#version: 0.2\n");
+  const std::string a = "{\"a\": 0}", b = "#version: 0.2\n";
+  const uint32_t crc = Crc32cExtend(Crc32c(a.data(), a.size()), b.data(), b.size());
+  WriteTokenDataset(tmp.path() + "/bpe", "gpt2_bpe", {vocab, merges}, crc);
+  const std::string spm = tmp.path() + "/tok.model";
+  WriteText(spm, "spm bytes");
+  WriteTokenDataset(tmp.path() + "/spm", "sentencepiece", {spm}, Crc32c("spm bytes", 9));
+
+  proto::Config cfg = TinyGpt2();
+  cfg.mutable_data()->set_dataset("shards");
+  cfg.mutable_data()->set_train_shards(tmp.path() + "/bpe");
+  HfExportReport r;
+  ASSERT_TRUE(ExportHuggingFace(cfg, Params(), {}, tmp.path() + "/out", &r).ok());
+  EXPECT_EQ(r.tokenizer_files, (std::vector<std::string>{"vocab.json", "merges.txt", "tokenizer_config.json"}));
+  EXPECT_TRUE(r.warning.empty()) << r.warning;
+  EXPECT_EQ(ReadFile(tmp.path() + "/out/vocab.json"), a);
+  EXPECT_EQ(ReadFile(tmp.path() + "/out/merges.txt"), b);
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(tmp.path() + "/out/tokenizer_config.json"))["tokenizer_class"],
+            "GPT2TokenizerFast");
+
+  cfg.mutable_data()->set_train_shards(tmp.path() + "/spm");
+  HfExportReport s;
+  ASSERT_TRUE(ExportHuggingFace(cfg, Params(), {}, tmp.path() + "/out_spm", &s).ok());
+  EXPECT_EQ(s.tokenizer_files, (std::vector<std::string>{"tokenizer.model", "tokenizer_config.json"}));
+  EXPECT_EQ(ReadFile(tmp.path() + "/out_spm/tokenizer.model"), "spm bytes");
+  const auto tc = nlohmann::json::parse(ReadFile(tmp.path() + "/out_spm/tokenizer_config.json"));
+  EXPECT_EQ(tc["tokenizer_class"], "LlamaTokenizer");
+  EXPECT_EQ(tc["add_bos_token"], false);
+
+  WriteText(spm, "another model");  // changed after the conversion
+  HfExportReport changed;
+  ASSERT_TRUE(ExportHuggingFace(cfg, Params(), {}, tmp.path() + "/out_changed", &changed).ok());
+  EXPECT_TRUE(changed.tokenizer_files.empty());
+  EXPECT_NE(changed.warning.find("changed since the data was converted"), std::string::npos) << changed.warning;
+  EXPECT_FALSE(std::ifstream(tmp.path() + "/out_changed/tokenizer.model").good());
 }
 
 }  // namespace
