@@ -13,8 +13,9 @@ constexpr const char* kFooter =
     "Starts one `dtrain train CONFIG` worker per GPU (or CPU rank) on every node through mpirun\n"
     "(or srun inside a Slurm allocation), supervises them, names the rank that failed first and\n"
     "exits with its code (0 done, 2 usage error, 75 preempted: requeue, 128+S killed by signal S).\n"
-    "Console: rank 0's output plus WARN/ERROR lines of every rank. SIGUSR1 and SIGTERM reach every\n"
-    "rank (checkpoint and exit 75; SIGTERM stops the job after the grace period); SIGINT stops it.\n"
+    "Console: rank 0's output plus WARN/ERROR lines of every rank. SIGUSR1, SIGTERM and SIGINT (Ctrl-C)\n"
+    "reach every rank (checkpoint and exit 75; SIGTERM/SIGINT stop the job after the grace period; a\n"
+    "second one stops it at once).\n"
     "\n"
     "example: dtrain launch --nproc-per-node 2 --max-restarts 3 configs/fashion_mnist_mlp.yaml --set optim.lr=0.05\n";
 

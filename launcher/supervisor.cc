@@ -307,22 +307,18 @@ class ManagerAttempt : public ChildSetPolicy {
       const int local = SignalSession(pid, SIGUSR1, /*ranks_only=*/true);
       DT_LOG_WARN(kLauncher, "SIGUSR1: forwarded to every rank ({}, and directly to {} local rank processes)",
                   cmd_.argv[0], local);
-    } else if (result_->stop_signal == 0 && sig == SIGTERM) {
-      // SIGTERM is how schedulers and spot shutdowns stop a job: give the ranks the grace period
-      // to checkpoint and exit 75 themselves (local ranks get SIGTERM directly, remote ones
-      // SIGUSR1 through mpirun), then stop the job (step 4).
+    } else if (result_->stop_signal == 0) {
+      // SIGTERM (schedulers, spot shutdowns) and SIGINT (Ctrl-C) give the ranks the grace period to
+      // checkpoint and exit 75 themselves (local ranks get SIGTERM directly, remote ones SIGUSR1 through
+      // mpirun), then stop the job (step 4). SIGTERM to mpirun instead would be forwarded and followed by
+      // its own SIGKILL within about a second: a rank still in an eval or a save lost the checkpoint.
       result_->stop_signal = sig;
       const int local = SignalSession(pid, SIGTERM, /*ranks_only=*/true);
       kill(pid, SIGUSR1);
       DT_LOG_WARN(kLauncher,
-                  "SIGTERM: every rank may checkpoint and exit ({} local rank processes signalled); "
-                  "the job is stopped if it still runs in {} s",
-                  local, grace_seconds_);
-      esc->Interrupt(Clock::now());
-    } else if (result_->stop_signal == 0) {
-      DT_LOG_WARN(kLauncher, "{}: stopping the job", SignalName(sig));
-      result_->stop_signal = sig;
-      kill(pid, SIGTERM);
+                  "{}: every rank may checkpoint and exit ({} local rank processes signalled); "
+                  "the job is stopped if it still runs in {} s (a second {} stops it now)",
+                  SignalName(sig), local, grace_seconds_, SignalName(sig));
       esc->Interrupt(Clock::now());
     } else {
       DT_LOG_WARN(kLauncher, "second {}: killing the job now", SignalName(sig));

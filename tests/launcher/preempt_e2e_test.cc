@@ -1,4 +1,4 @@
-// Preemption end to end: SIGUSR1 or SIGTERM to `dtrain launch` (2 CPU ranks), or SIGTERM to a worker -> the ranks agree
+// Preemption end to end: SIGUSR1 or SIGINT to `dtrain launch` (2 CPU ranks), or SIGTERM to a worker -> the ranks agree
 // at a step boundary, rank 0 saves a checkpoint of that step, every rank exits 75, the launcher passes 75 through; the
 // same command again resumes from that checkpoint. A SIGUSR1 during a worker's start is kept for its first step.
 
@@ -98,10 +98,11 @@ TEST(PreemptE2E, SignalsCheckpointAndExit75ThenTheSameCommandResumes) {
   const int64_t s2 = PreemptedStep(b);
   EXPECT_GT(s2, s1) << b;
 
-  // 3. SIGTERM to `dtrain launch` (a scheduler stopping the job): the launcher lets the ranks
-  //    checkpoint within the grace period and passes their 75 through.
+  // 3. Ctrl-C (SIGINT) to `dtrain launch`: as SIGTERM from a scheduler (the same branch; spot_simulation_e2e sends
+  //    SIGTERM), the launcher lets the ranks checkpoint within the grace period and passes their 75 through. It used
+  //    to SIGTERM mpirun, whose own SIGKILL about a second later cut a rank's save short.
   std::remove(metrics.c_str());
-  ASSERT_EQ(RunAndSignal(cmd, d + "/c.log", metrics, SIGTERM), 75) << ReadFile(d + "/c.log");
+  ASSERT_EQ(RunAndSignal(cmd, d + "/c.log", metrics, SIGINT), 75) << ReadFile(d + "/c.log");
   const std::string c = ReadFile(d + "/c.log");
   EXPECT_NE(c.find(": step " + std::to_string(s2) + ","), std::string::npos) << c;
   const int64_t s3 = PreemptedStep(c);
