@@ -1,14 +1,16 @@
 // Tests of models/gpt2: the parameter layout (HF names, forward order), GPT-2's init, the loss at init (~ln vocab,
 // padded columns masked), finite-difference gradients of the whole model (CPU f64), recompute giving bit-identical
-// gradients and the reverse-layout ready order, AdamW steps reducing the loss, and CUDA f32 / bf16 / fp16 against the
-// CPU.
+// gradients and the reverse-layout ready order, the chunked loss giving the unchunked losses, gradients and eval
+// scores, AdamW steps reducing the loss, and CUDA f32 / bf16 / fp16 against the CPU.
 #include "models/gpt2.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/device_context.h"
@@ -260,6 +262,70 @@ TEST(Gpt2Cpu, FusedClassifierGivesTheTwoPassGradients) {
   DT_ASSERT_OK(Fetch(*cpu, fused->logits(), &lf));
   DT_ASSERT_OK(Fetch(*cpu, plain->logits(), &lp));
   EXPECT_EQ(lf, lp);
+}
+
+// The chunked loss (loss_chunk_tokens, models/chunked_classifier.h) against the unchunked fused classifier, fp32:
+// chunks of 5 over B*T = 16 tokens and of 64 (one chunk); losses and gradients within 1e-6 relative (the head's
+// gradient sums in another order), the same ready order, also for two micro-batches accumulated at scale 1/2 (told by
+// set_backward_scale); an eval Forward scores as the unchunked model does; fp16 is refused.
+TEST(Gpt2Cpu, ChunkedLossGivesTheUnchunkedLossesGradientsAndEvalScores) {
+  auto cpu = Cpu();
+  Gpt2Options o = Tiny();
+  o.fused_classifier = true;
+  Batch batch, batch2;
+  ASSERT_NO_FATAL_FAILURE(MakeBatch(*cpu, 2, 8, 61, 3, &batch));
+  ASSERT_NO_FATAL_FAILURE(MakeBatch(*cpu, 2, 8, 61, 13, &batch2));
+  struct Result {
+    std::vector<double> losses, g1, g2;
+    std::vector<int> order;
+    double eval_sum = 0;
+    int64_t correct = 0, count = 0;
+  };
+  auto run = [&](int64_t chunk, Result* r) {
+    Gpt2Options c = o;
+    c.loss_chunk_tokens = chunk;
+    std::unique_ptr<Gpt2> m;
+    DT_ASSERT_OK(Gpt2::Create(*cpu, c, 2, 8, &m));
+    DT_ASSERT_OK(m->InitParams(5));
+    double loss = 0;
+    ASSERT_NO_FATAL_FAILURE(Step(*cpu, *m, batch, &loss, &r->g1, &r->order));
+    DT_ASSERT_OK(Fetch(*cpu, m->losses(), &r->losses));
+    DT_ASSERT_OK(m->grads().SetZero(cpu->stream()));
+    m->set_backward_scale(0.5f);
+    for (const Batch* b : {&batch, &batch2}) {
+      DT_ASSERT_OK(m->Forward(b->inputs, b->targets));
+      DT_ASSERT_OK(m->Backward(0.5f, nullptr));
+    }
+    DT_ASSERT_OK(Fetch(*cpu, m->grads(), &r->g2));
+    m->set_training(false);
+    DT_ASSERT_OK(m->EvalBatch(*cpu, batch.inputs, batch.targets, 2, &r->eval_sum, &r->correct, &r->count));
+  };
+  Result want;
+  ASSERT_NO_FATAL_FAILURE(run(0, &want));
+  double gmax = 0;
+  for (double g : want.g1) gmax = std::max(gmax, std::fabs(g));
+  ASSERT_GT(gmax, 1e-4);  // a gradient to compare (not all zero)
+  for (int64_t chunk : {5, 64}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    Result got;
+    ASSERT_NO_FATAL_FAILURE(run(chunk, &got));
+    EXPECT_EQ(got.order, want.order);
+    ASSERT_EQ(got.losses.size(), want.losses.size());
+    EXPECT_LE(testing::RelFrobenius(got.losses, want.losses), 1e-6);
+    ASSERT_EQ(got.g1.size(), want.g1.size());
+    EXPECT_LE(testing::RelFrobenius(got.g1, want.g1), 1e-6);
+    EXPECT_LE(testing::RelFrobenius(got.g2, want.g2), 1e-6);
+    EXPECT_EQ(got.count, want.count);
+    EXPECT_EQ(got.correct, want.correct);
+    EXPECT_NEAR(got.eval_sum, want.eval_sum, 1e-6 * std::abs(want.eval_sum));
+  }
+  std::unique_ptr<Gpt2> m;
+  Gpt2Options fp16 = o;
+  fp16.precision = Precision::kFp16;
+  fp16.loss_chunk_tokens = 8;
+  const Status s = Gpt2::Create(*cpu, fp16, 2, 8, &m);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.ToString().find("loss_chunk_tokens"), std::string::npos) << s.ToString();
 }
 
 // 30 AdamW steps (lr 1e-2) on one fixed batch: the model memorizes it, so the loss falls well below ln(61) = 4.11.
