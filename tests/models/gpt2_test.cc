@@ -1,7 +1,7 @@
 // Tests of models/gpt2: the parameter layout (HF names, forward order), GPT-2's init, the loss at init (~ln vocab,
 // padded columns masked), finite-difference gradients of the whole model (CPU f64), recompute giving bit-identical
 // gradients and the reverse-layout ready order, the chunked loss giving the unchunked losses, gradients and eval
-// scores, AdamW steps reducing the loss, and CUDA f32 / bf16 / fp16 against the CPU.
+// scores, AdamW steps reducing the loss, and CUDA f32 / bf16 / fp16 against the CPU and chunked against unchunked.
 #include "models/gpt2.h"
 
 #include <gtest/gtest.h>
@@ -417,6 +417,30 @@ TEST(Gpt2Cuda, Bf16MatchesCpuF32) {
     EXPECT_NEAR(got_loss, want_loss, 1e-2) << "fused " << fused;
     EXPECT_LE(testing::MaxAbsDiff(got_losses, want_losses), 5e-2 * testing::Scale(want_losses)) << "fused " << fused;
     EXPECT_LE(testing::RelFrobenius(got_grads, want_grads), 5e-2) << "fused " << fused;
+  }
+}
+
+// CUDA with the chunked loss (chunks of 100 over B*T = 256 tokens: 100, 100, 56), f32 and bf16, against the unchunked
+// run of the same precision on the same device: per-token losses within 1e-6 * scale (f32) and 1e-3 * scale (16-bit:
+// the same logits rows up to the GEMM's algorithm for another M), the gradient within 1e-5 (f32) and 1e-2 (16-bit:
+// dwte's GEMM sums in another order) relative Frobenius error.
+TEST(Gpt2Cuda, ChunkedLossMatchesUnchunked) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    const bool f32 = p == Precision::kFp32;
+    Gpt2Options o = Small();
+    o.fused_classifier = true;
+    o.precision = p;
+    double want_loss = 0, got_loss = 0;
+    std::vector<double> want_losses, want_grads, got_losses, got_grads;
+    ASSERT_NO_FATAL_FAILURE(RunSmall(*gpu, o, &want_loss, &want_losses, &want_grads));
+    o.loss_chunk_tokens = 100;
+    ASSERT_NO_FATAL_FAILURE(RunSmall(*gpu, o, &got_loss, &got_losses, &got_grads));
+    EXPECT_LE(testing::MaxAbsDiff(got_losses, want_losses), (f32 ? 1e-6 : 1e-3) * testing::Scale(want_losses))
+        << "f32 " << f32;
+    EXPECT_LE(testing::RelFrobenius(got_grads, want_grads), f32 ? 1e-5 : 1e-2) << "f32 " << f32;
   }
 }
 
