@@ -35,6 +35,9 @@ Status Run(int argc, char** argv) {
   sets.push_back("train.precision=fp32");
   dtrain::proto::Config cfg;
   DT_RETURN_IF_ERROR(dtrain::runtime::LoadConfig(argv[1], sets, &cfg));
+  // The whole [B*T, Vp] logits are read below: never the chunked loss's [chunk, Vp] buffer.
+  cfg.mutable_model()->mutable_llama()->set_loss_chunk_tokens(0);
+  cfg.mutable_model()->mutable_gpt2()->set_loss_chunk_tokens(0);
   dtrain::models::TokenInput in;
   DT_RETURN_IF_ERROR(dtrain::runtime::SyntheticTokenInput(cfg, &in));  // a language model's T and vocabulary
   const int64_t b = cfg.data().batch_size(), t = in.seq_len, v = in.vocab_size;

@@ -1,5 +1,6 @@
 #include "models/gpt2.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/softmax_xent.h"
+#include "models/chunked_classifier.h"
 
 namespace dtrain::models {
 
@@ -39,6 +41,10 @@ Status Gpt2::Create(DeviceContext& ctx, const Gpt2Options& opts, int64_t batch, 
   DT_CHECK_ARG(batch >= 1 && seq_len >= 1 && seq_len <= opts.max_seq_len,
                "Gpt2: batch " << batch << " and seq_len " << seq_len << " must be >= 1, seq_len <= max_seq_len "
                               << opts.max_seq_len);
+  DT_CHECK_ARG(opts.loss_chunk_tokens >= 0 && (opts.loss_chunk_tokens == 0 || opts.precision != Precision::kFp16),
+               "Gpt2: loss_chunk_tokens " << opts.loss_chunk_tokens
+                                          << " must be >= 0, and 0 with fp16 (the chunked loss runs the LM head's "
+                                             "backward in Forward, before fp16's dynamic loss scale is known)");
   if (opts.precision != Precision::kFp32) {
     const char* name = opts.precision == Precision::kBf16   ? "bf16"
                        : opts.precision == Precision::kFp16 ? "fp16"
@@ -178,7 +184,10 @@ Status Gpt2::EnsureActivations(int64_t batch, int64_t seq_len) {
   DT_RETURN_IF_ERROR(Alloc({n, c}, act, &lnf_));
   DT_RETURN_IF_ERROR(Alloc({n}, stat, &lnf_mean_));
   DT_RETURN_IF_ERROR(Alloc({n}, stat, &lnf_rstd_));
-  DT_RETURN_IF_ERROR(Alloc({n, opts_.padded_vocab_size}, act, &logits_));
+  // Chunked loss: [chunk, Vp] logits only (chunk = loss_chunk_tokens, at most B*T), and the eval argmax per token.
+  DT_RETURN_IF_ERROR(
+      Alloc({chunked() ? std::min(opts_.loss_chunk_tokens, n) : n, opts_.padded_vocab_size}, act, &logits_));
+  if (chunked()) DT_RETURN_IF_ERROR(Alloc({n}, DType::kI32, &preds_));
   DT_RETURN_IF_ERROR(Alloc({n}, stat, &losses_));
   if (opts_.precision == Precision::kFp8) {
     DT_RETURN_IF_ERROR(Gpt2Fp8::Create(ctx_, opts_.fp8_layers, L, c, static_cast<int64_t>(acts_.size()), n, &fp8_));
@@ -220,12 +229,44 @@ Status Gpt2::Forward(const Tensor& inputs, const Tensor& targets) {
   const int lnf = ParamIndex(static_cast<int>(opts_.n_layer), 0);
   DT_RETURN_IF_ERROR(
       ops::LayerNormForward(ctx_, x_.back(), w_[lnf], w_[lnf + 1], kLnEps, &lnf_, &lnf_mean_, &lnf_rstd_));
+  if (chunked()) return ChunkedHeadForward();
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, lnf_, false, gemm_weight(0), true, &logits_));  // tied LM head
   // Fused classifier (training): losses and d(mean loss)/d(logits), in place over the logits. Otherwise losses only;
   // Backward derives dlogits from them and the logits, over the logits (no second [N, Vp] buffer).
   dlogits_in_place_ = opts_.fused_classifier && training_ && opts_.precision != Precision::kFp16;
   return ops::SoftmaxCrossEntropy(ctx_, logits_, targets_, &losses_, dlogits_in_place_ ? &logits_ : nullptr,
                                   1.0f / static_cast<float>(n), opts_.vocab_size);
+}
+
+Status Gpt2::ChunkedHeadForward() {
+  head_grad_in_forward_ = training_;
+  preds_ready_ = !training_;
+  forward_scale_ = backward_scale_;
+  ChunkedClassifierArgs a;
+  a.x = &lnf_;
+  a.head = &gemm_weight(0);  // tied LM head
+  a.targets = &targets_;
+  a.valid_cols = opts_.vocab_size;
+  a.logits = &logits_;
+  a.losses = &losses_;
+  if (training_) {  // the LM head's half of wte's gradient; dlnf into the Backward scratch
+    a.dhead = &g_[0];
+    a.dx = &dln_;
+    a.scale = forward_scale_;
+  } else {
+    a.preds = &preds_;
+  }
+  return ChunkedClassifierForward(ctx_, a);
+}
+
+Status Gpt2::Predict(DeviceContext& ctx, Tensor* pred) {
+  if (!chunked()) return Model::Predict(ctx, pred);
+  if (!preds_ready_) {
+    return Status::FailedPrecondition(
+        "Gpt2: with model.gpt2.loss_chunk_tokens the predictions come from an eval-mode Forward "
+        "(set_training(false)), and the last Forward was not one");
+  }
+  return pred->CopyFrom(preds_, ctx.stream());
 }
 
 Status Gpt2::EmbedForward(const Tensor& ids) {
@@ -289,7 +330,20 @@ Status Gpt2::Backward(float loss_scale, const GradReadyFn& on_ready) {
   // forward's losses (one pass over the logits), or already there (fused classifier: d(mean loss)/d(logits), the
   // loss scale then goes into the GEMMs' alpha).
   float alpha = 1.f;
-  if (dlogits_in_place_) {
+  if (chunked()) {
+    // The training Forward did the head's backward (dwte, and dlnf in dln_) at forward_scale_.
+    if (!head_grad_in_forward_) {
+      return Status::FailedPrecondition(
+          "Gpt2: Backward with model.gpt2.loss_chunk_tokens needs a training-mode Forward first (the LM head's "
+          "backward runs in it)");
+    }
+    head_grad_in_forward_ = false;  // consumed
+    if (loss_scale != forward_scale_) {
+      return Status::FailedPrecondition(
+          "Gpt2: model.gpt2.loss_chunk_tokens computed the LM head's gradient in Forward at loss scale " +
+          std::to_string(forward_scale_) + " (set_backward_scale), but Backward got " + std::to_string(loss_scale));
+    }
+  } else if (dlogits_in_place_) {
     alpha = loss_scale;
     dlogits_in_place_ = false;  // consumed: a second Backward needs a new Forward
   } else {
@@ -297,8 +351,10 @@ Status Gpt2::Backward(float loss_scale, const GradReadyFn& on_ready) {
                                                         loss_scale / static_cast<float>(n), opts_.vocab_size));
   }
   // LM head: dwte += dlogits^T lnf (the first of wte's two contributions), dlnf = dlogits wte.
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, true, lnf_, false, &g_[0], alpha, 1.f));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, false, gemm_weight(0), false, &dln_, alpha));
+  if (!chunked()) {
+    DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, true, lnf_, false, &g_[0], alpha, 1.f));
+    DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, false, gemm_weight(0), false, &dln_, alpha));
+  }
   const int lnf = ParamIndex(static_cast<int>(opts_.n_layer), 0);
   DT_RETURN_IF_ERROR(
       ops::LayerNormBackward(ctx_, x_.back(), w_[lnf], lnf_mean_, lnf_rstd_, dln_, &dres_, &g_[lnf], &g_[lnf + 1]));

@@ -38,6 +38,10 @@
 // recompute: keep only each block's input; Backward re-runs a block's forward just before its backward (one
 // block's activations are alive at a time). Gradients are identical to the stored-activation path.
 // logits() are valid until Backward, which overwrites them in place with dlogits.
+// loss_chunk_tokens (0: off): Llama's chunked LM head and loss (models/llama.h, models/chunked_classifier.h): only
+// [chunk, padded_vocab] logits exist, a training Forward does the head's backward at the scale told by
+// set_backward_scale, an eval Forward keeps each chunk's argmax for EvalBatch. Not with fp16 (InvalidArgument): its
+// dynamic loss scale is known only after the first micro-batch's Forward.
 
 #include <memory>
 #include <string>
@@ -64,8 +68,9 @@ struct Gpt2Options {
   // Backward scales it by loss_scale inside the LM-head GEMMs. logits() then holds that gradient after a training
   // Forward (eval mode keeps the logits). fp16 keeps the separate backward pass: its unscaled gradients underflow.
   bool fused_classifier = false;
-  DType dtype = DType::kF32;  // kFp32 only: kF64 on the CPU
-  Fp8LayerSet fp8_layers;     // kFp8 only: which block linears run in FP8
+  DType dtype = DType::kF32;      // kFp32 only: kF64 on the CPU
+  Fp8LayerSet fp8_layers;         // kFp8 only: which block linears run in FP8
+  int64_t loss_chunk_tokens = 0;  // see the file comment; > 0: tokens per LM-head/loss chunk (not fp16)
 };
 
 class Gpt2 final : public Model {
@@ -83,12 +88,14 @@ class Gpt2 final : public Model {
   const Tensor& logits() const override { return logits_; }
   Status Backward(float loss_scale, const GradReadyFn& on_ready) override;
   void set_training(bool training) override { training_ = training; }
+  void set_backward_scale(float loss_scale) override { backward_scale_ = loss_scale; }
   std::string precision_summary() const override;
 
   const Gpt2Options& options() const { return opts_; }
 
  protected:
   int64_t num_eval_classes() const override { return opts_.vocab_size; }  // padded columns are not classes
+  Status Predict(DeviceContext& ctx, Tensor* pred) override;              // chunked: the eval Forward's argmax
 
  private:
   // Per block, forward order of the 12 parameters.
@@ -124,6 +131,8 @@ class Gpt2 final : public Model {
   // Weight `i` as used by the GEMMs: a view of params_, or of the 16-bit copy.
   const Tensor& gemm_weight(int i) const { return mixed() ? w16_[i] : w_[i]; }
 
+  bool chunked() const { return opts_.loss_chunk_tokens > 0; }
+  Status ChunkedHeadForward();  // lnf_ -> losses_ (training: + dwte, dlnf; eval: preds_), chunk by chunk
   Status EmbedForward(const Tensor& ids);
   Status BlockForward(int layer);  // x_[layer] -> x_[layer + 1]
   // One block linear of the forward: FP8 (fp8_) or bf16/fp32 (ops::MatmulEpilogue with epilogue e; aux as there).
@@ -144,6 +153,10 @@ class Gpt2 final : public Model {
   Tensor lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
   bool training_ = true;
   bool dlogits_in_place_ = false;  // the last Forward left d(mean loss)/d(logits) in logits_ (fused_classifier)
+  // Chunked loss, as Llama's: the eval argmax, whether the last Forward did the head's backward and at what scale.
+  Tensor preds_;
+  bool head_grad_in_forward_ = false, preds_ready_ = false;
+  float backward_scale_ = 1.f, forward_scale_ = 1.f;
   // Backward scratch: dres_ is d(loss)/d(residual stream) at the current block boundary.
   Tensor dres_, dln_, dqkv_, datt_, dfc_;
   Tensor shared_;                 // owns dfc_, tok_emb_ and pos_emb_ (views: see EnsureActivations)

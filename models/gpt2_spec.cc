@@ -50,6 +50,7 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
   opts.n_embd = g.n_embd();
   opts.recompute = config.train().recompute();
   opts.fused_classifier = true;  // training runs (bf16, fp32); Gpt2 keeps fp16 and eval mode unfused
+  opts.loss_chunk_tokens = g.loss_chunk_tokens();
   if (precision == "bf16" || (precision == "auto" && ctx.is_cuda())) {
     opts.precision = Precision::kBf16;
   } else if (precision == "fp16") {
@@ -62,6 +63,12 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
   if (opts.precision != Precision::kFp8 && fp8_layers != "auto") {
     return Status::InvalidArgument("model.gpt2.fp8_layers: '" + fp8_layers + "' is set but train.precision is " +
                                    precision + " (it applies to fp8 only)");
+  }
+  if (opts.loss_chunk_tokens > 0 && opts.precision == Precision::kFp16) {
+    return Status::InvalidArgument(
+        "model.gpt2.loss_chunk_tokens " + std::to_string(opts.loss_chunk_tokens) +
+        " needs train.precision bf16, fp8 or fp32, not fp16: the chunked loss runs the LM head's backward inside the "
+        "forward, before fp16's dynamic loss scale is known (set model.gpt2.loss_chunk_tokens: 0)");
   }
   if (opts.precision != Precision::kFp32 && !ctx.is_cuda()) {
     return Status::InvalidArgument("train.precision: " + precision + " needs a GPU; the CPU path is fp32");

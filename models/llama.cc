@@ -1,5 +1,6 @@
 #include "models/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "kernels/rope.h"
 #include "kernels/softmax_xent.h"
 #include "kernels/swiglu.h"
+#include "models/chunked_classifier.h"
 
 namespace dtrain::models {
 
@@ -44,6 +46,8 @@ Status Llama::Create(DeviceContext& ctx, const LlamaOptions& opts, int64_t batch
   DT_CHECK_ARG(batch >= 1 && seq_len >= 1 && seq_len <= opts.max_seq_len,
                "Llama: batch " << batch << " and seq_len " << seq_len << " must be >= 1, seq_len <= max_seq_len "
                                << opts.max_seq_len);
+  DT_CHECK_ARG(opts.loss_chunk_tokens >= 0,
+               "Llama: loss_chunk_tokens " << opts.loss_chunk_tokens << " must be >= 0 (0: off)");
   if (opts.precision == Precision::kFp16) return Status::InvalidArgument("Llama: fp16 is not supported (bf16, fp32)");
   if (opts.precision == Precision::kBf16) {
     DT_CHECK_ARG(ctx.is_cuda() && opts.dtype == DType::kF32,
@@ -158,7 +162,9 @@ Status Llama::EnsureActivations(int64_t batch, int64_t seq_len) {
   }
   DT_RETURN_IF_ERROR(Alloc({n, c}, act, &lnf_));
   DT_RETURN_IF_ERROR(Alloc({n}, stat, &lnf_rstd_));
-  DT_RETURN_IF_ERROR(Alloc({n, vp}, act, &logits_));
+  // Chunked loss: [chunk, Vp] logits only (chunk = loss_chunk_tokens, at most B*T), and the eval argmax per token.
+  DT_RETURN_IF_ERROR(Alloc({chunked() ? std::min(opts_.loss_chunk_tokens, n) : n, vp}, act, &logits_));
+  if (chunked()) DT_RETURN_IF_ERROR(Alloc({n}, DType::kI32, &preds_));
   DT_RETURN_IF_ERROR(Alloc({n}, stat, &losses_));
   DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dres_));
   DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dln_));
@@ -191,12 +197,44 @@ Status Llama::Forward(const Tensor& inputs, const Tensor& targets) {
   for (int l = 0; l < opts_.n_layer; ++l) DT_RETURN_IF_ERROR(LayerForward(l));
   const float eps = static_cast<float>(opts_.rms_norm_eps);
   DT_RETURN_IF_ERROR(ops::RmsNormForward(ctx_, x_.back(), w_[norm_index()], eps, &lnf_, &lnf_rstd_));
+  if (chunked()) return ChunkedHeadForward();
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, lnf_, false, gemm_weight(head_index()), true, &logits_));
   // Fused classifier (training): losses and d(mean loss)/d(logits), in place over the logits. Otherwise losses only;
   // Backward derives dlogits from them and the logits, over the logits (no second [N, Vp] buffer).
   dlogits_in_place_ = opts_.fused_classifier && training_;
   return ops::SoftmaxCrossEntropy(ctx_, logits_, targets_, &losses_, dlogits_in_place_ ? &logits_ : nullptr,
                                   1.0f / static_cast<float>(n), opts_.vocab_size);
+}
+
+Status Llama::ChunkedHeadForward() {
+  head_grad_in_forward_ = training_;
+  preds_ready_ = !training_;
+  forward_scale_ = backward_scale_;
+  ChunkedClassifierArgs a;
+  a.x = &lnf_;
+  a.head = &gemm_weight(head_index());
+  a.targets = &targets_;
+  a.valid_cols = opts_.vocab_size;
+  a.logits = &logits_;
+  a.losses = &losses_;
+  if (training_) {  // tied: the LM head's half of embed_tokens' gradient; dlnf into the Backward scratch
+    a.dhead = &g_[head_index()];
+    a.dx = &dln_;
+    a.scale = forward_scale_;
+  } else {
+    a.preds = &preds_;
+  }
+  return ChunkedClassifierForward(ctx_, a);
+}
+
+Status Llama::Predict(DeviceContext& ctx, Tensor* pred) {
+  if (!chunked()) return Model::Predict(ctx, pred);
+  if (!preds_ready_) {
+    return Status::FailedPrecondition(
+        "Llama: with model.llama.loss_chunk_tokens the predictions come from an eval-mode Forward "
+        "(set_training(false)), and the last Forward was not one");
+  }
+  return pred->CopyFrom(preds_, ctx.stream());
 }
 
 Status Llama::LayerForward(int layer) {
@@ -239,8 +277,23 @@ Status Llama::Backward(float loss_scale, const GradReadyFn& on_ready) {
   // dlogits = d(loss_scale * mean loss)/d(logits), in place over the logits (0 in the padded columns): from the
   // forward's losses (one pass over the logits), or already there (fused classifier: d(mean loss)/d(logits), the
   // loss scale then goes into the GEMMs' alpha).
+  const int head = head_index(), norm = norm_index();
   float alpha = 1.f;
-  if (dlogits_in_place_) {
+  if (chunked()) {
+    // The training Forward did the head's backward (dhead, and dlnf in dln_) at forward_scale_.
+    if (!head_grad_in_forward_) {
+      return Status::FailedPrecondition(
+          "Llama: Backward with model.llama.loss_chunk_tokens needs a training-mode Forward first (the LM head's "
+          "backward runs in it)");
+    }
+    head_grad_in_forward_ = false;  // consumed
+    if (loss_scale != forward_scale_) {
+      return Status::FailedPrecondition(
+          "Llama: model.llama.loss_chunk_tokens computed the LM head's gradient in Forward at loss scale " +
+          std::to_string(forward_scale_) + " (set_backward_scale), but Backward got " + std::to_string(loss_scale));
+    }
+    if (!opts_.tie_embeddings) DT_RETURN_IF_ERROR(ready(head));
+  } else if (dlogits_in_place_) {
     alpha = loss_scale;
     dlogits_in_place_ = false;  // consumed: a second Backward needs a new Forward
   } else {
@@ -248,10 +301,11 @@ Status Llama::Backward(float loss_scale, const GradReadyFn& on_ready) {
                                                         loss_scale / static_cast<float>(n), opts_.vocab_size));
   }
   // LM head: dhead += dlogits^T lnf (tied: the first of embed_tokens' two contributions), dlnf = dlogits head.
-  const int head = head_index(), norm = norm_index();
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, true, lnf_, false, &g_[head], alpha, 1.f));
-  if (!opts_.tie_embeddings) DT_RETURN_IF_ERROR(ready(head));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, false, gemm_weight(head), false, &dln_, alpha));
+  if (!chunked()) {
+    DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, true, lnf_, false, &g_[head], alpha, 1.f));
+    if (!opts_.tie_embeddings) DT_RETURN_IF_ERROR(ready(head));
+    DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, false, gemm_weight(head), false, &dln_, alpha));
+  }
   DT_RETURN_IF_ERROR(ops::RmsNormBackward(ctx_, x_.back(), w_[norm], lnf_rstd_, dln_, &dres_, &g_[norm]));
   DT_RETURN_IF_ERROR(ready(norm));
   for (int l = static_cast<int>(opts_.n_layer) - 1; l >= 0; --l) DT_RETURN_IF_ERROR(LayerBackward(l, on_ready));

@@ -41,6 +41,14 @@
 // same gradients bit for bit.
 // fused_classifier: as Gpt2's (the training forward's cross-entropy writes d(mean loss)/d(logits) over the logits).
 // logits() are valid until Backward, which overwrites them in place with dlogits.
+// loss_chunk_tokens (0: off, the above): the LM head and the loss run over row chunks of the B*T tokens, so only
+// [chunk, Vp] logits exist (logits() is that buffer: the last chunk's rows). A training Forward then does the head's
+// backward too, chunk by chunk: the fused cross-entropy writes the chunk's d(mean loss)/d(logits) over its logits,
+// dhead += s * dlogits^T lnf (beta 1: micro-batches accumulate) and dlnf = s * dlogits head into the Backward scratch,
+// with s the scale told by set_backward_scale (model.h; Backward refuses another, FailedPrecondition, and needs a
+// training-mode Forward before it). Backward starts from dlnf; the head's gradient is still announced by Backward, in
+// the order above. An eval-mode Forward writes the losses and the chunks' argmax over the vocabulary, which
+// EvalBatch's Predict reads. The gradients equal the unchunked ones up to the summation order of dhead.
 // Graph-capturable: once the activations exist for a shape, Forward and Backward allocate nothing outside ctx's
 // allocator and never synchronize the host.
 
@@ -69,6 +77,7 @@ struct LlamaOptions {
   bool recompute = false;
   bool recompute_pointwise = false;  // see the file comment
   bool fused_classifier = false;     // see the file comment; bf16/fp32 training forwards only
+  int64_t loss_chunk_tokens = 0;     // see the file comment; > 0: tokens per LM-head/loss chunk (the fused path)
   DType dtype = DType::kF32;         // kFp32 only: kF64 on the CPU
 };
 
@@ -91,11 +100,13 @@ class Llama final : public Model {
   const Tensor& logits() const override { return logits_; }
   Status Backward(float loss_scale, const GradReadyFn& on_ready) override;
   void set_training(bool training) override { training_ = training; }
+  void set_backward_scale(float loss_scale) override { backward_scale_ = loss_scale; }
 
   const LlamaOptions& options() const { return opts_; }
 
  protected:
   int64_t num_eval_classes() const override { return opts_.vocab_size; }  // padded columns are not classes
+  Status Predict(DeviceContext& ctx, Tensor* pred) override;              // chunked: the eval Forward's argmax
 
  private:
   // Per layer, forward order of the 6 parameters.
@@ -121,7 +132,9 @@ class Llama final : public Model {
   // Weight `i` as used by the GEMMs: a view of params_, or of the bf16 copy.
   const Tensor& gemm_weight(int i) const { return mixed() ? w16_[i] : w_[i]; }
 
-  Status LayerForward(int layer);                                // x_[layer] -> x_[layer + 1]
+  bool chunked() const { return opts_.loss_chunk_tokens > 0; }
+  Status ChunkedHeadForward();     // lnf_ -> losses_ (training: + dhead, dlnf; eval: preds_), chunk by chunk
+  Status LayerForward(int layer);  // x_[layer] -> x_[layer + 1]
   Status LayerBackward(int layer, const GradReadyFn& on_ready);  // d x_[layer + 1] in dres_ -> d x_[layer]
 
   DeviceContext& ctx_;
@@ -138,6 +151,12 @@ class Llama final : public Model {
   Tensor lnf_, lnf_rstd_, logits_, losses_;
   bool training_ = true;
   bool dlogits_in_place_ = false;  // the last Forward left d(mean loss)/d(logits) in logits_ (fused_classifier)
+  // Chunked loss: preds_ i32 [B*T], the last eval Forward's argmax (preds_ready_ until a training Forward);
+  // head_grad_in_forward_: the last Forward added the head's gradient and left dlnf in dln_, at scale forward_scale_
+  // (backward_scale_ when it ran), not yet consumed by Backward.
+  Tensor preds_;
+  bool head_grad_in_forward_ = false, preds_ready_ = false;
+  float backward_scale_ = 1.f, forward_scale_ = 1.f;
   // Backward scratch: dres_ is d(loss)/d(residual stream) at the current layer boundary.
   Tensor dres_, dln_, dqkv_, datt_, dh_, dact_;
 };

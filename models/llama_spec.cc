@@ -120,6 +120,7 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
   opts.recompute = config.train().recompute();
   opts.recompute_pointwise = g.recompute_pointwise();
   opts.fused_classifier = true;  // training runs; eval mode keeps the logits
+  opts.loss_chunk_tokens = g.loss_chunk_tokens();
   std::unique_ptr<Llama> llama;
   DT_RETURN_IF_ERROR(Llama::Create(ctx, opts, config.data().batch_size(), g.max_seq_len(), &llama));
   *out = std::move(llama);

@@ -27,6 +27,8 @@ Status Model::AddMeanLoss(DeviceContext& ctx, float weight, Tensor* acc) {
   return ops::Matmul(ctx, row, false, ones, false, acc, weight / static_cast<float>(n), 1.0f);
 }
 
+Status Model::Predict(DeviceContext& ctx, Tensor* pred) { return ops::Argmax(ctx, logits(), pred, num_eval_classes()); }
+
 Status Model::EvalBatch(DeviceContext& ctx, const Tensor& inputs, const Tensor& targets, int64_t num_real,
                         double* loss_sum, int64_t* correct, int64_t* count) {
   DT_CHECK_ARG(loss_sum != nullptr && correct != nullptr && count != nullptr, "EvalBatch: null output");
@@ -42,7 +44,7 @@ Status Model::EvalBatch(DeviceContext& ctx, const Tensor& inputs, const Tensor& 
 
   Tensor pred;
   DT_RETURN_IF_ERROR(Tensor::Empty({rows}, DType::kI32, ctx.allocator(), &pred));
-  DT_RETURN_IF_ERROR(ops::Argmax(ctx, logits(), &pred, num_eval_classes()));
+  DT_RETURN_IF_ERROR(Predict(ctx, &pred));
   std::vector<int32_t> host_pred(rows), host_label(rows);
   const bool f32 = l.dtype() == DType::kF32;
   std::vector<float> loss32(f32 ? rows : 0);

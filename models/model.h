@@ -64,6 +64,12 @@ class Model {
   virtual const Tensor& logits() const = 0;
 
   virtual Status Backward(float loss_scale, const GradReadyFn& on_ready) = 0;
+  // The loss_scale the next Backward will be called with, told before its Forward (RunStepBody: the updater's scale
+  // / accum; until told: 1). A model that runs part of its backward inside a training Forward (Llama's chunked loss,
+  // model.llama.loss_chunk_tokens: the LM head's gradient) applies it there, and its Backward refuses another scale
+  // (FailedPrecondition). fp16's dynamic scale of micro-batch 0 is known only after that Forward, so such a model
+  // refuses fp16. Default: ignored.
+  virtual void set_backward_scale(float loss_scale) {}
 
   // The loader's batch inputs (dim 0 = samples, each sample's values flat) in the shape Forward takes
   // (MLP: [B, input_dim]; CNN: [B, C, H, W]); a view, no copy. InvalidArgument naming the model's config key
@@ -97,6 +103,10 @@ class Model {
   // How many leading columns of logits() are classes for EvalBatch's argmax (GPT-2: the unpadded
   // vocabulary); -1: all of them.
   virtual int64_t num_eval_classes() const { return -1; }
+  // EvalBatch's predictions of the last (eval-mode) Forward into pred (i32 [rows], on ctx's device). Default: the
+  // argmax over the first num_eval_classes() columns of logits(). A model whose logits never exist whole (Llama's
+  // chunked loss) keeps them from its Forward.
+  virtual Status Predict(DeviceContext& ctx, Tensor* pred);
 
  private:
   Tensor loss_ones_;  // [n, 1] ones for AddMeanLoss, grown to the largest losses() seen

@@ -14,6 +14,9 @@ Status RunStepBody(const StepParts& p, int64_t accum, StepHooks& hooks) {
     DT_RETURN_IF_ERROR(hooks.BeforeForward(m));
     Tensor x;
     DT_RETURN_IF_ERROR(p.model.InputsFromBatch(*inputs, &x));
+    // The Backward's scale below, for a model that runs part of its backward in Forward (fp16's scale of m == 0 is
+    // not known yet: such a model refuses fp16; 1 otherwise, as below).
+    p.model.set_backward_scale(loss_scale / static_cast<float>(accum));
     DT_RETURN_IF_ERROR(p.model.Forward(x, *targets));
     // The loss scale of this step (fp16: waits for the previous step's device-side update, which this
     // forward overlaps; 1 otherwise, and always 1 in a captured step: StepGraph::Blocker).

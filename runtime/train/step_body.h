@@ -5,7 +5,7 @@
 // between the two is a StepHooks object; the sequence of device work is this file's alone:
 //
 //   zero the gradients; for each of accum micro-batches m {
-//     the model's inputs from the batch, Forward;
+//     the model's inputs from the batch; the model told the coming Backward's scale (set_backward_scale); Forward;
 //     m == 0: the updater's loss scale (fp16: waits for the previous step's scale update, overlapping this forward);
 //     loss_acc += mean loss / accum (on the device, no sync);
 //     Backward at scale / accum, announcing gradients to the updater (OnGradReady) on the last micro-batch only;

@@ -1,14 +1,16 @@
 // Tests of models/gpt2: the parameter layout (HF names, forward order), GPT-2's init, the loss at init (~ln vocab,
 // padded columns masked), finite-difference gradients of the whole model (CPU f64), recompute giving bit-identical
-// gradients and the reverse-layout ready order, AdamW steps reducing the loss, and CUDA f32 / bf16 / fp16 against the
-// CPU.
+// gradients and the reverse-layout ready order, the chunked loss giving the unchunked losses, gradients and eval
+// scores, AdamW steps reducing the loss, and CUDA f32 / bf16 / fp16 against the CPU and chunked against unchunked.
 #include "models/gpt2.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/device_context.h"
@@ -262,6 +264,70 @@ TEST(Gpt2Cpu, FusedClassifierGivesTheTwoPassGradients) {
   EXPECT_EQ(lf, lp);
 }
 
+// The chunked loss (loss_chunk_tokens, models/chunked_classifier.h) against the unchunked fused classifier, fp32:
+// chunks of 5 over B*T = 16 tokens and of 64 (one chunk); losses and gradients within 1e-6 relative (the head's
+// gradient sums in another order), the same ready order, also for two micro-batches accumulated at scale 1/2 (told by
+// set_backward_scale); an eval Forward scores as the unchunked model does; fp16 is refused.
+TEST(Gpt2Cpu, ChunkedLossGivesTheUnchunkedLossesGradientsAndEvalScores) {
+  auto cpu = Cpu();
+  Gpt2Options o = Tiny();
+  o.fused_classifier = true;
+  Batch batch, batch2;
+  ASSERT_NO_FATAL_FAILURE(MakeBatch(*cpu, 2, 8, 61, 3, &batch));
+  ASSERT_NO_FATAL_FAILURE(MakeBatch(*cpu, 2, 8, 61, 13, &batch2));
+  struct Result {
+    std::vector<double> losses, g1, g2;
+    std::vector<int> order;
+    double eval_sum = 0;
+    int64_t correct = 0, count = 0;
+  };
+  auto run = [&](int64_t chunk, Result* r) {
+    Gpt2Options c = o;
+    c.loss_chunk_tokens = chunk;
+    std::unique_ptr<Gpt2> m;
+    DT_ASSERT_OK(Gpt2::Create(*cpu, c, 2, 8, &m));
+    DT_ASSERT_OK(m->InitParams(5));
+    double loss = 0;
+    ASSERT_NO_FATAL_FAILURE(Step(*cpu, *m, batch, &loss, &r->g1, &r->order));
+    DT_ASSERT_OK(Fetch(*cpu, m->losses(), &r->losses));
+    DT_ASSERT_OK(m->grads().SetZero(cpu->stream()));
+    m->set_backward_scale(0.5f);
+    for (const Batch* b : {&batch, &batch2}) {
+      DT_ASSERT_OK(m->Forward(b->inputs, b->targets));
+      DT_ASSERT_OK(m->Backward(0.5f, nullptr));
+    }
+    DT_ASSERT_OK(Fetch(*cpu, m->grads(), &r->g2));
+    m->set_training(false);
+    DT_ASSERT_OK(m->EvalBatch(*cpu, batch.inputs, batch.targets, 2, &r->eval_sum, &r->correct, &r->count));
+  };
+  Result want;
+  ASSERT_NO_FATAL_FAILURE(run(0, &want));
+  double gmax = 0;
+  for (double g : want.g1) gmax = std::max(gmax, std::fabs(g));
+  ASSERT_GT(gmax, 1e-4);  // a gradient to compare (not all zero)
+  for (int64_t chunk : {5, 64}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    Result got;
+    ASSERT_NO_FATAL_FAILURE(run(chunk, &got));
+    EXPECT_EQ(got.order, want.order);
+    ASSERT_EQ(got.losses.size(), want.losses.size());
+    EXPECT_LE(testing::RelFrobenius(got.losses, want.losses), 1e-6);
+    ASSERT_EQ(got.g1.size(), want.g1.size());
+    EXPECT_LE(testing::RelFrobenius(got.g1, want.g1), 1e-6);
+    EXPECT_LE(testing::RelFrobenius(got.g2, want.g2), 1e-6);
+    EXPECT_EQ(got.count, want.count);
+    EXPECT_EQ(got.correct, want.correct);
+    EXPECT_NEAR(got.eval_sum, want.eval_sum, 1e-6 * std::abs(want.eval_sum));
+  }
+  std::unique_ptr<Gpt2> m;
+  Gpt2Options fp16 = o;
+  fp16.precision = Precision::kFp16;
+  fp16.loss_chunk_tokens = 8;
+  const Status s = Gpt2::Create(*cpu, fp16, 2, 8, &m);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.ToString().find("loss_chunk_tokens"), std::string::npos) << s.ToString();
+}
+
 // 30 AdamW steps (lr 1e-2) on one fixed batch: the model memorizes it, so the loss falls well below ln(61) = 4.11.
 TEST(Gpt2Cpu, AdamWStepsReduceTheLossOnAFixedBatch) {
   auto cpu = Cpu();
@@ -351,6 +417,30 @@ TEST(Gpt2Cuda, Bf16MatchesCpuF32) {
     EXPECT_NEAR(got_loss, want_loss, 1e-2) << "fused " << fused;
     EXPECT_LE(testing::MaxAbsDiff(got_losses, want_losses), 5e-2 * testing::Scale(want_losses)) << "fused " << fused;
     EXPECT_LE(testing::RelFrobenius(got_grads, want_grads), 5e-2) << "fused " << fused;
+  }
+}
+
+// CUDA with the chunked loss (chunks of 100 over B*T = 256 tokens: 100, 100, 56), f32 and bf16, against the unchunked
+// run of the same precision on the same device: per-token losses within 1e-6 * scale (f32) and 1e-3 * scale (16-bit:
+// the same logits rows up to the GEMM's algorithm for another M), the gradient within 1e-5 (f32) and 1e-2 (16-bit:
+// dwte's GEMM sums in another order) relative Frobenius error.
+TEST(Gpt2Cuda, ChunkedLossMatchesUnchunked) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    const bool f32 = p == Precision::kFp32;
+    Gpt2Options o = Small();
+    o.fused_classifier = true;
+    o.precision = p;
+    double want_loss = 0, got_loss = 0;
+    std::vector<double> want_losses, want_grads, got_losses, got_grads;
+    ASSERT_NO_FATAL_FAILURE(RunSmall(*gpu, o, &want_loss, &want_losses, &want_grads));
+    o.loss_chunk_tokens = 100;
+    ASSERT_NO_FATAL_FAILURE(RunSmall(*gpu, o, &got_loss, &got_losses, &got_grads));
+    EXPECT_LE(testing::MaxAbsDiff(got_losses, want_losses), (f32 ? 1e-6 : 1e-3) * testing::Scale(want_losses))
+        << "f32 " << f32;
+    EXPECT_LE(testing::RelFrobenius(got_grads, want_grads), f32 ? 1e-5 : 1e-2) << "f32 " << f32;
   }
 }
 

@@ -1,14 +1,18 @@
 // Tests of models/llama: the parameter layout (names, shapes, forward order, the derived padded vocabulary, tied and
 // untied heads), the init, the loss at init (padded columns masked), finite-difference gradients of the whole model
 // (CPU f64; grouped-query and multi-head attention, tied and untied), recompute and the fused classifier giving the
-// same gradients, the reverse-layout ready order, AdamW steps reducing the loss; on a GPU, CUDA f32 and bf16 against
-// the CPU and a CUDA-graph replay of the step against the eager step. The spec and the HF semantics:
+// same gradients, the chunked loss (loss_chunk_tokens) giving the unchunked losses, gradients and eval scores and
+// refusing what it cannot serve, the reverse-layout ready order, AdamW steps reducing the loss; on a GPU, CUDA f32 and
+// bf16 against the CPU, chunked against unchunked, and a CUDA-graph replay of the step (unchunked and chunked) against
+// the eager step. The spec and the HF semantics:
 // llama_spec_test.cc.
 #include "models/llama.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -68,6 +72,12 @@ double Mean(const std::vector<double>& v) {
   double s = 0;
   for (double e : v) s += e;
   return s / static_cast<double>(v.size());
+}
+
+double MaxAbs(const std::vector<double>& v) {
+  double m = 0;
+  for (double e : v) m = std::max(m, std::fabs(e));
+  return m;
 }
 
 // One Forward/Backward (with `loss_scale`, divided out of the returned grads) from zeroed grads; returns the mean
@@ -316,6 +326,144 @@ TEST(LlamaCpu, FusedClassifierGivesTheTwoPassGradients) {
   EXPECT_LE(testing::MaxAbsDiff(gb, ga), 1e-12 * testing::Scale(ga));
 }
 
+// The chunked loss (loss_chunk_tokens: the LM head, the fused cross-entropy and the head's backward in the training
+// forward, over row chunks of the B*T = 16 tokens) against the unchunked fused classifier, fp32: per-token losses
+// and the gradient equal within 1e-6 relative (only the summation order of the head's gradient may change; the CPU
+// GEMM adds row by row straight into C, so here it does not, and the values print equal), the same ready order; tied
+// and untied; chunks of 5 (not dividing 16: 5, 5, 5, 1), 16 and 64 (> B*T: one chunk); one step at scale 1, then two
+// micro-batches accumulated at scale 1/2 each (told by set_backward_scale, as RunStepBody does).
+TEST(LlamaCpu, ChunkedLossGivesTheUnchunkedLossesAndGradients) {
+  auto cpu = Cpu();
+  Batch batch, batch2;
+  ASSERT_NO_FATAL_FAILURE(MakeBatch(*cpu, 2, 8, 61, 9, &batch));
+  ASSERT_NO_FATAL_FAILURE(MakeBatch(*cpu, 2, 8, 61, 19, &batch2));
+  // One step, then `a` and `b` accumulated at scale 1/2: losses of the step, grads of the step and of the pair.
+  auto run = [&](Llama& m, std::vector<double>* losses, std::vector<double>* g1, std::vector<double>* g2,
+                 std::vector<int>* order) {
+    double loss = 0;
+    ASSERT_NO_FATAL_FAILURE(Step(*cpu, m, batch, &loss, g1, order));
+    DT_ASSERT_OK(Fetch(*cpu, m.losses(), losses));
+    DT_ASSERT_OK(m.grads().SetZero(cpu->stream()));
+    m.set_backward_scale(0.5f);
+    for (const Batch* b : {&batch, &batch2}) {
+      DT_ASSERT_OK(m.Forward(b->inputs, b->targets));
+      DT_ASSERT_OK(m.Backward(0.5f, nullptr));
+    }
+    m.set_backward_scale(1.0f);
+    DT_ASSERT_OK(Fetch(*cpu, m.grads(), g2));
+  };
+  for (bool tied : {true, false}) {
+    LlamaOptions o = Tiny();
+    o.tie_embeddings = tied;
+    o.fused_classifier = true;
+    std::unique_ptr<Llama> plain;
+    DT_ASSERT_OK(Llama::Create(*cpu, o, 2, 8, &plain));
+    DT_ASSERT_OK(plain->InitParams(13));
+    std::vector<double> want_losses, want_g1, want_g2;
+    std::vector<int> want_order;
+    ASSERT_NO_FATAL_FAILURE(run(*plain, &want_losses, &want_g1, &want_g2, &want_order));
+    ASSERT_GT(MaxAbs(want_g1), 1e-4);  // a gradient to compare (not all zero)
+    ASSERT_GT(MaxAbs(want_g2), 1e-4);
+    for (int64_t chunk : {5, 16, 64}) {
+      SCOPED_TRACE("chunk " + std::to_string(chunk) + (tied ? ", tied" : ", untied"));
+      LlamaOptions c = o;
+      c.loss_chunk_tokens = chunk;
+      std::unique_ptr<Llama> m;
+      DT_ASSERT_OK(Llama::Create(*cpu, c, 2, 8, &m));
+      DT_ASSERT_OK(m->InitParams(13));
+      EXPECT_EQ(m->logits().dim(0), std::min<int64_t>(chunk, 16));  // only [chunk, Vp] logits exist
+      std::vector<double> losses, g1, g2;
+      std::vector<int> order;
+      ASSERT_NO_FATAL_FAILURE(run(*m, &losses, &g1, &g2, &order));
+      EXPECT_EQ(order, want_order);
+      ASSERT_EQ(losses.size(), want_losses.size());
+      EXPECT_LE(testing::MaxAbsDiff(losses, want_losses), 1e-6 * MaxAbs(want_losses));
+      ASSERT_EQ(g1.size(), want_g1.size());
+      EXPECT_LE(testing::MaxAbsDiff(g1, want_g1), 1e-6 * MaxAbs(want_g1));
+      EXPECT_LE(testing::MaxAbsDiff(g2, want_g2), 1e-6 * MaxAbs(want_g2));
+      std::printf(
+          "chunk %lld %s: max |dloss| %.3g of %.3g, max |dgrad| %.3g of %.3g (step), %.3g of %.3g (2 micro-batches)\n",
+          static_cast<long long>(chunk), tied ? "tied" : "untied", testing::MaxAbsDiff(losses, want_losses),
+          MaxAbs(want_losses), testing::MaxAbsDiff(g1, want_g1), MaxAbs(want_g1), testing::MaxAbsDiff(g2, want_g2),
+          MaxAbs(want_g2));
+    }
+  }
+}
+
+// The chunked loss's eval: EvalBatch scores the chunks' argmax (the whole logits never exist) as the unchunked model
+// scores its logits' argmax: the same loss sum, correct count and count, over the real samples only.
+TEST(LlamaCpu, ChunkedLossEvalScoresLikeTheUnchunkedModel) {
+  auto cpu = Cpu();
+  LlamaOptions o = Tiny();
+  std::unique_ptr<Llama> plain, chunked;
+  DT_ASSERT_OK(Llama::Create(*cpu, o, 3, 8, &plain));
+  o.loss_chunk_tokens = 7;
+  DT_ASSERT_OK(Llama::Create(*cpu, o, 3, 8, &chunked));
+  DT_ASSERT_OK(plain->InitParams(3));
+  DT_ASSERT_OK(chunked->InitParams(3));
+  // Targets: the unchunked model's prediction at even tokens, random ones at odd tokens, so the correct count is
+  // neither 0 nor all by construction.
+  Batch batch;
+  ASSERT_NO_FATAL_FAILURE(MakeBatch(*cpu, 3, 8, 61, 41, &batch));
+  plain->set_training(false);
+  DT_ASSERT_OK(plain->Forward(batch.inputs, batch.targets));
+  std::vector<double> logits, targets;
+  DT_ASSERT_OK(Fetch(*cpu, plain->logits(), &logits));
+  DT_ASSERT_OK(Fetch(*cpu, batch.targets, &targets));
+  const int64_t vp = plain->logits().dim(1);
+  for (int64_t i = 0; i < 24; i += 2) {
+    const auto row = logits.begin() + i * vp;
+    targets[i] = static_cast<double>(std::max_element(row, row + 61) - row);
+  }
+  DT_ASSERT_OK(MakeTensor(*cpu, DType::kI32, {3, 8}, targets, &batch.targets));
+  double want_sum = 0, got_sum = 0;
+  int64_t want_correct = 0, got_correct = 0, want_count = 0, got_count = 0;
+  for (int round = 0; round < 2; ++round) {  // the second round after a training step on the chunked model
+    plain->set_training(false);
+    chunked->set_training(false);
+    DT_ASSERT_OK(plain->EvalBatch(*cpu, batch.inputs, batch.targets, 2, &want_sum, &want_correct, &want_count));
+    DT_ASSERT_OK(chunked->EvalBatch(*cpu, batch.inputs, batch.targets, 2, &got_sum, &got_correct, &got_count));
+    EXPECT_EQ(got_count, want_count);
+    EXPECT_EQ(got_correct, want_correct);
+    EXPECT_NEAR(got_sum, want_sum, 1e-6 * std::abs(want_sum));
+    // An eval Forward leaves no head gradient: Backward refuses (the head's backward runs in a training Forward).
+    EXPECT_EQ(chunked->Backward(1.0f, nullptr).code(), Status::Code::kFailedPrecondition);
+    chunked->set_training(true);
+    plain->set_training(true);
+    double loss = 0;
+    std::vector<double> g;
+    ASSERT_NO_FATAL_FAILURE(Step(*cpu, *chunked, batch, &loss, &g));
+    ASSERT_NO_FATAL_FAILURE(Step(*cpu, *plain, batch, &loss, &g));
+  }
+  EXPECT_EQ(want_count, 2 * 2 * 8);
+  EXPECT_GE(want_correct, 8);  // the first round's even tokens of the 2 real samples at least
+  EXPECT_LT(want_correct, want_count);
+}
+
+// The chunked loss applies the loss scale in Forward: a Backward at another scale than set_backward_scale told, or a
+// second Backward for one Forward, is refused (FailedPrecondition) rather than giving a wrongly scaled head gradient.
+TEST(LlamaCpu, ChunkedLossRefusesABackwardItCannotServe) {
+  auto cpu = Cpu();
+  LlamaOptions o = Tiny();
+  o.loss_chunk_tokens = 4;
+  std::unique_ptr<Llama> m;
+  DT_ASSERT_OK(Llama::Create(*cpu, o, 2, 8, &m));
+  DT_ASSERT_OK(m->InitParams(1));
+  Batch batch;
+  ASSERT_NO_FATAL_FAILURE(MakeBatch(*cpu, 2, 8, 61, 3, &batch));
+  EXPECT_EQ(m->Backward(1.0f, nullptr).code(), Status::Code::kInvalidArgument);  // before any Forward (as unchunked)
+  DT_ASSERT_OK(m->Forward(batch.inputs, batch.targets));                         // at the default scale, 1
+  const Status wrong = m->Backward(0.5f, nullptr);
+  EXPECT_EQ(wrong.code(), Status::Code::kFailedPrecondition);
+  EXPECT_NE(wrong.ToString().find("model.llama.loss_chunk_tokens"), std::string::npos) << wrong.ToString();
+  m->set_backward_scale(0.5f);
+  DT_ASSERT_OK(m->Forward(batch.inputs, batch.targets));
+  DT_ASSERT_OK(m->Backward(0.5f, nullptr));
+  EXPECT_EQ(m->Backward(0.5f, nullptr).code(), Status::Code::kFailedPrecondition);  // one Backward per Forward
+  o.loss_chunk_tokens = -1;
+  EXPECT_EQ(Llama::Create(*cpu, o, 2, 8, &m).code(), Status::Code::kInvalidArgument);
+}
+
 // 40 AdamW steps (lr 1e-2) on one fixed batch: the model memorizes it, so the loss falls well below ln(61) = 4.11.
 TEST(LlamaCpu, AdamWStepsReduceTheLossOnAFixedBatch) {
   auto cpu = Cpu();
@@ -412,6 +560,29 @@ TEST(LlamaCuda, F32MatchesCpu) {
 // CUDA bf16 (bf16 activations and GEMM inputs, f32 master params and grads) vs CPU f32 from the same init, with the
 // separate cross-entropy backward and with the fused classifier. Gpt2's bf16 tolerances (2 layers): mean loss within
 // 1e-2, per-token losses within 5e-2 * scale, gradient within 5e-2 relative Frobenius error.
+// CUDA with the chunked loss (chunks of 100 over B*T = 256 tokens: 100, 100, 56), f32 and bf16, against the
+// unchunked run of the same precision on the same device: per-token losses within 1e-6 * scale (f32) and 1e-3 *
+// scale (bf16: the same bf16 logits rows; the fused kernel's row loop is the same), the gradient within 1e-5 (f32)
+// and 1e-2 (bf16: dhead's bf16-input GEMM sums in another order) relative Frobenius error.
+TEST(LlamaCuda, ChunkedLossMatchesUnchunked) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  for (bool bf16 : {false, true}) {
+    LlamaOptions o = Small();
+    o.fused_classifier = true;
+    if (bf16) o.precision = Precision::kBf16;
+    double want_loss = 0, got_loss = 0;
+    std::vector<double> want_losses, want_grads, got_losses, got_grads;
+    ASSERT_NO_FATAL_FAILURE(RunSmall(*gpu, o, &want_loss, &want_losses, &want_grads));
+    o.loss_chunk_tokens = 100;
+    ASSERT_NO_FATAL_FAILURE(RunSmall(*gpu, o, &got_loss, &got_losses, &got_grads));
+    EXPECT_LE(testing::MaxAbsDiff(got_losses, want_losses), (bf16 ? 1e-3 : 1e-6) * testing::Scale(want_losses))
+        << "bf16 " << bf16;
+    EXPECT_LE(testing::RelFrobenius(got_grads, want_grads), bf16 ? 1e-2 : 1e-5) << "bf16 " << bf16;
+  }
+}
+
 TEST(LlamaCuda, Bf16MatchesCpuF32) {
   DT_SKIP_WITHOUT_CUDA();
   auto cpu = Cpu();
@@ -442,36 +613,40 @@ TEST(LlamaCuda, GraphedStepEqualsEagerStep) {
   DT_SKIP_WITHOUT_CUDA();
   std::unique_ptr<DeviceContext> gpu;
   DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
-  LlamaOptions o = Small();
-  o.precision = Precision::kBf16;
-  o.fused_classifier = true;
-  std::unique_ptr<Llama> m;
-  DT_ASSERT_OK(Llama::Create(*gpu, o, 2, 128, &m));
-  DT_ASSERT_OK(m->InitParams(21));
-  Batch batch;
-  ASSERT_NO_FATAL_FAILURE(MakeBatch(*gpu, 2, 128, o.vocab_size, 17, &batch));
-  auto step = [&]() -> Status {
-    DT_RETURN_IF_ERROR(m->grads().SetZero(gpu->stream()));
-    DT_RETURN_IF_ERROR(m->Forward(batch.inputs, batch.targets));
-    return m->Backward(1.0f, nullptr);
-  };
-  std::vector<double> eager_grads, eager_losses, graph_grads, graph_losses;
-  for (int i = 0; i < 2; ++i) DT_ASSERT_OK(step());  // warm: plans, workspaces, the allocator's cache
-  DT_ASSERT_OK(Fetch(*gpu, m->grads(), &eager_grads));
-  DT_ASSERT_OK(Fetch(*gpu, m->losses(), &eager_losses));
-  auto pool = std::make_shared<CudaGraphPool>(gpu->device_allocator());
-  std::unique_ptr<CudaGraph> graph;
-  DT_ASSERT_OK(CudaGraph::Capture(gpu->stream(), pool, step, &graph));
-  DT_ASSERT_OK(m->grads().SetZero(gpu->stream()));
-  DT_ASSERT_OK(graph->Launch(gpu->stream()));
-  DT_ASSERT_OK(graph->Launch(gpu->stream()));  // a replay zeroes the grads itself: the second equals the first
-  DT_ASSERT_OK(Fetch(*gpu, m->grads(), &graph_grads));
-  DT_ASSERT_OK(Fetch(*gpu, m->losses(), &graph_losses));
-  EXPECT_EQ(graph_losses, eager_losses);
-  ASSERT_EQ(graph_grads.size(), eager_grads.size());
-  size_t differ = 0;
-  for (size_t i = 0; i < graph_grads.size(); ++i) differ += graph_grads[i] != eager_grads[i];
-  EXPECT_EQ(differ, 0u) << "of " << graph_grads.size() << " gradient elements";
+  for (int64_t chunk : {0, 100}) {  // unchunked, and the chunked loss (100, 100, 56 tokens)
+    SCOPED_TRACE("loss_chunk_tokens " + std::to_string(chunk));
+    LlamaOptions o = Small();
+    o.precision = Precision::kBf16;
+    o.fused_classifier = true;
+    o.loss_chunk_tokens = chunk;
+    std::unique_ptr<Llama> m;
+    DT_ASSERT_OK(Llama::Create(*gpu, o, 2, 128, &m));
+    DT_ASSERT_OK(m->InitParams(21));
+    Batch batch;
+    ASSERT_NO_FATAL_FAILURE(MakeBatch(*gpu, 2, 128, o.vocab_size, 17, &batch));
+    auto step = [&]() -> Status {
+      DT_RETURN_IF_ERROR(m->grads().SetZero(gpu->stream()));
+      DT_RETURN_IF_ERROR(m->Forward(batch.inputs, batch.targets));
+      return m->Backward(1.0f, nullptr);
+    };
+    std::vector<double> eager_grads, eager_losses, graph_grads, graph_losses;
+    for (int i = 0; i < 2; ++i) DT_ASSERT_OK(step());  // warm: plans, workspaces, the allocator's cache
+    DT_ASSERT_OK(Fetch(*gpu, m->grads(), &eager_grads));
+    DT_ASSERT_OK(Fetch(*gpu, m->losses(), &eager_losses));
+    auto pool = std::make_shared<CudaGraphPool>(gpu->device_allocator());
+    std::unique_ptr<CudaGraph> graph;
+    DT_ASSERT_OK(CudaGraph::Capture(gpu->stream(), pool, step, &graph));
+    DT_ASSERT_OK(m->grads().SetZero(gpu->stream()));
+    DT_ASSERT_OK(graph->Launch(gpu->stream()));
+    DT_ASSERT_OK(graph->Launch(gpu->stream()));  // a replay zeroes the grads itself: the second equals the first
+    DT_ASSERT_OK(Fetch(*gpu, m->grads(), &graph_grads));
+    DT_ASSERT_OK(Fetch(*gpu, m->losses(), &graph_losses));
+    EXPECT_EQ(graph_losses, eager_losses);
+    ASSERT_EQ(graph_grads.size(), eager_grads.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < graph_grads.size(); ++i) differ += graph_grads[i] != eager_grads[i];
+    EXPECT_EQ(differ, 0u) << "of " << graph_grads.size() << " gradient elements";
+  }
 }
 #endif
 

@@ -89,6 +89,27 @@ TEST(ModelFactoryTest, BuiltinKindsStillBuildAndTakePrecedence) {
       << fp16_st.ToString();
   cnn.mutable_train()->set_precision("auto");  // auto on the CPU: fp32
   DT_ASSERT_OK(BuildModel(cnn, *ctx, &m));
+  // GPT-2's chunked loss runs the LM head's backward in the forward, before fp16's dynamic loss scale is known: the
+  // pair is refused naming both keys (before the CPU's own fp16 refusal), and the key builds in fp32.
+  proto::Config gpt2 = ConfigOfKind("gpt2");
+  proto::Gpt2Config* g = gpt2.mutable_model()->mutable_gpt2();
+  g->set_vocab_size(61);
+  g->set_padded_vocab_size(64);
+  g->set_max_seq_len(8);
+  g->set_n_layer(1);
+  g->set_n_head(2);
+  g->set_n_embd(16);
+  g->set_loss_chunk_tokens(5);
+  gpt2.mutable_data()->set_batch_size(1);  // 8 tokens: chunks of 5 and 3
+  gpt2.mutable_train()->set_precision("fp16");
+  const Status chunk_st = BuildModel(gpt2, *ctx, &m);
+  EXPECT_EQ(chunk_st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(chunk_st.message().find("model.gpt2.loss_chunk_tokens 5 needs train.precision bf16, fp8 or fp32, not fp16"),
+            std::string::npos)
+      << chunk_st.ToString();
+  gpt2.mutable_train()->set_precision("fp32");
+  DT_ASSERT_OK(BuildModel(gpt2, *ctx, &m));
+  EXPECT_EQ(m->logits().dim(0), 5);  // [chunk, padded vocabulary]
 }
 
 TEST(ModelFactoryTest, RegistrationRejectsBadNamesBuiltinsDuplicatesAndEmptyFactories) {
