@@ -31,7 +31,15 @@ class SplitMix64 {
 // (unlike std::normal_distribution). The GPT-2 and Llama inits draw from it.
 class NormalSampler {
  public:
-  explicit NormalSampler(uint64_t seed) : rng_(seed) {}
+  explicit NormalSampler(uint64_t seed) : rng_(seed), seed_(seed) {}
+  // Positions the sampler so that the next Next() returns draw number `index` (0-based) of a fresh sampler with the
+  // same seed: SplitMix64's state after k outputs is seed + k * its increment, and draw 2j, 2j + 1 come from outputs
+  // 2j, 2j + 1. Lets several threads produce disjoint ranges of one stream, bit for bit.
+  void Seek(uint64_t index) {
+    rng_ = SplitMix64(seed_ + (index / 2) * 2 * 0x9E3779B97F4A7C15ull);
+    has_spare_ = false;
+    if (index % 2 == 1) Next();
+  }
   double Next() {
     if (has_spare_) {
       has_spare_ = false;
@@ -47,6 +55,7 @@ class NormalSampler {
 
  private:
   SplitMix64 rng_;
+  uint64_t seed_;
   double spare_ = 0;
   bool has_spare_ = false;
 };

@@ -7,7 +7,6 @@
 
 #include "core/check.h"
 #include "core/nvtx.h"
-#include "core/random.h"
 #include "kernels/attention.h"
 #include "kernels/bias.h"
 #include "kernels/elementwise.h"
@@ -17,6 +16,7 @@
 #include "kernels/matmul.h"
 #include "kernels/softmax_xent.h"
 #include "models/chunked_classifier.h"
+#include "models/param_init.h"
 
 namespace dtrain::models {
 
@@ -122,22 +122,15 @@ Status Gpt2::InitParams(uint64_t seed) {
   // Generated on the host straight into the staging buffer, so every device and dtype starts from the same values.
   Tensor staging;
   DT_RETURN_IF_ERROR(Tensor::Empty({params_.numel()}, opts_.dtype, ctx_.host_allocator(), &staging));
-  const bool f64 = opts_.dtype == DType::kF64;
-  NormalSampler normal(seed);
   const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(opts_.n_layer));
-  for (const ParamInfo& p : infos_) {
-    const bool is_ln = p.name.find("ln_") != std::string::npos;
-    const bool is_bias = EndsWith(p.name, ".bias");
-    const bool is_proj = EndsWith(p.name, "c_proj.weight");
-    for (int64_t k = 0; k < p.numel; ++k) {
-      const double v = is_bias ? 0.0 : is_ln ? 1.0 : normal.Next() * (is_proj ? proj_std : 0.02);
-      if (f64) {
-        staging.data<double>()[p.offset + k] = v;
-      } else {
-        staging.data<float>()[p.offset + k] = static_cast<float>(v);
-      }
-    }
-  }
+  DT_RETURN_IF_ERROR(FillParamInit(
+      infos_,
+      [&](const ParamInfo& p) -> ParamInit {
+        if (EndsWith(p.name, ".bias")) return {false, 0.0};
+        if (p.name.find("ln_") != std::string::npos) return {false, 1.0};
+        return {true, EndsWith(p.name, "c_proj.weight") ? proj_std : 0.02};
+      },
+      seed, &staging));
   DT_RETURN_IF_ERROR(params_.CopyFrom(staging, ctx_.stream()));
   // `staging` is pageable host memory: cudaMemcpyAsync from it returns only after the copy is staged.
   return ctx_.Synchronize();
