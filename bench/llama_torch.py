@@ -6,7 +6,7 @@ PyTorch we can build, in two forms, each eager or under torch.compile (default o
 bf16 autocast with fp32 master weights, fused AdamW (betas 0.9/0.95, wd 0.1), grad clip 1.0, TF32 on.
 
 usage: python3 bench/llama_torch.py --shape smollm2_360m [--impl hand|hf] [--compile [--mode default|reduce-overhead]]
-                                    [--batch 16] [--seq 1024] [--steps 30] [--warmup 10] [--json OUT]
+                                    [--batch 16] [--seq 1024] [--steps 30] [--warmup 10] [--ac none|full] [--json OUT]
        ... --init HF_DIR --tokens FILE.u8 --losses OUT.json --lr 3e-4     (loss curve from imported weights, real text)
 Synthetic tokens unless --tokens (a byte file: records of seq+1 bytes with stride seq taken in order, like `dtrain
 data convert-text` with data.shuffle false). --init loads a save_pretrained directory (HF names) into either form.
@@ -19,14 +19,18 @@ import argparse, json, math, os, time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 H200_SPEC = 989e12
-# hidden, layers, heads, kv heads, ffn, vocab, rope theta (tied embeddings, eps 1e-5)
+# hidden, layers, heads, kv heads, ffn, vocab, rope theta (eps 1e-5); tied embeddings unless in UNTIED
 SHAPES = {
     "tiny": (64, 2, 4, 2, 172, 256, 10000.0),
     "smollm2_360m": (960, 32, 15, 5, 2560, 49152, 100000.0),
     "llama3_1b": (2048, 16, 32, 8, 8192, 128256, 500000.0),
+    "llama3_3b": (3072, 28, 24, 8, 8192, 128256, 500000.0),
+    "llama3_8b": (4096, 32, 32, 8, 14336, 128256, 500000.0),
 }
+UNTIED = {"llama3_8b"}
 
 
 def rotate_half(x):
@@ -60,9 +64,11 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, c, n_layer, nh, nkv, ffn, vocab, theta, seq, eps=1e-5):
+    def __init__(self, c, n_layer, nh, nkv, ffn, vocab, theta, seq, eps=1e-5, tied=True, ac="none"):
         super().__init__()
+        self.ac = ac
         self.embed_tokens = nn.Embedding(vocab, c)
+        self.lm_head = None if tied else nn.Linear(c, vocab, bias=False)
         self.layers = nn.ModuleList(Block(c, nh, nkv, ffn, eps) for _ in range(n_layer))
         self.norm = nn.Parameter(torch.ones(c))
         self.eps = eps
@@ -81,9 +87,13 @@ class Llama(nn.Module):
         x = self.embed_tokens(idx)
         cos, sin = self.cos[:t].to(x.dtype), self.sin[:t].to(x.dtype)
         for layer in self.layers:
-            x = layer(x, cos, sin)
+            if self.ac == "full" and self.training:  # PyTorch's activation checkpointing, one region per layer
+                x = torch.utils.checkpoint.checkpoint(layer, x, cos, sin, use_reentrant=False)
+            else:
+                x = layer(x, cos, sin)
         x = F.rms_norm(x, (x.shape[-1],), self.norm, self.eps)
-        logits = F.linear(x, self.embed_tokens.weight)  # tied LM head
+        head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        logits = F.linear(x, head)
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
 
 
@@ -118,21 +128,25 @@ class HfLoss(nn.Module):
 
 def build(a, dev):
     c, L, nh, nkv, ffn, vocab, theta = SHAPES[a.shape]
+    tied = a.shape not in UNTIED
     if a.impl == "hand":
-        model = Llama(c, L, nh, nkv, ffn, vocab, theta, a.seq)
+        with torch.device(dev):  # made on the GPU: an 8B model's init on the host takes minutes
+            model = Llama(c, L, nh, nkv, ffn, vocab, theta, a.seq, tied=tied, ac=a.ac)
         if a.init:
             load_hf_into_hand(model, a.init)
-        return model.to(dev), model, vocab
+        return model, model, vocab
     from transformers import LlamaConfig, LlamaForCausalLM
     if a.init:
         m = LlamaForCausalLM.from_pretrained(a.init, torch_dtype=torch.float32, attn_implementation="sdpa")
     else:
         cfg = LlamaConfig(hidden_size=c, num_hidden_layers=L, num_attention_heads=nh, num_key_value_heads=nkv,
                           intermediate_size=ffn, vocab_size=vocab, rope_theta=theta, max_position_embeddings=a.seq,
-                          rms_norm_eps=1e-5, tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
+                          rms_norm_eps=1e-5, tie_word_embeddings=tied, attention_bias=False, mlp_bias=False,
                           torch_dtype=torch.float32)
         m = LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa")
     m.config.use_cache = False
+    if a.ac == "full":
+        m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return HfLoss(m).to(dev), m, vocab
 
 
@@ -150,6 +164,8 @@ def main():
     ap.add_argument("--init", help="a save_pretrained directory to start from")
     ap.add_argument("--tokens", help="byte file of text: byte-level tokens read in order")
     ap.add_argument("--losses", help="write the loss of every step to this JSON file")
+    ap.add_argument("--ac", choices=["none", "full"], default="none",
+                    help="activation checkpointing: full = torch.utils.checkpoint around every layer")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--json")
     ap.add_argument("--profile", action="store_true", help="after timing, print the CUDA kernels of 3 steps by total time")
@@ -205,6 +221,7 @@ def main():
     flops_per_token = 6 * n_params + 6 * L * c * a.seq  # 6N + attention's 6 L d T (d = heads x head size = hidden)
     tokens_per_s = a.steps * a.batch * a.seq / dt
     impl = f"{a.impl} " + (("torch.compile" + ("" if a.mode == "default" else f" ({a.mode})")) if a.compile else "eager")
+    impl += "" if a.ac == "none" else f", activation checkpointing {a.ac}"
     out = {"impl": impl, "shape": a.shape, "batch": a.batch, "seq": a.seq, "params": n_params,
            "tokens_per_s": tokens_per_s, "step_ms": 1e3 * dt / a.steps,
            "mfu_spec": tokens_per_s * flops_per_token / H200_SPEC,
