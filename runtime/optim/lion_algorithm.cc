@@ -42,7 +42,7 @@ Status Create(const OptimizerOptions& opts, std::unique_ptr<OptimAlgorithm>* out
 }  // namespace
 
 const OptimAlgorithmSpec& LionAlgorithm() {
-  static const OptimAlgorithmSpec spec{"lion", {"exp_avg"}, &Create};
+  static const OptimAlgorithmSpec spec{"lion", {"exp_avg"}, &Create, /*bf16_storage=*/false};
   return spec;
 }
 

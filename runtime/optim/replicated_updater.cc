@@ -38,7 +38,7 @@ Status ReplicatedUpdater::TakeExposedCommMs(double* ms) {
 }
 
 size_t ReplicatedUpdater::state_bytes() const {
-  return state_names().size() * static_cast<size_t>(optimizer_->num_params()) * sizeof(float);
+  return state_names().size() * static_cast<size_t>(optimizer_->num_params()) * DTypeSize(options().state_dtype);
 }
 
 Status ReplicatedUpdater::GatherState(std::vector<std::pair<std::string, const Tensor*>>* state) {
@@ -57,6 +57,8 @@ void ReplicatedUpdater::DescribeSharding(proto::ShardingState* out) const {
 void ReplicatedUpdater::StateSlices(std::vector<StateSlice>* out) {
   out->clear();
   for (const auto& [name, tensor] : optimizer_->state()) {
+    // The files are f32 (runtime/checkpoint/dtype_convert.h): bf16 state is narrowed by RestoreState instead.
+    if (tensor->dtype() != DType::kF32) continue;
     out->push_back({name + ".bin", tensor->numel(), 0, tensor->numel(), tensor, 0});
   }
 }

@@ -40,7 +40,7 @@ Status Create(const OptimizerOptions& opts, std::unique_ptr<OptimAlgorithm>* out
 }  // namespace
 
 const OptimAlgorithmSpec& SgdAlgorithm() {
-  static const OptimAlgorithmSpec spec{"sgd", {"momentum_buffer"}, &Create};
+  static const OptimAlgorithmSpec spec{"sgd", {"momentum_buffer"}, &Create, /*bf16_storage=*/false};
   return spec;
 }
 

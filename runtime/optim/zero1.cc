@@ -89,10 +89,14 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
                "rank " << rank << " of " << world << " but the communicator says " << grad_comm->rank() << " of "
                        << grad_comm->world_size());
   DT_CHECK_ARG(std::isfinite(bucket_mb) && bucket_mb >= 0.0, "bucket_mb must be finite and >= 0, got " << bucket_mb);
+  DT_CHECK_ARG(
+      opts.state_dtype == DType::kF32,
+      "ZeRO-1 (dist.zero1) keeps f32 optimizer state: set optim.state_dtype fp32 (bf16 state runs replicated)");
   const Tensor& params = model.params();
   const Tensor& grads = model.grads();
   DT_CHECK_ARG(params.dtype() == DType::kF32 && grads.dtype() == DType::kF32 && params.numel() == grads.numel(),
-               "params " << params.ToString() << " and grads " << grads.ToString() << " must be f32 of one size");
+               "params " << params.ToString() << " and grads " << grads.ToString()
+                         << " must be f32 of one size (ZeRO-1 does not take train.master_weights bf16)");
   DT_CHECK_ARG(params.device() == ctx.type() && grads.device() == ctx.type(),
                "params " << params.ToString() << " are not on the context's device");
   DT_CHECK_ARG(grad_comm->device_type() == ctx.type(), "the " << comm::BackendName(grad_comm->backend())

@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "models/mlp.h"
+#include "runtime/optim/optimizer.h"
 #include "runtime/optim/parameter_updater.h"
 #include "tests/testing/grad_check.h"
 
@@ -174,6 +175,54 @@ TEST(OptimAlgorithm, RangesUpdateLikeTheWholeBuffer) {
       EXPECT_EQ(a, b) << FindOptimAlgorithm(name)->state_names[i];
     }
   }
+}
+
+// bf16 storage (optim.state_dtype, train.master_weights) is for algorithms whose spec has bf16_storage (AdamW);
+// the others are refused with the key and the algorithm named.
+TEST(OptimAlgorithm, Bf16StorageOnlyWhereTheSpecTakesIt) {
+  const OptimAlgorithmSpec* spec = nullptr;
+  std::unique_ptr<OptimAlgorithm> algo;
+  for (const std::string& name : OptimAlgorithmNames()) {
+    const bool takes = FindOptimAlgorithm(name)->bf16_storage;
+    for (int which = 0; which < 2; ++which) {
+      OptimizerOptions o;
+      o.name = name;
+      (which == 0 ? o.state_dtype : o.param_dtype) = DType::kBF16;
+      const Status st = CreateOptimAlgorithm(o, &spec, &algo);
+      EXPECT_EQ(st.ok(), takes) << name << " " << which << ": " << st.ToString();
+      if (!takes) {
+        const std::string key = which == 0 ? "optim.state_dtype bf16" : "train.master_weights bf16";
+        EXPECT_NE(st.message().find(key + " is not supported by optim.name " + name), std::string::npos)
+            << st.message();
+      }
+    }
+  }
+  EXPECT_TRUE(FindOptimAlgorithm("adamw")->bf16_storage);
+  OptimizerOptions f16;
+  f16.state_dtype = DType::kF16;
+  EXPECT_EQ(CreateOptimAlgorithm(f16, &spec, &algo).code(), Status::Code::kInvalidArgument);
+}
+
+// The replicated optimizer allocates its state in optim.state_dtype and steps f32 params with it (CPU).
+TEST(Optimizer, KeepsStateInTheStateDtype) {
+  auto ctx = CpuContext();
+  OptimizerOptions o;
+  o.lr = 0.1;
+  o.state_dtype = DType::kBF16;
+  std::unique_ptr<Optimizer> opt;
+  DT_ASSERT_OK(Optimizer::Create(*ctx, o, 8, &opt));
+  for (const auto& [name, t] : opt->state()) EXPECT_EQ(t->dtype(), DType::kBF16) << name;
+  Tensor p, g;
+  DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {8}, std::vector<double>(8, 1.0), &p));
+  DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {8}, std::vector<double>(8, 0.5), &g));
+  DT_ASSERT_OK(opt->Step(*ctx, p, g, 0.1));
+  std::vector<double> after;
+  DT_ASSERT_OK(testing::Fetch(*ctx, p, &after));
+  for (double x : after) EXPECT_NEAR(x, 0.9, 1e-6);  // AdamW's first step: lr * sign(g)
+  // Params of another dtype than the options' param_dtype are refused.
+  Tensor p16;
+  DT_ASSERT_OK(Tensor::Empty({8}, DType::kBF16, ctx->allocator(), &p16));
+  EXPECT_EQ(opt->Step(*ctx, p16, g, 0.1).code(), Status::Code::kInvalidArgument);
 }
 
 }  // namespace
