@@ -25,8 +25,10 @@ class AdamW final : public OptimAlgorithm {
   }
 
   Status Update(DeviceContext& ctx, Tensor* params, const Tensor& grads, const std::vector<Tensor*>& state,
-                const Tensor* scale, const Tensor* skip, const Tensor* staged) const override {
-    return ops::AdamWUpdate(ctx, h_, params, grads, state.at(0), state.at(1), scale, skip, staged);
+                const Tensor* scale, const Tensor* skip, const Tensor* staged, int64_t offset) const override {
+    ops::AdamWHyper h = h_;
+    h.sr_offset = offset;
+    return ops::AdamWUpdate(ctx, h, params, grads, state.at(0), state.at(1), scale, skip, staged);
   }
 
  private:

@@ -66,8 +66,10 @@ class OptimAlgorithm {
   // `skip` (nullable 1-element device tensors): the gradient multiplier and the skip flag of kernels/optim_update.h.
   // `staged` (nullable): a device buffer that holds Prepare's *staged by the time the kernel runs; the CUDA kernel then
   // reads its constants there (the CPU ignores it). Queued on ctx.stream().
+  // `offset`: the index in the whole flat buffer of the range's element 0 (bf16 storage draws its stochastic rounding
+  // bits by that index, so a cut into ranges rounds as the whole buffer does; ignored otherwise).
   virtual Status Update(DeviceContext& ctx, Tensor* params, const Tensor& grads, const std::vector<Tensor*>& state,
-                        const Tensor* scale, const Tensor* skip, const Tensor* staged) const = 0;
+                        const Tensor* scale, const Tensor* skip, const Tensor* staged, int64_t offset = 0) const = 0;
 };
 
 // The registered record of one algorithm.

@@ -126,10 +126,10 @@ Status MakeParameterUpdater(const proto::Config& cfg, DeviceContext& ctx, models
   if (cfg.train().precision() == "fp16") DT_RETURN_IF_ERROR(LossScaler::Create(ctx, &scaler));
   const bool exchange = grad_comm != nullptr && world > 1;
   if (exchange && cfg.dist().zero1()) {
-    if (oo.state_dtype != DType::kF32 || oo.param_dtype != DType::kF32) {
+    if (oo.param_dtype != DType::kF32) {
       return Status::InvalidArgument(
-          "dist.zero1 keeps f32 optimizer state and params: set optim.state_dtype and train.master_weights to fp32, "
-          "or dist.zero1 false (bf16 state and masters run replicated)");
+          "dist.zero1 all-gathers f32 params: set train.master_weights fp32, or dist.zero1 false (bf16 masters run "
+          "replicated)");
     }
     if (cfg.dist().bf16_compress() && rank == 0) {
       DT_LOG_WARN(kRuntime, "dist.bf16_compress is ignored with dist.zero1 (reduce-scatter runs in fp32)");
