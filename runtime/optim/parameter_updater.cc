@@ -78,12 +78,6 @@ Status ParameterUpdater::RestoreState(const proto::CheckpointManifest& m, const 
   if (!full.empty()) DT_RETURN_IF_ERROR(LoadState(full).WithContext(where));
   // Sync point: the narrowed host buffers go with `full` (restores only).
   if (!full.empty() && state_dtype != DType::kF32) DT_RETURN_IF_ERROR(ctx_.Synchronize());
-  const std::string saved = m.state_dtype().empty() ? "f32" : m.state_dtype();
-  const std::string now = DTypeName(options().state_dtype);
-  if (saved != now) {
-    DT_LOG_INFO(kRuntime, "{}: optimizer state saved as {}, this run keeps it in {} (optim.state_dtype): converted{}",
-                where, saved, now, now == "bf16" ? " (rounded to nearest even)" : " (exactly)");
-  }
   set_step(m.optimizer_step());
   if (scaler_ && m.has_loss_scaler()) DT_RETURN_IF_ERROR(scaler_->Restore(ctx_, m.loss_scaler()));
   return Status::OK();

@@ -230,12 +230,17 @@ Status CheckpointCoordinator::Restore(const LoadedCheckpoint& ck, RestoreSink& s
     return CopyF32Into(ctx, it->second, dst);  // the files are f32; a bf16 dst is rounded to nearest even
   };
   if (sink.in_place().count("params.bin") == 0) DT_RETURN_IF_ERROR(copy_in("params.bin", &model.params()));
-  const std::string saved_params = m.param_dtype().empty() ? "f32" : m.param_dtype();
-  const std::string params_now = DTypeName(model.params().dtype());
-  if (rank_ == 0 && saved_params != params_now) {
-    DT_LOG_INFO(kRuntime, "{}: parameters saved as {}, this run keeps them in {} (train.master_weights): converted{}",
-                ck.dir, saved_params, params_now, params_now == "bf16" ? " (rounded to nearest even)" : " (exactly)");
-  }
+  // Checkpoints hold f32 values (dtype_convert.h); the manifest names the dtypes the saving run kept ("" = f32). A
+  // resume into other dtypes converts (above for the params, in RestoreState for the state) and says so once.
+  auto note = [&](const std::string& what, const std::string& saved, DType now, const char* key) {
+    const std::string was = saved.empty() ? "f32" : saved, is = DTypeName(now);
+    if (rank_ != 0 || was == is) return;
+    DT_LOG_INFO(kRuntime, "{}: {} saved as {}, this run keeps {} in {} ({}): converted{}", ck.dir, what, was,
+                what == "parameters" ? "them" : "it", is, key,
+                is == "bf16" ? " (rounded to nearest even)" : " (exactly)");
+  };
+  note("parameters", m.param_dtype(), model.params().dtype(), "train.master_weights");
+  note("optimizer state", m.state_dtype(), parts_.updater->options().state_dtype, "optim.state_dtype");
   // The optimizer state (saved full, by any strategy at any world size; in place unless it did not fit), its update
   // count and the loss scaler.
   DT_RETURN_IF_ERROR(parts_.updater->RestoreState(m, files, ck.dir, sink.in_place()));
