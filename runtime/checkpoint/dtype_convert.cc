@@ -33,6 +33,16 @@ Status CopyF32Into(DeviceContext& ctx, const Tensor& src, Tensor* dst) {
   return ctx.Synchronize();  // sync point: `bits` is freed on return
 }
 
+void NarrowF32ToBf16InPlace(void* buf, int64_t n) {
+  char* b = static_cast<char*>(buf);
+  for (int64_t i = 0; i < n; ++i) {
+    float f;
+    std::memcpy(&f, b + 4 * i, sizeof(f));
+    const uint16_t h = F32ToBf16Rne(f);
+    std::memcpy(b + 2 * i, &h, sizeof(h));  // bytes [2i, 2i + 2) held f32 value i / 2 <= i: already read
+  }
+}
+
 void WidenBf16InPlace(void* buf, int64_t n) {
   char* b = static_cast<char*>(buf);
   for (int64_t i = n - 1; i >= 0; --i) {

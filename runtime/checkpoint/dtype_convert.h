@@ -23,5 +23,8 @@ Status CopyF32Into(DeviceContext& ctx, const Tensor& src, Tensor* dst);
 // `buf` holds n bf16 values in its first 2n bytes and has room for 4n: rewrites it as the n f32 values, in place
 // (last element first, so no value is overwritten before it is read).
 void WidenBf16InPlace(void* buf, int64_t n);
+// The reverse: the n f32 values at `buf` rounded to nearest even into bf16 in its first 2n bytes, in place (first
+// element first).
+void NarrowF32ToBf16InPlace(void* buf, int64_t n);
 
 }  // namespace dtrain::runtime

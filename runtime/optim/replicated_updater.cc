@@ -57,8 +57,6 @@ void ReplicatedUpdater::DescribeSharding(proto::ShardingState* out) const {
 void ReplicatedUpdater::StateSlices(std::vector<StateSlice>* out) {
   out->clear();
   for (const auto& [name, tensor] : optimizer_->state()) {
-    // The files are f32 (runtime/checkpoint/dtype_convert.h): bf16 state is narrowed by RestoreState instead.
-    if (tensor->dtype() != DType::kF32) continue;
     out->push_back({name + ".bin", tensor->numel(), 0, tensor->numel(), tensor, 0});
   }
 }

@@ -435,8 +435,6 @@ Status Zero1Optimizer::LoadState(const std::map<std::string, Tensor>& full) {
 void Zero1Optimizer::StateSlices(std::vector<StateSlice>* out) {
   out->clear();
   const int64_t total = model_->params().numel();
-  // The files are f32 (runtime/checkpoint/dtype_convert.h): bf16 state is narrowed by RestoreState instead.
-  if (opts_.state_dtype != DType::kF32) return;
   for (size_t i = 0; i < state_.size(); ++i) {
     for (const Zero1Bucket& b : buckets_) {
       int64_t first = 0, count = 0;

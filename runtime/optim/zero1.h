@@ -150,8 +150,7 @@ class Zero1Optimizer {
   // Synchronizes the compute stream before returning, so `full` may be freed afterwards. No collective.
   Status LoadState(const std::map<std::string, Tensor>& full);
   // Where LoadState puts each full state file's elements ("exp_avg.bin", ...): one slice per bucket this rank owns
-  // a part of, into the shards (ParameterUpdater::StateSlices). None for bf16 state (the files are f32: RestoreState
-  // narrows them and calls LoadState).
+  // a part of, into the shards (ParameterUpdater::StateSlices).
   void StateSlices(std::vector<StateSlice>* out);
 
   // Bytes of optimizer state held by this rank (a shard of each state tensor).

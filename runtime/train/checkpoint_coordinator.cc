@@ -135,8 +135,8 @@ Status CheckpointCoordinator::Resume(ResumePoint* at) {
   const int64_t numel = model.params().numel();
   std::vector<StateSlice> slices;
   parts_.updater->StateSlices(&slices);
-  // bf16 params (train.master_weights) are narrowed from the f32 file by Restore instead (dtype_convert.h).
-  if (model.params().dtype() == DType::kF32) slices.push_back({"params.bin", numel, 0, numel, &model.params(), 0});
+  // (bf16 params or state: the f32 files are narrowed chunk by chunk on their way, restore_sink.h.)
+  slices.push_back({"params.bin", numel, 0, numel, &model.params(), 0});
   std::unique_ptr<RestoreSink> sink;
   DT_RETURN_IF_ERROR(RestoreSink::Create(std::move(slices), ctx.is_cuda() ? ctx.device_index() : -1,
                                          ctx.pinned_allocator(), transfer_.chunk_bytes,
