@@ -50,8 +50,8 @@ Status ParameterUpdater::RestoreState(const proto::CheckpointManifest& m, const 
                                    options().name + "'");
   }
   // The files hold the full state (whichever strategy saved it), as f32 (runtime/checkpoint/dtype_convert.h); the
-  // strategy keeps what this rank needs. bf16 state (optim.state_dtype) is narrowed here, on the host: round to
-  // nearest even, exact for values that were bf16.
+  // strategy keeps what this rank needs. bf16 state (optim.state_dtype) not restored in place (RestoreSink narrows
+  // what it streams in) is narrowed here, on the host: round to nearest even, exact for values that were bf16.
   const DType state_dtype = options().state_dtype;
   std::map<std::string, Tensor> full;
   for (const std::string& name : state_names()) {
