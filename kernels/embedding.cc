@@ -72,10 +72,17 @@ Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& ids, co
 
 Status EmbeddingForward(DeviceContext& ctx, const Tensor& ids, const Tensor& table, Tensor* out) {
   DT_CHECK_ARG(out != nullptr, "EmbeddingForward: out is null");
-  DT_RETURN_IF_ERROR(CheckArgs(ctx, "EmbeddingForward", ids, table, *out));
+  // A bf16 table (bf16 master weights) into bf16 rows, CUDA only: checked as an f32 table would be.
+  const bool bf16_table = table.dtype() == DType::kBF16 && out->dtype() == DType::kBF16 && ctx.is_cuda();
+  const Tensor table_like = bf16_table ? Tensor::Wrap(table.data(), table.shape(), DType::kF32, table.device()) : table;
+  DT_RETURN_IF_ERROR(CheckArgs(ctx, "EmbeddingForward", ids, table_like, *out));
   const int64_t n = ids.numel(), v = table.dim(0), c = table.dim(1);
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
+    if (bf16_table) {
+      return EmbeddingForwardCudaBf16Table(out->data<uint16_t>(), ids.data<int32_t>(), table.data<uint16_t>(), n, v, c,
+                                           ctx.stream());
+    }
     if (IsHalfFloat(out->dtype())) {
       const auto fn = out->dtype() == DType::kBF16 ? EmbeddingForwardCudaBf16 : EmbeddingForwardCudaF16;
       return fn(out->data<uint16_t>(), ids.data<int32_t>(), table.data<float>(), n, v, c, ctx.stream());

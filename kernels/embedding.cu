@@ -26,9 +26,9 @@ constexpr int kThreads = 256;
 constexpr size_t kAlign = 256;
 
 // V consecutive elements of one output row per step (C % V == 0 keeps them in one row).
-template <int V, typename T>
-__global__ void EmbeddingForwardKernel(T* out, const int32_t* ids, const float* table, int64_t n, int64_t v,
-                                       int64_t c) {
+// TT: the table's type, f32 or bf16 (bf16 master weights: widened, then rounded back to the same bf16 value).
+template <int V, typename T, typename TT>
+__global__ void EmbeddingForwardKernel(T* out, const int32_t* ids, const TT* table, int64_t n, int64_t v, int64_t c) {
   detail::GridStrideVec<V>(n * c, [&](int64_t i, auto w) {
     constexpr int W = decltype(w)::value;
     const int64_t id = ids[i / c];
@@ -79,8 +79,8 @@ int EndBit(int64_t v) {  // bits that hold every key in [0, v]
   return bits;
 }
 
-template <typename T>
-Status LaunchForward(T* out, const int32_t* ids, const float* table, int64_t n, int64_t v, int64_t c,
+template <typename T, typename TT>
+Status LaunchForward(T* out, const int32_t* ids, const TT* table, int64_t n, int64_t v, int64_t c,
                      cudaStream_t stream) {
   if (n == 0 || c == 0) return Status::OK();
   // 8 elements per step: 16 bytes of bf16 / fp16 output, two 128-bit accesses of f32.
@@ -156,6 +156,12 @@ Status EmbeddingBackwardCudaBf16(float* dtable, const int32_t* ids, const uint16
                                  int64_t c, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   DT_NVTX_FN();
   return LaunchBackward(dtable, ids, detail::AsBf16(dout), n, v, c, scratch, scratch_bytes, stream);
+}
+
+Status EmbeddingForwardCudaBf16Table(uint16_t* out, const int32_t* ids, const uint16_t* table, int64_t n, int64_t v,
+                                     int64_t c, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchForward(detail::AsBf16(out), ids, detail::AsBf16(table), n, v, c, stream);
 }
 
 Status EmbeddingForwardCudaF16(uint16_t* out, const int32_t* ids, const float* table, int64_t n, int64_t v, int64_t c,

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "kernels/bf16_round.h"
 
 namespace dtrain::ops {
 
@@ -42,6 +43,7 @@ AdamWKernelArgs StagedArgsFor(const AdamWHyper& h) {
   a.bc2_sqrt = static_cast<float>(c.bc2_sqrt);
   a.eps = static_cast<float>(h.eps);
   a.grad_scale = static_cast<float>(h.grad_scale);
+  a.sr_key = SrKey(h.sr_seed, static_cast<uint64_t>(h.step));
   return a;
 }
 
@@ -87,6 +89,38 @@ void AdamWUpdateCpu(T* params, const T* grads, T* exp_avg, T* exp_avg_sq, int64_
   }
 }
 
+namespace {
+
+// The mixed update's loads and stores: f32 as is, bf16 (raw bits) widened exactly and rounded stochastically with
+// the 16 bits `r`.
+inline float LoadF32(float x) { return x; }
+inline float LoadF32(uint16_t x) { return Bf16BitsToF32(x); }
+inline void Store(float* dst, float x, uint32_t /*r*/) { *dst = x; }
+inline void Store(uint16_t* dst, float x, uint32_t r) { *dst = RoundBf16Sr(x, r); }
+
+}  // namespace
+
+// The operations of AdamWMixedKernel (optim_update.cu) in its order, on the same f32 constants (StagedArgsFor).
+template <typename P, typename S>
+void AdamWUpdateMixedCpu(P* params, const float* grads, S* exp_avg, S* exp_avg_sq, int64_t n, const AdamWHyper& h,
+                         const float* scale, const float* skip) {
+  if (skip != nullptr && *skip != 0.0f) return;
+  const AdamWKernelArgs a = StagedArgsFor(h);
+  const float s = a.grad_scale * (scale != nullptr ? *scale : 1.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grads[i] * s;
+    const float p = LoadF32(params[i]) * a.decay;
+    const float m = a.beta1 * LoadF32(exp_avg[i]) + a.one_minus_b1 * g;
+    const float v = a.beta2 * LoadF32(exp_avg_sq[i]) + a.one_minus_b2 * (g * g);
+    const float denom = std::sqrt(v) / a.bc2_sqrt + a.eps;
+    const float pn = p - a.step_size * (m / denom);
+    const uint64_t z = SrBits(a.sr_key, static_cast<uint64_t>(h.sr_offset + i));
+    Store(&exp_avg[i], m, static_cast<uint32_t>(z >> 32));
+    Store(&exp_avg_sq[i], v, static_cast<uint32_t>(z >> 16));
+    Store(&params[i], pn, static_cast<uint32_t>(z >> 48));
+  }
+}
+
 template <typename T>
 void GradClipCoefCpu(const T* sum_squares, double max_norm, T* norm, T* coef) {
   const T nrm = std::sqrt(*sum_squares);
@@ -106,6 +140,12 @@ template void AdamWUpdateCpu<float>(float*, const float*, float*, float*, int64_
                                     const float*);
 template void AdamWUpdateCpu<double>(double*, const double*, double*, double*, int64_t, const AdamWHyper&,
                                      const double*, const double*);
+template void AdamWUpdateMixedCpu<float, uint16_t>(float*, const float*, uint16_t*, uint16_t*, int64_t,
+                                                   const AdamWHyper&, const float*, const float*);
+template void AdamWUpdateMixedCpu<uint16_t, float>(uint16_t*, const float*, float*, float*, int64_t, const AdamWHyper&,
+                                                   const float*, const float*);
+template void AdamWUpdateMixedCpu<uint16_t, uint16_t>(uint16_t*, const float*, uint16_t*, uint16_t*, int64_t,
+                                                      const AdamWHyper&, const float*, const float*);
 template void GradClipCoefCpu<float>(const float*, double, float*, float*);
 template void GradClipCoefCpu<double>(const double*, double, double*, double*);
 
@@ -198,9 +238,65 @@ Status SgdUpdate(DeviceContext& ctx, const SgdHyper& h, Tensor* params, const Te
 #endif
 }
 
+namespace {
+
+// AdamWUpdate's mixed storage: params f32/bf16, state f32/bf16 (both tensors alike), grads/scale/skip f32.
+Status AdamWUpdateMixed(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, const Tensor& grads, Tensor* exp_avg,
+                        Tensor* exp_avg_sq, const Tensor* scale, const Tensor* skip, const Tensor* staged) {
+  const int64_t n = params->numel();
+  auto f32_or_bf16 = [](const Tensor& t) { return t.dtype() == DType::kF32 || t.dtype() == DType::kBF16; };
+  DT_CHECK_ARG(f32_or_bf16(*params) && params->device() == ctx.type(),
+               "AdamW params " << params->ToString() << " must be f32 or bf16 on " << DeviceName(ctx.type()));
+  DT_CHECK_ARG(grads.dtype() == DType::kF32,
+               "AdamW with bf16 params or state takes f32 grads, got " << grads.ToString());
+  DT_RETURN_IF_ERROR(CheckLike(ctx, grads, grads, n, "grads"));
+  DT_CHECK_ARG(exp_avg->dtype() == exp_avg_sq->dtype() && f32_or_bf16(*exp_avg),
+               "AdamW state exp_avg " << exp_avg->ToString() << " and exp_avg_sq " << exp_avg_sq->ToString()
+                                      << " must both be f32 or both bf16");
+  DT_RETURN_IF_ERROR(CheckLike(ctx, *exp_avg, *exp_avg, n, "exp_avg"));
+  DT_RETURN_IF_ERROR(CheckLike(ctx, *exp_avg, *exp_avg_sq, n, "exp_avg_sq"));
+  DT_RETURN_IF_ERROR(CheckScale(ctx, grads, scale, "scale"));
+  DT_RETURN_IF_ERROR(CheckScale(ctx, grads, skip, "skip"));
+  DT_CHECK_ARG(h.sr_offset >= 0, "AdamW sr_offset must be >= 0, got " << h.sr_offset);
+  const bool p16 = params->dtype() == DType::kBF16, s16 = exp_avg->dtype() == DType::kBF16;
+  if (ctx.type() == DeviceType::kCPU) {
+    const float* g = grads.data<float>();
+    const float *sc = ScalePtr<float>(scale), *sk = ScalePtr<float>(skip);
+    if (p16 && s16) {
+      AdamWUpdateMixedCpu(params->data<uint16_t>(), g, exp_avg->data<uint16_t>(), exp_avg_sq->data<uint16_t>(), n, h,
+                          sc, sk);
+    } else if (p16) {
+      AdamWUpdateMixedCpu(params->data<uint16_t>(), g, exp_avg->data<float>(), exp_avg_sq->data<float>(), n, h, sc, sk);
+    } else {
+      AdamWUpdateMixedCpu(params->data<float>(), g, exp_avg->data<uint16_t>(), exp_avg_sq->data<uint16_t>(), n, h, sc,
+                          sk);
+    }
+    return Status::OK();
+  }
+#if DT_HAVE_CUDA
+  if (staged != nullptr) {
+    DT_CHECK_ARG(staged->device() == params->device() && staged->nbytes() >= kStagedArgsBytes,
+                 "staged optimizer args " << staged->ToString() << " must hold " << kStagedArgsBytes << " bytes");
+  }
+  return AdamWUpdateMixedCuda(params->data(), p16, grads.data<float>(), exp_avg->data(), exp_avg_sq->data(), s16, n, h,
+                              ScalePtr<float>(scale), ctx.stream(), ScalePtr<float>(skip),
+                              staged != nullptr ? static_cast<const AdamWKernelArgs*>(staged->data()) : nullptr);
+#else
+  (void)staged;
+  return Status::Unavailable("AdamWUpdate on CUDA tensors, but dtrain was built without CUDA");
+#endif
+}
+
+}  // namespace
+
 Status AdamWUpdate(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, const Tensor& grads, Tensor* exp_avg,
                    Tensor* exp_avg_sq, const Tensor* scale, const Tensor* skip, const Tensor* staged) {
   DT_CHECK_ARG(h.step >= 1, "AdamW step counts from 1, got " << h.step);
+  DT_CHECK_ARG(params != nullptr && exp_avg != nullptr && exp_avg_sq != nullptr,
+               "AdamW params, exp_avg and exp_avg_sq must not be null");
+  if (params->dtype() == DType::kBF16 || exp_avg->dtype() == DType::kBF16 || exp_avg_sq->dtype() == DType::kBF16) {
+    return AdamWUpdateMixed(ctx, h, params, grads, exp_avg, exp_avg_sq, scale, skip, staged);
+  }
   DT_RETURN_IF_ERROR(
       CheckUpdateTensors(ctx, params, grads, {{"exp_avg", exp_avg}, {"exp_avg_sq", exp_avg_sq}}, scale, skip, staged));
   const int64_t n = params->numel();

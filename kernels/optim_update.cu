@@ -5,6 +5,7 @@
 
 #include "core/cuda_check.h"
 #include "core/nvtx.h"
+#include "kernels/bf16_round.h"
 #include "kernels/optim_update.h"
 
 namespace dtrain::ops {
@@ -60,6 +61,36 @@ __global__ void AdamWKernel(float* __restrict__ params, const float* __restrict_
   }
 }
 
+// The mixed-storage AdamW (optim_update.h): f32 math with every operation IEEE-rounded on its own (the _rn
+// intrinsics: no FMA contraction), in the order of AdamWUpdateMixedCpu, so both give the same bits.
+__device__ __forceinline__ float LoadF32(float x) { return x; }
+__device__ __forceinline__ float LoadF32(uint16_t x) { return Bf16BitsToF32(x); }
+__device__ __forceinline__ void Store(float* dst, float x, uint32_t /*r*/) { *dst = x; }
+__device__ __forceinline__ void Store(uint16_t* dst, float x, uint32_t r) { *dst = RoundBf16Sr(x, r); }
+
+template <typename P, typename S>
+__global__ void AdamWMixedKernel(P* __restrict__ params, const float* __restrict__ grads, S* __restrict__ exp_avg,
+                                 S* __restrict__ exp_avg_sq, int64_t n, int64_t offset, AdamWKernelArgs args,
+                                 const AdamWKernelArgs* __restrict__ staged, const float* __restrict__ scale,
+                                 const float* __restrict__ skip) {
+  if (Skip(skip)) return;
+  const AdamWKernelArgs a = staged != nullptr ? *staged : args;
+  const float s = __fmul_rn(a.grad_scale, scale != nullptr ? *scale : 1.0f);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float g = __fmul_rn(grads[i], s);
+    const float p = __fmul_rn(LoadF32(params[i]), a.decay);
+    const float m = __fadd_rn(__fmul_rn(a.beta1, LoadF32(exp_avg[i])), __fmul_rn(a.one_minus_b1, g));
+    const float v = __fadd_rn(__fmul_rn(a.beta2, LoadF32(exp_avg_sq[i])), __fmul_rn(a.one_minus_b2, __fmul_rn(g, g)));
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), a.bc2_sqrt), a.eps);
+    const float pn = __fsub_rn(p, __fmul_rn(a.step_size, __fdiv_rn(m, denom)));
+    const uint64_t z = SrBits(a.sr_key, static_cast<uint64_t>(offset + i));
+    Store(&exp_avg[i], m, static_cast<uint32_t>(z >> 32));
+    Store(&exp_avg_sq[i], v, static_cast<uint32_t>(z >> 16));
+    Store(&params[i], pn, static_cast<uint32_t>(z >> 48));
+  }
+}
+
 __global__ void GradClipCoefKernel(const float* __restrict__ sum_squares, float max_norm, bool clip,
                                    float* __restrict__ norm, float* __restrict__ coef) {
   const float nrm = sqrtf(*sum_squares);
@@ -93,6 +124,34 @@ Status AdamWUpdateCuda(float* params, const float* grads, float* exp_avg, float*
   if (n == 0) return Status::OK();
   AdamWKernel<<<GridFor(n), kThreads, 0, stream>>>(params, grads, exp_avg, exp_avg_sq, n, StagedArgsFor(h), staged,
                                                    scale, skip);
+  DT_CUDA_CHECK_LAUNCH();
+  return Status::OK();
+}
+
+Status AdamWUpdateMixedCuda(void* params, bool params_bf16, const float* grads, void* exp_avg, void* exp_avg_sq,
+                            bool state_bf16, int64_t n, const AdamWHyper& h, const float* scale, cudaStream_t stream,
+                            const float* skip, const AdamWKernelArgs* staged) {
+  DT_NVTX_FN();
+  DT_CHECK_ARG(n >= 0, "negative element count " << n);
+  DT_CHECK_ARG(h.step >= 1, "AdamW step counts from 1, got " << h.step);
+  DT_CHECK_ARG(params_bf16 || state_bf16, "AdamWUpdateMixedCuda: all f32 is AdamWUpdateCuda");
+  if (n == 0) return Status::OK();
+  const AdamWKernelArgs args = StagedArgsFor(h);
+  const int grid = GridFor(n);
+  using Bf16 = uint16_t;
+  if (params_bf16 && state_bf16) {
+    AdamWMixedKernel<<<grid, kThreads, 0, stream>>>(static_cast<Bf16*>(params), grads, static_cast<Bf16*>(exp_avg),
+                                                    static_cast<Bf16*>(exp_avg_sq), n, h.sr_offset, args, staged, scale,
+                                                    skip);
+  } else if (params_bf16) {
+    AdamWMixedKernel<<<grid, kThreads, 0, stream>>>(static_cast<Bf16*>(params), grads, static_cast<float*>(exp_avg),
+                                                    static_cast<float*>(exp_avg_sq), n, h.sr_offset, args, staged,
+                                                    scale, skip);
+  } else {
+    AdamWMixedKernel<<<grid, kThreads, 0, stream>>>(static_cast<float*>(params), grads, static_cast<Bf16*>(exp_avg),
+                                                    static_cast<Bf16*>(exp_avg_sq), n, h.sr_offset, args, staged, scale,
+                                                    skip);
+  }
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
 }

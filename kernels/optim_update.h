@@ -15,6 +15,15 @@
 //
 // Hyper-parameters are plain per-call arguments (the LR may change every step). Device work is
 // queued on ctx.stream(); nothing here synchronizes the host.
+//
+// Mixed storage (AdamW only; the "mixed" update below): params f32 or bf16, optimizer state (exp_avg, exp_avg_sq)
+// f32 or bf16, grads, scale and skip f32, on the CPU and on CUDA. The math is f32, the same operations in the same
+// order on both (each one IEEE-rounded: no FMA contraction, kernels use the _rn intrinsics and optim_update.cc is
+// built with -ffp-contract=off), and every bf16 value stored is rounded stochastically (kernels/bf16_round.h) with
+// the bits SrBits(SrKey(sr_seed, step), sr_offset + i) of element i: bits 48..63 round the param, 32..47 exp_avg,
+// 16..31 exp_avg_sq. So the CUDA kernel equals the CPU reference bit for bit, the same (seed, step) gives the same
+// bits on every run, and a bf16 value is unbiased (a bf16 EMA with beta2 = 0.999 rounded to nearest would stop
+// moving: 0.1% of v is less than half a bf16 ulp).
 
 #include <cstdint>
 #include <initializer_list>
@@ -50,6 +59,10 @@ struct AdamWHyper {
   double weight_decay = 0.0;
   int64_t step = 1;
   double grad_scale = 1.0;
+  // Mixed storage only (see the file comment): the seed of the stochastic rounding of bf16 values, and the index in
+  // the whole flat buffer of this call's element 0 (a range's offset, so any cut of the buffer draws the same bits).
+  uint64_t sr_seed = 0;
+  int64_t sr_offset = 0;
 };
 
 namespace detail {
@@ -78,6 +91,11 @@ void AdamWUpdateCpu(T* params, const T* grads, T* exp_avg, T* exp_avg_sq, int64_
 // off). A non-finite norm gives a NaN coefficient when clipping, as in PyTorch.
 template <typename T>
 void GradClipCoefCpu(const T* sum_squares, double max_norm, T* norm, T* coef);
+// The mixed-storage AdamW (see the file comment). P, S: float or uint16_t (bf16 bits), not both float (that is
+// AdamWUpdateCpu<float>). `scale`, `skip` may be null.
+template <typename P, typename S>
+void AdamWUpdateMixedCpu(P* params, const float* grads, S* exp_avg, S* exp_avg_sq, int64_t n, const AdamWHyper& h,
+                         const float* scale, const float* skip = nullptr);
 
 // ---- Staged hyper-parameters (CUDA graphs) --------------------------------------------------------
 // A CUDA graph replays kernels with the arguments they were captured with, but the LR and AdamW's bias
@@ -91,6 +109,7 @@ struct SgdKernelArgs {
 };
 struct AdamWKernelArgs {
   float decay, beta1, one_minus_b1, beta2, one_minus_b2, step_size, bc2_sqrt, eps, grad_scale;
+  uint64_t sr_key;  // SrKey(sr_seed, step): the mixed update's stochastic rounding (kernels/bf16_round.h)
 };
 SgdKernelArgs StagedArgsFor(const SgdHyper& h);
 AdamWKernelArgs StagedArgsFor(const AdamWHyper& h);
@@ -107,6 +126,11 @@ Status SgdUpdateCuda(float* params, const float* grads, float* momentum_buf, int
 Status AdamWUpdateCuda(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, int64_t n,
                        const AdamWHyper& h, const float* scale, cudaStream_t stream, const float* skip = nullptr,
                        const AdamWKernelArgs* staged = nullptr);
+// The mixed-storage AdamW: params and state are f32 or bf16 (raw bits) as `params_bf16` / `state_bf16` say (not
+// both false); the pointers are typed void for that reason.
+Status AdamWUpdateMixedCuda(void* params, bool params_bf16, const float* grads, void* exp_avg, void* exp_avg_sq,
+                            bool state_bf16, int64_t n, const AdamWHyper& h, const float* scale, cudaStream_t stream,
+                            const float* skip = nullptr, const AdamWKernelArgs* staged = nullptr);
 // All pointers are device scalars.
 Status GradClipCoefCuda(const float* sum_squares, double max_norm, float* norm, float* coef, cudaStream_t stream);
 #endif
@@ -129,6 +153,8 @@ Status CheckUpdateTensors(const DeviceContext& ctx, const Tensor* params, const 
                           const Tensor* staged);
 Status SgdUpdate(DeviceContext& ctx, const SgdHyper& h, Tensor* params, const Tensor& grads, Tensor* momentum_buf,
                  const Tensor* scale = nullptr, const Tensor* skip = nullptr, const Tensor* staged = nullptr);
+// AdamWUpdate also takes mixed storage (see the file comment): params f32 or bf16, exp_avg and exp_avg_sq both f32
+// or both bf16, grads (and scale, skip) f32; f64 only when everything is f64 (CPU).
 Status AdamWUpdate(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, const Tensor& grads, Tensor* exp_avg,
                    Tensor* exp_avg_sq, const Tensor* scale = nullptr, const Tensor* skip = nullptr,
                    const Tensor* staged = nullptr);

@@ -85,14 +85,35 @@ Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& x, std:
   return Status::OK();
 }
 
+// A bf16 weight beside bf16 x (bf16 master weights, CUDA): shape [C] on the context's device.
+bool Bf16Weight(const Tensor& x, const Tensor& weight) {
+  return x.dtype() == DType::kBF16 && weight.dtype() == DType::kBF16;
+}
+Status CheckBf16Weight(const DeviceContext& ctx, const char* op, const Tensor& x, const Tensor& weight) {
+  DT_CHECK_ARG(
+      weight.shape() == std::vector<int64_t>{x.dim(-1)} && weight.device() == ctx.type(),
+      op << ": weight " << weight.ToString() << " must be [" << x.dim(-1) << "] on " << DeviceName(ctx.type()));
+  return Status::OK();
+}
+
 }  // namespace
 
 Status RmsNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, float eps, Tensor* y, Tensor* rstd) {
   DT_CHECK_ARG(y != nullptr && rstd != nullptr, "RmsNormForward: null output");
-  DT_RETURN_IF_ERROR(CheckArgs(ctx, "RmsNormForward", x, {y}, {&weight}, {rstd}));
+  const bool w16 = Bf16Weight(x, weight);
+  if (w16) {
+    DT_RETURN_IF_ERROR(CheckArgs(ctx, "RmsNormForward", x, {y}, {}, {rstd}));
+    DT_RETURN_IF_ERROR(CheckBf16Weight(ctx, "RmsNormForward", x, weight));
+  } else {
+    DT_RETURN_IF_ERROR(CheckArgs(ctx, "RmsNormForward", x, {y}, {&weight}, {rstd}));
+  }
   const int64_t c = x.dim(-1), n = x.numel() / c;
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
+    if (w16) {
+      return RmsNormForwardCudaBf16W(y->data<uint16_t>(), rstd->data<float>(), x.data<uint16_t>(),
+                                     weight.data<uint16_t>(), n, c, eps, ctx.stream());
+    }
     if (IsHalfFloat(x.dtype())) {
       const auto fn = x.dtype() == DType::kBF16 ? RmsNormForwardCudaBf16 : RmsNormForwardCudaF16;
       return fn(y->data<uint16_t>(), rstd->data<float>(), x.data<uint16_t>(), weight.data<float>(), n, c, eps,
@@ -116,13 +137,24 @@ Status RmsNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& weight,
 Status RmsNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy,
                        Tensor* dx, Tensor* dweight, bool accumulate_dx) {
   DT_CHECK_ARG(dx != nullptr && dweight != nullptr, "RmsNormBackward: null output");
-  DT_RETURN_IF_ERROR(CheckArgs(ctx, "RmsNormBackward", x, {&dy, dx}, {&weight, dweight}, {&rstd}));
+  const bool w16 = Bf16Weight(x, weight);
+  if (w16) {
+    DT_RETURN_IF_ERROR(CheckArgs(ctx, "RmsNormBackward", x, {&dy, dx}, {dweight}, {&rstd}));
+    DT_RETURN_IF_ERROR(CheckBf16Weight(ctx, "RmsNormBackward", x, weight));
+  } else {
+    DT_RETURN_IF_ERROR(CheckArgs(ctx, "RmsNormBackward", x, {&dy, dx}, {&weight, dweight}, {&rstd}));
+  }
   const int64_t c = x.dim(-1), n = x.numel() / c;
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
     // Scratch from the caching allocator: stream-ordered, so it may be reused as soon as this returns.
     Tensor scratch;
     DT_RETURN_IF_ERROR(Tensor::Empty({RmsNormBackwardScratchFloats(n, c)}, DType::kF32, ctx.allocator(), &scratch));
+    if (w16) {
+      return RmsNormBackwardCudaBf16W(dx->data<uint16_t>(), dweight->data<float>(), x.data<uint16_t>(),
+                                      weight.data<uint16_t>(), rstd.data<float>(), dy.data<uint16_t>(), n, c,
+                                      scratch.data<float>(), accumulate_dx, ctx.stream());
+    }
     if (IsHalfFloat(x.dtype())) {
       const auto fn = x.dtype() == DType::kBF16 ? RmsNormBackwardCudaBf16 : RmsNormBackwardCudaF16;
       return fn(dx->data<uint16_t>(), dweight->data<float>(), x.data<uint16_t>(), weight.data<float>(),

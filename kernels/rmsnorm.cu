@@ -1,4 +1,4 @@
-// RMSNorm kernels, f32, bf16 and fp16 activations (fp32 math, f32 weight/rstd/dweight).
+// RMSNorm kernels, f32, bf16 and fp16 activations (fp32 math, f32 rstd/dweight; f32 weight, or bf16 beside bf16 x).
 // Rows use one warp each (8 rows per 256-thread block) with V-element accesses (128-bit when aligned). Rows of up to
 // kMaxCols = 2048 columns (Llama-3.2-1B's hidden in any dtype) are held by the lanes in registers: each lane owns
 // columns (it * 32 + lane) * V + [0, V) for it < kCols / (32 V), so its share is at most 64 floats whatever V is.
@@ -35,10 +35,21 @@ constexpr int64_t kChunkRows = 128;
 constexpr int64_t kMaxChunks = 64;
 constexpr int kFinishLanes = 16;  // chunk lanes of the finish kernel's (32, kFinishLanes) blocks
 
+// V weights as floats: f32 weights (V / 4 128-bit loads when V % 4 == 0), or bf16 ones (bf16 master weights, widened
+// exactly: the same floats as an f32 copy of them, so both give the same y and dx bit for bit).
+template <int V>
+__device__ __forceinline__ void LoadWeight(const float* p, float (&f)[V]) {
+  LoadF32<V>(p, f);
+}
+template <int V>
+__device__ __forceinline__ void LoadWeight(const __nv_bfloat16* p, float (&f)[V]) {
+  LoadV<V>(p, f);
+}
+
 // Forward, row held in registers: kCols >= c (lanes skip columns past c).
-template <int kCols, int V, typename T>
+template <int kCols, int V, typename T, typename W>
 __global__ void __launch_bounds__(kRowsPerBlock * 32)
-    RmsNormForwardCachedKernel(T* y, float* rstd, const T* x, const float* weight, int64_t n, int64_t c, float eps) {
+    RmsNormForwardCachedKernel(T* y, float* rstd, const T* x, const W* weight, int64_t n, int64_t c, float eps) {
   constexpr int kSlots = kCols / (32 * V);
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -61,7 +72,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
     const int64_t j = (int64_t{it} * 32 + lane) * V;
     if (j >= c) continue;
     float w[V];
-    LoadF32<V>(weight + j, w);
+    LoadWeight<V>(weight + j, w);
 #pragma unroll
     for (int k = 0; k < V; ++k) v[it][k] = v[it][k] * rs * w[k];
     StoreV<V>(yr + j, v[it]);
@@ -70,9 +81,8 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
 }
 
 // Forward, any c: the row is re-read (from L1/L2) for y.
-template <int V, typename T>
-__global__ void RmsNormForwardKernel(T* y, float* rstd, const T* x, const float* weight, int64_t n, int64_t c,
-                                     float eps) {
+template <int V, typename T, typename W>
+__global__ void RmsNormForwardKernel(T* y, float* rstd, const T* x, const W* weight, int64_t n, int64_t c, float eps) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n) return;
@@ -89,7 +99,7 @@ __global__ void RmsNormForwardKernel(T* y, float* rstd, const T* x, const float*
   for (int64_t j = lane * V; j < c; j += 32 * V) {
     float w[V];
     LoadV<V>(xr + j, v);
-    LoadF32<V>(weight + j, w);
+    LoadWeight<V>(weight + j, w);
 #pragma unroll
     for (int k = 0; k < V; ++k) v[k] = v[k] * rs * w[k];
     StoreV<V>(yr + j, v);
@@ -101,9 +111,9 @@ __global__ void RmsNormForwardKernel(T* y, float* rstd, const T* x, const float*
 // w, w + kRowsPerBlock, ... of those. Per row: mean_gx = rs / c * sum_c dy * weight * x (one read of x, dy), then
 // dx and the lane's dweight sums (a second read, from L1). The block's warps then add their sums in a fixed tree
 // (4 + 4, 2 + 2, 1 + 1) through shared memory and warp 0 writes part[b][c]. Bitwise reproducible.
-template <int kCols, int V, typename T>
+template <int kCols, int V, typename T, typename W>
 __global__ void __launch_bounds__(kRowsPerBlock * 32)
-    RmsNormBackwardFusedKernel(T* dx, float* part, const T* x, const float* weight, const float* rstd, const T* dy,
+    RmsNormBackwardFusedKernel(T* dx, float* part, const T* x, const W* weight, const float* rstd, const T* dy,
                                int64_t n, int64_t c, bool accumulate) {
   constexpr int kSlots = kCols / (32 * V);
   __shared__ __align__(16) float red[kRowsPerBlock / 2][kCols];
@@ -127,7 +137,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
       float xv[V], d[V], w[V];
       LoadV<V>(xr + j, xv);
       LoadV<V>(dyr + j, d);
-      LoadF32<V>(weight + j, w);
+      LoadWeight<V>(weight + j, w);
 #pragma unroll
       for (int k = 0; k < V; ++k) sum_gx += d[k] * w[k] * xv[k];
     }
@@ -140,7 +150,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
       float xv[V], d[V], w[V];
       LoadV<V>(xr + j, xv);
       LoadV<V>(dyr + j, d);
-      LoadF32<V>(weight + j, w);
+      LoadWeight<V>(weight + j, w);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         const float xhat = xv[k] * rs;
@@ -185,9 +195,9 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
 }
 
 // dx of rows wider than kMaxCols (any V): two reads of the row, the second from L1/L2.
-template <int V, typename T>
-__global__ void RmsNormBackwardDxKernel(T* dx, const T* x, const float* weight, const float* rstd, const T* dy,
-                                        int64_t n, int64_t c, bool accumulate) {
+template <int V, typename T, typename W>
+__global__ void RmsNormBackwardDxKernel(T* dx, const T* x, const W* weight, const float* rstd, const T* dy, int64_t n,
+                                        int64_t c, bool accumulate) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n) return;
@@ -199,7 +209,7 @@ __global__ void RmsNormBackwardDxKernel(T* dx, const T* x, const float* weight, 
   for (int64_t j = lane * V; j < c; j += 32 * V) {
     LoadV<V>(xr + j, xv);
     LoadV<V>(dyr + j, d);
-    LoadF32<V>(weight + j, w);
+    LoadWeight<V>(weight + j, w);
 #pragma unroll
     for (int k = 0; k < V; ++k) sum_gx += d[k] * w[k] * xv[k];
   }
@@ -208,7 +218,7 @@ __global__ void RmsNormBackwardDxKernel(T* dx, const T* x, const float* weight, 
   for (int64_t j = lane * V; j < c; j += 32 * V) {
     LoadV<V>(xr + j, xv);
     LoadV<V>(dyr + j, d);
-    LoadF32<V>(weight + j, w);
+    LoadWeight<V>(weight + j, w);
 #pragma unroll
     for (int k = 0; k < V; ++k) d[k] = rs * (d[k] * w[k] - xv[k] * rs * mean_gx);
     if (accumulate) {
@@ -290,8 +300,8 @@ bool DispatchCached(int64_t c, bool vec, Launch launch) {
   return true;
 }
 
-template <typename T>
-Status LaunchForward(T* y, float* rstd, const T* x, const float* weight, int64_t n, int64_t c, float eps,
+template <typename T, typename W>
+Status LaunchForward(T* y, float* rstd, const T* x, const W* weight, int64_t n, int64_t c, float eps,
                      cudaStream_t stream) {
   if (n == 0) return Status::OK();
   constexpr int kV = 16 / sizeof(T);
@@ -309,8 +319,8 @@ Status LaunchForward(T* y, float* rstd, const T* x, const float* weight, int64_t
   return Status::OK();
 }
 
-template <typename T>
-Status LaunchBackward(T* dx, float* dweight, const T* x, const float* weight, const float* rstd, const T* dy, int64_t n,
+template <typename T, typename W>
+Status LaunchBackward(T* dx, float* dweight, const T* x, const W* weight, const float* rstd, const T* dy, int64_t n,
                       int64_t c, float* scratch, bool accumulate_dx, cudaStream_t stream) {
   if (n == 0) return Status::OK();
   if (scratch == nullptr) return Status::InvalidArgument("RmsNormBackwardCuda: scratch is null");
@@ -383,6 +393,20 @@ Status RmsNormBackwardCudaBf16(uint16_t* dx, float* dweight, const uint16_t* x, 
   DT_NVTX_FN();
   return LaunchBackward(detail::AsBf16(dx), dweight, detail::AsBf16(x), weight, rstd, detail::AsBf16(dy), n, c, scratch,
                         accumulate_dx, stream);
+}
+
+Status RmsNormForwardCudaBf16W(uint16_t* y, float* rstd, const uint16_t* x, const uint16_t* weight, int64_t n,
+                               int64_t c, float eps, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchForward(detail::AsBf16(y), rstd, detail::AsBf16(x), detail::AsBf16(weight), n, c, eps, stream);
+}
+
+Status RmsNormBackwardCudaBf16W(uint16_t* dx, float* dweight, const uint16_t* x, const uint16_t* weight,
+                                const float* rstd, const uint16_t* dy, int64_t n, int64_t c, float* scratch,
+                                bool accumulate_dx, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchBackward(detail::AsBf16(dx), dweight, detail::AsBf16(x), detail::AsBf16(weight), rstd,
+                        detail::AsBf16(dy), n, c, scratch, accumulate_dx, stream);
 }
 
 Status RmsNormBackwardCudaF16(uint16_t* dx, float* dweight, const uint16_t* x, const float* weight, const float* rstd,

@@ -50,10 +50,17 @@ Status RmsNormBackwardCudaBf16(uint16_t* dx, float* dweight, const uint16_t* x, 
 Status RmsNormBackwardCudaF16(uint16_t* dx, float* dweight, const uint16_t* x, const float* weight, const float* rstd,
                               const uint16_t* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx,
                               cudaStream_t stream);
+// bf16 x with a bf16 weight (bf16 master weights, train.master_weights): the weight is widened exactly, so the results
+// equal the *CudaBf16 launchers' with an f32 copy of the weight, bit for bit (their reference).
+Status RmsNormForwardCudaBf16W(uint16_t* y, float* rstd, const uint16_t* x, const uint16_t* weight, int64_t n,
+                               int64_t c, float eps, cudaStream_t stream);
+Status RmsNormBackwardCudaBf16W(uint16_t* dx, float* dweight, const uint16_t* x, const uint16_t* weight,
+                                const float* rstd, const uint16_t* dy, int64_t n, int64_t c, float* scratch,
+                                bool accumulate_dx, cudaStream_t stream);
 int64_t RmsNormBackwardScratchFloats(int64_t n, int64_t c);
 
 // x (and y): f32/f64 on the CPU, f32/bf16/f16 on CUDA; weight [C] and rstd x.shape[:-1]: x's dtype, f32 when x is
-// 16-bit.
+// 16-bit; the weight may also be bf16 when x is (bf16 master weights; dweight stays f32).
 Status RmsNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, float eps, Tensor* y, Tensor* rstd);
 // dy, dx: x's shape and dtype; weight, dweight [C] and rstd as in the forward. accumulate_dx: dx += the input gradient
 // (a residual stream's gradient), else dx = it. dweight always accumulates.

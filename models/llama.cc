@@ -9,6 +9,7 @@
 #include "core/nvtx.h"
 #include "core/random.h"
 #include "kernels/attention.h"
+#include "kernels/bf16_round.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
@@ -49,6 +50,8 @@ Status Llama::Create(DeviceContext& ctx, const LlamaOptions& opts, int64_t batch
   DT_CHECK_ARG(opts.loss_chunk_tokens >= 0,
                "Llama: loss_chunk_tokens " << opts.loss_chunk_tokens << " must be >= 0 (0: off)");
   if (opts.precision == Precision::kFp16) return Status::InvalidArgument("Llama: fp16 is not supported (bf16, fp32)");
+  DT_CHECK_ARG(!opts.bf16_masters || opts.precision == Precision::kBf16,
+               "Llama: train.master_weights bf16 needs train.precision bf16 on CUDA (the CPU runs fp32 only)");
   if (opts.precision == Precision::kBf16) {
     DT_CHECK_ARG(ctx.is_cuda() && opts.dtype == DType::kF32,
                  "Llama: bf16 precision needs a CUDA context and f32 master params (the CPU runs fp32 only)");
@@ -78,10 +81,11 @@ Status Llama::Create(DeviceContext& ctx, const LlamaOptions& opts, int64_t batch
   add("model.norm.weight", {c});
   if (!opts.tie_embeddings) add("lm_head.weight", {vp, c});
 
-  DT_RETURN_IF_ERROR(m->Alloc({offset}, opts.dtype, &m->params_));
+  // bf16 masters: the params are the bf16 GEMM weights (no f32 master, no copy); grads stay f32.
+  DT_RETURN_IF_ERROR(m->Alloc({offset}, opts.bf16_masters ? DType::kBF16 : opts.dtype, &m->params_));
   DT_RETURN_IF_ERROR(m->Alloc({offset}, opts.dtype, &m->grads_));
   DT_RETURN_IF_ERROR(m->grads_.SetZero(ctx.stream()));
-  const bool mixed = m->mixed();
+  const bool mixed = m->mixed() && !opts.bf16_masters;  // a bf16 working copy
   if (mixed) DT_RETURN_IF_ERROR(m->Alloc({offset}, DType::kBF16, &m->params16_));
   for (const ParamInfo& p : m->infos_) {
     Tensor w, g, w16;
@@ -124,6 +128,16 @@ Status Llama::InitParams(uint64_t seed) {
         staging.data<float>()[p.offset + k] = static_cast<float>(v);
       }
     }
+  }
+  if (opts_.bf16_masters) {
+    // bf16 masters: the f32 draws rounded to nearest even on the host (the same values on every device).
+    Tensor staging16;
+    DT_RETURN_IF_ERROR(Tensor::Empty({params_.numel()}, DType::kBF16, ctx_.host_allocator(), &staging16));
+    for (int64_t i = 0; i < params_.numel(); ++i) {
+      staging16.data<uint16_t>()[i] = ops::RoundBf16Rne(staging.data<float>()[i]);
+    }
+    DT_RETURN_IF_ERROR(params_.CopyFrom(staging16, ctx_.stream()));
+    return ctx_.Synchronize();  // pageable host memory, freed on return
   }
   DT_RETURN_IF_ERROR(params_.CopyFrom(staging, ctx_.stream()));
   // `staging` is pageable host memory: cudaMemcpyAsync from it returns only after the copy is staged.
@@ -189,10 +203,11 @@ Status Llama::Forward(const Tensor& inputs, const Tensor& targets) {
   const int64_t n = batch_ * seq_len_;
   DT_RETURN_IF_ERROR(inputs.Reshape({n}, &ids_));
   DT_RETURN_IF_ERROR(targets.Reshape({n}, &targets_));
-  // The bf16 working copy of the (just updated) master weights.
-  if (mixed()) DT_RETURN_IF_ERROR(ops::Cast(ctx_, params_, &params16_));
+  // The bf16 working copy of the (just updated) f32 master weights (bf16 masters are the GEMM weights themselves).
+  if (mixed() && !opts_.bf16_masters) DT_RETURN_IF_ERROR(ops::Cast(ctx_, params_, &params16_));
 
-  // x = embed[ids]: the lookup reads the master table and writes the activation dtype (bf16 rows in a mixed run).
+  // x = embed[ids]: the lookup reads the master table (f32, or bf16 masters) and writes the activation dtype (bf16
+  // rows in a mixed run).
   DT_RETURN_IF_ERROR(ops::EmbeddingForward(ctx_, ids_, w_[0], &x_[0]));
   for (int l = 0; l < opts_.n_layer; ++l) DT_RETURN_IF_ERROR(LayerForward(l));
   const float eps = static_cast<float>(opts_.rms_norm_eps);

@@ -32,6 +32,10 @@
 //   kBf16 (CUDA only): params()/grads() stay f32 (master weights, f32 gradients); Forward casts the params into a bf16
 //     copy used by the GEMMs; activations are bf16; RMSNorm statistics, softmax statistics and every reduction fp32.
 //     Attention on CUDA takes head sizes up to 128; bf16 is fastest at 64 and 128 (kernels/attention.h).
+//     With bf16_masters (train.master_weights bf16): params() are bf16 and are the GEMM weights themselves (no f32
+//     master, no copy; the embedding lookup and the RMSNorms read them as bf16); grads() stay f32 (the weight-gradient
+//     GEMMs accumulate in f32); the optimizer rounds the updated weights stochastically (kernels/optim_update.h).
+//     InitParams rounds the f32 draws to nearest even. Needs kBf16.
 //   kFp16 is not supported (InvalidArgument).
 // recompute: keep only each layer's input; Backward re-runs a layer's forward just before its backward (one layer's
 // activations are alive at a time). Gradients are identical to the stored-activation path.
@@ -78,6 +82,7 @@ struct LlamaOptions {
   bool recompute_pointwise = false;  // see the file comment
   bool fused_classifier = false;     // see the file comment; bf16/fp32 training forwards only
   int64_t loss_chunk_tokens = 0;     // see the file comment; > 0: tokens per LM-head/loss chunk (the fused path)
+  bool bf16_masters = false;         // kBf16 only: params() are bf16 (see Precision in the file comment)
   DType dtype = DType::kF32;         // kFp32 only: kF64 on the CPU
 };
 
@@ -129,8 +134,8 @@ class Llama final : public Model {
   Status Alloc(const std::vector<int64_t>& shape, DType dt, Tensor* t);
   Status EnsureActivations(int64_t batch, int64_t seq_len);
   LayerActs& acts(int layer) { return acts_[opts_.recompute ? 0 : layer]; }
-  // Weight `i` as used by the GEMMs: a view of params_, or of the bf16 copy.
-  const Tensor& gemm_weight(int i) const { return mixed() ? w16_[i] : w_[i]; }
+  // Weight `i` as used by the GEMMs: a view of params_ (fp32, or bf16 masters), or of the bf16 copy.
+  const Tensor& gemm_weight(int i) const { return mixed() && !opts_.bf16_masters ? w16_[i] : w_[i]; }
 
   bool chunked() const { return opts_.loss_chunk_tokens > 0; }
   Status ChunkedHeadForward();     // lnf_ -> losses_ (training: + dhead, dlnf; eval: preds_), chunk by chunk
@@ -140,7 +145,7 @@ class Llama final : public Model {
   DeviceContext& ctx_;
   LlamaOptions opts_;
   std::vector<ParamInfo> infos_;
-  Tensor params_, grads_, params16_;  // params16_: the bf16 copy (kBf16)
+  Tensor params_, grads_, params16_;  // params16_: the bf16 copy (kBf16 with f32 masters)
   std::vector<Tensor> w_, g_, w16_;   // views per parameter
   Tensor rope_cos_, rope_sin_;        // RoPE tables [max_seq_len, hs / 2], made once
   Tensor zero_bias_;                  // [C] zeros of the activation dtype: the residual GEMMs' (bias-free) epilogue

@@ -105,6 +105,13 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
   if (opts.precision != Precision::kFp32 && !ctx.is_cuda()) {
     return Status::InvalidArgument("train.precision: " + precision + " needs a GPU; the CPU path is fp32");
   }
+  opts.bf16_masters = config.train().master_weights() == "bf16";
+  if (opts.bf16_masters && opts.precision != Precision::kBf16) {
+    return Status::InvalidArgument(
+        "train.master_weights: bf16 needs train.precision bf16 on CUDA (bf16 compute; the CPU path is fp32), got "
+        "train.precision " +
+        precision + (ctx.is_cuda() ? "" : " on the CPU"));
+  }
   DT_RETURN_IF_ERROR(CheckConfig(g, ctx.is_cuda()));
   opts.vocab_size = g.vocab_size();
   opts.max_seq_len = g.max_seq_len();

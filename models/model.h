@@ -31,8 +31,9 @@
 
 namespace dtrain::models {
 
-// Arithmetic of a model's forward/backward. Parameters, gradients and optimizer state stay f32 (the
-// "master" copy) in every mode; kBf16/kFp16 run activations and GEMM inputs in 16 bits (CUDA only); kFp8 (GPT-2,
+// Arithmetic of a model's forward/backward. Parameters and gradients stay f32 (the "master" copy) in every mode
+// (except Llama's params under train.master_weights bf16: bf16, see models/llama.h; the optimizer state follows
+// optim.state_dtype); kBf16/kFp16 run activations and GEMM inputs in 16 bits (CUDA only); kFp8 (GPT-2,
 // CUDA sm_90) is kBf16 with some linear layers as FP8 GEMMs (models/gpt2_fp8.h).
 enum class Precision { kFp32, kBf16, kFp16, kFp8 };
 
@@ -50,7 +51,7 @@ class Model {
   virtual ~Model() = default;
 
   virtual const std::vector<ParamInfo>& param_infos() const = 0;
-  virtual Tensor& params() = 0;  // flat, f32, on the context's device
+  virtual Tensor& params() = 0;  // flat, f32 (bf16 with train.master_weights bf16), on the context's device
   virtual Tensor& grads() = 0;   // flat, f32, same layout as params()
 
   // Deterministic initialisation from `seed` (the same values on CPU and GPU, on every rank).

@@ -1,6 +1,7 @@
 // AdamW, PyTorch's torch.optim.AdamW with amsgrad off (decoupled weight decay, bias corrections by update number):
 // the update of kernels/optim_update.h (AdamWHyper). Reads optim.beta1 and optim.beta2 in [0, 1), optim.eps >= 0
-// and optim.weight_decay. State: "exp_avg", "exp_avg_sq".
+// and optim.weight_decay. State: "exp_avg", "exp_avg_sq". bf16_storage: params and state f32 or bf16 (the mixed
+// update of kernels/optim_update.h, its stochastic rounding seeded by OptimizerOptions::seed and the update number).
 #include "core/check.h"
 #include "kernels/optim_update.h"
 #include "runtime/optim/optim_algorithm.h"
@@ -19,12 +20,15 @@ class AdamW final : public OptimAlgorithm {
     h_.eps = opts_.eps;
     h_.weight_decay = opts_.weight_decay;
     h_.step = t;
+    h_.sr_seed = opts_.seed;
     if (staged != nullptr) staged->Set(ops::StagedArgsFor(h_));
   }
 
   Status Update(DeviceContext& ctx, Tensor* params, const Tensor& grads, const std::vector<Tensor*>& state,
-                const Tensor* scale, const Tensor* skip, const Tensor* staged) const override {
-    return ops::AdamWUpdate(ctx, h_, params, grads, state.at(0), state.at(1), scale, skip, staged);
+                const Tensor* scale, const Tensor* skip, const Tensor* staged, int64_t offset) const override {
+    ops::AdamWHyper h = h_;
+    h.sr_offset = offset;
+    return ops::AdamWUpdate(ctx, h, params, grads, state.at(0), state.at(1), scale, skip, staged);
   }
 
  private:
@@ -43,7 +47,7 @@ Status Create(const OptimizerOptions& opts, std::unique_ptr<OptimAlgorithm>* out
 }  // namespace
 
 const OptimAlgorithmSpec& AdamWAlgorithm() {
-  static const OptimAlgorithmSpec spec{"adamw", {"exp_avg", "exp_avg_sq"}, &Create};
+  static const OptimAlgorithmSpec spec{"adamw", {"exp_avg", "exp_avg_sq"}, &Create, /*bf16_storage=*/true};
   return spec;
 }
 

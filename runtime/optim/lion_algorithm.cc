@@ -23,7 +23,7 @@ class Lion final : public OptimAlgorithm {
   }
 
   Status Update(DeviceContext& ctx, Tensor* params, const Tensor& grads, const std::vector<Tensor*>& state,
-                const Tensor* scale, const Tensor* skip, const Tensor* staged) const override {
+                const Tensor* scale, const Tensor* skip, const Tensor* staged, int64_t /*offset*/) const override {
     return ops::LionUpdate(ctx, h_, params, grads, state.at(0), scale, skip, staged);
   }
 
@@ -42,7 +42,7 @@ Status Create(const OptimizerOptions& opts, std::unique_ptr<OptimAlgorithm>* out
 }  // namespace
 
 const OptimAlgorithmSpec& LionAlgorithm() {
-  static const OptimAlgorithmSpec spec{"lion", {"exp_avg"}, &Create};
+  static const OptimAlgorithmSpec spec{"lion", {"exp_avg"}, &Create, /*bf16_storage=*/false};
   return spec;
 }
 

@@ -61,12 +61,15 @@ class OptimAlgorithm {
   virtual void Prepare(double lr, int64_t t, StagedConstants* staged) = 0;
 
   // The fused update of one range with the constants of the last Prepare. `params`, `grads` and `state` (one
-  // tensor per spec state name, in order) are views of the same range: same numel, f32, on ctx's device; grads
-  // are not modified. `scale`, `skip` (nullable 1-element device tensors): the gradient multiplier and the skip
-  // flag of kernels/optim_update.h. `staged` (nullable): a device buffer that holds Prepare's *staged by the time
-  // the kernel runs; the CUDA kernel then reads its constants there (the CPU ignores it). Queued on ctx.stream().
+  // tensor per spec state name, in order) are views of the same range: same numel, on ctx's device; grads f32, params
+  // and state f32 or (bf16_storage algorithms) the options' param_dtype / state_dtype; grads are not modified. `scale`,
+  // `skip` (nullable 1-element device tensors): the gradient multiplier and the skip flag of kernels/optim_update.h.
+  // `staged` (nullable): a device buffer that holds Prepare's *staged by the time the kernel runs; the CUDA kernel then
+  // reads its constants there (the CPU ignores it). Queued on ctx.stream().
+  // `offset`: the index in the whole flat buffer of the range's element 0 (bf16 storage draws its stochastic rounding
+  // bits by that index, so a cut into ranges rounds as the whole buffer does; ignored otherwise).
   virtual Status Update(DeviceContext& ctx, Tensor* params, const Tensor& grads, const std::vector<Tensor*>& state,
-                        const Tensor* scale, const Tensor* skip, const Tensor* staged) const = 0;
+                        const Tensor* scale, const Tensor* skip, const Tensor* staged, int64_t offset = 0) const = 0;
 };
 
 // The registered record of one algorithm.
@@ -77,13 +80,17 @@ struct OptimAlgorithmSpec {
   std::vector<std::string> state_names;
   // Checks the fields of `opts` the algorithm reads (InvalidArgument naming them) and makes it.
   Status (*create)(const OptimizerOptions& opts, std::unique_ptr<OptimAlgorithm>* out);
+  // Its update takes bf16 storage (OptimizerOptions::state_dtype / param_dtype kBF16): state tensors and params of
+  // either dtype, f32 math, stochastic rounding. Without it both must be f32 (CreateOptimAlgorithm refuses).
+  bool bf16_storage = false;
 };
 
 // The spec registered as `name`, or nullptr.
 const OptimAlgorithmSpec* FindOptimAlgorithm(const std::string& name);
 // The registered names, in list order.
 std::vector<std::string> OptimAlgorithmNames();
-// Checks the fields every algorithm shares (lr, weight_decay, grad_clip), finds opts.name and makes the algorithm:
+// Checks the fields every algorithm shares (lr, weight_decay, grad_clip, state_dtype and param_dtype: f32, or bf16
+// for a bf16_storage algorithm), finds opts.name and makes the algorithm:
 // *spec (never null on success) and *out. InvalidArgument for an unknown name or a bad hyper-parameter.
 Status CreateOptimAlgorithm(const OptimizerOptions& opts, const OptimAlgorithmSpec** spec,
                             std::unique_ptr<OptimAlgorithm>* out);

@@ -24,7 +24,7 @@ Status Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, int64
   // State starts at zero (PyTorch's lazily created buffers behave identically from step 1).
   o->state_.resize(o->spec_->state_names.size());
   for (Tensor& t : o->state_) {
-    DT_RETURN_IF_ERROR(Tensor::Empty({num_params}, DType::kF32, ctx.allocator(), &t));
+    DT_RETURN_IF_ERROR(Tensor::Empty({num_params}, opts.state_dtype, ctx.allocator(), &t));
     DT_RETURN_IF_ERROR(t.SetZero(ctx.stream()));
   }
   DT_RETURN_IF_ERROR(Tensor::Empty({1}, DType::kF32, ctx.allocator(), &o->sum_squares_));
@@ -35,9 +35,10 @@ Status Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, int64
   return Status::OK();
 }
 
-Status Optimizer::CheckTensor(const DeviceContext& ctx, const Tensor& t, const char* what) const {
-  DT_CHECK_ARG(t.dtype() == DType::kF32 && t.numel() == num_params_ && t.device() == device_,
-               what << " " << t.ToString() << " must be f32[" << num_params_ << "]@" << DeviceName(device_));
+Status Optimizer::CheckTensor(const DeviceContext& ctx, const Tensor& t, DType dtype, const char* what) const {
+  DT_CHECK_ARG(t.dtype() == dtype && t.numel() == num_params_ && t.device() == device_,
+               what << " " << t.ToString() << " must be " << DTypeName(dtype) << "[" << num_params_ << "]@"
+                    << DeviceName(device_));
   DT_CHECK_ARG(ctx.type() == device_, "Step on a " << DeviceName(ctx.type()) << " context, but the optimizer lives on "
                                                    << DeviceName(device_));
   return Status::OK();
@@ -45,8 +46,8 @@ Status Optimizer::CheckTensor(const DeviceContext& ctx, const Tensor& t, const c
 
 Status Optimizer::Step(DeviceContext& ctx, Tensor& params, Tensor& grads, double lr, LossScaler* scaler) {
   // Bad tensors fail the step before it counts.
-  DT_RETURN_IF_ERROR(CheckTensor(ctx, params, "params"));
-  DT_RETURN_IF_ERROR(CheckTensor(ctx, grads, "grads"));
+  DT_RETURN_IF_ERROR(CheckTensor(ctx, params, opts_.param_dtype, "params"));
+  DT_RETURN_IF_ERROR(CheckTensor(ctx, grads, DType::kF32, "grads"));
   DT_RETURN_IF_ERROR(Stage(ctx, lr, scaler));
   return Apply(ctx, params, grads, scaler);
 }
@@ -71,8 +72,8 @@ Status Optimizer::Stage(DeviceContext& ctx, double lr, LossScaler* scaler) {
 
 Status Optimizer::Apply(DeviceContext& ctx, Tensor& params, Tensor& grads, LossScaler* scaler) {
   DT_NVTX_RANGE("optimizer_step");
-  DT_RETURN_IF_ERROR(CheckTensor(ctx, params, "params"));
-  DT_RETURN_IF_ERROR(CheckTensor(ctx, grads, "grads"));
+  DT_RETURN_IF_ERROR(CheckTensor(ctx, params, opts_.param_dtype, "params"));
+  DT_RETURN_IF_ERROR(CheckTensor(ctx, grads, DType::kF32, "grads"));
   if (!staged_) return Status::FailedPrecondition("Optimizer::Apply before Stage");
 
   // Global norm into a device scalar; the update kernel reads the clip coefficient from device

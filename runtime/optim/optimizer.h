@@ -5,8 +5,9 @@
 // algorithms over a shard.
 //
 // Ownership: owns its state tensors (the algorithm's state names, e.g. SGD: momentum_buffer; AdamW: exp_avg,
-// exp_avg_sq), allocated once in Create from ctx.allocator(), zero-initialised, on ctx's device. Params and grads
-// belong to the caller (the model) and must be flat f32 tensors of num_params elements on the same device.
+// exp_avg_sq), allocated once in Create from ctx.allocator() in opts.state_dtype (f32, or bf16: 2 bytes per value),
+// zero-initialised, on ctx's device. Params and grads belong to the caller (the model) and must be flat tensors of
+// num_params elements on the same device: grads f32, params opts.param_dtype (f32, or bf16 master weights).
 //
 // Streams: Step() queues all its work on ctx.stream() and never synchronizes the host. The global
 // gradient norm is reduced on the device into a device scalar every step (one extra read of the
@@ -65,9 +66,9 @@ class Optimizer {
   // For checkpoint restore: the next Step() is update number s + 1. Negative values become 0.
   void set_step(int64_t s) { step_ = s < 0 ? 0 : s; }
 
-  // The state to checkpoint, as named flat f32 tensors of num_params elements, in the order and with the names of
-  // the algorithm's spec (OptimAlgorithmSpec::state_names). Restore by copying into them. The pointers stay valid
-  // for the optimizer's lifetime.
+  // The state to checkpoint, as named flat tensors (opts.state_dtype) of num_params elements, in the order and with the
+  // names of the algorithm's spec (OptimAlgorithmSpec::state_names). Restore by copying into them. The pointers stay
+  // valid for the optimizer's lifetime.
   std::vector<std::pair<std::string, Tensor*>> state();
 
   // The global gradient norm (before clipping; unscaled with a LossScaler, then inf/NaN on a skipped step) of the
@@ -82,7 +83,7 @@ class Optimizer {
 
  private:
   Optimizer() = default;
-  Status CheckTensor(const DeviceContext& ctx, const Tensor& t, const char* what) const;
+  Status CheckTensor(const DeviceContext& ctx, const Tensor& t, DType dtype, const char* what) const;
 
   OptimizerOptions opts_;
   const OptimAlgorithmSpec* spec_ = nullptr;

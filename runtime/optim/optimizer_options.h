@@ -4,7 +4,10 @@
 // ranges it accepts, are stated in the algorithm's file (runtime/optim/*_algorithm.cc, listed in
 // optim_algorithm.cc); lr, weight_decay and grad_clip are checked for every algorithm.
 
+#include <cstdint>
 #include <string>
+
+#include "core/dtype.h"
 
 namespace dtrain::runtime {
 
@@ -18,6 +21,13 @@ struct OptimizerOptions {
   double weight_decay = 0.0;   // >= 0; sgd: added to the gradient (coupled); adamw: p *= 1 - lr * wd (decoupled)
   bool nesterov = false;       // sgd; needs momentum > 0
   double grad_clip = 0.0;      // max global L2 norm of the gradient; 0 = off
+  // Storage of the algorithm's state tensors (optim.state_dtype): kF32, or kBF16 for an algorithm whose spec has
+  // bf16_storage (read into f32 for the math, stored stochastically rounded: kernels/optim_update.h).
+  DType state_dtype = DType::kF32;
+  // The params' dtype (train.master_weights): kF32, or kBF16 (bf16 master weights, stochastically rounded updates;
+  // bf16_storage algorithms only).
+  DType param_dtype = DType::kF32;
+  uint64_t seed = 0;  // of the stochastic rounding (train.seed): with the update number it fixes every rounding bit
 };
 
 }  // namespace dtrain::runtime

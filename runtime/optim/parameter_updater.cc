@@ -2,6 +2,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "kernels/bf16_round.h"
 #include "runtime/optim/optim_algorithm.h"
 #include "runtime/optim/replicated_updater.h"
 #include "runtime/optim/sharded_updater.h"
@@ -36,6 +37,7 @@ Status ParameterUpdater::SaveState(std::vector<std::pair<std::string, const Tens
   DT_RETURN_IF_ERROR(GatherState(state));
   m->set_optimizer(options().name);
   m->set_optimizer_step(step());
+  m->set_state_dtype(DTypeName(options().state_dtype));
   DescribeSharding(m->mutable_sharding());
   if (scaler_) DT_RETURN_IF_ERROR(scaler_->Save(m->mutable_loss_scaler()));
   return Status::OK();
@@ -47,21 +49,35 @@ Status ParameterUpdater::RestoreState(const proto::CheckpointManifest& m, const 
     return Status::InvalidArgument(where + " was saved with optimizer '" + m.optimizer() + "', the config says '" +
                                    options().name + "'");
   }
-  // The files hold the full state (whichever strategy saved it); the strategy keeps what this rank needs.
+  // The files hold the full state (whichever strategy saved it), as f32 (runtime/checkpoint/dtype_convert.h); the
+  // strategy keeps what this rank needs. bf16 state (optim.state_dtype) not restored in place (RestoreSink narrows
+  // what it streams in) is narrowed here, on the host: round to nearest even, exact for values that were bf16.
+  const DType state_dtype = options().state_dtype;
   std::map<std::string, Tensor> full;
   for (const std::string& name : state_names()) {
     const std::string file = name + ".bin";
     if (in_place.count(file) != 0) continue;
     const auto it = files.find(file);
     if (it == files.end()) return Status::DataLoss(where + ": no " + file + " in the checkpoint");
-    if (it->second.numel() != numel_ || it->second.dtype() != DType::kF32) {
+    if (it->second.numel() != numel_ || it->second.dtype() != DType::kF32) {  // files are f32 (dtype_convert.h)
       return Status::InvalidArgument(where + "/" + file + " holds " + std::to_string(it->second.numel()) +
                                      " values but this model has " + std::to_string(numel_) +
                                      ": the checkpoint belongs to another model (its config is in the manifest)");
     }
-    full[name] = it->second;
+    if (state_dtype == DType::kF32) {
+      full[name] = it->second;
+      continue;
+    }
+    Tensor narrow;
+    DT_RETURN_IF_ERROR(Tensor::Empty({numel_}, state_dtype, ctx_.host_allocator(), &narrow));
+    const float* src = it->second.data<float>();
+    uint16_t* dst = narrow.data<uint16_t>();
+    for (int64_t i = 0; i < numel_; ++i) dst[i] = ops::RoundBf16Rne(src[i]);
+    full[name] = narrow;
   }
   if (!full.empty()) DT_RETURN_IF_ERROR(LoadState(full).WithContext(where));
+  // Sync point: the narrowed host buffers go with `full` (restores only).
+  if (!full.empty() && state_dtype != DType::kF32) DT_RETURN_IF_ERROR(ctx_.Synchronize());
   set_step(m.optimizer_step());
   if (scaler_ && m.has_loss_scaler()) DT_RETURN_IF_ERROR(scaler_->Restore(ctx_, m.loss_scaler()));
   return Status::OK();
@@ -89,6 +105,7 @@ OptimizerOptions OptimizerOptionsFromConfig(const proto::OptimConfig& o) {
   oo.eps = o.eps();
   oo.weight_decay = o.weight_decay();
   oo.grad_clip = o.grad_clip();
+  oo.state_dtype = o.state_dtype() == "bf16" ? DType::kBF16 : DType::kF32;  // (choices) fp32|bf16
   return oo;
 }
 
@@ -96,11 +113,18 @@ Status MakeParameterUpdater(const proto::Config& cfg, DeviceContext& ctx, models
                             comm::Communicator* grad_comm, int rank, int world,
                             std::unique_ptr<ParameterUpdater>* out) {
   DT_CHECK_ARG(out != nullptr, "out is null");
-  const OptimizerOptions oo = OptimizerOptionsFromConfig(cfg.optim());
+  OptimizerOptions oo = OptimizerOptionsFromConfig(cfg.optim());
+  oo.param_dtype = model.params().dtype();  // the model keeps its masters as train.master_weights says
+  oo.seed = cfg.train().seed();
   std::unique_ptr<LossScaler> scaler;
   if (cfg.train().precision() == "fp16") DT_RETURN_IF_ERROR(LossScaler::Create(ctx, &scaler));
   const bool exchange = grad_comm != nullptr && world > 1;
   if (exchange && cfg.dist().zero1()) {
+    if (oo.param_dtype != DType::kF32) {
+      return Status::InvalidArgument(
+          "dist.zero1 all-gathers f32 params: set train.master_weights fp32, or dist.zero1 false (bf16 masters run "
+          "replicated)");
+    }
     if (cfg.dist().bf16_compress() && rank == 0) {
       DT_LOG_WARN(kRuntime, "dist.bf16_compress is ignored with dist.zero1 (reduce-scatter runs in fp32)");
     }

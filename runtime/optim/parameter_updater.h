@@ -120,7 +120,7 @@ class ParameterUpdater {
   // Strategy hooks of SaveState / RestoreState.
   virtual Status GatherState(std::vector<std::pair<std::string, const Tensor*>>* state) = 0;
   virtual void DescribeSharding(proto::ShardingState* out) const = 0;
-  // `full`: every state name -> f32[numel] host tensor.
+  // `full`: every state name -> [numel] host tensor of the state's dtype (optim.state_dtype: RestoreState narrows).
   virtual Status LoadState(const std::map<std::string, Tensor>& full) = 0;
   virtual void set_step(int64_t step) = 0;
 

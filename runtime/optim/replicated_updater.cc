@@ -38,7 +38,7 @@ Status ReplicatedUpdater::TakeExposedCommMs(double* ms) {
 }
 
 size_t ReplicatedUpdater::state_bytes() const {
-  return state_names().size() * static_cast<size_t>(optimizer_->num_params()) * sizeof(float);
+  return state_names().size() * static_cast<size_t>(optimizer_->num_params()) * DTypeSize(options().state_dtype);
 }
 
 Status ReplicatedUpdater::GatherState(std::vector<std::pair<std::string, const Tensor*>>* state) {

@@ -21,7 +21,7 @@ class Sgd final : public OptimAlgorithm {
   }
 
   Status Update(DeviceContext& ctx, Tensor* params, const Tensor& grads, const std::vector<Tensor*>& state,
-                const Tensor* scale, const Tensor* skip, const Tensor* staged) const override {
+                const Tensor* scale, const Tensor* skip, const Tensor* staged, int64_t /*offset*/) const override {
     return ops::SgdUpdate(ctx, h_, params, grads, state.at(0), scale, skip, staged);
   }
 
@@ -40,7 +40,7 @@ Status Create(const OptimizerOptions& opts, std::unique_ptr<OptimAlgorithm>* out
 }  // namespace
 
 const OptimAlgorithmSpec& SgdAlgorithm() {
-  static const OptimAlgorithmSpec spec{"sgd", {"momentum_buffer"}, &Create};
+  static const OptimAlgorithmSpec spec{"sgd", {"momentum_buffer"}, &Create, /*bf16_storage=*/false};
   return spec;
 }
 

@@ -15,7 +15,7 @@ struct StateSlice {
   int64_t file_numel = 0;   // f32 elements the whole file must hold for the slice to apply
   int64_t file_offset = 0;  // first element of the file that the slice takes
   int64_t numel = 0;        // elements taken
-  Tensor* dst = nullptr;    // borrowed: host or device f32 tensor receiving them
+  Tensor* dst = nullptr;    // borrowed: host or device f32 tensor receiving them, or bf16 (narrowed on the way)
   int64_t dst_offset = 0;   // at this element of dst
 };
 

@@ -92,7 +92,8 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
   const Tensor& params = model.params();
   const Tensor& grads = model.grads();
   DT_CHECK_ARG(params.dtype() == DType::kF32 && grads.dtype() == DType::kF32 && params.numel() == grads.numel(),
-               "params " << params.ToString() << " and grads " << grads.ToString() << " must be f32 of one size");
+               "params " << params.ToString() << " and grads " << grads.ToString()
+                         << " must be f32 of one size (ZeRO-1 does not take train.master_weights bf16)");
   DT_CHECK_ARG(params.device() == ctx.type() && grads.device() == ctx.type(),
                "params " << params.ToString() << " are not on the context's device");
   DT_CHECK_ARG(grad_comm->device_type() == ctx.type(), "the " << comm::BackendName(grad_comm->backend())
@@ -124,13 +125,17 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
   const int64_t s = z->shard_numel_;
   z->state_.resize(z->spec_->state_names.size());
   for (Tensor& t : z->state_) {
-    DT_RETURN_IF_ERROR(Tensor::Empty({s}, DType::kF32, ctx.allocator(), &t));
+    DT_RETURN_IF_ERROR(Tensor::Empty({s}, opts.state_dtype, ctx.allocator(), &t));
     DT_RETURN_IF_ERROR(t.SetZero(ctx.stream()));
   }
   if (params.numel() % world != 0) {
     for (Tensor* t : {&z->grad_pad_, &z->param_pad_}) {
       DT_RETURN_IF_ERROR(Tensor::Empty({world}, DType::kF32, ctx.allocator(), t));
       DT_RETURN_IF_ERROR(t->SetZero(ctx.stream()));
+    }
+    if (opts.state_dtype != DType::kF32) {  // GatherState's tiny bucket of bf16 state
+      DT_RETURN_IF_ERROR(Tensor::Empty({world}, opts.state_dtype, ctx.allocator(), &z->state_pad_));
+      DT_RETURN_IF_ERROR(z->state_pad_.SetZero(ctx.stream()));
     }
   }
   for (Tensor* t : {&z->sum_squares_, &z->norm_, &z->clip_coef_}) {
@@ -255,12 +260,16 @@ Status Zero1Optimizer::Finalize() {
   return Status::OK();
 }
 
+const Tensor& Zero1Optimizer::PadFor(const Tensor& full) const {
+  return full.dtype() == param_pad_.dtype() ? param_pad_ : state_pad_;
+}
+
 Status Zero1Optimizer::AllGatherGroup(const Tensor* shard, Tensor* full, cudaStream_t stream) {
   return Grouped(comm_, [&]() -> Status {
     for (const Zero1Bucket& b : buckets_) {
       Tensor in, out;
       if (Padded(b, world_)) {
-        out = param_pad_;
+        out = PadFor(*full);
       } else {
         DT_RETURN_IF_ERROR(full->View(b.offset, {b.numel}, &out));
       }
@@ -297,7 +306,7 @@ Status Zero1Optimizer::AllGather(const Tensor* shard, Tensor* full, int gap) {
       if (!Padded(b, world_)) continue;
       // After the group: the gathered tiny bucket minus its padding into place.
       Tensor src, dst;
-      DT_RETURN_IF_ERROR(param_pad_.View(0, {b.numel}, &src));
+      DT_RETURN_IF_ERROR(PadFor(*full).View(0, {b.numel}, &src));
       DT_RETURN_IF_ERROR(full->View(b.offset, {b.numel}, &dst));
       DT_RETURN_IF_ERROR(dst.CopyFrom(src, stream));
     }
@@ -379,7 +388,7 @@ Status Zero1Optimizer::Step(DeviceContext& ctx, double lr, LossScaler* scaler) {
     DT_RETURN_IF_ERROR(params.View(first, {count}, &p));
     DT_RETURN_IF_ERROR(grads.View(first, {count}, &g));
     for (size_t i = 0; i < state_.size(); ++i) DT_RETURN_IF_ERROR(state_[i].View(b.shard_offset, {count}, &views[i]));
-    DT_RETURN_IF_ERROR(algo_->Update(ctx, &p, g, state, scale, skip, /*staged=*/nullptr));
+    DT_RETURN_IF_ERROR(algo_->Update(ctx, &p, g, state, scale, skip, /*staged=*/nullptr, /*offset=*/first));
   }
   ++step_;
 
@@ -392,7 +401,7 @@ Status Zero1Optimizer::GatherState(std::vector<std::pair<std::string, Tensor>>* 
   full->clear();
   for (size_t i = 0; i < state_.size(); ++i) {
     Tensor t;
-    DT_RETURN_IF_ERROR(Tensor::Empty({model_->params().numel()}, DType::kF32, ctx_->allocator(), &t));
+    DT_RETURN_IF_ERROR(Tensor::Empty({model_->params().numel()}, opts_.state_dtype, ctx_->allocator(), &t));
     DT_RETURN_IF_ERROR(AllGather(&state_[i], &t, kUntimed));
     full->emplace_back(spec_->state_names[i], t);
   }
@@ -406,8 +415,9 @@ Status Zero1Optimizer::LoadState(const std::map<std::string, Tensor>& full) {
     const auto it = full.find(name);
     if (it == full.end()) return Status::InvalidArgument("LoadState: no '" + name + "' for optimizer " + opts_.name);
     const Tensor& src = it->second;
-    DT_CHECK_ARG(src.dtype() == DType::kF32 && src.numel() == total,
-                 "LoadState: '" << name << "' " << src.ToString() << " must be f32[" << total << "]");
+    DT_CHECK_ARG(src.dtype() == opts_.state_dtype && src.numel() == total,
+                 "LoadState: '" << name << "' " << src.ToString() << " must be " << DTypeName(opts_.state_dtype) << "["
+                                << total << "]");
     for (const Zero1Bucket& b : buckets_) {
       int64_t first = 0, count = 0;
       OwnedRange(b, &first, &count);
@@ -434,11 +444,14 @@ void Zero1Optimizer::StateSlices(std::vector<StateSlice>* out) {
   }
 }
 
-size_t Zero1Optimizer::state_bytes() const { return static_cast<size_t>(shard_numel_) * sizeof(float) * state_.size(); }
+size_t Zero1Optimizer::state_bytes() const {
+  return static_cast<size_t>(shard_numel_) * DTypeSize(opts_.state_dtype) * state_.size();
+}
 
 size_t Zero1Optimizer::shard_buffer_bytes() const {
   size_t bytes = 0;
-  for (const Tensor* t : {&grad_pad_, &param_pad_, &sum_squares_, &norm_, &clip_coef_}) bytes += t->nbytes();
+  for (const Tensor* t : {&grad_pad_, &param_pad_, &state_pad_, &sum_squares_, &norm_, &clip_coef_})
+    bytes += t->nbytes();
   return bytes;
 }
 

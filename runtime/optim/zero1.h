@@ -52,6 +52,10 @@
 // every rank (a collective: all ranks must call it); LoadState takes this rank's slices of full
 // tensors saved by Optimizer or Zero1Optimizer at any world size.
 //
+// State dtype: the shards are f32, or bf16 with optim.state_dtype bf16 (AdamW: each range's update draws its
+// stochastic rounding bits by the element's index in the whole buffer, so the shards round as a replicated
+// optimizer's state would for the same f32 values). Params must be f32 (train.master_weights bf16 is refused).
+//
 // Equivalence: with W ranks the result equals GradientReducer (average) + Optimizer on the full
 // buffer except (a) reduce-scatter may sum in another order than all-reduce (bitwise equal for MPI
 // with 2 ranks) and (b) the norm is a sum of per-bucket, per-rank partial sums, each added into an
@@ -138,11 +142,11 @@ class Zero1Optimizer {
   const OptimizerOptions& options() const { return opts_; }
 
   // The full optimizer state as Optimizer::state() names it (the algorithm's state names, in order), each a new
-  // flat f32 tensor of the model's numel on ctx's device,
+  // flat tensor (optim.state_dtype: f32 or bf16) of the model's numel on ctx's device,
   // filled on EVERY rank. A collective. Queued like Step: the compute stream waits for the gathers,
   // so a copy queued on it afterwards reads the complete state.
   Status GatherState(std::vector<std::pair<std::string, Tensor>>* full);
-  // Takes this rank's slices of full flat f32 tensors (any device; names as above, all required).
+  // Takes this rank's slices of full flat tensors of the state's dtype (any device; names as above, all required).
   // Synchronizes the compute stream before returning, so `full` may be freed afterwards. No collective.
   Status LoadState(const std::map<std::string, Tensor>& full);
   // Where LoadState puts each full state file's elements ("exp_avg.bin", ...): one slice per bucket this rank owns
@@ -152,7 +156,8 @@ class Zero1Optimizer {
   // Bytes of optimizer state held by this rank (a shard of each state tensor).
   size_t state_bytes() const;
   // Bytes of the other buffers this object allocates on ctx's device: the tiny bucket's padded grad
-  // and param buffers (world elements each, only when numel % world != 0) and three f32 scalars —
+  // and param buffers (world elements each, only when numel % world != 0; a third for bf16 state) and three f32
+  // scalars —
   // well under 1 KiB. (Per-call temporaries, e.g. SumSquares' workspace, come from the allocator.)
   size_t shard_buffer_bytes() const;
   // Elements of each state shard on this rank (sum of the buckets' shard_numel).
@@ -192,10 +197,12 @@ class Zero1Optimizer {
   int rank_ = 0, world_ = 1;
   std::vector<Zero1Bucket> buckets_;
   int64_t shard_numel_ = 0;
-  std::vector<Tensor> state_;              // one per spec_->state_names, in the shard layout
-  Tensor grad_pad_, param_pad_;            // the tiny bucket's padded buffers (world elements)
-  Tensor sum_squares_, norm_, clip_coef_;  // device scalars
-  bool has_norm_ = false;                   // norm_ was written by a Step (only with grad_clip or loss scaling)
+  std::vector<Tensor> state_;                      // one per spec_->state_names, in the shard layout
+  Tensor grad_pad_, param_pad_;                    // the tiny bucket's padded buffers (world elements)
+  Tensor state_pad_;                               // ... of bf16 state (optim.state_dtype bf16), for GatherState
+  const Tensor& PadFor(const Tensor& full) const;  // the padded buffer of full's dtype
+  Tensor sum_squares_, norm_, clip_coef_;          // device scalars
+  bool has_norm_ = false;                          // norm_ was written by a Step (only with grad_clip or loss scaling)
   DeviceTrace* trace_ = nullptr;
   int64_t step_ = 0;
 

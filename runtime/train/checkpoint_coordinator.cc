@@ -11,6 +11,7 @@
 #include "core/clock.h"
 #include "core/logging.h"
 #include "core/nvtx.h"
+#include "runtime/checkpoint/dtype_convert.h"
 #include "runtime/checkpoint/preemption.h"
 #include "runtime/checkpoint/resume_plan.h"
 #include "runtime/checkpoint/store_owner.h"
@@ -134,6 +135,7 @@ Status CheckpointCoordinator::Resume(ResumePoint* at) {
   const int64_t numel = model.params().numel();
   std::vector<StateSlice> slices;
   parts_.updater->StateSlices(&slices);
+  // (bf16 params or state: the f32 files are narrowed chunk by chunk on their way, restore_sink.h.)
   slices.push_back({"params.bin", numel, 0, numel, &model.params(), 0});
   std::unique_ptr<RestoreSink> sink;
   DT_RETURN_IF_ERROR(RestoreSink::Create(std::move(slices), ctx.is_cuda() ? ctx.device_index() : -1,
@@ -225,9 +227,20 @@ Status CheckpointCoordinator::Restore(const LoadedCheckpoint& ck, RestoreSink& s
                                      " values but this model has " + std::to_string(dst->numel()) +
                                      ": the checkpoint belongs to another model (its config is in the manifest)");
     }
-    return dst->CopyFrom(it->second, ctx.stream());
+    return CopyF32Into(ctx, it->second, dst);  // the files are f32; a bf16 dst is rounded to nearest even
   };
   if (sink.in_place().count("params.bin") == 0) DT_RETURN_IF_ERROR(copy_in("params.bin", &model.params()));
+  // Checkpoints hold f32 values (dtype_convert.h); the manifest names the dtypes the saving run kept ("" = f32). A
+  // resume into other dtypes converts (above for the params, in RestoreState for the state) and says so once.
+  auto note = [&](const std::string& what, const std::string& saved, DType now, const char* key) {
+    const std::string was = saved.empty() ? "f32" : saved, is = DTypeName(now);
+    if (rank_ != 0 || was == is) return;
+    DT_LOG_INFO(kRuntime, "{}: {} saved as {}, this run keeps {} in {} ({}): converted{}", ck.dir, what, was,
+                what == "parameters" ? "them" : "it", is, key,
+                is == "bf16" ? " (rounded to nearest even)" : " (exactly)");
+  };
+  note("parameters", m.param_dtype(), model.params().dtype(), "train.master_weights");
+  note("optimizer state", m.state_dtype(), parts_.updater->options().state_dtype, "optim.state_dtype");
   // The optimizer state (saved full, by any strategy at any world size; in place unless it did not fit), its update
   // count and the loss scaler.
   DT_RETURN_IF_ERROR(parts_.updater->RestoreState(m, files, ck.dir, sink.in_place()));
@@ -283,6 +296,7 @@ proto::CheckpointManifest CheckpointCoordinator::BuildManifest(const StepPoint& 
     s->set_offset(info.offset);
     s->set_numel(info.numel);
   }
+  m.set_param_dtype(DTypeName(parts_.model->params().dtype()));
   m.set_config_yaml(ConfigToYaml(cfg));
   m.set_dtrain_version(DTRAIN_VERSION);
   m.set_created_unix_ms(static_cast<int64_t>(1e3 * WallSeconds()));
@@ -312,8 +326,20 @@ Status CheckpointCoordinator::Save(const StepPoint& p, bool sync) {
   double alloc_wait_s = 0;
   if (!snapshot_checked_) DT_RETURN_IF_ERROR(TakeSnapshotBuffers(sources, &alloc_wait_s));
   // D2H on the compute stream: ordered after this step's update, before the next step's.
-  for (size_t i = 0; i < sources.size(); ++i)
-    DT_RETURN_IF_ERROR(snapshot_[i].second.CopyFrom(*sources[i].second, ctx.stream()));
+  // bf16 sources (params, optimizer state) land in the first half of their f32 buffer; the write job widens them
+  // (the files are f32: runtime/checkpoint/dtype_convert.h).
+  std::vector<int64_t> widen;  // snapshot indices to widen
+  for (size_t i = 0; i < sources.size(); ++i) {
+    Tensor& dst = snapshot_[i].second;
+    const Tensor& src = *sources[i].second;
+    if (src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32 && src.numel() == dst.numel()) {
+      Tensor half = Tensor::Wrap(dst.data(), {src.numel()}, DType::kBF16, DeviceType::kCPU);
+      DT_RETURN_IF_ERROR(half.CopyFrom(src, ctx.stream()));
+      widen.push_back(static_cast<int64_t>(i));
+    } else {
+      DT_RETURN_IF_ERROR(dst.CopyFrom(src, ctx.stream()));
+    }
+  }
 #if DT_HAVE_CUDA
   if (ctx.is_cuda()) {
     if (!snapshot_done_) {
@@ -323,13 +349,15 @@ Status CheckpointCoordinator::Save(const StepPoint& p, bool sync) {
     DT_RETURN_IF_ERROR(snapshot_done_->Record(ctx.stream()));
   }
 #endif
-  auto job = [this, manifest = std::move(built)]() -> Status {
+  auto job = [this, manifest = std::move(built), widen = std::move(widen)]() -> Status {
 #if DT_HAVE_CUDA
     if (parts_.ctx->is_cuda()) {
       DT_CUDA_CHECK(cudaSetDevice(parts_.ctx->device_index()));  // the writer thread's device
       DT_RETURN_IF_ERROR(snapshot_done_->Synchronize());         // sync point: the snapshot copies are done
     }
 #endif
+    // (After the snapshot copies: CPU copies are synchronous, CUDA ones waited for above.)
+    for (int64_t i : widen) WidenBf16InPlace(snapshot_[i].second.data(), snapshot_[i].second.numel());
     const double w0 = MonotonicSeconds();
     std::vector<CheckpointBlob> blobs;
     uint64_t bytes = 0;

@@ -44,7 +44,20 @@ Status CheckModelKind(const proto::Config& cfg) {
 Status BuildModel(const proto::Config& cfg, DeviceContext& ctx, std::unique_ptr<models::Model>* out) {
   const models::ModelSpec* spec = nullptr;
   DT_RETURN_IF_ERROR(FindModelSpec(cfg, &spec));
-  return spec->build(cfg, ctx, out);
+  DT_RETURN_IF_ERROR(spec->build(cfg, ctx, out));
+  // A model that reads train.master_weights (llama) checks it itself; any other keeps f32 masters and refuses bf16.
+  const DType want = cfg.train().master_weights() == "bf16" ? DType::kBF16 : DType::kF32;
+  if ((*out)->params().dtype() != want) {
+    const std::string kind = cfg.model().kind();
+    out->reset();
+    return Status::InvalidArgument("train.master_weights: " + cfg.train().master_weights() +
+                                   " is not supported by "
+                                   "model.kind " +
+                                   kind +
+                                   " (bf16 masters: model.kind llama with train.precision "
+                                   "bf16 on CUDA; fp32 otherwise)");
+  }
+  return Status::OK();
 }
 
 int64_t TokensPerSample(const proto::Config& cfg) {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "runtime/checkpoint/dtype_convert.h"
 #if DT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -49,7 +50,7 @@ Status RestoreSink::Begin(const proto::CheckpointManifest& m) {
     if (!fits) r.slices.clear();  // another model's file: into a host buffer, for the trainer to report
     if (r.slices.size() == 1) {
       const StateSlice& s = *r.slices[0];
-      if (s.file_offset == 0 && s.numel == numel && !s.dst->is_cuda()) {
+      if (s.file_offset == 0 && s.numel == numel && !s.dst->is_cuda() && s.dst->dtype() == DType::kF32) {
         r.direct = static_cast<char*>(s.dst->data()) + s.dst_offset * sizeof(float);
       }
     }
@@ -136,7 +137,7 @@ Status RestoreSink::Release(size_t file, uint64_t offset, uint64_t size, char* b
 }
 
 // Copies the part of chunk [offset, offset + size) of route r that each slice takes out of the slot.
-Status RestoreSink::CopyOut(const Route& r, uint64_t offset, uint64_t size, const char* buf, Slot* slot) {
+Status RestoreSink::CopyOut(const Route& r, uint64_t offset, uint64_t size, char* buf, Slot* slot) {
 #if DT_HAVE_CUDA
   bool to_device = false;
 #endif
@@ -145,17 +146,31 @@ Status RestoreSink::CopyOut(const Route& r, uint64_t offset, uint64_t size, cons
     const uint64_t lo = std::max(offset, first);
     const uint64_t hi = std::min(offset + size, first + static_cast<uint64_t>(s->numel) * sizeof(float));
     if (lo >= hi) continue;
-    char* dst = static_cast<char*>(s->dst->data()) + s->dst_offset * sizeof(float) + (lo - first);
+    char* src = buf + (lo - offset);
+    uint64_t bytes = hi - lo;
+    char* dst = static_cast<char*>(s->dst->data());
+    if (s->dst->dtype() == DType::kBF16) {
+      // f32 file values into bf16 state: narrowed in the slot (this slice's bytes only; slices never overlap).
+      if ((lo - first) % sizeof(float) != 0 || bytes % sizeof(float) != 0) {
+        return Status::InvalidArgument("RestoreSink: a chunk of " + r.name +
+                                       " ends inside an f32 value (chunk sizes must be multiples of 4 bytes)");
+      }
+      NarrowF32ToBf16InPlace(src, static_cast<int64_t>(bytes / sizeof(float)));
+      bytes /= 2;
+      dst += (s->dst_offset + static_cast<int64_t>((lo - first) / sizeof(float))) * sizeof(uint16_t);
+    } else {
+      dst += s->dst_offset * sizeof(float) + (lo - first);
+    }
     touched_ = true;
 #if DT_HAVE_CUDA
     if (s->dst->is_cuda()) {
       if (!to_device) DT_CUDA_CHECK(cudaSetDevice(device_));  // a reader thread: the state's device
       to_device = true;
-      DT_CUDA_CHECK(cudaMemcpyAsync(dst, buf + (lo - offset), hi - lo, cudaMemcpyHostToDevice, copy_stream_.get()));
+      DT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, copy_stream_.get()));
       continue;
     }
 #endif
-    std::memcpy(dst, buf + (lo - offset), hi - lo);
+    std::memcpy(dst, src, bytes);
   }
 #if DT_HAVE_CUDA
   if (to_device) DT_RETURN_IF_ERROR(slot->copied.Record(copy_stream_.get()));

@@ -13,7 +13,9 @@
 //     slices — cudaMemcpyAsync on a copy stream of the sink's own for device tensors (the buffer is reused once
 //     that copy is done), memcpy for host ones.
 // Every other file (no slices, or another size: the trainer then reports the mismatch) is read into a host buffer
-// of its own (Files()), never zero-filled.
+// of its own (Files()), never zero-filled. A slice into a bf16 tensor (bf16 params or optimizer state: the files hold
+// f32, runtime/checkpoint/dtype_convert.h) always goes through the staging buffers, where each chunk's part is
+// rounded to nearest even in place before it is copied on.
 //
 // A failed Load restores nothing, but chunks written before the failure was known are in the state by then:
 // touched() says so, and the trainer initialises the state again when no checkpoint loads in the end (a later Load
@@ -85,7 +87,7 @@ class RestoreSink : public LoadSink {
       : slices_(std::move(slices)), device_(device), alloc_(alloc), slot_bytes_(slot_bytes), max_slots_(max_slots) {}
   Status TakeSlot(Slot** out);
   void GiveSlot(Slot* slot);
-  Status CopyOut(const Route& r, uint64_t offset, uint64_t size, const char* buf, Slot* slot);
+  Status CopyOut(const Route& r, uint64_t offset, uint64_t size, char* buf, Slot* slot);
 
   const std::vector<StateSlice> slices_;
   [[maybe_unused]] const int device_;  // (read by the CUDA path only)

@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "core/clock.h"
 #include "core/nvtx.h"
+#include "runtime/checkpoint/dtype_convert.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/config/config.h"
 #include "runtime/observe/step_breakdown.h"
@@ -535,9 +536,13 @@ Status Trainer::RunLoop(TrainSummary* summary) {
 
 Status Trainer::ExportParams(const std::string& path) {
   std::vector<float> flat(model_->params().numel());
-  Tensor host = Tensor::Wrap(flat.data(), {model_->params().numel()}, DType::kF32, DeviceType::kCPU);
+  // bf16 masters (train.master_weights) are written as F32, widened exactly (runtime/checkpoint/dtype_convert.h).
+  const bool bf16 = model_->params().dtype() == DType::kBF16;
+  Tensor host =
+      Tensor::Wrap(flat.data(), {model_->params().numel()}, bf16 ? DType::kBF16 : DType::kF32, DeviceType::kCPU);
   DT_RETURN_IF_ERROR(host.CopyFrom(model_->params(), ctx_.stream()));
   DT_RETURN_IF_ERROR(ctx_.Synchronize());
+  if (bf16) WidenBf16InPlace(flat.data(), model_->params().numel());
   std::vector<NamedTensor> tensors;
   for (const models::ParamInfo& p : model_->param_infos()) {
     tensors.push_back(
@@ -576,7 +581,7 @@ Status Trainer::ImportParams(const std::string& path) {
                                    " unknown in all)");
   }
   Tensor host = Tensor::Wrap(flat.data(), {model_->params().numel()}, DType::kF32, DeviceType::kCPU);
-  DT_RETURN_IF_ERROR(model_->params().CopyFrom(host, ctx_.stream()));
+  DT_RETURN_IF_ERROR(CopyF32Into(ctx_, host, &model_->params()));  // bf16 masters: rounded to nearest even
   DT_RETURN_IF_ERROR(ctx_.Synchronize());
   if (rank_ == 0) DT_LOG_INFO(kRuntime, "parameters initialised from {} ({} tensors)", path, tensors.size());
   return Status::OK();

@@ -604,6 +604,66 @@ TEST(LlamaCuda, Bf16MatchesCpuF32) {
   }
 }
 
+// bf16 master weights (train.master_weights bf16): the params are the bf16 GEMM weights, the grads f32. From the same
+// init, the first step equals the f32-master bf16 step bit for bit (the f32 masters' bf16 copy is the same RNE rounding
+// of the same draws; the RMSNorm weights start at 1, exact in bf16, and the embedding rows are the same bf16 values).
+// Then 20 AdamW steps each (f32 state; the bf16 masters rounded stochastically) on one fixed batch: both memorize it,
+// and the bf16-master loss stays within 0.1 of the f32-master loss.
+TEST(LlamaCuda, Bf16MastersStepMatchesF32MastersAndTrains) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  double losses[2][2] = {};  // [bf16 masters][first, last]
+  std::vector<double> first_grads[2];
+  for (int masters16 = 0; masters16 < 2; ++masters16) {
+    LlamaOptions o = Small();
+    o.precision = Precision::kBf16;
+    o.bf16_masters = masters16 == 1;
+    std::unique_ptr<Llama> m;
+    DT_ASSERT_OK(Llama::Create(*gpu, o, 2, 128, &m));
+    EXPECT_EQ(m->params().dtype(), masters16 ? DType::kBF16 : DType::kF32);
+    EXPECT_EQ(m->grads().dtype(), DType::kF32);
+    DT_ASSERT_OK(m->InitParams(21));
+    Batch batch;
+    ASSERT_NO_FATAL_FAILURE(MakeBatch(*gpu, 2, 128, o.vocab_size, 17, &batch));
+    const int64_t np = m->params().numel();
+    Tensor exp_avg, exp_avg_sq;
+    DT_ASSERT_OK(MakeTensor(*gpu, DType::kF32, {np}, std::vector<double>(np, 0.0), &exp_avg));
+    DT_ASSERT_OK(MakeTensor(*gpu, DType::kF32, {np}, std::vector<double>(np, 0.0), &exp_avg_sq));
+    double loss = 0;
+    std::vector<double> grads;
+    for (int step = 1; step <= 20; ++step) {
+      ASSERT_NO_FATAL_FAILURE(Step(*gpu, *m, batch, &loss, &grads));
+      if (step == 1) {
+        losses[masters16][0] = loss;
+        first_grads[masters16] = grads;
+      }
+      ops::AdamWHyper h;
+      h.lr = 1e-2;
+      h.beta2 = 0.95;
+      h.step = step;
+      h.sr_seed = 5;
+      DT_ASSERT_OK(ops::AdamWUpdate(*gpu, h, &m->params(), m->grads(), &exp_avg, &exp_avg_sq));
+    }
+    losses[masters16][1] = loss;
+  }
+  EXPECT_EQ(losses[1][0], losses[0][0]);
+  EXPECT_EQ(first_grads[1], first_grads[0]);
+  EXPECT_LT(losses[0][1], losses[0][0] - 1.0);
+  EXPECT_NEAR(losses[1][1], losses[0][1], 0.1) << "first " << losses[0][0];
+}
+
+TEST(Llama, Bf16MastersNeedBf16OnCuda) {
+  auto cpu = Cpu();
+  std::unique_ptr<Llama> m;
+  LlamaOptions o = Tiny();
+  o.bf16_masters = true;
+  const Status st = Llama::Create(*cpu, o, 1, 8, &m);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("train.master_weights bf16 needs train.precision bf16"), std::string::npos)
+      << st.ToString();
+}
+
 #if DT_HAVE_CUDA
 // The bf16 step (zero grads, forward, fused classifier, backward) captured once as a CUDA graph and replayed gives the
 // eager step's loss and gradients bit for bit: nothing in Forward/Backward syncs the host or allocates outside the

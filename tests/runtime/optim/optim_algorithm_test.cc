@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "models/mlp.h"
+#include "runtime/optim/optimizer.h"
 #include "runtime/optim/parameter_updater.h"
 #include "tests/testing/grad_check.h"
 
@@ -118,62 +119,116 @@ TEST(OptimAlgorithm, StagedConstantsFitTheBuffer) {
 }
 
 // ZeRO-1 updates each rank's owned ranges separately: for every algorithm, the update of a buffer cut into
-// uneven ranges must be bitwise the update of the whole buffer, step after step (with a gradient scale).
+// uneven ranges must be bitwise the update of the whole buffer, step after step (with a gradient scale); with bf16
+// state too (bf16_storage algorithms), whose stochastic rounding draws by the range's offset in the whole buffer.
 TEST(OptimAlgorithm, RangesUpdateLikeTheWholeBuffer) {
   auto ctx = CpuContext();
   constexpr int64_t kN = 37;
   const int64_t cuts[] = {0, 5, 6, 30, kN};  // ranges of 5, 1, 24 and 7 elements
   for (const std::string& name : OptimAlgorithmNames()) {
-    SCOPED_TRACE(name);
-    OptimizerOptions o;
-    o.name = name;
-    o.weight_decay = 0.05;
-    auto whole = Make(o), cut = Make(o);
-    ASSERT_TRUE(whole && cut);
-    const size_t ns = FindOptimAlgorithm(name)->state_names.size();
-    std::vector<Tensor> pw(1), pc(1), sw(ns), sc(ns);
-    Tensor scale;
-    const auto p0 = testing::RandomVector(kN, 1);
-    DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {kN}, p0, &pw[0]));
-    DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {kN}, p0, &pc[0]));
-    DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {1}, {0.5}, &scale));
-    for (size_t i = 0; i < ns; ++i) {
-      DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {kN}, std::vector<double>(kN, 0.0), &sw[i]));
-      DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {kN}, std::vector<double>(kN, 0.0), &sc[i]));
-    }
-    for (int step = 1; step <= 3; ++step) {
-      Tensor g;
-      DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {kN}, testing::RandomVector(kN, 10 + step), &g));
-      whole->Prepare(0.01 * step, step, nullptr);
-      cut->Prepare(0.01 * step, step, nullptr);
-      std::vector<Tensor*> state;
-      for (Tensor& t : sw) state.push_back(&t);
-      DT_ASSERT_OK(whole->Update(*ctx, &pw[0], g, state, &scale, nullptr, nullptr));
-      for (size_t r = 0; r + 1 < std::size(cuts); ++r) {
-        const int64_t first = cuts[r], count = cuts[r + 1] - cuts[r];
-        Tensor p, gv;
-        std::vector<Tensor> views(ns);
-        std::vector<Tensor*> vs;
-        DT_ASSERT_OK(pc[0].View(first, {count}, &p));
-        DT_ASSERT_OK(g.View(first, {count}, &gv));
-        for (size_t i = 0; i < ns; ++i) {
-          DT_ASSERT_OK(sc[i].View(first, {count}, &views[i]));
-          vs.push_back(&views[i]);
+    for (DType state_dtype : {DType::kF32, DType::kBF16}) {
+      if (state_dtype == DType::kBF16 && !FindOptimAlgorithm(name)->bf16_storage) continue;
+      SCOPED_TRACE(name + " state " + DTypeName(state_dtype));
+      OptimizerOptions o;
+      o.name = name;
+      o.weight_decay = 0.05;
+      o.state_dtype = state_dtype;
+      o.seed = 3;
+      auto whole = Make(o), cut = Make(o);
+      ASSERT_TRUE(whole && cut);
+      const size_t ns = FindOptimAlgorithm(name)->state_names.size();
+      std::vector<Tensor> pw(1), pc(1), sw(ns), sc(ns);
+      Tensor scale;
+      const auto p0 = testing::RandomVector(kN, 1);
+      DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {kN}, p0, &pw[0]));
+      DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {kN}, p0, &pc[0]));
+      DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {1}, {0.5}, &scale));
+      for (size_t i = 0; i < ns; ++i) {
+        DT_ASSERT_OK(testing::MakeTensor(*ctx, state_dtype, {kN}, std::vector<double>(kN, 0.0), &sw[i]));
+        DT_ASSERT_OK(testing::MakeTensor(*ctx, state_dtype, {kN}, std::vector<double>(kN, 0.0), &sc[i]));
+      }
+      for (int step = 1; step <= 3; ++step) {
+        Tensor g;
+        DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {kN}, testing::RandomVector(kN, 10 + step), &g));
+        whole->Prepare(0.01 * step, step, nullptr);
+        cut->Prepare(0.01 * step, step, nullptr);
+        std::vector<Tensor*> state;
+        for (Tensor& t : sw) state.push_back(&t);
+        DT_ASSERT_OK(whole->Update(*ctx, &pw[0], g, state, &scale, nullptr, nullptr));
+        for (size_t r = 0; r + 1 < std::size(cuts); ++r) {
+          const int64_t first = cuts[r], count = cuts[r + 1] - cuts[r];
+          Tensor p, gv;
+          std::vector<Tensor> views(ns);
+          std::vector<Tensor*> vs;
+          DT_ASSERT_OK(pc[0].View(first, {count}, &p));
+          DT_ASSERT_OK(g.View(first, {count}, &gv));
+          for (size_t i = 0; i < ns; ++i) {
+            DT_ASSERT_OK(sc[i].View(first, {count}, &views[i]));
+            vs.push_back(&views[i]);
+          }
+          DT_ASSERT_OK(cut->Update(*ctx, &p, gv, vs, &scale, nullptr, nullptr, /*offset=*/first));
         }
-        DT_ASSERT_OK(cut->Update(*ctx, &p, gv, vs, &scale, nullptr, nullptr));
+      }
+      std::vector<double> a, b;
+      DT_ASSERT_OK(testing::Fetch(*ctx, pw[0], &a));
+      DT_ASSERT_OK(testing::Fetch(*ctx, pc[0], &b));
+      EXPECT_EQ(a, b);
+      EXPECT_GT(testing::MaxAbsDiff(a, p0), 1e-3) << "the updates moved the parameters";
+      for (size_t i = 0; i < ns; ++i) {
+        DT_ASSERT_OK(testing::Fetch(*ctx, sw[i], &a));
+        DT_ASSERT_OK(testing::Fetch(*ctx, sc[i], &b));
+        EXPECT_EQ(a, b) << FindOptimAlgorithm(name)->state_names[i];
       }
     }
-    std::vector<double> a, b;
-    DT_ASSERT_OK(testing::Fetch(*ctx, pw[0], &a));
-    DT_ASSERT_OK(testing::Fetch(*ctx, pc[0], &b));
-    EXPECT_EQ(a, b);
-    EXPECT_GT(testing::MaxAbsDiff(a, p0), 1e-3) << "the updates moved the parameters";
-    for (size_t i = 0; i < ns; ++i) {
-      DT_ASSERT_OK(testing::Fetch(*ctx, sw[i], &a));
-      DT_ASSERT_OK(testing::Fetch(*ctx, sc[i], &b));
-      EXPECT_EQ(a, b) << FindOptimAlgorithm(name)->state_names[i];
+  }
+}
+
+// bf16 storage (optim.state_dtype, train.master_weights) is for algorithms whose spec has bf16_storage (AdamW);
+// the others are refused with the key and the algorithm named.
+TEST(OptimAlgorithm, Bf16StorageOnlyWhereTheSpecTakesIt) {
+  const OptimAlgorithmSpec* spec = nullptr;
+  std::unique_ptr<OptimAlgorithm> algo;
+  for (const std::string& name : OptimAlgorithmNames()) {
+    const bool takes = FindOptimAlgorithm(name)->bf16_storage;
+    for (int which = 0; which < 2; ++which) {
+      OptimizerOptions o;
+      o.name = name;
+      (which == 0 ? o.state_dtype : o.param_dtype) = DType::kBF16;
+      const Status st = CreateOptimAlgorithm(o, &spec, &algo);
+      EXPECT_EQ(st.ok(), takes) << name << " " << which << ": " << st.ToString();
+      if (!takes) {
+        const std::string key = which == 0 ? "optim.state_dtype bf16" : "train.master_weights bf16";
+        EXPECT_NE(st.message().find(key + " is not supported by optim.name " + name), std::string::npos)
+            << st.message();
+      }
     }
   }
+  EXPECT_TRUE(FindOptimAlgorithm("adamw")->bf16_storage);
+  OptimizerOptions f16;
+  f16.state_dtype = DType::kF16;
+  EXPECT_EQ(CreateOptimAlgorithm(f16, &spec, &algo).code(), Status::Code::kInvalidArgument);
+}
+
+// The replicated optimizer allocates its state in optim.state_dtype and steps f32 params with it (CPU).
+TEST(Optimizer, KeepsStateInTheStateDtype) {
+  auto ctx = CpuContext();
+  OptimizerOptions o;
+  o.lr = 0.1;
+  o.state_dtype = DType::kBF16;
+  std::unique_ptr<Optimizer> opt;
+  DT_ASSERT_OK(Optimizer::Create(*ctx, o, 8, &opt));
+  for (const auto& [name, t] : opt->state()) EXPECT_EQ(t->dtype(), DType::kBF16) << name;
+  Tensor p, g;
+  DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {8}, std::vector<double>(8, 1.0), &p));
+  DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {8}, std::vector<double>(8, 0.5), &g));
+  DT_ASSERT_OK(opt->Step(*ctx, p, g, 0.1));
+  std::vector<double> after;
+  DT_ASSERT_OK(testing::Fetch(*ctx, p, &after));
+  for (double x : after) EXPECT_NEAR(x, 0.9, 1e-6);  // AdamW's first step: lr * sign(g)
+  // Params of another dtype than the options' param_dtype are refused.
+  Tensor p16;
+  DT_ASSERT_OK(Tensor::Empty({8}, DType::kBF16, ctx->allocator(), &p16));
+  EXPECT_EQ(opt->Step(*ctx, p16, g, 0.1).code(), Status::Code::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,0 +1,75 @@
+#pragma once
+// f32 -> bf16 rounding shared by CPU references and CUDA kernels (host and device inline functions on raw bits, so
+// both give the same bf16 for the same f32, bit for bit):
+//   RoundBf16Rne(x): round to nearest even, NaN stays a quiet NaN (CUDA's __float2bfloat16_rn, comm/bf16.h).
+//   RoundBf16Sr(x, r): stochastic rounding with 16 random bits r: the f32 bit pattern plus r, truncated to its top
+//     16 bits. A finite x between two neighbouring bf16 values lo < x < hi (same sign) becomes the one further from
+//     zero with probability (x's 16 dropped bits) / 2^16 = |x - near| / (hi - lo), so E[RoundBf16Sr(x, r)] = x for
+//     r uniform on [0, 2^16): unbiased, unlike round-to-nearest, where an update smaller than half a bf16 ulp (2^-9
+//     relative) is lost every time. inf and NaN round as RoundBf16Rne; a finite x past the largest bf16 may round
+//     to inf (the next value up).
+//   SrBits(key, index): 64 counter-based random bits: output number `index` of a SplitMix64 stream whose state
+//     starts at `key` (Steele et al. 2014: state += golden gamma, then the Stafford variant-13 finaliser). No state is
+//     kept anywhere: any element's bits follow from (key, index) alone, so a kernel, its CPU reference and any cut of
+//     the buffer into ranges draw the same bits.
+//   SrKey(seed, step): the per-update key, SplitMix64's finaliser of seed xor the finaliser of step.
+// Thread-safety: pure functions.
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define DT_BF16_HD __host__ __device__ __forceinline__
+#else
+#define DT_BF16_HD inline
+#endif
+
+namespace dtrain::ops {
+
+DT_BF16_HD uint32_t F32Bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  return u;
+#endif
+}
+
+DT_BF16_HD float Bf16BitsToF32(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+#endif
+}
+
+DT_BF16_HD uint16_t RoundBf16Rne(float x) {
+  uint32_t u = F32Bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+DT_BF16_HD uint16_t RoundBf16Sr(float x, uint32_t r16) {
+  const uint32_t u = F32Bits(x);
+  if ((u & 0x7f800000u) == 0x7f800000u) return RoundBf16Rne(x);  // inf, NaN
+  return static_cast<uint16_t>((u + (r16 & 0xffffu)) >> 16);
+}
+
+DT_BF16_HD uint64_t SplitMix64Finalize(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+DT_BF16_HD uint64_t SrBits(uint64_t key, uint64_t index) {
+  return SplitMix64Finalize(key + (index + 1) * 0x9e3779b97f4a7c15ull);
+}
+
+DT_BF16_HD uint64_t SrKey(uint64_t seed, uint64_t step) { return SplitMix64Finalize(seed ^ SplitMix64Finalize(step)); }
+
+}  // namespace dtrain::ops
