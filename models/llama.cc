@@ -7,7 +7,6 @@
 
 #include "core/check.h"
 #include "core/nvtx.h"
-#include "core/random.h"
 #include "kernels/attention.h"
 #include "kernels/bf16_round.h"
 #include "kernels/elementwise.h"
@@ -18,6 +17,7 @@
 #include "kernels/softmax_xent.h"
 #include "kernels/swiglu.h"
 #include "models/chunked_classifier.h"
+#include "models/param_init.h"
 
 namespace dtrain::models {
 
@@ -114,21 +114,15 @@ Status Llama::InitParams(uint64_t seed) {
   // Generated on the host straight into the staging buffer, so every device and dtype starts from the same values.
   Tensor staging;
   DT_RETURN_IF_ERROR(Tensor::Empty({params_.numel()}, opts_.dtype, ctx_.host_allocator(), &staging));
-  const bool f64 = opts_.dtype == DType::kF64;
-  NormalSampler normal(seed);
   const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(opts_.n_layer));
-  for (const ParamInfo& p : infos_) {
-    const bool is_norm = EndsWith(p.name, "norm.weight");
-    const bool is_proj = EndsWith(p.name, "o_proj.weight") || EndsWith(p.name, "down_proj.weight");
-    for (int64_t k = 0; k < p.numel; ++k) {
-      const double v = is_norm ? 1.0 : normal.Next() * (is_proj ? proj_std : 0.02);
-      if (f64) {
-        staging.data<double>()[p.offset + k] = v;
-      } else {
-        staging.data<float>()[p.offset + k] = static_cast<float>(v);
-      }
-    }
-  }
+  DT_RETURN_IF_ERROR(FillParamInit(
+      infos_,
+      [&](const ParamInfo& p) -> ParamInit {
+        if (EndsWith(p.name, "norm.weight")) return {false, 1.0};
+        const bool is_proj = EndsWith(p.name, "o_proj.weight") || EndsWith(p.name, "down_proj.weight");
+        return {true, is_proj ? proj_std : 0.02};
+      },
+      seed, &staging));
   if (opts_.bf16_masters) {
     // bf16 masters: the f32 draws rounded to nearest even on the host (the same values on every device).
     Tensor staging16;
