@@ -62,7 +62,7 @@ RULES = [
     (r"^openssl rand -hex 32 > secret && chmod 600 secret$", "run", 30),
     (r"--nproc-per-node gpu", "skip", GPU),
     (r"^(\w+=\S+ )*bench/(device_session|allreduce|hf_parity)\.sh", "skip", GPU + " (the benchmark machine)"),
-    (r"configs/(smollm2_360m|llama3_1b)\.yaml", "skip", GPU + " (bf16 Llama shapes of 360M and 1.2B parameters)"),
+    (r"configs/(smollm2_360m|llama3_1b|llama3_3b|llama3_8b)\.yaml", "skip", GPU + " (bf16 Llama shapes of 360M to 8B parameters)"),
     (r"^mpirun -np 2 build/dtrain bench allreduce --max-bytes 1G", "skip",
      "sized for GPUs: up to 1 GiB on 2 CPU ranks takes ~3 minutes here (tests/launcher/bench_allreduce_test.cc "
      "runs `mpirun -np 2 dtrain bench allreduce` with small sizes)"),

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/llama_text.h"
 #include "tests/testing/safetensors_diff.h"
 #include "tests/testing/subprocess.h"
 
@@ -20,32 +21,6 @@ namespace dtrain::testing {
 namespace {
 
 const std::string kConfig = std::string(DT_SOURCE_DIR) + "/configs/llama_tiny.yaml";
-
-// Byte tokens of a fixed English text (as tests/launcher/llama_e2e_test.cc) in records of 65, into <dir>/tok.
-void MakeData(const std::string& dir) {
-  static const char* const kSentences[] = {"The quick brown fox jumps over the lazy dog. ",
-                                           "A model is one spec, registered by name. ",
-                                           "Gradients are announced in reverse layout order. ",
-                                           "Rotary embeddings rotate pairs of query and key dimensions. ",
-                                           "Grouped-query attention shares each key and value head. ",
-                                           "The checkpoint is written, then sealed, then named latest. ",
-                                           "RMSNorm divides by the root mean square of the row. ",
-                                           "SwiGLU multiplies the SiLU of the gate by the up projection. ",
-                                           "Every rank starts from the same seeded parameters. ",
-                                           "The loss falls as the model learns the statistics of bytes. ",
-                                           "Hugging Face names the projections q, k, v and o. ",
-                                           "A resumed run ends where the uninterrupted run ends. "};
-  std::string text;
-  uint32_t state = 12345;
-  for (int i = 0; i < 1500; ++i) {
-    state = state * 1664525u + 1013904223u;
-    text += kSentences[(state >> 16) % 12];
-  }
-  WriteFile(dir + "/input.txt", text);
-  const ProcessResult r =
-      RunCommand(DtrainBin() + " data convert-text --out " + dir + "/tok --seq-len 64 " + dir + "/input.txt");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-}
 
 // 60 steps, a loss line every 10, a synchronous checkpoint every 30; `state` is optim.state_dtype.
 std::string Args(const std::string& dir, const std::string& run, const std::string& state) {
@@ -63,7 +38,7 @@ std::string LossText(const std::string& line) {
 TEST(LlamaBf16StateE2E, TrainsLikeFp32StateAndResumesExactly) {
   TempDir tmp;
   const std::string d = tmp.path();
-  ASSERT_NO_FATAL_FAILURE(MakeData(d));
+  ASSERT_NO_FATAL_FAILURE(MakeLlamaTextData(d));
 
   const ProcessResult f32 = RunCommand(DtrainBin() + " train " + Args(d, "f32", "fp32"));
   ASSERT_EQ(f32.exit_code, 0) << f32.output;
@@ -102,7 +77,7 @@ TEST(LlamaBf16StateE2E, TrainsLikeFp32StateAndResumesExactly) {
 TEST(LlamaBf16StateE2E, CheckpointsResumeAcrossStateDtypes) {
   TempDir tmp;
   const std::string d = tmp.path();
-  ASSERT_NO_FATAL_FAILURE(MakeData(d));
+  ASSERT_NO_FATAL_FAILURE(MakeLlamaTextData(d));
   // An fp32-state run stopped after its step-30 checkpoint resumes with bf16 state (rounded once), and a bf16-state
   // run's checkpoint resumes with fp32 state (widened exactly); both finish and keep learning.
   for (const auto& [from, to] : {std::pair<std::string, std::string>{"fp32", "bf16"}, {"bf16", "fp32"}}) {
@@ -132,7 +107,7 @@ TEST(LlamaBf16StateE2E, CheckpointsResumeAcrossStateDtypes) {
 TEST(LlamaBf16StateE2E, Zero1ShardsBf16StateLikeReplicated) {
   TempDir tmp;
   const std::string d = tmp.path();
-  ASSERT_NO_FATAL_FAILURE(MakeData(d));
+  ASSERT_NO_FATAL_FAILURE(MakeLlamaTextData(d));
   const std::string common = kConfig + " --set data.dataset=shards --set data.train_shards=" + d +
                              "/tok --set train.max_steps=30 --set train.log_every=10 --set run.tensorboard=false" +
                              " --set dist.bucket_mb=0.05 --set optim.state_dtype=bf16 --set data.batch_size=4" +

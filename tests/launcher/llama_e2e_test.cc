@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "runtime/checkpoint/safetensors.h"
+#include "tests/testing/llama_text.h"
 #include "tests/testing/safetensors_diff.h"
 #include "tests/testing/subprocess.h"
 
@@ -23,33 +24,6 @@ namespace dtrain::testing {
 namespace {
 
 const std::string kConfig = std::string(DT_SOURCE_DIR) + "/configs/llama_tiny.yaml";
-
-// Byte tokens of a fixed English text (the same bytes on every run and checkout: the measured differences below
-// depend on the data) in records of 65 (sequences of 64), into <dir>/tok: 1500 sentences drawn from 12 by an LCG.
-void MakeData(const std::string& dir) {
-  static const char* const kSentences[] = {"The quick brown fox jumps over the lazy dog. ",
-                                           "A model is one spec, registered by name. ",
-                                           "Gradients are announced in reverse layout order. ",
-                                           "Rotary embeddings rotate pairs of query and key dimensions. ",
-                                           "Grouped-query attention shares each key and value head. ",
-                                           "The checkpoint is written, then sealed, then named latest. ",
-                                           "RMSNorm divides by the root mean square of the row. ",
-                                           "SwiGLU multiplies the SiLU of the gate by the up projection. ",
-                                           "Every rank starts from the same seeded parameters. ",
-                                           "The loss falls as the model learns the statistics of bytes. ",
-                                           "Hugging Face names the projections q, k, v and o. ",
-                                           "A resumed run ends where the uninterrupted run ends. "};
-  std::string text;
-  uint32_t state = 12345;
-  for (int i = 0; i < 1500; ++i) {
-    state = state * 1664525u + 1013904223u;
-    text += kSentences[(state >> 16) % 12];
-  }
-  WriteFile(dir + "/input.txt", text);
-  const ProcessResult r =
-      RunCommand(DtrainBin() + " data convert-text --out " + dir + "/tok --seq-len 64 " + dir + "/input.txt");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-}
 
 // 60 steps of llama_tiny on the text, a loss line every 10 steps, a checkpoint every 30 (synchronous: the fault at
 // step 45 cannot race the save).
@@ -67,7 +41,7 @@ std::string LossText(const std::string& line) {
 TEST(LlamaE2E, TinyTrainsResumesExactlyAndExportsToHuggingFace) {
   TempDir tmp;
   const std::string d = tmp.path();
-  ASSERT_NO_FATAL_FAILURE(MakeData(d));
+  ASSERT_NO_FATAL_FAILURE(MakeLlamaTextData(d));
 
   // Uninterrupted: the loss falls from ~ln 256 = 5.55 well below it (byte statistics of English text).
   const ProcessResult full = RunCommand(DtrainBin() + " train " + Args(d, "full"));
@@ -144,7 +118,7 @@ TEST(LlamaE2E, TinyTrainsResumesExactlyAndExportsToHuggingFace) {
 TEST(LlamaE2E, ChunkedLossMatchesTheUnchunkedRun) {
   TempDir tmp;
   const std::string d = tmp.path();
-  ASSERT_NO_FATAL_FAILURE(MakeData(d));
+  ASSERT_NO_FATAL_FAILURE(MakeLlamaTextData(d));
   const std::string common = kConfig + " --set data.dataset=shards --set data.train_shards=" + d +
                              "/tok --set data.test_shards=" + d + "/tok --set train.max_steps=20" +
                              " --set train.log_every=5 --set run.tensorboard=false --set data.batch_size=4" +
@@ -189,7 +163,7 @@ TEST(LlamaE2E, ChunkedLossMatchesTheUnchunkedRun) {
 TEST(LlamaE2E, Zero1OnTwoRanksMatchesReplicatedAndOneRank) {
   TempDir tmp;
   const std::string d = tmp.path();
-  ASSERT_NO_FATAL_FAILURE(MakeData(d));
+  ASSERT_NO_FATAL_FAILURE(MakeLlamaTextData(d));
   const std::string common = kConfig + " --set data.dataset=shards --set data.train_shards=" + d +
                              "/tok --set train.max_steps=30 --set train.log_every=10 --set run.tensorboard=false" +
                              " --set dist.bucket_mb=0.05";
