@@ -243,10 +243,11 @@ TEST(LlamaCpu, GradientMatchesFiniteDifferences) {
   }
 }
 
-// recompute re-runs each layer's forward in backward, recompute_pointwise its RMSNorm outputs and SwiGLU product: the
-// same arithmetic, so bit-identical gradients (also both at once, and with gradients accumulated over two
-// micro-batches); every variant announces every parameter exactly once, in reverse layout order (embed_tokens last;
-// lm_head first when untied).
+// Activation checkpointing: full layers re-run their forward in backward, selective ones their RMSNorm outputs and
+// SwiGLU product: the same arithmetic, so bit-identical gradients for every policy and per-layer mix (full on the first
+// layer only, the other none or selective; full everywhere, selective everywhere), also with gradients accumulated
+// over two micro-batches; every variant announces every parameter exactly once, in reverse layout order (embed_tokens
+// last; lm_head first when untied).
 TEST(LlamaCpu, RecomputeGivesBitIdenticalGradsAndReverseReadyOrder) {
   auto cpu = Cpu();
   for (bool tied : {true, false}) {
@@ -269,12 +270,13 @@ TEST(LlamaCpu, RecomputeGivesBitIdenticalGradsAndReverseReadyOrder) {
     DT_ASSERT_OK(plain->Forward(batch2.inputs, batch2.targets));
     DT_ASSERT_OK(plain->Backward(1.0f, nullptr));
     DT_ASSERT_OK(Fetch(*cpu, plain->grads(), &ga2));
-    for (int variant = 1; variant <= 3; ++variant) {
-      SCOPED_TRACE("recompute " + std::to_string(variant & 1) + ", recompute_pointwise " +
-                   std::to_string(variant >> 1) + (tied ? ", tied" : ", untied"));
+    const std::pair<int64_t, bool> variants[] = {{2, false}, {0, true}, {2, true}, {1, false}, {1, true}};
+    for (const auto& [full_layers, selective] : variants) {
+      SCOPED_TRACE("full_layers " + std::to_string(full_layers) + ", selective " + std::to_string(selective) +
+                   (tied ? ", tied" : ", untied"));
       LlamaOptions r = o;
-      r.recompute = variant & 1;
-      r.recompute_pointwise = variant & 2;
+      r.full_layers = full_layers;
+      r.selective = selective;
       std::unique_ptr<Llama> m;
       DT_ASSERT_OK(Llama::Create(*cpu, r, 2, 8, &m));
       DT_ASSERT_OK(m->InitParams(11));
