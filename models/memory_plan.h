@@ -49,11 +49,13 @@ struct MemoryPlan {
   int64_t backward_scratch = 0;   // the backward's gradient buffers (activation-sized)
   int64_t logits = 0;             // logits / dlogits and the loss buffers
   int64_t workspace = 0;          // model buffers (RoPE tables ...), the largest transient kernel workspace, cuBLAS
+  int64_t outside_allocator = 0;  // of workspace, what is cudaMalloc'ed outside the allocator (cuBLASLt's workspace)
   int64_t comm = 0;               // communication buffers (bf16 gradient wire, ZeRO-1 padding)
   int64_t data = 0;               // input batches on the device (the loader's buffers)
 
   int64_t model_total() const;  // everything but optimizer_state, master_copy, comm and data
   int64_t total() const;
+  int64_t allocator_total() const { return total() - outside_allocator; }  // what the allocator's peak should show
   // One line per non-zero category and the total, in GiB (MiB below 1 GiB), e.g. "  activations  12.3 GiB  (...)".
   std::string Table() const;
 };

@@ -49,8 +49,11 @@ Status PlanRunMemory(const proto::Config& cfg, const models::MemoryPlanInputs& i
   plan->optimizer_state = in.optim_state_tensors * in.Bytes(shard, in.optim_state_dtype) +
                           3 * in.Bytes(1, DType::kF32) + in.Round(ops::kStagedArgsBytes);
   if (world > 1 && cfg.dist().bf16_compress()) plan->comm = in.Bytes(p, DType::kBF16);  // the reducer's wire buffer
-  plan->workspace += in.Bytes(1, DType::kF32);        // the trainer's loss accumulator
-  if (in.cuda) plan->workspace += int64_t{32} << 20;  // the cuBLASLt workspace (core/cuda_handles.cc; cudaMalloc)
+  plan->workspace += in.Bytes(1, DType::kF32);  // the trainer's loss accumulator
+  if (in.cuda) {  // the cuBLASLt workspace (core/cuda_handles.cc; cudaMalloc'ed, outside the caching allocator)
+    plan->workspace += int64_t{32} << 20;
+    plan->outside_allocator += int64_t{32} << 20;
+  }
   // Input batches on the run's allocator (runtime/train/data_source.cc): the device buffers the step reads (CUDA),
   // and synthetic_tokens' 8 distinct batches beside them (CPU too). The loaders' host slots are pinned memory.
   if (spec->tokens) {

@@ -194,6 +194,7 @@ Status Trainer::Setup() {
     models::MemoryPlan plan;
     if (MemoryPlanInputsOf(cfg_, world_, ctx_.is_cuda(), &in).ok() && PlanRunMemory(cfg_, in, &plan).ok()) {
       memory_plan_bytes_ = plan.total();
+      memory_plan_allocator_bytes_ = plan.allocator_total();
     }
   }
   const std::string graph_blocker = StepGraph::Blocker(cfg_, ctx_, *updater_);
@@ -509,11 +510,13 @@ Status Trainer::RunLoop(TrainSummary* summary) {
       DT_RETURN_IF_ERROR(ctx_.Synchronize());
       if (rank_ == 0 && memory_plan_bytes_ > 0) {  // the plan against what the step took (memory_fit.h)
         const int64_t peak = ctx_.memory_stats().peak_bytes_in_use;
-        DT_LOG_INFO(
-            kRuntime, "memory plan {}; measured peak {} ({:+.1f}%, the {} allocator's, first step)",
-            models::FormatBytes(memory_plan_bytes_), models::FormatBytes(peak),
-            100.0 * static_cast<double>(memory_plan_bytes_ - peak) / static_cast<double>(std::max<int64_t>(peak, 1)),
-            ctx_.is_cuda() ? "caching" : "host");
+        DT_LOG_INFO(kRuntime,
+                    "memory plan {}; measured peak {} (the {} allocator's, first step; the plan's {} through it is "
+                    "{:+.1f}%)",
+                    models::FormatBytes(memory_plan_bytes_), models::FormatBytes(peak),
+                    ctx_.is_cuda() ? "caching" : "host", models::FormatBytes(memory_plan_allocator_bytes_),
+                    100.0 * static_cast<double>(memory_plan_allocator_bytes_ - peak) /
+                        static_cast<double>(std::max<int64_t>(peak, 1)));
       }
       if (rank_ == 0) {
         DT_RETURN_IF_ERROR(reporter_->Write(
