@@ -125,12 +125,16 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
   auto line = [&](const std::string& knob, int64_t total) {
     knobs += "\n  - " + knob + ": " + models::FormatBytes(total) + (total <= out->limit ? " (fits)" : " (still over)");
   };
-  if (!policies.empty()) {
-    proto::Config trial = *cfg;
-    policies.back().apply(&trial);
-    models::MemoryPlan p;
-    if (PlanRunMemory(trial, in, &p).ok() && p.total() < out->plan.total()) {
-      line("activation checkpointing " + policies.back().name + " (" + policies.back().setting + ")", p.total());
+  if (!(budget > 0 && open)) {  // policies the budget has not tried: the cheapest that fits (else the least memory)
+    for (size_t i = 0; i < policies.size(); ++i) {
+      proto::Config trial = *cfg;
+      policies[i].apply(&trial);
+      models::MemoryPlan p;
+      if (!PlanRunMemory(trial, in, &p).ok()) break;
+      if ((p.total() <= out->limit || i + 1 == policies.size()) && p.total() < out->plan.total()) {
+        line("activation checkpointing " + policies[i].name + " (" + policies[i].setting + ")", p.total());
+        break;
+      }
     }
   }
   for (int64_t b = planned.data().batch_size() / 2; b >= 1; b /= 2) {
