@@ -6,7 +6,8 @@
 // in models/model_registry.h.
 //
 // Only `kind` and `build` are required; every other part is optional and says what the model does not do when
-// left empty (no run check of the data, not a token model, no extra weights metadata, no Hugging Face export).
+// left empty (no run check of the data, not a token model, no extra weights metadata, no Hugging Face export, no memory
+// plan and no activation-checkpointing policies for train.memory_budget_gib).
 // The functions are called from any thread, so they must not keep state.
 
 #include <cstdint>
