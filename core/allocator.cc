@@ -13,13 +13,20 @@ namespace dtrain {
 // ---- CpuAllocator -------------------------------------------------------------------------------
 
 Status CpuAllocator::Allocate(size_t bytes, void** ptr) {
-  const size_t size = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
+  const size_t size = RoundSize(bytes);
+  auto count = [&] {
+    std::lock_guard<std::mutex> lock(counts_->mu);
+    counts_->live[*ptr] = size;
+    counts_->in_use += static_cast<int64_t>(size);
+    if (counts_->in_use > counts_->peak) counts_->peak = counts_->in_use;
+  };
 #if DT_HAVE_CUDA
   if (pinned_) {
     cudaError_t e = cudaHostAlloc(ptr, size, cudaHostAllocDefault);
     if (e != cudaSuccess) {
       return Status::Unavailable("cudaHostAlloc(" + std::to_string(size) + " B): " + cudaGetErrorString(e));
     }
+    count();
     return Status::OK();
   }
 #endif
@@ -27,11 +34,33 @@ Status CpuAllocator::Allocate(size_t bytes, void** ptr) {
   const size_t align = size >= (64u << 10) ? 4096 : 64;
   *ptr = std::aligned_alloc(align, (size + align - 1) / align * align);
   if (*ptr == nullptr) return Status::Unavailable("out of host memory allocating " + std::to_string(size) + " B");
+  count();
   return Status::OK();
+}
+
+AllocatorStats CpuAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(counts_->mu);
+  AllocatorStats s;
+  s.bytes_in_use = counts_->in_use;
+  s.peak_bytes_in_use = counts_->peak;
+  return s;
+}
+
+void CpuAllocator::ResetPeak() {
+  std::lock_guard<std::mutex> lock(counts_->mu);
+  counts_->peak = counts_->in_use;
 }
 
 void CpuAllocator::Free(void* ptr) {
   if (ptr == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(counts_->mu);
+    auto it = counts_->live.find(ptr);
+    if (it != counts_->live.end()) {
+      counts_->in_use -= static_cast<int64_t>(it->second);
+      counts_->live.erase(it);
+    }
+  }
 #if DT_HAVE_CUDA
   if (pinned_) {
     cudaError_t e = cudaFreeHost(ptr);

@@ -2,7 +2,9 @@
 // Allocators behind Tensor storage.
 //
 // CpuAllocator: 64-byte aligned host memory; with `pinned` it uses cudaHostAlloc (page-locked,
-// for async H2D/D2H copies) when CUDA is built, else plain memory.
+// for async H2D/D2H copies) when CUDA is built, else plain memory. It counts what it hands out (RoundSize(bytes)
+// per block: bytes_in_use and its peak, as the CUDA allocator's stats), so a CPU run's peak can be compared with its
+// memory plan (models/memory_plan.h). Thread-safe (the counters under one mutex).
 //
 // CudaCachingAllocator: device memory cached by size so that the training step loop never calls
 // cudaMalloc after its first iteration. Sizes are rounded up (512 B granules below 1 MiB, 2 MiB
@@ -17,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -37,22 +40,34 @@ class Allocator {
   virtual DeviceType device() const = 0;
 };
 
-class CpuAllocator final : public Allocator {
- public:
-  explicit CpuAllocator(bool pinned = false) : pinned_(pinned) {}
-  Status Allocate(size_t bytes, void** ptr) override;
-  void Free(void* ptr) override;
-  DeviceType device() const override { return DeviceType::kCPU; }
-
- private:
-  bool pinned_;
-};
-
 struct AllocatorStats {
   int64_t device_mallocs = 0;  // cudaMalloc calls so far
   int64_t bytes_in_use = 0;    // handed out and not freed, plus the blocks CUDA graphs hold (nobody else can have them)
   int64_t peak_bytes_in_use = 0;
   int64_t bytes_reserved = 0;  // in use + cached
+};
+
+class CpuAllocator final : public Allocator {
+ public:
+  explicit CpuAllocator(bool pinned = false) : pinned_(pinned), counts_(std::make_unique<Counts>()) {}
+  Status Allocate(size_t bytes, void** ptr) override;
+  void Free(void* ptr) override;
+  DeviceType device() const override { return DeviceType::kCPU; }
+
+  // The bytes one block of `bytes` counts as: rounded up to 64 (64 for 0).
+  static size_t RoundSize(size_t bytes) { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
+  // bytes_in_use and peak_bytes_in_use (device_mallocs, bytes_reserved: 0).
+  AllocatorStats stats() const;
+  void ResetPeak();  // peak = what is in use now
+
+ private:
+  struct Counts {
+    std::mutex mu;
+    std::unordered_map<void*, size_t> live;  // block -> RoundSize
+    int64_t in_use = 0, peak = 0;
+  };
+  bool pinned_;
+  std::unique_ptr<Counts> counts_;  // a pointer: the allocator stays movable (DeviceContext assigns one)
 };
 
 class CudaCachingAllocator final : public Allocator {

@@ -48,6 +48,32 @@ int CudaDeviceCount() {
 #endif
 }
 
+int64_t CudaDeviceMemoryBytes(int device) {
+#if DT_HAVE_CUDA
+  cudaDeviceProp prop;
+  if (device < 0 || device >= CudaDeviceCount() || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<int64_t>(prop.totalGlobalMem);
+#else
+  (void)device;
+  return 0;
+#endif
+}
+
+AllocatorStats DeviceContext::memory_stats() const {
+  return device_alloc_ ? device_alloc_->stats() : host_alloc_.stats();
+}
+
+void DeviceContext::ResetMemoryPeak() {
+  if (device_alloc_) {
+    device_alloc_->ResetPeak();
+  } else {
+    host_alloc_.ResetPeak();
+  }
+}
+
 Status DeviceContext::CreateCuda(int device, std::unique_ptr<DeviceContext>* out) {
 #if DT_HAVE_CUDA
   const int n = CudaDeviceCount();

@@ -41,6 +41,10 @@ class DeviceContext {
   // Page-locked host memory for async H2D/D2H copies on a CUDA context; plain memory on the CPU.
   Allocator* pinned_allocator() { return &pinned_alloc_; }
   CudaCachingAllocator* device_allocator() { return device_alloc_.get(); }  // nullptr on the CPU
+  // allocator()'s counters (bytes in use and their peak): the caching allocator's on CUDA, the host allocator's on
+  // the CPU (where it also holds the host-side buffers of the run).
+  AllocatorStats memory_stats() const;
+  void ResetMemoryPeak();  // the peak of memory_stats() = what is in use now
 
   // Waits for all work queued on the compute stream.
   Status Synchronize() const;
@@ -59,5 +63,7 @@ class DeviceContext {
 
 // Number of visible CUDA devices; 0 without CUDA, without a driver, or without GPUs.
 int CudaDeviceCount();
+// Total memory of GPU `device` in bytes (cudaGetDeviceProperties' totalGlobalMem); 0 without CUDA or that GPU.
+int64_t CudaDeviceMemoryBytes(int device);
 
 }  // namespace dtrain

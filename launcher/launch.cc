@@ -13,6 +13,7 @@
 
 #include "comm/job_secret.h"
 #include "core/check.h"
+#include "core/device_context.h"
 #include "core/logging.h"
 #include "launcher/attempt_loop.h"
 #include "launcher/attempt_outcome.h"
@@ -26,6 +27,7 @@
 #include "launcher/slurm_elastic.h"
 #include "runtime/config/config.h"
 #include "runtime/train/auto_sizes.h"
+#include "runtime/train/memory_fit.h"
 #include "runtime/train/prometheus_feed.h"
 #include "runtime/train/run_check.h"
 
@@ -86,8 +88,11 @@ Status CheckInPath(const std::string& program) {
 
 // Loads CONFIG with its --set overrides and checks it and its data at the job's world size; prints the
 // check's warnings once. A per-node start of more than one rank needs the GPU path: the CPU path reduces
-// gradients with MPI, which processes started without a process manager cannot form.
-Status CheckRunBeforeStart(const LaunchOptions& opts, const LaunchEnv& env, const LaunchCommand& cmd, bool* on_cuda) {
+// gradients with MPI, which processes started without a process manager cannot form. The memory plan must fit
+// (runtime/train/memory_fit.h: the GPU here, GPU 0's memory standing for every rank's, or train.memory_budget_gib);
+// *memory_plan gets its description ("" when the model has none).
+Status CheckRunBeforeStart(const LaunchOptions& opts, const LaunchEnv& env, const LaunchCommand& cmd, bool* on_cuda,
+                           std::string* memory_plan) {
   const int world_size = cmd.placement.world_size();
   proto::Config cfg;
   DT_RETURN_IF_ERROR(runtime::LoadConfig(opts.config, opts.sets, &cfg));
@@ -110,6 +115,12 @@ Status CheckRunBeforeStart(const LaunchOptions& opts, const LaunchEnv& env, cons
   bool ranks_here = cmd.backend == Backend::kNode;
   for (const HostSlots& h : cmd.placement.hosts) ranks_here |= h.name == "localhost" || h.name == env.hostname;
   if (ranks_here) problems.push_back(runtime::CheckPrometheusEndpoint(cfg.run()));
+  if (problems[0].ok()) {  // a config the run check refused has no plan worth printing (its errors would repeat)
+    runtime::MemoryFit fit;
+    const int64_t gpu_bytes = *on_cuda && env.gpu_count > 0 ? CudaDeviceMemoryBytes(0) : 0;
+    problems.push_back(runtime::FitMemory(&cfg, world_size, *on_cuda, gpu_bytes, &fit));
+    if (problems.back().ok() && fit.planned) *memory_plan = runtime::DescribeMemoryFit(fit);
+  }
   for (const std::string& w : check.warnings) DT_LOG_WARN(kLauncher, "{}", w);
   return runtime::JoinProblems(problems);
 }
@@ -163,12 +174,14 @@ int LaunchWith(const LaunchOptions& opts) {
   // The whole run is checked here, once, before any rank starts (runtime/train/run_check.h) — when the workers
   // are this binary: another worker program (DTRAIN_WORKER_BIN) reads its config its own way and checks it.
   bool on_cuda = env.gpu_count > 0;  // another worker program: as train.device auto would
-  st = env.worker_bin == env.self_bin ? CheckRunBeforeStart(opts, env, cmd, &on_cuda) : Status::OK();
+  std::string memory_plan;
+  st = env.worker_bin == env.self_bin ? CheckRunBeforeStart(opts, env, cmd, &on_cuda, &memory_plan) : Status::OK();
   if (!st.ok()) {
     std::fprintf(stderr, "dtrain launch: error: %s\n", st.ToString().c_str());
     return ExitCodeFor(st);  // as `dtrain train` would exit on the same error
   }
   if (opts.dry_run) {
+    if (!memory_plan.empty()) std::printf("%s\n", memory_plan.c_str());
     std::printf("%s\n", FormatCommandLine(cmd).c_str());
     std::fflush(stdout);
     return kExitOk;

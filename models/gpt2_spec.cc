@@ -1,4 +1,5 @@
 // model.kind gpt2 (models/gpt2.h): the GPT-2 language model, with its Hugging Face export (GPT2LMHeadModel).
+#include <algorithm>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -6,6 +7,9 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/bias.h"
+#include "kernels/embedding.h"
+#include "kernels/layernorm.h"
 #include "kernels/matmul_fp8.h"
 #include "models/builtin_models.h"
 #include "models/gpt2.h"
@@ -81,6 +85,66 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
   DT_RETURN_IF_ERROR(Gpt2::Create(ctx, opts, config.data().batch_size(), g.max_seq_len(), &gpt2));
   *out = std::move(gpt2);
   return Status::OK();
+}
+
+// What Gpt2::Create and EnsureActivations allocate (models/gpt2.cc), tensor by tensor, for Build's batch
+// [data.batch_size, max_seq_len]; plus the largest transient kernel workspace on CUDA. fp8 is not planned
+// (Unimplemented: its FP8 copies live in models/gpt2_fp8.cc).
+Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, MemoryPlan* plan) {
+  const proto::Gpt2Config& g = config.model().gpt2();
+  DT_RETURN_IF_ERROR(CheckSizes(g));
+  const std::string& precision = config.train().precision();
+  if (precision == "fp8") return Status::Unimplemented("model.kind gpt2 with train.precision fp8 has no memory plan");
+  const bool mixed = precision == "bf16" || precision == "fp16" || (precision == "auto" && in.cuda);
+  if (mixed && !in.cuda) {
+    return Status::InvalidArgument("train.precision: " + precision + " needs a GPU; the CPU path is fp32");
+  }
+  const int64_t b = config.data().batch_size(), t = g.max_seq_len(), n = b * t;
+  const int64_t c = g.n_embd(), L = g.n_layer(), vp = g.padded_vocab_size();
+  const int64_t params = vp * c + t * c + L * (12 * c * c + 13 * c) + 2 * c;
+  const DType half = precision == "fp16" ? DType::kF16 : DType::kBF16;
+  const DType act = mixed ? half : DType::kF32, stat = DType::kF32;
+  auto bytes = [&](int64_t numel, DType dt) { return in.Bytes(numel, dt); };
+  const bool full = config.train().recompute();
+
+  *plan = MemoryPlan();
+  plan->activation_policy = full ? "full" : "none";
+  plan->num_params = params;
+  plan->params = bytes(params, in.master_dtype);
+  plan->grads = bytes(params, in.master_dtype);
+  if (mixed) plan->working_copy = bytes(params, half);
+  plan->workspace = bytes(n, DType::kI32);  // position ids
+  const int64_t set = bytes(n * c, act) + 2 * bytes(n, stat) + bytes(3 * n * c, act) + bytes(n * c, act) +
+                      bytes(b * g.n_head() * t, stat) + bytes(n * c, act) + bytes(n * c, act) + 2 * bytes(n, stat) +
+                      2 * bytes(4 * n * c, act);
+  plan->activations = (L + 1) * bytes(n * c, act) + (full ? 1 : L) * set + bytes(n * c, act) + 2 * bytes(n, stat);
+  const int64_t chunk = g.loss_chunk_tokens();  // chunked: [chunk, Vp] logits and the eval argmax per token
+  plan->logits = chunk > 0 ? bytes(std::min(chunk, n) * vp, act) + bytes(n, stat) + bytes(n, DType::kI32)
+                           : bytes(n * vp, act) + bytes(n, stat);
+  // dres, dln, dqkv, datt; and one [n, 4C] buffer for dfc and the forward's embeddings.
+  plan->backward_scratch = 2 * bytes(n * c, act) + bytes(3 * n * c, act) + bytes(n * c, act) +
+                           in.Round(n * 4 * c * static_cast<int64_t>(DTypeSize(act)));
+#if DT_HAVE_CUDA
+  if (in.cuda) {     // freed when the kernel returns; the largest one counts (the flash path's delta for attention)
+    size_t emb = 0;  // cub's sort sizes need the CUDA runtime; without a GPU here, its id buffers and as much again
+    if (!ops::EmbeddingBackwardScratchBytes(n, vp, &emb).ok()) emb = 8 * static_cast<size_t>(n) * sizeof(int32_t);
+    plan->workspace += std::max({bytes(ops::LayerNormBackwardScratchFloats(n, c), DType::kF32),
+                                 bytes(ops::BiasGradScratchFloats(n, 4 * c), DType::kF32),
+                                 in.Round(static_cast<int64_t>(emb)), bytes(b * g.n_head() * t, DType::kF32)});
+  }
+#endif
+  return Status::OK();
+}
+
+// train.recompute is gpt2's policy: none (false, the budget may raise it) or full.
+std::vector<ActivationPolicy> ActivationPolicies(const proto::Config& config, bool* open) {
+  *open = !config.train().recompute();
+  std::vector<ActivationPolicy> out;
+  for (bool full : {false, true}) {
+    out.push_back({full ? "full" : "none", full ? "train.recompute: true" : "train.recompute: false",
+                   [full](proto::Config* cfg) { cfg->mutable_train()->set_recompute(full); }});
+  }
+  return out;
 }
 
 Status CheckData(const proto::Config& config, const std::string& what, const proto::DatasetSchema& s) {
@@ -183,6 +247,8 @@ ModelSpec Gpt2Spec() {
   spec.tokens = &Tokens;
   spec.weights_metadata = &WeightsMetadata;
   spec.hf_export = &HfExport;
+  spec.memory_plan = &MemoryPlanOf;
+  spec.activation_policies = &ActivationPolicies;
   return spec;
 }
 

@@ -44,6 +44,8 @@ Status Llama::Create(DeviceContext& ctx, const LlamaOptions& opts, int64_t batch
   DT_CHECK_ARG(hs % 2 == 0, "Llama: head size hidden / n_head = " << hs << " must be even (RoPE rotates pairs)");
   DT_CHECK_ARG(opts.rope_theta > 0 && opts.rms_norm_eps > 0,
                "Llama: rope_theta " << opts.rope_theta << " and rms_norm_eps " << opts.rms_norm_eps << " must be > 0");
+  DT_CHECK_ARG(opts.full_layers >= 0 && opts.full_layers <= opts.n_layer,
+               "Llama: full_layers " << opts.full_layers << " must be in [0, n_layer " << opts.n_layer << "]");
   DT_CHECK_ARG(batch >= 1 && seq_len >= 1 && seq_len <= opts.max_seq_len,
                "Llama: batch " << batch << " and seq_len " << seq_len << " must be >= 1, seq_len <= max_seq_len "
                                << opts.max_seq_len);
@@ -143,17 +145,29 @@ Status Llama::EnsureActivations(int64_t batch, int64_t seq_len) {
   const int64_t n = batch * seq_len, c = opts_.hidden, f = opts_.ffn_hidden, L = opts_.n_layer;
   const int64_t qkv = qkv_width(), vp = PaddedVocab(opts_.vocab_size);
   const DType act = act_dtype(), stat = stat_dtype();
+  // (models/llama_spec.cc's LlamaMemoryPlan mirrors every allocation here and in Create: keep them in step.)
+  const int64_t K = opts_.full_layers;
   x_.assign(L + 1, Tensor());
   for (Tensor& x : x_) DT_RETURN_IF_ERROR(Alloc({n, c}, act, &x));
-  acts_.assign(opts_.recompute ? 1 : L, LayerActs());
-  Tensor shared_ln, shared_act;  // recompute_pointwise: every layer's ln1, ln2 (one buffer: never live at once) and act
-  if (opts_.recompute_pointwise) {
+  acts_.assign((K > 0 ? 1 : 0) + (L - K), LayerActs());
+  // Selective layers: every one's ln1, ln2 (one buffer: never live at once) and act. The full layers' set shares ln2
+  // and act with them (a full layer's recomputed forward fills them right before its backward reads them) but keeps
+  // its own ln1 (ln2 overwrites the shared buffer before that backward reads ln1).
+  Tensor shared_ln, shared_act;
+  const bool any_selective = opts_.selective && K < L;
+  if (any_selective) {
     DT_RETURN_IF_ERROR(Alloc({n, c}, act, &shared_ln));
     DT_RETURN_IF_ERROR(Alloc({n, f}, act, &shared_act));
   }
-  for (LayerActs& a : acts_) {
-    if (opts_.recompute_pointwise) {
+  for (size_t i = 0; i < acts_.size(); ++i) {
+    LayerActs& a = acts_[i];
+    const bool full_set = K > 0 && i == 0;
+    if (any_selective && !full_set) {
       a.ln1 = a.ln2 = shared_ln;
+      a.act = shared_act;
+    } else if (any_selective) {
+      DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.ln1));
+      a.ln2 = shared_ln;
       a.act = shared_act;
     } else {
       DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.ln1));
@@ -326,7 +340,7 @@ Status Llama::Backward(float loss_scale, const GradReadyFn& on_ready) {
 
 Status Llama::LayerBackward(int layer, const GradReadyFn& on_ready) {
   DT_NVTX_RANGE("llama.layer_backward");
-  if (opts_.recompute) DT_RETURN_IF_ERROR(LayerForward(layer));  // refills the shared activations (same values)
+  if (full(layer)) DT_RETURN_IF_ERROR(LayerForward(layer));  // refills the shared activations (same values)
   LayerActs& a = acts(layer);
   auto w = [&](int p) -> const Tensor& { return w_[ParamIndex(layer, p)]; };
   auto gw = [&](int p) -> const Tensor& { return gemm_weight(ParamIndex(layer, p)); };
@@ -338,9 +352,10 @@ Status Llama::LayerBackward(int layer, const GradReadyFn& on_ready) {
   DT_RETURN_IF_ERROR(dqkv_.Reshape(qkv2.shape(), &dqkv2));
   DT_RETURN_IF_ERROR(datt_.Reshape(dres_.shape(), &datt2));
 
-  // recompute_pointwise: the SwiGLU product and the norm outputs are recomputed right before the GEMMs that read
-  // them (the same kernels on the same inputs: the same values); RmsNormForward rewrites rstd with its own bits.
-  const bool pointwise = opts_.recompute_pointwise;
+  // Selective: the SwiGLU product and the norm outputs are recomputed right before the GEMMs that read them (the same
+  // kernels on the same inputs: the same values); RmsNormForward rewrites rstd with its own bits. A full layer has
+  // just recomputed them all.
+  const bool pointwise = opts_.selective && !full(layer);
   const float eps = static_cast<float>(opts_.rms_norm_eps);
 
   // MLP, with dres_ = dy. Weight gradients accumulate (beta = 1) across micro-steps.

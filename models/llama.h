@@ -37,12 +37,16 @@
 //     GEMMs accumulate in f32); the optimizer rounds the updated weights stochastically (kernels/optim_update.h).
 //     InitParams rounds the f32 draws to nearest even. Needs kBf16.
 //   kFp16 is not supported (InvalidArgument).
-// recompute: keep only each layer's input; Backward re-runs a layer's forward just before its backward (one layer's
-// activations are alive at a time). Gradients are identical to the stored-activation path.
-// recompute_pointwise: the two RMSNorm outputs and the SwiGLU product of every layer live in one shared set of
-// buffers; Backward recomputes them from the kept layer input, x_mid and gate|up (RmsNormForward, SwiGluForward) just
-// before the weight gradients that read them: per layer 2C + F fewer activations kept (of 5C + (NH+2NKV)hs + 3F), the
-// same gradients bit for bit.
+// Activation checkpointing, per layer (model.llama.activation_checkpointing; models/llama_spec.cc maps the keys):
+//   full (the first full_layers layers): keep only the layer's input; Backward re-runs the layer's forward just before
+//     its backward, into one set of buffers shared by all full layers (one such layer's activations are alive at a
+//     time).
+//   selective (the other layers, when `selective`): the two RMSNorm outputs and the SwiGLU product of every selective
+//     layer live in one shared set of buffers; Backward recomputes them from the kept layer input, x_mid and gate|up
+//     (RmsNormForward, SwiGluForward) just before the weight gradients that read them: per layer 2C + F fewer
+//     activations kept (of 5C + (NH+2NKV)hs + 3F). The full layers' set then shares ln2 and act with it.
+//   none (the other layers otherwise): every activation kept.
+// Any mix gives the same gradients as none, bit for bit (the same kernels on the same inputs).
 // fused_classifier: as Gpt2's (the training forward's cross-entropy writes d(mean loss)/d(logits) over the logits).
 // logits() are valid until Backward, which overwrites them in place with dlogits.
 // loss_chunk_tokens (0: off, the above): the LM head and the loss run over row chunks of the B*T tokens, so only
@@ -78,12 +82,12 @@ struct LlamaOptions {
   double rms_norm_eps = 1e-5;
   bool tie_embeddings = true;
   Precision precision = Precision::kFp32;
-  bool recompute = false;
-  bool recompute_pointwise = false;  // see the file comment
-  bool fused_classifier = false;     // see the file comment; bf16/fp32 training forwards only
-  int64_t loss_chunk_tokens = 0;     // see the file comment; > 0: tokens per LM-head/loss chunk (the fused path)
-  bool bf16_masters = false;         // kBf16 only: params() are bf16 (see Precision in the file comment)
-  DType dtype = DType::kF32;         // kFp32 only: kF64 on the CPU
+  int64_t full_layers = 0;  // activation checkpointing (file comment): the first full_layers layers full, 0..n_layer
+  bool selective = false;   // the other layers selective (else none)
+  bool fused_classifier = false;  // see the file comment; bf16/fp32 training forwards only
+  int64_t loss_chunk_tokens = 0;  // see the file comment; > 0: tokens per LM-head/loss chunk (the fused path)
+  bool bf16_masters = false;      // kBf16 only: params() are bf16 (see Precision in the file comment)
+  DType dtype = DType::kF32;      // kFp32 only: kF64 on the CPU
 };
 
 class Llama final : public Model {
@@ -116,8 +120,8 @@ class Llama final : public Model {
  private:
   // Per layer, forward order of the 6 parameters.
   enum LayerParam { kInNorm, kQkv, kOProj, kPostNorm, kGateUp, kDown, kLayerParams };
-  // Activations of one layer (all of them, or one reused set under recompute; ln1, ln2 and act are one shared set
-  // under recompute_pointwise, ln1 and ln2 one buffer).
+  // Activations of one layer (all of them, or the one set the full layers share; ln1, ln2 and act are one shared
+  // set across the selective layers, ln1 and ln2 one buffer).
   struct LayerActs {
     Tensor ln1, ln1_rstd, qkv, att, lse, x_mid, ln2, ln2_rstd, h, act;
   };
@@ -133,7 +137,12 @@ class Llama final : public Model {
   DType stat_dtype() const { return opts_.dtype; }  // RMSNorm statistics, losses: f32 (f64 in f64 mode)
   Status Alloc(const std::vector<int64_t>& shape, DType dt, Tensor* t);
   Status EnsureActivations(int64_t batch, int64_t seq_len);
-  LayerActs& acts(int layer) { return acts_[opts_.recompute ? 0 : layer]; }
+  bool full(int layer) const { return layer < opts_.full_layers; }
+  // acts_: [the full layers' shared set, if any] then one set per other layer.
+  LayerActs& acts(int layer) {
+    const int64_t first_own = opts_.full_layers > 0 ? 1 : 0;
+    return acts_[full(layer) ? 0 : static_cast<size_t>(first_own + layer - opts_.full_layers)];
+  }
   // Weight `i` as used by the GEMMs: a view of params_ (fp32, or bf16 masters), or of the bf16 copy.
   const Tensor& gemm_weight(int i) const { return mixed() && !opts_.bf16_masters ? w16_[i] : w_[i]; }
 

@@ -1,4 +1,5 @@
 // model.kind llama (models/llama.h): the Llama language model, with its Hugging Face export (LlamaForCausalLM).
+#include <algorithm>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -7,6 +8,8 @@
 
 #include "core/check.h"
 #include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/rmsnorm.h"
 #include "models/builtin_models.h"
 #include "models/llama.h"
 
@@ -92,27 +95,98 @@ ops::RopeScaling RopeScalingOf(const proto::LlamaConfig& g) {
   return r;
 }
 
-Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Model>* out) {
+// Activation checkpointing as LlamaOptions takes it, from model.llama.activation_checkpointing, its old keys
+// (train.recompute: full, model.llama.recompute_pointwise: selective; read under auto) and full_checkpoint_layers.
+struct Checkpointing {
+  int64_t full_layers = 0;
+  bool selective = false;
+  bool fixed = false;  // the config fixes the policy (not auto, an old key, or full layers): the budget only checks
+};
+
+Status CheckpointingOf(const proto::Config& config, Checkpointing* out) {
   const proto::LlamaConfig& g = config.model().llama();
+  const std::string& policy = g.activation_checkpointing();
+  const int64_t n_layer = g.n_layer(), k = g.full_checkpoint_layers();
+  const bool old_full = config.train().recompute(), old_selective = g.recompute_pointwise();
+  if (k > n_layer) {
+    return Status::InvalidArgument("model.llama.full_checkpoint_layers " + std::to_string(k) +
+                                   " must be at most model.llama.n_layer " + std::to_string(n_layer));
+  }
+  Checkpointing c;
+  if (policy.empty() || policy == "auto") {
+    c.fixed = old_full || old_selective || k > 0;
+    c.full_layers = old_full ? n_layer : k;
+    c.selective = old_selective && !old_full;
+  } else if (policy == "full") {
+    if (k != 0 && k != n_layer) {
+      return Status::InvalidArgument(
+          "model.llama.full_checkpoint_layers " + std::to_string(k) +
+          " with model.llama.activation_checkpointing full: full covers every layer; for the first " +
+          std::to_string(k) + " layers only set activation_checkpointing to none or selective");
+    }
+    c.fixed = true;
+    c.full_layers = n_layer;
+  } else if (policy == "none" || policy == "selective") {
+    if (old_full) {
+      return Status::InvalidArgument(
+          "train.recompute: true (the old key of model.llama.activation_checkpointing: full) disagrees with "
+          "model.llama.activation_checkpointing: " +
+          policy + "; drop train.recompute");
+    }
+    if (old_selective && policy == "none") {
+      return Status::InvalidArgument(
+          "model.llama.recompute_pointwise: true (the old key of activation_checkpointing: selective) disagrees "
+          "with model.llama.activation_checkpointing: none; drop recompute_pointwise");
+    }
+    c.fixed = true;
+    c.selective = policy == "selective";
+    c.full_layers = k;
+  } else {
+    return Status::InvalidArgument("model.llama.activation_checkpointing '" + policy +
+                                   "' is none of auto|none|selective|full");
+  }
+  if (c.full_layers == n_layer) c.selective = false;  // no layer left for it
+  *out = c;
+  return Status::OK();
+}
+
+std::string PolicyName(const Checkpointing& c, int64_t n_layer) {
+  const char* rest = c.selective ? "selective" : "none";
+  if (c.full_layers == 0) return rest;
+  if (c.full_layers == n_layer) return "full";
+  return "full on the first " + std::to_string(c.full_layers) + " of " + std::to_string(n_layer) + " layers, " + rest +
+         " on the rest";
+}
+
+// The run's precision as Build resolves it: bf16 (true) or fp32; InvalidArgument for the ones Llama cannot run.
+Status MixedOf(const proto::Config& config, bool cuda, bool* mixed) {
   const std::string& precision = config.train().precision();
-  LlamaOptions opts;
-  if (precision == "bf16" || (precision == "auto" && ctx.is_cuda())) {
-    opts.precision = Precision::kBf16;
-  } else if (precision == "fp16" || precision == "fp8") {
+  *mixed = precision == "bf16" || (precision == "auto" && cuda);
+  if (precision == "fp16" || precision == "fp8") {
     return Status::InvalidArgument("train.precision: " + precision +
                                    " is not supported by model.kind llama; use bf16 or fp32");
   }
-  if (opts.precision != Precision::kFp32 && !ctx.is_cuda()) {
+  if (*mixed && !cuda)
     return Status::InvalidArgument("train.precision: " + precision + " needs a GPU; the CPU path is fp32");
-  }
+  return Status::OK();
+}
+
+Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Model>* out) {
+  const proto::LlamaConfig& g = config.model().llama();
+  LlamaOptions opts;
+  bool mixed = false;
+  DT_RETURN_IF_ERROR(MixedOf(config, ctx.is_cuda(), &mixed));
+  if (mixed) opts.precision = Precision::kBf16;
   opts.bf16_masters = config.train().master_weights() == "bf16";
-  if (opts.bf16_masters && opts.precision != Precision::kBf16) {
+  if (opts.bf16_masters && !mixed) {
     return Status::InvalidArgument(
         "train.master_weights: bf16 needs train.precision bf16 on CUDA (bf16 compute; the CPU path is fp32), got "
         "train.precision " +
-        precision + (ctx.is_cuda() ? "" : " on the CPU"));
+        config.train().precision() + (ctx.is_cuda() ? "" : " on the CPU"));
   }
   DT_RETURN_IF_ERROR(CheckConfig(g, ctx.is_cuda()));
+  Checkpointing ckpt;
+  DT_RETURN_IF_ERROR(CheckpointingOf(config, &ckpt));
   opts.vocab_size = g.vocab_size();
   opts.max_seq_len = g.max_seq_len();
   opts.n_layer = g.n_layer();
@@ -124,14 +198,102 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
   opts.rope_scaling = RopeScalingOf(g);
   opts.rms_norm_eps = g.rms_norm_eps();
   opts.tie_embeddings = g.tie_embeddings();
-  opts.recompute = config.train().recompute();
-  opts.recompute_pointwise = g.recompute_pointwise();
+  opts.full_layers = ckpt.full_layers;
+  opts.selective = ckpt.selective;
   opts.fused_classifier = true;  // training runs; eval mode keeps the logits
   opts.loss_chunk_tokens = g.loss_chunk_tokens();
   std::unique_ptr<Llama> llama;
   DT_RETURN_IF_ERROR(Llama::Create(ctx, opts, config.data().batch_size(), g.max_seq_len(), &llama));
   *out = std::move(llama);
   return Status::OK();
+}
+
+// What Llama::Create and EnsureActivations allocate (models/llama.cc), tensor by tensor, for Build's batch
+// [data.batch_size, max_seq_len]; plus the largest transient kernel workspace on CUDA.
+Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, MemoryPlan* plan) {
+  const proto::LlamaConfig& g = config.model().llama();
+  DT_RETURN_IF_ERROR(CheckConfig(g, in.cuda));
+  bool mixed = false;
+  DT_RETURN_IF_ERROR(MixedOf(config, in.cuda, &mixed));
+  Checkpointing ckpt;
+  DT_RETURN_IF_ERROR(CheckpointingOf(config, &ckpt));
+  const int64_t b = config.data().batch_size(), t = g.max_seq_len(), n = b * t;
+  const int64_t c = g.hidden(), f = g.ffn_hidden(), L = g.n_layer(), hs = c / g.n_head();
+  const int64_t qkv = (g.n_head() + 2 * g.n_kv_head()) * hs, vp = Llama::PaddedVocab(g.vocab_size());
+  const int64_t params =
+      vp * c * (g.tie_embeddings() ? 1 : 2) + L * (2 * c + qkv * c + c * g.n_head() * hs + 3 * f * c) + c;
+  const DType act = mixed ? DType::kBF16 : DType::kF32, stat = DType::kF32;
+  auto bytes = [&](int64_t numel, DType dt) { return in.Bytes(numel, dt); };
+
+  *plan = MemoryPlan();
+  plan->activation_policy = PolicyName(ckpt, L);
+  plan->num_params = params;
+  plan->params = bytes(params, in.master_dtype);
+  plan->grads = bytes(params, DType::kF32);  // f32 with bf16 masters too (the weight-gradient GEMMs accumulate in f32)
+  if (mixed && in.master_dtype != DType::kBF16) plan->working_copy = bytes(params, DType::kBF16);
+  plan->workspace = 2 * bytes(t * hs / 2, DType::kF32) + bytes(c, act);  // RoPE cos/sin tables, zero bias
+
+  const int64_t k = ckpt.full_layers;
+  const bool any_selective = ckpt.selective && k < L;
+  const int64_t sets = (k > 0 ? 1 : 0) + (L - k);
+  // Per set: what every set keeps whatever the policy.
+  const int64_t set_fixed = bytes(n, stat) + bytes(n * qkv, act) + bytes(n * c, act) + bytes(b * g.n_head() * t, stat) +
+                            bytes(n * c, act) + bytes(n, stat) + bytes(2 * n * f, act);
+  int64_t acts = (L + 1) * bytes(n * c, act) + sets * set_fixed;  // x_ and the sets
+  if (any_selective) {
+    acts += bytes(n * c, act) + bytes(n * f, act);  // the shared ln and act
+    if (k > 0) acts += bytes(n * c, act);           // the full set's own ln1
+  } else {
+    acts += sets * (2 * bytes(n * c, act) + bytes(n * f, act));  // ln1, ln2, act of each set
+  }
+  acts += bytes(n * c, act) + bytes(n, stat);  // lnf, lnf_rstd
+  plan->activations = acts;
+  // logits (dlogits in place), losses; chunked (loss_chunk_tokens): [chunk, Vp] logits and the eval argmax per token.
+  const int64_t chunk = g.loss_chunk_tokens();
+  plan->logits = chunk > 0 ? bytes(std::min(chunk, n) * vp, act) + bytes(n, stat) + bytes(n, DType::kI32)
+                           : bytes(n * vp, act) + bytes(n, stat);
+  plan->backward_scratch = 3 * bytes(n * c, act) + bytes(n * qkv, act) + bytes(2 * n * f, act) + bytes(n * f, act);
+#if DT_HAVE_CUDA
+  if (in.cuda) {     // freed when the kernel returns; the largest one counts (the flash path's delta for attention)
+    size_t emb = 0;  // cub's sort sizes need the CUDA runtime; without a GPU here, its id buffers and as much again
+    if (!ops::EmbeddingBackwardScratchBytes(n, vp, &emb).ok()) emb = 8 * static_cast<size_t>(n) * sizeof(int32_t);
+    const int64_t transient = std::max({bytes(ops::RmsNormBackwardScratchFloats(n, c), DType::kF32),
+                                        in.Round(static_cast<int64_t>(emb)), bytes(b * g.n_head() * t, DType::kF32)});
+    plan->workspace += transient;
+  }
+#endif
+  return Status::OK();
+}
+
+// none, selective, then full on the first 2, 3, ... layers (each with none, then selective on the rest), then full:
+// the order of recompute cost (a full layer re-runs its forward, far more than the element-wise passes of selective).
+// *open under auto with no old key and no full_checkpoint_layers.
+std::vector<ActivationPolicy> ActivationPolicies(const proto::Config& config, bool* open) {
+  Checkpointing c;
+  *open = CheckpointingOf(config, &c).ok() && !c.fixed;
+  const int64_t n_layer = config.model().llama().n_layer();
+  std::vector<ActivationPolicy> out;
+  auto add = [&](const std::string& policy, int64_t k) {
+    Checkpointing named;
+    named.full_layers = policy == "full" ? n_layer : k;
+    named.selective = policy == "selective";
+    std::string setting = "model.llama.activation_checkpointing: " + policy;
+    if (k > 0) setting += ", full_checkpoint_layers: " + std::to_string(k);
+    out.push_back({PolicyName(named, n_layer), setting, [policy, k](proto::Config* cfg) {
+                     proto::LlamaConfig* g = cfg->mutable_model()->mutable_llama();
+                     g->set_activation_checkpointing(policy);
+                     g->set_full_checkpoint_layers(k);
+                     g->set_recompute_pointwise(false);  // the old keys, now said by the policy
+                     cfg->mutable_train()->set_recompute(false);
+                   }});
+  };
+  for (int64_t k = 0; k < n_layer; ++k) {
+    if (k == 1) continue;  // one full layer saves nothing: the full layers' shared set replaces its own
+    add("none", k);
+    add("selective", k);
+  }
+  add("full", 0);
+  return out;
 }
 
 Status CheckData(const proto::Config& config, const std::string& what, const proto::DatasetSchema& s) {
@@ -261,6 +423,8 @@ ModelSpec LlamaSpec() {
   spec.tokens = &Tokens;
   spec.weights_metadata = &WeightsMetadata;
   spec.hf_export = &HfExport;
+  spec.memory_plan = &MemoryPlanOf;
+  spec.activation_policies = &ActivationPolicies;
   return spec;
 }
 

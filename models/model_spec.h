@@ -6,7 +6,8 @@
 // in models/model_registry.h.
 //
 // Only `kind` and `build` are required; every other part is optional and says what the model does not do when
-// left empty (no run check of the data, not a token model, no extra weights metadata, no Hugging Face export).
+// left empty (no run check of the data, not a token model, no extra weights metadata, no Hugging Face export, no memory
+// plan and no activation-checkpointing policies for train.memory_budget_gib).
 // The functions are called from any thread, so they must not keep state.
 
 #include <cstdint>
@@ -18,6 +19,7 @@
 
 #include "core/device_context.h"
 #include "core/status.h"
+#include "models/memory_plan.h"
 #include "models/model.h"
 #include "proto/config.pb.h"
 #include "proto/shard.pb.h"
@@ -55,6 +57,14 @@ struct HfExportPlan {
   std::map<std::string, std::string> config_keys;
 };
 
+// One activation-checkpointing policy a model offers (ModelSpec::activation_policies): its name for the log
+// ("selective", "full on layers 0-3, selective after") and the config edit that selects it.
+struct ActivationPolicy {
+  std::string name;
+  std::string setting;  // the config that selects it, for messages ("model.llama.activation_checkpointing: full")
+  std::function<void(proto::Config* cfg)> apply;
+};
+
 struct ModelSpec {
   std::string kind;  // `model.kind`: [A-Za-z0-9_.-]+
 
@@ -86,6 +96,18 @@ struct ModelSpec {
 
   // The Hugging Face layout of the model's weights (`dtrain ckpt export --format hf`). Empty: no HF export.
   std::function<Status(const proto::Config& cfg, HfExportPlan* plan)> hf_export;
+
+  // The model's part of one rank's memory plan (models/memory_plan.h) for the resolved config, mirroring what `build`
+  // allocates: params, grads, working_copy, activations (under the config's activation checkpointing; the policy's
+  // name in activation_policy), backward_scratch, logits, workspace. The runtime fills the other fields.
+  // InvalidArgument as `build` would be for a config the model cannot do. Empty: no plan (the launcher checks no
+  // memory and train.memory_budget_gib is refused).
+  std::function<Status(const proto::Config& cfg, const MemoryPlanInputs& in, MemoryPlan* plan)> memory_plan;
+
+  // The model's activation-checkpointing policies, cheapest (least recompute) first, the last one the least memory.
+  // *open: the config leaves the choice to train.memory_budget_gib (else it fixes the policy, and the budget only
+  // checks it). Empty function: the model has no policies.
+  std::function<std::vector<ActivationPolicy>(const proto::Config& cfg, bool* open)> activation_policies;
 };
 
 // The run check of an image classifier, for check_data: `schema` must hold labelled images of the model's

@@ -20,6 +20,7 @@
 #include "runtime/observe/step_breakdown.h"
 #include "runtime/train/finished_run.h"
 #include "runtime/train/hf_import.h"
+#include "runtime/train/memory_fit.h"
 #include "runtime/train/model_factory.h"
 #include "runtime/train/step_body.h"
 #include "runtime/train/step_graph.h"
@@ -189,6 +190,14 @@ Status Trainer::Setup() {
   DT_RETURN_IF_ERROR(MakeParameterUpdater(cfg_, ctx_, *model_, grad_comm_, rank_, world_, &updater_));
   DT_LOG_INFO(kRuntime, "optimizer state: {:.1f} MiB on this rank ({})", updater_->state_bytes() / 1048576.0,
               updater_->placement());
+  {  // the plan the first step's measured peak is compared with (0: the model has none)
+    models::MemoryPlanInputs in;
+    models::MemoryPlan plan;
+    if (MemoryPlanInputsOf(cfg_, world_, ctx_.is_cuda(), &in).ok() && PlanRunMemory(cfg_, in, &plan).ok()) {
+      memory_plan_bytes_ = plan.total();
+      memory_plan_allocator_bytes_ = plan.allocator_total();
+    }
+  }
   const std::string graph_blocker = StepGraph::Blocker(cfg_, ctx_, *updater_);
   if (graph_blocker.empty()) {
     step_graph_ = std::make_unique<StepGraph>(ctx_);
@@ -479,6 +488,7 @@ Status Trainer::RunLoop(TrainSummary* summary) {
         {ep + 1, step, summary->eval_loss, summary->eval_accuracy, MonotonicSeconds() - t0, TokensPerSample(cfg_) > 0});
   };
   reporter_->StartLoop();
+  ctx_.ResetMemoryPeak();  // the first step's peak, not the setup's transients (init staging, a restore)
   while (step < total_steps_) {
     data::SamplerState pos = data_->Position();
     if (pos.epoch == epoch && !data_->StepFits(pos)) {
@@ -499,6 +509,16 @@ Status Trainer::RunLoop(TrainSummary* summary) {
     if (step == start_step_ + 1) {
       // This attempt's first completed step (one device sync, once): where `dtrain report`'s time to recover ends.
       DT_RETURN_IF_ERROR(ctx_.Synchronize());
+      if (rank_ == 0 && memory_plan_bytes_ > 0) {  // the plan against what the step took (memory_fit.h)
+        const int64_t peak = ctx_.memory_stats().peak_bytes_in_use;
+        DT_LOG_INFO(kRuntime,
+                    "memory plan {}; measured peak {} (the {} allocator's, first step; the plan's {} through it is "
+                    "{:+.1f}%)",
+                    models::FormatBytes(memory_plan_bytes_), models::FormatBytes(peak),
+                    ctx_.is_cuda() ? "caching" : "host", models::FormatBytes(memory_plan_allocator_bytes_),
+                    100.0 * static_cast<double>(memory_plan_allocator_bytes_ - peak) /
+                        static_cast<double>(std::max<int64_t>(peak, 1)));
+      }
       if (rank_ == 0) {
         DT_RETURN_IF_ERROR(reporter_->Write(
             JsonLine().Add("kind", std::string("first_step")).Add("step", step).Add("time", WallSeconds())));

@@ -140,6 +140,8 @@ class Trainer {
   std::unique_ptr<PhaseTimer> phases_;
   std::unique_ptr<StepGraph> step_graph_;  // null when steps cannot be graphed (StepGraph::Blocker)
 
+  int64_t memory_plan_bytes_ = 0;            // the run's memory plan per rank (memory_fit.h); 0 when the model has none
+  int64_t memory_plan_allocator_bytes_ = 0;  // of it, what goes through the allocator (its peak's counterpart)
   Tensor loss_acc_;  // [1,1] += mean loss of each micro-batch / accum (Model::AddMeanLoss, on the device)
 
   // Where Run() starts (after a resume): optimizer steps done; the loaders are restored already.

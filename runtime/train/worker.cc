@@ -15,6 +15,7 @@
 #include "runtime/checkpoint/spot_watcher.h"
 #include "runtime/config/config.h"
 #include "runtime/train/auto_sizes.h"
+#include "runtime/train/memory_fit.h"
 #include "runtime/train/model_factory.h"
 #include "runtime/train/run_check.h"
 #include "runtime/train/trainer.h"
@@ -54,6 +55,13 @@ Status RunWithEnv(const WorkerRequest& req, const comm::DistEnv& env, WorkerOutc
   DT_RETURN_IF_ERROR(PickDevice(cfg.train().device(), env.local_rank, &ctx));
   DT_LOG_INFO(kRuntime, "rank {}/{} (local {}) on {}{}; started by {}", env.rank, env.world_size, env.local_rank,
               DeviceName(ctx->type()), ctx->is_cuda() ? ":" + std::to_string(ctx->device_index()) : "", env.source);
+  // The memory plan on this device (runtime/train/memory_fit.h): a budget picks the activation checkpointing here
+  // (into cfg, so config.yaml and checkpoints record it); a plan that cannot fit stops the run before anything is
+  // allocated (`dtrain launch` refused it already unless another launcher started this worker).
+  MemoryFit fit;
+  DT_RETURN_IF_ERROR(FitMemory(&cfg, env.world_size, ctx->is_cuda(),
+                               ctx->is_cuda() ? CudaDeviceMemoryBytes(ctx->device_index()) : 0, &fit));
+  if (env.rank == 0 && fit.planned) DT_LOG_INFO(kRuntime, "{}", DescribeMemoryFit(fit));
 
   std::unique_ptr<comm::Communicator> host_comm, nccl_comm;
   comm::Communicator* grad_comm = nullptr;

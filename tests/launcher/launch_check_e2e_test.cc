@@ -1,6 +1,7 @@
 // `dtrain launch` checks the whole run before any rank starts (runtime/train/run_check.h): a bad config,
 // data that does not fit the model, a schedule longer than the run, or a Prometheus port in use is one message from
-// the launcher (exit 2, every problem listed), printed once, with no mpirun started — also with --dry-run.
+// the launcher (exit 2, every problem listed), printed once, with no mpirun started — also with --dry-run; and a run
+// whose memory plan exceeds train.memory_budget_gib.
 
 #include <gtest/gtest.h>
 
@@ -96,6 +97,22 @@ TEST(LaunchCheckE2E, APrometheusPortInUseAndAPaddingBelowTheVocabularyAreFoundBe
   ExpectRejected(kGpt2Tiny, "--set model.gpt2.vocab_size=100",
                  "model.gpt2.padded_vocab_size 64 is below model.gpt2.vocab_size 100 (the embedding needs a row per "
                  "token id): set it to 128");
+}
+
+// The memory plan (runtime/train/memory_fit.h): --dry-run prints it above the command; a budget the run cannot fit
+// is refused before any rank starts, naming a knob that fits with its figure.
+TEST(LaunchCheckE2E, TheMemoryPlanIsPrintedAndARunOverItsBudgetIsRejected) {
+  const ProcessResult plan = RunCommand(DtrainBin() + " launch --dry-run --nproc-per-node 2 " + kLlamaTiny +
+                                        " --set train.device=cpu --set model.llama.activation_checkpointing=selective");
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_EQ(plan.output.rfind("memory plan ", 0), 0u) << plan.output;
+  EXPECT_NE(plan.output.find("  activations "), std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find("  selective\n"), std::string::npos) << plan.output;
+  EXPECT_LT(plan.output.find(" per rank\n"), plan.output.find("mpirun")) << plan.output;
+
+  ExpectRejected(kLlamaTiny, "--set train.memory_budget_gib=0.004", "exceeds train.memory_budget_gib 0.004");
+  ExpectRejected(kLlamaTiny, "--set train.memory_budget_gib=0.004",
+                 "data.batch_size 4 (train.grad_accum_steps x2 keeps the global batch)");
 }
 
 TEST(LaunchCheckE2E, DryRunChecksTooAndWarmupLongerThanTheRunIsClippedWithOneWarning) {

@@ -1,0 +1,180 @@
+#include "runtime/train/memory_fit.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "core/check.h"
+#include "kernels/optim_update.h"
+#include "models/model_spec.h"
+#include "runtime/optim/optim_algorithm.h"
+#include "runtime/train/model_factory.h"
+#include "runtime/train/step_graph.h"
+
+namespace dtrain::runtime {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string Num(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", x);
+  return buf;
+}
+
+}  // namespace
+
+Status MemoryPlanInputsOf(const proto::Config& cfg, int world_size, bool cuda, models::MemoryPlanInputs* in) {
+  const OptimAlgorithmSpec* optim = FindOptimAlgorithm(cfg.optim().name());
+  if (optim == nullptr) return Status::InvalidArgument("optim.name '" + cfg.optim().name() + "' is unknown");
+  *in = models::MemoryPlanInputs();
+  in->cuda = cuda;
+  in->world_size = std::max(world_size, 1);
+  in->zero1 = cfg.dist().zero1();
+  in->optim_state_tensors = static_cast<int64_t>(optim->state_names.size());
+  in->master_dtype = cfg.train().master_weights() == "bf16" ? DType::kBF16 : DType::kF32;
+  in->optim_state_dtype = cfg.optim().state_dtype() == "bf16" ? DType::kBF16 : DType::kF32;
+  return Status::OK();
+}
+
+Status PlanRunMemory(const proto::Config& cfg, const models::MemoryPlanInputs& in, models::MemoryPlan* plan) {
+  const models::ModelSpec* spec = nullptr;
+  DT_RETURN_IF_ERROR(FindModelSpec(cfg, &spec));
+  if (!spec->memory_plan) return Status::Unimplemented("model.kind " + cfg.model().kind() + " has no memory plan");
+  DT_RETURN_IF_ERROR(spec->memory_plan(cfg, in, plan));
+  // The optimizer (runtime/optim/optimizer.cc, zero1.cc): one tensor per state name over this rank's parameters, the
+  // clipping scalars and the staged update constants.
+  const int64_t p = plan->num_params, world = in.world_size;
+  const int64_t shard = in.zero1 ? (p + world - 1) / world : p;
+  plan->optimizer_state = in.optim_state_tensors * in.Bytes(shard, in.optim_state_dtype) +
+                          3 * in.Bytes(1, DType::kF32) + in.Round(ops::kStagedArgsBytes);
+  if (world > 1 && cfg.dist().bf16_compress()) plan->comm = in.Bytes(p, DType::kBF16);  // the reducer's wire buffer
+  plan->workspace += in.Bytes(1, DType::kF32);  // the trainer's loss accumulator
+  if (in.cuda) {  // the cuBLASLt workspace (core/cuda_handles.cc; cudaMalloc'ed, outside the caching allocator)
+    plan->workspace += int64_t{32} << 20;
+    plan->outside_allocator += int64_t{32} << 20;
+  }
+  // Input batches on the run's allocator (runtime/train/data_source.cc): the device buffers the step reads (CUDA),
+  // and synthetic_tokens' 8 distinct batches beside them (CPU too). The loaders' host slots are pinned memory.
+  if (spec->tokens) {
+    const int64_t b = cfg.data().batch_size(), t = spec->tokens(cfg).seq_len;
+    const int64_t buffers = 2 * std::min<int64_t>(cfg.train().grad_accum_steps(), StepGraph::kMaxAccum);
+    const int64_t batch = 2 * in.Bytes(b * t, DType::kI32);  // inputs and targets
+    if (cfg.data().dataset() == "synthetic_tokens") {
+      plan->data = (8 + buffers) * batch;
+    } else if (in.cuda) {
+      plan->data = buffers * batch;
+    }
+  }
+  return Status::OK();
+}
+
+Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_bytes, MemoryFit* out) {
+  *out = MemoryFit();
+  const models::ModelSpec* spec = nullptr;
+  if (!FindModelSpec(*cfg, &spec).ok()) return Status::OK();  // the run check names an unknown kind
+  const double budget = cfg->train().memory_budget_gib();
+  if (!spec->memory_plan) {
+    if (budget <= 0) return Status::OK();
+    return Status::InvalidArgument("train.memory_budget_gib " + Num(budget) + ": model.kind " + cfg->model().kind() +
+                                   " has no memory plan (ModelSpec::memory_plan) to check it against; set it to 0");
+  }
+  models::MemoryPlanInputs in;
+  DT_RETURN_IF_ERROR(MemoryPlanInputsOf(*cfg, world_size, cuda, &in));
+  out->planned = true;
+  if (budget > 0) {
+    out->limit = static_cast<int64_t>(budget * kGiB);
+    out->limit_what = "train.memory_budget_gib " + Num(budget);
+  } else if (cuda && gpu_bytes > 0) {
+    out->limit = gpu_bytes - kCudaReservedBytes;
+    out->limit_what = "the GPU's " + models::FormatBytes(gpu_bytes) + " less " +
+                      models::FormatBytes(kCudaReservedBytes) + " for the CUDA context";
+  }
+  bool open = false;
+  std::vector<models::ActivationPolicy> policies;
+  if (spec->activation_policies) policies = spec->activation_policies(*cfg, &open);
+  proto::Config planned = *cfg;  // the config of out->plan
+  if (budget > 0 && open && !policies.empty()) {
+    // The cheapest policy that fits; if none does, the plan of the last (least memory) one for the message.
+    for (const models::ActivationPolicy& p : policies) {
+      planned = *cfg;
+      p.apply(&planned);
+      DT_RETURN_IF_ERROR(PlanRunMemory(planned, in, &out->plan));
+      if (out->plan.total() <= out->limit) {
+        *cfg = planned;
+        out->chosen = p.name;
+        return Status::OK();
+      }
+    }
+  } else {
+    const Status st = PlanRunMemory(*cfg, in, &out->plan);
+    if (st.code() == Status::Code::kUnimplemented && budget <= 0) {  // a configuration the model does not plan
+      out->planned = false;
+      out->limit = 0;
+      return Status::OK();
+    }
+    if (st.code() == Status::Code::kUnimplemented) {
+      return Status::InvalidArgument("train.memory_budget_gib " + Num(budget) + ": " + st.message() + "; set it to 0");
+    }
+    DT_RETURN_IF_ERROR(st);
+  }
+  if (out->limit == 0 || out->plan.total() <= out->limit) return Status::OK();
+
+  // Over the limit: each knob that would help from the plan shown, with what it gives.
+  std::string knobs;
+  auto line = [&](const std::string& knob, int64_t total) {
+    knobs += "\n  - " + knob + ": " + models::FormatBytes(total) + (total <= out->limit ? " (fits)" : " (still over)");
+  };
+  if (!(budget > 0 && open)) {  // policies the budget has not tried: the cheapest that fits (else the least memory)
+    for (size_t i = 0; i < policies.size(); ++i) {
+      proto::Config trial = *cfg;
+      policies[i].apply(&trial);
+      models::MemoryPlan p;
+      if (!PlanRunMemory(trial, in, &p).ok()) break;
+      if ((p.total() <= out->limit || i + 1 == policies.size()) && p.total() < out->plan.total()) {
+        line("activation checkpointing " + policies[i].name + " (" + policies[i].setting + ")", p.total());
+        break;
+      }
+    }
+  }
+  for (int64_t b = planned.data().batch_size() / 2; b >= 1; b /= 2) {
+    proto::Config trial = planned;
+    trial.mutable_data()->set_batch_size(b);
+    models::MemoryPlan p;
+    if (!PlanRunMemory(trial, in, &p).ok()) break;
+    if (p.total() <= out->limit || b == 1) {
+      line("data.batch_size " + std::to_string(b) + " (train.grad_accum_steps x" +
+               std::to_string(planned.data().batch_size() / b) + " keeps the global batch)",
+           p.total());
+      break;
+    }
+  }
+  if (out->plan.optimizer_state > 0) {
+    for (int64_t w = std::max<int64_t>(2, 2 * in.world_size); w <= 1024; w *= 2) {
+      models::MemoryPlanInputs more = in;
+      more.zero1 = true;
+      more.world_size = w;
+      models::MemoryPlan p;
+      if (!PlanRunMemory(planned, more, &p).ok()) break;
+      if (p.total() <= out->limit) {  // named only when it fits: a small state cannot make up for the activations
+        line("dist.zero1 on " + std::to_string(w) + " GPUs (optimizer state " + models::FormatBytes(p.optimizer_state) +
+                 " per rank)",
+             p.total());
+        break;
+      }
+    }
+  }
+  return Status::InvalidArgument("memory plan " + models::FormatBytes(out->plan.total()) + " per rank exceeds " +
+                                 out->limit_what + ":\n" + out->plan.Table() +
+                                 (knobs.empty() ? "" : "\nEach of these alone would give:" + knobs));
+}
+
+std::string DescribeMemoryFit(const MemoryFit& fit) {
+  if (!fit.planned) return "memory plan: none (the model has no ModelSpec::memory_plan)";
+  std::string s = "memory plan " + models::FormatBytes(fit.plan.total()) + " per rank";
+  if (!fit.chosen.empty()) s += ", activation checkpointing " + fit.chosen + " chosen to fit " + fit.limit_what;
+  if (fit.chosen.empty() && fit.limit > 0) s += ", within " + fit.limit_what;
+  return s + ":\n" + fit.plan.Table();
+}
+
+}  // namespace dtrain::runtime

@@ -1,0 +1,339 @@
+// The memory plan (models/memory_plan.h, Llama's in models/llama_spec.cc, the run's in runtime/train/memory_fit.h)
+// against what a training step takes: configs/llama_tiny.yaml on the CPU (fp32), one real step (data source, model,
+// AdamW updater, the step body) under each activation-checkpointing policy and two per-layer mixes, the host
+// allocator's peak within 5% of the plan, and the order none > selective > full in plan and measurement alike. Then
+// the checkpointing keys (old aliases, conflicts), train.memory_budget_gib picking the cheapest policy that fits, and
+// a run that cannot fit refused naming the knobs. GPT-2's plan against configs/gpt2_tiny.yaml's step likewise.
+#include "runtime/train/memory_fit.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/dist_env.h"
+#include "core/check.h"
+#include "core/device_context.h"
+#include "runtime/config/config.h"
+#include "runtime/optim/parameter_updater.h"
+#include "runtime/train/data_source.h"
+#include "runtime/train/model_factory.h"
+#include "runtime/train/step_body.h"
+#include "tests/testing/fixtures.h"
+
+namespace dtrain::runtime {
+namespace {
+
+const std::string kTiny = DT_SOURCE_DIR "/configs/llama_tiny.yaml";
+
+proto::Config Tiny(std::vector<std::string> sets = {}) {
+  proto::Config cfg;
+  sets.insert(sets.begin(), "train.max_steps=1");
+  const Status st = LoadConfig(kTiny, sets, &cfg);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return cfg;
+}
+
+int64_t Plan(const proto::Config& cfg, std::string* policy = nullptr) {
+  models::MemoryPlanInputs in;
+  models::MemoryPlan plan;
+  Status st = MemoryPlanInputsOf(cfg, 1, /*cuda=*/false, &in);
+  if (st.ok()) st = PlanRunMemory(cfg, in, &plan);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  if (policy != nullptr) *policy = plan.activation_policy;
+  return plan.total();
+}
+
+// The trainer's eager step, reduced to its parts: batches from the data source, the updater's Step.
+class Hooks final : public StepHooks {
+ public:
+  Hooks(DataSource& data, ParameterUpdater& updater) : data_(data), updater_(updater) {}
+  Status TakeBatch(int64_t, const Tensor** inputs, const Tensor** targets) override {
+    DT_RETURN_IF_ERROR(data_.Next(&batch_));
+    *inputs = &batch_.inputs;
+    *targets = &batch_.targets;
+    return Status::OK();
+  }
+  Status Update() override { return updater_.Step(1e-3); }
+
+ private:
+  DataSource& data_;
+  ParameterUpdater& updater_;
+  data::Batch batch_;
+};
+
+// One training step of `cfg` on a fresh CPU (or GPU 0) context; the allocator's peak through the step (the host
+// allocator's on the CPU, the caching allocator's on CUDA).
+int64_t MeasuredPeak(const proto::Config& cfg, bool cuda = false) {
+  std::unique_ptr<DeviceContext> ctx;
+  EXPECT_TRUE((cuda ? DeviceContext::CreateCuda(0, &ctx) : DeviceContext::CreateCpu(&ctx)).ok());
+  comm::DistEnv env;
+  std::unique_ptr<DataSource> data;
+  std::unique_ptr<models::Model> model;
+  std::unique_ptr<ParameterUpdater> updater;
+  Tensor loss_acc;
+  Status st = MakeDataSource(cfg, *ctx, env, &data);
+  if (st.ok()) st = BuildModel(cfg, *ctx, &model);
+  if (st.ok()) st = model->InitParams(cfg.train().seed());
+  if (st.ok()) st = MakeParameterUpdater(cfg, *ctx, *model, nullptr, 0, 1, &updater);
+  if (st.ok()) st = Tensor::Empty({1, 1}, DType::kF32, ctx->allocator(), &loss_acc);
+  if (st.ok()) st = loss_acc.SetZero(ctx->stream());
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  if (!st.ok()) return 0;
+  ctx->ResetMemoryPeak();  // as the trainer does before its first step: InitParams' staging is gone
+  Hooks hooks(*data, *updater);
+  st = RunStepBody({*ctx, *model, *updater, loss_acc}, cfg.train().grad_accum_steps(), hooks);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return ctx->memory_stats().peak_bytes_in_use;
+}
+
+TEST(MemoryPlan, LlamaTinyPlanIsWithinFivePercentOfTheMeasuredPeakUnderEveryPolicy) {
+  struct Case {
+    std::vector<std::string> sets;
+    std::string policy;
+  };
+  // 4 layers (llama_tiny has 2), so that a per-layer mix (full on the first 2) saves memory.
+  const std::vector<Case> cases = {
+      {{"model.llama.activation_checkpointing=none"}, "none"},
+      {{"model.llama.activation_checkpointing=selective"}, "selective"},
+      {{"model.llama.activation_checkpointing=full"}, "full"},
+      {{"model.llama.activation_checkpointing=none", "model.llama.full_checkpoint_layers=2"},
+       "full on the first 2 of 4 layers, none on the rest"},
+      {{"model.llama.activation_checkpointing=selective", "model.llama.full_checkpoint_layers=2"},
+       "full on the first 2 of 4 layers, selective on the rest"},
+      {{"data.batch_size=3", "train.grad_accum_steps=2", "model.llama.activation_checkpointing=selective"},
+       "selective"},
+  };
+  std::vector<int64_t> plans, peaks;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.policy + " (" + c.sets[0] + ")");
+    std::vector<std::string> sets = c.sets;
+    sets.push_back("model.llama.n_layer=4");
+    const proto::Config cfg = Tiny(sets);
+    std::string policy;
+    const int64_t plan = Plan(cfg, &policy);
+    const int64_t peak = MeasuredPeak(cfg);
+    EXPECT_EQ(policy, c.policy);
+    ASSERT_GT(peak, 0);
+    EXPECT_NEAR(static_cast<double>(plan) / static_cast<double>(peak), 1.0, 0.05)
+        << "plan " << plan << " B, measured peak " << peak << " B";
+    plans.push_back(plan);
+    peaks.push_back(peak);
+  }
+  // none > selective > full, planned and measured; two full first layers lie between their policy alone and full.
+  EXPECT_GT(plans[0], plans[1]);
+  EXPECT_GT(plans[1], plans[2]);
+  EXPECT_GT(peaks[0], peaks[1]);
+  EXPECT_GT(peaks[1], peaks[2]);
+  EXPECT_LT(plans[3], plans[0]);
+  EXPECT_GT(plans[3], plans[2]);
+  EXPECT_LT(plans[4], plans[1]);
+  EXPECT_GT(plans[4], plans[2]);
+  EXPECT_LT(peaks[3], peaks[0]);
+  EXPECT_LT(peaks[4], peaks[1]);
+}
+
+// On a GPU (skipped without one): a bf16 Llama of 4 layers, hidden 512, T 512, batch 8 (tensors of MiBs, so the
+// caching allocator's 2 MiB granules weigh little), the plan's allocator part within 5% of the caching allocator's
+// peak under each policy. (The cuDNN attention workspace is not known before the graph is built: the plan counts the
+// flash path's delta.)
+TEST(MemoryPlanCuda, Bf16LlamaPlanIsWithinFivePercentOfTheCachingAllocatorsPeak) {
+  DT_SKIP_WITHOUT_GPU("the caching allocator's peak");
+  for (const char* policy : {"none", "selective", "full"}) {
+    SCOPED_TRACE(policy);
+    const proto::Config cfg =
+        Tiny({"train.device=cuda", "train.precision=bf16", "model.llama.vocab_size=32000", "model.llama.hidden=512",
+              "model.llama.n_head=8", "model.llama.n_kv_head=4", "model.llama.ffn_hidden=1376", "model.llama.n_layer=4",
+              "model.llama.max_seq_len=512", "data.batch_size=8",
+              std::string("model.llama.activation_checkpointing=") + policy});
+    models::MemoryPlanInputs in;
+    models::MemoryPlan plan;
+    ASSERT_TRUE(MemoryPlanInputsOf(cfg, 1, /*cuda=*/true, &in).ok());
+    ASSERT_TRUE(PlanRunMemory(cfg, in, &plan).ok());
+    const int64_t peak = MeasuredPeak(cfg, /*cuda=*/true);
+    ASSERT_GT(peak, 0);
+    EXPECT_NEAR(static_cast<double>(plan.allocator_total()) / static_cast<double>(peak), 1.0, 0.05)
+        << "plan " << plan.allocator_total() << " B through the allocator, measured peak " << peak << " B\n"
+        << plan.Table();
+  }
+}
+
+// GPT-2 plugs in its own plan (models/gpt2_spec.cc): configs/gpt2_tiny.yaml, none and full (train.recompute).
+TEST(MemoryPlan, Gpt2TinyPlanIsWithinFivePercentOfTheMeasuredPeak) {
+  int64_t none = 0;
+  for (const char* recompute : {"train.recompute=false", "train.recompute=true"}) {
+    SCOPED_TRACE(recompute);
+    proto::Config cfg;
+    ASSERT_TRUE(LoadConfig(DT_SOURCE_DIR "/configs/gpt2_tiny.yaml", {"train.max_steps=1", recompute}, &cfg).ok());
+    std::string policy;
+    const int64_t plan = Plan(cfg, &policy);
+    const int64_t peak = MeasuredPeak(cfg);
+    ASSERT_GT(peak, 0);
+    EXPECT_EQ(policy, cfg.train().recompute() ? "full" : "none");
+    EXPECT_NEAR(static_cast<double>(plan) / static_cast<double>(peak), 1.0, 0.05)
+        << "plan " << plan << " B, measured peak " << peak << " B";
+    if (cfg.train().recompute()) {
+      EXPECT_LT(plan, none);
+    } else {
+      none = plan;
+    }
+  }
+}
+
+TEST(MemoryPlan, OldKeysAreAliasesAndConflictsNameBothKeys) {
+  std::string policy;
+  Plan(Tiny({"train.recompute=true"}), &policy);
+  EXPECT_EQ(policy, "full");
+  Plan(Tiny({"model.llama.recompute_pointwise=true"}), &policy);
+  EXPECT_EQ(policy, "selective");
+  Plan(Tiny({"model.llama.recompute_pointwise=true", "train.recompute=true"}), &policy);
+  EXPECT_EQ(policy, "full");
+  Plan(Tiny({"model.llama.full_checkpoint_layers=2"}), &policy);  // every layer: full
+  EXPECT_EQ(policy, "full");
+  EXPECT_EQ(Plan(Tiny({"train.recompute=true"})), Plan(Tiny({"model.llama.activation_checkpointing=full"})));
+
+  models::MemoryPlanInputs in;
+  models::MemoryPlan plan;
+  ASSERT_TRUE(MemoryPlanInputsOf(Tiny(), 1, false, &in).ok());
+  Status st =
+      PlanRunMemory(Tiny({"train.recompute=true", "model.llama.activation_checkpointing=selective"}), in, &plan);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("train.recompute"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("model.llama.activation_checkpointing"), std::string::npos) << st.ToString();
+  st = PlanRunMemory(Tiny({"model.llama.recompute_pointwise=true", "model.llama.activation_checkpointing=none"}), in,
+                     &plan);
+  EXPECT_NE(st.message().find("model.llama.recompute_pointwise"), std::string::npos) << st.ToString();
+  st = PlanRunMemory(Tiny({"model.llama.activation_checkpointing=full", "model.llama.full_checkpoint_layers=1"}), in,
+                     &plan);
+  EXPECT_NE(st.message().find("model.llama.full_checkpoint_layers 1"), std::string::npos) << st.ToString();
+  st = PlanRunMemory(Tiny({"model.llama.full_checkpoint_layers=3"}), in, &plan);
+  EXPECT_NE(st.message().find("at most model.llama.n_layer 2"), std::string::npos) << st.ToString();
+}
+
+TEST(MemoryPlan, ZeroOneDividesTheOptimizerStateByTheWorld) {
+  const proto::Config cfg = Tiny();
+  models::MemoryPlanInputs in;
+  models::MemoryPlan one, four;
+  ASSERT_TRUE(MemoryPlanInputsOf(cfg, 1, false, &in).ok());
+  EXPECT_EQ(in.optim_state_tensors, 2);  // AdamW: exp_avg, exp_avg_sq
+  ASSERT_TRUE(PlanRunMemory(cfg, in, &one).ok());
+  in.zero1 = true;
+  in.world_size = 4;
+  ASSERT_TRUE(PlanRunMemory(cfg, in, &four).ok());
+  const int64_t p = one.num_params;
+  EXPECT_EQ(one.params, in.Bytes(p, DType::kF32));
+  EXPECT_GE(one.optimizer_state, 2 * p * 4);
+  EXPECT_NEAR(static_cast<double>(four.optimizer_state - 2 * in.Bytes((p + 3) / 4, DType::kF32)),
+              static_cast<double>(one.optimizer_state - 2 * in.Bytes(p, DType::kF32)), 0.0);
+  EXPECT_EQ(one.activations, four.activations);
+}
+
+TEST(MemoryFit, TheBudgetPicksTheCheapestPolicyThatFitsAndSaysSo) {
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const int64_t none = Plan(Tiny({"model.llama.activation_checkpointing=none"}));
+  const int64_t selective = Plan(Tiny({"model.llama.activation_checkpointing=selective"}));
+  const int64_t full = Plan(Tiny({"model.llama.activation_checkpointing=full"}));
+  auto budget = [&](int64_t bytes) { return "train.memory_budget_gib=" + std::to_string(bytes / gib); };
+
+  // Room for none: none.
+  proto::Config cfg = Tiny({budget(none + 4096)});
+  MemoryFit fit;
+  ASSERT_TRUE(FitMemory(&cfg, 1, false, 0, &fit).ok());
+  EXPECT_EQ(fit.chosen, "none");
+  EXPECT_EQ(cfg.model().llama().activation_checkpointing(), "none");
+  // Between selective and none: selective, written into the config the model is built from.
+  cfg = Tiny({budget((none + selective) / 2)});
+  ASSERT_TRUE(FitMemory(&cfg, 1, false, 0, &fit).ok());
+  EXPECT_EQ(fit.chosen, "selective");
+  EXPECT_EQ(cfg.model().llama().activation_checkpointing(), "selective");
+  EXPECT_EQ(fit.plan.total(), selective);
+  EXPECT_LE(fit.plan.total(), fit.limit);
+  EXPECT_NE(DescribeMemoryFit(fit).find("activation checkpointing selective chosen to fit train.memory_budget_gib"),
+            std::string::npos)
+      << DescribeMemoryFit(fit);
+  // Between full and selective: the first policy that fits is a per-layer mix or full, never more than the budget.
+  cfg = Tiny({budget((selective + full) / 2)});
+  ASSERT_TRUE(FitMemory(&cfg, 1, false, 0, &fit).ok());
+  EXPECT_NE(fit.chosen, "selective");
+  EXPECT_LE(fit.plan.total(), fit.limit);
+  EXPECT_GE(fit.plan.total(), full);
+
+  // Below full: refused, naming the knobs with their figures.
+  cfg = Tiny({budget(full - 65536)});
+  const Status st = FitMemory(&cfg, 1, false, 0, &fit);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("exceeds train.memory_budget_gib"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("activations"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find(" MiB  full\n"), std::string::npos) << st.ToString();  // the activations' line
+  EXPECT_NE(st.message().find("data.batch_size 4 (train.grad_accum_steps x2 keeps the global batch)"),
+            std::string::npos)
+      << st.ToString();
+  EXPECT_NE(st.message().find("dist.zero1 on 2 GPUs"), std::string::npos) << st.ToString();  // half the state: 64 KiB
+
+  // A policy the config fixes is checked, not changed.
+  cfg = Tiny({budget((none + selective) / 2), "model.llama.activation_checkpointing=none"});
+  const Status fixed = FitMemory(&cfg, 1, false, 0, &fit);
+  EXPECT_EQ(fixed.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(
+      fixed.message().find("activation checkpointing selective (model.llama.activation_checkpointing: selective): "),
+      std::string::npos)
+      << fixed.ToString();  // the cheapest policy that fits
+  EXPECT_EQ(cfg.model().llama().activation_checkpointing(), "none");
+}
+
+// A run whose optimizer state is most of it: ZeRO-1 on enough GPUs is the knob named.
+TEST(MemoryFit, ZeroOneIsNamedWhenMoreGpusWouldFit) {
+  const std::vector<std::string> big_vocab = {"model.llama.vocab_size=32000", "data.batch_size=1",
+                                              "model.llama.activation_checkpointing=full"};
+  const proto::Config plain = Tiny(big_vocab);
+  models::MemoryPlanInputs in;
+  models::MemoryPlan plan;
+  ASSERT_TRUE(MemoryPlanInputsOf(plain, 1, false, &in).ok());
+  ASSERT_TRUE(PlanRunMemory(plain, in, &plan).ok());
+  ASSERT_GT(plan.optimizer_state, plan.activations);
+  std::vector<std::string> sets = big_vocab;
+  const int64_t limit = plan.total() - plan.optimizer_state / 2 + 4096;  // half the state must go
+  sets.push_back("train.memory_budget_gib=" + std::to_string(limit / (1024.0 * 1024.0 * 1024.0)));
+  proto::Config cfg = Tiny(sets);
+  MemoryFit fit;
+  const Status st = FitMemory(&cfg, 1, false, 0, &fit);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("dist.zero1 on 2 GPUs (optimizer state "), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("(fits)"), std::string::npos) << st.ToString();
+  EXPECT_EQ(st.message().find("data.batch_size"), std::string::npos) << st.ToString();  // 1 already
+}
+
+TEST(MemoryFit, NoBudgetOnTheCpuChecksNothingAndAModelWithoutAPlanRefusesABudget) {
+  proto::Config cfg = Tiny({"data.batch_size=4096"});
+  MemoryFit fit;
+  ASSERT_TRUE(FitMemory(&cfg, 1, false, 0, &fit).ok());
+  EXPECT_TRUE(fit.planned);
+  EXPECT_EQ(fit.limit, 0);
+  EXPECT_EQ(fit.chosen, "");
+  // A CUDA run without a budget must fit the GPU less kCudaReservedBytes: bf16 activations, a working copy, 2 MiB
+  // granules.
+  cfg = Tiny({"train.precision=bf16"});
+  models::MemoryPlanInputs in;
+  models::MemoryPlan plan;
+  ASSERT_TRUE(MemoryPlanInputsOf(cfg, 1, /*cuda=*/true, &in).ok());
+  ASSERT_TRUE(PlanRunMemory(cfg, in, &plan).ok());
+  const int64_t bf16_bytes = 2 * plan.num_params;  // ~214 KB: 512 B granules (below 1 MiB)
+  EXPECT_EQ(plan.working_copy, (bf16_bytes + 511) / 512 * 512);
+  EXPECT_EQ(plan.params % 512, 0);
+  EXPECT_GT(plan.workspace, 32 << 20);  // the cuBLASLt workspace
+  ASSERT_TRUE(FitMemory(&cfg, 1, true, plan.total() + kCudaReservedBytes, &fit).ok());
+  EXPECT_EQ(fit.limit, plan.total());
+  const Status gpu = FitMemory(&cfg, 1, true, plan.total() + kCudaReservedBytes - 1, &fit);
+  EXPECT_EQ(gpu.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(gpu.message().find("exceeds the GPU's"), std::string::npos) << gpu.ToString();
+
+  proto::Config mlp;
+  ASSERT_TRUE(ParseConfig("", "test", {"train.memory_budget_gib=1"}, &mlp).ok());
+  const Status st = FitMemory(&mlp, 1, false, 0, &fit);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("model.kind mlp has no memory plan"), std::string::npos) << st.ToString();
+}
+
+}  // namespace
+}  // namespace dtrain::runtime
