@@ -21,10 +21,11 @@ for i in range(min(n, 64)):
     off, length, _ = struct.unpack_from("<QII", raw, 32 + 16 * i)
     recs.append(np.frombuffer(raw, dtype="<u2", count=length // 2, offset=off).astype(np.int64))
 x = torch.from_numpy(np.stack(recs)).cuda()
-with torch.no_grad():
-    loss = sum(model(x[i:i + 16], labels=x[i:i + 16]).loss.item() * len(x[i:i + 16]) for i in range(0, len(x), 16))
-loss /= len(x)
-print(f"transformers' loss on {len(x)} validation records of {x.shape[1]} tokens: {loss:.4f} (ppl {np.exp(loss):.2f})")
+with torch.no_grad():  # a record is seq_len + 1 tokens: inputs [:-1], next-token targets [1:]
+    loss = sum(torch.nn.functional.cross_entropy(model(x[i:i + 16, :-1]).logits.flatten(0, 1), x[i:i + 16, 1:].flatten(),
+                                                 reduction="sum").item() for i in range(0, len(x), 16))
+loss /= x[:, 1:].numel()
+print(f"transformers' loss on {len(x)} validation records of {x.shape[1] - 1} tokens: {loss:.4f} (ppl {np.exp(loss):.2f})")
 
 try:
     tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
