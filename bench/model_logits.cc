@@ -36,7 +36,8 @@ Status Run(int argc, char** argv) {
   sets.push_back("train.precision=fp32");
   dtrain::proto::Config cfg;
   DT_RETURN_IF_ERROR(dtrain::runtime::LoadConfig(argv[1], sets, &cfg));
-  DT_RETURN_IF_ERROR(dtrain::runtime::ResolveAutoSizes(&cfg));  // sizes given as 0 (gpt2's derived padding), as a worker
+  DT_RETURN_IF_ERROR(
+      dtrain::runtime::ResolveAutoSizes(&cfg));  // sizes given as 0 (gpt2's derived padding), as a worker
   // The whole [B*T, Vp] logits are read below: never the chunked loss's [chunk, Vp] buffer.
   cfg.mutable_model()->mutable_llama()->set_loss_chunk_tokens(0);
   cfg.mutable_model()->mutable_gpt2()->set_loss_chunk_tokens(0);
