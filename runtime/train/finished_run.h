@@ -1,7 +1,9 @@
 #pragma once
 // A finished run started again: the checkpoint it resumes from is at or past the run's last step, so there is
 // nothing to train. CheckFinishedRun decides what that start answers; the trainer asks it before anything is written
-// to run.dir (runtime/train/trainer.h), and either way the start leaves run.dir as it was.
+// to run.dir (runtime/train/trainer.h), and either way the start leaves run.dir as it was — except a missing
+// final.safetensors (the run killed between its last checkpoint and that file), which the trainer writes from the
+// checkpoint's weights.
 //
 //   - This start's config is the run's (the one its checkpoint was saved with), leaving aside checkpoint.resume,
 //     checkpoint.overwrite and run.dir, which say how and where a run starts, not what it trains: OK, and the trainer

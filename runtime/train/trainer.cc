@@ -239,6 +239,10 @@ Status Trainer::Setup() {
   if (AlreadyDone()) {
     // A finished run started again writes nothing (Run() says "already done"); with another config it is refused.
     DT_RETURN_IF_ERROR(CheckFinishedRun(at.config_yaml, cfg_, start_step_));
+    // Killed after its last checkpoint and before its weights file was written (a spot reclaim at the very end):
+    // the weights of that checkpoint, the run's final ones, complete it. An existing file is left as it is.
+    const std::string final_path = cfg_.run().dir() + "/final.safetensors";
+    if (rank_ == 0 && !std::ifstream(final_path).good()) DT_RETURN_IF_ERROR(ExportParams(final_path));
     if (run_lock_ != nullptr) run_lock_->Discard();  // the lock file as it was, times included
     return Status::OK();
   }
