@@ -244,4 +244,26 @@ Status OpenTokenizer(const std::string& path, std::unique_ptr<Tokenizer>* out) {
   return OpenSentencePiece(path, info, out);
 }
 
+Status HfTokenizerLayoutOf(const proto::TokenizerInfo& info, HfTokenizerLayout* out) {
+  const size_t n = static_cast<size_t>(info.files_size());
+  *out = HfTokenizerLayout();
+  if (info.kind() == "sentencepiece" && n == 1) {
+    out->names = {"tokenizer.model"};
+    out->config_json = R"({"tokenizer_class": "LlamaTokenizer", "add_bos_token": false, "add_eos_token": false, )"
+                       R"("legacy": true})";
+  } else if (info.kind() == "gpt2_bpe" && n == 1) {
+    out->names = {"tokenizer.json"};
+    out->config_json = R"({"tokenizer_class": "PreTrainedTokenizerFast"})";
+  } else if (info.kind() == "gpt2_bpe" && n == 2) {
+    out->names = {"vocab.json", "merges.txt"};
+    out->config_json = R"({"tokenizer_class": "GPT2TokenizerFast", "add_prefix_space": false})";
+  } else if (n == 0 || (info.kind() != "gpt2_bpe" && info.kind() != "sentencepiece")) {
+    return Status::NotFound("a " + info.kind() + " tokenizer has no files for Hugging Face");
+  } else {
+    return Status::DataLoss("a " + info.kind() + " tokenizer of " + std::to_string(n) + " files");
+  }
+  out->config_json += "\n";
+  return Status::OK();
+}
+
 }  // namespace dtrain::data

@@ -56,4 +56,15 @@ std::unique_ptr<Tokenizer> MakeByteTokenizer();
 // SentencePiece model that does not load).
 Status OpenTokenizer(const std::string& path, std::unique_ptr<Tokenizer>* out);
 
+// How a dataset's tokenizer (its schema's TokenizerInfo) is written beside exported weights for Hugging Face's
+// AutoTokenizer: a name for each of info.files, in order, and tokenizer_config.json naming the class that tokenizes
+// as dtrain did (gpt2_bpe: tokenizer.json -> PreTrainedTokenizerFast, vocab.json + merges.txt -> GPT2TokenizerFast;
+// sentencepiece: tokenizer.model -> LlamaTokenizer with no BOS/EOS added). NotFound for a kind with no files to
+// write ("bytes", an empty list); DataLoss when the file count does not fit the kind.
+struct HfTokenizerLayout {
+  std::vector<std::string> names;
+  std::string config_json;
+};
+Status HfTokenizerLayoutOf(const proto::TokenizerInfo& info, HfTokenizerLayout* out);
+
 }  // namespace dtrain::data

@@ -11,6 +11,7 @@
 #include "core/crc32c.h"
 #include "core/file_guard.h"
 #include "data/manifest.h"
+#include "data/tokenizer.h"
 #include "models/model_registry.h"
 #include "runtime/train/hf_import.h"
 #include "runtime/train/model_factory.h"
@@ -91,19 +92,19 @@ Status CopyTokenizerFiles(const proto::Config& cfg, const std::string& dir, HfEx
 }
 
 // The tokenizer files of the run's training dataset (its schema's TokenizerInfo, written by `convert-text
-// --tokenizer`), under the names transformers' AutoTokenizer reads, with a tokenizer_config.json naming the class
-// that tokenizes as dtrain did: a tokenizer.json as is (PreTrainedTokenizerFast), vocab.json + merges.txt (GPT-2's
-// byte-level BPE, GPT2TokenizerFast), a SentencePiece model as tokenizer.model (LlamaTokenizer: the
-// sentencepiece-backed class, no BOS/EOS added). Nothing when the dataset is not a local directory or names no
-// tokenizer file; a warning when its files are gone or changed since the conversion (CRC32C), since copying another
-// tokenizer would pair the weights with the wrong ids.
+// --tokenizer`) under the names and with the tokenizer_config.json of data::HfTokenizerLayoutOf. Nothing when the
+// dataset is not a local directory or its tokens have no tokenizer file; a warning when its files are gone or changed
+// since the conversion (CRC32C), since copying another tokenizer would pair the weights with the wrong ids.
 Status CopyDatasetTokenizer(const proto::Config& cfg, const std::string& dir, HfExportReport* report) {
   const std::string& data = cfg.data().train_shards();
   if (cfg.data().dataset() != "shards" || data.empty() || data.find("://") != std::string::npos) return Status::OK();
   proto::DatasetManifest m;
   if (!data::ReadManifest(data, &m).ok() || !m.schema().has_tokenizer()) return Status::OK();
   const proto::TokenizerInfo& t = m.schema().tokenizer();
-  if (t.files().empty() || (t.kind() != "gpt2_bpe" && t.kind() != "sentencepiece")) return Status::OK();
+  data::HfTokenizerLayout layout;
+  const Status st = data::HfTokenizerLayoutOf(t, &layout);
+  if (st.code() == Status::Code::kNotFound) return Status::OK();  // byte tokens: nothing to write
+  if (!st.ok()) return Status::DataLoss(data + ": the schema's tokenizer: " + st.message());
   std::vector<std::string> texts;
   uint32_t crc = 0;
   for (const std::string& f : t.files()) {
@@ -120,28 +121,11 @@ Status CopyDatasetTokenizer(const proto::Config& cfg, const std::string& dir, Hf
                       ") changed since the data was converted (CRC32C): no tokenizer files written";
     return Status::OK();
   }
-  std::vector<std::string> names;
-  std::string cls;
-  if (t.kind() == "sentencepiece") {
-    names = {"tokenizer.model"};
-    cls =
-        "\"tokenizer_class\": \"LlamaTokenizer\", \"add_bos_token\": false, \"add_eos_token\": false, \"legacy\": true";
-  } else if (texts.size() == 1) {
-    names = {"tokenizer.json"};
-    cls = "\"tokenizer_class\": \"PreTrainedTokenizerFast\"";
-  } else {
-    names = {"vocab.json", "merges.txt"};
-    cls = "\"tokenizer_class\": \"GPT2TokenizerFast\", \"add_prefix_space\": false";
+  for (size_t i = 0; i < layout.names.size(); ++i) {
+    DT_RETURN_IF_ERROR(WriteText(dir + "/" + layout.names[i], texts[i]));
+    report->tokenizer_files.push_back(layout.names[i]);
   }
-  if (names.size() != texts.size()) {
-    return Status::DataLoss(data + ": the schema's " + t.kind() + " tokenizer lists " + std::to_string(texts.size()) +
-                            " files");
-  }
-  for (size_t i = 0; i < names.size(); ++i) {
-    DT_RETURN_IF_ERROR(WriteText(dir + "/" + names[i], texts[i]));
-    report->tokenizer_files.push_back(names[i]);
-  }
-  DT_RETURN_IF_ERROR(WriteText(dir + "/tokenizer_config.json", "{" + cls + "}\n"));
+  DT_RETURN_IF_ERROR(WriteText(dir + "/tokenizer_config.json", layout.config_json));
   report->tokenizer_files.push_back("tokenizer_config.json");
   return Status::OK();
 }
