@@ -88,12 +88,15 @@ class SlurmElastic : public ::testing::Test {
   }
 
   // Submits `dtrain launch FLAGS` of the config as a `sbatch --no-kill -N3` job whose n3 rank of the first attempt
-  // sets its own node DOWN once step 10's checkpoint exists; waits for the job. Returns its state, *exit_code and the
+  // sets its own node DOWN once step 10's checkpoint exists and waits at the start of step 12 (fault_injection.h's
+  // pause; its peers block in that step's all-reduce) so the run cannot finish before the node is gone; waits for
+  // the job. Returns its state, *exit_code and the
   // job's output.
   std::string RunLosingN3(const std::string& flags, int* exit_code, std::string* out) {
     const std::string worker = d_ + "/worker.sh";
     WriteFile(worker,
-              "#!/bin/sh\nif [ \"$SLURMD_NODENAME\" = n3 ] && [ \"$DTRAIN_RESTART_COUNT\" = 0 ]; then\n  " +
+              "#!/bin/sh\nif [ \"$SLURMD_NODENAME\" = n3 ] && [ \"$DTRAIN_RESTART_COUNT\" = 0 ]; then\n  "
+              "DTRAIN_FAULT=step=12,action=pause,seconds=120 " +
                   DtrainBin() + " \"$@\" & p=$!\n  for i in $(seq 600); do [ -e " + d_ +
                   "/run/checkpoints/step-00000010/manifest.pb ] && break; sleep 0.1; done\n"
                   "  scontrol update nodename=n3 state=down reason=dtrain-test-lost-node\n  wait $p\nfi\nexec " +
