@@ -21,8 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm/tcp_socket.h"
 #include "storage/s3_storage.h"
+#include "tests/testing/free_port.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::testing {
@@ -217,10 +217,7 @@ TEST(SecretLeakE2E, PerNodeSecretFileNeverShowsAndNodeZeroListensWhereItIsTold) 
   WriteFile(d + "/worker.sh", "#!/bin/sh\n[ \"$DTRAIN_JOB_SECRET\" = \"$(cat " + d +
                                   "/secret)\" ] && echo \"rank $RANK has the secret\"\nsleep 2\n");
   ASSERT_EQ(RunCommand("chmod +x " + d + "/worker.sh").exit_code, 0);
-  comm::TcpSocket probe;
-  ASSERT_TRUE(comm::TcpSocket::Listen("127.0.0.1", 0, &probe).ok());
-  const int port = probe.local_port();
-  probe = comm::TcpSocket();
+  const int port = FreePortPair();
   std::string script = "cd " + d + "; ";
   for (int node : {0, 1}) {
     script += "DTRAIN_LOG_LEVEL=debug DTRAIN_WORKER_BIN=" + d + "/worker.sh " + DtrainBin() +
