@@ -54,6 +54,7 @@ OUT=/tmp/dtrain_device_logs; rm -rf $OUT; mkdir -p $OUT
 trap 'tar czf $FINAL_OUT/logs.tgz --exclude=checkpoints --exclude="*.safetensors" -C $OUT .' EXIT
 STAGES=${STAGES:-"tests mlp loader cnn gpt2 zero1 tb"}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
+source bench/torchao_env.sh  # torchao from .device-carry/torchao.tgz, for --float8 of the torch scripts (issue 35)
 FMNIST=${FMNIST:-.device-carry/fashion-mnist}
 DATA=/usr/share/datasets/fashion-mnist
 if [[ ! -f $DATA/train-images-idx3-ubyte.gz ]]; then mkdir -p $DATA && cp $FMNIST/*.gz $DATA/; fi

@@ -3,12 +3,15 @@ scaled_dot_product_attention, TF32 on, eager or torch.compile, one GPU or DDP un
 
 usage: python3 bench/gpt2_torch.py [--model 124m|350m] [--compile [--mode default|max-autotune-no-cudagraphs]]
                                    [--batch 16] [--seq 1024] [--steps 50] [--warmup 10] [--json OUT]
+                                   [--float8 none|tensorwise|rowwise [--float8-filter all|auto]]
        torchrun --nproc-per-node 2 bench/gpt2_torch.py --compile ...        (DDP)
        ... --init W.safetensors --tokens FILE.u8 --losses OUT.json           (loss curve on real text)
 Synthetic tokens unless --tokens (a byte file: byte-level tokens, records of seq+1 bytes with stride seq,
 taken in order, like `dtrain data convert-text` with data.shuffle false). Prints one JSON line with
 tokens/s (all ranks, timed steps only), MFU (llm.c's FLOPs per token, bench/mfu.py) against the H200's 989 TFLOP/s
 dense bf16 spec and against the ~790 TFLOP/s a cuBLAS GEMM reaches on it, and peak memory.
+--float8 tensorwise|rowwise: torchao's float8 training (issue 35; bench/torchao_float8.py says which layers and how),
+imported from $TORCHAO_PATH; the MFU still counts bf16-equivalent FLOPs against the bf16 figures.
 """
 import argparse, json, math, os, time
 
@@ -16,6 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import torchao_float8
 from mfu import MODELS, mfu
 
 
@@ -76,6 +80,7 @@ def main():
     ap.add_argument("--losses", help="write the loss of every step to this JSON file")
     ap.add_argument("--json")
     ap.add_argument("--profile", action="store_true", help="after timing, print the CUDA kernels of 3 steps by total time")
+    torchao_float8.add_args(ap)
     a = ap.parse_args()
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
     if world > 1:
@@ -90,6 +95,11 @@ def main():
     if a.init:
         from safetensors.torch import load_file
         model.load_state_dict(translate(load_file(a.init), model), strict=True)
+    if a.float8 != "none":  # Float8Linear keeps the Linear's parameters: before the optimizer, torch.compile and DDP
+        f8_layers = torchao_float8.convert(model, a.float8, a.float8_filter)
+        if rank == 0:
+            print(f"torchao float8 {a.float8} ({torchao_float8.version()}, filter {a.float8_filter}): "
+                  f"{len(f8_layers)} linear layers, e.g. {f8_layers[0]}", flush=True)
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     fwd = torch.compile(model, mode=None if a.mode == "default" else a.mode) if a.compile else model
@@ -136,11 +146,15 @@ def main():
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=90))
     tokens_per_s = a.steps * a.batch * a.seq * world / dt
     impl = ("torch.compile" + ("" if a.mode == "default" else f" ({a.mode})")) if a.compile else "torch eager"
+    impl += "" if a.float8 == "none" else f", torchao float8 {a.float8}" + ("" if a.float8_filter == "all" else " (auto)")
     m_spec, m_gemm = mfu(a.model, tokens_per_s / world, a.seq)
     out = {"impl": impl, "model": a.model, "world": world, "batch": a.batch, "seq": a.seq,
            "params": n_params, "tokens_per_s": tokens_per_s, "step_ms": 1e3 * dt / a.steps,
            "mfu_spec": m_spec, "mfu_gemm": m_gemm,
            "peak_mem_gib": torch.cuda.max_memory_allocated(dev) / 2**30, "torch": torch.__version__}
+    if a.float8 != "none":
+        out.update(float8=a.float8, float8_filter=a.float8_filter, float8_linears=len(f8_layers),
+                   torchao=torchao_float8.version())
     if rank == 0:
         print(json.dumps(out))
         if a.json:

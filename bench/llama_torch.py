@@ -7,12 +7,15 @@ bf16 autocast with fp32 master weights, fused AdamW (betas 0.9/0.95, wd 0.1), gr
 
 usage: python3 bench/llama_torch.py --shape smollm2_360m [--impl hand|hf] [--compile [--mode default|reduce-overhead]]
                                     [--batch 16] [--seq 1024] [--steps 30] [--warmup 10] [--ac none|full] [--json OUT]
+                                    [--float8 none|tensorwise|rowwise [--float8-filter all|auto]]
        ... --init HF_DIR --tokens FILE.u8 --losses OUT.json --lr 3e-4     (loss curve from imported weights, real text)
 Synthetic tokens unless --tokens (a byte file: records of seq+1 bytes with stride seq taken in order, like `dtrain
 data convert-text` with data.shuffle false). --init loads a save_pretrained directory (HF names) into either form.
 Prints one JSON line: tokens/s (timed steps only), step ms, MFU against the H200's 989 TFLOP/s dense bf16 (6 N + 6 L d T
 FLOPs per token, N every parameter with the tied embedding once, d = hidden: the count bench/mfu.py uses for GPT-2)
 and peak memory.
+--float8 tensorwise|rowwise: torchao's float8 training (issue 35; bench/torchao_float8.py says which layers and how),
+imported from $TORCHAO_PATH; the MFU still counts bf16-equivalent FLOPs against the bf16 spec.
 """
 import argparse, json, math, os, time
 
@@ -20,6 +23,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
+
+import torchao_float8
 
 H200_SPEC = 989e12
 # hidden, layers, heads, kv heads, ffn, vocab, rope theta (eps 1e-5); tied embeddings unless in UNTIED
@@ -169,6 +174,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--json")
     ap.add_argument("--profile", action="store_true", help="after timing, print the CUDA kernels of 3 steps by total time")
+    torchao_float8.add_args(ap)
     a = ap.parse_args()
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
@@ -176,6 +182,10 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     fwd_model, params_owner, vocab = build(a, dev)
+    if a.float8 != "none":  # Float8Linear keeps the Linear's parameters: before the optimizer and torch.compile
+        f8_layers = torchao_float8.convert(fwd_model, a.float8, a.float8_filter)
+        print(f"torchao float8 {a.float8} ({torchao_float8.version()}, filter {a.float8_filter}): "
+              f"{len(f8_layers)} linear layers, e.g. {f8_layers[0]}", flush=True)
     n_params = sum(p.numel() for p in params_owner.parameters())
     opt = torch.optim.AdamW(params_owner.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     fwd = torch.compile(fwd_model, mode=None if a.mode == "default" else a.mode) if a.compile else fwd_model
@@ -222,10 +232,14 @@ def main():
     tokens_per_s = a.steps * a.batch * a.seq / dt
     impl = f"{a.impl} " + (("torch.compile" + ("" if a.mode == "default" else f" ({a.mode})")) if a.compile else "eager")
     impl += "" if a.ac == "none" else f", activation checkpointing {a.ac}"
+    impl += "" if a.float8 == "none" else f", torchao float8 {a.float8}" + ("" if a.float8_filter == "all" else " (auto)")
     out = {"impl": impl, "shape": a.shape, "batch": a.batch, "seq": a.seq, "params": n_params,
            "tokens_per_s": tokens_per_s, "step_ms": 1e3 * dt / a.steps,
            "mfu_spec": tokens_per_s * flops_per_token / H200_SPEC,
            "peak_mem_gib": torch.cuda.max_memory_allocated(dev) / 2**30, "torch": torch.__version__}
+    if a.float8 != "none":
+        out.update(float8=a.float8, float8_filter=a.float8_filter, float8_linears=len(f8_layers),
+                   torchao=torchao_float8.version())
     print(json.dumps(out))
     if a.json:
         json.dump(out, open(a.json, "w"))
