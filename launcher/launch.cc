@@ -99,6 +99,12 @@ Status CheckRunBeforeStart(const LaunchOptions& opts, const LaunchEnv& env, cons
   DT_RETURN_IF_ERROR(runtime::ResolveAutoSizes(&cfg));  // as each worker does, before its run check
   const std::string& device = cfg.train().device();
   *on_cuda = device == "cuda" || (device != "cpu" && env.gpu_count > 0);
+  // A dry run on a machine without a GPU (a cluster's login node) of a config that runs on GPUs only (a 16- or 8-bit
+  // train.precision) plans for the GPU it will run on; that GPU's memory is unknown here, so only
+  // train.memory_budget_gib is checked.
+  const std::string& precision = cfg.train().precision();
+  const bool plan_for_gpu = opts.dry_run && !*on_cuda && device != "cpu" && precision != "fp32" && precision != "auto";
+  *on_cuda |= plan_for_gpu;
   if (cmd.backend == Backend::kNode && world_size > 1 &&
       (device == "cpu" || (device != "cuda" && env.gpu_count == 0))) {
     return Status::InvalidArgument(
@@ -120,6 +126,10 @@ Status CheckRunBeforeStart(const LaunchOptions& opts, const LaunchEnv& env, cons
     const int64_t gpu_bytes = *on_cuda && env.gpu_count > 0 ? CudaDeviceMemoryBytes(0) : 0;
     problems.push_back(runtime::FitMemory(&cfg, world_size, *on_cuda, gpu_bytes, &fit));
     if (problems.back().ok() && fit.planned) *memory_plan = runtime::DescribeMemoryFit(fit);
+    if (plan_for_gpu && !memory_plan->empty()) {
+      *memory_plan += "\n(no GPU here: planned for a CUDA device, train.precision " + precision +
+                      " runs on GPUs only; set train.memory_budget_gib to check the plan against a GPU's memory)";
+    }
   }
   for (const std::string& w : check.warnings) DT_LOG_WARN(kLauncher, "{}", w);
   return runtime::JoinProblems(problems);

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "core/device_context.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::testing {
@@ -113,6 +114,28 @@ TEST(LaunchCheckE2E, TheMemoryPlanIsPrintedAndARunOverItsBudgetIsRejected) {
   ExpectRejected(kLlamaTiny, "--set train.memory_budget_gib=0.004", "exceeds train.memory_budget_gib 0.004");
   ExpectRejected(kLlamaTiny, "--set train.memory_budget_gib=0.004",
                  "data.batch_size 4 (train.grad_accum_steps x2 keeps the global batch)");
+}
+
+// On a machine without a GPU (a login node; skipped on one with a GPU), a dry run of a GPU-only config (bf16) plans for
+// the GPU it will run on and checks train.memory_budget_gib against that plan.
+TEST(LaunchCheckE2E, DryRunWithoutAGpuPlansABf16RunForTheGpu) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "this machine has a GPU: a dry run plans for it";
+  const std::string bf16 =
+      " --set train.device=auto --set train.precision=bf16 --set model.llama.activation_checkpointing=full";
+  const ProcessResult plan = RunCommand(DtrainBin() + " launch --dry-run --nproc-per-node 1 " + kLlamaTiny + bf16);
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_EQ(plan.output.rfind("memory plan ", 0), 0u) << plan.output;
+  EXPECT_NE(plan.output.find("(no GPU here: planned for a CUDA device, train.precision bf16 runs on GPUs only"),
+            std::string::npos)
+      << plan.output;
+  const ProcessResult over = RunCommand(DtrainBin() + " launch --dry-run --nproc-per-node 1 " + kLlamaTiny + bf16 +
+                                        " --set train.memory_budget_gib=0.004");
+  EXPECT_EQ(over.exit_code, 2) << over.output;
+  EXPECT_NE(over.output.find("exceeds train.memory_budget_gib 0.004"), std::string::npos) << over.output;
+  // Without --dry-run the run itself is refused: it cannot train here.
+  const ProcessResult run = RunCommand(DtrainBin() + " launch --nproc-per-node 1 " + kLlamaTiny + bf16);
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("train.precision: bf16 needs a GPU"), std::string::npos) << run.output;
 }
 
 TEST(LaunchCheckE2E, DryRunChecksTooAndWarmupLongerThanTheRunIsClippedWithOneWarning) {
