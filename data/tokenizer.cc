@@ -245,25 +245,37 @@ Status OpenTokenizer(const std::string& path, std::unique_ptr<Tokenizer>* out) {
 }
 
 Status HfTokenizerLayoutOf(const proto::TokenizerInfo& info, HfTokenizerLayout* out) {
+  // Per kind and file count (the files the kind's Open* records, in order): their Hugging Face names and the class
+  // AutoTokenizer builds from them.
+  struct Layout {
+    const char* kind;
+    std::vector<std::string> names;
+    const char* config_json;
+  };
+  static const Layout kLayouts[] = {
+      {"sentencepiece",
+       {"tokenizer.model"},
+       R"({"tokenizer_class": "LlamaTokenizer", "add_bos_token": false, "add_eos_token": false, "legacy": true})"},
+      {"gpt2_bpe", {"tokenizer.json"}, R"({"tokenizer_class": "PreTrainedTokenizerFast"})"},
+      {"gpt2_bpe",
+       {"vocab.json", "merges.txt"},
+       R"({"tokenizer_class": "GPT2TokenizerFast", "add_prefix_space": false})"},
+  };
   const size_t n = static_cast<size_t>(info.files_size());
-  *out = HfTokenizerLayout();
-  if (info.kind() == "sentencepiece" && n == 1) {
-    out->names = {"tokenizer.model"};
-    out->config_json = R"({"tokenizer_class": "LlamaTokenizer", "add_bos_token": false, "add_eos_token": false, )"
-                       R"("legacy": true})";
-  } else if (info.kind() == "gpt2_bpe" && n == 1) {
-    out->names = {"tokenizer.json"};
-    out->config_json = R"({"tokenizer_class": "PreTrainedTokenizerFast"})";
-  } else if (info.kind() == "gpt2_bpe" && n == 2) {
-    out->names = {"vocab.json", "merges.txt"};
-    out->config_json = R"({"tokenizer_class": "GPT2TokenizerFast", "add_prefix_space": false})";
-  } else if (n == 0 || (info.kind() != "gpt2_bpe" && info.kind() != "sentencepiece")) {
-    return Status::NotFound("a " + info.kind() + " tokenizer has no files for Hugging Face");
-  } else {
-    return Status::DataLoss("a " + info.kind() + " tokenizer of " + std::to_string(n) + " files");
+  bool kind_has_files = false;
+  for (const Layout& l : kLayouts) {
+    if (info.kind() != l.kind) continue;
+    kind_has_files = true;
+    if (l.names.size() != n) continue;
+    *out = HfTokenizerLayout();
+    out->names = l.names;
+    out->config_json = std::string(l.config_json) + "\n";
+    return Status::OK();
   }
-  out->config_json += "\n";
-  return Status::OK();
+  *out = HfTokenizerLayout();
+  if (n == 0 || !kind_has_files)
+    return Status::NotFound("a " + info.kind() + " tokenizer has no files for Hugging Face");
+  return Status::DataLoss("a " + info.kind() + " tokenizer of " + std::to_string(n) + " files");
 }
 
 }  // namespace dtrain::data

@@ -66,6 +66,32 @@ std::vector<std::string> Pieces(const std::string& text) {
   return out;
 }
 
+// The Hugging Face layout of each kind's files: names in order and the class AutoTokenizer builds; a kind with no
+// files (bytes) is NotFound, a file count the kind never records is DataLoss.
+TEST(HfTokenizerLayoutTest, EachKindAndFileCountHasItsNamesAndClass) {
+  auto layout = [](const std::string& kind, int files, HfTokenizerLayout* out) {
+    proto::TokenizerInfo info;
+    info.set_kind(kind);
+    for (int i = 0; i < files; ++i) info.add_files("f" + std::to_string(i));
+    return HfTokenizerLayoutOf(info, out);
+  };
+  HfTokenizerLayout l;
+  ASSERT_TRUE(layout("sentencepiece", 1, &l).ok());
+  EXPECT_EQ(l.names, std::vector<std::string>{"tokenizer.model"});
+  EXPECT_EQ(nlohmann::json::parse(l.config_json)["tokenizer_class"], "LlamaTokenizer");
+  EXPECT_EQ(l.config_json.back(), '\n');
+  ASSERT_TRUE(layout("gpt2_bpe", 1, &l).ok());
+  EXPECT_EQ(l.names, std::vector<std::string>{"tokenizer.json"});
+  EXPECT_EQ(nlohmann::json::parse(l.config_json)["tokenizer_class"], "PreTrainedTokenizerFast");
+  ASSERT_TRUE(layout("gpt2_bpe", 2, &l).ok());
+  EXPECT_EQ(l.names, (std::vector<std::string>{"vocab.json", "merges.txt"}));
+  EXPECT_EQ(nlohmann::json::parse(l.config_json)["tokenizer_class"], "GPT2TokenizerFast");
+  EXPECT_EQ(layout("bytes", 0, &l).code(), Status::Code::kNotFound);
+  EXPECT_EQ(layout("gpt2_bpe", 0, &l).code(), Status::Code::kNotFound);
+  EXPECT_EQ(layout("gpt2_bpe", 3, &l).code(), Status::Code::kDataLoss);
+  EXPECT_EQ(layout("sentencepiece", 2, &l).code(), Status::Code::kDataLoss);
+}
+
 TEST(UnicodeClassesTest, LettersNumbersSpaces) {
   EXPECT_EQ(ClassifyCodePoint('a'), CodePointClass::kLetter);
   EXPECT_EQ(ClassifyCodePoint(U'é'), CodePointClass::kLetter);
