@@ -34,10 +34,10 @@
 #   llamaloss  loss curves of the SmolLM2-360M shape from the same imported weights (transformers' random init,
 #           save_pretrained) on the same byte-level tokens of real text, 200 steps: dtrain vs two PyTorch runs (the
 #           hand-written Llama and transformers' LlamaForCausalLM, eager), PNG to $OUT
-#   gpt2fp8 train.precision fp8 (issue 35): the FP8 GPU tests, then for each of $FP8_SIZES (default 124m 350m) GPT-2
+#   gpt2fp8 train.precision fp8 (issue 35): the FP8 GPU tests, then for each of $FP8_SIZES (default 124m 350m; also 774m 1.5b) GPT-2
 #           at B x T = 16 x 1024 (synthetic tokens): dtrain bf16, dtrain fp8 with each of $FP8_LAYERS (default auto
 #           all), and (FP8_TORCH=1, the default) torch.compile in each of $TORCH_MODES (default default
-#           reduce-overhead) in the same call; with FP8_LOSS=1 also $LOSS_STEPS (300) steps on byte-level tokens of
+#           reduce-overhead) x $TORCH_FLOAT8 (torchao float8 recipes, default none) in the same call; with FP8_LOSS=1 also $LOSS_STEPS (300) steps on byte-level tokens of
 #           real text (the repo's README and docs): bf16, fp8 and bf16 with another train.seed, compared by
 #           bench/loss_diff.py over the last 200 steps
 #   tb      TensorBoard's own reader over a run's event file (tests/tools/read_tensorboard.py)
@@ -216,6 +216,7 @@ if has gpt2fp8; then
       124m) shape="" ;;
       350m) shape="--set model.gpt2.n_layer=24 --set model.gpt2.n_head=16 --set model.gpt2.n_embd=1024" ;;
       774m) shape="--set model.gpt2.n_layer=36 --set model.gpt2.n_head=20 --set model.gpt2.n_embd=1280" ;;
+      1.5b) shape="--set model.gpt2.n_layer=48 --set model.gpt2.n_head=25 --set model.gpt2.n_embd=1600" ;;
     esac
     run() {  # NAME ARGS...: one dtrain run of this size, its last progress line
       local name=$1; shift
@@ -226,10 +227,15 @@ if has gpt2fp8; then
     run bf16 --set train.precision=bf16
     for layers in ${FP8_LAYERS:-auto all}; do run fp8_$layers --set train.precision=fp8 --set model.gpt2.fp8_layers=$layers; done
     if [[ ${FP8_TORCH:-1} == 1 ]]; then
+      # $TORCH_FLOAT8: torchao float8 recipes (none: bf16) run under each mode; names mode or mode_recipe
       for mode in ${TORCH_MODES:-default reduce-overhead}; do
-        python3 bench/gpt2_torch.py --model $size --batch 16 --compile --mode $mode --steps 30 \
-          --json $OUT/fp8_${size}_torch_$mode.json > $OUT/fp8_${size}_torch_$mode.log 2>&1
-        echo "gpt2 $size torch.compile $mode: $(tail -1 $OUT/fp8_${size}_torch_$mode.log)"
+        for f8 in ${TORCH_FLOAT8:-none}; do
+          n=$mode; [[ $f8 != none ]] && n=${mode}_$f8
+          python3 bench/gpt2_torch.py --model $size --batch 16 --compile --mode $mode --float8 $f8 \
+            --steps ${TORCH_STEPS:-30} --json $OUT/fp8_${size}_torch_$n.json > $OUT/fp8_${size}_torch_$n.log 2>&1
+          echo "gpt2 $size torch.compile $mode float8 $f8: $(tail -1 $OUT/fp8_${size}_torch_$n.log)"
+          grep -h "torchao float8" $OUT/fp8_${size}_torch_$n.log | head -1
+        done
       done
     fi
   done

@@ -9,7 +9,7 @@ import sys
 H200_SPEC = 989e12
 H200_GEMM = 790e12
 VOCAB, SEQ = 50304, 1024
-MODELS = {"124m": (12, 12, 768), "350m": (24, 16, 1024), "774m": (36, 20, 1280)}  # layers, heads, width
+MODELS = {"124m": (12, 12, 768), "350m": (24, 16, 1024), "774m": (36, 20, 1280), "1.5b": (48, 25, 1600)}  # layers, heads, width
 
 
 def params(model, seq=SEQ):
