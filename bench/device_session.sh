@@ -26,9 +26,10 @@
 #           checkpoint + exit 75, then the resume finishes
 #   prometheus  GPT-2 on up to 2 GPUs with run.prometheus_port: /metrics scraped every second; GPU series vs nvidia-smi
 #   hf      `dtrain ckpt export --format hf` loaded by transformers, logits vs dtrain's (bench/hf_export_check.sh)
-#   llama   Llama shapes ($LLAMA_SHAPES: smollm2_360m llama3_1b) at B x T = 16 x 1024 bf16: dtrain vs PyTorch in the
-#           same call: bench/llama_torch.py for each of $LLAMA_TORCH (impl:mode pairs; default hand:default
-#           hand:reduce-overhead hf:default hf:reduce-overhead), tokens/s, step ms, peak memory, and the ratios
+#   llama   Llama shapes ($LLAMA_SHAPES: smollm2_360m llama3_1b) at B x T = 16 x 1024: dtrain in each of
+#           $LLAMA_PRECISIONS (default bf16; fp8, fp8:LAYERS) vs PyTorch in the same call: bench/llama_torch.py for
+#           each of $LLAMA_TORCH (impl:mode[:float8 recipe]; default hand:default hand:reduce-overhead hf:default
+#           hf:reduce-overhead), tokens/s, step ms, peak memory
 #   llamaprobe  kernels of 2 Llama steps ($PROBE_SHAPE, default llama3_1b; synthetic tokens) by total time (ncu), and
 #           the hand-written Llama's under torch.compile (torch.profiler)
 #   llamaloss  loss curves of the SmolLM2-360M shape from the same imported weights (transformers' random init,
@@ -450,16 +451,23 @@ fi
 
 if has llama; then
   for shape in ${LLAMA_SHAPES:-smollm2_360m llama3_1b}; do
-    $BIN train configs/$shape.yaml --set data.dataset=synthetic_tokens --set data.batch_size=16 \
-      --set train.grad_accum_steps=1 --set train.max_steps=${LLAMA_STEPS:-60} --set train.log_every=20 \
-      --set schedule.warmup_steps=10 --set checkpoint.enabled=false --set train.eval=false \
-      --set run.dir=$OUT/llama_$shape > $OUT/llama_$shape.log 2>&1
-    echo "llama $shape dtrain rc=$?: $(step_line $OUT/llama_$shape.log)"
-    grep -hE "CUDA graph|attention:|peak" $OUT/llama_$shape.log | head -3 | sed 's/.*\] //'
+    for prec in ${LLAMA_PRECISIONS:-bf16}; do  # bf16, fp8 (its auto layers) or fp8:LAYERS (model.llama.fp8_layers)
+      p=${prec%%:*}; layers=""; [[ $prec == *:* ]] && layers="--set model.llama.fp8_layers=${prec#*:}"
+      n=llama_${shape}_${prec/:/_}
+      $BIN train configs/$shape.yaml --set data.dataset=synthetic_tokens --set data.batch_size=16 \
+        --set train.grad_accum_steps=1 --set train.max_steps=${LLAMA_STEPS:-60} --set train.log_every=20 \
+        --set schedule.warmup_steps=10 --set checkpoint.enabled=false --set train.eval=false \
+        --set train.precision=$p $layers --set run.dir=$OUT/$n > $OUT/$n.log 2>&1
+      echo "llama $shape dtrain $prec rc=$?: $(step_line $OUT/$n.log)"
+      grep -hE "CUDA graph|attention:|peak|precision fp8" $OUT/$n.log | head -4 | sed 's/.*\] //' | cut -c1-200
+    done
+    # impl:mode[:float8 recipe] (torchao, bench/torchao_float8.py)
     for im in ${LLAMA_TORCH:-hand:default hand:reduce-overhead hf:default hf:reduce-overhead}; do
-      python3 bench/llama_torch.py --shape $shape --impl ${im%%:*} --compile --mode ${im#*:} \
-        --json $OUT/llama_torch_${shape}_${im/:/_}.json > $OUT/llama_torch_${shape}_${im/:/_}.log 2>&1
-      echo "llama $shape torch ${im} rc=$?: $(tail -1 $OUT/llama_torch_${shape}_${im/:/_}.log)"
+      IFS=: read -r impl mode f8 <<< "$im"
+      n=llama_torch_${shape}_${im//:/_}
+      python3 bench/llama_torch.py --shape $shape --impl $impl --compile --mode $mode --float8 ${f8:-none} \
+        --json $OUT/$n.json > $OUT/$n.log 2>&1
+      echo "llama $shape torch ${im} rc=$?: $(tail -1 $OUT/$n.log)"
     done
   done
 fi

@@ -30,6 +30,21 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
+std::vector<Fp8LinearShape> Gpt2Linears(int64_t n_embd) {
+  const int64_t c = n_embd;
+  return {{"qkv", 3 * c, c}, {"attn_proj", c, c}, {"fc", 4 * c, c}, {"fc_proj", c, 4 * c}};
+}
+
+// "auto": the linears whose FP8 forward + dgrad + wgrad, with models/fp8_linears.h's separate quantization passes,
+// beat bf16 at width n_embd on an H200 (B x T = 16 x 1024). Source: bench/results/2026-12-03-fp8-gemm-h200.md, "Net
+// per layer": at 768 qkv 0.96x, attn_proj 0.78x, fc 1.02x, fc_proj 1.01x; at 1024 qkv 1.07x, attn_proj 0.85x, fc
+// 1.13x, fc_proj 1.14x; at 1280 attn_proj 1.01x; at 1600 attn_proj 1.06x.
+Status ParseGpt2Fp8Layers(const std::string& spec, int64_t n_embd, Fp8LayerSet* out) {
+  std::vector<std::string> names;
+  for (const Fp8LinearShape& l : Gpt2Linears(n_embd)) names.push_back(l.name);
+  return ParseFp8LayerSet("model.gpt2.fp8_layers", spec, names, {n_embd >= 1024, n_embd >= 1600, true, true}, out);
+}
+
 Status Gpt2::Create(DeviceContext& ctx, const Gpt2Options& opts, int64_t batch, int64_t seq_len,
                     std::unique_ptr<Gpt2>* out) {
   DT_CHECK_ARG(
@@ -183,7 +198,8 @@ Status Gpt2::EnsureActivations(int64_t batch, int64_t seq_len) {
   if (chunked()) DT_RETURN_IF_ERROR(Alloc({n}, DType::kI32, &preds_));
   DT_RETURN_IF_ERROR(Alloc({n}, stat, &losses_));
   if (opts_.precision == Precision::kFp8) {
-    DT_RETURN_IF_ERROR(Gpt2Fp8::Create(ctx_, opts_.fp8_layers, L, c, static_cast<int64_t>(acts_.size()), n, &fp8_));
+    DT_RETURN_IF_ERROR(
+        Fp8Linears::Create(ctx_, Gpt2Linears(c), opts_.fp8_layers, L, static_cast<int64_t>(acts_.size()), n, &fp8_));
   }
   DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dres_));
   DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dln_));
@@ -209,11 +225,10 @@ Status Gpt2::Forward(const Tensor& inputs, const Tensor& targets) {
   // The 16-bit working copy of the (just updated) master weights.
   if (mixed()) DT_RETURN_IF_ERROR(ops::Cast(ctx_, params_, &params16_));
   // The FP8 weights (both layouts), from the f32 masters.
-  const int kLinearWeight[kGpt2Linears] = {kAttnW, kAttnProjW, kFcW, kFcProjW};  // Gpt2Linear order
+  const int kLinearWeight[] = {kAttnW, kAttnProjW, kFcW, kFcProjW};  // Gpt2Linear order
   for (int l = 0; fp8_ != nullptr && l < opts_.n_layer; ++l) {
-    for (int i = 0; i < kGpt2Linears; ++i) {
-      const auto lin = static_cast<Gpt2Linear>(i);
-      if (fp8_->on(lin)) DT_RETURN_IF_ERROR(fp8_->QuantizeWeight(l, lin, w_[ParamIndex(l, kLinearWeight[i])]));
+    for (int i = 0; i < 4; ++i) {
+      if (fp8_->on(i)) DT_RETURN_IF_ERROR(fp8_->QuantizeWeight(l, i, w_[ParamIndex(l, kLinearWeight[i])]));
     }
   }
 
@@ -306,9 +321,9 @@ Status Gpt2::BlockForward(int layer) {
 Status Gpt2::LinearForward(int layer, Gpt2Linear l, int weight, const Tensor& x, ops::Epilogue e, Tensor* y,
                            Tensor* aux) {
   const Tensor& bias = gemm_weight(ParamIndex(layer, weight + 1));  // every block weight is followed by its bias
-  if (fp8_ != nullptr && fp8_->on(l)) {
+  if (fp8(l)) {
     const int set = opts_.recompute ? 0 : layer;
-    return fp8_->Forward(layer, set, l, x, bias, y, e == ops::Epilogue::kBiasGelu ? aux : nullptr,
+    return fp8_->Forward(layer, set, static_cast<int>(l), x, &bias, y, e == ops::Epilogue::kBiasGelu ? aux : nullptr,
                          e == ops::Epilogue::kBiasResidual ? aux : nullptr, training_);
   }
   return ops::MatmulEpilogue(ctx_, x, false, gemm_weight(ParamIndex(layer, weight)), true, bias, e, y, aux);
@@ -372,14 +387,13 @@ Status Gpt2::BlockBackward(int layer, const GradReadyFn& on_ready) {
   DT_RETURN_IF_ERROR(datt_.Reshape(dres_.shape(), &datt2));
 
   const int set = opts_.recompute ? 0 : layer;  // the FP8 activation copies of this block
-  auto fp8 = [&](Gpt2Linear l) { return fp8_ != nullptr && fp8_->on(l); };
 
   // MLP, with dres_ = dy. Weight gradients accumulate (beta = 1) across micro-steps.
   if (fp8(Gpt2Linear::kFcProj)) {
     // dW_proj += dy^T fc_act and d fc_act = dy W_proj in FP8; gelu' and fc's bias gradient then run as their own
     // passes over dfc_ (the bf16 path fuses them into the dgrad GEMM's epilogue).
     DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dres_, g(kFcProjB), /*accumulate=*/true));
-    DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, Gpt2Linear::kFcProj, dres_, g(kFcProjW), &dfc_));
+    DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, static_cast<int>(Gpt2Linear::kFcProj), dres_, g(kFcProjW), &dfc_));
     DT_RETURN_IF_ERROR(ready(kFcProjB));
     DT_RETURN_IF_ERROR(ready(kFcProjW));
     DT_RETURN_IF_ERROR(ops::GeluBackward(ctx_, a.fc_pre, dfc_, &dfc_));
@@ -394,7 +408,7 @@ Status Gpt2::BlockBackward(int layer, const GradReadyFn& on_ready) {
                                            ops::Epilogue::kDGeluBGrad, &dfc_, &a.fc_pre));
   }
   if (fp8(Gpt2Linear::kFc)) {
-    DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, Gpt2Linear::kFc, dfc_, g(kFcW), &dln_));
+    DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, static_cast<int>(Gpt2Linear::kFc), dfc_, g(kFcW), &dln_));
     DT_RETURN_IF_ERROR(ready(kFcB));
     DT_RETURN_IF_ERROR(ready(kFcW));
   } else {
@@ -412,7 +426,8 @@ Status Gpt2::BlockBackward(int layer, const GradReadyFn& on_ready) {
   // Attention, with dres_ = d x_mid.
   DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dres_, g(kAttnProjB), /*accumulate=*/true));
   if (fp8(Gpt2Linear::kAttnProj)) {
-    DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, Gpt2Linear::kAttnProj, dres_, g(kAttnProjW), &datt2));
+    DT_RETURN_IF_ERROR(
+        fp8_->Backward(layer, set, static_cast<int>(Gpt2Linear::kAttnProj), dres_, g(kAttnProjW), &datt2));
   } else {
     DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, true, att2, false, g(kAttnProjW), 1.f, 1.f));
     DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, false, gw(kAttnProjW), false, &datt2));
@@ -422,7 +437,7 @@ Status Gpt2::BlockBackward(int layer, const GradReadyFn& on_ready) {
   DT_RETURN_IF_ERROR(ops::AttentionBackward(ctx_, a.qkv, a.att, a.lse, datt_, opts_.n_head, &dqkv_));
   DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dqkv2, g(kAttnB), /*accumulate=*/true));
   if (fp8(Gpt2Linear::kQkv)) {
-    DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, Gpt2Linear::kQkv, dqkv2, g(kAttnW), &dln_));
+    DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, static_cast<int>(Gpt2Linear::kQkv), dqkv2, g(kAttnW), &dln_));
   } else {
     DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dqkv2, true, a.ln1, false, g(kAttnW), 1.f, 1.f));
     DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dqkv2, false, gw(kAttnW), false, &dln_));

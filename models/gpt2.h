@@ -32,7 +32,7 @@
 //     (max 65504) needs dynamic loss scaling: the trainer passes LossScaler's scale to Backward
 //     (runtime/optim/loss_scaler.h), which keeps the activation gradients in range; grads() then hold scaled values.
 //   kFp8 (CUDA, compute capability 8.9+): kBf16, with the block linears of options.fp8_layers as FP8 GEMMs
-//     (models/gpt2_fp8.h: e4m3 activations and weights, e5m2 gradients, per-tensor current scaling, f32 weight
+//     (models/fp8_linears.h: e4m3 activations and weights, e5m2 gradients, per-tensor current scaling, f32 weight
 //     gradients); the LM head, attention, layer norms and the other linears stay bf16.
 //   On the CPU, kBf16, kFp16 and kFp8 are InvalidArgument.
 // recompute: keep only each block's input; Backward re-runs a block's forward just before its backward (one
@@ -48,10 +48,18 @@
 #include <vector>
 
 #include "kernels/matmul.h"
-#include "models/gpt2_fp8.h"
+#include "models/fp8_linears.h"
 #include "models/model.h"
 
 namespace dtrain::models {
+
+// The four linear layers of a GPT-2 block, forward order (the index into Fp8LayerSet::on and Fp8Linears).
+enum class Gpt2Linear { kQkv, kAttnProj, kFc, kFcProj };
+// Their names and shapes at width n_embd: qkv [3C, C], attn_proj [C, C], fc [4C, C], fc_proj [C, 4C].
+std::vector<Fp8LinearShape> Gpt2Linears(int64_t n_embd);
+// model.gpt2.fp8_layers: "auto" (the measured table for n_embd, see gpt2.cc), "all", "none", or a comma list of
+// qkv, attn_proj, fc, fc_proj (ParseFp8LayerSet).
+Status ParseGpt2Fp8Layers(const std::string& spec, int64_t n_embd, Fp8LayerSet* out);
 
 // Mirrors proto::Gpt2Config (the factory copies it) plus the run's precision/recompute.
 struct Gpt2Options {
@@ -159,8 +167,9 @@ class Gpt2 final : public Model {
   float backward_scale_ = 1.f, forward_scale_ = 1.f;
   // Backward scratch: dres_ is d(loss)/d(residual stream) at the current block boundary.
   Tensor dres_, dln_, dqkv_, datt_, dfc_;
-  Tensor shared_;                 // owns dfc_, tok_emb_ and pos_emb_ (views: see EnsureActivations)
-  std::unique_ptr<Gpt2Fp8> fp8_;  // kFp8 only
+  Tensor shared_;                    // owns dfc_, tok_emb_ and pos_emb_ (views: see EnsureActivations)
+  std::unique_ptr<Fp8Linears> fp8_;  // kFp8 only
+  bool fp8(Gpt2Linear l) const { return fp8_ != nullptr && fp8_->on(static_cast<int>(l)); }
 };
 
 }  // namespace dtrain::models

@@ -79,7 +79,7 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
   }
   if (opts.precision == Precision::kFp8) {
     DT_RETURN_IF_ERROR(ops::CheckFp8Device(ctx, "train.precision: fp8"));
-    DT_RETURN_IF_ERROR(ParseFp8Layers(fp8_layers, g.n_embd(), &opts.fp8_layers));
+    DT_RETURN_IF_ERROR(ParseGpt2Fp8Layers(fp8_layers, g.n_embd(), &opts.fp8_layers));
   }
   std::unique_ptr<Gpt2> gpt2;
   DT_RETURN_IF_ERROR(Gpt2::Create(ctx, opts, config.data().batch_size(), g.max_seq_len(), &gpt2));
@@ -88,14 +88,13 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
 }
 
 // What Gpt2::Create and EnsureActivations allocate (models/gpt2.cc), tensor by tensor, for Build's batch
-// [data.batch_size, max_seq_len]; plus the largest transient kernel workspace on CUDA. fp8 is not planned
-// (Unimplemented: its FP8 copies live in models/gpt2_fp8.cc).
+// [data.batch_size, max_seq_len]; plus the largest transient kernel workspace on CUDA.
 Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, MemoryPlan* plan) {
   const proto::Gpt2Config& g = config.model().gpt2();
   DT_RETURN_IF_ERROR(CheckSizes(g));
   const std::string& precision = config.train().precision();
-  if (precision == "fp8") return Status::Unimplemented("model.kind gpt2 with train.precision fp8 has no memory plan");
-  const bool mixed = precision == "bf16" || precision == "fp16" || (precision == "auto" && in.cuda);
+  const bool mixed =
+      precision == "bf16" || precision == "fp16" || precision == "fp8" || (precision == "auto" && in.cuda);
   if (mixed && !in.cuda) {
     return Status::InvalidArgument("train.precision: " + precision + " needs a GPU; the CPU path is fp32");
   }
@@ -114,6 +113,11 @@ Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, Mem
   plan->grads = bytes(params, in.master_dtype);
   if (mixed) plan->working_copy = bytes(params, half);
   plan->workspace = bytes(n, DType::kI32);  // position ids
+  if (precision == "fp8") {
+    Fp8LayerSet set;
+    DT_RETURN_IF_ERROR(ParseGpt2Fp8Layers(g.fp8_layers().empty() ? "auto" : g.fp8_layers(), c, &set));
+    plan->fp8 = Fp8Linears::Bytes(in, Gpt2Linears(c), set, L, full ? 1 : L, n);
+  }
   const int64_t set = bytes(n * c, act) + 2 * bytes(n, stat) + bytes(3 * n * c, act) + bytes(n * c, act) +
                       bytes(b * g.n_head() * t, stat) + bytes(n * c, act) + bytes(n * c, act) + 2 * bytes(n, stat) +
                       2 * bytes(4 * n * c, act);

@@ -27,7 +27,27 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// The weight parameter of each LlamaLinear (its order).
+constexpr int kLinearParam[] = {1, 2, 4, 5};  // kQkv, kOProj, kGateUp, kDown in Llama's LayerParam order
+
 }  // namespace
+
+std::vector<Fp8LinearShape> LlamaLinears(int64_t hidden, int64_t n_head, int64_t n_kv_head, int64_t ffn_hidden) {
+  const int64_t hs = hidden / n_head;
+  return {{"qkv", (n_head + 2 * n_kv_head) * hs, hidden},
+          {"o_proj", hidden, n_head * hs},
+          {"gate_up", 2 * ffn_hidden, hidden},
+          {"down", hidden, ffn_hidden}};
+}
+
+// "auto": GPT-2's measured per-layer table (models/gpt2.cc, bench/results/2026-12-03-fp8-gemm-h200.md) carried over
+// by shape: the MLP's GEMMs (K or N = the FFN width, 2.7-4x the hidden size) gained at every width measured (1.01x
+// at 768 to 1.14x at 1024); a fused qkv from hidden 1024 (1.07x there, 0.96x at 768); the square o_proj from 1600
+// (0.78x at 768, 0.85x at 1024, 1.01x at 1280, 1.06x at 1600).
+Status ParseLlamaFp8Layers(const std::string& spec, int64_t hidden, Fp8LayerSet* out) {
+  return ParseFp8LayerSet("model.llama.fp8_layers", spec, {"qkv", "o_proj", "gate_up", "down"},
+                          {hidden >= 1024, hidden >= 1600, true, true}, out);
+}
 
 Status Llama::Create(DeviceContext& ctx, const LlamaOptions& opts, int64_t batch, int64_t seq_len,
                      std::unique_ptr<Llama>* out) {
@@ -52,11 +72,11 @@ Status Llama::Create(DeviceContext& ctx, const LlamaOptions& opts, int64_t batch
   DT_CHECK_ARG(opts.loss_chunk_tokens >= 0,
                "Llama: loss_chunk_tokens " << opts.loss_chunk_tokens << " must be >= 0 (0: off)");
   if (opts.precision == Precision::kFp16) return Status::InvalidArgument("Llama: fp16 is not supported (bf16, fp32)");
-  DT_CHECK_ARG(!opts.bf16_masters || opts.precision == Precision::kBf16,
-               "Llama: train.master_weights bf16 needs train.precision bf16 on CUDA (the CPU runs fp32 only)");
-  if (opts.precision == Precision::kBf16) {
+  DT_CHECK_ARG(!opts.bf16_masters || opts.precision == Precision::kBf16 || opts.precision == Precision::kFp8,
+               "Llama: train.master_weights bf16 needs train.precision bf16 or fp8 on CUDA (the CPU runs fp32 only)");
+  if (opts.precision != Precision::kFp32) {
     DT_CHECK_ARG(ctx.is_cuda() && opts.dtype == DType::kF32,
-                 "Llama: bf16 precision needs a CUDA context and f32 master params (the CPU runs fp32 only)");
+                 "Llama: bf16 and fp8 precision need a CUDA context and f32 master params (the CPU runs fp32 only)");
   } else {
     DT_CHECK_ARG(opts.dtype == DType::kF32 || (opts.dtype == DType::kF64 && !ctx.is_cuda()),
                  "Llama: fp32 runs in f32 (CPU, CUDA) or f64 (CPU only)");
@@ -188,6 +208,11 @@ Status Llama::EnsureActivations(int64_t batch, int64_t seq_len) {
   DT_RETURN_IF_ERROR(Alloc({chunked() ? std::min(opts_.loss_chunk_tokens, n) : n, vp}, act, &logits_));
   if (chunked()) DT_RETURN_IF_ERROR(Alloc({n}, DType::kI32, &preds_));
   DT_RETURN_IF_ERROR(Alloc({n}, stat, &losses_));
+  if (opts_.precision == Precision::kFp8) {
+    fp8_.reset();  // a new shape: its kept copies go first
+    DT_RETURN_IF_ERROR(Fp8Linears::Create(ctx_, LlamaLinears(c, opts_.n_head, opts_.n_kv_head, f), opts_.fp8_layers, L,
+                                          static_cast<int64_t>(acts_.size()), n, &fp8_));
+  }
   DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dres_));
   DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dln_));
   DT_RETURN_IF_ERROR(Alloc({batch, seq_len, qkv}, act, &dqkv_));
@@ -213,6 +238,12 @@ Status Llama::Forward(const Tensor& inputs, const Tensor& targets) {
   DT_RETURN_IF_ERROR(targets.Reshape({n}, &targets_));
   // The bf16 working copy of the (just updated) f32 master weights (bf16 masters are the GEMM weights themselves).
   if (mixed() && !opts_.bf16_masters) DT_RETURN_IF_ERROR(ops::Cast(ctx_, params_, &params16_));
+  // The FP8 weights (both layouts), from the bf16 GEMM weights.
+  for (int l = 0; fp8_ != nullptr && l < opts_.n_layer; ++l) {
+    for (int i = 0; i < 4; ++i) {
+      if (fp8_->on(i)) DT_RETURN_IF_ERROR(fp8_->QuantizeWeight(l, i, gemm_weight(ParamIndex(l, kLinearParam[i]))));
+    }
+  }
 
   // x = embed[ids]: the lookup reads the master table (f32, or bf16 masters) and writes the activation dtype (bf16
   // rows in a mixed run).
@@ -266,7 +297,6 @@ Status Llama::LayerForward(int layer) {
   const Tensor& x = x_[layer];
   Tensor& y = x_[layer + 1];
   auto w = [&](int p) -> const Tensor& { return w_[ParamIndex(layer, p)]; };
-  auto gw = [&](int p) -> const Tensor& { return gemm_weight(ParamIndex(layer, p)); };
   const float eps = static_cast<float>(opts_.rms_norm_eps);
   Tensor qkv2, att2;  // 2-D views [B*T, (NH + 2 NKV) hs] / [B*T, C] for the GEMMs
   DT_RETURN_IF_ERROR(a.qkv.Reshape({x.dim(0), qkv_width()}, &qkv2));
@@ -275,21 +305,40 @@ Status Llama::LayerForward(int layer) {
   // Attention: x_mid = x + o_proj(attn(rope(qkv_proj(rmsnorm_1(x))))). RoPE rotates q and k in place, so qkv holds
   // what attention read (its backward needs exactly that).
   DT_RETURN_IF_ERROR(ops::RmsNormForward(ctx_, x, w(kInNorm), eps, &a.ln1, &a.ln1_rstd));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, a.ln1, false, gw(kQkv), true, &qkv2));
+  DT_RETURN_IF_ERROR(LinearForward(layer, LlamaLinear::kQkv, a.ln1, &qkv2, nullptr));
   DT_RETURN_IF_ERROR(ops::RopeForward(ctx_, rope_cos_, rope_sin_, opts_.n_head, opts_.n_kv_head, &a.qkv));
   DT_RETURN_IF_ERROR(ops::AttentionForward(ctx_, a.qkv, opts_.n_head, opts_.n_kv_head, &a.att, &a.lse));
-  // The residual add rides in the GEMM's epilogue (C = x read once); the epilogue comes with a bias, zero here.
-  Tensor residual = x;  // a handle: the epilogue reads it
-  DT_RETURN_IF_ERROR(ops::MatmulEpilogue(ctx_, att2, false, gw(kOProj), true, zero_bias_, ops::Epilogue::kBiasResidual,
-                                         &a.x_mid, &residual));
+  // The residual add rides in the GEMM's epilogue (C = x read once).
+  DT_RETURN_IF_ERROR(LinearForward(layer, LlamaLinear::kOProj, att2, &a.x_mid, &x));
 
   // MLP: y = x_mid + down_proj(silu(gate) * up), [gate | up] = gate_up_proj(rmsnorm_2(x_mid)).
   DT_RETURN_IF_ERROR(ops::RmsNormForward(ctx_, a.x_mid, w(kPostNorm), eps, &a.ln2, &a.ln2_rstd));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, a.ln2, false, gw(kGateUp), true, &a.h));
+  DT_RETURN_IF_ERROR(LinearForward(layer, LlamaLinear::kGateUp, a.ln2, &a.h, nullptr));
   DT_RETURN_IF_ERROR(ops::SwiGluForward(ctx_, a.h, &a.act));
-  residual = a.x_mid;
-  return ops::MatmulEpilogue(ctx_, a.act, false, gw(kDown), true, zero_bias_, ops::Epilogue::kBiasResidual, &y,
-                             &residual);
+  return LinearForward(layer, LlamaLinear::kDown, a.act, &y, &a.x_mid);
+}
+
+Status Llama::LinearForward(int layer, LlamaLinear l, const Tensor& x, Tensor* y, const Tensor* residual) {
+  if (fp8(l))
+    return fp8_->Forward(layer, act_set(layer), static_cast<int>(l), x, nullptr, y, nullptr, residual, training_);
+  const Tensor& w = gemm_weight(ParamIndex(layer, kLinearParam[static_cast<int>(l)]));
+  if (residual == nullptr) return ops::Matmul(ctx_, x, false, w, true, y);
+  // The epilogue comes with a bias, zero here.
+  Tensor aux = *residual;  // a handle: the epilogue reads it
+  return ops::MatmulEpilogue(ctx_, x, false, w, true, zero_bias_, ops::Epilogue::kBiasResidual, y, &aux);
+}
+
+Status Llama::LinearBackward(int layer, LlamaLinear l, const Tensor& dy, const Tensor& x, Tensor* dx) {
+  const int p = ParamIndex(layer, kLinearParam[static_cast<int>(l)]);
+  if (fp8(l)) return fp8_->Backward(layer, act_set(layer), static_cast<int>(l), dy, &g_[p], dx);
+  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dy, true, x, false, &g_[p], 1.f, 1.f));
+  return ops::Matmul(ctx_, dy, false, gemm_weight(p), false, dx);
+}
+
+std::string Llama::precision_summary() const {
+  if (opts_.precision != Precision::kFp8) return "";
+  return "fp8: FP8 GEMMs (e4m3 x e4m3 forward, e5m2 gradients) for the block linears " + opts_.fp8_layers.Describe() +
+         "; bf16 for the rest (attention, LM head, RMSNorms, SwiGLU)";
 }
 
 Status Llama::Backward(float loss_scale, const GradReadyFn& on_ready) {
@@ -343,7 +392,6 @@ Status Llama::LayerBackward(int layer, const GradReadyFn& on_ready) {
   if (full(layer)) DT_RETURN_IF_ERROR(LayerForward(layer));  // refills the shared activations (same values)
   LayerActs& a = acts(layer);
   auto w = [&](int p) -> const Tensor& { return w_[ParamIndex(layer, p)]; };
-  auto gw = [&](int p) -> const Tensor& { return gemm_weight(ParamIndex(layer, p)); };
   auto g = [&](int p) -> Tensor* { return &g_[ParamIndex(layer, p)]; };
   auto ready = [&](int p) { return on_ready ? on_ready(ParamIndex(layer, p)) : Status::OK(); };
   Tensor qkv2, att2, dqkv2, datt2;
@@ -358,30 +406,31 @@ Status Llama::LayerBackward(int layer, const GradReadyFn& on_ready) {
   const bool pointwise = opts_.selective && !full(layer);
   const float eps = static_cast<float>(opts_.rms_norm_eps);
 
-  // MLP, with dres_ = dy. Weight gradients accumulate (beta = 1) across micro-steps.
-  if (pointwise) DT_RETURN_IF_ERROR(ops::SwiGluForward(ctx_, a.h, &a.act));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, true, a.act, false, g(kDown), 1.f, 1.f));
+  // MLP, with dres_ = dy. Weight gradients accumulate (beta = 1) across micro-steps. An FP8 linear's weight gradient
+  // reads the FP8 copy its forward kept, so the recompute for it is skipped.
+  if (pointwise && !fp8(LlamaLinear::kDown)) DT_RETURN_IF_ERROR(ops::SwiGluForward(ctx_, a.h, &a.act));
+  DT_RETURN_IF_ERROR(LinearBackward(layer, LlamaLinear::kDown, dres_, a.act, &dact_));
   DT_RETURN_IF_ERROR(ready(kDown));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, false, gw(kDown), false, &dact_));
   DT_RETURN_IF_ERROR(ops::SwiGluBackward(ctx_, a.h, dact_, &dh_));
-  if (pointwise) DT_RETURN_IF_ERROR(ops::RmsNormForward(ctx_, a.x_mid, w(kPostNorm), eps, &a.ln2, &a.ln2_rstd));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dh_, true, a.ln2, false, g(kGateUp), 1.f, 1.f));
+  if (pointwise && !fp8(LlamaLinear::kGateUp)) {
+    DT_RETURN_IF_ERROR(ops::RmsNormForward(ctx_, a.x_mid, w(kPostNorm), eps, &a.ln2, &a.ln2_rstd));
+  }
+  DT_RETURN_IF_ERROR(LinearBackward(layer, LlamaLinear::kGateUp, dh_, a.ln2, &dln_));
   DT_RETURN_IF_ERROR(ready(kGateUp));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dh_, false, gw(kGateUp), false, &dln_));
   DT_RETURN_IF_ERROR(ops::RmsNormBackward(ctx_, a.x_mid, w(kPostNorm), a.ln2_rstd, dln_, &dres_, g(kPostNorm),
                                           /*accumulate_dx=*/true));  // the residual path plus the norm path
   DT_RETURN_IF_ERROR(ready(kPostNorm));
 
   // Attention, with dres_ = d x_mid. The gradient of the rotated q, k is rotated back in place before the projection.
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, true, att2, false, g(kOProj), 1.f, 1.f));
+  DT_RETURN_IF_ERROR(LinearBackward(layer, LlamaLinear::kOProj, dres_, att2, &datt2));
   DT_RETURN_IF_ERROR(ready(kOProj));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, false, gw(kOProj), false, &datt2));
   DT_RETURN_IF_ERROR(ops::AttentionBackward(ctx_, a.qkv, a.att, a.lse, datt_, opts_.n_head, opts_.n_kv_head, &dqkv_));
   DT_RETURN_IF_ERROR(ops::RopeBackward(ctx_, rope_cos_, rope_sin_, opts_.n_head, opts_.n_kv_head, &dqkv_));
-  if (pointwise) DT_RETURN_IF_ERROR(ops::RmsNormForward(ctx_, x_[layer], w(kInNorm), eps, &a.ln1, &a.ln1_rstd));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dqkv2, true, a.ln1, false, g(kQkv), 1.f, 1.f));
+  if (pointwise && !fp8(LlamaLinear::kQkv)) {
+    DT_RETURN_IF_ERROR(ops::RmsNormForward(ctx_, x_[layer], w(kInNorm), eps, &a.ln1, &a.ln1_rstd));
+  }
+  DT_RETURN_IF_ERROR(LinearBackward(layer, LlamaLinear::kQkv, dqkv2, a.ln1, &dln_));
   DT_RETURN_IF_ERROR(ready(kQkv));
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dqkv2, false, gw(kQkv), false, &dln_));
   DT_RETURN_IF_ERROR(ops::RmsNormBackward(ctx_, x_[layer], w(kInNorm), a.ln1_rstd, dln_, &dres_, g(kInNorm),
                                           /*accumulate_dx=*/true));  // dres_ = d x_[layer]
   return ready(kInNorm);

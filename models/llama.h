@@ -36,6 +36,11 @@
 //     master, no copy; the embedding lookup and the RMSNorms read them as bf16); grads() stay f32 (the weight-gradient
 //     GEMMs accumulate in f32); the optimizer rounds the updated weights stochastically (kernels/optim_update.h).
 //     InitParams rounds the f32 draws to nearest even. Needs kBf16.
+//   kFp8 (CUDA, compute capability 8.9+): kBf16, with the block linears of options.fp8_layers as FP8 GEMMs
+//     (models/fp8_linears.h: e4m3 activations and weights cast from the bf16 GEMM weights, e5m2 gradients,
+//     per-tensor current scaling, f32 weight gradients); attention, the RMSNorms, SwiGLU and the LM head stay bf16.
+//     bf16_masters works with it. Under selective checkpointing the recompute that only an FP8 linear's weight
+//     gradient would read is skipped (it reads the FP8 copy kept by the forward).
 //   kFp16 is not supported (InvalidArgument).
 // Activation checkpointing, per layer (model.llama.activation_checkpointing; models/llama_spec.cc maps the keys):
 //   full (the first full_layers layers): keep only the layer's input; Backward re-runs the layer's forward just before
@@ -61,12 +66,22 @@
 // allocator and never synchronize the host.
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/rope.h"
+#include "models/fp8_linears.h"
 #include "models/model.h"
 
 namespace dtrain::models {
+
+// The four linear layers of a Llama block, forward order (the index into Fp8LayerSet::on and Fp8Linears).
+enum class LlamaLinear { kQkv, kOProj, kGateUp, kDown };
+// Their names and shapes: qkv [(NH + 2 NKV) hs, C], o_proj [C, NH hs], gate_up [2F, C], down [C, F].
+std::vector<Fp8LinearShape> LlamaLinears(int64_t hidden, int64_t n_head, int64_t n_kv_head, int64_t ffn_hidden);
+// model.llama.fp8_layers: "auto" (from the measured table by hidden size, see llama.cc), "all", "none", or a comma list
+// of qkv, o_proj, gate_up, down (ParseFp8LayerSet).
+Status ParseLlamaFp8Layers(const std::string& spec, int64_t hidden, Fp8LayerSet* out);
 
 // Mirrors proto::LlamaConfig (the spec copies it) plus the run's precision/recompute.
 struct LlamaOptions {
@@ -86,7 +101,8 @@ struct LlamaOptions {
   bool selective = false;   // the other layers selective (else none)
   bool fused_classifier = false;  // see the file comment; bf16/fp32 training forwards only
   int64_t loss_chunk_tokens = 0;  // see the file comment; > 0: tokens per LM-head/loss chunk (the fused path)
-  bool bf16_masters = false;      // kBf16 only: params() are bf16 (see Precision in the file comment)
+  bool bf16_masters = false;      // kBf16/kFp8 only: params() are bf16 (see Precision in the file comment)
+  Fp8LayerSet fp8_layers;         // kFp8 only: which block linears run in FP8
   DType dtype = DType::kF32;      // kFp32 only: kF64 on the CPU
 };
 
@@ -110,6 +126,7 @@ class Llama final : public Model {
   Status Backward(float loss_scale, const GradReadyFn& on_ready) override;
   void set_training(bool training) override { training_ = training; }
   void set_backward_scale(float loss_scale) override { backward_scale_ = loss_scale; }
+  std::string precision_summary() const override;
 
   const LlamaOptions& options() const { return opts_; }
 
@@ -139,16 +156,22 @@ class Llama final : public Model {
   Status EnsureActivations(int64_t batch, int64_t seq_len);
   bool full(int layer) const { return layer < opts_.full_layers; }
   // acts_: [the full layers' shared set, if any] then one set per other layer.
-  LayerActs& acts(int layer) {
+  int act_set(int layer) const {
     const int64_t first_own = opts_.full_layers > 0 ? 1 : 0;
-    return acts_[full(layer) ? 0 : static_cast<size_t>(first_own + layer - opts_.full_layers)];
+    return full(layer) ? 0 : static_cast<int>(first_own + layer - opts_.full_layers);
   }
+  LayerActs& acts(int layer) { return acts_[static_cast<size_t>(act_set(layer))]; }
+  bool fp8(LlamaLinear l) const { return fp8_ != nullptr && fp8_->on(static_cast<int>(l)); }
   // Weight `i` as used by the GEMMs: a view of params_ (fp32, or bf16 masters), or of the bf16 copy.
   const Tensor& gemm_weight(int i) const { return mixed() && !opts_.bf16_masters ? w16_[i] : w_[i]; }
 
   bool chunked() const { return opts_.loss_chunk_tokens > 0; }
   Status ChunkedHeadForward();     // lnf_ -> losses_ (training: + dhead, dlnf; eval: preds_), chunk by chunk
   Status LayerForward(int layer);  // x_[layer] -> x_[layer + 1]
+  // y = x W^T of block `layer`'s linear l (+ residual): FP8 (fp8_) or the bf16/fp32 GEMM.
+  Status LinearForward(int layer, LlamaLinear l, const Tensor& x, Tensor* y, const Tensor* residual);
+  // dW += dy^T x, dx = dy W of block `layer`'s linear l; x: the forward's input (unread by an FP8 linear).
+  Status LinearBackward(int layer, LlamaLinear l, const Tensor& dy, const Tensor& x, Tensor* dx);
   Status LayerBackward(int layer, const GradReadyFn& on_ready);  // d x_[layer + 1] in dres_ -> d x_[layer]
 
   DeviceContext& ctx_;
@@ -173,6 +196,7 @@ class Llama final : public Model {
   float backward_scale_ = 1.f, forward_scale_ = 1.f;
   // Backward scratch: dres_ is d(loss)/d(residual stream) at the current layer boundary.
   Tensor dres_, dln_, dqkv_, datt_, dh_, dact_;
+  std::unique_ptr<Fp8Linears> fp8_;  // kFp8 only
 };
 
 }  // namespace dtrain::models

@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
+#include "kernels/matmul_fp8.h"
 #include "kernels/rmsnorm.h"
 #include "models/builtin_models.h"
 #include "models/llama.h"
@@ -158,13 +159,23 @@ std::string PolicyName(const Checkpointing& c, int64_t n_layer) {
          " on the rest";
 }
 
-// The run's precision as Build resolves it: bf16 (true) or fp32; InvalidArgument for the ones Llama cannot run.
-Status MixedOf(const proto::Config& config, bool cuda, bool* mixed) {
+// The run's precision as Build resolves it: bf16 or fp8 (*mixed, and *fp8 with its layers) or fp32; InvalidArgument
+// for the ones Llama cannot run and for model.llama.fp8_layers set without fp8.
+Status MixedOf(const proto::Config& config, bool cuda, bool* mixed, bool* fp8, Fp8LayerSet* layers) {
   const std::string& precision = config.train().precision();
-  *mixed = precision == "bf16" || (precision == "auto" && cuda);
-  if (precision == "fp16" || precision == "fp8") {
-    return Status::InvalidArgument("train.precision: " + precision +
-                                   " is not supported by model.kind llama; use bf16 or fp32");
+  const proto::LlamaConfig& g = config.model().llama();
+  *mixed = precision == "bf16" || precision == "fp8" || (precision == "auto" && cuda);
+  *fp8 = precision == "fp8";
+  if (precision == "fp16") {
+    return Status::InvalidArgument("train.precision: fp16 is not supported by model.kind llama; use bf16, fp8 or fp32");
+  }
+  const std::string fp8_layers = g.fp8_layers().empty() ? "auto" : g.fp8_layers();
+  if (precision != "fp8" && fp8_layers != "auto") {
+    return Status::InvalidArgument("model.llama.fp8_layers: '" + fp8_layers + "' is set but train.precision is " +
+                                   precision + " (it applies to fp8 only)");
+  }
+  if (precision == "fp8") {
+    DT_RETURN_IF_ERROR(ParseLlamaFp8Layers(fp8_layers, g.hidden(), layers));
   }
   if (*mixed && !cuda)
     return Status::InvalidArgument("train.precision: " + precision + " needs a GPU; the CPU path is fp32");
@@ -174,13 +185,14 @@ Status MixedOf(const proto::Config& config, bool cuda, bool* mixed) {
 Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Model>* out) {
   const proto::LlamaConfig& g = config.model().llama();
   LlamaOptions opts;
-  bool mixed = false;
-  DT_RETURN_IF_ERROR(MixedOf(config, ctx.is_cuda(), &mixed));
-  if (mixed) opts.precision = Precision::kBf16;
+  bool mixed = false, fp8 = false;
+  DT_RETURN_IF_ERROR(MixedOf(config, ctx.is_cuda(), &mixed, &fp8, &opts.fp8_layers));
+  if (mixed) opts.precision = fp8 ? Precision::kFp8 : Precision::kBf16;
+  if (fp8) DT_RETURN_IF_ERROR(ops::CheckFp8Device(ctx, "train.precision: fp8"));
   opts.bf16_masters = config.train().master_weights() == "bf16";
   if (opts.bf16_masters && !mixed) {
     return Status::InvalidArgument(
-        "train.master_weights: bf16 needs train.precision bf16 on CUDA (bf16 compute; the CPU path is fp32), got "
+        "train.master_weights: bf16 needs train.precision bf16 or fp8 on CUDA (the CPU path is fp32), got "
         "train.precision " +
         config.train().precision() + (ctx.is_cuda() ? "" : " on the CPU"));
   }
@@ -213,8 +225,9 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
 Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, MemoryPlan* plan) {
   const proto::LlamaConfig& g = config.model().llama();
   DT_RETURN_IF_ERROR(CheckConfig(g, in.cuda));
-  bool mixed = false;
-  DT_RETURN_IF_ERROR(MixedOf(config, in.cuda, &mixed));
+  bool mixed = false, fp8 = false;
+  Fp8LayerSet fp8_layers;
+  DT_RETURN_IF_ERROR(MixedOf(config, in.cuda, &mixed, &fp8, &fp8_layers));
   Checkpointing ckpt;
   DT_RETURN_IF_ERROR(CheckpointingOf(config, &ckpt));
   const int64_t b = config.data().batch_size(), t = g.max_seq_len(), n = b * t;
@@ -236,6 +249,7 @@ Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, Mem
   const int64_t k = ckpt.full_layers;
   const bool any_selective = ckpt.selective && k < L;
   const int64_t sets = (k > 0 ? 1 : 0) + (L - k);
+  if (fp8) plan->fp8 = Fp8Linears::Bytes(in, LlamaLinears(c, g.n_head(), g.n_kv_head(), f), fp8_layers, L, sets, n);
   // Per set: what every set keeps whatever the policy.
   const int64_t set_fixed = bytes(n, stat) + bytes(n * qkv, act) + bytes(n * c, act) + bytes(b * g.n_head() * t, stat) +
                             bytes(n * c, act) + bytes(n, stat) + bytes(2 * n * f, act);

@@ -16,7 +16,7 @@ int64_t MemoryPlanInputs::Bytes(int64_t numel, DType dt) const {
 }
 
 int64_t MemoryPlan::model_total() const {
-  return params + grads + working_copy + activations + backward_scratch + logits + workspace;
+  return params + grads + working_copy + fp8 + activations + backward_scratch + logits + workspace;
 }
 
 int64_t MemoryPlan::total() const { return model_total() + master_copy + optimizer_state + comm + data; }
@@ -43,6 +43,7 @@ std::string MemoryPlan::Table() const {
   const Line lines[] = {{"parameters", params, ""},
                         {"gradients", grads, ""},
                         {"working copy", working_copy, "16-bit weights for the GEMMs"},
+                        {"fp8 copies", fp8, "weights, kept activations, scratch"},
                         {"master copy", master_copy, ""},
                         {"optimizer state", optimizer_state, ""},
                         {"activations", activations, activation_policy},

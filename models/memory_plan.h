@@ -43,6 +43,7 @@ struct MemoryPlan {
   int64_t params = 0;             // the model's parameters in the master dtype (params())
   int64_t grads = 0;              // their gradients
   int64_t working_copy = 0;       // a 16-bit copy of the parameters for the GEMMs (bf16/fp16 runs)
+  int64_t fp8 = 0;                // fp8 runs: the FP8 weights, kept activations and scratch (models/fp8_linears.h)
   int64_t master_copy = 0;        // an fp32 master copy kept beside 16-bit parameters (0 when params() are fp32)
   int64_t optimizer_state = 0;    // the optimizer's state on this rank
   int64_t activations = 0;        // what the forward keeps for backward, under activation_policy

@@ -33,8 +33,8 @@ namespace dtrain::models {
 
 // Arithmetic of a model's forward/backward. Parameters and gradients stay f32 (the "master" copy) in every mode
 // (except Llama's params under train.master_weights bf16: bf16, see models/llama.h; the optimizer state follows
-// optim.state_dtype); kBf16/kFp16 run activations and GEMM inputs in 16 bits (CUDA only); kFp8 (GPT-2,
-// CUDA sm_90) is kBf16 with some linear layers as FP8 GEMMs (models/gpt2_fp8.h).
+// optim.state_dtype); kBf16/kFp16 run activations and GEMM inputs in 16 bits (CUDA only); kFp8 (GPT-2 and
+// Llama, CUDA sm_89+) is kBf16 with some linear layers as FP8 GEMMs (models/fp8_linears.h).
 enum class Precision { kFp32, kBf16, kFp16, kFp8 };
 
 struct ParamInfo {

@@ -139,6 +139,60 @@ TEST(LlamaSpec, ConstraintsAreRefusedNamingTheKeys) {
   EXPECT_NE(BuildRefusal(cfg).find("model.llama.hidden: 1073741824 is outside"), std::string::npos);
 }
 
+// train.precision fp8: the layer table (model.llama.fp8_layers auto by hidden size, all, none, lists, bad items), the
+// refusals on the CPU and of fp8_layers without fp8, and the memory plan's FP8 line (planned for a GPU).
+TEST(LlamaSpec, Fp8LayersParseAndAreRefusedWhereTheyCannotRun) {
+  Fp8LayerSet s;
+  DT_ASSERT_OK(ParseLlamaFp8Layers("auto", 960, &s));  // SmolLM2-360M
+  EXPECT_EQ(s.Describe(), "gate_up, down");
+  DT_ASSERT_OK(ParseLlamaFp8Layers("auto", 1024, &s));
+  EXPECT_EQ(s.Describe(), "qkv, gate_up, down");
+  DT_ASSERT_OK(ParseLlamaFp8Layers("auto", 2048, &s));  // Llama-3.2-1B
+  EXPECT_EQ(s.Describe(), "qkv, o_proj, gate_up, down");
+  DT_ASSERT_OK(ParseLlamaFp8Layers("down , qkv", 2048, &s));
+  EXPECT_EQ(s.Describe(), "qkv, down");
+  DT_ASSERT_OK(ParseLlamaFp8Layers("none", 2048, &s));
+  EXPECT_FALSE(s.any());
+  Status st = ParseLlamaFp8Layers("qkv,mlp", 2048, &s);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("model.llama.fp8_layers: 'qkv,mlp' is not auto, all, none or a comma list of qkv, "
+                              "o_proj, gate_up, down (unknown item 'mlp')"),
+            std::string::npos)
+      << st.ToString();
+
+  proto::Config cfg = LlamaConfig();
+  cfg.mutable_train()->set_precision("fp8");
+  EXPECT_NE(BuildRefusal(cfg).find("train.precision: fp8 needs a GPU"), std::string::npos) << BuildRefusal(cfg);
+  cfg.mutable_train()->set_precision("bf16");
+  cfg.mutable_model()->mutable_llama()->set_fp8_layers("all");
+  EXPECT_NE(BuildRefusal(cfg).find("model.llama.fp8_layers: 'all' is set but train.precision is bf16"),
+            std::string::npos)
+      << BuildRefusal(cfg);
+  cfg.mutable_train()->set_precision("fp8");
+  cfg.mutable_model()->mutable_llama()->set_fp8_layers("gate_up,ffn");
+  EXPECT_NE(BuildRefusal(cfg).find("unknown item 'ffn'"), std::string::npos) << BuildRefusal(cfg);
+
+  // The plan (for CUDA) counts what Fp8Linears::Create allocates: with all four linears of this shape (hidden 64,
+  // qkv 128 x 64, o_proj 64 x 64, gate_up 344 x 64, down 64 x 172; 2 layers, none: 2 activation sets; 128 tokens),
+  // W and W^T per layer, x^T per set, the scratch and the scales; bf16 plans none.
+  cfg.mutable_model()->mutable_llama()->set_fp8_layers("all");
+  cfg.mutable_model()->mutable_llama()->set_ffn_hidden(176);  // FP8 GEMMs need multiples of 16
+  MemoryPlanInputs in;
+  in.cuda = true;
+  MemoryPlan plan;
+  DT_ASSERT_OK(FindModel("llama")->memory_plan(cfg, in, &plan));
+  const std::vector<std::pair<int64_t, int64_t>> linears = {{128, 64}, {64, 64}, {352, 64}, {64, 176}};
+  int64_t want = in.Round(4 * 12 * ((2 + 2) * 4 + 1));
+  for (auto [out, k] : linears) want += 2 * 2 * in.Round(out * k) + 2 * in.Round(128 * k);
+  want += in.Round(128 * 176) + 2 * in.Round(128 * 352);
+  EXPECT_EQ(plan.fp8, want);
+  EXPECT_GT(plan.fp8, 0);
+  cfg.mutable_train()->set_precision("bf16");
+  cfg.mutable_model()->mutable_llama()->set_fp8_layers("auto");
+  DT_ASSERT_OK(FindModel("llama")->memory_plan(cfg, in, &plan));
+  EXPECT_EQ(plan.fp8, 0);
+}
+
 TEST(LlamaSpec, CheckDataNamesTheDataAndTheKey) {
   const proto::Config cfg = LlamaConfig();
   const ModelSpec& spec = *FindModel("llama");

@@ -17,10 +17,12 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
 #include "core/device_context.h"
+#include "kernels/matmul_fp8.h"
 #include "kernels/optim_update.h"
 #include "tests/testing/grad_check.h"
 #if DT_HAVE_CUDA
@@ -664,6 +666,55 @@ TEST(LlamaCuda, Bf16MastersStepMatchesF32MastersAndTrains) {
   EXPECT_NEAR(losses[1][1], losses[0][1], 0.1) << "first " << losses[0][0];
 }
 
+// train.precision fp8 with every block linear in FP8 (models/fp8_linears.h) against the CPU's f32 from the same init,
+// with GPT-2 fp8's tolerances (gpt2_fp8_test.cc: e4m3/e5m2 keep 3/2 mantissa bits): mean loss within 3e-2, the
+// gradient within 0.15 relative Frobenius error. Also: full on layer 0 and selective on layer 1 gives the same
+// gradients bit for bit (the recompute re-quantizes the same values; selective skips what the FP8 linears do not
+// read), bf16 masters run, fp8_layers none is bf16 bit for bit and all is not (the FP8 GEMMs ran).
+TEST(LlamaCuda, Fp8MatchesCpuF32AndBf16) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  if (!ops::CheckFp8Device(*gpu, "test").ok()) GTEST_SKIP() << "needs a GPU with FP8 tensor cores (compute 8.9+)";
+  auto cpu = Cpu();
+  struct Run {
+    double loss = 0;
+    std::vector<double> losses, grads;
+  } ref, bf16, fp8, fp8_ckpt, fp8_masters, none;
+  ASSERT_NO_FATAL_FAILURE(RunSmall(*cpu, Small(), &ref.loss, &ref.losses, &ref.grads));
+  LlamaOptions o = Small();
+  o.fused_classifier = true;
+  o.precision = Precision::kBf16;
+  ASSERT_NO_FATAL_FAILURE(RunSmall(*gpu, o, &bf16.loss, &bf16.losses, &bf16.grads));
+  o.precision = Precision::kFp8;
+  DT_ASSERT_OK(ParseLlamaFp8Layers("all", o.hidden, &o.fp8_layers));
+  ASSERT_NO_FATAL_FAILURE(RunSmall(*gpu, o, &fp8.loss, &fp8.losses, &fp8.grads));
+  o.full_layers = 1;
+  o.selective = true;
+  ASSERT_NO_FATAL_FAILURE(RunSmall(*gpu, o, &fp8_ckpt.loss, &fp8_ckpt.losses, &fp8_ckpt.grads));
+  o.full_layers = 0;
+  o.selective = false;
+  o.bf16_masters = true;
+  ASSERT_NO_FATAL_FAILURE(RunSmall(*gpu, o, &fp8_masters.loss, &fp8_masters.losses, &fp8_masters.grads));
+  o.bf16_masters = false;
+  DT_ASSERT_OK(ParseLlamaFp8Layers("none", o.hidden, &o.fp8_layers));
+  ASSERT_NO_FATAL_FAILURE(RunSmall(*gpu, o, &none.loss, &none.losses, &none.grads));
+  const double bf16_grad = testing::RelFrobenius(bf16.grads, ref.grads);
+  const double fp8_grad = testing::RelFrobenius(fp8.grads, ref.grads);
+  std::cout << "[fp8] loss cpu f32 " << ref.loss << ", bf16 " << bf16.loss << ", fp8 " << fp8.loss
+            << ", fp8 bf16 masters " << fp8_masters.loss << "; grad rel. Frobenius error vs f32: bf16 " << bf16_grad
+            << ", fp8 " << fp8_grad << ", fp8 bf16 masters " << testing::RelFrobenius(fp8_masters.grads, ref.grads)
+            << "\n";
+  EXPECT_NEAR(fp8.loss, ref.loss, 3e-2);
+  EXPECT_LE(fp8_grad, 0.15);
+  EXPECT_NEAR(fp8_masters.loss, ref.loss, 3e-2);
+  EXPECT_LE(testing::RelFrobenius(fp8_masters.grads, ref.grads), 0.15);
+  EXPECT_EQ(fp8_ckpt.grads, fp8.grads);
+  EXPECT_EQ(fp8_ckpt.losses, fp8.losses);
+  EXPECT_EQ(none.grads, bf16.grads);
+  EXPECT_NE(fp8.grads, bf16.grads);
+}
+
 TEST(Llama, Bf16MastersNeedBf16OnCuda) {
   auto cpu = Cpu();
   std::unique_ptr<Llama> m;
@@ -676,18 +727,26 @@ TEST(Llama, Bf16MastersNeedBf16OnCuda) {
 }
 
 #if DT_HAVE_CUDA
-// The bf16 step (zero grads, forward, fused classifier, backward) captured once as a CUDA graph and replayed gives the
-// eager step's loss and gradients bit for bit: nothing in Forward/Backward syncs the host or allocates outside the
-// caching allocator once warm, and every kernel argument stays fixed. Attention runs dtrain's deterministic flash
-// kernels (DTRAIN_ATTENTION=flash, set before the process's first attention call) so eager steps repeat exactly.
+// The bf16 step (zero grads, forward, fused classifier, backward; also fp8's) captured once as a CUDA graph and
+// replayed gives the eager step's loss and gradients bit for bit: nothing in Forward/Backward syncs the host or
+// allocates outside the caching allocator once warm, and every kernel argument stays fixed. Attention runs dtrain's
+// deterministic flash kernels (DTRAIN_ATTENTION=flash, set before the process's first attention call) so eager steps
+// repeat exactly.
 TEST(LlamaCuda, GraphedStepEqualsEagerStep) {
   DT_SKIP_WITHOUT_CUDA();
   std::unique_ptr<DeviceContext> gpu;
   DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
-  for (int64_t chunk : {0, 100}) {  // unchunked, and the chunked loss (100, 100, 56 tokens)
-    SCOPED_TRACE("loss_chunk_tokens " + std::to_string(chunk));
+  const bool fp8_gpu = ops::CheckFp8Device(*gpu, "test").ok();
+  // bf16 unchunked and with the chunked loss (100, 100, 56 tokens); fp8 (every block linear) on an FP8 GPU.
+  const std::vector<std::pair<Precision, int64_t>> variants = {
+      {Precision::kBf16, 0}, {Precision::kBf16, 100}, {Precision::kFp8, 0}};
+  for (auto [precision, chunk] : variants) {
+    if (precision == Precision::kFp8 && !fp8_gpu) continue;
+    SCOPED_TRACE("fp8 " + std::to_string(precision == Precision::kFp8) + ", loss_chunk_tokens " +
+                 std::to_string(chunk));
     LlamaOptions o = Small();
-    o.precision = Precision::kBf16;
+    o.precision = precision;
+    if (precision == Precision::kFp8) DT_ASSERT_OK(ParseLlamaFp8Layers("all", o.hidden, &o.fp8_layers));
     o.fused_classifier = true;
     o.loss_chunk_tokens = chunk;
     std::unique_ptr<Llama> m;

@@ -10,11 +10,13 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/dist_env.h"
 #include "core/check.h"
 #include "core/device_context.h"
+#include "kernels/matmul_fp8.h"
 #include "runtime/config/config.h"
 #include "runtime/optim/parameter_updater.h"
 #include "runtime/train/data_source.h"
@@ -136,17 +138,23 @@ TEST(MemoryPlan, LlamaTinyPlanIsWithinFivePercentOfTheMeasuredPeakUnderEveryPoli
 
 // On a GPU (skipped without one): a bf16 Llama of 4 layers, hidden 512, T 512, batch 8 (tensors of MiBs, so the
 // caching allocator's 2 MiB granules weigh little), the plan's allocator part within 5% of the caching allocator's
-// peak under each policy. (The cuDNN attention workspace is not known before the graph is built: the plan counts the
-// flash path's delta.)
+// peak under each policy; and fp8 (every block linear: the plan's FP8 copies) on a GPU with FP8 tensor cores. (The
+// cuDNN attention workspace is not known before the graph is built: the plan counts the flash path's delta.)
 TEST(MemoryPlanCuda, Bf16LlamaPlanIsWithinFivePercentOfTheCachingAllocatorsPeak) {
   DT_SKIP_WITHOUT_GPU("the caching allocator's peak");
-  for (const char* policy : {"none", "selective", "full"}) {
-    SCOPED_TRACE(policy);
+  std::unique_ptr<DeviceContext> gpu;
+  ASSERT_TRUE(DeviceContext::CreateCuda(0, &gpu).ok());
+  const bool fp8_gpu = ops::CheckFp8Device(*gpu, "test").ok();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"bf16", "none"}, {"bf16", "selective"}, {"bf16", "full"}, {"fp8", "none"}, {"fp8", "selective"}};
+  for (const auto& [precision, policy] : cases) {
+    if (precision == "fp8" && !fp8_gpu) continue;
+    SCOPED_TRACE(precision + " " + policy);
     const proto::Config cfg =
-        Tiny({"train.device=cuda", "train.precision=bf16", "model.llama.vocab_size=32000", "model.llama.hidden=512",
+        Tiny({"train.device=cuda", "train.precision=" + precision, "model.llama.vocab_size=32000",
+              std::string("model.llama.fp8_layers=") + (precision == "fp8" ? "all" : "auto"), "model.llama.hidden=512",
               "model.llama.n_head=8", "model.llama.n_kv_head=4", "model.llama.ffn_hidden=1376", "model.llama.n_layer=4",
-              "model.llama.max_seq_len=512", "data.batch_size=8",
-              std::string("model.llama.activation_checkpointing=") + policy});
+              "model.llama.max_seq_len=512", "data.batch_size=8", "model.llama.activation_checkpointing=" + policy});
     models::MemoryPlanInputs in;
     models::MemoryPlan plan;
     ASSERT_TRUE(MemoryPlanInputsOf(cfg, 1, /*cuda=*/true, &in).ok());
