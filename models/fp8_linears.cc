@@ -41,6 +41,11 @@ std::string Fp8LayerSet::Describe() const {
   return s.empty() ? "none" : s;
 }
 
+std::string Fp8Summary(const Fp8LayerSet& set, const std::string& rest) {
+  return "fp8: FP8 GEMMs (e4m3 x e4m3 forward, e5m2 gradients) for the block linears " + set.Describe() +
+         "; bf16 for the rest (" + rest + ")";
+}
+
 Status ParseFp8LayerSet(const std::string& key, const std::string& spec, const std::vector<std::string>& names,
                         const std::vector<bool>& auto_on, Fp8LayerSet* out) {
   out->names = names;

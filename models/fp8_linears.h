@@ -51,6 +51,9 @@ struct Fp8LayerSet {
 Status ParseFp8LayerSet(const std::string& key, const std::string& spec, const std::vector<std::string>& names,
                         const std::vector<bool>& auto_on, Fp8LayerSet* out);
 
+// The log's line for an fp8 run: "fp8: FP8 GEMMs (...) for the block linears <set>; bf16 for the rest (<rest>)".
+std::string Fp8Summary(const Fp8LayerSet& set, const std::string& rest);
+
 class Fp8Linears {
  public:
   // State for n_layer blocks of `linears` (set.on chooses), `act_sets` sets of kept activations (the model's sets of

@@ -123,8 +123,7 @@ DType Gpt2::half_dtype() const { return opts_.precision == Precision::kFp16 ? DT
 
 std::string Gpt2::precision_summary() const {
   if (opts_.precision != Precision::kFp8) return "";
-  return "fp8: FP8 GEMMs (e4m3 x e4m3 forward, e5m2 gradients) for the block linears " + opts_.fp8_layers.Describe() +
-         "; bf16 for the rest (attention, LM head, layer norms)";
+  return Fp8Summary(opts_.fp8_layers, "attention, LM head, layer norms");
 }
 DType Gpt2::act_dtype() const { return mixed() ? half_dtype() : opts_.dtype; }
 DType Gpt2::stat_dtype() const { return opts_.dtype; }

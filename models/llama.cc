@@ -27,9 +27,6 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The weight parameter of each LlamaLinear (its order).
-constexpr int kLinearParam[] = {1, 2, 4, 5};  // kQkv, kOProj, kGateUp, kDown in Llama's LayerParam order
-
 }  // namespace
 
 std::vector<Fp8LinearShape> LlamaLinears(int64_t hidden, int64_t n_head, int64_t n_kv_head, int64_t ffn_hidden) {
@@ -337,8 +334,7 @@ Status Llama::LinearBackward(int layer, LlamaLinear l, const Tensor& dy, const T
 
 std::string Llama::precision_summary() const {
   if (opts_.precision != Precision::kFp8) return "";
-  return "fp8: FP8 GEMMs (e4m3 x e4m3 forward, e5m2 gradients) for the block linears " + opts_.fp8_layers.Describe() +
-         "; bf16 for the rest (attention, LM head, RMSNorms, SwiGLU)";
+  return Fp8Summary(opts_.fp8_layers, "attention, LM head, RMSNorms, SwiGLU");
 }
 
 Status Llama::Backward(float loss_scale, const GradReadyFn& on_ready) {

@@ -137,6 +137,8 @@ class Llama final : public Model {
  private:
   // Per layer, forward order of the 6 parameters.
   enum LayerParam { kInNorm, kQkv, kOProj, kPostNorm, kGateUp, kDown, kLayerParams };
+  // The weight of each LlamaLinear, in its order.
+  static constexpr int kLinearParam[] = {kQkv, kOProj, kGateUp, kDown};
   // Activations of one layer (all of them, or the one set the full layers share; ln1, ln2 and act are one shared
   // set across the selective layers, ln1 and ln2 one buffer).
   struct LayerActs {
