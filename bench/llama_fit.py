@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The largest Llama that fits one GPU, per memory-policy combination, from dtrain's memory plan (issue 36).
 
-For each combination of activation checkpointing (none, selective, full) and master-weight / optimizer-state dtypes
-(fp32/fp32, fp32/bf16, bf16/bf16), with the chunked loss on (model.llama.loss_chunk_tokens 1024): does the Llama-3-8B
+For each combination of activation checkpointing (none, selective, full), master-weight / optimizer-state dtypes
+(fp32/fp32, fp32/bf16, bf16/bf16) and where the optimizer state lives (optim.offload none, or cpu: host memory, only
+a ring of chunks on the GPU; the host's memory is not checked here), with the chunked loss on (model.llama.loss_chunk_tokens 1024): does the Llama-3-8B
 shape fit, and how deep can its layer (hidden 4096, 32 heads, 8 KV heads, FFN 14336, vocabulary 128256, untied) be
 stacked before the plan exceeds the budget? Each answer is one `dtrain launch --dry-run` (models/memory_plan.h, the
 plan the launcher checks before any rank starts): it runs on a machine without a GPU (train.device cuda plans for
@@ -17,16 +18,20 @@ import re
 import subprocess
 import sys
 
-COMBOS = [("fp32", "fp32"), ("fp32", "bf16"), ("bf16", "bf16")]  # (train.master_weights, optim.state_dtype)
+# (train.master_weights, optim.state_dtype, optim.offload)
+COMBOS = [("fp32", "fp32", "none"), ("fp32", "bf16", "none"), ("bf16", "bf16", "none"), ("fp32", "fp32", "cpu"),
+          ("bf16", "fp32", "cpu"), ("bf16", "bf16", "cpu")]
 POLICIES = ["none", "selective", "full"]
+CAPPED = set()  # (combination..., layers) refused by dtrain's 2^34-parameter cap, not by the budget
 
 
-def plan(a, layers, policy, masters, state):
+def plan(a, layers, policy, masters, state, offload):
     """The planned GiB per rank, or None when the plan does not fit the budget."""
     cmd = [a.dtrain, "launch", "--dry-run", "--nproc-per-node", "1", a.config,
            "--set", "train.device=cuda", "--set", f"train.memory_budget_gib={a.budget_gib}",
            "--set", f"model.llama.n_layer={layers}", "--set", f"model.llama.activation_checkpointing={policy}",
            "--set", f"train.master_weights={masters}", "--set", f"optim.state_dtype={state}",
+           "--set", f"optim.offload={offload}",
            "--set", f"data.batch_size={a.batch}", "--set", f"model.llama.max_seq_len={a.seq}",
            "--set", "model.llama.loss_chunk_tokens=1024"]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -37,6 +42,9 @@ def plan(a, layers, policy, masters, state):
             sys.exit(f"llama_fit: no plan in the output of {' '.join(cmd)}:\n{text}")
         return float(m.group(1))
     if "exceeds train.memory_budget_gib" in text:
+        return None
+    if "parameters (2^34); make the model smaller" in text:  # dtrain's parameter cap, before memory runs out
+        CAPPED.add((policy, masters, state, offload, layers))
         return None
     sys.exit(f"llama_fit: {' '.join(cmd)} failed (exit {r.returncode}):\n{text}")
 
@@ -56,27 +64,30 @@ def main():
     p.add_argument("--seq", type=int, default=2048)
     a = p.parse_args()
     print(f"budget {a.budget_gib} GiB per GPU, B x T = {a.batch} x {a.seq}, loss chunk 1024 tokens; planned figures\n")
-    print("| activation checkpointing | master weights | optimizer state | Llama-3-8B (32 layers): planned peak | "
-          "deepest stack of 8B's layer that fits | its parameters | its planned peak |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: |")
-    for masters, state in COMBOS:
+    print("| activation checkpointing | master weights | optimizer state | offload | Llama-3-8B (32 layers): planned "
+          "peak | deepest stack of 8B's layer that fits | its parameters | its planned peak |")
+    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: |")
+    for masters, state, offload in COMBOS:
+        fits = lambda layers: plan(a, layers, policy, masters, state, offload)  # noqa: E731
         for policy in POLICIES:
-            at8b = plan(a, 32, policy, masters, state)
+            at8b = fits(32)
             lo, hi = 0, 1  # largest fitting depth: lo fits (0 = none does), hi does not
-            while plan(a, hi, policy, masters, state) is not None:
+            while fits(hi) is not None:
                 lo, hi = hi, hi * 2
                 if hi > 256:
                     break
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if plan(a, mid, policy, masters, state) is not None:
+                if fits(mid) is not None:
                     lo = mid
                 else:
                     hi = mid
-            deepest = plan(a, lo, policy, masters, state) if lo > 0 else None
-            print(f"| {policy} | {masters} | {state} | "
+            deepest = fits(lo) if lo > 0 else None
+            print(f"| {policy} | {masters} | {state} | {offload} | "
                   f"{'%.2f GiB' % at8b if at8b is not None else 'does not fit'} | "
-                  f"{lo if lo > 0 else '-'} layers | {params_of(lo) / 1e9:.2f}B | "
+                  f"{lo if lo > 0 else '-'} layers"
+                  f"{' (the 2^34-parameter cap)' if (policy, masters, state, offload, hi) in CAPPED else ''} | "
+                  f"{params_of(lo) / 1e9:.2f}B | "
                   f"{'%.2f GiB' % deepest if deepest is not None else '-'} |")
 
 

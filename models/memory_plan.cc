@@ -61,6 +61,10 @@ std::string MemoryPlan::Table() const {
     s += buf;
   }
   std::snprintf(buf, sizeof(buf), "  %-17s %12s per rank", "total", FormatBytes(total()).c_str());
+  s += buf;
+  if (host_state == 0) return s;
+  std::snprintf(buf, sizeof(buf), "\n  %-17s %12s  optimizer state in page-locked host memory (optim.offload cpu)",
+                "host memory", FormatBytes(host_state).c_str());
   return s + buf;
 }
 

@@ -29,6 +29,7 @@ struct MemoryPlanInputs {
   DType master_dtype = DType::kF32;       // the parameters the optimizer updates (params(), and their gradients)
   DType optim_state_dtype = DType::kF32;  // each optimizer state tensor's element type
   int64_t optim_state_tensors = 0;        // the optimizer's state tensors (its spec's state_names.size())
+  bool offload_state = false;             // optim.offload cpu: the state in host memory, a ring of chunks on the GPU
 
   // Bytes the run's allocator hands out for a request of `bytes`.
   int64_t Round(int64_t bytes) const;
@@ -53,11 +54,13 @@ struct MemoryPlan {
   int64_t outside_allocator = 0;  // of workspace, what is cudaMalloc'ed outside the allocator (cuBLASLt's workspace)
   int64_t comm = 0;               // communication buffers (bf16 gradient wire, ZeRO-1 padding)
   int64_t data = 0;               // input batches on the device (the loader's buffers)
+  int64_t host_state = 0;         // optim.offload cpu: the optimizer state in page-locked host memory (not in total())
 
   int64_t model_total() const;  // everything but optimizer_state, master_copy, comm and data
   int64_t total() const;
   int64_t allocator_total() const { return total() - outside_allocator; }  // what the allocator's peak should show
-  // One line per non-zero category and the total, in GiB (MiB below 1 GiB), e.g. "  activations  12.3 GiB  (...)".
+  // One line per non-zero category and the total, in GiB (MiB below 1 GiB), e.g. "  activations  12.3 GiB  (...)";
+  // then host_state's line when it is non-zero.
   std::string Table() const;
 };
 

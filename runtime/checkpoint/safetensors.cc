@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -87,10 +88,27 @@ void ToF32(const std::string& dtype, const char* src, uint64_t numel, float* dst
 
 Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                         const std::map<std::string, std::string>& metadata) {
+  for (const NamedTensor& nt : tensors) {
+    int64_t numel = 1;
+    for (int64_t d : nt.shape) numel *= d;
+    DT_CHECK_ARG(numel == static_cast<int64_t>(nt.data.size()), "tensor '" << nt.name << "' shape does not match data");
+  }
+  auto fill = [&](size_t t, float* dst) {
+    std::memcpy(dst, tensors[t].data.data(), tensors[t].data.size() * sizeof(float));
+    return Status::OK();
+  };
+  return WriteSafetensors(path, tensors, fill, metadata);
+}
+
+Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                        const std::function<Status(size_t t, float* dst)>& fill,
+                        const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   std::set<std::string> names;
+  std::vector<int64_t> numels;
+  int64_t largest = 0;
   for (size_t t = 0; t < tensors.size(); ++t) {
     const NamedTensor& nt = tensors[t];
     int64_t numel = 1;
@@ -103,8 +121,9 @@ Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>&
       DT_CHECK_ARG(d >= 0, "tensor '" << nt.name << "' has a negative dim " << d);
       numel *= d;
     }
-    DT_CHECK_ARG(numel == static_cast<int64_t>(nt.data.size()), "tensor '" << nt.name << "' shape does not match data");
-    const uint64_t end = offset + nt.data.size() * sizeof(float);
+    numels.push_back(numel);
+    largest = std::max(largest, numel);
+    const uint64_t end = offset + static_cast<uint64_t>(numel) * sizeof(float);
     header[nt.name] = {{"dtype", "F32"}, {"shape", nt.shape}, {"data_offsets", {offset, end}}};
     offset = end;
   }
@@ -135,10 +154,19 @@ Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>&
   unsigned char len_le[8];
   for (int i = 0; i < 8; ++i) len_le[i] = static_cast<unsigned char>(len >> (8 * i));
   bool ok = write_all(len_le, 8) && write_all(text.data(), text.size());
-  for (const NamedTensor& nt : tensors) ok = ok && write_all(nt.data.data(), nt.data.size() * sizeof(float));
+  std::vector<float> buf(static_cast<size_t>(largest));
+  Status filled;
+  for (size_t t = 0; t < tensors.size() && ok; ++t) {
+    filled = fill(t, buf.data());
+    ok = filled.ok() && write_all(buf.data(), static_cast<size_t>(numels[t]) * sizeof(float));
+  }
   ok = ok && ::fsync(fd) == 0;
   const int saved = errno;
   ::close(fd);
+  if (!filled.ok()) {
+    std::remove(tmp.c_str());
+    return filled.WithContext("writing '" + path + "'");
+  }
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
     return Status::IoError("writing '" + path + "': " + std::strerror(ok ? errno : saved));

@@ -6,6 +6,7 @@
 // "__metadata__": {string: string}}, then the raw little-endian data. Offsets are relative to the
 // end of the header. Written to `path.tmp`, fsync'ed, then renamed, so a reader never sees half a file.
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -23,6 +24,14 @@ struct NamedTensor {
 // InvalidArgument (nothing written) when a name repeats or is "__metadata__", a dim is negative, or a
 // tensor's data does not match its shape.
 Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                        const std::map<std::string, std::string>& metadata = {});
+
+// The same file, streamed: the tensors' names and shapes (their `data` is ignored), and fill(t, dst), which writes
+// tensor t's values (numel of its shape) into dst, a buffer as large as the largest tensor that the writer reuses —
+// so a model's weights are written holding one tensor in host memory, not all of them. Tensors are filled and
+// written in order; an error from fill stops the write (nothing left at `path`) and is returned.
+Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& shapes,
+                        const std::function<Status(size_t t, float* dst)>& fill,
                         const std::map<std::string, std::string>& metadata = {});
 
 // Reads every tensor as f32: F32 as is, BF16 and F16 widened (exact: every bf16/f16 value is a float32 value;

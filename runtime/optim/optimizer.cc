@@ -6,6 +6,7 @@
 #include "core/nvtx.h"
 #include "kernels/reduce.h"
 #include "runtime/optim/loss_scaler.h"
+#include "runtime/optim/offloaded_state.h"
 #include "runtime/optim/staged_args.h"
 
 namespace dtrain::runtime {
@@ -22,7 +23,12 @@ Status Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, int64
   o->num_params_ = num_params;
   o->device_ = ctx.type();
   // State starts at zero (PyTorch's lazily created buffers behave identically from step 1).
-  o->state_.resize(o->spec_->state_names.size());
+  if (opts.offload) {
+    DT_RETURN_IF_ERROR(OffloadedState::Create(ctx, num_params, opts.state_dtype,
+                                              static_cast<int>(o->spec_->state_names.size()), opts.offload_chunk,
+                                              &o->offload_));
+  }
+  o->state_.resize(opts.offload ? 0 : o->spec_->state_names.size());
   for (Tensor& t : o->state_) {
     DT_RETURN_IF_ERROR(Tensor::Empty({num_params}, opts.state_dtype, ctx.allocator(), &t));
     DT_RETURN_IF_ERROR(t.SetZero(ctx.stream()));
@@ -92,18 +98,25 @@ Status Optimizer::Apply(DeviceContext& ctx, Tensor& params, Tensor& grads, LossS
   }
 
   // The kernels read this update's constants from the staged buffer (the CPU path takes them from the host).
-  std::vector<Tensor*> state;
-  for (Tensor& t : state_) state.push_back(&t);
-  DT_RETURN_IF_ERROR(algo_->Update(ctx, &params, grads, state, scale, skip, &args_->device()));
+  if (offload_) {
+    DT_RETURN_IF_ERROR(offload_->Update(ctx, *algo_, &params, grads, scale, skip, &args_->device(), /*offset=*/0));
+  } else {
+    std::vector<Tensor*> state;
+    for (Tensor& t : state_) state.push_back(&t);
+    DT_RETURN_IF_ERROR(algo_->Update(ctx, &params, grads, state, scale, skip, &args_->device()));
+  }
   has_norm_ = true;
   return Status::OK();
 }
 
 std::vector<std::pair<std::string, Tensor*>> Optimizer::state() {
   std::vector<std::pair<std::string, Tensor*>> out;
-  for (size_t i = 0; i < state_.size(); ++i) out.emplace_back(spec_->state_names[i], &state_[i]);
+  std::vector<Tensor>& tensors = offload_ ? offload_->host() : state_;
+  for (size_t i = 0; i < tensors.size(); ++i) out.emplace_back(spec_->state_names[i], &tensors[i]);
   return out;
 }
+
+Status Optimizer::SettleState() { return offload_ ? offload_->Settle() : Status::OK(); }
 
 Status Optimizer::LastGradNorm(DeviceContext& ctx, float* norm) {
   DT_CHECK_ARG(norm != nullptr, "norm is null");

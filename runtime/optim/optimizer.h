@@ -6,8 +6,10 @@
 //
 // Ownership: owns its state tensors (the algorithm's state names, e.g. SGD: momentum_buffer; AdamW: exp_avg,
 // exp_avg_sq), allocated once in Create from ctx.allocator() in opts.state_dtype (f32, or bf16: 2 bytes per value),
-// zero-initialised, on ctx's device. Params and grads belong to the caller (the model) and must be flat tensors of
-// num_params elements on the same device: grads f32, params opts.param_dtype (f32, or bf16 master weights).
+// zero-initialised, on ctx's device — or, with opts.offload, in page-locked host memory, streamed through the device
+// for each update (runtime/optim/offloaded_state.h; call SettleState before reading or writing state() then). Params
+// and grads belong to the caller (the model) and must be flat tensors of num_params elements on the same device: grads
+// f32, params opts.param_dtype (f32, or bf16 master weights).
 //
 // Streams: Step() queues all its work on ctx.stream() and never synchronizes the host. The global
 // gradient norm is reduced on the device into a device scalar every step (one extra read of the
@@ -32,6 +34,7 @@
 namespace dtrain::runtime {
 
 class LossScaler;
+class OffloadedState;
 class StagedArgs;
 
 class Optimizer {
@@ -70,6 +73,10 @@ class Optimizer {
   // names of the algorithm's spec (OptimAlgorithmSpec::state_names). Restore by copying into them. The pointers stay
   // valid for the optimizer's lifetime.
   std::vector<std::pair<std::string, Tensor*>> state();
+  // Host sync point with opts.offload: waits until the last update's state is back in state()'s host tensors (a
+  // checkpoint's snapshot or a restore touches them on the host). Returns at once otherwise.
+  Status SettleState();
+  bool offloaded() const { return offload_ != nullptr; }
 
   // The global gradient norm (before clipping; unscaled with a LossScaler, then inf/NaN on a skipped step) of the
   // most recent Step(). Synchronizes ctx's stream
@@ -92,8 +99,9 @@ class Optimizer {
   DeviceType device_ = DeviceType::kCPU;
   int64_t step_ = 0;
   bool has_norm_ = false;
-  std::vector<Tensor> state_;              // one per spec_->state_names
-  Tensor sum_squares_, norm_, clip_coef_;  // device scalars, written every Step()
+  std::vector<Tensor> state_;                // one per spec_->state_names (empty with offload_)
+  std::unique_ptr<OffloadedState> offload_;  // opts.offload: the state in host memory
+  Tensor sum_squares_, norm_, clip_coef_;    // device scalars, written every Step()
   bool staged_ = false;
   std::unique_ptr<StagedArgs> args_;  // the staged update's constants in device memory
 };

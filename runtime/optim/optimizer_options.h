@@ -27,6 +27,10 @@ struct OptimizerOptions {
   // The params' dtype (train.master_weights): kF32, or kBF16 (bf16 master weights, stochastically rounded updates;
   // bf16_storage algorithms only).
   DType param_dtype = DType::kF32;
+  // optim.offload cpu: the state lives in page-locked host memory and streams through the GPU for each update
+  // (runtime/optim/offloaded_state.h), in chunks of offload_chunk elements (0: its default).
+  bool offload = false;
+  int64_t offload_chunk = 0;
   uint64_t seed = 0;  // of the stochastic rounding (train.seed): with the update number it fixes every rounding bit
 };
 

@@ -106,6 +106,7 @@ OptimizerOptions OptimizerOptionsFromConfig(const proto::OptimConfig& o) {
   oo.weight_decay = o.weight_decay();
   oo.grad_clip = o.grad_clip();
   oo.state_dtype = o.state_dtype() == "bf16" ? DType::kBF16 : DType::kF32;  // (choices) fp32|bf16
+  oo.offload = o.offload() == "cpu";                                        // (choices) none|cpu
   return oo;
 }
 
@@ -124,6 +125,11 @@ Status MakeParameterUpdater(const proto::Config& cfg, DeviceContext& ctx, models
       return Status::InvalidArgument(
           "dist.zero1 all-gathers f32 params: set train.master_weights fp32, or dist.zero1 false (bf16 masters run "
           "replicated)");
+    }
+    if (oo.offload) {
+      return Status::InvalidArgument(
+          "optim.offload cpu keeps the whole optimizer state in each rank's host memory: set dist.zero1 false (the "
+          "sharded state is not offloaded yet)");
     }
     if (cfg.dist().bf16_compress() && rank == 0) {
       DT_LOG_WARN(kRuntime, "dist.bf16_compress is ignored with dist.zero1 (reduce-scatter runs in fp32)");

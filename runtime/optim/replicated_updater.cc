@@ -22,6 +22,7 @@ Status ReplicatedUpdater::StageStep(double lr) { return optimizer_->Stage(ctx_, 
 Status ReplicatedUpdater::ApplyStep() { return optimizer_->Apply(ctx_, model_.params(), model_.grads(), scaler()); }
 
 std::string ReplicatedUpdater::GraphBlocker() const {
+  if (optimizer_->offloaded()) return "optim.offload cpu streams the optimizer state over three streams (not captured)";
   if (scaler() != nullptr) return "fp16 dynamic loss scaling reads the loss scale on the host every step";
   if (reducer_ != nullptr) return "the gradient all-reduce across processes is not captured yet (one process only)";
   return "";
@@ -43,6 +44,7 @@ size_t ReplicatedUpdater::state_bytes() const {
 
 Status ReplicatedUpdater::GatherState(std::vector<std::pair<std::string, const Tensor*>>* state) {
   state->clear();
+  DT_RETURN_IF_ERROR(optimizer_->SettleState());  // offloaded: the snapshot copies host memory on the host
   for (const auto& [name, tensor] : optimizer_->state()) state->emplace_back(name, tensor);
   return Status::OK();
 }
@@ -56,12 +58,14 @@ void ReplicatedUpdater::DescribeSharding(proto::ShardingState* out) const {
 
 void ReplicatedUpdater::StateSlices(std::vector<StateSlice>* out) {
   out->clear();
+  // (A restore writes them before the first update: nothing of an offloaded state is in flight.)
   for (const auto& [name, tensor] : optimizer_->state()) {
     out->push_back({name + ".bin", tensor->numel(), 0, tensor->numel(), tensor, 0});
   }
 }
 
 Status ReplicatedUpdater::LoadState(const std::map<std::string, Tensor>& full) {
+  DT_RETURN_IF_ERROR(optimizer_->SettleState());
   for (const auto& [name, tensor] : optimizer_->state()) {
     const auto it = full.find(name);
     if (it == full.end()) return Status::InvalidArgument("no '" + name + "' for optimizer " + options().name);

@@ -4,9 +4,11 @@
 #include <cstdio>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/check.h"
 #include "kernels/optim_update.h"
 #include "models/model_spec.h"
+#include "runtime/optim/offloaded_state.h"
 #include "runtime/optim/optim_algorithm.h"
 #include "runtime/train/model_factory.h"
 #include "runtime/train/step_graph.h"
@@ -34,6 +36,7 @@ Status MemoryPlanInputsOf(const proto::Config& cfg, int world_size, bool cuda, m
   in->optim_state_tensors = static_cast<int64_t>(optim->state_names.size());
   in->master_dtype = cfg.train().master_weights() == "bf16" ? DType::kBF16 : DType::kF32;
   in->optim_state_dtype = cfg.optim().state_dtype() == "bf16" ? DType::kBF16 : DType::kF32;
+  in->offload_state = cfg.optim().offload() == "cpu";
   return Status::OK();
 }
 
@@ -46,8 +49,16 @@ Status PlanRunMemory(const proto::Config& cfg, const models::MemoryPlanInputs& i
   // clipping scalars and the staged update constants.
   const int64_t p = plan->num_params, world = in.world_size;
   const int64_t shard = in.zero1 ? (p + world - 1) / world : p;
-  plan->optimizer_state = in.optim_state_tensors * in.Bytes(shard, in.optim_state_dtype) +
+  // Offloaded (optim.offload cpu, runtime/optim/offloaded_state.h): the GPU holds a ring of chunks of each state
+  // tensor (none on the CPU, which updates the host state in place), the host the state (page-locked, 64-byte
+  // granules).
+  const int64_t on_device = !in.offload_state ? shard : in.cuda ? OffloadedState::RingNumel(shard, 0) : 0;
+  plan->optimizer_state = (on_device > 0 ? in.optim_state_tensors * in.Bytes(on_device, in.optim_state_dtype) : 0) +
                           3 * in.Bytes(1, DType::kF32) + in.Round(ops::kStagedArgsBytes);
+  plan->host_state = in.offload_state
+                         ? in.optim_state_tensors *
+                               CpuAllocator::RoundSize(static_cast<size_t>(shard) * DTypeSize(in.optim_state_dtype))
+                         : 0;
   if (world > 1 && cfg.dist().bf16_compress()) plan->comm = in.Bytes(p, DType::kBF16);  // the reducer's wire buffer
   plan->workspace += in.Bytes(1, DType::kF32);  // the trainer's loss accumulator
   if (in.cuda) {  // the cuBLASLt workspace (core/cuda_handles.cc; cudaMalloc'ed, outside the caching allocator)
@@ -147,6 +158,15 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
                std::to_string(planned.data().batch_size() / b) + " keeps the global batch)",
            p.total());
       break;
+    }
+  }
+  if (!in.offload_state && out->plan.optimizer_state > 0 && !(in.zero1 && in.world_size > 1)) {
+    models::MemoryPlanInputs host = in;
+    host.offload_state = true;
+    models::MemoryPlan p;
+    if (PlanRunMemory(planned, host, &p).ok()) {
+      line("optim.offload cpu (optimizer state to " + models::FormatBytes(p.host_state) + " of host memory)",
+           p.total());
     }
   }
   if (out->plan.optimizer_state > 0) {

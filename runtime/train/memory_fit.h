@@ -3,15 +3,16 @@
 //
 // PlanRunMemory: one rank's plan (models/memory_plan.h): the model's part from its ModelSpec::memory_plan, plus the
 // optimizer state (the optim.name algorithm's state tensors x parameters x state dtype; dist.zero1 divides it by the
-// world size), the bf16 gradient wire (dist.bf16_compress), the input batches and the trainer's few scalars.
+// world size; optim.offload cpu moves it to host memory, leaving a ring of chunks on the GPU), the bf16 gradient wire
+// (dist.bf16_compress), the input batches and the trainer's few scalars.
 //
 // FitMemory: the check `dtrain launch` runs before any rank starts (also with --dry-run, which prints the plan) and
 // every worker runs again on its device. The limit is train.memory_budget_gib when set, else (CUDA runs) the GPU's
 // memory less kCudaReservedBytes for the CUDA context; CPU runs without a budget are not checked. When the model's
 // activation checkpointing is left open (ModelSpec::activation_policies) and a budget is set, the cheapest policy whose
 // plan fits is written into *cfg. A plan over the limit is InvalidArgument with the plan's table and each knob that
-// would make it fit, with its figure (activation checkpointing, data.batch_size, dist.zero1 on more GPUs). Thread-safe;
-// reads the config only.
+// would make it fit, with its figure (activation checkpointing, data.batch_size, optim.offload cpu, dist.zero1 on more
+// GPUs). Thread-safe; reads the config only.
 
 #include <cstdint>
 #include <string>

@@ -559,23 +559,26 @@ Status Trainer::RunLoop(TrainSummary* summary) {
 }
 
 Status Trainer::ExportParams(const std::string& path) {
-  std::vector<float> flat(model_->params().numel());
-  // bf16 masters (train.master_weights) are written as F32, widened exactly (runtime/checkpoint/dtype_convert.h).
-  const bool bf16 = model_->params().dtype() == DType::kBF16;
-  Tensor host =
-      Tensor::Wrap(flat.data(), {model_->params().numel()}, bf16 ? DType::kBF16 : DType::kF32, DeviceType::kCPU);
-  DT_RETURN_IF_ERROR(host.CopyFrom(model_->params(), ctx_.stream()));
-  DT_RETURN_IF_ERROR(ctx_.Synchronize());
-  if (bf16) WidenBf16InPlace(flat.data(), model_->params().numel());
+  // Streamed tensor by tensor (one tensor in host memory at a time: a 15B model's weights are 60 GB as f32). bf16
+  // masters (train.master_weights) are written as F32, widened exactly (runtime/checkpoint/dtype_convert.h): copied
+  // into the first half of the tensor's f32 buffer and widened in place.
+  const std::vector<models::ParamInfo>& infos = model_->param_infos();
   std::vector<NamedTensor> tensors;
-  for (const models::ParamInfo& p : model_->param_infos()) {
-    tensors.push_back(
-        {p.name, p.shape, std::vector<float>(flat.begin() + p.offset, flat.begin() + p.offset + p.numel)});
-  }
+  for (const models::ParamInfo& p : infos) tensors.push_back({p.name, p.shape, {}});
+  const DType dtype = model_->params().dtype();
+  auto fill = [&](size_t t, float* dst) -> Status {
+    Tensor src;
+    DT_RETURN_IF_ERROR(model_->params().View(infos[t].offset, {infos[t].numel}, &src));
+    Tensor host = Tensor::Wrap(dst, {infos[t].numel}, dtype, DeviceType::kCPU);
+    DT_RETURN_IF_ERROR(host.CopyFrom(src, ctx_.stream()));
+    DT_RETURN_IF_ERROR(ctx_.Synchronize());
+    if (dtype == DType::kBF16) WidenBf16InPlace(dst, infos[t].numel);
+    return Status::OK();
+  };
   std::map<std::string, std::string> metadata;  // model kind and config, input layout and normalization
   DT_RETURN_IF_ERROR(WeightsMetadata(cfg_, &metadata));
   metadata["step"] = std::to_string(last_step_);
-  return WriteSafetensors(path, tensors, metadata);
+  return WriteSafetensors(path, tensors, fill, metadata);
 }
 
 Status Trainer::ImportParams(const std::string& path) {

@@ -2,10 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "tests/testing/subprocess.h"
 
@@ -34,6 +37,37 @@ TEST(Safetensors, RoundTripsNamesShapesAndValues) {
   EXPECT_EQ(n % 8, 0u);
   EXPECT_EQ(bytes.size(), 8 + n + 8 * sizeof(float));
   EXPECT_FALSE(std::ifstream(path + ".tmp").good());
+}
+
+// The streamed writer (one tensor's buffer, filled in order) writes the same bytes as the one given every tensor; a
+// fill that fails leaves no file, and its error names the path.
+TEST(Safetensors, StreamedWriteEqualsTheWholeWriteAndAFailedFillLeavesNothing) {
+  testing::TempDir dir;
+  const std::vector<NamedTensor> in = {
+      {"a", {2, 3}, {1, 2, 3, 4, 5, 6}}, {"b", {2}, {-0.5f, 0.25f}}, {"empty", {0}, {}}, {"c", {1}, {7}}};
+  ASSERT_TRUE(WriteSafetensors(dir.path() + "/whole.safetensors", in, {{"step", "3"}}).ok());
+  std::vector<NamedTensor> shapes = in;
+  for (NamedTensor& t : shapes) t.data.clear();
+  std::vector<size_t> order;
+  auto fill = [&](size_t t, float* dst) {
+    order.push_back(t);
+    std::copy(in[t].data.begin(), in[t].data.end(), dst);
+    return Status::OK();
+  };
+  ASSERT_TRUE(WriteSafetensors(dir.path() + "/streamed.safetensors", shapes, fill, {{"step", "3"}}).ok());
+  EXPECT_EQ(order, (std::vector<size_t>{0, 1, 2, 3}));
+  EXPECT_EQ(testing::ReadFile(dir.path() + "/streamed.safetensors"),
+            testing::ReadFile(dir.path() + "/whole.safetensors"));
+
+  const std::string failed = dir.path() + "/failed.safetensors";
+  auto fail_at_b = [&](size_t t, float* dst) {
+    return t == 1 ? Status::Unavailable("device copy failed") : fill(t, dst);
+  };
+  const Status st = WriteSafetensors(failed, shapes, fail_at_b);
+  EXPECT_EQ(st.code(), Status::Code::kUnavailable);
+  EXPECT_NE(st.message().find(failed), std::string::npos) << st.ToString();
+  EXPECT_FALSE(std::ifstream(failed).good());
+  EXPECT_FALSE(std::ifstream(failed + ".tmp").good());
 }
 
 TEST(Safetensors, CorruptFilesAreDataLossNamingThePath) {

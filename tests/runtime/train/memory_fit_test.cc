@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/dist_env.h"
+#include "core/allocator.h"
 #include "core/check.h"
 #include "core/device_context.h"
 #include "kernels/matmul_fp8.h"
@@ -145,13 +146,18 @@ TEST(MemoryPlanCuda, Bf16LlamaPlanIsWithinFivePercentOfTheCachingAllocatorsPeak)
   std::unique_ptr<DeviceContext> gpu;
   ASSERT_TRUE(DeviceContext::CreateCuda(0, &gpu).ok());
   const bool fp8_gpu = ops::CheckFp8Device(*gpu, "test").ok();
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"bf16", "none"}, {"bf16", "selective"}, {"bf16", "full"}, {"fp8", "none"}, {"fp8", "selective"}};
-  for (const auto& [precision, policy] : cases) {
+  struct Case {
+    std::string precision, policy, offload = "none";
+  };
+  const std::vector<Case> cases = {{"bf16", "none"},        {"bf16", "selective"}, {"bf16", "full"},
+                                   {"bf16", "none", "cpu"},  // ~29M parameters: more state than the ring's 16M
+                                   {"fp8", "none"},         {"fp8", "selective"}};
+  for (const auto& [precision, policy, offload] : cases) {
     if (precision == "fp8" && !fp8_gpu) continue;
-    SCOPED_TRACE(precision + " " + policy);
+    SCOPED_TRACE(precision + " " + policy + " offload " + offload);
     const proto::Config cfg =
-        Tiny({"train.device=cuda", "train.precision=" + precision, "model.llama.vocab_size=32000",
+        Tiny({"train.device=cuda", "train.precision=" + precision, "optim.offload=" + offload,
+              "model.llama.vocab_size=32000",
               std::string("model.llama.fp8_layers=") + (precision == "fp8" ? "all" : "auto"), "model.llama.hidden=512",
               "model.llama.n_head=8", "model.llama.n_kv_head=4", "model.llama.ffn_hidden=1376", "model.llama.n_layer=4",
               "model.llama.max_seq_len=512", "data.batch_size=8", "model.llama.activation_checkpointing=" + policy});
@@ -237,6 +243,32 @@ TEST(MemoryPlan, ZeroOneDividesTheOptimizerStateByTheWorld) {
   EXPECT_EQ(one.activations, four.activations);
 }
 
+// optim.offload cpu: the state leaves the device's plan for the host line; on the CPU (updated in place in host
+// memory) the step's peak still matches the plan; on CUDA the device keeps a ring of four chunks.
+TEST(MemoryPlan, OffloadMovesTheOptimizerStateToHostMemory) {
+  const proto::Config plain = Tiny(), offloaded = Tiny({"optim.offload=cpu"});
+  for (const bool cuda : {false, true}) {
+    models::MemoryPlanInputs in, in_off;
+    models::MemoryPlan a, b;
+    ASSERT_TRUE(MemoryPlanInputsOf(plain, 1, cuda, &in).ok());
+    ASSERT_TRUE(MemoryPlanInputsOf(offloaded, 1, cuda, &in_off).ok());
+    EXPECT_TRUE(in_off.offload_state);
+    ASSERT_TRUE(PlanRunMemory(plain, in, &a).ok());
+    ASSERT_TRUE(PlanRunMemory(offloaded, in_off, &b).ok());
+    const int64_t p = a.num_params, state = 2 * in.Bytes(p, DType::kF32);
+    EXPECT_EQ(a.host_state, 0);
+    EXPECT_EQ(b.host_state, 2 * static_cast<int64_t>(CpuAllocator::RoundSize(p * 4)));
+    // llama_tiny is smaller than the ring: on CUDA the ring holds all of it, on the CPU there is none.
+    EXPECT_EQ(a.optimizer_state - b.optimizer_state, cuda ? 0 : state) << (cuda ? "cuda" : "cpu");
+    EXPECT_NE(b.Table().find("host memory"), std::string::npos) << b.Table();
+  }
+  std::string policy;
+  const int64_t plan = Plan(offloaded, &policy);
+  const int64_t peak = MeasuredPeak(offloaded);
+  EXPECT_NEAR(static_cast<double>(plan) / static_cast<double>(peak), 1.0, 0.05) << plan << " vs " << peak;
+  EXPECT_LT(plan, Plan(plain));
+}
+
 TEST(MemoryFit, TheBudgetPicksTheCheapestPolicyThatFitsAndSaysSo) {
   const double gib = 1024.0 * 1024.0 * 1024.0;
   const int64_t none = Plan(Tiny({"model.llama.activation_checkpointing=none"}));
@@ -309,6 +341,7 @@ TEST(MemoryFit, ZeroOneIsNamedWhenMoreGpusWouldFit) {
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(st.message().find("dist.zero1 on 2 GPUs (optimizer state "), std::string::npos) << st.ToString();
   EXPECT_NE(st.message().find("(fits)"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("optim.offload cpu (optimizer state to "), std::string::npos) << st.ToString();
   EXPECT_EQ(st.message().find("data.batch_size"), std::string::npos) << st.ToString();  // 1 already
 }
 

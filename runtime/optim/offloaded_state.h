@@ -1,0 +1,72 @@
+#pragma once
+// OffloadedState: an optimizer's state tensors kept in page-locked host memory instead of on the GPU
+// (optim.offload: cpu), and the update that streams them through the GPU. The update is the algorithm's own fused
+// CUDA kernel (OptimAlgorithm::Update, the same bits as state on the device), run chunk by chunk: each chunk's
+// state is copied in on an H2D stream, updated on the compute stream, copied back on a D2H stream, through a ring of
+// kSlots device buffers, so the copies in, the kernels and the copies out of different chunks overlap. The copies
+// in of the first kSlots chunks wait for nothing on the compute stream: queued when Update is called (after the
+// host has queued the backward), they overlap the step's backward; the copies out of the last ones overlap the next
+// step's forward. The rest is bound by the PCIe link: about 2 x state bytes cross it per step.
+//
+// GPU memory: kSlots x chunk x the state tensors (128 MiB for f32 AdamW at the default chunk) instead of the state.
+// CPU contexts: the state is host memory anyway; Update runs the algorithm over the host state chunk by chunk, in
+// place (no ring, no copies) — the CPU reference of the chunking, with the same offsets.
+//
+// Ordering (contract): the host tensors are the state. Update's copies back finish some time after it returns;
+// Settle(ctx) waits for them on the host, and must run before anything reads or writes host() outside Update
+// (a checkpoint's snapshot, a restore, a reset). Update orders itself after the previous Update's copies back.
+//
+// Ownership: owns the host tensors (ctx.pinned_allocator()), the device ring (ctx.allocator()), the two copy
+// streams and the events; the destructor waits for the copy streams. Not thread-safe: one optimizer's thread.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/device_context.h"
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "runtime/optim/optim_algorithm.h"
+
+namespace dtrain::runtime {
+
+class OffloadedState {
+ public:
+  static constexpr int kSlots = 4;                            // chunks in flight on the device
+  static constexpr int64_t kDefaultChunk = int64_t{4} << 20;  // elements per chunk (16 MiB of each f32 state)
+
+  // `tensors` host tensors of `numel` elements of `dtype`, zeroed; `chunk` elements per streamed chunk (<= 0:
+  // kDefaultChunk; tests use small ones to cross chunk boundaries).
+  static Status Create(DeviceContext& ctx, int64_t numel, DType dtype, int tensors, int64_t chunk,
+                       std::unique_ptr<OffloadedState>* out);
+  ~OffloadedState();
+  OffloadedState(const OffloadedState&) = delete;
+  OffloadedState& operator=(const OffloadedState&) = delete;
+
+  // The state (numel elements each, in the algorithm's state order). See Ordering.
+  std::vector<Tensor>& host() { return host_; }
+
+  // algo.Update over params and grads (numel elements on ctx's device; element 0 is element `offset` of the whole
+  // flat buffer, for the stochastic rounding) with this state, chunk by chunk; `scale`, `skip`, `staged` as
+  // OptimAlgorithm::Update takes them. Queued on ctx's streams; no host sync.
+  Status Update(DeviceContext& ctx, const OptimAlgorithm& algo, Tensor* params, const Tensor& grads,
+                const Tensor* scale, const Tensor* skip, const Tensor* staged, int64_t offset);
+
+  // Host sync point: waits until the last Update's copies back are in host(). (Nothing to wait for on the CPU.)
+  Status Settle();
+
+  // Elements of each state tensor the device ring holds for `numel` parameters (what the memory plan counts on
+  // the GPU instead of the state): kSlots chunks, or fewer when the state is smaller.
+  static int64_t RingNumel(int64_t numel, int64_t chunk);
+
+ private:
+  OffloadedState() = default;
+  struct Gpu;
+
+  int64_t numel_ = 0, chunk_ = 0;
+  std::vector<Tensor> host_;
+  std::unique_ptr<Gpu> gpu_;  // null on the CPU
+};
+
+}  // namespace dtrain::runtime

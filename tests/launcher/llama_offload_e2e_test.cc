@@ -1,0 +1,62 @@
+// optim.offload cpu through the real binary on the CPU (configs/llama_tiny.yaml on byte tokens of a fixed text): the
+// optimizer state in host memory, updated chunk by chunk (runtime/optim/offloaded_state.h), trains to the same
+// parameters bit for bit as the state in place, in fp32 and bf16 state; its checkpoints are the same files, so a run
+// interrupted after a checkpoint resumes with or without offload to the uninterrupted run's weights exactly.
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/testing/llama_text.h"
+#include "tests/testing/safetensors_diff.h"
+#include "tests/testing/subprocess.h"
+
+namespace dtrain::testing {
+namespace {
+
+const std::string kConfig = std::string(DT_SOURCE_DIR) + "/configs/llama_tiny.yaml";
+
+// 40 steps, a synchronous checkpoint every 20; `offload` is optim.offload, `state` optim.state_dtype.
+std::string Args(const std::string& dir, const std::string& run, const std::string& offload,
+                 const std::string& state = "fp32") {
+  return kConfig + " --set data.dataset=shards --set data.train_shards=" + dir +
+         "/tok --set train.max_steps=40 --set train.log_every=10 --set checkpoint.every_steps=20" +
+         " --set checkpoint.async=false --set run.tensorboard=false --set run.dir=" + dir + "/" + run +
+         " --set optim.offload=" + offload + " --set optim.state_dtype=" + state;
+}
+
+TEST(LlamaOffloadE2E, SameWeightsAsTheStateInPlaceAndResumesEitherWay) {
+  TempDir tmp;
+  const std::string d = tmp.path();
+  ASSERT_NO_FATAL_FAILURE(MakeLlamaTextData(d));
+  for (const std::string state : {"fp32", "bf16"}) {
+    SCOPED_TRACE("optim.state_dtype " + state);
+    const ProcessResult in_place = RunCommand(DtrainBin() + " train " + Args(d, "in_place_" + state, "none", state));
+    ASSERT_EQ(in_place.exit_code, 0) << in_place.output;
+    const ProcessResult off = RunCommand(DtrainBin() + " train " + Args(d, "offload_" + state, "cpu", state));
+    ASSERT_EQ(off.exit_code, 0) << off.output;
+    EXPECT_NE(off.output.find("(replicated, in host memory (optim.offload cpu))"), std::string::npos) << off.output;
+    EXPECT_NE(off.output.find("optimizer state in page-locked host memory (optim.offload cpu)"), std::string::npos)
+        << off.output;  // the memory plan's host line
+    EXPECT_EQ(MaxSafetensorsDiff(d + "/in_place_" + state + "/final.safetensors",
+                                 d + "/offload_" + state + "/final.safetensors"),
+              0.0);
+  }
+  // Interrupted at step 30 with offload, resumed from step 20 without it, and the other way round.
+  for (const auto& [first, then] : {std::pair<std::string, std::string>{"cpu", "none"}, {"none", "cpu"}}) {
+    SCOPED_TRACE(first + " then " + then);
+    const std::string run = "part_" + first;
+    const ProcessResult part =
+        RunCommand("DTRAIN_FAULT=step=30,action=error " + DtrainBin() + " train " + Args(d, run, first));
+    ASSERT_NE(part.exit_code, 0) << part.output;
+    const ProcessResult resumed = RunCommand("DTRAIN_RESTART_COUNT=1 " + DtrainBin() + " train " + Args(d, run, then));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("resumed from " + d + "/" + run + "/checkpoints/step-00000020: step 20"),
+              std::string::npos)
+        << resumed.output;
+    EXPECT_EQ(MaxSafetensorsDiff(d + "/in_place_fp32/final.safetensors", d + "/" + run + "/final.safetensors"), 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::testing
