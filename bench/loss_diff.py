@@ -54,15 +54,16 @@ def plot(png, ref_dir, ref, others):
         o = losses(other)
         common = sorted(set(ref) & set(o))
         name = other.rstrip("/").split("/")[-1]
-        ax.plot(common, [o[s] for s in common], lw=0.8, label=name)
+        (line,) = ax.plot(common, [o[s] for s in common], lw=0.8, label=name)
         d = [abs(o[s] - ref[s]) for s in common]
         smooth = [sum(d[max(0, i - 49):i + 1]) / len(d[max(0, i - 49):i + 1]) for i in range(len(d))]
-        ax2.plot(common, smooth, lw=0.8, label=name)
+        ax2.plot(common, smooth, lw=0.8, label=name, color=line.get_color())  # the run's colour above
     ax.set_ylabel("training loss")
     ax.set_yscale("log")
     ax.legend()
     ax2.set_ylabel("|dloss| vs " + ref_dir.rstrip("/").split("/")[-1] + "\n(mean of 50 steps)")
     ax2.set_xlabel("step")
+    ax2.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(png, dpi=120)
 
