@@ -125,6 +125,15 @@ Status CheckRunBeforeStart(const LaunchOptions& opts, const LaunchEnv& env, cons
     runtime::MemoryFit fit;
     const int64_t gpu_bytes = *on_cuda && env.gpu_count > 0 ? CudaDeviceMemoryBytes(0) : 0;
     problems.push_back(runtime::FitMemory(&cfg, world_size, *on_cuda, gpu_bytes, &fit));
+    // Host memory for offloaded optimizer state, for the ranks this machine runs (not in a dry run, which may plan
+    // on another machine than the nodes': every worker checks its own machine again).
+    int local_ranks = cmd.backend == Backend::kNode ? cmd.local_nproc : 0;
+    for (const HostSlots& h : cmd.placement.hosts) {
+      if (h.name == "localhost" || h.name == env.hostname) local_ranks += h.slots;
+    }
+    if (problems.back().ok() && local_ranks > 0 && !opts.dry_run) {
+      problems.push_back(runtime::CheckHostMemory(cfg, fit.plan, local_ranks, runtime::HostMemoryAvailable()));
+    }
     if (problems.back().ok() && fit.planned) *memory_plan = runtime::DescribeMemoryFit(fit);
     if (plan_for_gpu && !memory_plan->empty()) {
       *memory_plan += "\n(no GPU here: planned for a CUDA device, train.precision " + precision +

@@ -37,6 +37,10 @@ std::string CheckpointAdvice(const TuningSettings& s) {
 
 std::string OptimizerAdvice(const TuningSettings& s) {
   const std::string accum = "train.grad_accum_steps (" + std::to_string(s.grad_accum_steps) + ")";
+  if (s.offload) {  // the update is the PCIe transfer of the state, not the kernel
+    return "optim.offload cpu moves the optimizer state over PCIe each update: raise " + accum +
+           ", or set optim.offload none if the state fits the GPU (dtrain launch --dry-run)";
+  }
   return s.zero1 ? "raise " + accum + " (dist.zero1 already shards the update)"
                  : "set dist.zero1 to shard the update, or raise " + accum;
 }

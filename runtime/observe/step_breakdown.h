@@ -14,7 +14,8 @@
 //   input-bound          data wait        >= 20%   more loader threads or a deeper prefetch queue
 //   communication-bound  exposed comm     >= 20%   bigger buckets, bf16 compression, more work per step
 //   checkpoint-bound     checkpoint stall >= 10%   async checkpoints or fewer of them
-//   optimizer-bound      optimizer        >= 25%   ZeRO-1 sharding or gradient accumulation
+//   optimizer-bound      optimizer        >= 25%   ZeRO-1 sharding or gradient accumulation (offloaded state:
+//                                                  accumulation, or no offload)
 //   host-bound           other            >= 25%   a trace shows where the host spends the time
 // Among the bottlenecks the one with the largest share is reported. With none, the step is
 // "compute-bound" when forward+backward is >= 60% (the healthy case), else there is no verdict.
@@ -62,6 +63,7 @@ struct TuningSettings {
   double bucket_mb = 25;
   bool bf16_compress = false;
   bool zero1 = false;
+  bool offload = false;  // optim.offload cpu
   bool checkpoint_async = true;
   int64_t checkpoint_every_steps = 500;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <vector>
 
 #include "core/allocator.h"
@@ -187,6 +188,28 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
   return Status::InvalidArgument("memory plan " + models::FormatBytes(out->plan.total()) + " per rank exceeds " +
                                  out->limit_what + ":\n" + out->plan.Table() +
                                  (knobs.empty() ? "" : "\nEach of these alone would give:" + knobs));
+}
+
+Status CheckHostMemory(const proto::Config& cfg, const models::MemoryPlan& plan, int ranks, int64_t available) {
+  const int64_t need = plan.host_state * std::max(ranks, 1);
+  if (plan.host_state == 0 || available <= 0 || need <= available) return Status::OK();
+  const std::string bf16 = cfg.optim().state_dtype() == "bf16" ? "" : "set optim.state_dtype bf16 (half the bytes), ";
+  return Status::InvalidArgument("optim.offload cpu: the optimizer state takes " +
+                                 models::FormatBytes(plan.host_state) + " of page-locked host memory per rank, " +
+                                 models::FormatBytes(need) + " for the " + std::to_string(ranks) +
+                                 " rank(s) on this machine, which has " + models::FormatBytes(available) +
+                                 " available: " + bf16 + "run fewer ranks per machine, or set optim.offload none");
+}
+
+int64_t HostMemoryAvailable() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
 }
 
 std::string DescribeMemoryFit(const MemoryFit& fit) {

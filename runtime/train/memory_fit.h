@@ -47,6 +47,14 @@ struct MemoryFit {
 // memory_plan, e.g. gpt2's fp8) without a plan; without a budget such a run is not checked (planned false).
 Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_bytes, MemoryFit* out);
 
+// optim.offload cpu keeps the optimizer state in page-locked host memory (plan.host_state per rank): InvalidArgument,
+// naming the figures and the knobs, when `ranks` ranks' state exceeds `available` bytes (HostMemoryAvailable: the
+// machine's MemAvailable), before any rank pins it — page-locked memory cannot be swapped, and the kernel's OOM
+// killer ends a process that takes too much. OK when nothing is offloaded or `available` is 0 (unknown).
+Status CheckHostMemory(const proto::Config& cfg, const models::MemoryPlan& plan, int ranks, int64_t available);
+// /proc/meminfo's MemAvailable in bytes; 0 when it cannot be read.
+int64_t HostMemoryAvailable();
+
 // "memory plan: ... (policy ...)\n<table>": the lines `dtrain launch --dry-run` prints and `dtrain train` logs.
 std::string DescribeMemoryFit(const MemoryFit& fit);
 

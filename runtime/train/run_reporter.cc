@@ -28,6 +28,7 @@ TuningSettings TuningOf(const proto::Config& c) {
   t.bucket_mb = c.dist().bucket_mb();
   t.bf16_compress = c.dist().bf16_compress();
   t.zero1 = c.dist().zero1();
+  t.offload = c.optim().offload() == "cpu";
   t.checkpoint_async = c.checkpoint().async();
   t.checkpoint_every_steps = c.checkpoint().every_steps();
   return t;

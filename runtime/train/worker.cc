@@ -61,6 +61,7 @@ Status RunWithEnv(const WorkerRequest& req, const comm::DistEnv& env, WorkerOutc
   MemoryFit fit;
   DT_RETURN_IF_ERROR(FitMemory(&cfg, env.world_size, ctx->is_cuda(),
                                ctx->is_cuda() ? CudaDeviceMemoryBytes(ctx->device_index()) : 0, &fit));
+  DT_RETURN_IF_ERROR(CheckHostMemory(cfg, fit.plan, env.local_world_size, HostMemoryAvailable()));
   if (env.rank == 0 && fit.planned) DT_LOG_INFO(kRuntime, "{}", DescribeMemoryFit(fit));
 
   std::unique_ptr<comm::Communicator> host_comm, nccl_comm;

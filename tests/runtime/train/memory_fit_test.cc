@@ -269,6 +269,32 @@ TEST(MemoryPlan, OffloadMovesTheOptimizerStateToHostMemory) {
   EXPECT_LT(plan, Plan(plain));
 }
 
+// Offloaded state is pinned host memory: more than the machine has available for its ranks is refused, naming the
+// figures and the knobs; without offload, or with the figure unknown, nothing is checked.
+TEST(MemoryFit, OffloadedStateMustFitTheHostsAvailableMemory) {
+  models::MemoryPlanInputs in;
+  models::MemoryPlan plan, plain;
+  const proto::Config cfg = Tiny({"optim.offload=cpu"});
+  ASSERT_TRUE(MemoryPlanInputsOf(cfg, 1, false, &in).ok());
+  ASSERT_TRUE(PlanRunMemory(cfg, in, &plan).ok());
+  ASSERT_GT(plan.host_state, 0);
+  EXPECT_TRUE(CheckHostMemory(cfg, plan, 2, 2 * plan.host_state).ok());
+  const Status st = CheckHostMemory(cfg, plan, 2, 2 * plan.host_state - 1);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("optim.offload cpu: the optimizer state takes " + models::FormatBytes(plan.host_state) +
+                              " of page-locked host memory per rank, " + models::FormatBytes(2 * plan.host_state) +
+                              " for the 2 rank(s) on this machine"),
+            std::string::npos)
+      << st.ToString();
+  EXPECT_NE(st.message().find("set optim.state_dtype bf16"), std::string::npos) << st.ToString();
+  const Status bf16 = CheckHostMemory(Tiny({"optim.state_dtype=bf16"}), plan, 2, 1);  // no advice to set what is set
+  EXPECT_EQ(bf16.message().find("optim.state_dtype"), std::string::npos) << bf16.ToString();
+  EXPECT_NE(bf16.message().find("run fewer ranks per machine, or set optim.offload none"), std::string::npos);
+  EXPECT_TRUE(CheckHostMemory(cfg, plan, 2, 0).ok());    // unknown: not checked
+  EXPECT_TRUE(CheckHostMemory(cfg, plain, 64, 1).ok());  // nothing offloaded
+  EXPECT_GT(HostMemoryAvailable(), 0);                   // Linux's /proc/meminfo
+}
+
 TEST(MemoryFit, TheBudgetPicksTheCheapestPolicyThatFitsAndSaysSo) {
   const double gib = 1024.0 * 1024.0 * 1024.0;
   const int64_t none = Plan(Tiny({"model.llama.activation_checkpointing=none"}));
