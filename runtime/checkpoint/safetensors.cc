@@ -94,7 +94,7 @@ Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>&
     DT_CHECK_ARG(numel == static_cast<int64_t>(nt.data.size()), "tensor '" << nt.name << "' shape does not match data");
   }
   auto fill = [&](size_t t, float* dst) {
-    std::memcpy(dst, tensors[t].data.data(), tensors[t].data.size() * sizeof(float));
+    std::copy(tensors[t].data.begin(), tensors[t].data.end(), dst);  // (memcpy may not take an empty vector's null)
     return Status::OK();
   };
   return WriteSafetensors(path, tensors, fill, metadata);
