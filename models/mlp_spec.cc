@@ -29,7 +29,8 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
   if (precision != "auto" && precision != "fp32") {
     return Status::InvalidArgument(
         "train.precision: " + precision +
-        " is implemented for model.kind gpt2 and cnn; mlp trains in fp32 (use auto or fp32)");
+        " is not implemented for model.kind mlp, which trains in fp32 (use auto or fp32; README's `train.precision` "
+        "says which models take which precision)");
   }
   MlpOptions opts;
   opts.input_dim = cfg.input_dim();
