@@ -56,15 +56,18 @@ Status PrepareLogDir(const std::string& dir) {
 // fit its slots: CPU cores, or GPUs when they train on CUDA; else exit 2 naming the flag, unless --oversubscribe.
 // Only an explicit count is checked (gpu/cpu/auto are the documented defaults); other hosts' slots are their own
 // (a hostfile's slots=, Slurm's allocation).
+// The ranks this launcher starts on this machine: this node's per-node workers, or all of mpirun's implicit
+// localhost's; 0 when hosts are named (their slots are theirs to check).
+int LocalRanks(const LaunchOptions& opts, const LaunchCommand& cmd) {
+  if (cmd.backend == Backend::kNode) return cmd.local_nproc;
+  if (cmd.backend == Backend::kMpirun && opts.hosts.empty() && opts.hostfile.empty()) return cmd.placement.world_size();
+  return 0;
+}
+
 Status CheckLocalSlots(const LaunchOptions& opts, const LaunchEnv& env, const LaunchCommand& cmd, bool on_cuda) {
   int requested = 0;
   if (opts.oversubscribe || !ParsePositiveInt(opts.nproc_per_node, &requested)) return Status::OK();
-  int local = 0;
-  if (cmd.backend == Backend::kNode) {
-    local = cmd.local_nproc;
-  } else if (cmd.backend == Backend::kMpirun && opts.hosts.empty() && opts.hostfile.empty()) {
-    local = cmd.placement.world_size();
-  }
+  const int local = LocalRanks(opts, cmd);
   const int slots = on_cuda ? env.gpu_count : env.cpu_count;
   if (slots <= 0 || local <= slots) return Status::OK();
   return Status::InvalidArgument("--nproc-per-node " + opts.nproc_per_node + ": " + std::to_string(local) +
@@ -127,10 +130,7 @@ Status CheckRunBeforeStart(const LaunchOptions& opts, const LaunchEnv& env, cons
     problems.push_back(runtime::FitMemory(&cfg, world_size, *on_cuda, gpu_bytes, &fit));
     // Host memory for offloaded optimizer state, for the ranks this machine runs (not in a dry run, which may plan
     // on another machine than the nodes': every worker checks its own machine again).
-    int local_ranks = cmd.backend == Backend::kNode ? cmd.local_nproc : 0;
-    for (const HostSlots& h : cmd.placement.hosts) {
-      if (h.name == "localhost" || h.name == env.hostname) local_ranks += h.slots;
-    }
+    const int local_ranks = LocalRanks(opts, cmd);
     if (problems.back().ok() && local_ranks > 0 && !opts.dry_run) {
       problems.push_back(runtime::CheckHostMemory(cfg, fit.plan, local_ranks, runtime::HostMemoryAvailable()));
     }

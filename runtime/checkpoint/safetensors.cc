@@ -88,10 +88,12 @@ void ToF32(const std::string& dtype, const char* src, uint64_t numel, float* dst
 
 Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                         const std::map<std::string, std::string>& metadata) {
-  for (const NamedTensor& nt : tensors) {
+  for (const NamedTensor& nt : tensors) {  // (a negative dim is refused by name in the streamed write)
     int64_t numel = 1;
     for (int64_t d : nt.shape) numel *= d;
-    DT_CHECK_ARG(numel == static_cast<int64_t>(nt.data.size()), "tensor '" << nt.name << "' shape does not match data");
+    const bool negative = std::any_of(nt.shape.begin(), nt.shape.end(), [](int64_t d) { return d < 0; });
+    DT_CHECK_ARG(negative || numel == static_cast<int64_t>(nt.data.size()),
+                 "tensor '" << nt.name << "' shape does not match data");
   }
   auto fill = [&](size_t t, float* dst) {
     std::copy(tensors[t].data.begin(), tensors[t].data.end(), dst);  // (memcpy may not take an empty vector's null)

@@ -13,7 +13,7 @@
 // place (no ring, no copies) — the CPU reference of the chunking, with the same offsets.
 //
 // Ordering (contract): the host tensors are the state. Update's copies back finish some time after it returns;
-// Settle(ctx) waits for them on the host, and must run before anything reads or writes host() outside Update
+// Settle() waits for them on the host, and must run before anything reads or writes host() outside Update
 // (a checkpoint's snapshot, a restore, a reset). Update orders itself after the previous Update's copies back.
 //
 // Ownership: owns the host tensors (ctx.pinned_allocator()), the device ring (ctx.allocator()), the two copy
