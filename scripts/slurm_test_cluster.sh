@@ -13,8 +13,13 @@
 #   scripts/slurm_test_cluster.sh start DIR [CPUS]  # prints "SLURM_CONF=DIR/slurm.conf" and writes DIR/env
 #                                                   # (SLURM_CONF=...) for `source`; CPUS (default 8) may
 #                                                   # exceed the real core count (config_overrides)
-#   scripts/slurm_test_cluster.sh stop DIR          # scancel, end this cluster's slurmstepd, then SIGTERM
-#                                                   # slurmd, slurmctld, munged by pid (SIGKILL after 5 s)
+#   scripts/slurm_test_cluster.sh stop DIR          # scancel, end this cluster's slurmstepd and job
+#                                                   # processes, then SIGTERM slurmd, slurmctld, munged by
+#                                                   # pid (SIGKILL after 5 s)
+#
+# SLURM_TEST_OWNER=PID at start: the cluster stops itself (a detached watcher runs `stop DIR`) within a
+# second of process PID ending, so a test killed by its timeout leaves no daemons or job processes behind
+# (the daemons and the jobs' ranks are not its children: they would outlive it and take the CPU).
 #
 # Every client command (sbatch, srun, squeue, scontrol) must see SLURM_CONF=DIR/slurm.conf; jobs
 # inherit it. Ports are picked free at start, so several clusters can run side by side.
@@ -55,11 +60,15 @@ stop() {
   if [[ -f $dir/slurm.conf && -f $dir/slurmctld.pid ]] && kill -0 "$(cat "$dir/slurmctld.pid")" 2>/dev/null; then
     SLURM_CONF=$dir/slurm.conf timeout 5 scancel --full --signal=KILL --user="$(id -un)" >/dev/null 2>&1 || true
   fi
-  # Leftover slurmstepd of this cluster (never another cluster's): each one's environment holds
-  # SLURM_CONF=DIR/slurm.conf (slurmd passes its own on). Matched on that, ended by pid.
-  local p steps=()
-  for p in $(pgrep -x slurmstepd 2>/dev/null || true); do
-    tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "SLURM_CONF=$dir/slurm.conf" && steps+=("$p")
+  # Leftover slurmstepd and job processes of this cluster (never another cluster's, never this script's
+  # ancestors): slurmstepd's environment holds SLURM_CONF=DIR/slurm.conf (slurmd passes its own on), a job
+  # process's holds it (inherited from the submitter) and SLURM_JOB_ID. Matched on that, ended by pid.
+  local p e keep=" " steps=()
+  for ((p = $$; p > 1; p = $(awk '/^PPid:/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 1))); do keep+="$p "; done
+  for e in /proc/[0-9]*/environ; do
+    p=${e#/proc/} && p=${p%/environ}
+    [[ $keep != *" $p "* ]] && grep -qsxzF "SLURM_CONF=$dir/slurm.conf" "$e" || continue
+    if [[ $(cat "/proc/$p/comm" 2>/dev/null) == slurmstepd ]] || grep -qsz '^SLURM_JOB_ID=' "$e"; then steps+=("$p"); fi
   done
   local pids=()
   local f
@@ -213,6 +222,18 @@ CONF
 
   echo "SLURM_CONF=$SLURM_CONF" >"$dir/env"
   echo "SLURM_CONF=$SLURM_CONF"
+  [[ -z ${SLURM_TEST_OWNER:-} ]] || watch_owner "$SLURM_TEST_OWNER"
+}
+
+# watch_owner PID: a detached watcher (own session, no inherited descriptors: the caller's pipe must see
+# end-of-file when start returns) that stops the cluster once PID has ended; it exits by itself once the
+# cluster has been stopped otherwise (slurmctld's pid file gone).
+watch_owner() {
+  [[ $1 =~ ^[1-9][0-9]*$ ]] || fail "SLURM_TEST_OWNER=$1: expected a process id"
+  kill -0 "$1" 2>/dev/null || fail "SLURM_TEST_OWNER=$1: no such process"
+  env -u SLURM_CONF setsid bash -c 'while kill -0 "$1" 2>/dev/null && [[ -f $3/slurmctld.pid ]]; do sleep 1; done
+    [[ -f $3/slurmctld.pid ]] && exec "$2" stop "$3"' watch "$1" "$(realpath "$0")" "$dir" \
+    </dev/null >>"$dir/log/watch.log" 2>&1 &
 }
 
 case $cmd in

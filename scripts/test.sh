@@ -97,6 +97,23 @@ asan() { wait_bg asan && scripts/sanitize.sh asan; }
 fuzz() { scripts/fuzz.sh 10; }
 tsan() { wait_bg tsan && scripts/sanitize.sh tsan; }
 
+# leftovers: a stage's tests must not leave processes behind (a test killed by ctest's timeout skips its cleanup;
+# its ranks could then spin on both cores for the rest of the run and starve the background builds). Lists every
+# process still running a binary of this tree's build directories 2 s after the stage, ends it, and fails the stage.
+leftovers() {
+  local e p left=()
+  sleep 2
+  for e in /proc/[0-9]*/exe; do
+    p=${e#/proc/} && p=${p%/exe}
+    [[ $(readlink "$e" 2>/dev/null) == "$PWD"/build* ]] && left+=("$p")
+  done
+  ((${#left[@]})) || return 0
+  echo "test.sh: the stage left ${#left[@]} process(es) running; ending them:" >&2
+  ps -o pid,etime,args -p "$(IFS=,; echo "${left[*]}")" >&2 || true
+  kill -KILL "${left[@]}" 2>/dev/null || true
+  return 1
+}
+
 summary=()
 failed=0
 T0=$(date +%s)
@@ -107,7 +124,7 @@ for stage in $STAGES; do
   esac
   if [[ $stage == plain ]]; then echo "=== test.sh: stage plain (PLAIN=$PLAIN)"; else echo "=== test.sh: stage $stage"; fi
   start=$(date +%s)
-  if "$stage" "$@"; then result=ok; else result=FAILED; failed=1; fi
+  if "$stage" "$@" && leftovers; then result=ok; else leftovers || true; result=FAILED; failed=1; fi
   seconds=$(($(date +%s) - start))
   echo "=== test.sh: stage $stage $result in ${seconds} s"
   summary+=("$(printf '%-6s %-7s %5d s' "$stage" "$result" "$seconds")")

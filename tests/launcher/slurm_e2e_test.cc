@@ -18,6 +18,7 @@
 
 #include "comm/dist_env.h"
 #include "tests/testing/safetensors_diff.h"
+#include "tests/testing/slurm_cluster.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::testing {
@@ -35,10 +36,8 @@ const std::string kArgs = kCiConfig +
 // A one-machine cluster under `dir`, stopped (jobs cancelled, daemons ended by pid) by the destructor.
 class SlurmCluster {
  public:
-  explicit SlurmCluster(const std::string& dir) : dir_(dir) {
-    start_ = RunCommand(kSource + "/scripts/slurm_test_cluster.sh start " + dir_ + " 8");
-  }
-  ~SlurmCluster() { RunCommand(kSource + "/scripts/slurm_test_cluster.sh stop " + dir_); }
+  explicit SlurmCluster(const std::string& dir) : dir_(dir) { start_ = RunCommand(SlurmClusterStart(dir_, 1, 8)); }
+  ~SlurmCluster() { RunCommand(SlurmClusterStop(dir_)); }
   SlurmCluster(const SlurmCluster&) = delete;
   SlurmCluster& operator=(const SlurmCluster&) = delete;
 
@@ -132,7 +131,7 @@ TEST(SlurmE2E, Usr1CheckpointsRequeuesAndResumesBitExact) {
     ASSERT_EQ(sig.exit_code, 0) << sig.output;
   }
   // 2. The uninterrupted reference, started by srun directly (its own allocation), while the jobs requeue.
-  ProcessResult ref = RunCommand(cluster.env() + "srun --mpi=pmix -n2 " + DtrainBin() + " train " + kArgs +
+  ProcessResult ref = RunCommand(cluster.env() + kBoundedSrun + "-n2 " + DtrainBin() + " train " + kArgs +
                                  " --set run.dir=" + d + "/ref");
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
   EXPECT_NE(ref.output.find("rank 1/2 (local 1) on cpu; started by slurm"), std::string::npos) << ref.output;

@@ -20,6 +20,7 @@
 
 #include "tests/testing/safetensors_diff.h"
 #include "tests/testing/sample_log_check.h"
+#include "tests/testing/slurm_cluster.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::testing {
@@ -48,14 +49,13 @@ class SlurmElastic : public ::testing::Test {
   void SetUp() override {
     DT_SKIP_WITHOUT_FASHION_MNIST();
     d_ = dir_.path();
-    const ProcessResult up =
-        RunCommand("SLURM_TEST_NODES=3 " + kSource + "/scripts/slurm_test_cluster.sh start " + d_ + "/slurm 2");
+    const ProcessResult up = RunCommand(SlurmClusterStart(d_ + "/slurm", 3, 2));
     if (up.exit_code == 77) GTEST_SKIP() << "Slurm not installed: " << up.output;
     ASSERT_EQ(up.exit_code, 0) << up.output;
     started_ = true;
   }
   void TearDown() override {
-    if (started_) RunCommand(kSource + "/scripts/slurm_test_cluster.sh stop " + d_ + "/slurm");
+    if (started_) RunCommand(SlurmClusterStop(d_ + "/slurm"));
   }
 
   // Client commands and jobs see this cluster. The three "nodes" share one machine, where Open MPI would pick its
@@ -142,7 +142,7 @@ class SlurmElastic : public ::testing::Test {
 TEST_F(SlurmElastic, LosesANodeFinishesOnTwoSameSamplesAndWeights) {
   // 1. The uninterrupted reference: three nodes, one rank each, started by srun directly.
   const std::string ref_cmd = "mkdir -p " + d_ + "/ref/samples && " + Env() + "DTRAIN_SAMPLE_LOG=" + d_ +
-                              "/ref/samples srun --mpi=pmix -N3 --ntasks-per-node=1 " + DtrainBin() + " train " +
+                              "/ref/samples " + kBoundedSrun + "-N3 --ntasks-per-node=1 " + DtrainBin() + " train " +
                               kArgs + " --set run.dir=" + d_ + "/ref";
   ProcessResult ref = RunCommand(ref_cmd);
   if (ref.exit_code != 0 && StartupCrash(ref.output, d_ + "/ref")) {
