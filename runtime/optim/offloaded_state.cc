@@ -41,7 +41,7 @@ int64_t OffloadedState::RingNumel(int64_t numel, int64_t chunk) {
 
 Status OffloadedState::Create(DeviceContext& ctx, int64_t numel, DType dtype, int tensors, int64_t chunk,
                               std::unique_ptr<OffloadedState>* out) {
-  DT_CHECK_ARG(out != nullptr && numel > 0 && tensors >= 0,
+  DT_CHECK_ARG(out != nullptr && numel > 0 && tensors > 0,
                "OffloadedState::Create: numel " << numel << ", tensors " << tensors);
   std::unique_ptr<OffloadedState> o(new OffloadedState());  // private constructor
   o->numel_ = numel;
@@ -86,52 +86,71 @@ Status OffloadedState::Create(DeviceContext& ctx, int64_t numel, DType dtype, in
 
 Status OffloadedState::Update(DeviceContext& ctx, const OptimAlgorithm& algo, Tensor* params, const Tensor& grads,
                               const Tensor* scale, const Tensor* skip, const Tensor* staged, int64_t offset) {
-  DT_CHECK_ARG(params != nullptr && params->numel() == numel_ && grads.numel() == numel_,
-               "OffloadedState::Update: params and grads must have " << numel_ << " elements");
+  DT_CHECK_ARG(params != nullptr && params->numel() == numel_,
+               "OffloadedState::Update: params must have " << numel_ << " elements");
+  return Update(ctx, algo, {Segment{params, &grads, offset, 0}}, scale, skip, staged);
+}
+
+Status OffloadedState::Update(DeviceContext& ctx, const OptimAlgorithm& algo, const std::vector<Segment>& segments,
+                              const Tensor* scale, const Tensor* skip, const Tensor* staged) {
   DT_CHECK_ARG(ctx.is_cuda() == (gpu_ != nullptr), "OffloadedState::Update on another kind of context than Create's");
+  for (const Segment& seg : segments) {
+    DT_CHECK_ARG(seg.params != nullptr && seg.grads != nullptr && seg.grads->numel() == seg.params->numel() &&
+                     seg.state_offset >= 0 && seg.state_offset + seg.params->numel() <= numel_,
+                 "OffloadedState::Update: a segment of " << (seg.params ? seg.params->numel() : 0)
+                                                         << " elements at state element " << seg.state_offset
+                                                         << " does not fit the state's " << numel_);
+  }
   DT_NVTX_RANGE("offloaded_update");
   const size_t n_state = host_.size();
   std::vector<Tensor> views(n_state);
   std::vector<Tensor*> state(n_state);
-  for (int64_t begin = 0, i = 0; begin < numel_; begin += chunk_, ++i) {
-    const int64_t count = std::min(chunk_, numel_ - begin);
-    Tensor p, g;
-    DT_RETURN_IF_ERROR(params->View(begin, {count}, &p));
-    DT_RETURN_IF_ERROR(grads.View(begin, {count}, &g));
-    if (gpu_ == nullptr) {  // CPU: in place on the host state
-      for (size_t k = 0; k < n_state; ++k) {
-        DT_RETURN_IF_ERROR(host_[k].View(begin, {count}, &views[k]));
-        state[k] = &views[k];
+  int64_t i = 0;  // chunks so far, over all segments: the ring slot
+  for (const Segment& seg : segments) {
+    const int64_t numel = seg.params->numel();
+    for (int64_t begin = 0; begin < numel; begin += chunk_, ++i) {
+      const int64_t count = std::min(chunk_, numel - begin), at = seg.state_offset + begin;
+      Tensor p, g;
+      DT_RETURN_IF_ERROR(seg.params->View(begin, {count}, &p));
+      DT_RETURN_IF_ERROR(seg.grads->View(begin, {count}, &g));
+      if (gpu_ == nullptr) {  // CPU: in place on the host state
+        for (size_t k = 0; k < n_state; ++k) {
+          DT_RETURN_IF_ERROR(host_[k].View(at, {count}, &views[k]));
+          state[k] = &views[k];
+        }
+        DT_RETURN_IF_ERROR(algo.Update(ctx, &p, g, state, scale, skip, staged, seg.offset + begin));
+        continue;
       }
-      DT_RETURN_IF_ERROR(algo.Update(ctx, &p, g, state, scale, skip, staged, offset + begin));
-      continue;
-    }
 #if DT_HAVE_CUDA
-    Gpu& q = *gpu_;
-    const int s = static_cast<int>(i % kSlots);
-    const size_t item = DTypeSize(host_[0].dtype()), bytes = static_cast<size_t>(count) * item;
-    // In: once the slot's previous chunk is back in host memory (and, first, the previous Update's copies back).
-    if (i == 0) DT_RETURN_IF_ERROR(q.written.Block(q.h2d.get()));
-    DT_RETURN_IF_ERROR(q.freed[s].Block(q.h2d.get()));
-    for (size_t k = 0; k < n_state; ++k) {
-      DT_RETURN_IF_ERROR(q.ring[k].View(s * chunk_, {count}, &views[k]));
-      state[k] = &views[k];
-      const char* src = static_cast<const char*>(host_[k].data()) + begin * item;
-      DT_CUDA_CHECK(cudaMemcpyAsync(views[k].data(), src, bytes, cudaMemcpyHostToDevice, q.h2d.get()));
-    }
-    DT_RETURN_IF_ERROR(q.loaded[s].Record(q.h2d.get()));
-    // The update, on the compute stream (after the step's gradients and clip coefficient).
-    DT_RETURN_IF_ERROR(q.loaded[s].Block(ctx.stream()));
-    DT_RETURN_IF_ERROR(algo.Update(ctx, &p, g, state, scale, skip, staged, offset + begin));
-    DT_RETURN_IF_ERROR(q.updated[s].Record(ctx.stream()));
-    // Out.
-    DT_RETURN_IF_ERROR(q.updated[s].Block(q.d2h.get()));
-    for (size_t k = 0; k < n_state; ++k) {
-      char* dst = static_cast<char*>(host_[k].data()) + begin * item;
-      DT_CUDA_CHECK(cudaMemcpyAsync(dst, views[k].data(), bytes, cudaMemcpyDeviceToHost, q.d2h.get()));
-    }
-    DT_RETURN_IF_ERROR(q.freed[s].Record(q.d2h.get()));
+      Gpu& q = *gpu_;
+      const int s = static_cast<int>(i % kSlots);
+      const size_t item = DTypeSize(host_[0].dtype()), bytes = static_cast<size_t>(count) * item;
+      // In: once the slot's previous chunk is back in host memory (and, first, the previous Update's copies back).
+      if (i == 0) DT_RETURN_IF_ERROR(q.written.Block(q.h2d.get()));
+      DT_RETURN_IF_ERROR(q.freed[s].Block(q.h2d.get()));
+      // A ring as large as the state (a state of at most kSlots chunks) holds each chunk where the state does: the
+      // segments' chunks are not all chunk_ long, and never overlap there within an Update.
+      const int64_t slot_at = q.ring[0].numel() == numel_ ? at : s * chunk_;
+      for (size_t k = 0; k < n_state; ++k) {
+        DT_RETURN_IF_ERROR(q.ring[k].View(slot_at, {count}, &views[k]));
+        state[k] = &views[k];
+        const char* src = static_cast<const char*>(host_[k].data()) + at * item;
+        DT_CUDA_CHECK(cudaMemcpyAsync(views[k].data(), src, bytes, cudaMemcpyHostToDevice, q.h2d.get()));
+      }
+      DT_RETURN_IF_ERROR(q.loaded[s].Record(q.h2d.get()));
+      // The update, on the compute stream (after the step's gradients and clip coefficient).
+      DT_RETURN_IF_ERROR(q.loaded[s].Block(ctx.stream()));
+      DT_RETURN_IF_ERROR(algo.Update(ctx, &p, g, state, scale, skip, staged, seg.offset + begin));
+      DT_RETURN_IF_ERROR(q.updated[s].Record(ctx.stream()));
+      // Out.
+      DT_RETURN_IF_ERROR(q.updated[s].Block(q.d2h.get()));
+      for (size_t k = 0; k < n_state; ++k) {
+        char* dst = static_cast<char*>(host_[k].data()) + at * item;
+        DT_CUDA_CHECK(cudaMemcpyAsync(dst, views[k].data(), bytes, cudaMemcpyDeviceToHost, q.d2h.get()));
+      }
+      DT_RETURN_IF_ERROR(q.freed[s].Record(q.d2h.get()));
 #endif
+    }
   }
 #if DT_HAVE_CUDA
   if (gpu_ != nullptr) DT_RETURN_IF_ERROR(gpu_->written.Record(gpu_->d2h.get()));

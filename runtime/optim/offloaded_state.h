@@ -47,9 +47,22 @@ class OffloadedState {
   // The state (numel elements each, in the algorithm's state order). See Ordering.
   std::vector<Tensor>& host() { return host_; }
 
-  // algo.Update over params and grads (numel elements on ctx's device; element 0 is element `offset` of the whole
-  // flat buffer, for the stochastic rounding) with this state, chunk by chunk; `scale`, `skip`, `staged` as
-  // OptimAlgorithm::Update takes them. Queued on ctx's streams; no host sync.
+  // One contiguous range of an update: params and grads views of the same numel on ctx's device, whose element 0
+  // is element `offset` of the whole flat buffer (for the stochastic rounding) and whose state is host() elements
+  // [state_offset, state_offset + numel). A ZeRO-1 shard is one segment per bucket this rank owns a part of.
+  struct Segment {
+    Tensor* params = nullptr;
+    const Tensor* grads = nullptr;
+    int64_t offset = 0;
+    int64_t state_offset = 0;
+  };
+
+  // algo.Update over every segment with its state, chunk by chunk (a chunk never spans two segments; the ring
+  // runs on across them); `scale`, `skip`, `staged` as OptimAlgorithm::Update takes them. Queued on ctx's streams;
+  // no host sync. Segments must not overlap in the state.
+  Status Update(DeviceContext& ctx, const OptimAlgorithm& algo, const std::vector<Segment>& segments,
+                const Tensor* scale, const Tensor* skip, const Tensor* staged);
+  // The whole state as one segment: params and grads of numel elements, state_offset 0.
   Status Update(DeviceContext& ctx, const OptimAlgorithm& algo, Tensor* params, const Tensor& grads,
                 const Tensor* scale, const Tensor* skip, const Tensor* staged, int64_t offset);
 

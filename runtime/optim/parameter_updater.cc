@@ -126,11 +126,6 @@ Status MakeParameterUpdater(const proto::Config& cfg, DeviceContext& ctx, models
           "dist.zero1 all-gathers f32 params: set train.master_weights fp32, or dist.zero1 false (bf16 masters run "
           "replicated)");
     }
-    if (oo.offload) {
-      return Status::InvalidArgument(
-          "optim.offload cpu keeps the whole optimizer state in each rank's host memory: set dist.zero1 false (the "
-          "sharded state is not offloaded yet)");
-    }
     if (cfg.dist().bf16_compress() && rank == 0) {
       DT_LOG_WARN(kRuntime, "dist.bf16_compress is ignored with dist.zero1 (reduce-scatter runs in fp32)");
     }

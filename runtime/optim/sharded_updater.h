@@ -38,7 +38,10 @@ class ShardedUpdater : public ParameterUpdater {
   Status TakeExposedCommMs(double* ms) override { return zero1_->TakeExposedCommMs(ms); }
   const Tensor* grad_norm() const override { return zero1_->grad_norm(); }
   size_t state_bytes() const override { return zero1_->state_bytes(); }
-  std::string placement() const override { return "ZeRO-1: sharded over " + std::to_string(world_) + " ranks"; }
+  std::string placement() const override {
+    return "ZeRO-1: sharded over " + std::to_string(world_) + " ranks" +
+           (zero1_->offloaded() ? ", in host memory (optim.offload cpu)" : "");
+  }
 
   const OptimizerOptions& options() const override { return zero1_->options(); }
   int64_t step() const override { return zero1_->step(); }

@@ -123,10 +123,15 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
   // The state starts at zero (torch's lazy init). Its padding slot (the tiny bucket's, on ranks that own
   // no element of it) is never read or written by the update.
   const int64_t s = z->shard_numel_;
-  z->state_.resize(z->spec_->state_names.size());
-  for (Tensor& t : z->state_) {
-    DT_RETURN_IF_ERROR(Tensor::Empty({s}, opts.state_dtype, ctx.allocator(), &t));
-    DT_RETURN_IF_ERROR(t.SetZero(ctx.stream()));
+  const int n_state = static_cast<int>(z->spec_->state_names.size());
+  if (opts.offload && s > 0) {
+    DT_RETURN_IF_ERROR(OffloadedState::Create(ctx, s, opts.state_dtype, n_state, opts.offload_chunk, &z->offload_));
+  } else {
+    z->state_.resize(n_state);
+    for (Tensor& t : z->state_) {
+      DT_RETURN_IF_ERROR(Tensor::Empty({s}, opts.state_dtype, ctx.allocator(), &t));
+      DT_RETURN_IF_ERROR(t.SetZero(ctx.stream()));
+    }
   }
   if (params.numel() % world != 0) {
     for (Tensor* t : {&z->grad_pad_, &z->param_pad_}) {
@@ -146,9 +151,10 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
   if (rank == 0) {
     DT_LOG_INFO(kRuntime,
                 "Zero1Optimizer ({}): {} elements in {} buckets (target {:.1f} KiB), {} per rank shard, {}, {} ranks, "
-                "in place ({} B besides the state)",
+                "in place ({} B besides the state){}",
                 opts.name, params.numel(), z->buckets_.size(), bucket_bytes / 1024.0, s,
-                comm::BackendName(grad_comm->backend()), world, z->shard_buffer_bytes());
+                comm::BackendName(grad_comm->backend()), world, z->shard_buffer_bytes(),
+                z->offload_ ? "; the shards in host memory (optim.offload cpu)" : "");
   }
   *out = std::move(z);
   return Status::OK();
@@ -376,20 +382,27 @@ Status Zero1Optimizer::Step(DeviceContext& ctx, double lr, LossScaler* scaler) {
   // 2. The fused update in place over each bucket's owned range of params and grads, with the state
   // shards' matching slices. The constants go to the kernels as arguments (no staged buffer: ZeRO-1's step
   // is not captured in a CUDA graph).
+  // Offloaded: the same ranges, as the segments of one streamed update.
   algo_->Prepare(lr, step_ + 1 - skipped, /*staged=*/nullptr);
-  std::vector<Tensor> views(state_.size());
+  std::vector<Tensor> views(state_.size()), p(buckets_.size()), g(buckets_.size());
   std::vector<Tensor*> state;
   for (Tensor& v : views) state.push_back(&v);
-  for (const Zero1Bucket& b : buckets_) {
+  std::vector<OffloadedState::Segment> segments;
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    const Zero1Bucket& b = buckets_[k];
     int64_t first = 0, count = 0;
     OwnedRange(b, &first, &count);
     if (count == 0) continue;
-    Tensor p, g;
-    DT_RETURN_IF_ERROR(params.View(first, {count}, &p));
-    DT_RETURN_IF_ERROR(grads.View(first, {count}, &g));
+    DT_RETURN_IF_ERROR(params.View(first, {count}, &p[k]));
+    DT_RETURN_IF_ERROR(grads.View(first, {count}, &g[k]));
+    if (offload_) {
+      segments.push_back({&p[k], &g[k], first, b.shard_offset});
+      continue;
+    }
     for (size_t i = 0; i < state_.size(); ++i) DT_RETURN_IF_ERROR(state_[i].View(b.shard_offset, {count}, &views[i]));
-    DT_RETURN_IF_ERROR(algo_->Update(ctx, &p, g, state, scale, skip, /*staged=*/nullptr, /*offset=*/first));
+    DT_RETURN_IF_ERROR(algo_->Update(ctx, &p[k], g[k], state, scale, skip, /*staged=*/nullptr, /*offset=*/first));
   }
+  if (offload_) DT_RETURN_IF_ERROR(offload_->Update(ctx, *algo_, segments, scale, skip, /*staged=*/nullptr));
   ++step_;
 
   // 3. Every bucket all-gathered in place into the model's params; the compute stream waits for them.
@@ -399,10 +412,15 @@ Status Zero1Optimizer::Step(DeviceContext& ctx, double lr, LossScaler* scaler) {
 Status Zero1Optimizer::GatherState(std::vector<std::pair<std::string, Tensor>>* full) {
   DT_CHECK_ARG(full != nullptr, "full is null");
   full->clear();
-  for (size_t i = 0; i < state_.size(); ++i) {
-    Tensor t;
+  if (offload_) DT_RETURN_IF_ERROR(offload_->Settle());  // sync point: the last Step's shards back in host memory
+  for (size_t i = 0; i < spec_->state_names.size(); ++i) {
+    Tensor t, shard = Shard(i);
+    if (offload_ && ctx_->is_cuda()) {  // the collective reads device memory: a temporary copy of the host shard
+      DT_RETURN_IF_ERROR(Tensor::Empty({shard_numel_}, opts_.state_dtype, ctx_->allocator(), &shard));
+      DT_RETURN_IF_ERROR(shard.CopyFrom(Shard(i), ctx_->stream()));
+    }
     DT_RETURN_IF_ERROR(Tensor::Empty({model_->params().numel()}, opts_.state_dtype, ctx_->allocator(), &t));
-    DT_RETURN_IF_ERROR(AllGather(&state_[i], &t, kUntimed));
+    DT_RETURN_IF_ERROR(AllGather(&shard, &t, kUntimed));
     full->emplace_back(spec_->state_names[i], t);
   }
   return Status::OK();
@@ -410,7 +428,8 @@ Status Zero1Optimizer::GatherState(std::vector<std::pair<std::string, Tensor>>* 
 
 Status Zero1Optimizer::LoadState(const std::map<std::string, Tensor>& full) {
   const int64_t total = model_->params().numel();
-  for (size_t i = 0; i < state_.size(); ++i) {
+  if (offload_) DT_RETURN_IF_ERROR(offload_->Settle());  // (nothing in flight at a restore; kept for the contract)
+  for (size_t i = 0; i < spec_->state_names.size(); ++i) {
     const std::string& name = spec_->state_names[i];
     const auto it = full.find(name);
     if (it == full.end()) return Status::InvalidArgument("LoadState: no '" + name + "' for optimizer " + opts_.name);
@@ -424,7 +443,7 @@ Status Zero1Optimizer::LoadState(const std::map<std::string, Tensor>& full) {
       if (count == 0) continue;
       Tensor from, to;
       DT_RETURN_IF_ERROR(src.View(first, {count}, &from));
-      DT_RETURN_IF_ERROR(state_[i].View(b.shard_offset, {count}, &to));
+      DT_RETURN_IF_ERROR(Shard(i).View(b.shard_offset, {count}, &to));
       DT_RETURN_IF_ERROR(to.CopyFrom(from, ctx_->stream()));
     }
   }
@@ -435,17 +454,17 @@ Status Zero1Optimizer::LoadState(const std::map<std::string, Tensor>& full) {
 void Zero1Optimizer::StateSlices(std::vector<StateSlice>* out) {
   out->clear();
   const int64_t total = model_->params().numel();
-  for (size_t i = 0; i < state_.size(); ++i) {
+  for (size_t i = 0; i < spec_->state_names.size(); ++i) {
     for (const Zero1Bucket& b : buckets_) {
       int64_t first = 0, count = 0;
       OwnedRange(b, &first, &count);
-      if (count > 0) out->push_back({spec_->state_names[i] + ".bin", total, first, count, &state_[i], b.shard_offset});
+      if (count > 0) out->push_back({spec_->state_names[i] + ".bin", total, first, count, &Shard(i), b.shard_offset});
     }
   }
 }
 
 size_t Zero1Optimizer::state_bytes() const {
-  return static_cast<size_t>(shard_numel_) * DTypeSize(opts_.state_dtype) * state_.size();
+  return static_cast<size_t>(shard_numel_) * DTypeSize(opts_.state_dtype) * spec_->state_names.size();
 }
 
 size_t Zero1Optimizer::shard_buffer_bytes() const {

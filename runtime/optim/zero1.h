@@ -56,6 +56,11 @@
 // stochastic rounding bits by the element's index in the whole buffer, so the shards round as a replicated
 // optimizer's state would for the same f32 values). Params must be f32 (train.master_weights bf16 is refused).
 //
+// Offload (optim.offload cpu): the shards live in page-locked host memory (runtime/optim/offloaded_state.h, over the
+// shard layout) and Step streams each owned range through the device ring — each rank moves state / W over its PCIe
+// link per step. GatherState copies each host shard to a device temporary for its all-gather (CUDA), after the last
+// Step's copies back; LoadState and StateSlices write the host shards.
+//
 // Equivalence: with W ranks the result equals GradientReducer (average) + Optimizer on the full
 // buffer except (a) reduce-scatter may sum in another order than all-reduce (bitwise equal for MPI
 // with 2 ranks) and (b) the norm is a sum of per-bucket, per-rank partial sums, each added into an
@@ -83,6 +88,7 @@
 #include "runtime/observe/device_trace.h"
 #include "runtime/optim/bucket_readiness.h"
 #include "runtime/optim/comm_stream.h"
+#include "runtime/optim/offloaded_state.h"
 #include "runtime/optim/optim_algorithm.h"
 #include "runtime/optim/optimizer_options.h"
 #include "runtime/optim/state_slice.h"
@@ -140,6 +146,7 @@ class Zero1Optimizer {
   const Tensor* grad_norm() const { return has_norm_ ? &norm_ : nullptr; }
   void set_step(int64_t s) { step_ = s < 0 ? 0 : s; }
   const OptimizerOptions& options() const { return opts_; }
+  bool offloaded() const { return offload_ != nullptr; }
 
   // The full optimizer state as Optimizer::state() names it (the algorithm's state names, in order), each a new
   // flat tensor (optim.state_dtype: f32 or bf16) of the model's numel on ctx's device,
@@ -197,7 +204,9 @@ class Zero1Optimizer {
   int rank_ = 0, world_ = 1;
   std::vector<Zero1Bucket> buckets_;
   int64_t shard_numel_ = 0;
-  std::vector<Tensor> state_;                      // one per spec_->state_names, in the shard layout
+  std::vector<Tensor> state_;                // one per spec_->state_names, in the shard layout (empty: offload_)
+  std::unique_ptr<OffloadedState> offload_;  // optim.offload cpu: the shards in host memory
+  Tensor& Shard(size_t i) { return offload_ ? offload_->host()[i] : state_[i]; }
   Tensor grad_pad_, param_pad_;                    // the tiny bucket's padded buffers (world elements)
   Tensor state_pad_;                               // ... of bf16 state (optim.state_dtype bf16), for GatherState
   const Tensor& PadFor(const Tensor& full) const;  // the padded buffer of full's dtype

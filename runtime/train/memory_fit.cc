@@ -161,7 +161,7 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
       break;
     }
   }
-  if (!in.offload_state && out->plan.optimizer_state > 0 && !(in.zero1 && in.world_size > 1)) {
+  if (!in.offload_state && out->plan.optimizer_state > 0) {
     models::MemoryPlanInputs host = in;
     host.offload_state = true;
     models::MemoryPlan p;

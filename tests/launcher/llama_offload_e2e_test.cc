@@ -1,7 +1,8 @@
 // optim.offload cpu through the real binary on the CPU (configs/llama_tiny.yaml on byte tokens of a fixed text): the
 // optimizer state in host memory, updated chunk by chunk (runtime/optim/offloaded_state.h), trains to the same
 // parameters bit for bit as the state in place, in fp32 and bf16 state; its checkpoints are the same files, so a run
-// interrupted after a checkpoint resumes with or without offload to the uninterrupted run's weights exactly.
+// interrupted after a checkpoint resumes with or without offload to the uninterrupted run's weights exactly; and
+// ZeRO-1's shards offloaded on two ranks likewise.
 
 #include <gtest/gtest.h>
 
@@ -56,6 +57,37 @@ TEST(LlamaOffloadE2E, SameWeightsAsTheStateInPlaceAndResumesEitherWay) {
         << resumed.output;
     EXPECT_EQ(MaxSafetensorsDiff(d + "/in_place_fp32/final.safetensors", d + "/" + run + "/final.safetensors"), 0.0);
   }
+}
+
+// dist.zero1 on two CPU ranks (`dtrain launch`): each rank's shard of the state in host memory trains to the same
+// parameters bit for bit as the shards in place, and the offloaded run's checkpoint of step 20, resumed without
+// offload, ends there too (the gathered state is the same files).
+TEST(LlamaOffloadE2E, Zero1ShardsOffloadedOnTwoRanksSameWeightsAndCheckpoints) {
+  TempDir tmp;
+  const std::string d = tmp.path();
+  ASSERT_NO_FATAL_FAILURE(MakeLlamaTextData(d));
+  const auto launch = [&](const std::string& run, const std::string& offload) {
+    return RunCommand(DtrainBin() + " launch --oversubscribe --nproc-per-node 2 " + Args(d, run, offload) +
+                      " --set dist.zero1=true");
+  };
+  const ProcessResult in_place = launch("z_in_place", "none");
+  ASSERT_EQ(in_place.exit_code, 0) << in_place.output;
+  const ProcessResult off = launch("z_offload", "cpu");
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  EXPECT_NE(off.output.find("(ZeRO-1: sharded over 2 ranks, in host memory (optim.offload cpu))"), std::string::npos)
+      << off.output;
+  EXPECT_EQ(MaxSafetensorsDiff(d + "/z_in_place/final.safetensors", d + "/z_offload/final.safetensors"), 0.0);
+
+  const std::string step20 = "/checkpoints/step-00000020";
+  ASSERT_EQ(RunCommand("mkdir -p " + d + "/z_resumed/checkpoints && cp -r " + d + "/z_offload" + step20 + " " + d +
+                       "/z_resumed/checkpoints/")
+                .exit_code,
+            0);
+  const ProcessResult resumed = launch("z_resumed", "none");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + d + "/z_resumed" + step20 + ": step 20"), std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(MaxSafetensorsDiff(d + "/z_in_place/final.safetensors", d + "/z_resumed/final.safetensors"), 0.0);
 }
 
 }  // namespace

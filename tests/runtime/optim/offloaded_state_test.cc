@@ -1,8 +1,9 @@
-// Tests of optim.offload cpu (runtime/optim/offloaded_state.h through Optimizer): an optimizer whose state lives in
-// host memory and is updated chunk by chunk gives bit for bit the parameters and state of the same optimizer with
-// its state in place, for every registered algorithm and AdamW's bf16 storage, over several steps with clipping and
-// chunks that do not divide the buffer — on the CPU (the chunk loop, in place) and on a GPU (the streamed ring:
-// more chunks than slots, so every slot is refilled).
+// Tests of optim.offload cpu (runtime/optim/offloaded_state.h, through Optimizer and alone): an optimizer whose state
+// lives in host memory and is updated chunk by chunk gives bit for bit the parameters and state of the same optimizer
+// with its state in place, for every registered algorithm and AdamW's bf16 storage, over several steps with clipping
+// and chunks that do not divide the buffer — on the CPU (the chunk loop, in place) and on a GPU (the streamed ring:
+// more chunks than slots, so every slot is refilled); and an update in segments (ZeRO-1's owned ranges) equals the
+// algorithm's update of each range in place.
 #include "runtime/optim/offloaded_state.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 
 #include "core/device_context.h"
 #include "core/tensor.h"
+#include "runtime/optim/optim_algorithm.h"
 #include "runtime/optim/optimizer.h"
 #include "tests/testing/fixtures.h"
 
@@ -103,10 +105,71 @@ void ExpectOffloadedEqualsInPlace(DeviceContext& ctx, int64_t n, int64_t chunk) 
   }
 }
 
+// Segments (a ZeRO-1 shard's owned ranges): three ranges of a 120-element buffer whose state lies elsewhere in a
+// 100-element state, in another order, updated through OffloadedState in chunks of `chunk` equal the algorithm's
+// update of each range in place, bit for bit — AdamW with f32 and with bf16 state (the rounding's element index is
+// the range's offset in the whole buffer), three steps.
+void ExpectSegmentsEqualInPlace(DeviceContext& ctx, int64_t chunk) {
+  struct Range {
+    int64_t offset, numel, state_offset;
+  };
+  const Range ranges[] = {{10, 37, 60}, {47, 3, 0}, {60, 50, 5}};
+  constexpr int64_t kBuffer = 120, kState = 100;
+  for (DType state_dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(std::string("state ") + DTypeName(state_dtype) + " chunk " + std::to_string(chunk));
+    OptimizerOptions o;
+    o.name = "adamw";
+    o.weight_decay = 0.01;
+    o.state_dtype = state_dtype;
+    o.seed = 7;
+    const OptimAlgorithmSpec* spec = nullptr;
+    std::unique_ptr<OptimAlgorithm> algo;
+    ASSERT_TRUE(CreateOptimAlgorithm(o, &spec, &algo).ok());
+    std::unique_ptr<OffloadedState> off;
+    ASSERT_TRUE(OffloadedState::Create(ctx, kState, state_dtype, 2, chunk, &off).ok());
+    std::vector<Tensor> state(2);
+    for (Tensor& t : state) {
+      ASSERT_TRUE(Tensor::Empty({kState}, state_dtype, ctx.allocator(), &t).ok());
+      ASSERT_TRUE(t.SetZero(ctx.stream()).ok());
+    }
+    std::mt19937 rng(3);
+    Tensor p0 = Random(ctx, kBuffer, DType::kF32, &rng), p1;
+    ASSERT_TRUE(Tensor::Empty({kBuffer}, DType::kF32, ctx.allocator(), &p1).ok());
+    ASSERT_TRUE(p1.CopyFrom(p0, ctx.stream()).ok());
+    for (int step = 1; step <= 3; ++step) {
+      Tensor g = Random(ctx, kBuffer, DType::kF32, &rng);
+      algo->Prepare(0.01 / step, step, nullptr);
+      std::vector<Tensor> p(3), q(3), gs(3), views(2);
+      std::vector<Tensor*> view_ptrs = {&views[0], &views[1]};
+      std::vector<OffloadedState::Segment> segments;
+      for (int r = 0; r < 3; ++r) {
+        const Range& x = ranges[r];
+        ASSERT_TRUE(p0.View(x.offset, {x.numel}, &p[r]).ok());
+        ASSERT_TRUE(p1.View(x.offset, {x.numel}, &q[r]).ok());
+        ASSERT_TRUE(g.View(x.offset, {x.numel}, &gs[r]).ok());
+        for (int k = 0; k < 2; ++k) ASSERT_TRUE(state[k].View(x.state_offset, {x.numel}, &views[k]).ok());
+        ASSERT_TRUE(algo->Update(ctx, &p[r], gs[r], view_ptrs, nullptr, nullptr, nullptr, x.offset).ok());
+        segments.push_back({&q[r], &gs[r], x.offset, x.state_offset});
+      }
+      ASSERT_TRUE(off->Update(ctx, *algo, segments, nullptr, nullptr, nullptr).ok());
+      ASSERT_TRUE(ctx.Synchronize().ok());  // g goes out of scope
+    }
+    EXPECT_EQ(Bytes(ctx, p1), Bytes(ctx, p0));
+    ASSERT_TRUE(off->Settle().ok());
+    for (int k = 0; k < 2; ++k) EXPECT_EQ(Bytes(ctx, off->host()[k]), Bytes(ctx, state[k])) << spec->state_names[k];
+  }
+}
+
 TEST(OffloadedState, CpuChunksEqualTheWholeBuffer) {
   std::unique_ptr<DeviceContext> ctx;
   ASSERT_TRUE(DeviceContext::CreateCpu(&ctx).ok());
   ExpectOffloadedEqualsInPlace(*ctx, 1003, 64);  // 16 chunks, the last one partial
+}
+
+TEST(OffloadedState, CpuSegmentsEqualTheirRangesInPlace) {
+  std::unique_ptr<DeviceContext> ctx;
+  ASSERT_TRUE(DeviceContext::CreateCpu(&ctx).ok());
+  ExpectSegmentsEqualInPlace(*ctx, 8);
 }
 
 TEST(OffloadedState, RingHoldsAtMostFourChunks) {
@@ -120,6 +183,16 @@ TEST(OffloadedStateCuda, StreamedRingEqualsStateOnTheDevice) {
   std::unique_ptr<DeviceContext> gpu;
   ASSERT_TRUE(DeviceContext::CreateCuda(0, &gpu).ok());
   ExpectOffloadedEqualsInPlace(*gpu, 100003, 4096);  // 25 chunks through 4 slots
+}
+
+// Segments through the ring: chunks of 8 (a 32-element ring of 4 slots, refilled; chunks cut short at the segments'
+// ends) and of 64 (a ring as large as the 100-element state: each chunk where the state has it).
+TEST(OffloadedStateCuda, StreamedSegmentsEqualTheirRangesInPlace) {
+  DT_SKIP_WITHOUT_GPU("the streamed update");
+  std::unique_ptr<DeviceContext> gpu;
+  ASSERT_TRUE(DeviceContext::CreateCuda(0, &gpu).ok());
+  ExpectSegmentsEqualInPlace(*gpu, 8);
+  ExpectSegmentsEqualInPlace(*gpu, 64);
 }
 
 }  // namespace

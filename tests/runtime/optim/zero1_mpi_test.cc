@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -386,6 +387,50 @@ TEST_F(Zero1MpiTest, StepNeedsASyncedFinalize) {
   DT_ASSERT_OK(z.zero->Finalize());  // reduces every bucket, announced or not
   DT_ASSERT_OK(z.zero->Step(*ctx_, 1e-3));
   EXPECT_EQ(z.zero->step(), 1);
+}
+
+// optim.offload cpu: the shards in host memory, each owned range streamed in chunks of 5 elements (chunks cut at the
+// bucket edges too). The same params and gathered state as the shards in place, bit for bit (the same elementwise
+// update per element, the same stochastic-rounding index for bf16 state); a fresh offloaded optimizer of another
+// bucket layout loads that state and continues like the run in place.
+TEST_F(Zero1MpiTest, OffloadedShardsEqualShardsInPlaceBitForBit) {
+  OptimizerOptions bf16 = AdamW();
+  bf16.state_dtype = DType::kBF16;
+  for (const OptimizerOptions& base : {AdamW(), Sgd(), Lion(), bf16}) {
+    OptimizerOptions off = base;
+    off.offload = true;
+    off.offload_chunk = 5;
+    for (size_t bytes : {size_t{0}, size_t{1} << 20}) {  // a bucket per parameter, one for all
+      SCOPED_TRACE(base.name + " state " + DTypeName(base.state_dtype) + " bucket_bytes " + std::to_string(bytes));
+      Sharded in_place, offloaded;
+      DT_ASSERT_OK(in_place.Init(*ctx_, comm_.get(), base, bytes));
+      DT_ASSERT_OK(offloaded.Init(*ctx_, comm_.get(), off, bytes));
+      EXPECT_FALSE(in_place.zero->offloaded());
+      ASSERT_TRUE(offloaded.zero->offloaded());
+      EXPECT_EQ(offloaded.zero->state_bytes(), in_place.zero->state_bytes());
+      DT_ASSERT_OK(in_place.Train(*ctx_, 0, 8, r_, 2, base.lr));
+      DT_ASSERT_OK(offloaded.Train(*ctx_, 0, 8, r_, 2, base.lr));
+      EXPECT_EQ(RelDiff(*ctx_, offloaded.model->params(), in_place.model->params()), 0.0);
+      std::vector<std::pair<std::string, Tensor>> a, b;
+      DT_ASSERT_OK(in_place.zero->GatherState(&a));
+      DT_ASSERT_OK(offloaded.zero->GatherState(&b));
+      ASSERT_EQ(a.size(), b.size());
+      std::map<std::string, Tensor> by_name;
+      for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(b[i].first, a[i].first);
+        EXPECT_EQ(RelDiff(*ctx_, b[i].second, a[i].second), 0.0) << a[i].first;
+        by_name[b[i].first] = b[i].second;
+      }
+      Sharded resumed;
+      DT_ASSERT_OK(resumed.Init(*ctx_, comm_.get(), off, 512));
+      DT_ASSERT_OK(resumed.model->params().CopyFrom(offloaded.model->params()));
+      DT_ASSERT_OK(resumed.zero->LoadState(by_name));
+      resumed.zero->set_step(offloaded.zero->step());
+      DT_ASSERT_OK(resumed.Train(*ctx_, 8, 12, r_, 2, base.lr));
+      DT_ASSERT_OK(in_place.Train(*ctx_, 8, 12, r_, 2, base.lr));
+      EXPECT_LE(RelDiff(*ctx_, resumed.model->params(), in_place.model->params()), kTol);
+    }
+  }
 }
 
 // CUDA: Zero1Optimizer over NCCL against GradientReducer + Optimizer over NCCL, one GPU per rank.

@@ -371,6 +371,34 @@ TEST(MemoryFit, ZeroOneIsNamedWhenMoreGpusWouldFit) {
   EXPECT_EQ(st.message().find("data.batch_size"), std::string::npos) << st.ToString();  // 1 already
 }
 
+// ZeRO-1 on two ranks whose shard of the state still does not fit: offloading the shard is named, with each rank's
+// host memory (half the replicated state's).
+TEST(MemoryFit, OffloadOfTheShardIsNamedUnderZeroOne) {
+  const std::vector<std::string> sets = {"model.llama.vocab_size=32000", "data.batch_size=1",
+                                         "model.llama.activation_checkpointing=full", "dist.zero1=true"};
+  const proto::Config sharded = Tiny(sets);
+  models::MemoryPlanInputs in;
+  models::MemoryPlan plan, offloaded, replicated;
+  ASSERT_TRUE(MemoryPlanInputsOf(sharded, 2, false, &in).ok());
+  ASSERT_TRUE(PlanRunMemory(sharded, in, &plan).ok());
+  in.offload_state = true;
+  ASSERT_TRUE(PlanRunMemory(sharded, in, &offloaded).ok());
+  in.world_size = 1;
+  ASSERT_TRUE(PlanRunMemory(sharded, in, &replicated).ok());
+  EXPECT_NEAR(static_cast<double>(offloaded.host_state), replicated.host_state / 2.0, 256.0);
+  std::vector<std::string> budget = sets;
+  budget.push_back("train.memory_budget_gib=" +
+                   std::to_string((plan.total() - plan.optimizer_state / 2) / (1024.0 * 1024.0 * 1024.0)));
+  proto::Config cfg = Tiny(budget);
+  MemoryFit fit;
+  const Status st = FitMemory(&cfg, 2, false, 0, &fit);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("optim.offload cpu (optimizer state to " + models::FormatBytes(offloaded.host_state) +
+                              " of host memory)"),
+            std::string::npos)
+      << st.ToString();
+}
+
 TEST(MemoryFit, NoBudgetOnTheCpuChecksNothingAndAModelWithoutAPlanRefusesABudget) {
   proto::Config cfg = Tiny({"data.batch_size=4096"});
   MemoryFit fit;
