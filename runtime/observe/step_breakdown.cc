@@ -39,6 +39,7 @@ std::string OptimizerAdvice(const TuningSettings& s) {
   const std::string accum = "train.grad_accum_steps (" + std::to_string(s.grad_accum_steps) + ")";
   if (s.offload) {  // the update is the PCIe transfer of the state, not the kernel
     return "optim.offload cpu moves the optimizer state over PCIe each update: raise " + accum +
+           (s.zero1 ? "" : ", set dist.zero1 on several GPUs (each rank moves only its shard)") +
            ", or set optim.offload none if the state fits the GPU (dtrain launch --dry-run)";
   }
   return s.zero1 ? "raise " + accum + " (dist.zero1 already shards the update)"

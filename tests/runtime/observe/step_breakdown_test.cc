@@ -78,11 +78,16 @@ TEST(StepBreakdownTest, AdviceReadsTheRunsSettings) {
   EXPECT_EQ(StepVerdict(Step(5, 60, 5, 26, 0), s),
             "optimizer-bound: optimizer 26% of the step; raise train.grad_accum_steps (4) (dist.zero1 already shards "
             "the update)");
-  s.offload = true;  // the update's time is the state's trip over PCIe: sharding it is not the advice
+  s.offload = true;  // the update's time is the state's trip over PCIe (already sharded here)
   EXPECT_EQ(StepVerdict(Step(5, 60, 5, 26, 0), s),
             "optimizer-bound: optimizer 26% of the step; optim.offload cpu moves the optimizer state over PCIe each "
             "update: raise train.grad_accum_steps (4), or set optim.offload none if the state fits the GPU (dtrain "
             "launch --dry-run)");
+  s.zero1 = false;  // sharding the offloaded state divides each rank's trip
+  EXPECT_EQ(StepVerdict(Step(5, 60, 5, 26, 0), s),
+            "optimizer-bound: optimizer 26% of the step; optim.offload cpu moves the optimizer state over PCIe each "
+            "update: raise train.grad_accum_steps (4), set dist.zero1 on several GPUs (each rank moves only its "
+            "shard), or set optim.offload none if the state fits the GPU (dtrain launch --dry-run)");
 }
 
 TEST(StepBreakdownTest, BelowThresholdsNoVerdict) {
