@@ -66,9 +66,20 @@ start_bg_builds() {
   echo "=== test.sh: building ${what[*]} in the background (nice 19)"
 }
 # wait_bg asan|tsan: waits for that background build (none: returns 0 at once), prints its log, returns its status.
+# A build not done BG_WAIT_S (default 3000) seconds after the first stage began fails the stage with its log's tail
+# and the busiest processes (so a starved or stuck build says why instead of running into CI's time limit).
 wait_bg() {
   [[ -n $BG_PID ]] || return 0
-  while [[ ! -e $BG_DIR/$1.rc ]] && kill -0 "$BG_PID" 2>/dev/null; do sleep 1; done
+  while [[ ! -e $BG_DIR/$1.rc ]] && kill -0 "$BG_PID" 2>/dev/null; do
+    if (($(date +%s) - T0 > ${BG_WAIT_S:-3000})); then
+      echo "test.sh: the background $1 build is not done ${BG_WAIT_S:-3000} s after the first stage began; its log's" \
+        "tail and the busiest processes:" >&2
+      tail -n 20 "$BG_DIR/$1.log" >&2
+      ps -eo pid,ni,etime,pcpu,args --sort=-pcpu | head -n 12 | cut -c1-200 >&2
+      return 1
+    fi
+    sleep 1
+  done
   cat "$BG_DIR/$1.log" 2>/dev/null
   [[ -e $BG_DIR/$1.rc ]] || { echo "test.sh: the background $1 build died" >&2; return 1; }
   local rc done_at
