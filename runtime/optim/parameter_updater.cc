@@ -31,10 +31,11 @@ std::vector<std::string> ParameterUpdater::state_names() const {
   return spec != nullptr ? spec->state_names : std::vector<std::string>{};
 }
 
-Status ParameterUpdater::SaveState(std::vector<std::pair<std::string, const Tensor*>>* state,
-                                   proto::CheckpointManifest* m) {
-  DT_CHECK_ARG(state != nullptr && m != nullptr, "state and manifest must not be null");
-  DT_RETURN_IF_ERROR(GatherState(state));
+Status ParameterUpdater::SaveState(const std::vector<Tensor*>& dst, proto::CheckpointManifest* m) {
+  DT_CHECK_ARG(m != nullptr, "manifest is null");
+  DT_CHECK_ARG(dst.empty() || dst.size() == state_names().size(),
+               "SaveState: " << dst.size() << " destinations for " << state_names().size() << " state tensors");
+  DT_RETURN_IF_ERROR(CopyStateTo(dst));
   m->set_optimizer(options().name);
   m->set_optimizer_step(step());
   m->set_state_dtype(DTypeName(options().state_dtype));

@@ -19,10 +19,10 @@
 //      work queued later on the compute stream can tell; grads() are unspecified until the next zeroing.
 //
 // Checkpoints hold the FULL optimizer state whatever the strategy, so any strategy restores any checkpoint
-// at any world size: SaveState (a collective: every rank calls it) gives the state tensors to write and fills
-// the manifest's optimizer fields; RestoreState takes the saved files and keeps what this rank needs. A restore
-// that streams the files straight into the state asks StateSlices where each file's elements go, and tells
-// RestoreState which files are in place already.
+// at any world size: SaveState (a collective: every rank calls it) copies the full state into the writing rank's
+// snapshot and fills the manifest's optimizer fields; RestoreState takes the saved files and keeps what this rank
+// needs. A restore that streams the files straight into the state asks StateSlices where each file's elements go, and
+// tells RestoreState which files are in place already.
 //
 // Ownership: borrows the DeviceContext, the model and the communicator given to the factory (all outlive the
 // updater); owns the reducer/optimizer state, the comm stream and the loss scaler. Not thread-safe: call
@@ -94,10 +94,12 @@ class ParameterUpdater {
   virtual int64_t step() const = 0;  // optimizer updates so far
   // The full state's names: the algorithm's (OptimAlgorithmSpec::state_names; e.g. adamw {"exp_avg", "exp_avg_sq"}).
   std::vector<std::string> state_names() const;
-  // A collective (every rank calls it): *state = the full flat f32 state tensors by name, on the device, valid
-  // until the next Step or SaveState (copies queued on the compute stream read them correctly); and the
-  // manifest's optimizer, optimizer_step, sharding and loss_scaler fields.
-  Status SaveState(std::vector<std::pair<std::string, const Tensor*>>* state, proto::CheckpointManifest* m);
+  // A collective (every rank calls it): the full optimizer state copied into `dst` — one tensor per state_names(),
+  // in that order, of num_params elements of optim.state_dtype (a checkpoint's pinned host snapshot) — on the rank
+  // that writes; the others pass none. The copies are queued on the compute stream after the last Step (an event
+  // recorded there afterwards completes after them; host memory, as an offloaded state, is copied at once). Also
+  // the manifest's optimizer, optimizer_step, sharding and loss_scaler fields.
+  Status SaveState(const std::vector<Tensor*>& dst, proto::CheckpointManifest* m);
   // From a checkpoint saved by any strategy at any world size: `files` maps file names ("exp_avg.bin") to
   // their contents as f32 host tensors; `where` names the checkpoint in errors. Checks the optimizer name and
   // each state file's size (numel of the params), loads this rank's part, the update count and the loss scaler
@@ -118,7 +120,7 @@ class ParameterUpdater {
   LossScaler* scaler() const { return scaler_.get(); }
 
   // Strategy hooks of SaveState / RestoreState.
-  virtual Status GatherState(std::vector<std::pair<std::string, const Tensor*>>* state) = 0;
+  virtual Status CopyStateTo(const std::vector<Tensor*>& dst) = 0;  // SaveState's copies (a collective)
   virtual void DescribeSharding(proto::ShardingState* out) const = 0;
   // `full`: every state name -> [numel] host tensor of the state's dtype (optim.state_dtype: RestoreState narrows).
   virtual Status LoadState(const std::map<std::string, Tensor>& full) = 0;

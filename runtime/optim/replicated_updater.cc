@@ -42,10 +42,11 @@ size_t ReplicatedUpdater::state_bytes() const {
   return state_names().size() * static_cast<size_t>(optimizer_->num_params()) * DTypeSize(options().state_dtype);
 }
 
-Status ReplicatedUpdater::GatherState(std::vector<std::pair<std::string, const Tensor*>>* state) {
-  state->clear();
-  DT_RETURN_IF_ERROR(optimizer_->SettleState());  // offloaded: the snapshot copies host memory on the host
-  for (const auto& [name, tensor] : optimizer_->state()) state->emplace_back(name, tensor);
+Status ReplicatedUpdater::CopyStateTo(const std::vector<Tensor*>& dst) {
+  if (dst.empty()) return Status::OK();           // every rank holds the whole state: nothing to take part in
+  DT_RETURN_IF_ERROR(optimizer_->SettleState());  // offloaded: the copies read host memory on the host
+  const auto state = optimizer_->state();
+  for (size_t i = 0; i < state.size(); ++i) DT_RETURN_IF_ERROR(dst[i]->CopyFrom(*state[i].second, ctx_.stream()));
   return Status::OK();
 }
 

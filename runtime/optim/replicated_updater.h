@@ -43,7 +43,7 @@ class ReplicatedUpdater : public ParameterUpdater {
   void StateSlices(std::vector<StateSlice>* out) override;
 
  protected:
-  Status GatherState(std::vector<std::pair<std::string, const Tensor*>>* state) override;
+  Status CopyStateTo(const std::vector<Tensor*>& dst) override;
   void DescribeSharding(proto::ShardingState* out) const override;
   Status LoadState(const std::map<std::string, Tensor>& full) override;
   void set_step(int64_t step) override { optimizer_->set_step(step); }

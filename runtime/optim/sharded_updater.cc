@@ -8,14 +8,6 @@ ShardedUpdater::ShardedUpdater(DeviceContext& ctx, models::Model& model, std::un
                                int world, std::unique_ptr<LossScaler> scaler)
     : ParameterUpdater(ctx, model.params().numel(), std::move(scaler)), zero1_(std::move(zero1)), world_(world) {}
 
-Status ShardedUpdater::GatherState(std::vector<std::pair<std::string, const Tensor*>>* state) {
-  // Every rank takes part in gathering the full state (a collective).
-  DT_RETURN_IF_ERROR(zero1_->GatherState(&gathered_));
-  state->clear();
-  for (const auto& [name, tensor] : gathered_) state->emplace_back(name, &tensor);
-  return Status::OK();
-}
-
 void ShardedUpdater::DescribeSharding(proto::ShardingState* out) const {
   out->set_zero1(true);
   out->set_world_size(world_);

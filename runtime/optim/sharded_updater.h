@@ -4,8 +4,9 @@
 // rank's shard of the parameters with its shard of the optimizer state, and all-gathers the parameters.
 // With fp16 the loss scaler's found-inf check and unscale run on the reduce-scattered shard, the found-inf
 // flag being the all-reduced sum of squares (every rank skips the same steps). Checkpoints: the shards are
-// gathered into the full state to save (a collective), and any full state is re-sharded on load, whatever
-// world size saved it; the manifest records the sharding.
+// gathered bucket by bucket into the writing rank's snapshot (a collective; the full state never exists on a
+// device), and any full state is re-sharded on load, whatever world size saved it; the manifest records the
+// sharding.
 //
 // Ownership: owns the Zero1Optimizer and the loss scaler (nullable); borrows ctx and the model. Not thread-safe.
 
@@ -48,7 +49,7 @@ class ShardedUpdater : public ParameterUpdater {
   void StateSlices(std::vector<StateSlice>* out) override { zero1_->StateSlices(out); }
 
  protected:
-  Status GatherState(std::vector<std::pair<std::string, const Tensor*>>* state) override;
+  Status CopyStateTo(const std::vector<Tensor*>& dst) override { return zero1_->GatherStateInto(dst); }
   void DescribeSharding(proto::ShardingState* out) const override;
   Status LoadState(const std::map<std::string, Tensor>& full) override { return zero1_->LoadState(full); }
   void set_step(int64_t step) override { zero1_->set_step(step); }
@@ -57,9 +58,6 @@ class ShardedUpdater : public ParameterUpdater {
   std::unique_ptr<Zero1Optimizer> zero1_;
   int world_ = 1;
   double lr_ = 0;  // staged by StageStep for ApplyStep
-  // The full state of the last SaveState, kept until the next: the checkpoint snapshot's copies read it
-  // asynchronously on the compute stream.
-  std::vector<std::pair<std::string, Tensor>> gathered_;
 };
 
 }  // namespace dtrain::runtime

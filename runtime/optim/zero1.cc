@@ -13,7 +13,7 @@
 namespace dtrain::runtime {
 namespace {
 
-// The compute-stream waits timed for TakeExposedCommMs (GPU); kUntimed for GatherState's.
+// The compute-stream waits timed for TakeExposedCommMs (GPU); kUntimed for GatherStateInto's.
 enum Gap { kFinalizeGap, kNormGap, kGatherGap, kNumGaps, kUntimed = CommStream::kUntimed };
 
 // Runs `fn` (which issues collectives) between GroupStart and GroupEnd; the group is always closed.
@@ -137,10 +137,6 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
     for (Tensor* t : {&z->grad_pad_, &z->param_pad_}) {
       DT_RETURN_IF_ERROR(Tensor::Empty({world}, DType::kF32, ctx.allocator(), t));
       DT_RETURN_IF_ERROR(t->SetZero(ctx.stream()));
-    }
-    if (opts.state_dtype != DType::kF32) {  // GatherState's tiny bucket of bf16 state
-      DT_RETURN_IF_ERROR(Tensor::Empty({world}, opts.state_dtype, ctx.allocator(), &z->state_pad_));
-      DT_RETURN_IF_ERROR(z->state_pad_.SetZero(ctx.stream()));
     }
   }
   for (Tensor* t : {&z->sum_squares_, &z->norm_, &z->clip_coef_}) {
@@ -266,70 +262,53 @@ Status Zero1Optimizer::Finalize() {
   return Status::OK();
 }
 
-const Tensor& Zero1Optimizer::PadFor(const Tensor& full) const {
-  return full.dtype() == param_pad_.dtype() ? param_pad_ : state_pad_;
-}
-
-Status Zero1Optimizer::AllGatherGroup(const Tensor* shard, Tensor* full, cudaStream_t stream) {
+Status Zero1Optimizer::AllGatherGroup(Tensor* params, cudaStream_t stream) {
   return Grouped(comm_, [&]() -> Status {
     for (const Zero1Bucket& b : buckets_) {
       Tensor in, out;
       if (Padded(b, world_)) {
-        out = PadFor(*full);
+        out = param_pad_;
       } else {
-        DT_RETURN_IF_ERROR(full->View(b.offset, {b.numel}, &out));
+        DT_RETURN_IF_ERROR(params->View(b.offset, {b.numel}, &out));
       }
-      if (shard != nullptr) {
-        DT_RETURN_IF_ERROR(ShardView(*shard, b, &in));
-      } else {
-        // In place: the input is this rank's slice of the output.
-        DT_RETURN_IF_ERROR(out.View(rank_ * b.shard_numel, {b.shard_numel}, &in));
-      }
+      // In place: the input is this rank's slice of the output.
+      DT_RETURN_IF_ERROR(out.View(rank_ * b.shard_numel, {b.shard_numel}, &in));
       DT_RETURN_IF_ERROR(comm_->AllGather(in, &out, stream));
     }
     return Status::OK();
   });
 }
 
-Status Zero1Optimizer::AllGather(const Tensor* shard, Tensor* full, int gap) {
+Status Zero1Optimizer::AllGather(Tensor* params) {
   DT_NVTX_RANGE("Zero1Optimizer::AllGather");
   cudaStream_t stream = comm_stream();
   DT_RETURN_IF_ERROR(stream_->WaitForCompute());
   auto run = [&]() -> Status {
     for (const Zero1Bucket& b : buckets_) {
       int64_t first = 0, count = 0;
-      if (shard == nullptr && Padded(b, world_)) OwnedRange(b, &first, &count);
+      if (Padded(b, world_)) OwnedRange(b, &first, &count);
       if (count == 0) continue;
-      // In place, the tiny bucket's owned element into its slot of the padded buffer (before the
-      // group, on the same stream).
+      // The tiny bucket's owned element into its slot of the padded buffer (before the group, on the same stream).
       Tensor src, dst;
-      DT_RETURN_IF_ERROR(full->View(first, {1}, &src));
+      DT_RETURN_IF_ERROR(params->View(first, {1}, &src));
       DT_RETURN_IF_ERROR(param_pad_.View(rank_, {1}, &dst));
       DT_RETURN_IF_ERROR(dst.CopyFrom(src, stream));
     }
-    DT_RETURN_IF_ERROR(AllGatherGroup(shard, full, stream));
+    DT_RETURN_IF_ERROR(AllGatherGroup(params, stream));
     for (const Zero1Bucket& b : buckets_) {
       if (!Padded(b, world_)) continue;
       // After the group: the gathered tiny bucket minus its padding into place.
       Tensor src, dst;
-      DT_RETURN_IF_ERROR(PadFor(*full).View(0, {b.numel}, &src));
-      DT_RETURN_IF_ERROR(full->View(b.offset, {b.numel}, &dst));
+      DT_RETURN_IF_ERROR(param_pad_.View(0, {b.numel}, &src));
+      DT_RETURN_IF_ERROR(params->View(b.offset, {b.numel}, &dst));
       DT_RETURN_IF_ERROR(dst.CopyFrom(src, stream));
     }
     return Status::OK();
   };
-  // Step's gather is traced (GatherState's, for checkpoints, is not).
-  auto traced = [&]() -> Status {
-    return gap == kGatherGap
-               ? Traced("all-gather", /*per_bucket=*/false, 0, static_cast<int>(buckets_.size()), stream, run)
-               : run();
-  };
-  if (gap == kUntimed) {
-    DT_RETURN_IF_ERROR(run());
-  } else {
-    DT_RETURN_IF_ERROR(stream_->Exposed(traced));
-  }
-  return stream_->JoinCompute(gap);
+  DT_RETURN_IF_ERROR(stream_->Exposed([&]() -> Status {
+    return Traced("all-gather", /*per_bucket=*/false, 0, static_cast<int>(buckets_.size()), stream, run);
+  }));
+  return stream_->JoinCompute(kGatherGap);
 }
 
 Status Zero1Optimizer::Step(DeviceContext& ctx, double lr, LossScaler* scaler) {
@@ -406,22 +385,52 @@ Status Zero1Optimizer::Step(DeviceContext& ctx, double lr, LossScaler* scaler) {
   ++step_;
 
   // 3. Every bucket all-gathered in place into the model's params; the compute stream waits for them.
-  return AllGather(nullptr, &params, kGatherGap);
+  return AllGather(&params);
 }
 
-Status Zero1Optimizer::GatherState(std::vector<std::pair<std::string, Tensor>>* full) {
-  DT_CHECK_ARG(full != nullptr, "full is null");
-  full->clear();
+Status Zero1Optimizer::GatherStateInto(const std::vector<Tensor*>& dst) {
+  const size_t n_state = spec_->state_names.size();
+  const int64_t total = model_->params().numel();
+  DT_CHECK_ARG(dst.empty() || dst.size() == n_state,
+               "GatherStateInto: " << dst.size() << " destinations for " << n_state << " state tensors");
+  for (const Tensor* d : dst) {
+    DT_CHECK_ARG(d != nullptr && d->dtype() == opts_.state_dtype && d->numel() == total,
+                 "GatherStateInto: each destination must be " << DTypeName(opts_.state_dtype) << "[" << total << "]");
+  }
   if (offload_) DT_RETURN_IF_ERROR(offload_->Settle());  // sync point: the last Step's shards back in host memory
-  for (size_t i = 0; i < spec_->state_names.size(); ++i) {
-    Tensor t, shard = Shard(i);
-    if (offload_ && ctx_->is_cuda()) {  // the collective reads device memory: a temporary copy of the host shard
-      DT_RETURN_IF_ERROR(Tensor::Empty({shard_numel_}, opts_.state_dtype, ctx_->allocator(), &shard));
-      DT_RETURN_IF_ERROR(shard.CopyFrom(Shard(i), ctx_->stream()));
+  // One bucket at a time through `staging` (the largest bucket, padded): the full state never exists on the device.
+  // The collective reads device memory: an offloaded shard's slice is copied in first (`stage_in`, CUDA).
+  int64_t most = 0, most_shard = 0;
+  for (const Zero1Bucket& b : buckets_) {
+    most = std::max(most, b.shard_numel * world_);
+    most_shard = std::max(most_shard, b.shard_numel);
+  }
+  const bool stage = offload_ != nullptr && ctx_->is_cuda();
+  Tensor staging, stage_in;
+  DT_RETURN_IF_ERROR(Tensor::Empty({most}, opts_.state_dtype, ctx_->allocator(), &staging));
+  if (stage) DT_RETURN_IF_ERROR(Tensor::Empty({most_shard}, opts_.state_dtype, ctx_->allocator(), &stage_in));
+  for (size_t i = 0; i < n_state; ++i) {
+    for (const Zero1Bucket& b : buckets_) {
+      Tensor in, out;
+      DT_RETURN_IF_ERROR(ShardView(Shard(i), b, &in));
+      if (stage) {
+        Tensor slice;
+        DT_RETURN_IF_ERROR(stage_in.View(0, {b.shard_numel}, &slice));
+        DT_RETURN_IF_ERROR(slice.CopyFrom(in, ctx_->stream()));
+        in = slice;
+      }
+      DT_RETURN_IF_ERROR(staging.View(0, {b.shard_numel * world_}, &out));
+      // The gather after the compute stream's tail (the previous bucket's copies out of `staging` and into
+      // `stage_in`), the copies after the gather.
+      DT_RETURN_IF_ERROR(stream_->WaitForCompute());
+      DT_RETURN_IF_ERROR(comm_->AllGather(in, &out, comm_stream()));
+      DT_RETURN_IF_ERROR(stream_->JoinCompute(kUntimed));
+      if (dst.empty()) continue;
+      Tensor from, to;  // the bucket's real elements (the tiny bucket's padding stays behind)
+      DT_RETURN_IF_ERROR(staging.View(0, {b.numel}, &from));
+      DT_RETURN_IF_ERROR(dst[i]->View(b.offset, {b.numel}, &to));
+      DT_RETURN_IF_ERROR(to.CopyFrom(from, ctx_->stream()));
     }
-    DT_RETURN_IF_ERROR(Tensor::Empty({model_->params().numel()}, opts_.state_dtype, ctx_->allocator(), &t));
-    DT_RETURN_IF_ERROR(AllGather(&shard, &t, kUntimed));
-    full->emplace_back(spec_->state_names[i], t);
   }
   return Status::OK();
 }
@@ -469,8 +478,7 @@ size_t Zero1Optimizer::state_bytes() const {
 
 size_t Zero1Optimizer::shard_buffer_bytes() const {
   size_t bytes = 0;
-  for (const Tensor* t : {&grad_pad_, &param_pad_, &state_pad_, &sum_squares_, &norm_, &clip_coef_})
-    bytes += t->nbytes();
+  for (const Tensor* t : {&grad_pad_, &param_pad_, &sum_squares_, &norm_, &clip_coef_}) bytes += t->nbytes();
   return bytes;
 }
 

@@ -48,8 +48,8 @@
 // next forward (compute, which waits for the gathers).
 // CPU (MPI): each collective blocks inside the call (see GradientReducer for why not MPI_I*).
 //
-// Checkpoints hold the FULL state: GatherState all-gathers the shards into full flat tensors on
-// every rank (a collective: all ranks must call it); LoadState takes this rank's slices of full
+// Checkpoints hold the FULL state: GatherStateInto all-gathers the shards bucket by bucket into the full flat
+// tensors of the rank that writes (a collective: all ranks must call it); LoadState takes this rank's slices of full
 // tensors saved by Optimizer or Zero1Optimizer at any world size.
 //
 // State dtype: the shards are f32, or bf16 with optim.state_dtype bf16 (AdamW: each range's update draws its
@@ -58,8 +58,8 @@
 //
 // Offload (optim.offload cpu): the shards live in page-locked host memory (runtime/optim/offloaded_state.h, over the
 // shard layout) and Step streams each owned range through the device ring — each rank moves state / W over its PCIe
-// link per step. GatherState copies each host shard to a device temporary for its all-gather (CUDA), after the last
-// Step's copies back; LoadState and StateSlices write the host shards.
+// link per step. GatherStateInto copies each bucket's host slice to the device for its all-gather (CUDA), after the
+// last Step's copies back; LoadState and StateSlices write the host shards.
 //
 // Equivalence: with W ranks the result equals GradientReducer (average) + Optimizer on the full
 // buffer except (a) reduce-scatter may sum in another order than all-reduce (bitwise equal for MPI
@@ -148,11 +148,13 @@ class Zero1Optimizer {
   const OptimizerOptions& options() const { return opts_; }
   bool offloaded() const { return offload_ != nullptr; }
 
-  // The full optimizer state as Optimizer::state() names it (the algorithm's state names, in order), each a new
-  // flat tensor (optim.state_dtype: f32 or bf16) of the model's numel on ctx's device,
-  // filled on EVERY rank. A collective. Queued like Step: the compute stream waits for the gathers,
-  // so a copy queued on it afterwards reads the complete state.
-  Status GatherState(std::vector<std::pair<std::string, Tensor>>* full);
+  // The full optimizer state into `dst` (one tensor per state name, in Optimizer::state()'s order, each
+  // optim.state_dtype [the model's numel], on any device — a checkpoint's pinned host snapshot), or, with `dst` empty,
+  // only this rank's part of the collective. A collective: every rank calls it. Bucket by bucket through a device
+  // buffer of the largest bucket (the full state never exists on the device), each all-gather after the compute
+  // stream's tail, each bucket's copy into `dst` queued on the compute stream after its gather: a copy queued on
+  // the compute stream afterwards, or an event recorded there, comes after them all.
+  Status GatherStateInto(const std::vector<Tensor*>& dst);
   // Takes this rank's slices of full flat tensors of the state's dtype (any device; names as above, all required).
   // Synchronizes the compute stream before returning, so `full` may be freed afterwards. No collective.
   Status LoadState(const std::map<std::string, Tensor>& full);
@@ -163,9 +165,8 @@ class Zero1Optimizer {
   // Bytes of optimizer state held by this rank (a shard of each state tensor).
   size_t state_bytes() const;
   // Bytes of the other buffers this object allocates on ctx's device: the tiny bucket's padded grad
-  // and param buffers (world elements each, only when numel % world != 0; a third for bf16 state) and three f32
-  // scalars —
-  // well under 1 KiB. (Per-call temporaries, e.g. SumSquares' workspace, come from the allocator.)
+  // and param buffers (world elements each, only when numel % world != 0) and three f32 scalars — well under 1 KiB.
+  // (Per-call temporaries, e.g. SumSquares' workspace and GatherStateInto's bucket, come from the allocator.)
   size_t shard_buffer_bytes() const;
   // Elements of each state shard on this rank (sum of the buckets' shard_numel).
   int64_t shard_numel() const { return shard_numel_; }
@@ -182,11 +183,10 @@ class Zero1Optimizer {
  private:
   Zero1Optimizer() = default;
   Status ReduceScatter(int from, int to);
-  // All-gathers every bucket into `full` (the flat layout) on the comm stream after the compute
-  // stream's current tail; the compute stream waits for it (timed as `gap`). CPU: blocking. The slices
-  // come from `shard` (the shard layout), or with shard == nullptr from `full` itself (in place).
-  Status AllGather(const Tensor* shard, Tensor* full, int gap);
-  Status AllGatherGroup(const Tensor* shard, Tensor* full, cudaStream_t stream);
+  // All-gathers every bucket of `params` in place (each rank's slice into the others') on the comm stream after the
+  // compute stream's current tail; the compute stream waits for it (timed as kGatherGap). CPU: blocking.
+  Status AllGather(Tensor* params);
+  Status AllGatherGroup(Tensor* params, cudaStream_t stream);
   Status ShardView(const Tensor& shard, const Zero1Bucket& b, Tensor* out) const;
   // Runs `fn` (collectives on `stream`) inside a comm-track span over buckets [from, to) when tracing: named
   // `op`, followed by the bucket numbers when `per_bucket`. Without a trace it only runs `fn`.
@@ -207,11 +207,9 @@ class Zero1Optimizer {
   std::vector<Tensor> state_;                // one per spec_->state_names, in the shard layout (empty: offload_)
   std::unique_ptr<OffloadedState> offload_;  // optim.offload cpu: the shards in host memory
   Tensor& Shard(size_t i) { return offload_ ? offload_->host()[i] : state_[i]; }
-  Tensor grad_pad_, param_pad_;                    // the tiny bucket's padded buffers (world elements)
-  Tensor state_pad_;                               // ... of bf16 state (optim.state_dtype bf16), for GatherState
-  const Tensor& PadFor(const Tensor& full) const;  // the padded buffer of full's dtype
-  Tensor sum_squares_, norm_, clip_coef_;          // device scalars
-  bool has_norm_ = false;                          // norm_ was written by a Step (only with grad_clip or loss scaling)
+  Tensor grad_pad_, param_pad_;            // the tiny bucket's padded buffers (world elements)
+  Tensor sum_squares_, norm_, clip_coef_;  // device scalars
+  bool has_norm_ = false;                  // norm_ was written by a Step (only with grad_clip or loss scaling)
   DeviceTrace* trace_ = nullptr;
   int64_t step_ = 0;
 

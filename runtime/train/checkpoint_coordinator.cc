@@ -307,38 +307,44 @@ Status CheckpointCoordinator::Save(const StepPoint& p, bool sync) {
   DeviceContext& ctx = *parts_.ctx;
   models::Model& model = *parts_.model;
   const int64_t step = p.step;
-  // Every rank takes part in SaveState (ZeRO-1 gathers the full optimizer state: a collective); rank 0 saves.
-  // (The state stays valid until the next save: the snapshot's D2H copies read it asynchronously.)
-  std::vector<std::pair<std::string, const Tensor*>> state;
+  // Every rank takes part in SaveState (ZeRO-1 gathers the optimizer state into rank 0's snapshot through it: a
+  // collective); rank 0 saves. Params and buffers are on every rank.
   proto::CheckpointManifest built = BuildManifest(p);
-  DT_RETURN_IF_ERROR(parts_.updater->SaveState(&state, &built));
-  reporter_->OnCheckpoint(step);
-  if (rank_ != 0) return Status::OK();  // params and the full optimizer state are on every rank: rank 0 writes
+  if (rank_ != 0) {
+    DT_RETURN_IF_ERROR(parts_.updater->SaveState({}, &built));
+    reporter_->OnCheckpoint(step);
+    return Status::OK();
+  }
   DT_NVTX_RANGE("checkpoint_snapshot");
   const double t0 = MonotonicSeconds();
   double waited = 0;
   // At most one save in flight: its snapshot buffers are reused, so wait for it (measured).
   Status prev = writer_->Wait(&waited);
   if (!prev.ok()) return prev.WithContext("the previous checkpoint save failed");
-  std::vector<std::pair<std::string, const Tensor*>> sources = {{"params.bin", &model.params()}};
-  for (const auto& [name, tensor] : state) sources.push_back({name + ".bin", tensor});
-  for (auto& [name, tensor] : model.buffers()) sources.push_back({"buffer." + name + ".bin", tensor});
   double alloc_wait_s = 0;
-  if (!snapshot_checked_) DT_RETURN_IF_ERROR(TakeSnapshotBuffers(sources, &alloc_wait_s));
-  // D2H on the compute stream: ordered after this step's update, before the next step's.
-  // bf16 sources (params, optimizer state) land in the first half of their f32 buffer; the write job widens them
-  // (the files are f32: runtime/checkpoint/dtype_convert.h).
+  if (!snapshot_checked_) DT_RETURN_IF_ERROR(TakeSnapshotBuffers(SnapshotLayout(), &alloc_wait_s));
+  // D2H on the compute stream: ordered after this step's update, before the next step's. The layout: params, the
+  // optimizer state, the model's buffers. bf16 sources (params, optimizer state) land in the first half of their
+  // f32 buffer; the write job widens them (the files are f32: runtime/checkpoint/dtype_convert.h).
   std::vector<int64_t> widen;  // snapshot indices to widen
-  for (size_t i = 0; i < sources.size(); ++i) {
-    Tensor& dst = snapshot_[i].second;
-    const Tensor& src = *sources[i].second;
-    if (src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32 && src.numel() == dst.numel()) {
-      Tensor half = Tensor::Wrap(dst.data(), {src.numel()}, DType::kBF16, DeviceType::kCPU);
-      DT_RETURN_IF_ERROR(half.CopyFrom(src, ctx.stream()));
-      widen.push_back(static_cast<int64_t>(i));
-    } else {
-      DT_RETURN_IF_ERROR(dst.CopyFrom(src, ctx.stream()));
-    }
+  auto destination = [&](size_t i, DType dtype) {
+    if (dtype != DType::kBF16) return snapshot_[i].second;
+    widen.push_back(static_cast<int64_t>(i));
+    return Tensor::Wrap(snapshot_[i].second.data(), {snapshot_[i].second.numel()}, DType::kBF16, DeviceType::kCPU);
+  };
+  Tensor params_dst = destination(0, model.params().dtype());
+  DT_RETURN_IF_ERROR(params_dst.CopyFrom(model.params(), ctx.stream()));
+  const size_t n_state = parts_.updater->state_names().size();
+  std::vector<Tensor> state_dst;
+  std::vector<Tensor*> state_ptrs;
+  for (size_t k = 0; k < n_state; ++k) state_dst.push_back(destination(1 + k, parts_.updater->options().state_dtype));
+  for (Tensor& t : state_dst) state_ptrs.push_back(&t);
+  DT_RETURN_IF_ERROR(parts_.updater->SaveState(state_ptrs, &built));
+  reporter_->OnCheckpoint(step);
+  size_t i = 1 + n_state;
+  for (auto& [name, tensor] : model.buffers()) {
+    Tensor dst = destination(i++, tensor->dtype());
+    DT_RETURN_IF_ERROR(dst.CopyFrom(*tensor, ctx.stream()));
   }
 #if DT_HAVE_CUDA
   if (ctx.is_cuda()) {
@@ -398,14 +404,18 @@ Status CheckpointCoordinator::Save(const StepPoint& p, bool sync) {
                               .Add("async", static_cast<int64_t>(sync ? 0 : 1)));
 }
 
-void CheckpointCoordinator::StartSnapshotPool() {
-  DeviceContext& ctx = *parts_.ctx;
+SnapshotPool::Layout CheckpointCoordinator::SnapshotLayout() const {
   models::Model& model = *parts_.model;
-  // The layout SaveCheckpoint snapshots: params, each full optimizer state (f32, numel of the params), buffers.
   SnapshotPool::Layout layout = {{"params.bin", model.params().numel()}};
   for (const std::string& name : parts_.updater->state_names())
     layout.emplace_back(name + ".bin", model.params().numel());
   for (auto& [name, tensor] : model.buffers()) layout.emplace_back("buffer." + name + ".bin", tensor->numel());
+  return layout;
+}
+
+void CheckpointCoordinator::StartSnapshotPool() {
+  DeviceContext& ctx = *parts_.ctx;
+  models::Model& model = *parts_.model;
   std::function<Status()> init;
 #if DT_HAVE_CUDA
   if (ctx.is_cuda()) {
@@ -415,11 +425,10 @@ void CheckpointCoordinator::StartSnapshotPool() {
     };
   }
 #endif
-  snapshot_pool_ = SnapshotPool::Start(std::move(layout), ctx.pinned_allocator(), std::move(init));
+  snapshot_pool_ = SnapshotPool::Start(SnapshotLayout(), ctx.pinned_allocator(), std::move(init));
 }
 
-Status CheckpointCoordinator::TakeSnapshotBuffers(const std::vector<std::pair<std::string, const Tensor*>>& sources,
-                                                  double* alloc_wait_s) {
+Status CheckpointCoordinator::TakeSnapshotBuffers(const SnapshotPool::Layout& layout, double* alloc_wait_s) {
   if (snapshot_pool_) {
     const Status st = snapshot_pool_->Take(&snapshot_, alloc_wait_s);
     if (st.ok()) {
@@ -430,20 +439,20 @@ Status CheckpointCoordinator::TakeSnapshotBuffers(const std::vector<std::pair<st
     snapshot_pool_.reset();
   }
   // The pool's buffers serve if they lead with this layout.
-  bool match = snapshot_.size() >= sources.size();
-  for (size_t i = 0; match && i < sources.size(); ++i) {
-    match = snapshot_[i].first == sources[i].first && snapshot_[i].second.numel() == sources[i].second->numel();
+  bool match = snapshot_.size() >= layout.size();
+  for (size_t i = 0; match && i < layout.size(); ++i) {
+    match = snapshot_[i].first == layout[i].first && snapshot_[i].second.numel() == layout[i].second;
   }
   snapshot_checked_ = true;
   if (match) {
-    snapshot_.resize(sources.size());
+    snapshot_.resize(layout.size());
     return Status::OK();
   }
   if (!snapshot_.empty()) DT_LOG_WARN(kRuntime, "the snapshot layout differs from the one foreseen: allocating now");
   snapshot_.clear();
-  for (const auto& [name, src] : sources) {
+  for (const auto& [name, numel] : layout) {
     Tensor t;
-    DT_RETURN_IF_ERROR(Tensor::Empty({src->numel()}, DType::kF32, parts_.ctx->pinned_allocator(), &t));
+    DT_RETURN_IF_ERROR(Tensor::Empty({numel}, DType::kF32, parts_.ctx->pinned_allocator(), &t));
     snapshot_.emplace_back(name, t);
   }
   return Status::OK();

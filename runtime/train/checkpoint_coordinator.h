@@ -135,8 +135,11 @@ class CheckpointCoordinator {
   Status Save(const StepPoint& p, bool sync);
   proto::CheckpointManifest BuildManifest(const StepPoint& p) const;
   void StartSnapshotPool();  // rank 0, after the restore
-  // Fills snapshot_ for `sources`: from the pool (waiting for it: *alloc_wait_s), else allocated now.
-  Status TakeSnapshotBuffers(const std::vector<std::pair<std::string, const Tensor*>>& sources, double* alloc_wait_s);
+  // The files a save snapshots, in order, as f32 elements: params, each full optimizer state (numel of the params),
+  // the model's buffers.
+  SnapshotPool::Layout SnapshotLayout() const;
+  // Fills snapshot_ for `layout`: from the pool (waiting for it: *alloc_wait_s), else allocated now.
+  Status TakeSnapshotBuffers(const SnapshotPool::Layout& layout, double* alloc_wait_s);
   // Why every rank stops after `step` ("" = it does not).
   Status AgreePreempted(int64_t step, std::string* why);
   Status AllReduceHost(std::vector<double>* values, comm::ReduceOp op);

@@ -70,16 +70,19 @@ TEST(OptimAlgorithm, CheckpointStateNamesAreUnchanged) {
     std::unique_ptr<ParameterUpdater> updater;
     DT_ASSERT_OK(MakeParameterUpdater(cfg, *ctx, *model, nullptr, 0, 1, &updater));
     EXPECT_EQ(updater->state_names(), FindOptimAlgorithm(name)->state_names) << name;
-    std::vector<std::pair<std::string, const Tensor*>> state;
+    // SaveState copies one tensor per state name (a fresh state: zeros), and refuses another count.
+    const int64_t numel = model->params().numel();
+    std::vector<std::vector<float>> host(updater->state_names().size(), std::vector<float>(numel, -1.0f));
+    std::vector<Tensor> dst;
+    std::vector<Tensor*> ptrs;
+    for (std::vector<float>& h : host) dst.push_back(Tensor::Wrap(h.data(), {numel}, DType::kF32, DeviceType::kCPU));
+    for (Tensor& t : dst) ptrs.push_back(&t);
     proto::CheckpointManifest m;
-    DT_ASSERT_OK(updater->SaveState(&state, &m));
-    std::vector<std::string> saved;
-    for (const auto& [n, t] : state) {
-      saved.push_back(n);
-      EXPECT_EQ(t->numel(), model->params().numel()) << n;
-    }
-    EXPECT_EQ(saved, FindOptimAlgorithm(name)->state_names) << name;
+    DT_ASSERT_OK(updater->SaveState(ptrs, &m));
+    for (const std::vector<float>& h : host) EXPECT_EQ(h, std::vector<float>(numel, 0.0f)) << name;
     EXPECT_EQ(m.optimizer(), name);
+    ptrs.push_back(ptrs[0]);  // one too many (none at all: a rank that does not write)
+    EXPECT_EQ(updater->SaveState(ptrs, &m).code(), Status::Code::kInvalidArgument) << name;
   }
 }
 

@@ -101,7 +101,7 @@ double RelDiff(const std::vector<double>& a, const std::vector<double>& b) {
   return testing::MaxAbsDiff(a, b) / testing::Scale(b);
 }
 
-// The full state SaveState returns, as checkpoint files (name.bin -> bytes).
+// The full state SaveState copies out (every rank keeping it here), as checkpoint files (name.bin -> bytes).
 // The files as RestoreState takes them: f32 host tensors over the strings' bytes.
 std::map<std::string, Tensor> AsTensors(const std::map<std::string, std::string>& files) {
   std::map<std::string, Tensor> out;
@@ -112,16 +112,21 @@ std::map<std::string, Tensor> AsTensors(const std::map<std::string, std::string>
   return out;
 }
 
-std::map<std::string, std::string> SaveFiles(DeviceContext& ctx, ParameterUpdater& u, proto::CheckpointManifest* m) {
-  std::vector<std::pair<std::string, const Tensor*>> state;
-  Status st = u.SaveState(&state, m);
+std::map<std::string, std::string> SaveFiles(DeviceContext& ctx, Worker& w, proto::CheckpointManifest* m) {
+  const std::vector<std::string> names = w.updater->state_names();
+  const int64_t numel = w.model->params().numel();
+  std::vector<std::vector<float>> host(names.size(), std::vector<float>(numel));
+  std::vector<Tensor> dst;
+  std::vector<Tensor*> ptrs;
+  for (std::vector<float>& h : host) dst.push_back(Tensor::Wrap(h.data(), {numel}, DType::kF32, DeviceType::kCPU));
+  for (Tensor& t : dst) ptrs.push_back(&t);
+  Status st = w.updater->SaveState(ptrs, m);
   EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(ctx.Synchronize().ok());
   std::map<std::string, std::string> files;
-  for (const auto& [name, t] : state) {
-    std::vector<float> host(t->numel());
-    EXPECT_TRUE(Tensor::Wrap(host.data(), {t->numel()}, DType::kF32, DeviceType::kCPU).CopyFrom(*t, ctx.stream()).ok());
-    EXPECT_TRUE(ctx.Synchronize().ok());
-    files[name + ".bin"] = std::string(reinterpret_cast<const char*>(host.data()), host.size() * sizeof(float));
+  for (size_t i = 0; i < names.size(); ++i) {
+    files[names[i] + ".bin"] =
+        std::string(reinterpret_cast<const char*>(host[i].data()), host[i].size() * sizeof(float));
   }
   return files;
 }
@@ -164,8 +169,8 @@ TEST_F(ParameterUpdaterMpiTest, FactoryPicksTheStrategyFromTheConfig) {
   EXPECT_LT(sharded.updater->state_bytes(), static_cast<size_t>(2 * (numel / n_ + 8) * 4 + 1));
 
   proto::CheckpointManifest ms, mr;
-  SaveFiles(*ctx_, *sharded.updater, &ms);
-  SaveFiles(*ctx_, *replicated.updater, &mr);
+  SaveFiles(*ctx_, sharded, &ms);
+  SaveFiles(*ctx_, replicated, &mr);
   EXPECT_EQ(ms.optimizer(), "adamw");
   EXPECT_TRUE(ms.sharding().zero1());
   EXPECT_EQ(ms.sharding().world_size(), n_);
@@ -204,8 +209,8 @@ TEST_F(ParameterUpdaterMpiTest, BothStrategiesGiveTheSameParamsAndStateAndRestor
 
   // The sharded full state equals the replicated state; a checkpoint of either restores into the other.
   proto::CheckpointManifest ms, mr;
-  const auto fs = SaveFiles(*ctx_, *sharded.updater, &ms);
-  const auto fr = SaveFiles(*ctx_, *replicated.updater, &mr);
+  const auto fs = SaveFiles(*ctx_, sharded, &ms);
+  const auto fr = SaveFiles(*ctx_, replicated, &mr);
   ASSERT_EQ(fs.size(), 2u);
   for (const char* name : {"exp_avg.bin", "exp_avg_sq.bin"}) {
     ASSERT_EQ(fs.at(name).size(), fr.at(name).size());
@@ -226,8 +231,8 @@ TEST_F(ParameterUpdaterMpiTest, BothStrategiesGiveTheSameParamsAndStateAndRestor
   EXPECT_EQ(into_replicated.updater->step(), 6);
   EXPECT_EQ(into_sharded.updater->step(), 6);
   proto::CheckpointManifest m2, m3;
-  const auto back_r = SaveFiles(*ctx_, *into_replicated.updater, &m2);
-  const auto back_s = SaveFiles(*ctx_, *into_sharded.updater, &m3);
+  const auto back_r = SaveFiles(*ctx_, into_replicated, &m2);
+  const auto back_s = SaveFiles(*ctx_, into_sharded, &m3);
   EXPECT_EQ(back_r.at("exp_avg.bin"), fs.at("exp_avg.bin"));  // bitwise: loading copies
   EXPECT_EQ(back_s.at("exp_avg_sq.bin"), fr.at("exp_avg_sq.bin"));
 
@@ -256,7 +261,7 @@ TEST_F(ParameterUpdaterMpiTest, StateSlicesTakeTheFullFilesAndResetStateUndoesTh
   ASSERT_TRUE(trained.Init(*ctx_, MakeConfig(false, "fp32"), comm_.get()).ok());
   for (int64_t s = 0; s < 4; ++s) ASSERT_TRUE(trained.Step(*ctx_, s, r_).ok());
   proto::CheckpointManifest m;
-  const auto files = SaveFiles(*ctx_, *trained.updater, &m);
+  const auto files = SaveFiles(*ctx_, trained, &m);
   for (bool zero1 : {false, true}) {
     SCOPED_TRACE(zero1);
     Worker w;
@@ -282,10 +287,10 @@ TEST_F(ParameterUpdaterMpiTest, StateSlicesTakeTheFullFilesAndResetStateUndoesTh
     ASSERT_TRUE(st.ok()) << st.ToString();
     EXPECT_EQ(w.updater->step(), 4);
     proto::CheckpointManifest back;
-    EXPECT_EQ(SaveFiles(*ctx_, *w.updater, &back), files);  // bitwise
+    EXPECT_EQ(SaveFiles(*ctx_, w, &back), files);  // bitwise
     ASSERT_TRUE(w.updater->ResetState().ok());
     EXPECT_EQ(w.updater->step(), 0);
-    for (const auto& [name, bytes] : SaveFiles(*ctx_, *w.updater, &back)) {
+    for (const auto& [name, bytes] : SaveFiles(*ctx_, w, &back)) {
       EXPECT_EQ(bytes, std::string(bytes.size(), '\0')) << name;
     }
   }
@@ -320,7 +325,7 @@ TEST_F(ParameterUpdaterMpiTest, Fp16WithZero1SkipsTheSameStepsAsReplicated) {
   EXPECT_EQ(scale_r, 32768.0f);
   EXPECT_TRUE(SameOnAllRanks(scale_s));
   proto::CheckpointManifest m;
-  SaveFiles(*ctx_, *sharded.updater, &m);
+  SaveFiles(*ctx_, sharded, &m);
   ASSERT_TRUE(m.has_loss_scaler());
   EXPECT_EQ(m.loss_scaler().skipped_steps(), 1);
   EXPECT_EQ(m.loss_scaler().good_steps(), 2);

@@ -126,6 +126,24 @@ struct Sharded {
   }
 };
 
+// The full state through GatherStateInto, into host tensors of this rank (`keep`), or only this rank's part of the
+// collective (!keep: *full stays empty).
+Status Gather(DeviceContext& ctx, Sharded& z, std::vector<std::pair<std::string, Tensor>>* full, bool keep = true) {
+  full->clear();
+  const OptimizerOptions& oo = z.zero->options();
+  std::vector<Tensor*> dst;
+  if (keep) {
+    for (const std::string& name : FindOptimAlgorithm(oo.name)->state_names) {
+      Tensor t;
+      DT_RETURN_IF_ERROR(Tensor::Empty({z.model->params().numel()}, oo.state_dtype, ctx.pinned_allocator(), &t));
+      full->emplace_back(name, t);
+    }
+    for (auto& [name, t] : *full) dst.push_back(&t);
+  }
+  DT_RETURN_IF_ERROR(z.zero->GatherStateInto(dst));
+  return ctx.Synchronize();  // the copies into host memory are queued on the compute stream
+}
+
 OptimizerOptions AdamW() {
   OptimizerOptions o;
   o.name = "adamw";
@@ -301,7 +319,7 @@ TEST_F(Zero1MpiTest, FinalizeLeavesTheAverageInOwnedRanges) {
   }
 }
 
-// GatherState reassembles exactly the state plain data parallelism holds; LoadState takes it back.
+// GatherStateInto reassembles exactly the state plain data parallelism holds; LoadState takes it back.
 TEST_F(Zero1MpiTest, GatheredStateEqualsOptimizerStateAndRoundTrips) {
   for (const OptimizerOptions& oo : {AdamW(), Sgd(), Lion()}) {
     DataParallel dp;
@@ -310,8 +328,12 @@ TEST_F(Zero1MpiTest, GatheredStateEqualsOptimizerStateAndRoundTrips) {
     DT_ASSERT_OK(z.Init(*ctx_, comm_.get(), oo, 64));
     DT_ASSERT_OK(dp.Train(*ctx_, 0, 6, r_, 1, oo.lr));
     DT_ASSERT_OK(z.Train(*ctx_, 0, 6, r_, 1, oo.lr));
-    std::vector<std::pair<std::string, Tensor>> full;
-    DT_ASSERT_OK(z.zero->GatherState(&full));
+    std::vector<std::pair<std::string, Tensor>> full, rank0;
+    DT_ASSERT_OK(Gather(*ctx_, z, &full));
+    // Only rank 0 keeping it (as a checkpoint): the same values there.
+    DT_ASSERT_OK(Gather(*ctx_, z, &rank0, r_ == 0));
+    ASSERT_EQ(rank0.size(), r_ == 0 ? full.size() : 0u);
+    for (size_t i = 0; i < rank0.size(); ++i) EXPECT_EQ(RelDiff(*ctx_, rank0[i].second, full[i].second), 0.0);
     const auto ref = dp.opt->state();
     ASSERT_EQ(full.size(), ref.size());
     std::map<std::string, Tensor> by_name;
@@ -325,7 +347,7 @@ TEST_F(Zero1MpiTest, GatheredStateEqualsOptimizerStateAndRoundTrips) {
     DT_ASSERT_OK(back.Init(*ctx_, comm_.get(), oo, 512));  // another bucket layout: slices differ
     DT_ASSERT_OK(back.zero->LoadState(by_name));
     std::vector<std::pair<std::string, Tensor>> again;
-    DT_ASSERT_OK(back.zero->GatherState(&again));
+    DT_ASSERT_OK(Gather(*ctx_, back, &again));
     ASSERT_EQ(again.size(), full.size());
     for (size_t i = 0; i < full.size(); ++i) EXPECT_EQ(RelDiff(*ctx_, again[i].second, full[i].second), 0.0);
     by_name.erase(full[0].first);
@@ -358,7 +380,7 @@ TEST_F(Zero1MpiTest, ResumeAcrossPathsGivesTheSameContinuation) {
   DT_ASSERT_OK(z2.Init(*ctx_, comm_.get(), oo, 0));
   DT_ASSERT_OK(z2.Train(*ctx_, 0, kFirst, r_, 1, oo.lr));
   std::vector<std::pair<std::string, Tensor>> full;
-  DT_ASSERT_OK(z2.zero->GatherState(&full));
+  DT_ASSERT_OK(Gather(*ctx_, z2, &full));
   DataParallel dp2;
   DT_ASSERT_OK(dp2.Init(*ctx_, comm_.get(), oo, 64));
   DT_ASSERT_OK(dp2.model->params().CopyFrom(z2.model->params()));
@@ -412,8 +434,8 @@ TEST_F(Zero1MpiTest, OffloadedShardsEqualShardsInPlaceBitForBit) {
       DT_ASSERT_OK(offloaded.Train(*ctx_, 0, 8, r_, 2, base.lr));
       EXPECT_EQ(RelDiff(*ctx_, offloaded.model->params(), in_place.model->params()), 0.0);
       std::vector<std::pair<std::string, Tensor>> a, b;
-      DT_ASSERT_OK(in_place.zero->GatherState(&a));
-      DT_ASSERT_OK(offloaded.zero->GatherState(&b));
+      DT_ASSERT_OK(Gather(*ctx_, in_place, &a));
+      DT_ASSERT_OK(Gather(*ctx_, offloaded, &b));
       ASSERT_EQ(a.size(), b.size());
       std::map<std::string, Tensor> by_name;
       for (size_t i = 0; i < a.size(); ++i) {
@@ -473,7 +495,7 @@ TEST_F(Zero1GpuTest, MatchesDataParallelOnNccl) {
       if (r_ == 0) std::printf("gpu %s bucket_bytes %zu: max rel |dp| = %.3g\n", oo.name.c_str(), bytes, d);
       // The gathered state matches the plain optimizer's too.
       std::vector<std::pair<std::string, Tensor>> full;
-      DT_ASSERT_OK(z.zero->GatherState(&full));
+      DT_ASSERT_OK(Gather(*gpu_ctx_, z, &full));
       const auto ref = dp.opt->state();
       ASSERT_EQ(full.size(), ref.size());
       for (size_t i = 0; i < full.size(); ++i) EXPECT_LE(RelDiff(*gpu_ctx_, full[i].second, *ref[i].second), kTol);
