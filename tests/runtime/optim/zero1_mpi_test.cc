@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/allocator.h"
 #include "core/check.h"
 #include "models/mlp.h"
 #include "runtime/optim/gradient_reducer.h"
@@ -352,6 +353,34 @@ TEST_F(Zero1MpiTest, GatheredStateEqualsOptimizerStateAndRoundTrips) {
     for (size_t i = 0; i < full.size(); ++i) EXPECT_EQ(RelDiff(*ctx_, again[i].second, full[i].second), 0.0);
     by_name.erase(full[0].first);
     EXPECT_EQ(back.zero->LoadState(by_name).code(), Status::Code::kInvalidArgument);
+  }
+}
+
+// A checkpoint's gather goes bucket by bucket through one buffer of the largest bucket: the context's memory grows
+// by that during the gather and not at all after it — never by the full state (which every rank used to allocate
+// and keep until the next save). In place and offloaded.
+TEST_F(Zero1MpiTest, GatherAllocatesOneBucketNotTheState) {
+  for (bool offload : {false, true}) {
+    OptimizerOptions oo = AdamW();
+    oo.offload = offload;
+    Sharded z;
+    DT_ASSERT_OK(z.Init(*ctx_, comm_.get(), oo, 64));
+    DT_ASSERT_OK(z.Train(*ctx_, 0, 2, r_, 1, oo.lr));
+    const int64_t numel = z.model->params().numel();
+    std::vector<std::vector<float>> host(2, std::vector<float>(numel));
+    std::vector<Tensor> dst;
+    std::vector<Tensor*> ptrs;
+    for (std::vector<float>& h : host) dst.push_back(Tensor::Wrap(h.data(), {numel}, DType::kF32, DeviceType::kCPU));
+    for (Tensor& t : dst) ptrs.push_back(&t);
+    int64_t largest = 0;
+    for (const Zero1Bucket& b : z.zero->buckets()) largest = std::max(largest, b.shard_numel * n_);
+    const int64_t bound = static_cast<int64_t>(CpuAllocator::RoundSize(static_cast<size_t>(largest) * 4));
+    ASSERT_LT(bound, numel * 4) << "the bound must be below one state tensor";
+    ctx_->ResetMemoryPeak();
+    const int64_t before = ctx_->memory_stats().bytes_in_use;
+    DT_ASSERT_OK(z.zero->GatherStateInto(ptrs));
+    EXPECT_LE(ctx_->memory_stats().peak_bytes_in_use - before, bound) << "offload " << offload;
+    EXPECT_EQ(ctx_->memory_stats().bytes_in_use, before) << "offload " << offload;
   }
 }
 
