@@ -310,13 +310,11 @@ Status CheckpointCoordinator::Save(const StepPoint& p, bool sync) {
   // Every rank takes part in SaveState (ZeRO-1 gathers the optimizer state into rank 0's snapshot through it: a
   // collective); rank 0 saves. Params and buffers are on every rank.
   proto::CheckpointManifest built = BuildManifest(p);
-  auto save_state = [&](const std::vector<Tensor*>& dst) {
-    // Bounded like a step's collectives: the other ranks wait here while rank 0 waits for its previous save.
-    comm::WatchdogScope armed(watchdog_, "step " + std::to_string(step) + " checkpoint (optimizer state gather)");
-    return parts_.updater->SaveState(dst, &built);
-  };
   if (rank_ != 0) {
-    DT_RETURN_IF_ERROR(save_state({}));
+    // Bounded like a step's collectives: ZeRO-1's ranks wait here while rank 0 waits for its previous save. (Not on
+    // rank 0, whose part may be a long host copy of an offloaded state with no peer to wait for.)
+    comm::WatchdogScope armed(watchdog_, "step " + std::to_string(step) + " checkpoint (optimizer state gather)");
+    DT_RETURN_IF_ERROR(parts_.updater->SaveState({}, &built));
     reporter_->OnCheckpoint(step);
     return Status::OK();
   }
@@ -344,7 +342,7 @@ Status CheckpointCoordinator::Save(const StepPoint& p, bool sync) {
   std::vector<Tensor*> state_ptrs;
   for (size_t k = 0; k < n_state; ++k) state_dst.push_back(destination(1 + k, parts_.updater->options().state_dtype));
   for (Tensor& t : state_dst) state_ptrs.push_back(&t);
-  DT_RETURN_IF_ERROR(save_state(state_ptrs));
+  DT_RETURN_IF_ERROR(parts_.updater->SaveState(state_ptrs, &built));
   reporter_->OnCheckpoint(step);
   size_t i = 1 + n_state;
   for (auto& [name, tensor] : model.buffers()) {
