@@ -30,6 +30,7 @@ struct MemoryPlanInputs {
   DType optim_state_dtype = DType::kF32;  // each optimizer state tensor's element type
   int64_t optim_state_tensors = 0;        // the optimizer's state tensors (its spec's state_names.size())
   bool offload_state = false;             // optim.offload cpu: the state in host memory, a ring of chunks on the GPU
+  int64_t offload_keep_bytes = 0;         // of which this many bytes' worth stays on the GPU (optim.offload_keep_gib)
 
   // Bytes the run's allocator hands out for a request of `bytes`.
   int64_t Round(int64_t bytes) const;

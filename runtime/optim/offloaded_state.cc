@@ -1,6 +1,7 @@
 #include "runtime/optim/offloaded_state.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -18,11 +19,13 @@ namespace dtrain::runtime {
 #if DT_HAVE_CUDA
 struct OffloadedState::Gpu {
   CudaStream h2d, d2h;
-  std::vector<Tensor> ring;  // per state tensor: kSlots x chunk on the device
+  std::vector<Tensor> ring;  // per state tensor: kSlots x chunk on the device (none when nothing streams)
   // Per slot: its chunk is on the device (h2d -> compute), updated (compute -> d2h), back in host memory (d2h ->
   // h2d: the slot may be refilled). An event never recorded is waited on as if complete.
   CudaEvent loaded[kSlots], updated[kSlots], freed[kSlots];
-  CudaEvent written;  // the last Update's final copy back (Settle; the next Update's copies in wait for it)
+  CudaEvent written;   // the last Update's final copy back (Settle; the next Update's copies in wait for it)
+  CudaEvent uploaded;  // the kept part's copy in (h2d -> compute)
+  CudaEvent done;      // the last Update's last kernel (compute -> d2h: Settle's copy of the kept part)
   ~Gpu() {
     h2d.SynchronizeForTeardown("OffloadedState");
     d2h.SynchronizeForTeardown("OffloadedState");
@@ -36,16 +39,22 @@ OffloadedState::~OffloadedState() = default;
 
 int64_t OffloadedState::RingNumel(int64_t numel, int64_t chunk) {
   if (chunk <= 0) chunk = kDefaultChunk;
-  return std::min(numel, kSlots * chunk);
+  return std::max<int64_t>(0, std::min(numel, kSlots * chunk));
 }
 
-Status OffloadedState::Create(DeviceContext& ctx, int64_t numel, DType dtype, int tensors, int64_t chunk,
+int64_t OffloadedState::KeepNumel(int64_t keep_bytes, int tensors, DType dtype, int64_t numel) {
+  if (keep_bytes <= 0 || tensors <= 0) return 0;
+  return std::min(numel, keep_bytes / (static_cast<int64_t>(tensors) * static_cast<int64_t>(DTypeSize(dtype))));
+}
+
+Status OffloadedState::Create(DeviceContext& ctx, int64_t numel, DType dtype, int tensors, int64_t chunk, int64_t keep,
                               std::unique_ptr<OffloadedState>* out) {
   DT_CHECK_ARG(out != nullptr && numel > 0 && tensors > 0,
                "OffloadedState::Create: numel " << numel << ", tensors " << tensors);
   std::unique_ptr<OffloadedState> o(new OffloadedState());  // private constructor
   o->numel_ = numel;
   o->chunk_ = chunk > 0 ? chunk : kDefaultChunk;
+  o->keep_ = std::clamp<int64_t>(keep, 0, numel);
   o->host_.resize(tensors);
   const size_t threads = std::max(1u, std::thread::hardware_concurrency());
   for (Tensor& t : o->host_) {
@@ -61,6 +70,8 @@ Status OffloadedState::Create(DeviceContext& ctx, int64_t numel, DType dtype, in
       return Status::OK();
     }));
   }
+  o->kept_.resize(o->keep_ > 0 ? tensors : 0);  // filled from host() by the first Update
+  for (Tensor& t : o->kept_) DT_RETURN_IF_ERROR(Tensor::Empty({o->keep_}, dtype, ctx.allocator(), &t));
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
     auto g = std::make_unique<Gpu>();
@@ -71,10 +82,10 @@ Status OffloadedState::Create(DeviceContext& ctx, int64_t numel, DType dtype, in
       DT_RETURN_IF_ERROR(CudaEvent::Create(&g->updated[s]));
       DT_RETURN_IF_ERROR(CudaEvent::Create(&g->freed[s]));
     }
-    DT_RETURN_IF_ERROR(CudaEvent::Create(&g->written));
-    g->ring.resize(tensors);
-    for (Tensor& t : g->ring)
-      DT_RETURN_IF_ERROR(Tensor::Empty({RingNumel(numel, o->chunk_)}, dtype, ctx.allocator(), &t));
+    for (CudaEvent* e : {&g->written, &g->uploaded, &g->done}) DT_RETURN_IF_ERROR(CudaEvent::Create(e));
+    const int64_t ring = RingNumel(numel - o->keep_, o->chunk_);
+    g->ring.resize(ring > 0 ? tensors : 0);
+    for (Tensor& t : g->ring) DT_RETURN_IF_ERROR(Tensor::Empty({ring}, dtype, ctx.allocator(), &t));
     o->gpu_ = std::move(g);
 #else
     return Status::Unavailable("OffloadedState on a CUDA context, but dtrain was built without CUDA");
@@ -102,65 +113,156 @@ Status OffloadedState::Update(DeviceContext& ctx, const OptimAlgorithm& algo, co
                                                          << " does not fit the state's " << numel_);
   }
   DT_NVTX_RANGE("offloaded_update");
-  const size_t n_state = host_.size();
-  std::vector<Tensor> views(n_state);
-  std::vector<Tensor*> state(n_state);
-  int64_t i = 0;  // chunks so far, over all segments: the ring slot
+  // The chunks: none spans two segments or the kept part's end.
+  std::vector<Piece> streamed, kept;
   for (const Segment& seg : segments) {
     const int64_t numel = seg.params->numel();
-    for (int64_t begin = 0; begin < numel; begin += chunk_, ++i) {
-      const int64_t count = std::min(chunk_, numel - begin), at = seg.state_offset + begin;
-      Tensor p, g;
-      DT_RETURN_IF_ERROR(seg.params->View(begin, {count}, &p));
-      DT_RETURN_IF_ERROR(seg.grads->View(begin, {count}, &g));
-      if (gpu_ == nullptr) {  // CPU: in place on the host state
-        for (size_t k = 0; k < n_state; ++k) {
-          DT_RETURN_IF_ERROR(host_[k].View(at, {count}, &views[k]));
-          state[k] = &views[k];
-        }
-        DT_RETURN_IF_ERROR(algo.Update(ctx, &p, g, state, scale, skip, staged, seg.offset + begin));
-        continue;
-      }
-#if DT_HAVE_CUDA
-      Gpu& q = *gpu_;
-      const int s = static_cast<int>(i % kSlots);
-      const size_t item = DTypeSize(host_[0].dtype()), bytes = static_cast<size_t>(count) * item;
-      // In: once the slot's previous chunk is back in host memory (and, first, the previous Update's copies back).
-      if (i == 0) DT_RETURN_IF_ERROR(q.written.Block(q.h2d.get()));
-      DT_RETURN_IF_ERROR(q.freed[s].Block(q.h2d.get()));
-      // A ring as large as the state (a state of at most kSlots chunks) holds each chunk where the state does: the
-      // segments' chunks are not all chunk_ long, and never overlap there within an Update.
-      const int64_t slot_at = q.ring[0].numel() == numel_ ? at : s * chunk_;
-      for (size_t k = 0; k < n_state; ++k) {
-        DT_RETURN_IF_ERROR(q.ring[k].View(slot_at, {count}, &views[k]));
-        state[k] = &views[k];
-        const char* src = static_cast<const char*>(host_[k].data()) + at * item;
-        DT_CUDA_CHECK(cudaMemcpyAsync(views[k].data(), src, bytes, cudaMemcpyHostToDevice, q.h2d.get()));
-      }
-      DT_RETURN_IF_ERROR(q.loaded[s].Record(q.h2d.get()));
-      // The update, on the compute stream (after the step's gradients and clip coefficient).
-      DT_RETURN_IF_ERROR(q.loaded[s].Block(ctx.stream()));
-      DT_RETURN_IF_ERROR(algo.Update(ctx, &p, g, state, scale, skip, staged, seg.offset + begin));
-      DT_RETURN_IF_ERROR(q.updated[s].Record(ctx.stream()));
-      // Out.
-      DT_RETURN_IF_ERROR(q.updated[s].Block(q.d2h.get()));
-      for (size_t k = 0; k < n_state; ++k) {
-        char* dst = static_cast<char*>(host_[k].data()) + at * item;
-        DT_CUDA_CHECK(cudaMemcpyAsync(dst, views[k].data(), bytes, cudaMemcpyDeviceToHost, q.d2h.get()));
-      }
-      DT_RETURN_IF_ERROR(q.freed[s].Record(q.d2h.get()));
-#endif
+    for (int64_t begin = 0; begin < numel;) {
+      const int64_t at = seg.state_offset + begin;
+      int64_t count = std::min(chunk_, numel - begin);
+      if (at < keep_) count = std::min(count, keep_ - at);
+      (at < keep_ ? kept : streamed).push_back({&seg, begin, count, at});
+      begin += count;
     }
   }
+  if (upload_ && keep_ > 0) {  // the kept part from host(), where a restore may have written it (see Ordering)
+    upload_ = false;
+    for (size_t k = 0; k < kept_.size(); ++k) {
+      Tensor from;
+      DT_RETURN_IF_ERROR(host_[k].View(0, {keep_}, &from));
 #if DT_HAVE_CUDA
-  if (gpu_ != nullptr) DT_RETURN_IF_ERROR(gpu_->written.Record(gpu_->d2h.get()));
+      if (gpu_ != nullptr) {
+        if (k == 0) DT_RETURN_IF_ERROR(gpu_->written.Block(gpu_->h2d.get()));
+        DT_RETURN_IF_ERROR(kept_[k].CopyFrom(from, gpu_->h2d.get()));
+        continue;
+      }
+#endif
+      DT_RETURN_IF_ERROR(kept_[k].CopyFrom(from, ctx.stream()));
+    }
+#if DT_HAVE_CUDA
+    if (gpu_ != nullptr) {
+      DT_RETURN_IF_ERROR(gpu_->uploaded.Record(gpu_->h2d.get()));
+      DT_RETURN_IF_ERROR(gpu_->uploaded.Block(ctx.stream()));
+    }
+#endif
+  }
+  // The kept chunks spread evenly between the streamed ones: the compute stream runs them while it would wait for
+  // the link.
+  size_t next_kept = 0;
+  for (size_t i = 0; i < streamed.size(); ++i) {
+    DT_RETURN_IF_ERROR(UpdateStreamed(ctx, algo, streamed[i], static_cast<int64_t>(i), scale, skip, staged));
+    for (const size_t until = (i + 1) * kept.size() / streamed.size(); next_kept < until; ++next_kept) {
+      DT_RETURN_IF_ERROR(UpdateKept(ctx, algo, kept[next_kept], scale, skip, staged));
+    }
+  }
+  for (; next_kept < kept.size(); ++next_kept)
+    DT_RETURN_IF_ERROR(UpdateKept(ctx, algo, kept[next_kept], scale, skip, staged));
+#if DT_HAVE_CUDA
+  if (gpu_ != nullptr) {
+    DT_RETURN_IF_ERROR(gpu_->done.Record(ctx.stream()));
+    DT_RETURN_IF_ERROR(gpu_->written.Record(gpu_->d2h.get()));
+  }
 #endif
   return Status::OK();
 }
 
-Status OffloadedState::Settle() {
+Status OffloadedState::UpdateKept(DeviceContext& ctx, const OptimAlgorithm& algo, const Piece& c, const Tensor* scale,
+                                  const Tensor* skip, const Tensor* staged) {
+  std::vector<Tensor> views(kept_.size());
+  std::vector<Tensor*> state(kept_.size());
+  for (size_t k = 0; k < kept_.size(); ++k) {
+    DT_RETURN_IF_ERROR(kept_[k].View(c.at, {c.count}, &views[k]));
+    state[k] = &views[k];
+  }
+  Tensor p, g;
+  DT_RETURN_IF_ERROR(c.seg->params->View(c.begin, {c.count}, &p));
+  DT_RETURN_IF_ERROR(c.seg->grads->View(c.begin, {c.count}, &g));
+  return algo.Update(ctx, &p, g, state, scale, skip, staged, c.seg->offset + c.begin);
+}
+
+Status OffloadedState::UpdateStreamed(DeviceContext& ctx, const OptimAlgorithm& algo, const Piece& c, int64_t i,
+                                      const Tensor* scale, const Tensor* skip, const Tensor* staged) {
+  const size_t n_state = host_.size();
+  std::vector<Tensor> views(n_state);
+  std::vector<Tensor*> state(n_state);
+  Tensor p, g;
+  DT_RETURN_IF_ERROR(c.seg->params->View(c.begin, {c.count}, &p));
+  DT_RETURN_IF_ERROR(c.seg->grads->View(c.begin, {c.count}, &g));
+  const int64_t offset = c.seg->offset + c.begin;
+  if (gpu_ == nullptr) {  // CPU: in place on the host state
+    for (size_t k = 0; k < n_state; ++k) {
+      DT_RETURN_IF_ERROR(host_[k].View(c.at, {c.count}, &views[k]));
+      state[k] = &views[k];
+    }
+    return algo.Update(ctx, &p, g, state, scale, skip, staged, offset);
+  }
 #if DT_HAVE_CUDA
-  if (gpu_ != nullptr) return gpu_->written.Synchronize();  // sync point: the copies back (see Ordering)
+  Gpu& q = *gpu_;
+  const int s = static_cast<int>(i % kSlots);
+  const size_t item = DTypeSize(host_[0].dtype()), bytes = static_cast<size_t>(c.count) * item;
+  // In: once the slot's previous chunk is back in host memory (and, first, the previous Update's copies back).
+  if (i == 0) DT_RETURN_IF_ERROR(q.written.Block(q.h2d.get()));
+  DT_RETURN_IF_ERROR(q.freed[s].Block(q.h2d.get()));
+  // A ring as large as the streamed part (at most kSlots chunks) holds each chunk where the state does: the
+  // segments' chunks are not all chunk_ long, and never overlap there within an Update.
+  const int64_t slot_at = q.ring[0].numel() == numel_ - keep_ ? c.at - keep_ : s * chunk_;
+  for (size_t k = 0; k < n_state; ++k) {
+    DT_RETURN_IF_ERROR(q.ring[k].View(slot_at, {c.count}, &views[k]));
+    state[k] = &views[k];
+    const char* src = static_cast<const char*>(host_[k].data()) + c.at * item;
+    DT_CUDA_CHECK(cudaMemcpyAsync(views[k].data(), src, bytes, cudaMemcpyHostToDevice, q.h2d.get()));
+  }
+  DT_RETURN_IF_ERROR(q.loaded[s].Record(q.h2d.get()));
+  // The update, on the compute stream (after the step's gradients and clip coefficient).
+  DT_RETURN_IF_ERROR(q.loaded[s].Block(ctx.stream()));
+  DT_RETURN_IF_ERROR(algo.Update(ctx, &p, g, state, scale, skip, staged, offset));
+  DT_RETURN_IF_ERROR(q.updated[s].Record(ctx.stream()));
+  // Out.
+  DT_RETURN_IF_ERROR(q.updated[s].Block(q.d2h.get()));
+  for (size_t k = 0; k < n_state; ++k) {
+    char* dst = static_cast<char*>(host_[k].data()) + c.at * item;
+    DT_CUDA_CHECK(cudaMemcpyAsync(dst, views[k].data(), bytes, cudaMemcpyDeviceToHost, q.d2h.get()));
+  }
+  DT_RETURN_IF_ERROR(q.freed[s].Record(q.d2h.get()));
+  return Status::OK();
+#else
+  (void)i;
+  return Status::Unavailable("OffloadedState: a CUDA update, but dtrain was built without CUDA");
+#endif
+}
+
+std::string OffloadedState::Placement() const {
+  std::string s = "in host memory (optim.offload cpu)";
+  if (keep_ == 0) return s;
+  char buf[64];
+  const double bytes = static_cast<double>(keep_) * static_cast<double>(kept_.size() * DTypeSize(host_[0].dtype()));
+  std::snprintf(buf, sizeof(buf), ", %.1f GiB of it kept on the %s", bytes / (1024.0 * 1024.0 * 1024.0),
+                gpu_ != nullptr ? "GPU" : "device");
+  return s + buf;
+}
+
+Status OffloadedState::Settle() {
+  // The kept part is copied back only when an Update has made it the state (not before the first Update, nor after
+  // a Settle with no Update since); whatever is written to host() from here on is the state (see Ordering).
+  const size_t copy_back = upload_ ? 0 : kept_.size();
+  upload_ = true;
+  for (size_t k = 0; k < copy_back; ++k) {
+    Tensor to;
+    DT_RETURN_IF_ERROR(host_[k].View(0, {keep_}, &to));
+#if DT_HAVE_CUDA
+    if (gpu_ != nullptr) {
+      if (k == 0) DT_RETURN_IF_ERROR(gpu_->done.Block(gpu_->d2h.get()));
+      DT_RETURN_IF_ERROR(to.CopyFrom(kept_[k], gpu_->d2h.get()));
+      continue;
+    }
+#endif
+    DT_RETURN_IF_ERROR(to.CopyFrom(kept_[k], nullptr));
+  }
+#if DT_HAVE_CUDA
+  if (gpu_ != nullptr) {
+    if (copy_back > 0) DT_RETURN_IF_ERROR(gpu_->written.Record(gpu_->d2h.get()));
+    return gpu_->written.Synchronize();  // sync point: the copies back (see Ordering)
+  }
 #endif
   return Status::OK();
 }

@@ -6,21 +6,30 @@
 // kSlots device buffers, so the copies in, the kernels and the copies out of different chunks overlap. The copies
 // in of the first kSlots chunks wait for nothing on the compute stream: queued when Update is called (after the
 // host has queued the backward), they overlap the step's backward; the copies out of the last ones overlap the next
-// step's forward. The rest is bound by the PCIe link: about 2 x state bytes cross it per step.
+// step's forward. The rest is bound by the PCIe link: about 2 x the streamed state's bytes cross it per step.
 //
-// GPU memory: kSlots x chunk x the state tensors (128 MiB for f32 AdamW at the default chunk) instead of the state.
+// Kept part (optim.offload_keep_gib, or what optim.offload auto finds free): elements [0, keep) of each state tensor
+// stay on the device and are updated there in place, never crossing PCIe; their chunks are interleaved with the
+// streamed ones on the compute stream, which otherwise waits for the link.
+//
+// GPU memory: the kept part plus kSlots x chunk x the state tensors (128 MiB for f32 AdamW at the default chunk).
 // CPU contexts: the state is host memory anyway; Update runs the algorithm over the host state chunk by chunk, in
-// place (no ring, no copies) — the CPU reference of the chunking, with the same offsets.
+// place (no ring, no copies) — the CPU reference of the chunking, with the same offsets; the kept part is a separate
+// tensor of ctx's allocator there too, so the same upload and settle run.
 //
-// Ordering (contract): the host tensors are the state. Update's copies back finish some time after it returns;
-// Settle() waits for them on the host, and must run before anything reads or writes host() outside Update
-// (a checkpoint's snapshot, a restore, a reset). Update orders itself after the previous Update's copies back.
+// Ordering (contract): host() is the state whenever Settle() has returned and no Update ran since. Update's copies
+// back finish some time after it returns; Settle() waits for them on the host and copies the kept part back, and
+// must run before anything reads or writes host() outside Update (a checkpoint's snapshot, a restore, a reset). The
+// first Update after Create or after a Settle first copies the kept part in from host(), so whatever was written
+// there counts. Update orders itself after the previous Update's copies back.
 //
-// Ownership: owns the host tensors (ctx.pinned_allocator()), the device ring (ctx.allocator()), the two copy
-// streams and the events; the destructor waits for the copy streams. Not thread-safe: one optimizer's thread.
+// Ownership: owns the host tensors (ctx.pinned_allocator()), the kept part and the device ring (ctx.allocator()),
+// the two copy streams and the events; the destructor waits for the copy streams. Not thread-safe: one optimizer's
+// thread.
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/device_context.h"
@@ -37,8 +46,9 @@ class OffloadedState {
   static constexpr int64_t kDefaultChunk = int64_t{4} << 20;  // elements per chunk (16 MiB of each f32 state)
 
   // `tensors` host tensors of `numel` elements of `dtype`, zeroed; `chunk` elements per streamed chunk (<= 0:
-  // kDefaultChunk; tests use small ones to cross chunk boundaries).
-  static Status Create(DeviceContext& ctx, int64_t numel, DType dtype, int tensors, int64_t chunk,
+  // kDefaultChunk; tests use small ones to cross chunk boundaries); the first `keep` elements of each kept on ctx's
+  // device (clamped to [0, numel]).
+  static Status Create(DeviceContext& ctx, int64_t numel, DType dtype, int tensors, int64_t chunk, int64_t keep,
                        std::unique_ptr<OffloadedState>* out);
   ~OffloadedState();
   OffloadedState(const OffloadedState&) = delete;
@@ -66,19 +76,39 @@ class OffloadedState {
   Status Update(DeviceContext& ctx, const OptimAlgorithm& algo, Tensor* params, const Tensor& grads,
                 const Tensor* scale, const Tensor* skip, const Tensor* staged, int64_t offset);
 
-  // Host sync point: waits until the last Update's copies back are in host(). (Nothing to wait for on the CPU.)
+  // Host sync point: waits until the last Update's copies back are in host() and copies the kept part there.
   Status Settle();
 
-  // Elements of each state tensor the device ring holds for `numel` parameters (what the memory plan counts on
-  // the GPU instead of the state): kSlots chunks, or fewer when the state is smaller.
+  int64_t kept() const { return keep_; }
+  // Where the state is, for the progress line: "in host memory (optim.offload cpu)", and the kept part when there is
+  // one ("..., 25.0 GiB of it kept on the GPU").
+  std::string Placement() const;
+
+  // Elements of each state tensor the device ring holds for `numel` streamed elements (what the memory plan counts
+  // on the GPU beside the kept part): kSlots chunks, or fewer when less is streamed (0 for none).
   static int64_t RingNumel(int64_t numel, int64_t chunk);
+  // The elements of each of `tensors` state tensors of `dtype` that `keep_bytes` of device memory hold, at most
+  // `numel` (optim.offload_keep_gib over the state tensors).
+  static int64_t KeepNumel(int64_t keep_bytes, int tensors, DType dtype, int64_t numel);
 
  private:
   OffloadedState() = default;
   struct Gpu;
 
-  int64_t numel_ = 0, chunk_ = 0;
+  // One chunk of an Update: `count` elements of `seg` from its element `begin`, state element `at`.
+  struct Piece {
+    const Segment* seg;
+    int64_t begin, count, at;
+  };
+  Status UpdateKept(DeviceContext& ctx, const OptimAlgorithm& algo, const Piece& c, const Tensor* scale,
+                    const Tensor* skip, const Tensor* staged);
+  Status UpdateStreamed(DeviceContext& ctx, const OptimAlgorithm& algo, const Piece& c, int64_t i, const Tensor* scale,
+                        const Tensor* skip, const Tensor* staged);
+
+  int64_t numel_ = 0, chunk_ = 0, keep_ = 0;
   std::vector<Tensor> host_;
+  std::vector<Tensor> kept_;  // per state tensor: elements [0, keep_) on ctx's device
+  bool upload_ = true;        // the next Update copies the kept part in from host() first
   std::unique_ptr<Gpu> gpu_;  // null on the CPU
 };
 

@@ -24,9 +24,10 @@ Status Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, int64
   o->device_ = ctx.type();
   // State starts at zero (PyTorch's lazily created buffers behave identically from step 1).
   if (opts.offload) {
-    DT_RETURN_IF_ERROR(OffloadedState::Create(ctx, num_params, opts.state_dtype,
-                                              static_cast<int>(o->spec_->state_names.size()), opts.offload_chunk,
-                                              &o->offload_));
+    const int n_state = static_cast<int>(o->spec_->state_names.size());
+    const int64_t keep = OffloadedState::KeepNumel(opts.offload_keep_bytes, n_state, opts.state_dtype, num_params);
+    DT_RETURN_IF_ERROR(
+        OffloadedState::Create(ctx, num_params, opts.state_dtype, n_state, opts.offload_chunk, keep, &o->offload_));
   }
   o->state_.resize(opts.offload ? 0 : o->spec_->state_names.size());
   for (Tensor& t : o->state_) {

@@ -76,7 +76,7 @@ class Optimizer {
   // Host sync point with opts.offload: waits until the last update's state is back in state()'s host tensors (a
   // checkpoint's snapshot or a restore touches them on the host). Returns at once otherwise.
   Status SettleState();
-  bool offloaded() const { return offload_ != nullptr; }
+  const OffloadedState* offloaded() const { return offload_.get(); }  // null: the state is on the device
 
   // The global gradient norm (before clipping; unscaled with a LossScaler, then inf/NaN on a skipped step) of the
   // most recent Step(). Synchronizes ctx's stream

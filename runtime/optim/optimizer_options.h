@@ -28,9 +28,11 @@ struct OptimizerOptions {
   // bf16_storage algorithms only).
   DType param_dtype = DType::kF32;
   // optim.offload cpu: the state lives in page-locked host memory and streams through the GPU for each update
-  // (runtime/optim/offloaded_state.h), in chunks of offload_chunk elements (0: its default).
+  // (runtime/optim/offloaded_state.h), in chunks of offload_chunk elements (0: its default), except the part
+  // offload_keep_bytes of device memory hold (optim.offload_keep_gib), which stays on the device.
   bool offload = false;
   int64_t offload_chunk = 0;
+  int64_t offload_keep_bytes = 0;
   uint64_t seed = 0;  // of the stochastic rounding (train.seed): with the update number it fixes every rounding bit
 };
 

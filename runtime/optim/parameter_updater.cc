@@ -1,5 +1,7 @@
 #include "runtime/optim/parameter_updater.h"
 
+#include <cmath>
+
 #include "core/check.h"
 #include "core/logging.h"
 #include "kernels/bf16_round.h"
@@ -107,7 +109,9 @@ OptimizerOptions OptimizerOptionsFromConfig(const proto::OptimConfig& o) {
   oo.weight_decay = o.weight_decay();
   oo.grad_clip = o.grad_clip();
   oo.state_dtype = o.state_dtype() == "bf16" ? DType::kBF16 : DType::kF32;  // (choices) fp32|bf16
-  oo.offload = o.offload() == "cpu";                                        // (choices) none|cpu
+  // (choices) none|cpu|auto: FitMemory resolves auto to none or cpu with a kept part; unresolved, all of it offloaded
+  oo.offload = o.offload() != "none";
+  oo.offload_keep_bytes = o.offload() == "cpu" ? static_cast<int64_t>(std::ldexp(o.offload_keep_gib(), 30)) : 0;
   return oo;
 }
 

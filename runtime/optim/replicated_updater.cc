@@ -1,6 +1,7 @@
 #include "runtime/optim/replicated_updater.h"
 
 #include "core/check.h"
+#include "runtime/optim/offloaded_state.h"
 
 namespace dtrain::runtime {
 
@@ -26,6 +27,10 @@ std::string ReplicatedUpdater::GraphBlocker() const {
   if (scaler() != nullptr) return "fp16 dynamic loss scaling reads the loss scale on the host every step";
   if (reducer_ != nullptr) return "the gradient all-reduce across processes is not captured yet (one process only)";
   return "";
+}
+
+std::string ReplicatedUpdater::placement() const {
+  return optimizer_->offloaded() ? "replicated, " + optimizer_->offloaded()->Placement() : "replicated";
 }
 
 void ReplicatedUpdater::set_trace(DeviceTrace* trace) {

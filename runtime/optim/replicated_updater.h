@@ -34,9 +34,7 @@ class ReplicatedUpdater : public ParameterUpdater {
   Status TakeExposedCommMs(double* ms) override;
   const Tensor* grad_norm() const override { return optimizer_->grad_norm(); }
   size_t state_bytes() const override;
-  std::string placement() const override {
-    return optimizer_->offloaded() ? "replicated, in host memory (optim.offload cpu)" : "replicated";
-  }
+  std::string placement() const override;
 
   const OptimizerOptions& options() const override { return optimizer_->options(); }
   int64_t step() const override { return optimizer_->step(); }

@@ -41,7 +41,7 @@ class ShardedUpdater : public ParameterUpdater {
   size_t state_bytes() const override { return zero1_->state_bytes(); }
   std::string placement() const override {
     return "ZeRO-1: sharded over " + std::to_string(world_) + " ranks" +
-           (zero1_->offloaded() ? ", in host memory (optim.offload cpu)" : "");
+           (zero1_->offloaded() ? ", " + zero1_->offloaded()->Placement() : "");
   }
 
   const OptimizerOptions& options() const override { return zero1_->options(); }

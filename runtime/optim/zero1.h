@@ -146,7 +146,7 @@ class Zero1Optimizer {
   const Tensor* grad_norm() const { return has_norm_ ? &norm_ : nullptr; }
   void set_step(int64_t s) { step_ = s < 0 ? 0 : s; }
   const OptimizerOptions& options() const { return opts_; }
-  bool offloaded() const { return offload_ != nullptr; }
+  const OffloadedState* offloaded() const { return offload_.get(); }  // null: the shards are on the device
 
   // The full optimizer state into `dst` (one tensor per state name, in Optimizer::state()'s order, each
   // optim.state_dtype [the model's numel], on any device — a checkpoint's pinned host snapshot), or, with `dst` empty,

@@ -1,6 +1,7 @@
 #include "runtime/train/memory_fit.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "models/model_spec.h"
 #include "runtime/optim/offloaded_state.h"
 #include "runtime/optim/optim_algorithm.h"
+#include "runtime/optim/parameter_updater.h"
 #include "runtime/train/model_factory.h"
 #include "runtime/train/step_graph.h"
 
@@ -25,6 +27,45 @@ std::string Num(double x) {
   return buf;
 }
 
+// optim.offload auto on a plan that fits with all of the state offloaded (out->plan): none when the state fits the
+// limit on the GPU too, else cpu keeping on the GPU what the limit leaves less kAutoKeepMargin of it. Writes the
+// choice into *cfg, its plan into out->plan and the line saying so into out->offload.
+constexpr int64_t kAutoKeepMarginPerMille = 20;
+
+Status ResolveAutoOffload(proto::Config* cfg, const models::MemoryPlanInputs& in, MemoryFit* out) {
+  proto::OptimConfig* o = cfg->mutable_optim();
+  if (out->limit == 0) {
+    o->set_offload(out->planned ? "none" : "cpu");
+    out->offload = out->planned ? "optim.offload auto: none (no memory limit here to fit; a GPU run's workers check "
+                                  "their GPU)"
+                                : "optim.offload auto: cpu, all of the state (the model has no memory plan to size a "
+                                  "kept part from)";
+    return Status::OK();
+  }
+  models::MemoryPlanInputs on_gpu = in;
+  on_gpu.offload_state = false;
+  models::MemoryPlan p;
+  DT_RETURN_IF_ERROR(PlanRunMemory(*cfg, on_gpu, &p));
+  if (p.total() <= out->limit) {
+    o->set_offload("none");
+    out->plan = p;
+    out->offload = "optim.offload auto: none (the optimizer state fits within " + out->limit_what + ")";
+    return Status::OK();
+  }
+  const int64_t state = p.optimizer_state, granule = int64_t{2} << 20;
+  const int64_t room = out->limit - out->limit * kAutoKeepMarginPerMille / 1000 - out->plan.total();
+  const int64_t keep = std::max<int64_t>(0, std::min(room, state) / granule * granule);
+  o->set_offload("cpu");
+  o->set_offload_keep_gib(std::ldexp(static_cast<double>(keep), -30));
+  models::MemoryPlanInputs kept = in;
+  kept.offload_keep_bytes = keep;
+  DT_RETURN_IF_ERROR(PlanRunMemory(*cfg, kept, &out->plan));
+  out->offload = "optim.offload auto: cpu, " + models::FormatBytes(keep) + " of the " + models::FormatBytes(state) +
+                 " optimizer state kept on the device (optim.offload_keep_gib " + Num(o->offload_keep_gib()) +
+                 "), the rest in host memory";
+  return Status::OK();
+}
+
 }  // namespace
 
 Status MemoryPlanInputsOf(const proto::Config& cfg, int world_size, bool cuda, models::MemoryPlanInputs* in) {
@@ -37,7 +78,14 @@ Status MemoryPlanInputsOf(const proto::Config& cfg, int world_size, bool cuda, m
   in->optim_state_tensors = static_cast<int64_t>(optim->state_names.size());
   in->master_dtype = cfg.train().master_weights() == "bf16" ? DType::kBF16 : DType::kF32;
   in->optim_state_dtype = cfg.optim().state_dtype() == "bf16" ? DType::kBF16 : DType::kF32;
-  in->offload_state = cfg.optim().offload() == "cpu";
+  // auto before FitMemory resolves it: planned as all of the state offloaded (what OptimizerOptionsFromConfig does)
+  in->offload_state = cfg.optim().offload() != "none";
+  in->offload_keep_bytes = OptimizerOptionsFromConfig(cfg.optim()).offload_keep_bytes;
+  if (cfg.optim().offload() != "cpu" && cfg.optim().offload_keep_gib() > 0) {
+    return Status::InvalidArgument("optim.offload_keep_gib " + Num(cfg.optim().offload_keep_gib()) +
+                                   ": only with optim.offload cpu (it is " + cfg.optim().offload() +
+                                   "; auto sets it itself)");
+  }
   return Status::OK();
 }
 
@@ -50,11 +98,16 @@ Status PlanRunMemory(const proto::Config& cfg, const models::MemoryPlanInputs& i
   // clipping scalars and the staged update constants.
   const int64_t p = plan->num_params, world = in.world_size;
   const int64_t shard = in.zero1 ? (p + world - 1) / world : p;
-  // Offloaded (optim.offload cpu, runtime/optim/offloaded_state.h): the GPU holds a ring of chunks of each state
-  // tensor (none on the CPU, which updates the host state in place), the host the state (page-locked, 64-byte
-  // granules).
-  const int64_t on_device = !in.offload_state ? shard : in.cuda ? OffloadedState::RingNumel(shard, 0) : 0;
-  plan->optimizer_state = (on_device > 0 ? in.optim_state_tensors * in.Bytes(on_device, in.optim_state_dtype) : 0) +
+  // Offloaded (optim.offload cpu, runtime/optim/offloaded_state.h): the GPU holds the kept part and a ring of chunks
+  // of the rest of each state tensor (no ring on the CPU, which updates the host state in place), the host the state
+  // (page-locked, 64-byte granules).
+  const int tensors = static_cast<int>(in.optim_state_tensors);
+  const int64_t keep = OffloadedState::KeepNumel(in.offload_keep_bytes, tensors, in.optim_state_dtype, shard);
+  const int64_t ring = in.cuda ? OffloadedState::RingNumel(shard - keep, 0) : 0;
+  auto state_bytes = [&](int64_t numel) {
+    return numel > 0 ? in.optim_state_tensors * in.Bytes(numel, in.optim_state_dtype) : 0;
+  };
+  plan->optimizer_state = (in.offload_state ? state_bytes(keep) + state_bytes(ring) : state_bytes(shard)) +
                           3 * in.Bytes(1, DType::kF32) + in.Round(ops::kStagedArgsBytes);
   plan->host_state = in.offload_state
                          ? in.optim_state_tensors *
@@ -87,12 +140,14 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
   if (!FindModelSpec(*cfg, &spec).ok()) return Status::OK();  // the run check names an unknown kind
   const double budget = cfg->train().memory_budget_gib();
   if (!spec->memory_plan) {
-    if (budget <= 0) return Status::OK();
+    if (budget <= 0) return cfg->optim().offload() == "auto" ? ResolveAutoOffload(cfg, {}, out) : Status::OK();
     return Status::InvalidArgument("train.memory_budget_gib " + Num(budget) + ": model.kind " + cfg->model().kind() +
                                    " has no memory plan (ModelSpec::memory_plan) to check it against; set it to 0");
   }
   models::MemoryPlanInputs in;
   DT_RETURN_IF_ERROR(MemoryPlanInputsOf(*cfg, world_size, cuda, &in));
+  // A plan that fits: optim.offload auto resolved against it (and the limit).
+  auto fits = [&]() { return cfg->optim().offload() == "auto" ? ResolveAutoOffload(cfg, in, out) : Status::OK(); };
   out->planned = true;
   if (budget > 0) {
     out->limit = static_cast<int64_t>(budget * kGiB);
@@ -115,7 +170,7 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
       if (out->plan.total() <= out->limit) {
         *cfg = planned;
         out->chosen = p.name;
-        return Status::OK();
+        return fits();
       }
     }
   } else {
@@ -123,14 +178,14 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
     if (st.code() == Status::Code::kUnimplemented && budget <= 0) {  // a configuration the model does not plan
       out->planned = false;
       out->limit = 0;
-      return Status::OK();
+      return fits();
     }
     if (st.code() == Status::Code::kUnimplemented) {
       return Status::InvalidArgument("train.memory_budget_gib " + Num(budget) + ": " + st.message() + "; set it to 0");
     }
     DT_RETURN_IF_ERROR(st);
   }
-  if (out->limit == 0 || out->plan.total() <= out->limit) return Status::OK();
+  if (out->limit == 0 || out->plan.total() <= out->limit) return fits();
 
   // Over the limit: each knob that would help from the plan shown, with what it gives.
   std::string knobs;
@@ -213,11 +268,14 @@ int64_t HostMemoryAvailable() {
 }
 
 std::string DescribeMemoryFit(const MemoryFit& fit) {
-  if (!fit.planned) return "memory plan: none (the model has no ModelSpec::memory_plan)";
+  if (!fit.planned) {
+    return "memory plan: none (the model has no ModelSpec::memory_plan)" +
+           (fit.offload.empty() ? "" : "; " + fit.offload);
+  }
   std::string s = "memory plan " + models::FormatBytes(fit.plan.total()) + " per rank";
   if (!fit.chosen.empty()) s += ", activation checkpointing " + fit.chosen + " chosen to fit " + fit.limit_what;
   if (fit.chosen.empty() && fit.limit > 0) s += ", within " + fit.limit_what;
-  return s + ":\n" + fit.plan.Table();
+  return s + (fit.offload.empty() ? "" : "; " + fit.offload) + ":\n" + fit.plan.Table();
 }
 
 }  // namespace dtrain::runtime

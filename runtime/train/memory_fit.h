@@ -10,9 +10,10 @@
 // every worker runs again on its device. The limit is train.memory_budget_gib when set, else (CUDA runs) the GPU's
 // memory less kCudaReservedBytes for the CUDA context; CPU runs without a budget are not checked. When the model's
 // activation checkpointing is left open (ModelSpec::activation_policies) and a budget is set, the cheapest policy whose
-// plan fits is written into *cfg. A plan over the limit is InvalidArgument with the plan's table and each knob that
-// would make it fit, with its figure (activation checkpointing, data.batch_size, optim.offload cpu, dist.zero1 on more
-// GPUs). Thread-safe; reads the config only.
+// plan fits is written into *cfg, and then optim.offload auto is resolved into *cfg (none, or cpu with
+// optim.offload_keep_gib set to what the limit leaves; see config.proto). A plan over the limit is InvalidArgument with
+// the plan's table and each knob that would make it fit, with its figure (activation checkpointing, data.batch_size,
+// optim.offload cpu, dist.zero1 on more GPUs). Thread-safe; reads the config only.
 
 #include <cstdint>
 #include <string>
@@ -40,6 +41,7 @@ struct MemoryFit {
   std::string chosen;       // the policy the budget picked; "" when none was picked
   int64_t limit = 0;        // the bytes the plan had to fit; 0 = not checked
   std::string limit_what;   // "train.memory_budget_gib 40" or "the GPU's 139.7 GiB less 1 GiB for the CUDA context"
+  std::string offload;      // what optim.offload auto was resolved to, for the plan's line; "" when not auto
 };
 
 // `gpu_bytes`: the memory of the GPU a rank uses (0 = unknown, or a CPU run). InvalidArgument when the plan does not

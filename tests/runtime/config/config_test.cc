@@ -104,7 +104,7 @@ TEST(ConfigTest, OverrideErrorsNameTheFlag) {
             "--set optim.lr=fast: key 'optim.lr': expected a number in [0, 10], got 'fast'");
   EXPECT_EQ(ErrorOf("", {"optim.lrr=1"}),
             "--set optim.lrr=1: unknown key 'optim.lrr' (known keys of 'optim': name, lr, momentum, nesterov, beta1, "
-            "beta2, eps, weight_decay, grad_clip, state_dtype, offload)");
+            "beta2, eps, weight_decay, grad_clip, state_dtype, offload, offload_keep_gib)");
   EXPECT_EQ(ErrorOf("", {"optim.lr"}), "--set optim.lr: expected key=value, e.g. --set optim.lr=0.01");
   EXPECT_EQ(ErrorOf("", {"optim.lr.x=1"}), "--set optim.lr.x=1: key 'optim.lr' has no sub-keys");
   EXPECT_EQ(ErrorOf("", {"run=x"}),
@@ -120,7 +120,7 @@ TEST(ConfigTest, OverrideErrorsNameTheFlag) {
 TEST(ConfigTest, UnknownKeysListTheKnownOnes) {
   EXPECT_EQ(ErrorOf("optim:\n  name: sgd\n\n  lrr: 0.1\n"),
             "x.yaml:4: unknown key 'optim.lrr' (known keys of 'optim': name, lr, momentum, nesterov, beta1, beta2, "
-            "eps, weight_decay, grad_clip, state_dtype, offload)");
+            "eps, weight_decay, grad_clip, state_dtype, offload, offload_keep_gib)");
   EXPECT_EQ(ErrorOf("modle:\n  kind: mlp\n"),
             "x.yaml:1: unknown key 'modle' (known top-level keys: model, data, optim, schedule, train, run, dist, "
             "checkpoint, storage)");

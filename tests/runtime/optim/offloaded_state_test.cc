@@ -2,8 +2,10 @@
 // lives in host memory and is updated chunk by chunk gives bit for bit the parameters and state of the same optimizer
 // with its state in place, for every registered algorithm and AdamW's bf16 storage, over several steps with clipping
 // and chunks that do not divide the buffer — on the CPU (the chunk loop, in place) and on a GPU (the streamed ring:
-// more chunks than slots, so every slot is refilled); and an update in segments (ZeRO-1's owned ranges) equals the
-// algorithm's update of each range in place.
+// more chunks than slots, so every slot is refilled); with a kept part on the device too (optim.offload_keep_gib: its
+// end not on a chunk boundary), across a settle in mid-run and into a fresh optimizer whose host state a restore
+// wrote; and an update in segments (ZeRO-1's owned ranges) equals the algorithm's update of each range in place,
+// with none, part or all of the state kept.
 #include "runtime/optim/offloaded_state.h"
 
 #include <gtest/gtest.h>
@@ -64,10 +66,14 @@ Tensor Random(DeviceContext& ctx, int64_t n, DType dtype, std::mt19937* rng) {
   return t;
 }
 
-// Four steps of each case, in place and offloaded in chunks of `chunk`: equal params and state, bit for bit.
-void ExpectOffloadedEqualsInPlace(DeviceContext& ctx, int64_t n, int64_t chunk) {
+// Four steps of each case, in place and offloaded in chunks of `chunk` with `keep_bytes` of the state kept on the
+// device (a settle after step 2, as a checkpoint does): equal params and state, bit for bit; then a fifth step of both
+// and of a fresh offloaded optimizer (another kept part) whose host state was written from the settled one, as a
+// restore does: all three equal.
+void ExpectOffloadedEqualsInPlace(DeviceContext& ctx, int64_t n, int64_t chunk, int64_t keep_bytes) {
   for (const Case& c : Cases()) {
-    SCOPED_TRACE(c.name + " params " + DTypeName(c.params) + " state " + DTypeName(c.state));
+    SCOPED_TRACE(c.name + " params " + DTypeName(c.params) + " state " + DTypeName(c.state) + " keep " +
+                 std::to_string(keep_bytes));
     OptimizerOptions o;
     o.name = c.name;
     o.weight_decay = 0.01;
@@ -80,8 +86,11 @@ void ExpectOffloadedEqualsInPlace(DeviceContext& ctx, int64_t n, int64_t chunk) 
     ASSERT_TRUE(Optimizer::Create(ctx, o, n, &in_place).ok());
     o.offload = true;
     o.offload_chunk = chunk;
+    o.offload_keep_bytes = keep_bytes;
     ASSERT_TRUE(Optimizer::Create(ctx, o, n, &offloaded).ok());
     ASSERT_TRUE(offloaded->offloaded());
+    const int64_t kept = offloaded->offloaded()->kept();
+    EXPECT_EQ(kept, OffloadedState::KeepNumel(keep_bytes, static_cast<int>(in_place->state().size()), c.state, n));
     std::mt19937 rng(11);
     Tensor p0 = Random(ctx, n, c.params, &rng), p1;
     ASSERT_TRUE(Tensor::Empty({n}, c.params, ctx.allocator(), &p1).ok());
@@ -92,6 +101,7 @@ void ExpectOffloadedEqualsInPlace(DeviceContext& ctx, int64_t n, int64_t chunk) 
       ASSERT_TRUE(in_place->Step(ctx, p0, g, lr).ok());
       ASSERT_TRUE(offloaded->Step(ctx, p1, g, lr).ok());
       ASSERT_TRUE(ctx.Synchronize().ok());  // g goes out of scope
+      if (s == 1) ASSERT_TRUE(offloaded->SettleState().ok());
     }
     EXPECT_EQ(Bytes(ctx, p1), Bytes(ctx, p0));
     ASSERT_TRUE(offloaded->SettleState().ok());
@@ -102,21 +112,44 @@ void ExpectOffloadedEqualsInPlace(DeviceContext& ctx, int64_t n, int64_t chunk) 
       EXPECT_FALSE(b[i].second->is_cuda()) << b[i].first << " is not in host memory";
       EXPECT_EQ(Bytes(ctx, *b[i].second), Bytes(ctx, *a[i].second)) << a[i].first;
     }
+    // The restore: a fresh optimizer keeping another part (half as much), its host state written, its step set.
+    std::unique_ptr<Optimizer> fresh;
+    o.offload_keep_bytes = keep_bytes / 2;
+    ASSERT_TRUE(Optimizer::Create(ctx, o, n, &fresh).ok());
+    const auto f = fresh->state();
+    for (size_t i = 0; i < f.size(); ++i) ASSERT_TRUE(f[i].second->CopyFrom(*b[i].second, ctx.stream()).ok());
+    fresh->set_step(offloaded->step());
+    Tensor p2;
+    ASSERT_TRUE(Tensor::Empty({n}, c.params, ctx.allocator(), &p2).ok());
+    ASSERT_TRUE(p2.CopyFrom(p1, ctx.stream()).ok());
+    Tensor g = Random(ctx, n, DType::kF32, &rng);
+    ASSERT_TRUE(in_place->Step(ctx, p0, g, 0.002).ok());
+    ASSERT_TRUE(offloaded->Step(ctx, p1, g, 0.002).ok());
+    ASSERT_TRUE(fresh->Step(ctx, p2, g, 0.002).ok());
+    EXPECT_EQ(Bytes(ctx, p1), Bytes(ctx, p0));
+    EXPECT_EQ(Bytes(ctx, p2), Bytes(ctx, p0));
+    ASSERT_TRUE(offloaded->SettleState().ok());
+    ASSERT_TRUE(fresh->SettleState().ok());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(Bytes(ctx, *b[i].second), Bytes(ctx, *a[i].second)) << a[i].first << " after the restore's step";
+      EXPECT_EQ(Bytes(ctx, *f[i].second), Bytes(ctx, *a[i].second)) << a[i].first << " of the restored optimizer";
+    }
   }
 }
 
 // Segments (a ZeRO-1 shard's owned ranges): three ranges of a 120-element buffer whose state lies elsewhere in a
 // 100-element state, in another order, updated through OffloadedState in chunks of `chunk` equal the algorithm's
 // update of each range in place, bit for bit — AdamW with f32 and with bf16 state (the rounding's element index is
-// the range's offset in the whole buffer), three steps.
-void ExpectSegmentsEqualInPlace(DeviceContext& ctx, int64_t chunk) {
+// the range's offset in the whole buffer), three steps; `keep` of the 100 state elements kept on the device.
+void ExpectSegmentsEqualInPlace(DeviceContext& ctx, int64_t chunk, int64_t keep) {
   struct Range {
     int64_t offset, numel, state_offset;
   };
   const Range ranges[] = {{10, 37, 60}, {47, 3, 0}, {60, 50, 5}};
   constexpr int64_t kBuffer = 120, kState = 100;
   for (DType state_dtype : {DType::kF32, DType::kBF16}) {
-    SCOPED_TRACE(std::string("state ") + DTypeName(state_dtype) + " chunk " + std::to_string(chunk));
+    SCOPED_TRACE(std::string("state ") + DTypeName(state_dtype) + " chunk " + std::to_string(chunk) + " keep " +
+                 std::to_string(keep));
     OptimizerOptions o;
     o.name = "adamw";
     o.weight_decay = 0.01;
@@ -126,7 +159,8 @@ void ExpectSegmentsEqualInPlace(DeviceContext& ctx, int64_t chunk) {
     std::unique_ptr<OptimAlgorithm> algo;
     ASSERT_TRUE(CreateOptimAlgorithm(o, &spec, &algo).ok());
     std::unique_ptr<OffloadedState> off;
-    ASSERT_TRUE(OffloadedState::Create(ctx, kState, state_dtype, 2, chunk, &off).ok());
+    ASSERT_TRUE(OffloadedState::Create(ctx, kState, state_dtype, 2, chunk, keep, &off).ok());
+    EXPECT_EQ(off->kept(), keep);
     std::vector<Tensor> state(2);
     for (Tensor& t : state) {
       ASSERT_TRUE(Tensor::Empty({kState}, state_dtype, ctx.allocator(), &t).ok());
@@ -163,26 +197,49 @@ void ExpectSegmentsEqualInPlace(DeviceContext& ctx, int64_t chunk) {
 TEST(OffloadedState, CpuChunksEqualTheWholeBuffer) {
   std::unique_ptr<DeviceContext> ctx;
   ASSERT_TRUE(DeviceContext::CreateCpu(&ctx).ok());
-  ExpectOffloadedEqualsInPlace(*ctx, 1003, 64);  // 16 chunks, the last one partial
+  ExpectOffloadedEqualsInPlace(*ctx, 1003, 64, 0);  // 16 chunks, the last one partial
+}
+
+// 2,400 bytes kept: 300 elements of f32 AdamW (not a multiple of 64), 600 of bf16 or of a one-tensor state.
+TEST(OffloadedState, CpuKeptPartEqualsTheWholeBuffer) {
+  std::unique_ptr<DeviceContext> ctx;
+  ASSERT_TRUE(DeviceContext::CreateCpu(&ctx).ok());
+  ExpectOffloadedEqualsInPlace(*ctx, 1003, 64, 2400);
 }
 
 TEST(OffloadedState, CpuSegmentsEqualTheirRangesInPlace) {
   std::unique_ptr<DeviceContext> ctx;
   ASSERT_TRUE(DeviceContext::CreateCpu(&ctx).ok());
-  ExpectSegmentsEqualInPlace(*ctx, 8);
+  for (int64_t keep : {0, 30, 100}) ExpectSegmentsEqualInPlace(*ctx, 8, keep);
 }
 
 TEST(OffloadedState, RingHoldsAtMostFourChunks) {
   EXPECT_EQ(OffloadedState::RingNumel(100, 64), 100);
   EXPECT_EQ(OffloadedState::RingNumel(1000, 64), 4 * 64);
   EXPECT_EQ(OffloadedState::RingNumel(int64_t{1} << 30, 0), 4 * OffloadedState::kDefaultChunk);
+  EXPECT_EQ(OffloadedState::RingNumel(0, 64), 0);
+}
+
+TEST(OffloadedState, KeptElementsAreWhatTheBytesHold) {
+  EXPECT_EQ(OffloadedState::KeepNumel(800, 2, DType::kF32, 1000), 100);
+  EXPECT_EQ(OffloadedState::KeepNumel(801, 2, DType::kBF16, 1000), 200);  // whole elements of every tensor only
+  EXPECT_EQ(OffloadedState::KeepNumel(int64_t{1} << 40, 2, DType::kF32, 1000), 1000);
+  EXPECT_EQ(OffloadedState::KeepNumel(0, 2, DType::kF32, 1000), 0);
 }
 
 TEST(OffloadedStateCuda, StreamedRingEqualsStateOnTheDevice) {
   DT_SKIP_WITHOUT_GPU("the streamed update");
   std::unique_ptr<DeviceContext> gpu;
   ASSERT_TRUE(DeviceContext::CreateCuda(0, &gpu).ok());
-  ExpectOffloadedEqualsInPlace(*gpu, 100003, 4096);  // 25 chunks through 4 slots
+  ExpectOffloadedEqualsInPlace(*gpu, 100003, 4096, 0);  // 25 chunks through 4 slots
+}
+
+// 40,000 f32 AdamW elements kept (9.8 chunks), the other 60,003 through the 4-slot ring, interleaved.
+TEST(OffloadedStateCuda, KeptPartAndRingEqualStateOnTheDevice) {
+  DT_SKIP_WITHOUT_GPU("the streamed update");
+  std::unique_ptr<DeviceContext> gpu;
+  ASSERT_TRUE(DeviceContext::CreateCuda(0, &gpu).ok());
+  ExpectOffloadedEqualsInPlace(*gpu, 100003, 4096, 320000);
 }
 
 // Segments through the ring: chunks of 8 (a 32-element ring of 4 slots, refilled; chunks cut short at the segments'
@@ -191,8 +248,10 @@ TEST(OffloadedStateCuda, StreamedSegmentsEqualTheirRangesInPlace) {
   DT_SKIP_WITHOUT_GPU("the streamed update");
   std::unique_ptr<DeviceContext> gpu;
   ASSERT_TRUE(DeviceContext::CreateCuda(0, &gpu).ok());
-  ExpectSegmentsEqualInPlace(*gpu, 8);
-  ExpectSegmentsEqualInPlace(*gpu, 64);
+  for (int64_t keep : {0, 30, 100}) {
+    ExpectSegmentsEqualInPlace(*gpu, 8, keep);
+    ExpectSegmentsEqualInPlace(*gpu, 64, keep);
+  }
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "core/device_context.h"
 #include "kernels/matmul_fp8.h"
 #include "runtime/config/config.h"
+#include "runtime/optim/offloaded_state.h"
 #include "runtime/optim/parameter_updater.h"
 #include "runtime/train/data_source.h"
 #include "runtime/train/model_factory.h"
@@ -147,17 +148,21 @@ TEST(MemoryPlanCuda, Bf16LlamaPlanIsWithinFivePercentOfTheCachingAllocatorsPeak)
   ASSERT_TRUE(DeviceContext::CreateCuda(0, &gpu).ok());
   const bool fp8_gpu = ops::CheckFp8Device(*gpu, "test").ok();
   struct Case {
-    std::string precision, policy, offload = "none";
+    std::string precision, policy, offload = "none", keep_gib = "0";
   };
-  const std::vector<Case> cases = {{"bf16", "none"},        {"bf16", "selective"}, {"bf16", "full"},
-                                   {"bf16", "none", "cpu"},  // ~29M parameters: more state than the ring's 16M
-                                   {"fp8", "none"},         {"fp8", "selective"}};
-  for (const auto& [precision, policy, offload] : cases) {
+  const std::vector<Case> cases = {{"bf16", "none"},
+                                   {"bf16", "selective"},
+                                   {"bf16", "full"},
+                                   {"bf16", "none", "cpu"},         // ~29M parameters: more state than the ring's 16M
+                                   {"bf16", "none", "cpu", "0.1"},  // 13.4M of them kept on the GPU, the rest streamed
+                                   {"fp8", "none"},
+                                   {"fp8", "selective"}};
+  for (const auto& [precision, policy, offload, keep_gib] : cases) {
     if (precision == "fp8" && !fp8_gpu) continue;
-    SCOPED_TRACE(precision + " " + policy + " offload " + offload);
+    SCOPED_TRACE(precision + " " + policy + " offload " + offload + " keep " + keep_gib);
     const proto::Config cfg =
         Tiny({"train.device=cuda", "train.precision=" + precision, "optim.offload=" + offload,
-              "model.llama.vocab_size=32000",
+              "optim.offload_keep_gib=" + keep_gib, "model.llama.vocab_size=32000",
               std::string("model.llama.fp8_layers=") + (precision == "fp8" ? "all" : "auto"), "model.llama.hidden=512",
               "model.llama.n_head=8", "model.llama.n_kv_head=4", "model.llama.ffn_hidden=1376", "model.llama.n_layer=4",
               "model.llama.max_seq_len=512", "data.batch_size=8", "model.llama.activation_checkpointing=" + policy});
@@ -267,6 +272,87 @@ TEST(MemoryPlan, OffloadMovesTheOptimizerStateToHostMemory) {
   const int64_t peak = MeasuredPeak(offloaded);
   EXPECT_NEAR(static_cast<double>(plan) / static_cast<double>(peak), 1.0, 0.05) << plan << " vs " << peak;
   EXPECT_LT(plan, Plan(plain));
+}
+
+// optim.offload_keep_gib: the kept part is planned on the device beside the ring of the rest (CUDA) or alone (CPU,
+// where the step's measured peak matches the plan); the host line still holds the whole state; the key without
+// optim.offload cpu is refused naming it.
+TEST(MemoryPlan, KeptPartOfTheOffloadedStateIsPlannedOnTheDevice) {
+  const int64_t keep_bytes = int64_t{1} << 17;  // 16,384 elements of each of AdamW's two f32 state tensors
+  const proto::Config all = Tiny({"optim.offload=cpu"}),
+                      kept = Tiny({"optim.offload=cpu", "optim.offload_keep_gib=0.0001220703125"});  // 2^-13
+  for (const bool cuda : {false, true}) {
+    models::MemoryPlanInputs in_all, in_kept;
+    models::MemoryPlan a, b;
+    ASSERT_TRUE(MemoryPlanInputsOf(all, 1, cuda, &in_all).ok());
+    ASSERT_TRUE(MemoryPlanInputsOf(kept, 1, cuda, &in_kept).ok());
+    EXPECT_EQ(in_kept.offload_keep_bytes, keep_bytes);
+    ASSERT_TRUE(PlanRunMemory(all, in_all, &a).ok());
+    ASSERT_TRUE(PlanRunMemory(kept, in_kept, &b).ok());
+    const int64_t p = a.num_params, k = keep_bytes / 8;
+    ASSERT_GT(p, k);
+    EXPECT_EQ(b.host_state, a.host_state);
+    const int64_t ring_all = cuda ? 2 * in_all.Bytes(OffloadedState::RingNumel(p, 0), DType::kF32) : 0;
+    const int64_t ring_rest = cuda ? 2 * in_all.Bytes(OffloadedState::RingNumel(p - k, 0), DType::kF32) : 0;
+    EXPECT_EQ(b.optimizer_state - a.optimizer_state, 2 * in_all.Bytes(k, DType::kF32) + ring_rest - ring_all)
+        << (cuda ? "cuda" : "cpu");
+  }
+  EXPECT_NEAR(static_cast<double>(Plan(kept)) / static_cast<double>(MeasuredPeak(kept)), 1.0, 0.05);
+  models::MemoryPlanInputs in;
+  const Status st = MemoryPlanInputsOf(Tiny({"optim.offload_keep_gib=2"}), 1, false, &in);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(st.message(), "optim.offload_keep_gib 2: only with optim.offload cpu (it is none; auto sets it itself)");
+}
+
+// optim.offload auto, against a budget on the CPU: a state that fits stays where it is (none); one that does not
+// fits with all of it offloaded and keeps what the budget leaves, less 2% of it, in whole 2 MiB; with no room left,
+// cpu with nothing kept; with no limit at all, none. The plan written back fits, and the line says what was chosen.
+TEST(MemoryFit, AutoOffloadKeepsWhatTheBudgetLeaves) {
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const proto::Config plain = Tiny({"model.llama.activation_checkpointing=none", "model.llama.vocab_size=32000"});
+  proto::Config all = plain;
+  all.mutable_optim()->set_offload("cpu");
+  const int64_t on_device = Plan(plain), offloaded = Plan(all);
+  ASSERT_GT(on_device - offloaded, int64_t{8} << 20) << "the state must span several 2 MiB granules";
+  auto fit = [&](double budget_bytes, MemoryFit* out) {
+    proto::Config cfg = plain;
+    cfg.mutable_optim()->set_offload("auto");
+    cfg.mutable_train()->set_memory_budget_gib(budget_bytes / gib);
+    const Status st = FitMemory(&cfg, 1, /*cuda=*/false, 0, out);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return cfg;
+  };
+  MemoryFit f;
+  proto::Config c = fit(on_device * 1.001, &f);
+  EXPECT_EQ(c.optim().offload(), "none");
+  EXPECT_EQ(f.plan.total(), on_device);
+  EXPECT_NE(DescribeMemoryFit(f).find("optim.offload auto: none (the optimizer state fits within "
+                                      "train.memory_budget_gib"),
+            std::string::npos)
+      << DescribeMemoryFit(f);
+
+  const double budget = (offloaded + on_device) / 2.0;  // room for about half of the state
+  c = fit(budget, &f);
+  EXPECT_EQ(c.optim().offload(), "cpu");
+  const int64_t limit = static_cast<int64_t>(budget / gib * gib), granule = int64_t{2} << 20;
+  const int64_t keep = (limit - limit * 20 / 1000 - offloaded) / granule * granule;
+  ASSERT_GT(keep, 0);
+  EXPECT_EQ(static_cast<int64_t>(c.optim().offload_keep_gib() * gib), keep);
+  EXPECT_LE(f.plan.total(), f.limit);
+  EXPECT_EQ(f.plan.total(), Plan(c));
+  EXPECT_NE(DescribeMemoryFit(f).find("optim.offload auto: cpu, " + models::FormatBytes(keep) + " of the "),
+            std::string::npos)
+      << DescribeMemoryFit(f);
+
+  c = fit(offloaded * 1.001, &f);  // fits only all offloaded, within the margin
+  EXPECT_EQ(c.optim().offload(), "cpu");
+  EXPECT_EQ(c.optim().offload_keep_gib(), 0.0);
+
+  proto::Config none = plain;  // no budget on the CPU: no limit
+  none.mutable_optim()->set_offload("auto");
+  ASSERT_TRUE(FitMemory(&none, 1, false, 0, &f).ok());
+  EXPECT_EQ(none.optim().offload(), "none");
+  EXPECT_NE(f.offload.find("no memory limit here"), std::string::npos) << f.offload;
 }
 
 // Offloaded state is pinned host memory: more than the machine has available for its ranks is refused, naming the
