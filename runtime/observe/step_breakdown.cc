@@ -38,9 +38,10 @@ std::string CheckpointAdvice(const TuningSettings& s) {
 std::string OptimizerAdvice(const TuningSettings& s) {
   const std::string accum = "train.grad_accum_steps (" + std::to_string(s.grad_accum_steps) + ")";
   if (s.offload) {  // the update is the PCIe transfer of the state, not the kernel
-    return "optim.offload cpu moves the optimizer state over PCIe each update: raise " + accum +
+    return "optim.offload cpu moves the optimizer state not kept on the GPU over PCIe each update: raise " + accum +
            (s.zero1 ? "" : ", set dist.zero1 on several GPUs (each rank moves only its shard)") +
-           ", or set optim.offload none if the state fits the GPU (dtrain launch --dry-run)";
+           ", or keep more of it on the GPU (optim.offload auto keeps what the memory plan leaves, a stronger "
+           "activation checkpointing policy leaves more; dtrain launch --dry-run)";
   }
   return s.zero1 ? "raise " + accum + " (dist.zero1 already shards the update)"
                  : "set dist.zero1 to shard the update, or raise " + accum;

@@ -1,7 +1,6 @@
 #include "runtime/optim/offloaded_state.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -9,6 +8,7 @@
 #include "core/check.h"
 #include "core/nvtx.h"
 #include "core/parallel_for.h"
+#include "models/memory_plan.h"
 #if DT_HAVE_CUDA
 #include "core/cuda_check.h"
 #include "core/cuda_handles.h"
@@ -232,13 +232,10 @@ Status OffloadedState::UpdateStreamed(DeviceContext& ctx, const OptimAlgorithm& 
 }
 
 std::string OffloadedState::Placement() const {
-  std::string s = "in host memory (optim.offload cpu)";
+  const std::string s = "in host memory (optim.offload cpu)";
   if (keep_ == 0) return s;
-  char buf[64];
-  const double bytes = static_cast<double>(keep_) * static_cast<double>(kept_.size() * DTypeSize(host_[0].dtype()));
-  std::snprintf(buf, sizeof(buf), ", %.1f GiB of it kept on the %s", bytes / (1024.0 * 1024.0 * 1024.0),
-                gpu_ != nullptr ? "GPU" : "device");
-  return s + buf;
+  const int64_t bytes = keep_ * static_cast<int64_t>(kept_.size() * DTypeSize(host_[0].dtype()));
+  return s + ", " + models::FormatBytes(bytes) + " of it kept on the " + (gpu_ != nullptr ? "GPU" : "device");
 }
 
 Status OffloadedState::Settle() {

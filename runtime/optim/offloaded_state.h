@@ -81,7 +81,7 @@ class OffloadedState {
 
   int64_t kept() const { return keep_; }
   // Where the state is, for the progress line: "in host memory (optim.offload cpu)", and the kept part when there is
-  // one ("..., 25.0 GiB of it kept on the GPU").
+  // one ("..., 25.63 GiB of it kept on the GPU").
   std::string Placement() const;
 
   // Elements of each state tensor the device ring holds for `numel` streamed elements (what the memory plan counts

@@ -2,7 +2,9 @@
 // optimizer state in host memory, updated chunk by chunk (runtime/optim/offloaded_state.h), trains to the same
 // parameters bit for bit as the state in place, in fp32 and bf16 state; its checkpoints are the same files, so a run
 // interrupted after a checkpoint resumes with or without offload to the uninterrupted run's weights exactly; and
-// ZeRO-1's shards offloaded on two ranks likewise.
+// ZeRO-1's shards offloaded on two ranks likewise. A kept part (optim.offload_keep_gib: the first elements of the state
+// updated where the model is, the rest in host memory) trains to the same bits, checkpoints mid-run (the kept part
+// settled into the checkpoint's state) and resumes with another kept part to them too.
 
 #include <gtest/gtest.h>
 
@@ -57,6 +59,31 @@ TEST(LlamaOffloadE2E, SameWeightsAsTheStateInPlaceAndResumesEitherWay) {
         << resumed.output;
     EXPECT_EQ(MaxSafetensorsDiff(d + "/in_place_fp32/final.safetensors", d + "/" + run + "/final.safetensors"), 0.0);
   }
+}
+
+TEST(LlamaOffloadE2E, KeptPartSameWeightsAndResumesWithAnotherPart) {
+  TempDir tmp;
+  const std::string d = tmp.path();
+  ASSERT_NO_FATAL_FAILURE(MakeLlamaTextData(d));
+  const ProcessResult in_place = RunCommand(DtrainBin() + " train " + Args(d, "in_place", "none"));
+  ASSERT_EQ(in_place.exit_code, 0) << in_place.output;
+  // 2^-13 GiB: 16,384 of llama_tiny's ~107K elements of each AdamW state tensor; 2^-12: twice as many.
+  const std::string keep = " --set optim.offload_keep_gib=0.0001220703125";
+  const ProcessResult kept = RunCommand(DtrainBin() + " train " + Args(d, "kept", "cpu") + keep);
+  ASSERT_EQ(kept.exit_code, 0) << kept.output;
+  EXPECT_NE(kept.output.find("(replicated, in host memory (optim.offload cpu), 128 KiB of it kept on the device)"),
+            std::string::npos)
+      << kept.output;
+  EXPECT_EQ(MaxSafetensorsDiff(d + "/in_place/final.safetensors", d + "/kept/final.safetensors"), 0.0);
+  const ProcessResult part =
+      RunCommand("DTRAIN_FAULT=step=30,action=error " + DtrainBin() + " train " + Args(d, "part", "cpu") + keep);
+  ASSERT_NE(part.exit_code, 0) << part.output;
+  const ProcessResult resumed = RunCommand("DTRAIN_RESTART_COUNT=1 " + DtrainBin() + " train " +
+                                           Args(d, "part", "cpu") + " --set optim.offload_keep_gib=0.000244140625");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + d + "/part/checkpoints/step-00000020: step 20"), std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(MaxSafetensorsDiff(d + "/in_place/final.safetensors", d + "/part/final.safetensors"), 0.0);
 }
 
 // dist.zero1 on two CPU ranks (`dtrain launch`): each rank's shard of the state in host memory trains to the same

@@ -80,14 +80,16 @@ TEST(StepBreakdownTest, AdviceReadsTheRunsSettings) {
             "the update)");
   s.offload = true;  // the update's time is the state's trip over PCIe (already sharded here)
   EXPECT_EQ(StepVerdict(Step(5, 60, 5, 26, 0), s),
-            "optimizer-bound: optimizer 26% of the step; optim.offload cpu moves the optimizer state over PCIe each "
-            "update: raise train.grad_accum_steps (4), or set optim.offload none if the state fits the GPU (dtrain "
+            "optimizer-bound: optimizer 26% of the step; optim.offload cpu moves the optimizer state not kept on the "
+            "GPU over PCIe each update: raise train.grad_accum_steps (4), or keep more of it on the GPU (optim.offload "
+            "auto keeps what the memory plan leaves, a stronger activation checkpointing policy leaves more; dtrain "
             "launch --dry-run)");
   s.zero1 = false;  // sharding the offloaded state divides each rank's trip
   EXPECT_EQ(StepVerdict(Step(5, 60, 5, 26, 0), s),
-            "optimizer-bound: optimizer 26% of the step; optim.offload cpu moves the optimizer state over PCIe each "
-            "update: raise train.grad_accum_steps (4), set dist.zero1 on several GPUs (each rank moves only its "
-            "shard), or set optim.offload none if the state fits the GPU (dtrain launch --dry-run)");
+            "optimizer-bound: optimizer 26% of the step; optim.offload cpu moves the optimizer state not kept on the "
+            "GPU over PCIe each update: raise train.grad_accum_steps (4), set dist.zero1 on several GPUs (each rank "
+            "moves only its shard), or keep more of it on the GPU (optim.offload auto keeps what the memory plan "
+            "leaves, a stronger activation checkpointing policy leaves more; dtrain launch --dry-run)");
 }
 
 TEST(StepBreakdownTest, BelowThresholdsNoVerdict) {
