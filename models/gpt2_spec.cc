@@ -146,7 +146,7 @@ std::vector<ActivationPolicy> ActivationPolicies(const proto::Config& config, bo
   std::vector<ActivationPolicy> out;
   for (bool full : {false, true}) {
     out.push_back({full ? "full" : "none", full ? "train.recompute: true" : "train.recompute: false",
-                   [full](proto::Config* cfg) { cfg->mutable_train()->set_recompute(full); }});
+                   [full](proto::Config* cfg) { cfg->mutable_train()->set_recompute(full); }, full ? 1.0 / 3 : 0.0});
   }
   return out;
 }

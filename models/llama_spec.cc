@@ -293,13 +293,19 @@ std::vector<ActivationPolicy> ActivationPolicies(const proto::Config& config, bo
     named.selective = policy == "selective";
     std::string setting = "model.llama.activation_checkpointing: " + policy;
     if (k > 0) setting += ", full_checkpoint_layers: " + std::to_string(k);
-    out.push_back({PolicyName(named, n_layer), setting, [policy, k](proto::Config* cfg) {
+    // A full layer recomputes its forward (a third of its forward + backward); a selective one its element-wise and
+    // norm kernels (+0.5% of the step, measured at the 8B shape: bench/results/2026-12-04-llama-offload-keep-h200.md).
+    const double full = static_cast<double>(named.full_layers) / static_cast<double>(n_layer);
+    const double recompute = full / 3.0 + (named.selective ? (1.0 - full) * 0.005 : 0.0);
+    out.push_back({PolicyName(named, n_layer), setting,
+                   [policy, k](proto::Config* cfg) {
                      proto::LlamaConfig* g = cfg->mutable_model()->mutable_llama();
                      g->set_activation_checkpointing(policy);
                      g->set_full_checkpoint_layers(k);
                      g->set_recompute_pointwise(false);  // the old keys, now said by the policy
                      cfg->mutable_train()->set_recompute(false);
-                   }});
+                   },
+                   recompute});
   };
   for (int64_t k = 0; k < n_layer; ++k) {
     if (k == 1) continue;  // one full layer saves nothing: the full layers' shared set replaces its own

@@ -58,11 +58,14 @@ struct HfExportPlan {
 };
 
 // One activation-checkpointing policy a model offers (ModelSpec::activation_policies): its name for the log
-// ("selective", "full on layers 0-3, selective after") and the config edit that selects it.
+// ("selective", "full on layers 0-3, selective after"), the config edit that selects it, and what it recomputes as a
+// share of the step's forward + backward work (full: one more forward, ~1/3; optim.offload auto weighs it against
+// the PCIe time of the optimizer state it lets stay on the GPU).
 struct ActivationPolicy {
   std::string name;
   std::string setting;  // the config that selects it, for messages ("model.llama.activation_checkpointing: full")
   std::function<void(proto::Config* cfg)> apply;
+  double recompute = 0;
 };
 
 struct ModelSpec {

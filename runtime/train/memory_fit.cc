@@ -66,6 +66,22 @@ Status ResolveAutoOffload(proto::Config* cfg, const models::MemoryPlanInputs& in
   return Status::OK();
 }
 
+// The FLOPs a GPU does in the time PCIe moves a byte each way at once: ~625 TFLOP/s in a Llama-3-8B step over
+// 50.8 GB/s each way measured on an H200 (bench/results/2026-12-04-llama-offload-keep-h200.md); an H100 or an A100
+// on its PCIe generation is within 2x of it.
+constexpr double kFlopsPerPcieByte = 1.25e4;
+
+// A resolved optim.offload auto plan's cost in FLOPs: what `recompute` (ActivationPolicy::recompute) of the step's
+// 6 x parameters x `tokens` recomputes, and the streamed optimizer state (copied in and out at once each update).
+double AutoOffloadCost(const proto::Config& cfg, const models::MemoryPlan& plan, double recompute, int64_t tokens) {
+  const double step = 6.0 * static_cast<double>(plan.num_params) * static_cast<double>(tokens);
+  double streamed = 0;
+  if (cfg.optim().offload() == "cpu") {
+    streamed = std::max(0.0, static_cast<double>(plan.host_state) - std::ldexp(cfg.optim().offload_keep_gib(), 30));
+  }
+  return recompute * step + streamed * kFlopsPerPcieByte;
+}
+
 }  // namespace
 
 Status MemoryPlanInputsOf(const proto::Config& cfg, int world_size, bool cuda, models::MemoryPlanInputs* in) {
@@ -162,16 +178,38 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
   if (spec->activation_policies) policies = spec->activation_policies(*cfg, &open);
   proto::Config planned = *cfg;  // the config of out->plan
   if (budget > 0 && open && !policies.empty()) {
-    // The cheapest policy that fits; if none does, the plan of the last (least memory) one for the message.
+    // The cheapest policy that fits; if none does, the plan of the last (least memory) one for the message. With
+    // optim.offload auto, of those that fit the one of least recompute + PCIe time (AutoOffloadCost).
+    const bool weigh = cfg->optim().offload() == "auto" && spec->tokens;
+    double best_cost = 0;
+    proto::Config best_cfg;
+    MemoryFit best;
     for (const models::ActivationPolicy& p : policies) {
       planned = *cfg;
       p.apply(&planned);
       DT_RETURN_IF_ERROR(PlanRunMemory(planned, in, &out->plan));
-      if (out->plan.total() <= out->limit) {
+      if (out->plan.total() > out->limit) continue;
+      if (!weigh) {
         *cfg = planned;
         out->chosen = p.name;
         return fits();
       }
+      MemoryFit trial = *out;
+      trial.chosen = p.name;
+      DT_RETURN_IF_ERROR(ResolveAutoOffload(&planned, in, &trial));
+      const int64_t tokens = planned.data().batch_size() * spec->tokens(planned).seq_len;
+      const double cost = AutoOffloadCost(planned, trial.plan, p.recompute, tokens);
+      if (best.chosen.empty() || cost < best_cost) {
+        best_cost = cost;
+        best_cfg = planned;
+        best = trial;
+      }
+    }
+    if (!best.chosen.empty()) {
+      *cfg = best_cfg;
+      *out = best;
+      out->offload += " (of the checkpointing policies that fit, the least recompute + PCIe time)";
+      return Status::OK();
     }
   } else {
     const Status st = PlanRunMemory(*cfg, in, &out->plan);

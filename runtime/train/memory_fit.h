@@ -11,9 +11,10 @@
 // memory less kCudaReservedBytes for the CUDA context; CPU runs without a budget are not checked. When the model's
 // activation checkpointing is left open (ModelSpec::activation_policies) and a budget is set, the cheapest policy whose
 // plan fits is written into *cfg, and then optim.offload auto is resolved into *cfg (none, or cpu with
-// optim.offload_keep_gib set to what the limit leaves; see config.proto). A plan over the limit is InvalidArgument with
-// the plan's table and each knob that would make it fit, with its figure (activation checkpointing, data.batch_size,
-// optim.offload cpu, dist.zero1 on more GPUs). Thread-safe; reads the config only.
+// optim.offload_keep_gib set to what the limit leaves; see config.proto) — with auto, of the policies that fit the one
+// of least estimated recompute + PCIe time (ActivationPolicy::recompute against the streamed state). A plan over the
+// limit is InvalidArgument with the plan's table and each knob that would make it fit, with its figure (activation
+// checkpointing, data.batch_size, optim.offload cpu, dist.zero1 on more GPUs). Thread-safe; reads the config only.
 
 #include <cstdint>
 #include <string>
