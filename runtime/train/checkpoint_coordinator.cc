@@ -418,7 +418,6 @@ SnapshotPool::Layout CheckpointCoordinator::SnapshotLayout() const {
 
 void CheckpointCoordinator::StartSnapshotPool() {
   DeviceContext& ctx = *parts_.ctx;
-  models::Model& model = *parts_.model;
   std::function<Status()> init;
 #if DT_HAVE_CUDA
   if (ctx.is_cuda()) {
