@@ -110,7 +110,7 @@ OptimizerOptions OptimizerOptionsFromConfig(const proto::OptimConfig& o) {
   oo.grad_clip = o.grad_clip();
   oo.state_dtype = o.state_dtype() == "bf16" ? DType::kBF16 : DType::kF32;  // (choices) fp32|bf16
   // (choices) none|cpu|auto: FitMemory resolves auto to none or cpu with a kept part; unresolved, all of it offloaded
-  oo.offload = o.offload() != "none";
+  oo.offload = o.offload() == "cpu" || o.offload() == "auto";
   oo.offload_keep_bytes = o.offload() == "cpu" ? static_cast<int64_t>(std::ldexp(o.offload_keep_gib(), 30)) : 0;
   return oo;
 }

@@ -95,7 +95,7 @@ Status MemoryPlanInputsOf(const proto::Config& cfg, int world_size, bool cuda, m
   in->master_dtype = cfg.train().master_weights() == "bf16" ? DType::kBF16 : DType::kF32;
   in->optim_state_dtype = cfg.optim().state_dtype() == "bf16" ? DType::kBF16 : DType::kF32;
   // auto before FitMemory resolves it: planned as all of the state offloaded (what OptimizerOptionsFromConfig does)
-  in->offload_state = cfg.optim().offload() != "none";
+  in->offload_state = cfg.optim().offload() == "cpu" || cfg.optim().offload() == "auto";
   in->offload_keep_bytes = OptimizerOptionsFromConfig(cfg.optim()).offload_keep_bytes;
   if (cfg.optim().offload() != "cpu" && cfg.optim().offload_keep_gib() > 0) {
     return Status::InvalidArgument("optim.offload_keep_gib " + Num(cfg.optim().offload_keep_gib()) +
