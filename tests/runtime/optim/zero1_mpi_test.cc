@@ -442,8 +442,9 @@ TEST_F(Zero1MpiTest, StepNeedsASyncedFinalize) {
 
 // optim.offload cpu: the shards in host memory, each owned range streamed in chunks of 5 elements (chunks cut at the
 // bucket edges too). The same params and gathered state as the shards in place, bit for bit (the same elementwise
-// update per element, the same stochastic-rounding index for bf16 state); a fresh offloaded optimizer of another
-// bucket layout loads that state and continues like the run in place.
+// update per element, the same stochastic-rounding index for bf16 state), with none or the first part of each shard
+// kept on the device (240 bytes: 30 of ~75 elements of AdamW's f32 state, 60 of a one-tensor or bf16 state); a fresh
+// offloaded optimizer of another bucket layout, keeping nothing, loads that state and continues like the run in place.
 TEST_F(Zero1MpiTest, OffloadedShardsEqualShardsInPlaceBitForBit) {
   OptimizerOptions bf16 = AdamW();
   bf16.state_dtype = DType::kBF16;
@@ -451,8 +452,10 @@ TEST_F(Zero1MpiTest, OffloadedShardsEqualShardsInPlaceBitForBit) {
     OptimizerOptions off = base;
     off.offload = true;
     off.offload_chunk = 5;
-    for (size_t bytes : {size_t{0}, size_t{1} << 20}) {  // a bucket per parameter, one for all
-      SCOPED_TRACE(base.name + " state " + DTypeName(base.state_dtype) + " bucket_bytes " + std::to_string(bytes));
+    for (const auto& [bytes, keep] : {std::pair<size_t, int64_t>{0, 0}, {size_t{1} << 20, 0}, {0, 240}}) {
+      SCOPED_TRACE(base.name + " state " + DTypeName(base.state_dtype) + " bucket_bytes " + std::to_string(bytes) +
+                   " keep " + std::to_string(keep));  // (bucket_bytes 0: a bucket per parameter, 1 MiB: one for all)
+      off.offload_keep_bytes = keep;
       Sharded in_place, offloaded;
       DT_ASSERT_OK(in_place.Init(*ctx_, comm_.get(), base, bytes));
       DT_ASSERT_OK(offloaded.Init(*ctx_, comm_.get(), off, bytes));
@@ -472,7 +475,9 @@ TEST_F(Zero1MpiTest, OffloadedShardsEqualShardsInPlaceBitForBit) {
         EXPECT_EQ(RelDiff(*ctx_, b[i].second, a[i].second), 0.0) << a[i].first;
         by_name[b[i].first] = b[i].second;
       }
+      if (keep > 0) EXPECT_GT(offloaded.zero->offloaded()->kept(), 0);
       Sharded resumed;
+      off.offload_keep_bytes = 0;
       DT_ASSERT_OK(resumed.Init(*ctx_, comm_.get(), off, 512));
       DT_ASSERT_OK(resumed.model->params().CopyFrom(offloaded.model->params()));
       DT_ASSERT_OK(resumed.zero->LoadState(by_name));
