@@ -28,8 +28,8 @@ std::string Num(double x) {
 }
 
 // optim.offload auto on a plan that fits with all of the state offloaded (out->plan): none when the state fits the
-// limit on the GPU too, else cpu keeping on the GPU what the limit leaves less kAutoKeepMargin of it. Writes the
-// choice into *cfg, its plan into out->plan and the line saying so into out->offload.
+// limit on the GPU too, else cpu keeping on the GPU what the limit leaves less kAutoKeepMarginPerMille of the limit.
+// Writes the choice into *cfg, its plan into out->plan and the line saying so into out->offload.
 constexpr int64_t kAutoKeepMarginPerMille = 20;
 
 Status ResolveAutoOffload(proto::Config* cfg, const models::MemoryPlanInputs& in, MemoryFit* out) {
