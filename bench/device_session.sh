@@ -32,6 +32,8 @@
 #           hf:reduce-overhead), tokens/s, step ms, peak memory
 #   llamaprobe  kernels of 2 Llama steps ($PROBE_SHAPE, default llama3_1b; synthetic tokens) by total time (ncu), and
 #           the hand-written Llama's under torch.compile (torch.profiler)
+#   fp8probe  kernels of 2 GPT-2 steps at each of $PROBE_SIZES (default 1.5b) with train.precision $PROBE_PRECISION
+#           (default fp8) by total time (ncu)
 #   llamaloss  loss curves of the SmolLM2-360M shape from the same imported weights (transformers' random init,
 #           save_pretrained) on the same byte-level tokens of real text, 200 steps: dtrain vs two PyTorch runs (the
 #           hand-written Llama and transformers' LlamaForCausalLM, eager), PNG to $OUT
@@ -192,6 +194,15 @@ if has gpt2big; then
   echo "gpt2 350M torch.compile: $(tail -1 $OUT/gpt2big_torch.log)"
 fi
 
+# The --set flags of a GPT-2 size (124m: the config's own).
+gpt2_shape() {
+  case $1 in
+    350m) echo "--set model.gpt2.n_layer=24 --set model.gpt2.n_head=16 --set model.gpt2.n_embd=1024" ;;
+    774m) echo "--set model.gpt2.n_layer=36 --set model.gpt2.n_head=20 --set model.gpt2.n_embd=1280" ;;
+    1.5b) echo "--set model.gpt2.n_layer=48 --set model.gpt2.n_head=25 --set model.gpt2.n_embd=1600" ;;
+  esac
+}
+
 if has gpt2fp8; then
   for t in kernels_fp8_test kernels_matmul_fp8_test models_gpt2_fp8_test models_gpt2_test; do
     f=""; [[ $t == models_gpt2_test ]] && f="--gtest_filter=Gpt2Cuda*"  # (its CPU cases run in CI)
@@ -213,12 +224,7 @@ if has gpt2fp8; then
     python3 bench/loss_diff.py 200 $OUT/fp8loss_bf16 $OUT/fp8loss_fp8 $OUT/fp8loss_bf16b
   fi
   for size in ${FP8_SIZES:-124m 350m}; do
-    case $size in
-      124m) shape="" ;;
-      350m) shape="--set model.gpt2.n_layer=24 --set model.gpt2.n_head=16 --set model.gpt2.n_embd=1024" ;;
-      774m) shape="--set model.gpt2.n_layer=36 --set model.gpt2.n_head=20 --set model.gpt2.n_embd=1280" ;;
-      1.5b) shape="--set model.gpt2.n_layer=48 --set model.gpt2.n_head=25 --set model.gpt2.n_embd=1600" ;;
-    esac
+    shape=$(gpt2_shape $size)
     run() {  # NAME ARGS...: one dtrain run of this size, its last progress line
       local name=$1; shift
       $BIN train $GPT2 $shape --set data.batch_size=16 "$@" --set run.dir=$OUT/fp8_${size}_$name > $OUT/fp8_${size}_$name.log 2>&1
@@ -485,6 +491,18 @@ if has llamaprobe; then
   fi
   python3 bench/llama_torch.py --shape $shape --impl hand --compile --steps 10 --profile > $OUT/torch_prof_$shape.log 2>&1
   echo "torch.compile $shape profile rc=$?"; grep -E "Name|^ *[a-zA-Z_].*%" $OUT/torch_prof_$shape.log | head -34 | cut -c1-170
+fi
+
+if has fp8probe; then
+  # Where an fp8 step goes: every kernel of 2 GPT-2 steps at each of $PROBE_SIZES (train.precision fp8, the auto
+  # layers) timed by Nsight Compute, summed by name.
+  for size in ${PROBE_SIZES:-1.5b}; do
+    timeout ${PROBE_TIMEOUT:-280} ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw --nvtx \
+      --nvtx-include "train_step/" --log-file $OUT/ncu_fp8_$size.csv $BIN train $GPT2 $(gpt2_shape $size) \
+      --set data.batch_size=16 --set train.precision=${PROBE_PRECISION:-fp8} --set train.max_steps=2 \
+      --set schedule.warmup_steps=0 --set run.dir=$OUT/fp8probe_$size > $OUT/ncu_fp8_${size}_run.log 2>&1
+    echo "ncu gpt2 $size rc=$?"; python3 bench/kernel_profile.py $OUT/ncu_fp8_$size.csv 2 | tee $OUT/kern_fp8_$size.txt | head -40 | cut -c1-170
+  done
 fi
 
 if has llamaloss; then

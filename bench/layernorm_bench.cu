@@ -103,12 +103,13 @@ void RunShape(cudaStream_t stream, int64_t n, int64_t c, int reps) {
   auto bits = [](__nv_bfloat16* p) { return reinterpret_cast<uint16_t*>(p); };
 
   const double fwd = TimePerLaunch(stream, sets, reps, [&](const Set& s) {
-    BENCH_OK(
-        dtrain::ops::LayerNormForwardCudaBf16(bits(s.y), s.mean, s.rstd, bits(s.x), gamma, beta, n, c, 1e-5f, stream));
+    BENCH_OK(dtrain::ops::LayerNormForwardCudaBf16(bits(s.y), s.mean, s.rstd, bits(s.x), gamma, beta, n, c, 1e-5f,
+                                                   nullptr, stream));
   });
   const double bwd = TimePerLaunch(stream, sets, reps, [&](const Set& s) {
     BENCH_OK(dtrain::ops::LayerNormBackwardCudaBf16(bits(s.dx), dgamma, dbeta, bits(s.x), gamma, s.mean, s.rstd,
-                                                    bits(s.dy), n, c, scratch, /*accumulate_dx=*/true, stream));
+                                                    bits(s.dy), n, c, scratch, /*accumulate_dx=*/true, nullptr,
+                                                    stream));
   });
   // The ceiling: copying the backward's bytes (3 tensors in, 1 out ~ 2 tensors each way) device to device.
   const double copy = TimePerLaunch(stream, sets, reps, [&](const Set& s) {

@@ -35,6 +35,28 @@ __device__ __forceinline__ __half FromF32<__half>(float x) {
   return __float2half_rn(x);
 }
 
+// ---- amax fused into the kernel that writes a tensor (kernels/fp8.h's Fp8Amax, without its own pass) -------------
+// |v| as an unsigned: for non-negative floats (NaN above inf) the order of the bits is the order of the values, so
+// atomicMax on them is exact and order-independent: a fused amax equals Fp8Amax's bit for bit.
+__device__ __forceinline__ unsigned AbsBits(float v) { return __float_as_uint(v) & 0x7FFFFFFFu; }
+
+// m = max(m, |f[i]| as stored in T (rounded as StoreV rounds)).
+template <int V, typename T>
+__device__ __forceinline__ void FoldAmax(unsigned& m, const float (&f)[V]) {
+#pragma unroll
+  for (int i = 0; i < V; ++i) m = max(m, AbsBits(ToF32(FromF32<T>(f[i]))));
+}
+
+// Called by all 32 lanes of a warp: *amax = max(*amax, the lanes' m). The atomic is skipped when *amax already holds
+// at least the warp's maximum (most warps, once the first ones are in: no contention on one address). No-op for a
+// null amax.
+__device__ __forceinline__ void WarpAmaxToGlobal(float* amax, unsigned m) {
+  if (amax == nullptr) return;
+  for (int off = 16; off > 0; off /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+  unsigned* bits = reinterpret_cast<unsigned*>(amax);
+  if ((threadIdx.x & 31) == 0 && m > *reinterpret_cast<volatile unsigned*>(bits)) atomicMax(bits, m);
+}
+
 template <int V, typename T>
 __device__ __forceinline__ void LoadV(const T* p, float (&f)[V]) {
   if constexpr (V * sizeof(T) == 16) {

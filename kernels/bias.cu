@@ -138,6 +138,17 @@ Status LaunchBiasGrad(float* dbias, const T* dy, int64_t m, int64_t n, bool accu
 
 int64_t BiasGradScratchFloats(int64_t m, int64_t n) { return NumChunks(m) * n; }
 
+Status BiasGradFinishCuda(float* dbias, const float* partials, int64_t chunks, int64_t n, bool accumulate,
+                          cudaStream_t stream) {
+  DT_NVTX_FN();
+  DT_CHECK_ARG(chunks >= 0 && n >= 0, "BiasGradFinishCuda: chunks=" << chunks << ", n=" << n);
+  if (n == 0) return Status::OK();
+  BiasGradFinishKernel<<<static_cast<unsigned>((n + 31) / 32), dim3(32, kFinishGroups), 0, stream>>>(
+      dbias, partials, chunks, n, accumulate);
+  DT_CUDA_CHECK_LAUNCH();
+  return Status::OK();
+}
+
 Status BiasAddCuda(float* y, const float* bias, int64_t m, int64_t n, cudaStream_t stream) {
   DT_NVTX_FN();
   return LaunchBiasAdd(y, bias, m, n, stream);

@@ -41,6 +41,10 @@ Status BiasAddCudaF16(uint16_t* y, const uint16_t* bias, int64_t m, int64_t n, c
 Status BiasGradCudaF16(float* dbias, const uint16_t* dy, int64_t m, int64_t n, bool accumulate, float* scratch,
                        cudaStream_t stream);
 int64_t BiasGradScratchFloats(int64_t m, int64_t n);
+// The second stage alone: dbias[n] (+)= sum over c of partials[c * n + col], c in order (bitwise reproducible). For
+// partial column sums another kernel computed (kernels/fp8.h's fused bias gradient).
+Status BiasGradFinishCuda(float* dbias, const float* partials, int64_t chunks, int64_t n, bool accumulate,
+                          cudaStream_t stream);
 
 // y[M,N] += bias[N]. CUDA: y f32 with an f32 bias, or y bf16 (f16) with an f32 or bf16 (f16) bias.
 Status BiasAdd(DeviceContext& ctx, const Tensor& bias, Tensor* y);

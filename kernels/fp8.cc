@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "kernels/bias.h"
 
 namespace dtrain::ops {
 
@@ -199,11 +200,58 @@ Status Fp8ScaleSlots(DeviceContext& ctx, int64_t count, Tensor* storage, std::ve
   return Status::OK();
 }
 
-Status Fp8Quantize(DeviceContext& ctx, const Tensor& x, Fp8Format f, Fp8Scales* s, Tensor* out, Tensor* out_t) {
+Status Fp8Quantize(DeviceContext& ctx, const Tensor& x, Fp8Format f, Fp8Scales* s, Tensor* out, Tensor* out_t,
+                   const Fp8QuantizeOptions& opts) {
   DT_CHECK_ARG(s != nullptr, "Fp8Quantize: null scales for x " << x.ToString());
-  DT_RETURN_IF_ERROR(Fp8Amax(ctx, x, &s->amax));
-  DT_RETURN_IF_ERROR(Fp8Scale(ctx, s->amax, f, &s->scale, &s->scale_inv));
-  return CastToFp8(ctx, x, s->scale, f, out, out_t);
+  Tensor* dbias = opts.dbias;
+  if (dbias != nullptr) {
+    DT_CHECK_ARG(
+        x.ndim() == 2 && dbias->dtype() == DType::kF32 && dbias->numel() == x.dim(1) && dbias->device() == ctx.type(),
+        "Fp8Quantize: dbias " << dbias->ToString() << " must be f32 [" << (x.ndim() == 2 ? x.dim(1) : 0) << "] for x "
+                              << x.ToString());
+  }
+  if (!opts.amax_ready) DT_RETURN_IF_ERROR(Fp8Amax(ctx, x, &s->amax));
+  if (!ctx.is_cuda()) {
+    DT_RETURN_IF_ERROR(Fp8Scale(ctx, s->amax, f, &s->scale, &s->scale_inv));
+    DT_RETURN_IF_ERROR(CastToFp8(ctx, x, s->scale, f, out, out_t));
+    if (dbias != nullptr) BiasGradCpu(dbias->data<float>(), x.data<float>(), x.dim(0), x.dim(1), true);
+    return Status::OK();
+  }
+#if DT_HAVE_CUDA
+  // The same checks as CastToFp8 (shapes, dtypes), then one kernel for scale + cast (+ column sums).
+  DT_RETURN_IF_ERROR(CheckInput(ctx, "Fp8Quantize", x));
+  DT_CHECK_ARG(x.ndim() == 2, "Fp8Quantize: x " << x.ToString() << " must be 2-D [rows, cols]");
+  const bool want = out != nullptr && out->defined(), want_t = out_t != nullptr && out_t->defined();
+  DT_CHECK_ARG(!want || (out->dtype() == DType::kU8 && out->shape() == x.shape() && out->device() == ctx.type()),
+               "Fp8Quantize: out " << out->ToString() << " must be u8 like x " << x.ToString());
+  DT_CHECK_ARG(
+      !want_t || (out_t->dtype() == DType::kU8 && out_t->numel() == x.numel() && out_t->ndim() == 2 &&
+                  out_t->dim(0) == x.dim(1) && out_t->device() == ctx.type()),
+      "Fp8Quantize: out_t " << (want_t ? out_t->ToString() : "") << " must be u8 x transposed, x " << x.ToString());
+  DT_CHECK_ARG(dbias == nullptr || want_t,
+               "Fp8Quantize: the fused bias gradient needs out_t (x " << x.ToString() << ")");
+  Fp8CastFromAmaxArgs a;
+  a.out = want ? out->data<uint8_t>() : nullptr;
+  a.out_t = want_t ? out_t->data<uint8_t>() : nullptr;
+  a.rows = x.dim(0);
+  a.cols = x.dim(1);
+  a.amax = s->amax.data<float>();
+  a.scale = s->scale.data<float>();
+  a.scale_inv = s->scale_inv.data<float>();
+  a.format = f;
+  Tensor partials;
+  const int64_t tiles = (a.rows + kFp8CastTileRows - 1) / kFp8CastTileRows;
+  if (dbias != nullptr) {
+    DT_RETURN_IF_ERROR(Tensor::Empty({std::max<int64_t>(1, tiles * a.cols)}, DType::kF32, ctx.allocator(), &partials));
+    a.col_partials = partials.data<float>();
+  }
+  DT_RETURN_IF_ERROR(x.dtype() == DType::kBF16 ? Fp8CastFromAmaxCudaBf16(a, x.data<uint16_t>(), ctx.stream())
+                                               : Fp8CastFromAmaxCuda(a, x.data<float>(), ctx.stream()));
+  if (dbias == nullptr) return Status::OK();
+  return BiasGradFinishCuda(dbias->data<float>(), a.col_partials, tiles, a.cols, /*accumulate=*/true, ctx.stream());
+#else
+  return Status::Unavailable("Fp8Quantize: CUDA tensor in a build without CUDA");
+#endif
 }
 
 }  // namespace dtrain::ops

@@ -20,6 +20,7 @@ namespace dtrain::ops {
 
 namespace {
 
+using detail::AbsBits;
 using detail::LoadV;
 
 constexpr int kThreads = 256;
@@ -64,8 +65,6 @@ __device__ __forceinline__ void StoreBytes(uint8_t* p, const uint8_t (&q)[V]) {
 
 // ---- amax -------------------------------------------------------------------------------------------------------
 
-__device__ __forceinline__ unsigned AbsBits(float v) { return __float_as_uint(v) & 0x7FFFFFFFu; }
-
 // *amax = max(*amax, max |x|) over the |x| bit patterns: for non-negative floats (NaN above inf) the unsigned order
 // of the bits is the order of the values, so atomicMax on them is exact and order-independent.
 template <int V, typename T>
@@ -91,24 +90,48 @@ __global__ void __launch_bounds__(kThreads) AmaxKernel(float* amax, const T* x, 
 // ---- scale --------------------------------------------------------------------------------------------------------
 
 // The formula of Fp8ScaleFromAmax (fp8.cc), in the same f32 operations (__fdiv_rn: IEEE division, as on the host).
-__global__ void ScaleKernel(float* scale, float* scale_inv, const float* amax_ptr, float fp8_max) {
-  const float amax = *amax_ptr;
+__device__ __forceinline__ float ScaleOf(float amax, float fp8_max) {
   float s = 1.f;
   if (amax > 0.f && isfinite(amax)) {
     s = __fdiv_rn(fp8_max, amax);
     if (isinf(s)) s = FLT_MAX;
     s = __uint_as_float(__float_as_uint(s) & 0xFF800000u);
   }
+  return s;
+}
+
+__global__ void ScaleKernel(float* scale, float* scale_inv, const float* amax_ptr, float fp8_max) {
+  const float s = ScaleOf(*amax_ptr, fp8_max);
   *scale = s;
   *scale_inv = __fdiv_rn(1.f, s);
 }
+
+// Where a cast kernel takes its scale: the given device float (CastToFp8Cuda), or from *amax in every block, the
+// first thread of the grid also writing scale and scale_inv for the GEMM (Fp8CastFromAmaxCuda: no scale kernel).
+struct ScaleSource {
+  const float* scale = nullptr;
+  const float* amax = nullptr;
+  float* scale_out = nullptr;
+  float* scale_inv_out = nullptr;
+  float fp8_max = 0.f;
+
+  __device__ __forceinline__ float Load() const {
+    if (amax == nullptr) return *scale;
+    const float s = ScaleOf(*amax, fp8_max);
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+      *scale_out = s;
+      *scale_inv_out = __fdiv_rn(1.f, s);
+    }
+    return s;
+  }
+};
 
 // ---- cast ---------------------------------------------------------------------------------------------------------
 
 // out = fp8(x * scale), flat: V-element chunks (128-bit loads when V > 1), then the tail one by one.
 template <Fp8Format F, int V, typename T>
-__global__ void __launch_bounds__(kThreads) CastKernel(uint8_t* out, const T* x, int64_t n, const float* scale_ptr) {
-  const float scale = *scale_ptr;
+__global__ void __launch_bounds__(kThreads) CastKernel(uint8_t* out, const T* x, int64_t n, ScaleSource src) {
+  const float scale = src.Load();
   detail::GridStrideVec<V>(n, [&](int64_t i, auto w) {
     constexpr int W = decltype(w)::value;
     float f[W];
@@ -121,28 +144,44 @@ __global__ void __launch_bounds__(kThreads) CastKernel(uint8_t* out, const T* x,
 
 // One 64 x 64 tile of x [rows, cols] per block: out (optional) written row by row as it is converted, out_t
 // [cols, rows] from the tile in shared memory. V > 1 needs cols % V == 0 and 16-byte aligned x and out; vec_t
-// (16-byte stores of out_t) needs rows % 16 == 0 and a 16-byte aligned out_t.
+// (16-byte stores of out_t) needs rows % 16 == 0 and a 16-byte aligned out_t. With col_partials, also
+// col_partials[blockIdx.y * cols + c] = the f32 sum of x[r0 .. r0 + 63, c] (unscaled), each thread's rows in order,
+// then the threads' sums in order: deterministic.
 template <Fp8Format F, int V, typename T>
-__global__ void __launch_bounds__(kThreads) CastTransposeKernel(uint8_t* out, uint8_t* out_t, const T* x, int64_t rows,
-                                                                int64_t cols, const float* scale_ptr, bool vec_t) {
-  __shared__ uint8_t tile[kTile][kTileStride];
-  const float scale = *scale_ptr;
-  const int64_t r0 = int64_t{blockIdx.y} * kTile, c0 = int64_t{blockIdx.x} * kTile;
+__global__ void __launch_bounds__(kThreads)
+    CastTransposeKernel(uint8_t* out, uint8_t* out_t, float* col_partials, const T* x, int64_t rows, int64_t cols,
+                        ScaleSource src, bool vec_t) {
   constexpr int kLanesPerRow = kTile / V;  // threads sharing one tile row
   constexpr int kRowsPerPass = kThreads / kLanesPerRow;
+  __shared__ uint8_t tile[kTile][kTileStride];
+  __shared__ float col_sum[kRowsPerPass][kTile];
+  const float scale = src.Load();
+  const int64_t r0 = int64_t{blockIdx.y} * kTile, c0 = int64_t{blockIdx.x} * kTile;
   const int tc = (threadIdx.x % kLanesPerRow) * V;
+  float sum[V] = {};
   for (int tr = threadIdx.x / kLanesPerRow; tr < kTile; tr += kRowsPerPass) {
     const int64_t r = r0 + tr, c = c0 + tc;
     if (r >= rows || c >= cols) continue;  // with V > 1, cols % V == 0: a chunk is wholly in or out
     float f[V];
     LoadV<V>(x + r * cols + c, f);
+#pragma unroll
+    for (int i = 0; i < V; ++i) sum[i] += f[i];
     uint8_t q[V];
     Quantize<F>(f, scale, q);
     if (out != nullptr) StoreBytes<V>(out + r * cols + c, q);
 #pragma unroll
     for (int i = 0; i < V; ++i) tile[tr][tc + i] = q[i];
   }
+  if (col_partials != nullptr) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) col_sum[threadIdx.x / kLanesPerRow][tc + i] = sum[i];
+  }
   __syncthreads();
+  if (col_partials != nullptr && threadIdx.x < kTile && c0 + threadIdx.x < cols) {
+    float total = 0.f;
+    for (int k = 0; k < kRowsPerPass; ++k) total += col_sum[k][threadIdx.x];
+    col_partials[int64_t{blockIdx.y} * cols + c0 + threadIdx.x] = total;
+  }
   // out_t row c0 + j holds tile column j: 4 threads per row, 16 tile rows (16 bytes) each. The 32 threads of a warp
   // read 8 columns of 4 row groups; with a 66-byte row stride those fall in distinct banks.
   const int j = threadIdx.x / 4, i0 = (threadIdx.x % 4) * 16;
@@ -162,8 +201,8 @@ __global__ void __launch_bounds__(kThreads) CastTransposeKernel(uint8_t* out, ui
 }
 
 template <Fp8Format F, typename T>
-Status LaunchCast(uint8_t* out, uint8_t* out_t, const T* x, int64_t rows, int64_t cols, const float* scale,
-                  cudaStream_t stream) {
+Status LaunchCast(uint8_t* out, uint8_t* out_t, float* col_partials, const T* x, int64_t rows, int64_t cols,
+                  const ScaleSource& scale, cudaStream_t stream) {
   constexpr int kV = 16 / sizeof(T);  // 128-bit loads: 8 bf16 or 4 f32
   if (out_t == nullptr) {
     const int64_t n = rows * cols;
@@ -182,23 +221,41 @@ Status LaunchCast(uint8_t* out, uint8_t* out_t, const T* x, int64_t rows, int64_
   const dim3 grid(static_cast<unsigned>(tiles_c), static_cast<unsigned>(tiles_r));
   const bool vec_t = rows % 16 == 0 && detail::Aligned16({out_t});
   if (cols % kV == 0 && detail::Aligned16({x, out})) {
-    CastTransposeKernel<F, kV><<<grid, kThreads, 0, stream>>>(out, out_t, x, rows, cols, scale, vec_t);
+    CastTransposeKernel<F, kV><<<grid, kThreads, 0, stream>>>(out, out_t, col_partials, x, rows, cols, scale, vec_t);
   } else {
-    CastTransposeKernel<F, 1><<<grid, kThreads, 0, stream>>>(out, out_t, x, rows, cols, scale, vec_t);
+    CastTransposeKernel<F, 1><<<grid, kThreads, 0, stream>>>(out, out_t, col_partials, x, rows, cols, scale, vec_t);
   }
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
 }
 
 template <typename T>
-Status Cast(const char* op, uint8_t* out, uint8_t* out_t, const T* x, int64_t rows, int64_t cols, const float* scale,
-            Fp8Format f, cudaStream_t stream) {
+Status Cast(const char* op, uint8_t* out, uint8_t* out_t, float* col_partials, const T* x, int64_t rows, int64_t cols,
+            ScaleSource scale, Fp8Format f, cudaStream_t stream) {
   DT_CHECK_ARG(rows >= 0 && cols >= 0, op << ": negative shape [" << rows << "," << cols << "]");
   DT_CHECK_ARG(out != nullptr || out_t != nullptr, op << ": neither out nor out_t given");
-  DT_CHECK_ARG(scale != nullptr, op << ": scale is null");
+  DT_CHECK_ARG(
+      scale.scale != nullptr || (scale.amax != nullptr && scale.scale_out != nullptr && scale.scale_inv_out != nullptr),
+      op << ": scale (or amax, scale and scale_inv) is null");
+  DT_CHECK_ARG(col_partials == nullptr || out_t != nullptr, op << ": column sums need out_t (the tiled cast)");
   if (rows == 0 || cols == 0) return Status::OK();
-  return f == Fp8Format::kE4M3 ? LaunchCast<Fp8Format::kE4M3>(out, out_t, x, rows, cols, scale, stream)
-                               : LaunchCast<Fp8Format::kE5M2>(out, out_t, x, rows, cols, scale, stream);
+  scale.fp8_max = Fp8Max(f);
+  return f == Fp8Format::kE4M3 ? LaunchCast<Fp8Format::kE4M3>(out, out_t, col_partials, x, rows, cols, scale, stream)
+                               : LaunchCast<Fp8Format::kE5M2>(out, out_t, col_partials, x, rows, cols, scale, stream);
+}
+
+ScaleSource Given(const float* scale) {
+  ScaleSource s;
+  s.scale = scale;
+  return s;
+}
+
+ScaleSource FromAmax(const float* amax, float* scale, float* scale_inv) {
+  ScaleSource s;
+  s.amax = amax;
+  s.scale_out = scale;
+  s.scale_inv_out = scale_inv;
+  return s;
 }
 
 template <typename T>
@@ -241,13 +298,25 @@ Status Fp8ScaleCuda(float* scale, float* scale_inv, const float* amax, Fp8Format
 Status CastToFp8Cuda(uint8_t* out, uint8_t* out_t, const float* x, int64_t rows, int64_t cols, const float* scale,
                      Fp8Format f, cudaStream_t stream) {
   DT_NVTX_FN();
-  return Cast("CastToFp8Cuda", out, out_t, x, rows, cols, scale, f, stream);
+  return Cast("CastToFp8Cuda", out, out_t, nullptr, x, rows, cols, Given(scale), f, stream);
 }
 
 Status CastToFp8CudaBf16(uint8_t* out, uint8_t* out_t, const uint16_t* x, int64_t rows, int64_t cols,
                          const float* scale, Fp8Format f, cudaStream_t stream) {
   DT_NVTX_FN();
-  return Cast("CastToFp8CudaBf16", out, out_t, detail::AsBf16(x), rows, cols, scale, f, stream);
+  return Cast("CastToFp8CudaBf16", out, out_t, nullptr, detail::AsBf16(x), rows, cols, Given(scale), f, stream);
+}
+
+Status Fp8CastFromAmaxCuda(const Fp8CastFromAmaxArgs& a, const float* x, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return Cast("Fp8CastFromAmaxCuda", a.out, a.out_t, a.col_partials, x, a.rows, a.cols,
+              FromAmax(a.amax, a.scale, a.scale_inv), a.format, stream);
+}
+
+Status Fp8CastFromAmaxCudaBf16(const Fp8CastFromAmaxArgs& a, const uint16_t* x, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return Cast("Fp8CastFromAmaxCudaBf16", a.out, a.out_t, a.col_partials, detail::AsBf16(x), a.rows, a.cols,
+              FromAmax(a.amax, a.scale, a.scale_inv), a.format, stream);
 }
 
 }  // namespace dtrain::ops

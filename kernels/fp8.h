@@ -36,7 +36,8 @@
 //                      |x| bit patterns (non-negative floats order like their bits) and atomicMax them into *amax,
 //                      which the launcher zeroes first (cudaMemsetAsync). 128-bit loads when aligned.
 //       Fp8ScaleCuda:  scale and scale_inv (device floats) from *amax by the formula above (one thread).
-//       CastToFp8Cuda*: out[r,c] = fp8(x[r,c] * (*scale)) and/or out_t[c,r] = the same byte (the transposed copy
+//       CastToFp8Cuda*, Fp8CastFromAmaxCuda*: out[r,c] = fp8(x[r,c] * (*scale)) and/or out_t[c,r] = the same byte (the
+//       transposed copy
 //                      that Hopper's K-contiguous FP8 GEMMs need for the backward). 128-bit loads when the rows and
 //                      pointers allow; the transposed copy goes through a 64x64 tile in shared memory and is written
 //                      16 bytes at a time when rows % 16 == 0.
@@ -86,6 +87,23 @@ Status CastToFp8Cuda(uint8_t* out, uint8_t* out_t, const float* x, int64_t rows,
                      Fp8Format f, cudaStream_t stream);
 Status CastToFp8CudaBf16(uint8_t* out, uint8_t* out_t, const uint16_t* x, int64_t rows, int64_t cols,
                          const float* scale, Fp8Format f, cudaStream_t stream);
+// Fp8Quantize's cast: CastToFp8Cuda with the scale computed from *amax in every block (no scale kernel between the
+// amax and the cast), the grid's first thread writing *scale and *scale_inv (for the GEMM). With col_partials (needs
+// out_t): f32 [ceil(rows / 64), cols], the column sums of x (unscaled) over each 64-row tile, for BiasGradFinishCuda
+// (kernels/bias.h): the bias gradient from the cast's own loads. Deterministic.
+struct Fp8CastFromAmaxArgs {
+  uint8_t* out = nullptr;    // [rows, cols], may be null
+  uint8_t* out_t = nullptr;  // [cols, rows], may be null (not both)
+  float* col_partials = nullptr;
+  int64_t rows = 0, cols = 0;
+  const float* amax = nullptr;
+  float* scale = nullptr;
+  float* scale_inv = nullptr;
+  Fp8Format format = Fp8Format::kE4M3;
+};
+Status Fp8CastFromAmaxCuda(const Fp8CastFromAmaxArgs& args, const float* x, cudaStream_t stream);
+Status Fp8CastFromAmaxCudaBf16(const Fp8CastFromAmaxArgs& args, const uint16_t* x, cudaStream_t stream);
+constexpr int64_t kFp8CastTileRows = 64;  // the rows of one col_partials row
 
 // ---- Tensor entry points ------------------------------------------------------------------------------------------
 // amax: an f32 tensor of one element on x's device. x: f32 (CPU, CUDA) or bf16 (CUDA), any shape.
@@ -102,8 +120,20 @@ struct Fp8Scales {
   Tensor amax, scale, scale_inv;
 };
 Status Fp8ScaleSlots(DeviceContext& ctx, int64_t count, Tensor* storage, std::vector<Fp8Scales>* slots);
-// Current scaling in one call: s->amax = amax(x), s->scale / s->scale_inv from it, then CastToFp8 into out and/or
-// out_t. Queued on ctx's stream with no host synchronization (CUDA-graph safe). x [rows, cols] as for CastToFp8.
-Status Fp8Quantize(DeviceContext& ctx, const Tensor& x, Fp8Format f, Fp8Scales* s, Tensor* out, Tensor* out_t);
+// What Fp8Quantize may skip or add.
+struct Fp8QuantizeOptions {
+  // s->amax already holds amax(x): the kernel that wrote x computed it (e.g. kernels/gelu.h's GeluBackward, given
+  // s->amax), so the amax pass is skipped.
+  bool amax_ready = false;
+  // f32 [cols] on ctx's device: dbias += the column sums of x (unscaled; the bias gradient of the linear whose output
+  // gradient x is), from the cast's own loads (CUDA: needs out_t). Deterministic.
+  Tensor* dbias = nullptr;
+};
+// Current scaling in one call: s->amax = amax(x) (unless opts.amax_ready), s->scale / s->scale_inv from it, then the
+// cast into out and/or out_t (CUDA: one kernel computes the scale and casts). Queued on ctx's stream with no host
+// synchronization (CUDA-graph safe). x [rows, cols] as for CastToFp8. The bytes and scales do not depend on
+// amax_ready or dbias.
+Status Fp8Quantize(DeviceContext& ctx, const Tensor& x, Fp8Format f, Fp8Scales* s, Tensor* out, Tensor* out_t,
+                   const Fp8QuantizeOptions& opts = {});
 
 }  // namespace dtrain::ops

@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "kernels/elementwise.h"
+#include "kernels/fp8.h"
 #include "kernels/half.h"
 
 namespace dtrain::ops {
@@ -51,18 +52,26 @@ Status GeluForward(DeviceContext& ctx, const Tensor& x, Tensor* y) {
   return detail::RunUnary(ctx, kOp, x, y);
 }
 
-Status GeluBackward(DeviceContext& ctx, const Tensor& x, const Tensor& dy, Tensor* dx) {
+Status GeluBackward(DeviceContext& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, Tensor* amax) {
+  if (amax != nullptr) {
+    DT_CHECK_ARG(amax->numel() == 1 && amax->dtype() == DType::kF32 && amax->device() == ctx.type(),
+                 "GeluBackward: amax " << amax->ToString()
+                                       << " must be a one-element f32 tensor on the context's "
+                                          "device");
+  }
   if (ctx.is_cuda() && IsHalfFloat(x.dtype())) {
     DT_CHECK_ARG(dx != nullptr, "GeluBackward: output is null");
     DT_RETURN_IF_ERROR(detail::CheckSameShapeDtype(ctx, "GeluBackward", x, dy, *dx));
 #if DT_HAVE_CUDA
     const auto fn = x.dtype() == DType::kBF16 ? GeluBackwardCudaBf16 : GeluBackwardCudaF16;
-    return fn(dx->data<uint16_t>(), x.data<uint16_t>(), dy.data<uint16_t>(), x.numel(), ctx.stream());
+    return fn(dx->data<uint16_t>(), x.data<uint16_t>(), dy.data<uint16_t>(), x.numel(),
+              amax != nullptr ? amax->data<float>() : nullptr, ctx.stream());
 #endif
   }
   static const detail::BinaryOp kOp = {"GeluBackward", GeluBackwardCpu<float>, GeluBackwardCpu<double>,
                                        DT_CUDA_FN(GeluBackwardCuda)};
-  return detail::RunBinary(ctx, kOp, x, dy, dx);
+  DT_RETURN_IF_ERROR(detail::RunBinary(ctx, kOp, x, dy, dx));
+  return amax != nullptr ? Fp8Amax(ctx, *dx, amax) : Status::OK();
 }
 
 }  // namespace dtrain::ops

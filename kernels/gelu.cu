@@ -41,9 +41,10 @@ __global__ void GeluForwardKernel(T* y, const T* x, int64_t n) {
   });
 }
 
-// dx may alias dy: both chunks are loaded before the store.
+// dx may alias dy: both chunks are loaded before the store. With amax (zeroed by the launcher): max |dx| as stored.
 template <int V, typename T>
-__global__ void GeluBackwardKernel(T* dx, const T* x, const T* dy, int64_t n) {
+__global__ void GeluBackwardKernel(T* dx, const T* x, const T* dy, int64_t n, float* amax) {
+  unsigned m = 0;
   detail::GridStrideVec<V>(n, [&](int64_t i, auto w) {
     constexpr int W = decltype(w)::value;
     float v[W], g[W];
@@ -52,7 +53,9 @@ __global__ void GeluBackwardKernel(T* dx, const T* x, const T* dy, int64_t n) {
 #pragma unroll
     for (int j = 0; j < W; ++j) g[j] *= GeluGrad(v[j]);
     StoreV<W>(dx + i, g);
+    if (amax != nullptr) detail::FoldAmax<W, T>(m, g);
   });
+  detail::WarpAmaxToGlobal(amax, m);
 }
 
 template <typename T>
@@ -69,13 +72,14 @@ Status LaunchForward(T* y, const T* x, int64_t n, cudaStream_t stream) {
 }
 
 template <typename T>
-Status LaunchBackward(T* dx, const T* x, const T* dy, int64_t n, cudaStream_t stream) {
+Status LaunchBackward(T* dx, const T* x, const T* dy, int64_t n, float* amax, cudaStream_t stream) {
+  if (amax != nullptr) DT_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
   if (n == 0) return Status::OK();
   constexpr int kV = 16 / sizeof(T);
   if (detail::Aligned16({dx, x, dy})) {
-    GeluBackwardKernel<kV><<<detail::GridFor(n / kV + 1, kThreads), kThreads, 0, stream>>>(dx, x, dy, n);
+    GeluBackwardKernel<kV><<<detail::GridFor(n / kV + 1, kThreads), kThreads, 0, stream>>>(dx, x, dy, n, amax);
   } else {
-    GeluBackwardKernel<1><<<detail::GridFor(n, kThreads), kThreads, 0, stream>>>(dx, x, dy, n);
+    GeluBackwardKernel<1><<<detail::GridFor(n, kThreads), kThreads, 0, stream>>>(dx, x, dy, n, amax);
   }
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
@@ -90,7 +94,7 @@ Status GeluForwardCuda(float* y, const float* x, int64_t n, cudaStream_t stream)
 
 Status GeluBackwardCuda(float* dx, const float* x, const float* dy, int64_t n, cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchBackward(dx, x, dy, n, stream);
+  return LaunchBackward(dx, x, dy, n, nullptr, stream);
 }
 
 Status GeluForwardCudaBf16(uint16_t* y, const uint16_t* x, int64_t n, cudaStream_t stream) {
@@ -98,9 +102,10 @@ Status GeluForwardCudaBf16(uint16_t* y, const uint16_t* x, int64_t n, cudaStream
   return LaunchForward(detail::AsBf16(y), detail::AsBf16(x), n, stream);
 }
 
-Status GeluBackwardCudaBf16(uint16_t* dx, const uint16_t* x, const uint16_t* dy, int64_t n, cudaStream_t stream) {
+Status GeluBackwardCudaBf16(uint16_t* dx, const uint16_t* x, const uint16_t* dy, int64_t n, float* amax,
+                            cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchBackward(detail::AsBf16(dx), detail::AsBf16(x), detail::AsBf16(dy), n, stream);
+  return LaunchBackward(detail::AsBf16(dx), detail::AsBf16(x), detail::AsBf16(dy), n, amax, stream);
 }
 
 Status GeluForwardCudaF16(uint16_t* y, const uint16_t* x, int64_t n, cudaStream_t stream) {
@@ -108,9 +113,10 @@ Status GeluForwardCudaF16(uint16_t* y, const uint16_t* x, int64_t n, cudaStream_
   return LaunchForward(detail::AsF16(y), detail::AsF16(x), n, stream);
 }
 
-Status GeluBackwardCudaF16(uint16_t* dx, const uint16_t* x, const uint16_t* dy, int64_t n, cudaStream_t stream) {
+Status GeluBackwardCudaF16(uint16_t* dx, const uint16_t* x, const uint16_t* dy, int64_t n, float* amax,
+                           cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchBackward(detail::AsF16(dx), detail::AsF16(x), detail::AsF16(dy), n, stream);
+  return LaunchBackward(detail::AsF16(dx), detail::AsF16(x), detail::AsF16(dy), n, amax, stream);
 }
 
 }  // namespace dtrain::ops

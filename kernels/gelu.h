@@ -27,11 +27,17 @@ Status GeluForwardCuda(float* y, const float* x, int64_t n, cudaStream_t stream)
 Status GeluBackwardCuda(float* dx, const float* x, const float* dy, int64_t n, cudaStream_t stream);
 
 Status GeluForwardCudaBf16(uint16_t* y, const uint16_t* x, int64_t n, cudaStream_t stream);
-Status GeluBackwardCudaBf16(uint16_t* dx, const uint16_t* x, const uint16_t* dy, int64_t n, cudaStream_t stream);
+// amax: null, or a device float set to max |dx| as stored (kernels/fp8.h's Fp8Amax, fused into this pass).
+Status GeluBackwardCudaBf16(uint16_t* dx, const uint16_t* x, const uint16_t* dy, int64_t n, float* amax,
+                            cudaStream_t stream);
 Status GeluForwardCudaF16(uint16_t* y, const uint16_t* x, int64_t n, cudaStream_t stream);
-Status GeluBackwardCudaF16(uint16_t* dx, const uint16_t* x, const uint16_t* dy, int64_t n, cudaStream_t stream);
+Status GeluBackwardCudaF16(uint16_t* dx, const uint16_t* x, const uint16_t* dy, int64_t n, float* amax,
+                           cudaStream_t stream);
 
 Status GeluForward(DeviceContext& ctx, const Tensor& x, Tensor* y);
-Status GeluBackward(DeviceContext& ctx, const Tensor& x, const Tensor& dy, Tensor* dx);
+// amax (optional, a one-element f32 tensor on ctx's device): also *amax = max |dx|, the value kernels/fp8.h's Fp8Amax
+// gives (for an FP8 cast of dx that then skips its amax pass); fused into the kernel for 16-bit CUDA tensors, a
+// separate pass otherwise.
+Status GeluBackward(DeviceContext& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, Tensor* amax = nullptr);
 
 }  // namespace dtrain::ops

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/fp8.h"
 #include "kernels/half.h"
 
 namespace dtrain::ops {
@@ -99,22 +100,34 @@ Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& x, std:
   return Status::OK();
 }
 
+// The optional amax output: a one-element f32 tensor on ctx's device.
+Status CheckAmax(const DeviceContext& ctx, const char* op, const Tensor* amax) {
+  DT_CHECK_ARG(
+      amax == nullptr || (amax->numel() == 1 && amax->dtype() == DType::kF32 && amax->device() == ctx.type()),
+      op << ": amax " << amax->ToString() << " must be a one-element f32 tensor on " << DeviceName(ctx.type()));
+  return Status::OK();
+}
+
+float* AmaxPtr(Tensor* amax) { return amax != nullptr ? amax->data<float>() : nullptr; }
+
 }  // namespace
 
 Status LayerNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
-                        Tensor* y, Tensor* mean, Tensor* rstd) {
+                        Tensor* y, Tensor* mean, Tensor* rstd, Tensor* amax) {
   DT_CHECK_ARG(y != nullptr && mean != nullptr && rstd != nullptr, "LayerNormForward: null output");
   DT_RETURN_IF_ERROR(CheckArgs(ctx, "LayerNormForward", x, {y}, {&gamma, &beta}, {mean, rstd}));
+  DT_RETURN_IF_ERROR(CheckAmax(ctx, "LayerNormForward", amax));
   const int64_t c = x.dim(-1), n = x.numel() / c;
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
     if (IsHalfFloat(x.dtype())) {
       const auto fn = x.dtype() == DType::kBF16 ? LayerNormForwardCudaBf16 : LayerNormForwardCudaF16;
       return fn(y->data<uint16_t>(), mean->data<float>(), rstd->data<float>(), x.data<uint16_t>(), gamma.data<float>(),
-                beta.data<float>(), n, c, eps, ctx.stream());
+                beta.data<float>(), n, c, eps, AmaxPtr(amax), ctx.stream());
     }
-    return LayerNormForwardCuda(y->data<float>(), mean->data<float>(), rstd->data<float>(), x.data<float>(),
-                                gamma.data<float>(), beta.data<float>(), n, c, eps, ctx.stream());
+    DT_RETURN_IF_ERROR(LayerNormForwardCuda(y->data<float>(), mean->data<float>(), rstd->data<float>(), x.data<float>(),
+                                            gamma.data<float>(), beta.data<float>(), n, c, eps, ctx.stream()));
+    return amax != nullptr ? Fp8Amax(ctx, *y, amax) : Status::OK();
 #else
     return Status::Unavailable("LayerNormForward: CUDA tensor in a build without CUDA");
 #endif
@@ -126,14 +139,15 @@ Status LayerNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma
     LayerNormForwardCpu<double>(y->data<double>(), mean->data<double>(), rstd->data<double>(), x.data<double>(),
                                 gamma.data<double>(), beta.data<double>(), n, c, eps);
   }
-  return Status::OK();
+  return amax != nullptr ? Fp8Amax(ctx, *y, amax) : Status::OK();
 }
 
 Status LayerNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                          const Tensor& rstd, const Tensor& dy, Tensor* dx, Tensor* dgamma, Tensor* dbeta,
-                         bool accumulate_dx) {
+                         bool accumulate_dx, Tensor* amax) {
   DT_CHECK_ARG(dx != nullptr && dgamma != nullptr && dbeta != nullptr, "LayerNormBackward: null output");
   DT_RETURN_IF_ERROR(CheckArgs(ctx, "LayerNormBackward", x, {&dy, dx}, {&gamma, dgamma, dbeta}, {&mean, &rstd}));
+  DT_RETURN_IF_ERROR(CheckAmax(ctx, "LayerNormBackward", amax));
   const int64_t c = x.dim(-1), n = x.numel() / c;
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
@@ -144,11 +158,13 @@ Status LayerNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& gamm
       const auto fn = x.dtype() == DType::kBF16 ? LayerNormBackwardCudaBf16 : LayerNormBackwardCudaF16;
       return fn(dx->data<uint16_t>(), dgamma->data<float>(), dbeta->data<float>(), x.data<uint16_t>(),
                 gamma.data<float>(), mean.data<float>(), rstd.data<float>(), dy.data<uint16_t>(), n, c,
-                scratch.data<float>(), accumulate_dx, ctx.stream());
+                scratch.data<float>(), accumulate_dx, AmaxPtr(amax), ctx.stream());
     }
-    return LayerNormBackwardCuda(dx->data<float>(), dgamma->data<float>(), dbeta->data<float>(), x.data<float>(),
-                                 gamma.data<float>(), mean.data<float>(), rstd.data<float>(), dy.data<float>(), n, c,
-                                 scratch.data<float>(), accumulate_dx, ctx.stream());
+    DT_RETURN_IF_ERROR(LayerNormBackwardCuda(dx->data<float>(), dgamma->data<float>(), dbeta->data<float>(),
+                                             x.data<float>(), gamma.data<float>(), mean.data<float>(),
+                                             rstd.data<float>(), dy.data<float>(), n, c, scratch.data<float>(),
+                                             accumulate_dx, ctx.stream()));
+    return amax != nullptr ? Fp8Amax(ctx, *dx, amax) : Status::OK();
 #else
     return Status::Unavailable("LayerNormBackward: CUDA tensor in a build without CUDA");
 #endif
@@ -162,7 +178,7 @@ Status LayerNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& gamm
                                  gamma.data<double>(), mean.data<double>(), rstd.data<double>(), dy.data<double>(), n,
                                  c, accumulate_dx);
   }
-  return Status::OK();
+  return amax != nullptr ? Fp8Amax(ctx, *dx, amax) : Status::OK();
 }
 
 }  // namespace dtrain::ops

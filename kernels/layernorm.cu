@@ -41,7 +41,7 @@ constexpr int kFinishLanes = 16;  // chunk lanes of the finish kernel's (32, kFi
 
 template <int V, typename T>
 __global__ void LayerNormForwardKernel(T* y, float* mean, float* rstd, const T* x, const float* gamma,
-                                       const float* beta, int64_t n, int64_t c, float eps) {
+                                       const float* beta, int64_t n, int64_t c, float eps, float* amax) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n) return;  // whole warps exit together: the shuffles below stay full-warp
@@ -62,6 +62,7 @@ __global__ void LayerNormForwardKernel(T* y, float* mean, float* rstd, const T* 
   }
   const float rs = rsqrtf(WarpSum(sq) / c + eps);
   T* yr = y + row * c;
+  unsigned m = 0;
   for (int64_t j = lane * V; j < c; j += 32 * V) {
     float g[V], b[V];
     LoadV<V>(xr + j, v);
@@ -70,7 +71,9 @@ __global__ void LayerNormForwardKernel(T* y, float* mean, float* rstd, const T* 
 #pragma unroll
     for (int k = 0; k < V; ++k) v[k] = (v[k] - mu) * rs * g[k] + b[k];
     StoreV<V>(yr + j, v);
+    if (amax != nullptr) detail::FoldAmax<V, T>(m, v);
   }
+  detail::WarpAmaxToGlobal(amax, m);
   if (lane == 0) {
     mean[row] = mu;
     rstd[row] = rs;
@@ -79,7 +82,7 @@ __global__ void LayerNormForwardKernel(T* y, float* mean, float* rstd, const T* 
 
 template <int V, typename T>
 __global__ void LayerNormBackwardDxKernel(T* dx, const T* x, const float* gamma, const float* mean, const float* rstd,
-                                          const T* dy, int64_t n, int64_t c, bool accumulate) {
+                                          const T* dy, int64_t n, int64_t c, bool accumulate, float* amax) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n) return;
@@ -101,6 +104,7 @@ __global__ void LayerNormBackwardDxKernel(T* dx, const T* x, const float* gamma,
   }
   const float mean_g = WarpSum(sum_g) / c, mean_gx = WarpSum(sum_gx) / c;
   T* dxr = dx + row * c;
+  unsigned m = 0;
   for (int64_t j = lane * V; j < c; j += 32 * V) {
     LoadV<V>(xr + j, xv);
     LoadV<V>(dyr + j, gv);
@@ -113,7 +117,9 @@ __global__ void LayerNormBackwardDxKernel(T* dx, const T* x, const float* gamma,
       for (int k = 0; k < V; ++k) gv[k] += xv[k];
     }
     StoreV<V>(dxr + j, gv);
+    if (amax != nullptr) detail::FoldAmax<V, T>(m, gv);
   }
+  detail::WarpAmaxToGlobal(amax, m);
 }
 
 // The forward with the warp's row held in registers (C <= 32 * V * kCache: GPT-2's 768 in bf16 is 3 of 4 slots):
@@ -123,7 +129,7 @@ __global__ void LayerNormBackwardDxKernel(T* dx, const T* x, const float* gamma,
 // scalar loads each, a warp's 32-byte-strided lanes cost L1 four times the wavefronts, which bounded this kernel.
 template <int V, int kCache, typename T>
 __global__ void LayerNormForwardCachedKernel(T* y, float* mean, float* rstd, const T* x, const float* gamma,
-                                             const float* beta, int64_t n, int64_t c, float eps) {
+                                             const float* beta, int64_t n, int64_t c, float eps, float* amax) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n) return;
@@ -148,6 +154,7 @@ __global__ void LayerNormForwardCachedKernel(T* y, float* mean, float* rstd, con
   }
   const float rs = rsqrtf(WarpSum(sq) / c + eps);
   T* yr = y + row * c;
+  unsigned m = 0;
 #pragma unroll
   for (int it = 0; it < kCache; ++it) {
     const int64_t j = (int64_t{it} * 32 + lane) * V;
@@ -158,7 +165,9 @@ __global__ void LayerNormForwardCachedKernel(T* y, float* mean, float* rstd, con
 #pragma unroll
     for (int k = 0; k < V; ++k) v[it][k] = (v[it][k] - mu) * rs * g[k] + b[k];
     StoreV<V>(yr + j, v[it]);
+    if (amax != nullptr) detail::FoldAmax<V, T>(m, v[it]);
   }
+  detail::WarpAmaxToGlobal(amax, m);
   if (lane == 0) {
     mean[row] = mu;
     rstd[row] = rs;
@@ -183,7 +192,7 @@ constexpr size_t FusedSharedBytes() {
 template <int kSlots, typename T>
 __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
     LayerNormBackwardFusedKernel(T* dx, float* part, const T* x, const float* gamma, const float* mean,
-                                 const float* rstd, const T* dy, int64_t n, int64_t c, bool accumulate) {
+                                 const float* rstd, const T* dy, int64_t n, int64_t c, bool accumulate, float* amax) {
   constexpr int V = 16 / sizeof(T);
   constexpr int kCols = kSlots * 32 * V;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -212,6 +221,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
   const int64_t first = blockIdx.x * kFusedRows + warp, row1 = min(n, (blockIdx.x + int64_t{1}) * kFusedRows);
   if (first < row1) fetch(first, 0);
   int stage = 0;
+  unsigned m = 0;  // max |dx| over this lane's stores (with amax)
   for (int64_t row = first; row < row1; row += kRowsPerBlock, stage ^= 1) {
     if (row + kRowsPerBlock < row1) {
       fetch(row + kRowsPerBlock, stage ^ 1);
@@ -255,8 +265,10 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 2)
         for (int k = 0; k < V; ++k) d[k] += xv[k];
       }
       StoreV<V>(dxr + j, d);
+      if (amax != nullptr) detail::FoldAmax<V, T>(m, d);
     }
   }
+  detail::WarpAmaxToGlobal(amax, m);
   __syncthreads();  // the stages become the reduction's buffer: red[kRowsPerBlock / 2][2 * kCols]
   float* red = reinterpret_cast<float*>(smem);
   for (int half = kRowsPerBlock / 2; half > 0; half /= 2) {
@@ -376,19 +388,20 @@ int64_t FusedBlocks(int64_t n) { return (n + kFusedRows - 1) / kFusedRows; }
 
 template <typename T>
 Status LaunchForward(T* y, float* mean, float* rstd, const T* x, const float* gamma, const float* beta, int64_t n,
-                     int64_t c, float eps, cudaStream_t stream) {
+                     int64_t c, float eps, float* amax, cudaStream_t stream) {
+  if (amax != nullptr) DT_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
   if (n == 0) return Status::OK();
   constexpr int kV = 16 / sizeof(T);
   const int v = detail::VecWidth<T>(c, {y, x, gamma, beta});
   if (v == kV && c <= 32 * kV * kCacheSlots) {
     LayerNormForwardCachedKernel<kV, kCacheSlots>
-        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(y, mean, rstd, x, gamma, beta, n, c, eps);
+        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(y, mean, rstd, x, gamma, beta, n, c, eps, amax);
   } else if (v == kV) {
     LayerNormForwardKernel<kV>
-        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(y, mean, rstd, x, gamma, beta, n, c, eps);
+        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(y, mean, rstd, x, gamma, beta, n, c, eps, amax);
   } else {
     LayerNormForwardKernel<1>
-        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(y, mean, rstd, x, gamma, beta, n, c, eps);
+        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(y, mean, rstd, x, gamma, beta, n, c, eps, amax);
   }
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
@@ -396,12 +409,12 @@ Status LaunchForward(T* y, float* mean, float* rstd, const T* x, const float* ga
 
 template <int kSlots, typename T>
 Status LaunchFused(T* dx, float* part, const T* x, const float* gamma, const float* mean, const float* rstd,
-                   const T* dy, int64_t n, int64_t c, bool accumulate_dx, cudaStream_t stream) {
+                   const T* dy, int64_t n, int64_t c, bool accumulate_dx, float* amax, cudaStream_t stream) {
   constexpr size_t kBytes = FusedSharedBytes<kSlots, T>();
   const auto kernel = LayerNormBackwardFusedKernel<kSlots, T>;
   DT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
   kernel<<<static_cast<unsigned>(FusedBlocks(n)), kRowsPerBlock * 32, kBytes, stream>>>(dx, part, x, gamma, mean, rstd,
-                                                                                        dy, n, c, accumulate_dx);
+                                                                                        dy, n, c, accumulate_dx, amax);
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
 }
@@ -409,24 +422,26 @@ Status LaunchFused(T* dx, float* part, const T* x, const float* gamma, const flo
 template <typename T>
 Status LaunchBackward(T* dx, float* dgamma, float* dbeta, const T* x, const float* gamma, const float* mean,
                       const float* rstd, const T* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx,
-                      cudaStream_t stream) {
+                      float* amax, cudaStream_t stream) {
+  if (amax != nullptr) DT_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
   if (n == 0 || c == 0) return Status::OK();
   constexpr int kV = 16 / sizeof(T);
   const dim3 finish_grid(static_cast<unsigned>((2 * c + 31) / 32)), finish_block(32, kFinishLanes);
   const int64_t slots = (c + 32 * kV - 1) / (32 * kV);
   if (scratch != nullptr && slots <= 4 && detail::VecWidth<T>(c, {dx, x, dy, gamma, scratch}) == kV) {
-    DT_RETURN_IF_ERROR(slots <= 3 ? LaunchFused<3>(dx, scratch, x, gamma, mean, rstd, dy, n, c, accumulate_dx, stream)
-                                  : LaunchFused<4>(dx, scratch, x, gamma, mean, rstd, dy, n, c, accumulate_dx, stream));
+    DT_RETURN_IF_ERROR(slots <= 3
+                           ? LaunchFused<3>(dx, scratch, x, gamma, mean, rstd, dy, n, c, accumulate_dx, amax, stream)
+                           : LaunchFused<4>(dx, scratch, x, gamma, mean, rstd, dy, n, c, accumulate_dx, amax, stream));
     LayerNormParamsFinishKernel<<<finish_grid, finish_block, 0, stream>>>(dgamma, dbeta, scratch, FusedBlocks(n), c);
     DT_CUDA_CHECK_LAUNCH();
     return Status::OK();
   }
   if (detail::VecWidth<T>(c, {dx, x, dy, gamma}) == kV) {
     LayerNormBackwardDxKernel<kV>
-        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(dx, x, gamma, mean, rstd, dy, n, c, accumulate_dx);
+        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(dx, x, gamma, mean, rstd, dy, n, c, accumulate_dx, amax);
   } else {
     LayerNormBackwardDxKernel<1>
-        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(dx, x, gamma, mean, rstd, dy, n, c, accumulate_dx);
+        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(dx, x, gamma, mean, rstd, dy, n, c, accumulate_dx, amax);
   }
   DT_CUDA_CHECK_LAUNCH();
   const int64_t chunks = scratch == nullptr ? 1 : NumChunks(n);
@@ -455,49 +470,49 @@ int64_t LayerNormBackwardScratchFloats(int64_t n, int64_t c) { return std::max(N
 Status LayerNormForwardCuda(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
                             int64_t n, int64_t c, float eps, cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchForward(y, mean, rstd, x, gamma, beta, n, c, eps, stream);
+  return LaunchForward(y, mean, rstd, x, gamma, beta, n, c, eps, nullptr, stream);
 }
 
 Status LayerNormForwardCudaBf16(uint16_t* y, float* mean, float* rstd, const uint16_t* x, const float* gamma,
-                                const float* beta, int64_t n, int64_t c, float eps, cudaStream_t stream) {
+                                const float* beta, int64_t n, int64_t c, float eps, float* amax, cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchForward(detail::AsBf16(y), mean, rstd, detail::AsBf16(x), gamma, beta, n, c, eps, stream);
+  return LaunchForward(detail::AsBf16(y), mean, rstd, detail::AsBf16(x), gamma, beta, n, c, eps, amax, stream);
 }
 
 Status LayerNormForwardCudaF16(uint16_t* y, float* mean, float* rstd, const uint16_t* x, const float* gamma,
-                               const float* beta, int64_t n, int64_t c, float eps, cudaStream_t stream) {
+                               const float* beta, int64_t n, int64_t c, float eps, float* amax, cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchForward(detail::AsF16(y), mean, rstd, detail::AsF16(x), gamma, beta, n, c, eps, stream);
+  return LaunchForward(detail::AsF16(y), mean, rstd, detail::AsF16(x), gamma, beta, n, c, eps, amax, stream);
 }
 
 Status LayerNormBackwardCuda(float* dx, float* dgamma, float* dbeta, const float* x, const float* gamma,
                              const float* mean, const float* rstd, const float* dy, int64_t n, int64_t c,
                              cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchBackward(dx, dgamma, dbeta, x, gamma, mean, rstd, dy, n, c, nullptr, false, stream);
+  return LaunchBackward(dx, dgamma, dbeta, x, gamma, mean, rstd, dy, n, c, nullptr, false, nullptr, stream);
 }
 
 Status LayerNormBackwardCuda(float* dx, float* dgamma, float* dbeta, const float* x, const float* gamma,
                              const float* mean, const float* rstd, const float* dy, int64_t n, int64_t c,
                              float* scratch, bool accumulate_dx, cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchBackward(dx, dgamma, dbeta, x, gamma, mean, rstd, dy, n, c, scratch, accumulate_dx, stream);
+  return LaunchBackward(dx, dgamma, dbeta, x, gamma, mean, rstd, dy, n, c, scratch, accumulate_dx, nullptr, stream);
 }
 
 Status LayerNormBackwardCudaBf16(uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* x, const float* gamma,
                                  const float* mean, const float* rstd, const uint16_t* dy, int64_t n, int64_t c,
-                                 float* scratch, bool accumulate_dx, cudaStream_t stream) {
+                                 float* scratch, bool accumulate_dx, float* amax, cudaStream_t stream) {
   DT_NVTX_FN();
   return LaunchBackward(detail::AsBf16(dx), dgamma, dbeta, detail::AsBf16(x), gamma, mean, rstd, detail::AsBf16(dy), n,
-                        c, scratch, accumulate_dx, stream);
+                        c, scratch, accumulate_dx, amax, stream);
 }
 
 Status LayerNormBackwardCudaF16(uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* x, const float* gamma,
                                 const float* mean, const float* rstd, const uint16_t* dy, int64_t n, int64_t c,
-                                float* scratch, bool accumulate_dx, cudaStream_t stream) {
+                                float* scratch, bool accumulate_dx, float* amax, cudaStream_t stream) {
   DT_NVTX_FN();
   return LaunchBackward(detail::AsF16(dx), dgamma, dbeta, detail::AsF16(x), gamma, mean, rstd, detail::AsF16(dy), n, c,
-                        scratch, accumulate_dx, stream);
+                        scratch, accumulate_dx, amax, stream);
 }
 
 }  // namespace dtrain::ops

@@ -43,26 +43,29 @@ Status LayerNormBackwardCuda(float* dx, float* dgamma, float* dbeta, const float
 Status LayerNormBackwardCuda(float* dx, float* dgamma, float* dbeta, const float* x, const float* gamma,
                              const float* mean, const float* rstd, const float* dy, int64_t n, int64_t c,
                              float* scratch, bool accumulate_dx, cudaStream_t stream);
+// 16-bit: `amax` null, or a device float set to max |y| (|dx|) as stored: kernels/fp8.h's Fp8Amax of the output,
+// fused into the pass that writes it. `scratch` may be null (see above).
 Status LayerNormForwardCudaBf16(uint16_t* y, float* mean, float* rstd, const uint16_t* x, const float* gamma,
-                                const float* beta, int64_t n, int64_t c, float eps, cudaStream_t stream);
-// `scratch` may be null (see above).
+                                const float* beta, int64_t n, int64_t c, float eps, float* amax, cudaStream_t stream);
 Status LayerNormBackwardCudaBf16(uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* x, const float* gamma,
                                  const float* mean, const float* rstd, const uint16_t* dy, int64_t n, int64_t c,
-                                 float* scratch, bool accumulate_dx, cudaStream_t stream);
+                                 float* scratch, bool accumulate_dx, float* amax, cudaStream_t stream);
 Status LayerNormForwardCudaF16(uint16_t* y, float* mean, float* rstd, const uint16_t* x, const float* gamma,
-                               const float* beta, int64_t n, int64_t c, float eps, cudaStream_t stream);
+                               const float* beta, int64_t n, int64_t c, float eps, float* amax, cudaStream_t stream);
 Status LayerNormBackwardCudaF16(uint16_t* dx, float* dgamma, float* dbeta, const uint16_t* x, const float* gamma,
                                 const float* mean, const float* rstd, const uint16_t* dy, int64_t n, int64_t c,
-                                float* scratch, bool accumulate_dx, cudaStream_t stream);
+                                float* scratch, bool accumulate_dx, float* amax, cudaStream_t stream);
 int64_t LayerNormBackwardScratchFloats(int64_t n, int64_t c);
 
 // x (and y, dy, dx) f32/f64, or bf16/f16 on CUDA; gamma, beta, mean, rstd, dgamma, dbeta: x's dtype, f32 when x is
-// 16-bit.
+// 16-bit. amax (optional, a one-element f32 tensor on ctx's device): also *amax = max |y| (|dx| as written, after
+// accumulate_dx), the value kernels/fp8.h's Fp8Amax gives, for an FP8 cast of the output that then skips its amax
+// pass; fused into the kernel for 16-bit CUDA tensors, a separate pass for f32.
 Status LayerNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
-                        Tensor* y, Tensor* mean, Tensor* rstd);
+                        Tensor* y, Tensor* mean, Tensor* rstd, Tensor* amax = nullptr);
 // accumulate_dx: dx += the input gradient (a residual stream's gradient), else dx = it. dgamma/dbeta always accumulate.
 Status LayerNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                          const Tensor& rstd, const Tensor& dy, Tensor* dx, Tensor* dgamma, Tensor* dbeta,
-                         bool accumulate_dx = false);
+                         bool accumulate_dx = false, Tensor* amax = nullptr);
 
 }  // namespace dtrain::ops

@@ -245,9 +245,9 @@ Status DGeluInPlace(const MatmulCudaArgs& args, const void* aux, cudaStream_t st
   const auto* aux16 = static_cast<const uint16_t*>(aux);
   switch (args.c_dtype) {
     case DType::kBF16:
-      return GeluBackwardCudaBf16(c16, aux16, c16, n, stream);
+      return GeluBackwardCudaBf16(c16, aux16, c16, n, nullptr, stream);
     case DType::kF16:
-      return GeluBackwardCudaF16(c16, aux16, c16, n, stream);
+      return GeluBackwardCudaF16(c16, aux16, c16, n, nullptr, stream);
     default:
       return GeluBackwardCuda(static_cast<float*>(args.c), static_cast<const float*>(aux),
                               static_cast<const float*>(args.c), n, stream);

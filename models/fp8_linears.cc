@@ -149,13 +149,15 @@ Status Fp8Linears::QuantizeWeight(int layer, int linear, const Tensor& w) {
 }
 
 Status Fp8Linears::Forward(int layer, int act_set, int linear, const Tensor& x, const Tensor* bias, Tensor* y,
-                           Tensor* gelu_aux, const Tensor* residual, bool keep) {
+                           Tensor* gelu_aux, const Tensor* residual, bool keep, bool x_amax_ready) {
   DT_NVTX_RANGE("fp8.linear_forward");
   DT_RETURN_IF_ERROR(Check("Forward", linear));
   Operand& a = acts_[act_set][linear];
   const Operand& w = weights_[layer][linear];
   Tensor q = Tensor::Wrap(x_q_.data(), {tokens_, linears_[linear].in}, DType::kU8, ctx_.type());
-  DT_RETURN_IF_ERROR(ops::Fp8Quantize(ctx_, x, kAct, a.scales, &q, keep ? &a.q_t : nullptr));
+  ops::Fp8QuantizeOptions qo;
+  qo.amax_ready = x_amax_ready;
+  DT_RETURN_IF_ERROR(ops::Fp8Quantize(ctx_, x, kAct, a.scales, &q, keep ? &a.q_t : nullptr, qo));
   ops::MatmulFp8Options opts;
   opts.fast_accum = true;  // the forward's K is the layer width; see kernels/matmul_fp8.h
   opts.bias = bias;
@@ -164,7 +166,8 @@ Status Fp8Linears::Forward(int layer, int act_set, int linear, const Tensor& x, 
   return ops::MatmulFp8(ctx_, q, kAct, a.scales->scale_inv, w.q, kAct, w.scales->scale_inv, y, opts);
 }
 
-Status Fp8Linears::Backward(int layer, int act_set, int linear, const Tensor& dy, Tensor* dw, Tensor* dx) {
+Status Fp8Linears::Backward(int layer, int act_set, int linear, const Tensor& dy, Tensor* dw, Tensor* dx, Tensor* dbias,
+                            bool dy_amax_ready) {
   DT_NVTX_RANGE("fp8.linear_backward");
   DT_RETURN_IF_ERROR(Check("Backward", linear));
   const Operand& a = acts_[act_set][linear];
@@ -175,7 +178,10 @@ Status Fp8Linears::Backward(int layer, int act_set, int linear, const Tensor& dy
                                            << linears_[linear].name << ")");
   Tensor q = Tensor::Wrap(dy_q_.data(), {tokens_, n}, DType::kU8, ctx_.type());
   Tensor q_t = Tensor::Wrap(dy_t_.data(), {n, tokens_}, DType::kU8, ctx_.type());
-  DT_RETURN_IF_ERROR(ops::Fp8Quantize(ctx_, dy, kGrad, dy_scales_, &q, &q_t));
+  ops::Fp8QuantizeOptions qo;
+  qo.amax_ready = dy_amax_ready;
+  qo.dbias = dbias;
+  DT_RETURN_IF_ERROR(ops::Fp8Quantize(ctx_, dy, kGrad, dy_scales_, &q, &q_t, qo));
   ops::MatmulFp8Options acc;
   acc.accumulate = true;  // weight gradients accumulate across micro-steps, as on the bf16 path
   DT_RETURN_IF_ERROR(

@@ -8,13 +8,16 @@
 //   dgrad    dx = dy W                                                          dy: e5m2, W^T: e4m3, dx bf16
 //   wgrad    dW += dy^T x                                                       dy^T: e5m2, x^T: e4m3, dW f32
 // Scaling is per tensor and current (kernels/fp8.h: amax, power-of-two scale, cast with the transposed copy), every
-// scale in device memory: nothing syncs to the host, so the whole step stays one CUDA graph. The weights are cast from
-// the GEMM weights the model hands over (f32 masters or the bf16 copy; both layouts) in QuantizeWeight, once per
-// Forward; an activation x is cast when the forward reads it, into one row-layout scratch shared by every linear (the
-// forward GEMM is its only reader), and with `keep` its transposed copy (wgrad's operand) is kept per activation set
-// for the backward; a gradient dy is cast when the backward reads it, into scratch.
-// e5m2 for gradients: its range (57344 vs e4m3's 448) takes the loss scale and the spread of gradient values, as in
-// Transformer Engine's HYBRID recipe.
+// scale in device memory: nothing syncs to the host, so the whole step stays one CUDA graph. The scale is computed
+// inside the cast kernel; a model whose kernel writes x or dy can compute its amax there too (x_amax / dy_amax, then
+// x_amax_ready / dy_amax_ready: no amax pass), and a linear's bias gradient comes from the loads of dy's cast
+// (Backward's dbias: no bias-gradient pass). Both leave the FP8 bytes and scales bit for bit what they were. The
+// weights are cast from the GEMM weights the model hands over (f32 masters or the bf16 copy; both layouts) in
+// QuantizeWeight, once per Forward; an activation x is cast when the forward reads it, into one row-layout scratch
+// shared by every linear (the forward GEMM is its only reader), and with `keep` its transposed copy (wgrad's operand)
+// is kept per activation set for the backward; a gradient dy is cast when the backward reads it, into scratch. e5m2 for
+// gradients: its range (57344 vs e4m3's 448) takes the loss scale and the spread of gradient values, as in Transformer
+// Engine's HYBRID recipe.
 //
 // Checkpoints do not change (the masters stay what they were), so a run resumes bf16 <-> fp8 either way.
 // Not thread-safe; every call is queued on the context's stream. Valid until the model that owns it is destroyed.
@@ -72,11 +75,19 @@ class Fp8Linears {
   Status QuantizeWeight(int layer, int linear, const Tensor& w);
   // y [tokens, out] (bf16) = x [tokens, in] (bf16) W^T (+ bias, bf16 [out]); with gelu_aux (needs bias): aux = that,
   // y = gelu(aux); with residual: y += residual. keep: also keep x^T in activation set act_set for Backward.
+  // x_amax_ready: x_amax(act_set, linear) already holds amax(x) (the kernel that wrote x computed it).
   Status Forward(int layer, int act_set, int linear, const Tensor& x, const Tensor* bias, Tensor* y, Tensor* gelu_aux,
-                 const Tensor* residual, bool keep);
+                 const Tensor* residual, bool keep, bool x_amax_ready = false);
+  // Where a producer of Forward's x for (act_set, linear) writes its amax (one-element f32 device tensor).
+  Tensor* x_amax(int act_set, int linear) { return &acts_[act_set][linear].scales->amax; }
   // dy [tokens, out] (bf16): dw [out, in] (f32) += dy^T x (x as kept by Forward in act_set), dx [tokens, in] (bf16)
-  // = dy W.
-  Status Backward(int layer, int act_set, int linear, const Tensor& dy, Tensor* dw, Tensor* dx);
+  // = dy W; with dbias (f32 [out]) also dbias += the column sums of dy, from the loads of dy's cast (no separate
+  // pass). dy_amax_ready: dy_amax() already holds amax(dy) (the kernel that wrote dy computed it).
+  Status Backward(int layer, int act_set, int linear, const Tensor& dy, Tensor* dw, Tensor* dx, Tensor* dbias = nullptr,
+                  bool dy_amax_ready = false);
+  // Where a producer of the next Backward's dy writes its amax (a one-element f32 device tensor), to pass
+  // dy_amax_ready.
+  Tensor* dy_amax() { return &dy_scales_->amax; }
 
  private:
   struct Operand {  // one FP8 tensor: its layouts (q_t only for an activation) and its scales

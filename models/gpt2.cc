@@ -300,8 +300,12 @@ Status Gpt2::BlockForward(int layer) {
   DT_RETURN_IF_ERROR(a.att.Reshape(x.shape(), &att2));
 
   // Attention: x_mid = x + c_proj(attn(c_attn(ln_1(x)))).
-  DT_RETURN_IF_ERROR(ops::LayerNormForward(ctx_, x, w(kLn1W), w(kLn1B), kLnEps, &a.ln1, &a.ln1_mean, &a.ln1_rstd));
-  DT_RETURN_IF_ERROR(LinearForward(layer, Gpt2Linear::kQkv, kAttnW, a.ln1, ops::Epilogue::kBias, &qkv2, nullptr));
+  // An FP8 linear's input comes with its amax from the layer norm that writes it (no amax pass of its own).
+  Tensor* ln1_amax = Fp8XAmax(layer, Gpt2Linear::kQkv);
+  DT_RETURN_IF_ERROR(
+      ops::LayerNormForward(ctx_, x, w(kLn1W), w(kLn1B), kLnEps, &a.ln1, &a.ln1_mean, &a.ln1_rstd, ln1_amax));
+  DT_RETURN_IF_ERROR(
+      LinearForward(layer, Gpt2Linear::kQkv, kAttnW, a.ln1, ops::Epilogue::kBias, &qkv2, nullptr, ln1_amax != nullptr));
   DT_RETURN_IF_ERROR(ops::AttentionForward(ctx_, a.qkv, opts_.n_head, &a.att, &a.lse));
   Tensor residual = x;  // a handle: the epilogue reads it
   DT_RETURN_IF_ERROR(
@@ -309,21 +313,28 @@ Status Gpt2::BlockForward(int layer) {
 
   // MLP: y = x_mid + c_proj(gelu(c_fc(ln_2(x_mid)))). Biases, c_fc's GELU and the residual adds are fused into the
   // GEMMs' epilogues.
+  Tensor* ln2_amax = Fp8XAmax(layer, Gpt2Linear::kFc);
   DT_RETURN_IF_ERROR(
-      ops::LayerNormForward(ctx_, a.x_mid, w(kLn2W), w(kLn2B), kLnEps, &a.ln2, &a.ln2_mean, &a.ln2_rstd));
-  DT_RETURN_IF_ERROR(
-      LinearForward(layer, Gpt2Linear::kFc, kFcW, a.ln2, ops::Epilogue::kBiasGelu, &a.fc_act, &a.fc_pre));
+      ops::LayerNormForward(ctx_, a.x_mid, w(kLn2W), w(kLn2B), kLnEps, &a.ln2, &a.ln2_mean, &a.ln2_rstd, ln2_amax));
+  DT_RETURN_IF_ERROR(LinearForward(layer, Gpt2Linear::kFc, kFcW, a.ln2, ops::Epilogue::kBiasGelu, &a.fc_act, &a.fc_pre,
+                                   ln2_amax != nullptr));
   residual = a.x_mid;
   return LinearForward(layer, Gpt2Linear::kFcProj, kFcProjW, a.fc_act, ops::Epilogue::kBiasResidual, &y, &residual);
 }
 
+Tensor* Gpt2::Fp8XAmax(int layer, Gpt2Linear l) {
+  return fp8(l) ? fp8_->x_amax(opts_.recompute ? 0 : layer, static_cast<int>(l)) : nullptr;
+}
+
+Tensor* Gpt2::Fp8DyAmax(Gpt2Linear l) { return fp8(l) ? fp8_->dy_amax() : nullptr; }
+
 Status Gpt2::LinearForward(int layer, Gpt2Linear l, int weight, const Tensor& x, ops::Epilogue e, Tensor* y,
-                           Tensor* aux) {
+                           Tensor* aux, bool x_amax_ready) {
   const Tensor& bias = gemm_weight(ParamIndex(layer, weight + 1));  // every block weight is followed by its bias
   if (fp8(l)) {
     const int set = opts_.recompute ? 0 : layer;
     return fp8_->Forward(layer, set, static_cast<int>(l), x, &bias, y, e == ops::Epilogue::kBiasGelu ? aux : nullptr,
-                         e == ops::Epilogue::kBiasResidual ? aux : nullptr, training_);
+                         e == ops::Epilogue::kBiasResidual ? aux : nullptr, training_, x_amax_ready);
   }
   return ops::MatmulEpilogue(ctx_, x, false, gemm_weight(ParamIndex(layer, weight)), true, bias, e, y, aux);
 }
@@ -363,8 +374,9 @@ Status Gpt2::Backward(float loss_scale, const GradReadyFn& on_ready) {
     DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, false, gemm_weight(0), false, &dln_, alpha));
   }
   const int lnf = ParamIndex(static_cast<int>(opts_.n_layer), 0);
-  DT_RETURN_IF_ERROR(
-      ops::LayerNormBackward(ctx_, x_.back(), w_[lnf], lnf_mean_, lnf_rstd_, dln_, &dres_, &g_[lnf], &g_[lnf + 1]));
+  // dres_ is the last block's fc_proj output gradient: with an FP8 fc_proj its amax comes from here.
+  DT_RETURN_IF_ERROR(ops::LayerNormBackward(ctx_, x_.back(), w_[lnf], lnf_mean_, lnf_rstd_, dln_, &dres_, &g_[lnf],
+                                            &g_[lnf + 1], false, Fp8DyAmax(Gpt2Linear::kFcProj)));
   DT_RETURN_IF_ERROR(ready(lnf + 1));
   DT_RETURN_IF_ERROR(ready(lnf));
   for (int l = static_cast<int>(opts_.n_layer) - 1; l >= 0; --l) DT_RETURN_IF_ERROR(BlockBackward(l, on_ready));
@@ -391,12 +403,14 @@ Status Gpt2::BlockBackward(int layer, const GradReadyFn& on_ready) {
   if (fp8(Gpt2Linear::kFcProj)) {
     // dW_proj += dy^T fc_act and d fc_act = dy W_proj in FP8; gelu' and fc's bias gradient then run as their own
     // passes over dfc_ (the bf16 path fuses them into the dgrad GEMM's epilogue).
-    DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dres_, g(kFcProjB), /*accumulate=*/true));
-    DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, static_cast<int>(Gpt2Linear::kFcProj), dres_, g(kFcProjW), &dfc_));
+    // The bias gradients come from the casts of dy (Fp8Linears::Backward's dbias), dy's amax from the kernel that
+    // wrote dy (the layer norm backward above this block: Backward's lnf or the next block's ln_1; GELU's below).
+    DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, static_cast<int>(Gpt2Linear::kFcProj), dres_, g(kFcProjW), &dfc_,
+                                      g(kFcProjB), /*dy_amax_ready=*/true));
     DT_RETURN_IF_ERROR(ready(kFcProjB));
     DT_RETURN_IF_ERROR(ready(kFcProjW));
-    DT_RETURN_IF_ERROR(ops::GeluBackward(ctx_, a.fc_pre, dfc_, &dfc_));
-    DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dfc_, g(kFcB), /*accumulate=*/true));
+    DT_RETURN_IF_ERROR(ops::GeluBackward(ctx_, a.fc_pre, dfc_, &dfc_, Fp8DyAmax(Gpt2Linear::kFc)));
+    if (!fp8(Gpt2Linear::kFc)) DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dfc_, g(kFcB), /*accumulate=*/true));
   } else {
     DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, true, a.fc_act, false, g(kFcProjW), 1.f, 1.f));
     DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dres_, g(kFcProjB), /*accumulate=*/true));
@@ -407,7 +421,8 @@ Status Gpt2::BlockBackward(int layer, const GradReadyFn& on_ready) {
                                            ops::Epilogue::kDGeluBGrad, &dfc_, &a.fc_pre));
   }
   if (fp8(Gpt2Linear::kFc)) {
-    DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, static_cast<int>(Gpt2Linear::kFc), dfc_, g(kFcW), &dln_));
+    DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, static_cast<int>(Gpt2Linear::kFc), dfc_, g(kFcW), &dln_,
+                                      fp8(Gpt2Linear::kFcProj) ? g(kFcB) : nullptr, fp8(Gpt2Linear::kFcProj)));
     DT_RETURN_IF_ERROR(ready(kFcB));
     DT_RETURN_IF_ERROR(ready(kFcW));
   } else {
@@ -417,35 +432,36 @@ Status Gpt2::BlockBackward(int layer, const GradReadyFn& on_ready) {
     DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dfc_, false, gw(kFcW), false, &dln_));
   }
   DT_RETURN_IF_ERROR(ops::LayerNormBackward(ctx_, a.x_mid, w(kLn2W), a.ln2_mean, a.ln2_rstd, dln_, &dres_, g(kLn2W),
-                                            g(kLn2B),
-                                            /*accumulate_dx=*/true));  // the residual path plus the layer-norm path
+                                            g(kLn2B), /*accumulate_dx=*/true,  // the residual path plus the norm's
+                                            Fp8DyAmax(Gpt2Linear::kAttnProj)));
   DT_RETURN_IF_ERROR(ready(kLn2B));
   DT_RETURN_IF_ERROR(ready(kLn2W));
 
   // Attention, with dres_ = d x_mid.
-  DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dres_, g(kAttnProjB), /*accumulate=*/true));
   if (fp8(Gpt2Linear::kAttnProj)) {
-    DT_RETURN_IF_ERROR(
-        fp8_->Backward(layer, set, static_cast<int>(Gpt2Linear::kAttnProj), dres_, g(kAttnProjW), &datt2));
+    DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, static_cast<int>(Gpt2Linear::kAttnProj), dres_, g(kAttnProjW), &datt2,
+                                      g(kAttnProjB), /*dy_amax_ready=*/true));
   } else {
+    DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dres_, g(kAttnProjB), /*accumulate=*/true));
     DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, true, att2, false, g(kAttnProjW), 1.f, 1.f));
     DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dres_, false, gw(kAttnProjW), false, &datt2));
   }
   DT_RETURN_IF_ERROR(ready(kAttnProjB));
   DT_RETURN_IF_ERROR(ready(kAttnProjW));
   DT_RETURN_IF_ERROR(ops::AttentionBackward(ctx_, a.qkv, a.att, a.lse, datt_, opts_.n_head, &dqkv_));
-  DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dqkv2, g(kAttnB), /*accumulate=*/true));
   if (fp8(Gpt2Linear::kQkv)) {
-    DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, static_cast<int>(Gpt2Linear::kQkv), dqkv2, g(kAttnW), &dln_));
+    DT_RETURN_IF_ERROR(
+        fp8_->Backward(layer, set, static_cast<int>(Gpt2Linear::kQkv), dqkv2, g(kAttnW), &dln_, g(kAttnB)));
   } else {
+    DT_RETURN_IF_ERROR(ops::BiasGrad(ctx_, dqkv2, g(kAttnB), /*accumulate=*/true));
     DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dqkv2, true, a.ln1, false, g(kAttnW), 1.f, 1.f));
     DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dqkv2, false, gw(kAttnW), false, &dln_));
   }
   DT_RETURN_IF_ERROR(ready(kAttnB));
   DT_RETURN_IF_ERROR(ready(kAttnW));
+  // dres_ = d x_[layer]: the previous block's fc_proj output gradient (its amax for an FP8 fc_proj).
   DT_RETURN_IF_ERROR(ops::LayerNormBackward(ctx_, x_[layer], w(kLn1W), a.ln1_mean, a.ln1_rstd, dln_, &dres_, g(kLn1W),
-                                            g(kLn1B),
-                                            /*accumulate_dx=*/true));  // dres_ = d x_[layer]
+                                            g(kLn1B), /*accumulate_dx=*/true, Fp8DyAmax(Gpt2Linear::kFcProj)));
   DT_RETURN_IF_ERROR(ready(kLn1B));
   return ready(kLn1W);
 }

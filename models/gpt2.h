@@ -144,7 +144,13 @@ class Gpt2 final : public Model {
   Status EmbedForward(const Tensor& ids);
   Status BlockForward(int layer);  // x_[layer] -> x_[layer + 1]
   // One block linear of the forward: FP8 (fp8_) or bf16/fp32 (ops::MatmulEpilogue with epilogue e; aux as there).
-  Status LinearForward(int layer, Gpt2Linear l, int weight, const Tensor& x, ops::Epilogue e, Tensor* y, Tensor* aux);
+  // x_amax_ready: an FP8 linear's x came with its amax (Fp8XAmax).
+  Status LinearForward(int layer, Gpt2Linear l, int weight, const Tensor& x, ops::Epilogue e, Tensor* y, Tensor* aux,
+                       bool x_amax_ready = false);
+  // Where the producer of FP8 linear l's input in `layer` writes its amax, or null when l is not an FP8 linear.
+  Tensor* Fp8XAmax(int layer, Gpt2Linear l);
+  // Where the producer of an FP8 linear l's output gradient writes its amax, or null when l is not an FP8 linear.
+  Tensor* Fp8DyAmax(Gpt2Linear l);
   Status BlockBackward(int layer, const GradReadyFn& on_ready);  // d x_[layer + 1] in dres_ -> d x_[layer]
   Status EmbedBackward(const GradReadyFn& on_ready);
 
