@@ -144,17 +144,17 @@ __global__ void __launch_bounds__(kThreads) CastKernel(uint8_t* out, const T* x,
 
 // One 64 x 64 tile of x [rows, cols] per block: out (optional) written row by row as it is converted, out_t
 // [cols, rows] from the tile in shared memory. V > 1 needs cols % V == 0 and 16-byte aligned x and out; vec_t
-// (16-byte stores of out_t) needs rows % 16 == 0 and a 16-byte aligned out_t. With col_partials, also
+// (16-byte stores of out_t) needs rows % 16 == 0 and a 16-byte aligned out_t. kColSums: also
 // col_partials[blockIdx.y * cols + c] = the f32 sum of x[r0 .. r0 + 63, c] (unscaled), each thread's rows in order,
 // then the threads' sums in order: deterministic.
-template <Fp8Format F, int V, typename T>
+template <Fp8Format F, int V, bool kColSums, typename T>
 __global__ void __launch_bounds__(kThreads)
     CastTransposeKernel(uint8_t* out, uint8_t* out_t, float* col_partials, const T* x, int64_t rows, int64_t cols,
                         ScaleSource src, bool vec_t) {
   constexpr int kLanesPerRow = kTile / V;  // threads sharing one tile row
   constexpr int kRowsPerPass = kThreads / kLanesPerRow;
   __shared__ uint8_t tile[kTile][kTileStride];
-  __shared__ float col_sum[kRowsPerPass][kTile];
+  __shared__ float col_sum[kColSums ? kRowsPerPass : 1][kTile];
   const float scale = src.Load();
   const int64_t r0 = int64_t{blockIdx.y} * kTile, c0 = int64_t{blockIdx.x} * kTile;
   const int tc = (threadIdx.x % kLanesPerRow) * V;
@@ -164,23 +164,27 @@ __global__ void __launch_bounds__(kThreads)
     if (r >= rows || c >= cols) continue;  // with V > 1, cols % V == 0: a chunk is wholly in or out
     float f[V];
     LoadV<V>(x + r * cols + c, f);
+    if constexpr (kColSums) {
 #pragma unroll
-    for (int i = 0; i < V; ++i) sum[i] += f[i];
+      for (int i = 0; i < V; ++i) sum[i] += f[i];
+    }
     uint8_t q[V];
     Quantize<F>(f, scale, q);
     if (out != nullptr) StoreBytes<V>(out + r * cols + c, q);
 #pragma unroll
     for (int i = 0; i < V; ++i) tile[tr][tc + i] = q[i];
   }
-  if (col_partials != nullptr) {
+  if constexpr (kColSums) {
 #pragma unroll
     for (int i = 0; i < V; ++i) col_sum[threadIdx.x / kLanesPerRow][tc + i] = sum[i];
   }
   __syncthreads();
-  if (col_partials != nullptr && threadIdx.x < kTile && c0 + threadIdx.x < cols) {
-    float total = 0.f;
-    for (int k = 0; k < kRowsPerPass; ++k) total += col_sum[k][threadIdx.x];
-    col_partials[int64_t{blockIdx.y} * cols + c0 + threadIdx.x] = total;
+  if constexpr (kColSums) {
+    if (threadIdx.x < kTile && c0 + threadIdx.x < cols) {
+      float total = 0.f;
+      for (int k = 0; k < kRowsPerPass; ++k) total += col_sum[k][threadIdx.x];
+      col_partials[int64_t{blockIdx.y} * cols + c0 + threadIdx.x] = total;
+    }
   }
   // out_t row c0 + j holds tile column j: 4 threads per row, 16 tile rows (16 bytes) each. The 32 threads of a warp
   // read 8 columns of 4 row groups; with a 66-byte row stride those fall in distinct banks.
@@ -220,11 +224,11 @@ Status LaunchCast(uint8_t* out, uint8_t* out_t, float* col_partials, const T* x,
                "CastToFp8Cuda: x [" << rows << "," << cols << "] has more than 65535*64 rows; split it");
   const dim3 grid(static_cast<unsigned>(tiles_c), static_cast<unsigned>(tiles_r));
   const bool vec_t = rows % 16 == 0 && detail::Aligned16({out_t});
-  if (cols % kV == 0 && detail::Aligned16({x, out})) {
-    CastTransposeKernel<F, kV><<<grid, kThreads, 0, stream>>>(out, out_t, col_partials, x, rows, cols, scale, vec_t);
-  } else {
-    CastTransposeKernel<F, 1><<<grid, kThreads, 0, stream>>>(out, out_t, col_partials, x, rows, cols, scale, vec_t);
-  }
+  const bool vec = cols % kV == 0 && detail::Aligned16({x, out});
+  const auto kernel = col_partials != nullptr
+                          ? (vec ? CastTransposeKernel<F, kV, true, T> : CastTransposeKernel<F, 1, true, T>)
+                          : (vec ? CastTransposeKernel<F, kV, false, T> : CastTransposeKernel<F, 1, false, T>);
+  kernel<<<grid, kThreads, 0, stream>>>(out, out_t, col_partials, x, rows, cols, scale, vec_t);
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
 }
