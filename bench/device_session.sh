@@ -40,9 +40,10 @@
 #   gpt2fp8 train.precision fp8 (issue 35): the FP8 GPU tests, then for each of $FP8_SIZES (default 124m 350m; also 774m 1.5b) GPT-2
 #           at B x T = 16 x 1024 (synthetic tokens): dtrain bf16, dtrain fp8 with each of $FP8_LAYERS (default auto
 #           all), and (FP8_TORCH=1, the default) torch.compile in each of $TORCH_MODES (default default
-#           reduce-overhead) x $TORCH_FLOAT8 (torchao float8 recipes, default none) in the same call; with FP8_LOSS=1 also $LOSS_STEPS (300) steps on byte-level tokens of
-#           real text (the repo's README and docs): bf16, fp8 and bf16 with another train.seed, compared by
-#           bench/loss_diff.py over the last 200 steps
+#           reduce-overhead) x $TORCH_FLOAT8 (torchao float8 recipes, default none) in the same call; with FP8_LOSS=1 also $LOSS_STEPS (300) steps of
+#           GPT-2 $LOSS_SIZE (default 124m) on byte-level tokens of real text ($LOSS_TEXT, default the repo's README
+#           and docs): bf16, fp8 and bf16 with another train.seed, compared by bench/loss_diff.py over the last 200
+#           steps (curves: fp8_loss_SIZE.png)
 #   tb      TensorBoard's own reader over a run's event file (tests/tools/read_tensorboard.py)
 #   restore the restore path on this GPU (issue 22): its tests (the CUDA staging case among them), then
 #           ckpt_io_bench load-device (reads + CRC32C + copies to the GPU) vs cat/dd (bench/ckpt_local_bench.sh), and a
@@ -211,17 +212,19 @@ if has gpt2fp8; then
     grep -hE "^\[  FAILED|Failure|Expected|Which is|^\[fp8\]" $OUT/$t.log | head -10
   done
   if [[ ${FP8_LOSS:-0} == 1 ]]; then
+    # $LOSS_SIZE (default 124m) on $LOSS_TEXT (default: the repo's README and docs), curves in $FINAL_OUT.
     L=/tmp/fp8loss; rm -rf $L; mkdir -p $L
-    cat README.md docs/*.md > $L/corpus.txt
+    if [[ -n ${LOSS_TEXT:-} ]]; then cp $LOSS_TEXT $L/corpus.txt; else cat README.md docs/*.md > $L/corpus.txt; fi
     $BIN data convert-text --out $L/shards --seq-len 1024 $L/corpus.txt > $OUT/fp8loss_data.log 2>&1
     echo "convert-text rc=$?: $(tail -1 $OUT/fp8loss_data.log)"
-    LCFG="configs/gpt2_124m.yaml --set data.train_shards=$L/shards --set data.shuffle=false --set train.grad_accum_steps=1 --set schedule.kind=constant --set schedule.warmup_steps=0 --set checkpoint.enabled=false --set train.eval=false --set train.log_every=1 --set optim.lr=3e-4 --set train.epochs=100000 --set train.max_steps=${LOSS_STEPS:-300}"
+    LCFG="configs/gpt2_124m.yaml $(gpt2_shape ${LOSS_SIZE:-124m}) --set data.train_shards=$L/shards --set data.shuffle=false --set train.grad_accum_steps=1 --set schedule.kind=constant --set schedule.warmup_steps=0 --set checkpoint.enabled=false --set train.eval=false --set train.log_every=1 --set optim.lr=3e-4 --set train.epochs=100000 --set train.max_steps=${LOSS_STEPS:-300}"
     for r in "bf16 bf16 1234" "fp8 fp8 1234" "bf16b bf16 1235"; do
       set -- $r
       $BIN train $LCFG --set train.precision=$2 --set train.seed=$3 --set run.dir=$OUT/fp8loss_$1 > $OUT/fp8loss_$1.log 2>&1
       echo "loss run $1 rc=$?: $(step_line $OUT/fp8loss_$1.log)"
     done
-    python3 bench/loss_diff.py 200 $OUT/fp8loss_bf16 $OUT/fp8loss_fp8 $OUT/fp8loss_bf16b
+    python3 bench/loss_diff.py 200 $OUT/fp8loss_bf16 $OUT/fp8loss_fp8 $OUT/fp8loss_bf16b \
+      --png $FINAL_OUT/fp8_loss_${LOSS_SIZE:-124m}.png
   fi
   for size in ${FP8_SIZES:-124m 350m}; do
     shape=$(gpt2_shape $size)
