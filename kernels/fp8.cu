@@ -24,7 +24,8 @@ using detail::AbsBits;
 using detail::LoadV;
 
 constexpr int kThreads = 256;
-constexpr int kTile = 64;             // the transposing cast's tile: 64 x 64 elements per 256-thread block
+constexpr int kTile = 64;  // the transposing cast's tile: 64 x 64 elements per 256-thread block
+static_assert(kTile == kFp8CastTileRows, "col_partials rows are the cast's tiles (fp8.h)");
 constexpr int kTileStride = 66;       // bytes per tile row in shared memory: the column gather below is conflict-free
 constexpr int64_t kMaxBlocks = 2048;  // grid-stride loops: enough blocks to fill an H200 several times
 
