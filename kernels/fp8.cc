@@ -116,7 +116,36 @@ Status CheckInput(const DeviceContext& ctx, const char* op, const Tensor& x) {
   return Status::OK();
 }
 
+// A cast's x ([rows, cols]: f32, or bf16 on CUDA) and its outputs (at least one of out / out_t, u8, x's shape and x's
+// shape transposed): *o / *ot their bytes, or null for an output not wanted.
+Status CheckCast(const DeviceContext& ctx, const char* op, const Tensor& x, Tensor* out, Tensor* out_t, uint8_t** o,
+                 uint8_t** ot) {
+  DT_RETURN_IF_ERROR(CheckInput(ctx, op, x));
+  DT_CHECK_ARG(x.ndim() == 2, op << ": x " << x.ToString() << " must be 2-D [rows, cols]");
+  const int64_t rows = x.dim(0), cols = x.dim(1);
+  const bool want = out != nullptr && out->defined(), want_t = out_t != nullptr && out_t->defined();
+  DT_CHECK_ARG(want || want_t, op << ": neither out nor out_t given for x " << x.ToString());
+  if (want) {
+    DT_CHECK_ARG(
+        out->dtype() == DType::kU8 && out->shape() == x.shape() && out->device() == ctx.type(),
+        op << ": out " << out->ToString() << " must be u8 [" << rows << "," << cols << "] like x " << x.ToString());
+  }
+  if (want_t) {
+    const std::vector<int64_t> shape_t = {cols, rows};
+    DT_CHECK_ARG(out_t->dtype() == DType::kU8 && out_t->shape() == shape_t && out_t->device() == ctx.type(),
+                 op << ": out_t " << out_t->ToString() << " must be u8 [" << cols << "," << rows
+                    << "] (x transposed) for x " << x.ToString());
+  }
+  *o = want ? out->data<uint8_t>() : nullptr;
+  *ot = want_t ? out_t->data<uint8_t>() : nullptr;
+  return Status::OK();
+}
+
 }  // namespace
+
+Status CheckAmaxOutput(const DeviceContext& ctx, const char* op, const Tensor* amax) {
+  return amax == nullptr ? Status::OK() : CheckScalar(ctx, op, "amax", amax);
+}
 
 Status Fp8Amax(DeviceContext& ctx, const Tensor& x, Tensor* amax) {
   DT_RETURN_IF_ERROR(CheckInput(ctx, "Fp8Amax", x));
@@ -152,25 +181,10 @@ Status Fp8Scale(DeviceContext& ctx, const Tensor& amax, Fp8Format f, Tensor* sca
 }
 
 Status CastToFp8(DeviceContext& ctx, const Tensor& x, const Tensor& scale, Fp8Format f, Tensor* out, Tensor* out_t) {
-  DT_RETURN_IF_ERROR(CheckInput(ctx, "CastToFp8", x));
   DT_RETURN_IF_ERROR(CheckScalar(ctx, "CastToFp8", "scale", &scale));
-  DT_CHECK_ARG(x.ndim() == 2, "CastToFp8: x " << x.ToString() << " must be 2-D [rows, cols]");
+  uint8_t *o, *ot;
+  DT_RETURN_IF_ERROR(CheckCast(ctx, "CastToFp8", x, out, out_t, &o, &ot));
   const int64_t rows = x.dim(0), cols = x.dim(1);
-  const bool want = out != nullptr && out->defined(), want_t = out_t != nullptr && out_t->defined();
-  DT_CHECK_ARG(want || want_t, "CastToFp8: neither out nor out_t given for x " << x.ToString());
-  if (want) {
-    DT_CHECK_ARG(
-        out->dtype() == DType::kU8 && out->shape() == x.shape() && out->device() == ctx.type(),
-        "CastToFp8: out " << out->ToString() << " must be u8 [" << rows << "," << cols << "] like x " << x.ToString());
-  }
-  if (want_t) {
-    const std::vector<int64_t> shape_t = {cols, rows};
-    DT_CHECK_ARG(out_t->dtype() == DType::kU8 && out_t->shape() == shape_t && out_t->device() == ctx.type(),
-                 "CastToFp8: out_t " << out_t->ToString() << " must be u8 [" << cols << "," << rows
-                                     << "] (x transposed) for x " << x.ToString());
-  }
-  uint8_t* o = want ? out->data<uint8_t>() : nullptr;
-  uint8_t* ot = want_t ? out_t->data<uint8_t>() : nullptr;
   if (!ctx.is_cuda()) {
     CastToFp8Cpu(o, ot, x.data<float>(), rows, cols, scale.data<float>()[0], f);
     return Status::OK();
@@ -218,21 +232,11 @@ Status Fp8Quantize(DeviceContext& ctx, const Tensor& x, Fp8Format f, Fp8Scales* 
     return Status::OK();
   }
 #if DT_HAVE_CUDA
-  // The same checks as CastToFp8 (shapes, dtypes), then one kernel for scale + cast (+ column sums).
-  DT_RETURN_IF_ERROR(CheckInput(ctx, "Fp8Quantize", x));
-  DT_CHECK_ARG(x.ndim() == 2, "Fp8Quantize: x " << x.ToString() << " must be 2-D [rows, cols]");
-  const bool want = out != nullptr && out->defined(), want_t = out_t != nullptr && out_t->defined();
-  DT_CHECK_ARG(!want || (out->dtype() == DType::kU8 && out->shape() == x.shape() && out->device() == ctx.type()),
-               "Fp8Quantize: out " << out->ToString() << " must be u8 like x " << x.ToString());
-  DT_CHECK_ARG(
-      !want_t || (out_t->dtype() == DType::kU8 && out_t->numel() == x.numel() && out_t->ndim() == 2 &&
-                  out_t->dim(0) == x.dim(1) && out_t->device() == ctx.type()),
-      "Fp8Quantize: out_t " << (want_t ? out_t->ToString() : "") << " must be u8 x transposed, x " << x.ToString());
-  DT_CHECK_ARG(dbias == nullptr || want_t,
-               "Fp8Quantize: the fused bias gradient needs out_t (x " << x.ToString() << ")");
+  // CastToFp8's checks, then one kernel for scale + cast (+ column sums).
   Fp8CastFromAmaxArgs a;
-  a.out = want ? out->data<uint8_t>() : nullptr;
-  a.out_t = want_t ? out_t->data<uint8_t>() : nullptr;
+  DT_RETURN_IF_ERROR(CheckCast(ctx, "Fp8Quantize", x, out, out_t, &a.out, &a.out_t));
+  DT_CHECK_ARG(dbias == nullptr || a.out_t != nullptr,
+               "Fp8Quantize: the fused bias gradient needs out_t (x " << x.ToString() << ")");
   a.rows = x.dim(0);
   a.cols = x.dim(1);
   a.amax = s->amax.data<float>();

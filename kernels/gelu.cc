@@ -53,12 +53,7 @@ Status GeluForward(DeviceContext& ctx, const Tensor& x, Tensor* y) {
 }
 
 Status GeluBackward(DeviceContext& ctx, const Tensor& x, const Tensor& dy, Tensor* dx, Tensor* amax) {
-  if (amax != nullptr) {
-    DT_CHECK_ARG(amax->numel() == 1 && amax->dtype() == DType::kF32 && amax->device() == ctx.type(),
-                 "GeluBackward: amax " << amax->ToString()
-                                       << " must be a one-element f32 tensor on the context's "
-                                          "device");
-  }
+  DT_RETURN_IF_ERROR(CheckAmaxOutput(ctx, "GeluBackward", amax));
   if (ctx.is_cuda() && IsHalfFloat(x.dtype())) {
     DT_CHECK_ARG(dx != nullptr, "GeluBackward: output is null");
     DT_RETURN_IF_ERROR(detail::CheckSameShapeDtype(ctx, "GeluBackward", x, dy, *dx));

@@ -100,14 +100,6 @@ Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& x, std:
   return Status::OK();
 }
 
-// The optional amax output: a one-element f32 tensor on ctx's device.
-Status CheckAmax(const DeviceContext& ctx, const char* op, const Tensor* amax) {
-  DT_CHECK_ARG(
-      amax == nullptr || (amax->numel() == 1 && amax->dtype() == DType::kF32 && amax->device() == ctx.type()),
-      op << ": amax " << amax->ToString() << " must be a one-element f32 tensor on " << DeviceName(ctx.type()));
-  return Status::OK();
-}
-
 float* AmaxPtr(Tensor* amax) { return amax != nullptr ? amax->data<float>() : nullptr; }
 
 }  // namespace
@@ -116,7 +108,7 @@ Status LayerNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma
                         Tensor* y, Tensor* mean, Tensor* rstd, Tensor* amax) {
   DT_CHECK_ARG(y != nullptr && mean != nullptr && rstd != nullptr, "LayerNormForward: null output");
   DT_RETURN_IF_ERROR(CheckArgs(ctx, "LayerNormForward", x, {y}, {&gamma, &beta}, {mean, rstd}));
-  DT_RETURN_IF_ERROR(CheckAmax(ctx, "LayerNormForward", amax));
+  DT_RETURN_IF_ERROR(CheckAmaxOutput(ctx, "LayerNormForward", amax));
   const int64_t c = x.dim(-1), n = x.numel() / c;
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
@@ -147,7 +139,7 @@ Status LayerNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& gamm
                          bool accumulate_dx, Tensor* amax) {
   DT_CHECK_ARG(dx != nullptr && dgamma != nullptr && dbeta != nullptr, "LayerNormBackward: null output");
   DT_RETURN_IF_ERROR(CheckArgs(ctx, "LayerNormBackward", x, {&dy, dx}, {&gamma, dgamma, dbeta}, {&mean, &rstd}));
-  DT_RETURN_IF_ERROR(CheckAmax(ctx, "LayerNormBackward", amax));
+  DT_RETURN_IF_ERROR(CheckAmaxOutput(ctx, "LayerNormBackward", amax));
   const int64_t c = x.dim(-1), n = x.numel() / c;
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
