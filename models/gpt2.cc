@@ -401,10 +401,10 @@ Status Gpt2::BlockBackward(int layer, const GradReadyFn& on_ready) {
 
   // MLP, with dres_ = dy. Weight gradients accumulate (beta = 1) across micro-steps.
   if (fp8(Gpt2Linear::kFcProj)) {
-    // dW_proj += dy^T fc_act and d fc_act = dy W_proj in FP8; gelu' and fc's bias gradient then run as their own
-    // passes over dfc_ (the bf16 path fuses them into the dgrad GEMM's epilogue).
-    // The bias gradients come from the casts of dy (Fp8Linears::Backward's dbias), dy's amax from the kernel that
-    // wrote dy (the layer norm backward above this block: Backward's lnf or the next block's ln_1; GELU's below).
+    // dW_proj += dy^T fc_act and d fc_act = dy W_proj in FP8; gelu' then runs as its own pass over dfc_ (the bf16
+    // path fuses it and fc's bias gradient into the dgrad GEMM's epilogue). The bias gradients come from the casts of
+    // dy (Fp8Linears::Backward's dbias; fc's from its own FP8 backward, else a pass here), dy's amax from the kernel
+    // that wrote dy (the layer norm backward above this block: Backward's lnf or the next block's ln_1; GELU's below).
     DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, static_cast<int>(Gpt2Linear::kFcProj), dres_, g(kFcProjW), &dfc_,
                                       g(kFcProjB), /*dy_amax_ready=*/true));
     DT_RETURN_IF_ERROR(ready(kFcProjB));
