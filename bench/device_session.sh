@@ -36,14 +36,15 @@
 #           (default fp8) by total time (ncu)
 #   llamaloss  loss curves of the SmolLM2-360M shape from the same imported weights (transformers' random init,
 #           save_pretrained) on the same byte-level tokens of real text, 200 steps: dtrain vs two PyTorch runs (the
-#           hand-written Llama and transformers' LlamaForCausalLM, eager), PNG to $OUT
+#           hand-written Llama and transformers' LlamaForCausalLM, eager; $LLAMALOSS_TORCH names others), every
+#           pair's distance, PNG to $OUT
 #   gpt2fp8 train.precision fp8 (issue 35): the FP8 GPU tests, then for each of $FP8_SIZES (default 124m 350m; also 774m 1.5b) GPT-2
 #           at B x T = 16 x 1024 (synthetic tokens): dtrain bf16, dtrain fp8 with each of $FP8_LAYERS (default auto
 #           all), and (FP8_TORCH=1, the default) torch.compile in each of $TORCH_MODES (default default
 #           reduce-overhead) x $TORCH_FLOAT8 (torchao float8 recipes, default none) in the same call; with FP8_LOSS=1 also $LOSS_STEPS (300) steps of
 #           GPT-2 $LOSS_SIZE (default 124m) on byte-level tokens of real text ($LOSS_TEXT, default the repo's README
-#           and docs): bf16, fp8 and bf16 with another train.seed, compared by bench/loss_diff.py over the last 200
-#           steps (curves: fp8_loss_SIZE.png)
+#           and docs): $LOSS_RUNS (default bf16, fp8 and bf16 with another train.seed), compared by bench/loss_diff.py
+#           over the last 200 steps (curves: fp8_loss_SIZE.png, each run alone: fp8_loss_SIZE_NAME.png)
 #   tb      TensorBoard's own reader over a run's event file (tests/tools/read_tensorboard.py)
 #   restore the restore path on this GPU (issue 22): its tests (the CUDA staging case among them), then
 #           ckpt_io_bench load-device (reads + CRC32C + copies to the GPU) vs cat/dd (bench/ckpt_local_bench.sh), and a
@@ -217,14 +218,27 @@ if has gpt2fp8; then
     if [[ -n ${LOSS_TEXT:-} ]]; then cp $LOSS_TEXT $L/corpus.txt; else cat README.md docs/*.md > $L/corpus.txt; fi
     $BIN data convert-text --out $L/shards --seq-len 1024 $L/corpus.txt > $OUT/fp8loss_data.log 2>&1
     echo "convert-text rc=$?: $(tail -1 $OUT/fp8loss_data.log)"
-    LCFG="configs/gpt2_124m.yaml $(gpt2_shape ${LOSS_SIZE:-124m}) --set data.train_shards=$L/shards --set data.shuffle=false --set train.grad_accum_steps=1 --set schedule.kind=constant --set schedule.warmup_steps=0 --set checkpoint.enabled=false --set train.eval=false --set train.log_every=1 --set optim.lr=3e-4 --set train.epochs=100000 --set train.max_steps=${LOSS_STEPS:-300}"
-    for r in "bf16 bf16 1234" "fp8 fp8 1234" "bf16b bf16 1235"; do
-      set -- $r
-      $BIN train $LCFG --set train.precision=$2 --set train.seed=$3 --set run.dir=$OUT/fp8loss_$1 > $OUT/fp8loss_$1.log 2>&1
-      echo "loss run $1 rc=$?: $(step_line $OUT/fp8loss_$1.log)"
+    LCFG="configs/gpt2_124m.yaml $(gpt2_shape ${LOSS_SIZE:-124m}) --set data.train_shards=$L/shards --set data.shuffle=false --set train.grad_accum_steps=1 --set schedule.kind=constant --set schedule.warmup_steps=0 --set checkpoint.enabled=false --set train.eval=false --set train.log_every=1 --set optim.lr=3e-4 --set train.epochs=100000"
+    # $LOSS_RUNS: NAME:PRECISION:SEED[:STEPS[:KEY=VALUE]] (STEPS default $LOSS_STEPS); the first is the reference.
+    # LOSS_PARALLEL=1 runs them side by side on the GPU (losses do not depend on timing), bounded by $LOSS_TIMEOUT s.
+    runs=(); names=()
+    for r in ${LOSS_RUNS:-bf16:bf16:1234 fp8:fp8:1234 bf16b:bf16:1235}; do
+      IFS=: read -r name prec seed steps extra <<< "$r"
+      names+=($name)
+      cmd="$BIN train $LCFG --set train.max_steps=${steps:-${LOSS_STEPS:-300}} --set train.precision=$prec --set train.seed=$seed ${extra:+--set $extra} --set run.dir=$OUT/fp8loss_$name"
+      if [[ ${LOSS_PARALLEL:-0} == 1 ]]; then
+        timeout ${LOSS_TIMEOUT:-3000} $cmd > $OUT/fp8loss_$name.log 2>&1 &
+      else
+        $cmd > $OUT/fp8loss_$name.log 2>&1
+      fi
     done
-    python3 bench/loss_diff.py 200 $OUT/fp8loss_bf16 $OUT/fp8loss_fp8 $OUT/fp8loss_bf16b \
-      --png $FINAL_OUT/fp8_loss_${LOSS_SIZE:-124m}.png
+    wait
+    for name in "${names[@]}"; do echo "loss run $name: $(step_line $OUT/fp8loss_$name.log)"; done
+    python3 bench/loss_diff.py 200 "${names[@]/#/$OUT/fp8loss_}" --png $FINAL_OUT/fp8_loss_${LOSS_SIZE:-124m}.png
+    # Every run alone over all its steps (a long run beyond the reference's), with its largest and last losses.
+    for name in "${names[@]}"; do
+      python3 bench/loss_diff.py 200 $OUT/fp8loss_$name --png $FINAL_OUT/fp8_loss_${LOSS_SIZE:-124m}_$name.png --summary
+    done
   fi
   for size in ${FP8_SIZES:-124m 350m}; do
     shape=$(gpt2_shape $size)
@@ -527,17 +541,27 @@ PY
     --set checkpoint.enabled=false --set train.eval=false --set train.log_every=1 --set train.max_steps=${LOSS_STEPS:-200} \
     --set optim.lr=3e-4 --set model.init_from=hf:$L/hf --set run.dir=$OUT/llamaloss_dtrain > $OUT/llamaloss_dtrain.log 2>&1
   echo "dtrain rc=$?: $(step_line $OUT/llamaloss_dtrain.log)"
-  for impl in hand hf; do
-    python3 bench/llama_torch.py --shape smollm2_360m --impl $impl --init $L/hf --tokens ${TEXT:-.device-carry/text/corpus.txt} \
-      --losses $OUT/llamaloss_torch_$impl.json --steps ${LOSS_STEPS:-200} --warmup 0 --lr 3e-4 > $OUT/llamaloss_torch_$impl.log 2>&1
-    echo "torch $impl rc=$?: $(tail -1 $OUT/llamaloss_torch_$impl.log)"
+  # $LLAMALOSS_TORCH: NAME[:IMPL[:FLAGS...]] (FLAGS: llama_torch.py flags joined by commas, e.g.
+  # hand_bf16res:hand:--residual,bf16); default the hand-written model and transformers' (NAME = IMPL).
+  names=()
+  for r in ${LLAMALOSS_TORCH:-hand hf}; do
+    IFS=: read -r name impl flags <<< "$r"
+    names+=($name)
+    python3 bench/llama_torch.py --shape smollm2_360m --impl ${impl:-$name} ${flags//,/ } --init $L/hf --tokens ${TEXT:-.device-carry/text/corpus.txt} \
+      --losses $OUT/llamaloss_torch_$name.json --steps ${LOSS_STEPS:-200} --warmup 0 --lr 3e-4 > $OUT/llamaloss_torch_$name.log 2>&1
+    echo "torch $name rc=$?: $(tail -1 $OUT/llamaloss_torch_$name.log)"
   done
-  python3 bench/plot_losses.py $OUT/llamaloss_dtrain/metrics.jsonl $OUT/llamaloss_torch_hand.json $FINAL_OUT/llama_loss_curves.png "SmolLM2-360M shape"
-  python3 - $OUT/llamaloss_torch_hand.json $OUT/llamaloss_torch_hf.json <<'PY'
-import json, sys
-a, b = (json.load(open(f)) for f in sys.argv[1:3])
-d = [abs(x - y) for x, y in zip(a, b)][-50:]
-print(json.dumps({"torch_hand_vs_hf_mean_abs_diff_last50": sum(d) / len(d), "max": max(d)}))
+  python3 bench/plot_losses.py $OUT/llamaloss_dtrain/metrics.jsonl $OUT/llamaloss_torch_${names[0]}.json $FINAL_OUT/llama_loss_curves.png "SmolLM2-360M shape"
+  # Every pair (dtrain and each PyTorch run): mean and max |dloss| over the last 50 steps.
+  python3 - $OUT/llamaloss_dtrain/metrics.jsonl "${names[@]/#/$OUT/llamaloss_torch_}" <<'PY'
+import itertools, json, sys
+runs = {"dtrain": [r["loss"] for r in map(json.loads, open(sys.argv[1])) if r.get("kind") == "train" and "loss" in r]}
+for f in sys.argv[2:]:
+    runs[f.rsplit("llamaloss_torch_", 1)[1]] = json.load(open(f + ".json"))
+for (na, a), (nb, b) in itertools.combinations(runs.items(), 2):
+    d = [abs(x - y) for x, y in zip(a, b)][-50:]
+    print(json.dumps({"pair": f"{na} vs {nb}", "mean_abs_diff_last50": sum(d) / len(d), "max": max(d),
+                      "final": [a[-1], b[-1]]}))
 PY
 fi
 

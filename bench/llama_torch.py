@@ -7,6 +7,7 @@ bf16 autocast with fp32 master weights, fused AdamW (betas 0.9/0.95, wd 0.1), gr
 
 usage: python3 bench/llama_torch.py --shape smollm2_360m [--impl hand|hf] [--compile [--mode default|reduce-overhead]]
                                     [--batch 16] [--seq 1024] [--steps 30] [--warmup 10] [--ac none|full] [--json OUT]
+                                    [--residual fp32|bf16]
                                     [--float8 none|tensorwise|rowwise [--float8-filter all|auto]]
        ... --init HF_DIR --tokens FILE.u8 --losses OUT.json --lr 3e-4     (loss curve from imported weights, real text)
 Synthetic tokens unless --tokens (a byte file: records of seq+1 bytes with stride seq taken in order, like `dtrain
@@ -69,9 +70,9 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, c, n_layer, nh, nkv, ffn, vocab, theta, seq, eps=1e-5, tied=True, ac="none"):
+    def __init__(self, c, n_layer, nh, nkv, ffn, vocab, theta, seq, eps=1e-5, tied=True, ac="none", residual="fp32"):
         super().__init__()
-        self.ac = ac
+        self.ac, self.residual = ac, residual
         self.embed_tokens = nn.Embedding(vocab, c)
         self.lm_head = None if tied else nn.Linear(c, vocab, bias=False)
         self.layers = nn.ModuleList(Block(c, nh, nkv, ffn, eps) for _ in range(n_layer))
@@ -90,6 +91,8 @@ class Llama(nn.Module):
     def forward(self, idx, targets):
         t = idx.shape[1]
         x = self.embed_tokens(idx)
+        if self.residual == "bf16":  # the residual stream stored in bf16 (as dtrain's), not autocast's fp32
+            x = x.to(torch.bfloat16)
         cos, sin = self.cos[:t].to(x.dtype), self.sin[:t].to(x.dtype)
         for layer in self.layers:
             if self.ac == "full" and self.training:  # PyTorch's activation checkpointing, one region per layer
@@ -136,7 +139,7 @@ def build(a, dev):
     tied = a.shape not in UNTIED
     if a.impl == "hand":
         with torch.device(dev):  # made on the GPU: an 8B model's init on the host takes minutes
-            model = Llama(c, L, nh, nkv, ffn, vocab, theta, a.seq, tied=tied, ac=a.ac)
+            model = Llama(c, L, nh, nkv, ffn, vocab, theta, a.seq, tied=tied, ac=a.ac, residual=a.residual)
         if a.init:
             load_hf_into_hand(model, a.init)
         return model, model, vocab
@@ -171,6 +174,9 @@ def main():
     ap.add_argument("--losses", help="write the loss of every step to this JSON file")
     ap.add_argument("--ac", choices=["none", "full"], default="none",
                     help="activation checkpointing: full = torch.utils.checkpoint around every layer")
+    ap.add_argument("--residual", choices=["fp32", "bf16"], default="fp32",
+                    help="--impl hand: the residual stream's dtype under autocast (fp32: the embedding's, as in "
+                         "PyTorch's usual mixed precision; bf16: rounded to bf16 like dtrain's and Megatron-LM's default)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--json")
     ap.add_argument("--profile", action="store_true", help="after timing, print the CUDA kernels of 3 steps by total time")
@@ -232,6 +238,7 @@ def main():
     tokens_per_s = a.steps * a.batch * a.seq / dt
     impl = f"{a.impl} " + (("torch.compile" + ("" if a.mode == "default" else f" ({a.mode})")) if a.compile else "eager")
     impl += "" if a.ac == "none" else f", activation checkpointing {a.ac}"
+    impl += "" if a.residual == "fp32" else f", {a.residual} residual stream"
     impl += "" if a.float8 == "none" else f", torchao float8 {a.float8}" + ("" if a.float8_filter == "all" else " (auto)")
     out = {"impl": impl, "shape": a.shape, "batch": a.batch, "seq": a.seq, "params": n_params,
            "tokens_per_s": tokens_per_s, "step_ms": 1e3 * dt / a.steps,

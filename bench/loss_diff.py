@@ -1,23 +1,51 @@
 """Loss agreement of training runs, from the "train" records of their metrics.jsonl (train.log_every=1).
 
-usage: python3 bench/loss_diff.py LAST_N REF_RUN_DIR OTHER_RUN_DIR... [--png OUT.png]
+usage: python3 bench/loss_diff.py LAST_N REF_RUN_DIR OTHER_RUN_DIR... [--png OUT.png] [--summary]
 
 For each other run: the mean |loss - ref loss| over the last LAST_N steps both runs logged, and both runs' mean
 loss there. Used by bench/device_session.sh's gpt2fp8 stage: fp8 vs bf16, and a second bf16 seed vs bf16 (the
 spread that fp8's difference is measured against, issue 35). With --png: every run's curve, and each other run's
-|loss - ref loss| (smoothed over 50 steps) below.
+|loss - ref loss| (smoothed over 50 steps) below. With --summary: the reference run's course (the divergence check of
+a long run): its mean loss per tenth of the run, the largest loss after the first tenth, the largest rise of the loss
+over the mean of the 100 steps before it, the largest gradient norm, and whether any loss is not finite.
 """
 import json
+import math
 import sys
 
 
-def losses(run_dir):
+def losses(run_dir, key="loss"):
     out = {}
     for line in open(f"{run_dir}/metrics.jsonl"):
         r = json.loads(line)
-        if r.get("kind") == "train" and "loss" in r:
-            out[r["step"]] = r["loss"]
+        if r.get("kind") == "train" and key in r:
+            out[r["step"]] = r[key]
     return out
+
+
+def summary(run_dir):
+    loss = losses(run_dir)
+    steps = sorted(loss)
+    if not steps:
+        raise SystemExit(f"{run_dir}: no train records")
+    tenth = max(1, len(steps) // 10)
+    means = [sum(loss[s] for s in steps[i:i + tenth]) / len(steps[i:i + tenth]) for i in range(0, len(steps), tenth)]
+    later = steps[tenth:] or steps
+    worst = max(later, key=lambda s: loss[s])
+    rise, rise_at = 0.0, steps[0]
+    for i in range(100, len(steps)):
+        before = sum(loss[s] for s in steps[i - 100:i]) / 100
+        if loss[steps[i]] - before > rise:
+            rise, rise_at = loss[steps[i]] - before, steps[i]
+    gnorm = losses(run_dir, "grad_norm")
+    finite = all(math.isfinite(v) for v in loss.values())
+    print(f"{run_dir}: steps {steps[0]}-{steps[-1]} ({len(steps)}), all losses finite: {finite}")
+    print("  mean loss per tenth: " + " ".join(f"{m:.4f}" for m in means))
+    print(f"  largest loss after step {steps[tenth - 1]}: {loss[worst]:.4f} at step {worst}; last {loss[steps[-1]]:.4f}")
+    print(f"  largest rise over the previous 100 steps' mean: {rise:.4f} at step {rise_at}")
+    if gnorm:
+        g = max(gnorm, key=lambda s: gnorm[s])
+        print(f"  largest gradient norm: {gnorm[g]:.4f} at step {g}")
 
 
 def main():
@@ -27,8 +55,13 @@ def main():
         i = args.index("--png")
         png = args[i + 1]
         del args[i:i + 2]
+    show_summary = "--summary" in args
+    if show_summary:
+        args.remove("--summary")
     last_n, ref_dir, others = int(args[0]), args[1], args[2:]
     ref = losses(ref_dir)
+    if show_summary:
+        summary(ref_dir)
     if png:
         plot(png, ref_dir, ref, others)
     for other in others:

@@ -11,8 +11,7 @@ namespace dtrain::models {
 
 namespace {
 
-constexpr ops::Fp8Format kAct = ops::Fp8Format::kE4M3;   // activations and weights
-constexpr ops::Fp8Format kGrad = ops::Fp8Format::kE5M2;  // gradients
+constexpr ops::Fp8Format kAct = ops::Fp8Format::kE4M3;  // activations and weights (gradients: set_.grad)
 
 // Scale slots Create makes: one per (layer, FP8 linear), one per (activation set, FP8 linear), one for dy.
 int64_t CountOn(const Fp8LayerSet& set) { return std::count(set.on.begin(), set.on.end(), true); }
@@ -41,9 +40,22 @@ std::string Fp8LayerSet::Describe() const {
   return s.empty() ? "none" : s;
 }
 
+Status ParseFp8Gradients(const std::string& precision, const std::string& value, Fp8LayerSet* set) {
+  const std::string v = value.empty() ? "e5m2" : value;  // a Config built in code has "" for the schema's default
+  if (v != "e5m2" && v != "e4m3") {
+    return Status::InvalidArgument("train.fp8_gradients: '" + v + "' is not e5m2 or e4m3");
+  }
+  if (precision != "fp8" && v != "e5m2") {
+    return Status::InvalidArgument("train.fp8_gradients: '" + v + "' is set but train.precision is " + precision +
+                                   " (it applies to fp8 only)");
+  }
+  set->grad = v == "e4m3" ? ops::Fp8Format::kE4M3 : ops::Fp8Format::kE5M2;
+  return Status::OK();
+}
+
 std::string Fp8Summary(const Fp8LayerSet& set, const std::string& rest) {
-  return "fp8: FP8 GEMMs (e4m3 x e4m3 forward, e5m2 gradients) for the block linears " + set.Describe() +
-         "; bf16 for the rest (" + rest + ")";
+  return std::string("fp8: FP8 GEMMs (e4m3 x e4m3 forward, ") + ops::Fp8FormatName(set.grad) +
+         " gradients) for the block linears " + set.Describe() + "; bf16 for the rest (" + rest + ")";
 }
 
 Status ParseFp8LayerSet(const std::string& key, const std::string& spec, const std::vector<std::string>& names,
@@ -181,12 +193,12 @@ Status Fp8Linears::Backward(int layer, int act_set, int linear, const Tensor& dy
   ops::Fp8QuantizeOptions qo;
   qo.amax_ready = dy_amax_ready;
   qo.dbias = dbias;
-  DT_RETURN_IF_ERROR(ops::Fp8Quantize(ctx_, dy, kGrad, dy_scales_, &q, &q_t, qo));
+  DT_RETURN_IF_ERROR(ops::Fp8Quantize(ctx_, dy, set_.grad, dy_scales_, &q, &q_t, qo));
   ops::MatmulFp8Options acc;
   acc.accumulate = true;  // weight gradients accumulate across micro-steps, as on the bf16 path
   DT_RETURN_IF_ERROR(
-      ops::MatmulFp8(ctx_, q_t, kGrad, dy_scales_->scale_inv, a.q_t, kAct, a.scales->scale_inv, dw, acc));
-  return ops::MatmulFp8(ctx_, q, kGrad, dy_scales_->scale_inv, w.q_t, kAct, w.scales->scale_inv, dx);
+      ops::MatmulFp8(ctx_, q_t, set_.grad, dy_scales_->scale_inv, a.q_t, kAct, a.scales->scale_inv, dw, acc));
+  return ops::MatmulFp8(ctx_, q, set_.grad, dy_scales_->scale_inv, w.q_t, kAct, w.scales->scale_inv, dx);
 }
 
 }  // namespace dtrain::models

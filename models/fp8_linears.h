@@ -5,8 +5,8 @@
 // residual stream, master weights and gradients). For each chosen linear, its three GEMMs run on Hopper's FP8 tensor
 // cores through cuBLASLt (kernels/matmul_fp8.h):
 //   forward  y  = x W^T (+ bias, + GELU / + residual, in the GEMM's epilogue)  x: e4m3, W: e4m3, y bf16, fast accum
-//   dgrad    dx = dy W                                                          dy: e5m2, W^T: e4m3, dx bf16
-//   wgrad    dW += dy^T x                                                       dy^T: e5m2, x^T: e4m3, dW f32
+//   dgrad    dx = dy W                                                          dy: e5m2*, W^T: e4m3, dx bf16
+//   wgrad    dW += dy^T x                                                       dy^T: e5m2*, x^T: e4m3, dW f32
 // Scaling is per tensor and current (kernels/fp8.h: amax, power-of-two scale, cast with the transposed copy), every
 // scale in device memory: nothing syncs to the host, so the whole step stays one CUDA graph. The scale is computed
 // inside the cast kernel; a model whose kernel writes x or dy can compute its amax there too (x_amax / dy_amax, then
@@ -15,9 +15,10 @@
 // weights are cast from the GEMM weights the model hands over (f32 masters or the bf16 copy; both layouts) in
 // QuantizeWeight, once per Forward; an activation x is cast when the forward reads it, into one row-layout scratch
 // shared by every linear (the forward GEMM is its only reader), and with `keep` its transposed copy (wgrad's operand)
-// is kept per activation set for the backward; a gradient dy is cast when the backward reads it, into scratch. e5m2 for
-// gradients: its range (57344 vs e4m3's 448) takes the loss scale and the spread of gradient values, as in Transformer
-// Engine's HYBRID recipe.
+// is kept per activation set for the backward; a gradient dy is cast when the backward reads it, into scratch.
+// * e5m2 by default (Fp8LayerSet::grad, train.fp8_gradients): its range (57344 vs e4m3's 448) takes the spread of
+// gradient values, as in Transformer Engine's HYBRID recipe; e4m3 trades that range for a mantissa bit (the measured
+// comparison: bench/results/, issue 35).
 //
 // Checkpoints do not change (the masters stay what they were), so a run resumes bf16 <-> fp8 either way.
 // Not thread-safe; every call is queued on the context's stream. Valid until the model that owns it is destroyed.
@@ -40,10 +41,12 @@ struct Fp8LinearShape {
   int64_t out = 0, in = 0;
 };
 
-// Which of a model's block linears run in FP8: on[i] for the model's linear i (its forward order).
+// Which of a model's block linears run in FP8: on[i] for the model's linear i (its forward order); and the format of
+// their gradients (dy) in the backward GEMMs (train.fp8_gradients).
 struct Fp8LayerSet {
   std::vector<std::string> names;
   std::vector<bool> on;
+  ops::Fp8Format grad = ops::Fp8Format::kE5M2;
   bool any() const;
   std::string Describe() const;  // the names that are on, comma-separated ("qkv, fc, fc_proj"), or "none"
 };
@@ -53,6 +56,10 @@ struct Fp8LayerSet {
 // accepted names.
 Status ParseFp8LayerSet(const std::string& key, const std::string& spec, const std::vector<std::string>& names,
                         const std::vector<bool>& auto_on, Fp8LayerSet* out);
+
+// train.fp8_gradients' value ("" = the default e5m2) into set->grad; a value other than the default under another
+// `precision` than fp8 is InvalidArgument naming the key (it applies to fp8 only).
+Status ParseFp8Gradients(const std::string& precision, const std::string& value, Fp8LayerSet* set);
 
 // The log's line for an fp8 run: "fp8: FP8 GEMMs (...) for the block linears <set>; bf16 for the rest (<rest>)".
 std::string Fp8Summary(const Fp8LayerSet& set, const std::string& rest);

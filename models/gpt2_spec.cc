@@ -68,6 +68,7 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
     return Status::InvalidArgument("model.gpt2.fp8_layers: '" + fp8_layers + "' is set but train.precision is " +
                                    precision + " (it applies to fp8 only)");
   }
+  DT_RETURN_IF_ERROR(ParseFp8Gradients(precision, config.train().fp8_gradients(), &opts.fp8_layers));
   if (opts.loss_chunk_tokens > 0 && opts.precision == Precision::kFp16) {
     return Status::InvalidArgument(
         "model.gpt2.loss_chunk_tokens " + std::to_string(opts.loss_chunk_tokens) +

@@ -177,6 +177,7 @@ Status MixedOf(const proto::Config& config, bool cuda, bool* mixed, bool* fp8, F
   if (precision == "fp8") {
     DT_RETURN_IF_ERROR(ParseLlamaFp8Layers(fp8_layers, g.hidden(), layers));
   }
+  DT_RETURN_IF_ERROR(ParseFp8Gradients(precision, config.train().fp8_gradients(), layers));
   if (*mixed && !cuda)
     return Status::InvalidArgument("train.precision: " + precision + " needs a GPU; the CPU path is fp32");
   return Status::OK();

@@ -172,6 +172,24 @@ TEST(LlamaSpec, Fp8LayersParseAndAreRefusedWhereTheyCannotRun) {
   cfg.mutable_model()->mutable_llama()->set_fp8_layers("gate_up,ffn");
   EXPECT_NE(BuildRefusal(cfg).find("unknown item 'ffn'"), std::string::npos) << BuildRefusal(cfg);
 
+  // train.fp8_gradients: the gradients' format (e5m2 when unset), refused without fp8.
+  DT_ASSERT_OK(ParseFp8Gradients("fp8", "", &s));
+  EXPECT_EQ(s.grad, ops::Fp8Format::kE5M2);
+  DT_ASSERT_OK(ParseFp8Gradients("fp8", "e4m3", &s));
+  EXPECT_EQ(s.grad, ops::Fp8Format::kE4M3);
+  EXPECT_NE(Fp8Summary(s, "rest").find("e4m3 gradients"), std::string::npos) << Fp8Summary(s, "rest");
+  DT_ASSERT_OK(ParseFp8Gradients("bf16", "e5m2", &s));
+  cfg.mutable_model()->mutable_llama()->set_fp8_layers("auto");
+  cfg.mutable_train()->set_precision("bf16");
+  cfg.mutable_train()->set_fp8_gradients("e4m3");
+  EXPECT_NE(BuildRefusal(cfg).find("train.fp8_gradients: 'e4m3' is set but train.precision is bf16"), std::string::npos)
+      << BuildRefusal(cfg);
+  cfg.mutable_train()->set_fp8_gradients("e3m4");
+  EXPECT_NE(BuildRefusal(cfg).find("train.fp8_gradients: 'e3m4' is not e5m2 or e4m3"), std::string::npos)
+      << BuildRefusal(cfg);
+  cfg.mutable_train()->set_fp8_gradients("e5m2");
+  cfg.mutable_train()->set_precision("fp8");
+
   // The plan (for CUDA) counts what Fp8Linears::Create allocates: with all four linears of this shape (hidden 64,
   // qkv 128 x 64, o_proj 64 x 64, gate_up 344 x 64, down 64 x 172; 2 layers, none: 2 activation sets; 128 tokens),
   // W and W^T per layer, x^T per set, the scratch and the scales; bf16 plans none.
