@@ -80,6 +80,17 @@ def plot(png, ref_dir, ref, others):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    if not others:  # one run alone: its curve only
+        fig, ax = plt.subplots(figsize=(8, 5))
+        steps = sorted(ref)
+        ax.plot(steps, [ref[s] for s in steps], lw=0.8, label=ref_dir.rstrip("/").split("/")[-1])
+        ax.set_ylabel("training loss")
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(png, dpi=120)
+        return
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     steps = sorted(ref)
     ax.plot(steps, [ref[s] for s in steps], lw=0.8, label=ref_dir.rstrip("/").split("/")[-1])

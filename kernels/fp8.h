@@ -107,8 +107,11 @@ constexpr int64_t kFp8CastTileRows = 64;  // the rows of one col_partials row
 
 // ---- Tensor entry points ------------------------------------------------------------------------------------------
 // OK for a null amax or a one-element f32 tensor on ctx's device, else InvalidArgument naming `op`: the optional amax
-// output of the kernels that fuse Fp8Amax into the pass that writes a tensor (kernels/gelu.h, kernels/layernorm.h).
+// output of the kernels that fuse Fp8Amax into the pass that writes a tensor (kernels/gelu.h, kernels/layernorm.h,
+// kernels/rmsnorm.h, kernels/swiglu.h).
 Status CheckAmaxOutput(const DeviceContext& ctx, const char* op, const Tensor* amax);
+// That optional amax as the raw launchers take it: its float, or null.
+inline float* AmaxData(Tensor* amax) { return amax != nullptr ? amax->data<float>() : nullptr; }
 // amax: an f32 tensor of one element on x's device. x: f32 (CPU, CUDA) or bf16 (CUDA), any shape.
 Status Fp8Amax(DeviceContext& ctx, const Tensor& x, Tensor* amax);
 // scale, scale_inv: f32 tensors of one element, from the one-element f32 amax.

@@ -59,8 +59,7 @@ Status GeluBackward(DeviceContext& ctx, const Tensor& x, const Tensor& dy, Tenso
     DT_RETURN_IF_ERROR(detail::CheckSameShapeDtype(ctx, "GeluBackward", x, dy, *dx));
 #if DT_HAVE_CUDA
     const auto fn = x.dtype() == DType::kBF16 ? GeluBackwardCudaBf16 : GeluBackwardCudaF16;
-    return fn(dx->data<uint16_t>(), x.data<uint16_t>(), dy.data<uint16_t>(), x.numel(),
-              amax != nullptr ? amax->data<float>() : nullptr, ctx.stream());
+    return fn(dx->data<uint16_t>(), x.data<uint16_t>(), dy.data<uint16_t>(), x.numel(), AmaxData(amax), ctx.stream());
 #endif
   }
   static const detail::BinaryOp kOp = {"GeluBackward", GeluBackwardCpu<float>, GeluBackwardCpu<double>,

@@ -100,8 +100,6 @@ Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& x, std:
   return Status::OK();
 }
 
-float* AmaxPtr(Tensor* amax) { return amax != nullptr ? amax->data<float>() : nullptr; }
-
 }  // namespace
 
 Status LayerNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
@@ -115,7 +113,7 @@ Status LayerNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma
     if (IsHalfFloat(x.dtype())) {
       const auto fn = x.dtype() == DType::kBF16 ? LayerNormForwardCudaBf16 : LayerNormForwardCudaF16;
       return fn(y->data<uint16_t>(), mean->data<float>(), rstd->data<float>(), x.data<uint16_t>(), gamma.data<float>(),
-                beta.data<float>(), n, c, eps, AmaxPtr(amax), ctx.stream());
+                beta.data<float>(), n, c, eps, AmaxData(amax), ctx.stream());
     }
     DT_RETURN_IF_ERROR(LayerNormForwardCuda(y->data<float>(), mean->data<float>(), rstd->data<float>(), x.data<float>(),
                                             gamma.data<float>(), beta.data<float>(), n, c, eps, ctx.stream()));
@@ -150,7 +148,7 @@ Status LayerNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& gamm
       const auto fn = x.dtype() == DType::kBF16 ? LayerNormBackwardCudaBf16 : LayerNormBackwardCudaF16;
       return fn(dx->data<uint16_t>(), dgamma->data<float>(), dbeta->data<float>(), x.data<uint16_t>(),
                 gamma.data<float>(), mean.data<float>(), rstd.data<float>(), dy.data<uint16_t>(), n, c,
-                scratch.data<float>(), accumulate_dx, AmaxPtr(amax), ctx.stream());
+                scratch.data<float>(), accumulate_dx, AmaxData(amax), ctx.stream());
     }
     DT_RETURN_IF_ERROR(LayerNormBackwardCuda(dx->data<float>(), dgamma->data<float>(), dbeta->data<float>(),
                                              x.data<float>(), gamma.data<float>(), mean.data<float>(),

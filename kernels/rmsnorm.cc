@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/fp8.h"
 #include "kernels/half.h"
 
 namespace dtrain::ops {
@@ -98,8 +99,10 @@ Status CheckBf16Weight(const DeviceContext& ctx, const char* op, const Tensor& x
 
 }  // namespace
 
-Status RmsNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, float eps, Tensor* y, Tensor* rstd) {
+Status RmsNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, float eps, Tensor* y, Tensor* rstd,
+                      Tensor* amax) {
   DT_CHECK_ARG(y != nullptr && rstd != nullptr, "RmsNormForward: null output");
+  DT_RETURN_IF_ERROR(CheckAmaxOutput(ctx, "RmsNormForward", amax));
   const bool w16 = Bf16Weight(x, weight);
   if (w16) {
     DT_RETURN_IF_ERROR(CheckArgs(ctx, "RmsNormForward", x, {y}, {}, {rstd}));
@@ -112,15 +115,16 @@ Status RmsNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& weight,
 #if DT_HAVE_CUDA
     if (w16) {
       return RmsNormForwardCudaBf16W(y->data<uint16_t>(), rstd->data<float>(), x.data<uint16_t>(),
-                                     weight.data<uint16_t>(), n, c, eps, ctx.stream());
+                                     weight.data<uint16_t>(), n, c, eps, AmaxData(amax), ctx.stream());
     }
     if (IsHalfFloat(x.dtype())) {
       const auto fn = x.dtype() == DType::kBF16 ? RmsNormForwardCudaBf16 : RmsNormForwardCudaF16;
       return fn(y->data<uint16_t>(), rstd->data<float>(), x.data<uint16_t>(), weight.data<float>(), n, c, eps,
-                ctx.stream());
+                AmaxData(amax), ctx.stream());
     }
-    return RmsNormForwardCuda(y->data<float>(), rstd->data<float>(), x.data<float>(), weight.data<float>(), n, c, eps,
-                              ctx.stream());
+    DT_RETURN_IF_ERROR(RmsNormForwardCuda(y->data<float>(), rstd->data<float>(), x.data<float>(), weight.data<float>(),
+                                          n, c, eps, ctx.stream()));
+    return amax != nullptr ? Fp8Amax(ctx, *y, amax) : Status::OK();
 #else
     return Status::Unavailable("RmsNormForward: CUDA tensor in a build without CUDA");
 #endif
@@ -131,12 +135,13 @@ Status RmsNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& weight,
     RmsNormForwardCpu<double>(y->data<double>(), rstd->data<double>(), x.data<double>(), weight.data<double>(), n, c,
                               eps);
   }
-  return Status::OK();
+  return amax != nullptr ? Fp8Amax(ctx, *y, amax) : Status::OK();
 }
 
 Status RmsNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy,
-                       Tensor* dx, Tensor* dweight, bool accumulate_dx) {
+                       Tensor* dx, Tensor* dweight, bool accumulate_dx, Tensor* amax) {
   DT_CHECK_ARG(dx != nullptr && dweight != nullptr, "RmsNormBackward: null output");
+  DT_RETURN_IF_ERROR(CheckAmaxOutput(ctx, "RmsNormBackward", amax));
   const bool w16 = Bf16Weight(x, weight);
   if (w16) {
     DT_RETURN_IF_ERROR(CheckArgs(ctx, "RmsNormBackward", x, {&dy, dx}, {dweight}, {&rstd}));
@@ -153,16 +158,18 @@ Status RmsNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& weight
     if (w16) {
       return RmsNormBackwardCudaBf16W(dx->data<uint16_t>(), dweight->data<float>(), x.data<uint16_t>(),
                                       weight.data<uint16_t>(), rstd.data<float>(), dy.data<uint16_t>(), n, c,
-                                      scratch.data<float>(), accumulate_dx, ctx.stream());
+                                      scratch.data<float>(), accumulate_dx, AmaxData(amax), ctx.stream());
     }
     if (IsHalfFloat(x.dtype())) {
       const auto fn = x.dtype() == DType::kBF16 ? RmsNormBackwardCudaBf16 : RmsNormBackwardCudaF16;
       return fn(dx->data<uint16_t>(), dweight->data<float>(), x.data<uint16_t>(), weight.data<float>(),
-                rstd.data<float>(), dy.data<uint16_t>(), n, c, scratch.data<float>(), accumulate_dx, ctx.stream());
+                rstd.data<float>(), dy.data<uint16_t>(), n, c, scratch.data<float>(), accumulate_dx, AmaxData(amax),
+                ctx.stream());
     }
-    return RmsNormBackwardCuda(dx->data<float>(), dweight->data<float>(), x.data<float>(), weight.data<float>(),
-                               rstd.data<float>(), dy.data<float>(), n, c, scratch.data<float>(), accumulate_dx,
-                               ctx.stream());
+    DT_RETURN_IF_ERROR(RmsNormBackwardCuda(dx->data<float>(), dweight->data<float>(), x.data<float>(),
+                                           weight.data<float>(), rstd.data<float>(), dy.data<float>(), n, c,
+                                           scratch.data<float>(), accumulate_dx, ctx.stream()));
+    return amax != nullptr ? Fp8Amax(ctx, *dx, amax) : Status::OK();
 #else
     return Status::Unavailable("RmsNormBackward: CUDA tensor in a build without CUDA");
 #endif
@@ -174,7 +181,7 @@ Status RmsNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& weight
     RmsNormBackwardCpu<double>(dx->data<double>(), dweight->data<double>(), x.data<double>(), weight.data<double>(),
                                rstd.data<double>(), dy.data<double>(), n, c, accumulate_dx);
   }
-  return Status::OK();
+  return amax != nullptr ? Fp8Amax(ctx, *dx, amax) : Status::OK();
 }
 
 }  // namespace dtrain::ops

@@ -4,7 +4,8 @@
 // columns (it * 32 + lane) * V + [0, V) for it < kCols / (32 V), so its share is at most 64 floats whatever V is.
 // The forward then reads x once; the backward keeps its lane's dweight sums in registers across the block's rows,
 // re-reads the row for dx from L1 instead of holding it, and leaves one partial sum per block, added up in block order
-// by a small finish kernel. Wider rows take a dx pass and a column pass over row chunks. No atomics anywhere.
+// by a small finish kernel. Wider rows take a dx pass and a column pass over row chunks. dweight takes no atomics; the
+// optional fused amax (max |y| or |dx| as stored, kernels/fp8.h's Fp8Amax) is one atomicMax per warp at most.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -49,7 +50,8 @@ __device__ __forceinline__ void LoadWeight(const __nv_bfloat16* p, float (&f)[V]
 // Forward, row held in registers: kCols >= c (lanes skip columns past c).
 template <int kCols, int V, typename T, typename W>
 __global__ void __launch_bounds__(kRowsPerBlock * 32)
-    RmsNormForwardCachedKernel(T* y, float* rstd, const T* x, const W* weight, int64_t n, int64_t c, float eps) {
+    RmsNormForwardCachedKernel(T* y, float* rstd, const T* x, const W* weight, int64_t n, int64_t c, float eps,
+                               float* amax) {
   constexpr int kSlots = kCols / (32 * V);
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -67,6 +69,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
   }
   const float rs = rsqrtf(WarpSum(sq) / c + eps);
   T* yr = y + row * c;
+  unsigned m = 0;  // max |y| over this lane's stores (with amax)
 #pragma unroll
   for (int it = 0; it < kSlots; ++it) {
     const int64_t j = (int64_t{it} * 32 + lane) * V;
@@ -76,13 +79,16 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
 #pragma unroll
     for (int k = 0; k < V; ++k) v[it][k] = v[it][k] * rs * w[k];
     StoreV<V>(yr + j, v[it]);
+    if (amax != nullptr) detail::FoldAmax<V, T>(m, v[it]);
   }
+  detail::WarpAmaxToGlobal(amax, m);
   if (lane == 0) rstd[row] = rs;
 }
 
 // Forward, any c: the row is re-read (from L1/L2) for y.
 template <int V, typename T, typename W>
-__global__ void RmsNormForwardKernel(T* y, float* rstd, const T* x, const W* weight, int64_t n, int64_t c, float eps) {
+__global__ void RmsNormForwardKernel(T* y, float* rstd, const T* x, const W* weight, int64_t n, int64_t c, float eps,
+                                     float* amax) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n) return;
@@ -96,6 +102,7 @@ __global__ void RmsNormForwardKernel(T* y, float* rstd, const T* x, const W* wei
   }
   const float rs = rsqrtf(WarpSum(sq) / c + eps);
   T* yr = y + row * c;
+  unsigned m = 0;
   for (int64_t j = lane * V; j < c; j += 32 * V) {
     float w[V];
     LoadV<V>(xr + j, v);
@@ -103,18 +110,21 @@ __global__ void RmsNormForwardKernel(T* y, float* rstd, const T* x, const W* wei
 #pragma unroll
     for (int k = 0; k < V; ++k) v[k] = v[k] * rs * w[k];
     StoreV<V>(yr + j, v);
+    if (amax != nullptr) detail::FoldAmax<V, T>(m, v);
   }
+  detail::WarpAmaxToGlobal(amax, m);
   if (lane == 0) rstd[row] = rs;
 }
 
 // The one-pass backward (kCols >= c): block b takes rows [b * kFusedRows, (b + 1) * kFusedRows), warp w of it rows
 // w, w + kRowsPerBlock, ... of those. Per row: mean_gx = rs / c * sum_c dy * weight * x (one read of x, dy), then
 // dx and the lane's dweight sums (a second read, from L1). The block's warps then add their sums in a fixed tree
-// (4 + 4, 2 + 2, 1 + 1) through shared memory and warp 0 writes part[b][c]. Bitwise reproducible.
+// (4 + 4, 2 + 2, 1 + 1) through shared memory and warp 0 writes part[b][c]. Bitwise reproducible. With amax (zeroed by
+// the launcher): max |dx| as stored.
 template <int kCols, int V, typename T, typename W>
 __global__ void __launch_bounds__(kRowsPerBlock * 32)
     RmsNormBackwardFusedKernel(T* dx, float* part, const T* x, const W* weight, const float* rstd, const T* dy,
-                               int64_t n, int64_t c, bool accumulate) {
+                               int64_t n, int64_t c, bool accumulate, float* amax) {
   constexpr int kSlots = kCols / (32 * V);
   __shared__ __align__(16) float red[kRowsPerBlock / 2][kCols];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -125,6 +135,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
     for (int k = 0; k < V; ++k) acc[it][k] = 0.f;
   }
   const int64_t row1 = min(n, (blockIdx.x + int64_t{1}) * kFusedRows);
+  unsigned m = 0;  // max |dx| over this lane's stores (with amax)
   for (int64_t row = blockIdx.x * kFusedRows + warp; row < row1; row += kRowsPerBlock) {
     const T* xr = x + row * c;
     const T* dyr = dy + row * c;
@@ -163,8 +174,10 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
         for (int k = 0; k < V; ++k) d[k] += xv[k];
       }
       StoreV<V>(dxr + j, d);
+      if (amax != nullptr) detail::FoldAmax<V, T>(m, d);
     }
   }
+  detail::WarpAmaxToGlobal(amax, m);
   for (int half = kRowsPerBlock / 2; half > 0; half /= 2) {
     if (warp >= half && warp < 2 * half) {
 #pragma unroll
@@ -197,7 +210,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
 // dx of rows wider than kMaxCols (any V): two reads of the row, the second from L1/L2.
 template <int V, typename T, typename W>
 __global__ void RmsNormBackwardDxKernel(T* dx, const T* x, const W* weight, const float* rstd, const T* dy, int64_t n,
-                                        int64_t c, bool accumulate) {
+                                        int64_t c, bool accumulate, float* amax) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n) return;
@@ -215,6 +228,7 @@ __global__ void RmsNormBackwardDxKernel(T* dx, const T* x, const W* weight, cons
   }
   const float mean_gx = WarpSum(sum_gx) * rs / c;
   T* dxr = dx + row * c;
+  unsigned m = 0;
   for (int64_t j = lane * V; j < c; j += 32 * V) {
     LoadV<V>(xr + j, xv);
     LoadV<V>(dyr + j, d);
@@ -227,7 +241,9 @@ __global__ void RmsNormBackwardDxKernel(T* dx, const T* x, const W* weight, cons
       for (int k = 0; k < V; ++k) d[k] += xv[k];
     }
     StoreV<V>(dxr + j, d);
+    if (amax != nullptr) detail::FoldAmax<V, T>(m, d);
   }
+  detail::WarpAmaxToGlobal(amax, m);
 }
 
 // dweight partial sums of rows wider than kMaxCols. Block (32, kRowLanes), blockIdx = (column tile of 32 V, row
@@ -301,19 +317,20 @@ bool DispatchCached(int64_t c, bool vec, Launch launch) {
 }
 
 template <typename T, typename W>
-Status LaunchForward(T* y, float* rstd, const T* x, const W* weight, int64_t n, int64_t c, float eps,
+Status LaunchForward(T* y, float* rstd, const T* x, const W* weight, int64_t n, int64_t c, float eps, float* amax,
                      cudaStream_t stream) {
+  if (amax != nullptr) DT_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
   if (n == 0) return Status::OK();
   constexpr int kV = 16 / sizeof(T);
   const bool vec = detail::VecWidth<T>(c, {y, x, weight}) == kV;
   const bool cached = DispatchCached<T>(c, vec, [&](auto cols, auto v) {
     RmsNormForwardCachedKernel<decltype(cols)::value, decltype(v)::value>
-        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(y, rstd, x, weight, n, c, eps);
+        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(y, rstd, x, weight, n, c, eps, amax);
   });
   if (!cached && vec) {
-    RmsNormForwardKernel<kV><<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(y, rstd, x, weight, n, c, eps);
+    RmsNormForwardKernel<kV><<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(y, rstd, x, weight, n, c, eps, amax);
   } else if (!cached) {
-    RmsNormForwardKernel<1><<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(y, rstd, x, weight, n, c, eps);
+    RmsNormForwardKernel<1><<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(y, rstd, x, weight, n, c, eps, amax);
   }
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
@@ -321,7 +338,8 @@ Status LaunchForward(T* y, float* rstd, const T* x, const W* weight, int64_t n, 
 
 template <typename T, typename W>
 Status LaunchBackward(T* dx, float* dweight, const T* x, const W* weight, const float* rstd, const T* dy, int64_t n,
-                      int64_t c, float* scratch, bool accumulate_dx, cudaStream_t stream) {
+                      int64_t c, float* scratch, bool accumulate_dx, float* amax, cudaStream_t stream) {
+  if (amax != nullptr) DT_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
   if (n == 0) return Status::OK();
   if (scratch == nullptr) return Status::InvalidArgument("RmsNormBackwardCuda: scratch is null");
   constexpr int kV = 16 / sizeof(T);
@@ -330,7 +348,7 @@ Status LaunchBackward(T* dx, float* dweight, const T* x, const W* weight, const 
   const bool fused = DispatchCached<T>(c, vec, [&](auto cols, auto v) {
     RmsNormBackwardFusedKernel<decltype(cols)::value, decltype(v)::value>
         <<<static_cast<unsigned>(FusedBlocks(n)), kRowsPerBlock * 32, 0, stream>>>(dx, scratch, x, weight, rstd, dy, n,
-                                                                                   c, accumulate_dx);
+                                                                                   c, accumulate_dx, amax);
   });
   if (fused) {
     DT_CUDA_CHECK_LAUNCH();
@@ -341,13 +359,13 @@ Status LaunchBackward(T* dx, float* dweight, const T* x, const W* weight, const 
   const int64_t chunks = NumChunks(n), chunk_rows = (n + chunks - 1) / chunks;
   if (vec) {
     RmsNormBackwardDxKernel<kV>
-        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(dx, x, weight, rstd, dy, n, c, accumulate_dx);
+        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(dx, x, weight, rstd, dy, n, c, accumulate_dx, amax);
     DT_CUDA_CHECK_LAUNCH();
     const dim3 grid(static_cast<unsigned>((c + 32 * kV - 1) / (32 * kV)), static_cast<unsigned>(chunks));
     RmsNormBackwardParamsKernel<kV><<<grid, dim3(32, kRowLanes), 0, stream>>>(scratch, x, rstd, dy, n, c, chunk_rows);
   } else {
     RmsNormBackwardDxKernel<1>
-        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(dx, x, weight, rstd, dy, n, c, accumulate_dx);
+        <<<RowBlocks(n), kRowsPerBlock * 32, 0, stream>>>(dx, x, weight, rstd, dy, n, c, accumulate_dx, amax);
     DT_CUDA_CHECK_LAUNCH();
     const dim3 grid(static_cast<unsigned>((c + 31) / 32), static_cast<unsigned>(chunks));
     RmsNormBackwardParamsKernel<1><<<grid, dim3(32, kRowLanes), 0, stream>>>(scratch, x, rstd, dy, n, c, chunk_rows);
@@ -365,56 +383,56 @@ int64_t RmsNormBackwardScratchFloats(int64_t n, int64_t c) { return std::max(Num
 Status RmsNormForwardCuda(float* y, float* rstd, const float* x, const float* weight, int64_t n, int64_t c, float eps,
                           cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchForward(y, rstd, x, weight, n, c, eps, stream);
+  return LaunchForward(y, rstd, x, weight, n, c, eps, nullptr, stream);
 }
 
 Status RmsNormForwardCudaBf16(uint16_t* y, float* rstd, const uint16_t* x, const float* weight, int64_t n, int64_t c,
-                              float eps, cudaStream_t stream) {
+                              float eps, float* amax, cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchForward(detail::AsBf16(y), rstd, detail::AsBf16(x), weight, n, c, eps, stream);
+  return LaunchForward(detail::AsBf16(y), rstd, detail::AsBf16(x), weight, n, c, eps, amax, stream);
 }
 
 Status RmsNormForwardCudaF16(uint16_t* y, float* rstd, const uint16_t* x, const float* weight, int64_t n, int64_t c,
-                             float eps, cudaStream_t stream) {
+                             float eps, float* amax, cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchForward(detail::AsF16(y), rstd, detail::AsF16(x), weight, n, c, eps, stream);
+  return LaunchForward(detail::AsF16(y), rstd, detail::AsF16(x), weight, n, c, eps, amax, stream);
 }
 
 Status RmsNormBackwardCuda(float* dx, float* dweight, const float* x, const float* weight, const float* rstd,
                            const float* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx,
                            cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchBackward(dx, dweight, x, weight, rstd, dy, n, c, scratch, accumulate_dx, stream);
+  return LaunchBackward(dx, dweight, x, weight, rstd, dy, n, c, scratch, accumulate_dx, nullptr, stream);
 }
 
 Status RmsNormBackwardCudaBf16(uint16_t* dx, float* dweight, const uint16_t* x, const float* weight, const float* rstd,
                                const uint16_t* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx,
-                               cudaStream_t stream) {
+                               float* amax, cudaStream_t stream) {
   DT_NVTX_FN();
   return LaunchBackward(detail::AsBf16(dx), dweight, detail::AsBf16(x), weight, rstd, detail::AsBf16(dy), n, c, scratch,
-                        accumulate_dx, stream);
+                        accumulate_dx, amax, stream);
 }
 
 Status RmsNormForwardCudaBf16W(uint16_t* y, float* rstd, const uint16_t* x, const uint16_t* weight, int64_t n,
-                               int64_t c, float eps, cudaStream_t stream) {
+                               int64_t c, float eps, float* amax, cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchForward(detail::AsBf16(y), rstd, detail::AsBf16(x), detail::AsBf16(weight), n, c, eps, stream);
+  return LaunchForward(detail::AsBf16(y), rstd, detail::AsBf16(x), detail::AsBf16(weight), n, c, eps, amax, stream);
 }
 
 Status RmsNormBackwardCudaBf16W(uint16_t* dx, float* dweight, const uint16_t* x, const uint16_t* weight,
                                 const float* rstd, const uint16_t* dy, int64_t n, int64_t c, float* scratch,
-                                bool accumulate_dx, cudaStream_t stream) {
+                                bool accumulate_dx, float* amax, cudaStream_t stream) {
   DT_NVTX_FN();
   return LaunchBackward(detail::AsBf16(dx), dweight, detail::AsBf16(x), detail::AsBf16(weight), rstd,
-                        detail::AsBf16(dy), n, c, scratch, accumulate_dx, stream);
+                        detail::AsBf16(dy), n, c, scratch, accumulate_dx, amax, stream);
 }
 
 Status RmsNormBackwardCudaF16(uint16_t* dx, float* dweight, const uint16_t* x, const float* weight, const float* rstd,
-                              const uint16_t* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx,
+                              const uint16_t* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx, float* amax,
                               cudaStream_t stream) {
   DT_NVTX_FN();
   return LaunchBackward(detail::AsF16(dx), dweight, detail::AsF16(x), weight, rstd, detail::AsF16(dy), n, c, scratch,
-                        accumulate_dx, stream);
+                        accumulate_dx, amax, stream);
 }
 
 }  // namespace dtrain::ops

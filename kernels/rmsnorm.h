@@ -14,9 +14,11 @@
 // C <= 2048 (Llama-3.2-1B's hidden) are held in registers: the forward reads x once, and the backward is one pass
 // over x and dy (a row's second read hits L1): block b writes its 64 rows' dx and its dweight partial sums to
 // scratch[b][C]; a second kernel adds the blocks in order. Wider rows take a dx pass and a column pass over row chunks.
-// No atomics: dweight is bitwise reproducible run to run. Queued on `stream`, no host synchronisation. The Tensor entry
-// points check shapes/dtypes/devices (InvalidArgument naming the shapes), take scratch from ctx's allocator, and
-// dispatch CPU f32/f64 -> *Cpu, CUDA f32 -> *Cuda, bf16 -> *CudaBf16, f16 -> *CudaF16. Outputs must not alias inputs.
+// No atomics: dweight is bitwise reproducible run to run. FP8 (issue 35): the forward can also give max |y| and the
+// backward max |dx| (the amax of an FP8 GEMM's input or output gradient, kernels/fp8.h), fused into the 16-bit kernels
+// that write them. Queued on `stream`, no host synchronisation. The Tensor entry points check shapes/dtypes/devices
+// (InvalidArgument naming the shapes), take scratch from ctx's allocator, and dispatch CPU f32/f64 -> *Cpu, CUDA f32
+// -> *Cuda, bf16 -> *CudaBf16, f16 -> *CudaF16. Outputs must not alias inputs.
 
 #include <cstdint>
 
@@ -34,37 +36,42 @@ void RmsNormBackwardCpu(T* dx, T* dweight, const T* x, const T* weight, const T*
                         int64_t c, bool accumulate_dx);
 
 // CUDA builds only. `scratch` holds RmsNormBackwardScratchFloats(n, c) floats (stream-ordered: free to reuse once
-// the call is queued behind whatever uses it next).
+// the call is queued behind whatever uses it next). 16-bit: `amax` null, or a device float set to max |y| (max |dx|,
+// after accumulate_dx) as stored: kernels/fp8.h's Fp8Amax of the output, fused into the pass that writes it.
 Status RmsNormForwardCuda(float* y, float* rstd, const float* x, const float* weight, int64_t n, int64_t c, float eps,
                           cudaStream_t stream);
 Status RmsNormForwardCudaBf16(uint16_t* y, float* rstd, const uint16_t* x, const float* weight, int64_t n, int64_t c,
-                              float eps, cudaStream_t stream);
+                              float eps, float* amax, cudaStream_t stream);
 Status RmsNormForwardCudaF16(uint16_t* y, float* rstd, const uint16_t* x, const float* weight, int64_t n, int64_t c,
-                             float eps, cudaStream_t stream);
+                             float eps, float* amax, cudaStream_t stream);
 Status RmsNormBackwardCuda(float* dx, float* dweight, const float* x, const float* weight, const float* rstd,
                            const float* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx,
                            cudaStream_t stream);
 Status RmsNormBackwardCudaBf16(uint16_t* dx, float* dweight, const uint16_t* x, const float* weight, const float* rstd,
                                const uint16_t* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx,
-                               cudaStream_t stream);
+                               float* amax, cudaStream_t stream);
 Status RmsNormBackwardCudaF16(uint16_t* dx, float* dweight, const uint16_t* x, const float* weight, const float* rstd,
-                              const uint16_t* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx,
+                              const uint16_t* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx, float* amax,
                               cudaStream_t stream);
 // bf16 x with a bf16 weight (bf16 master weights, train.master_weights): the weight is widened exactly, so the results
 // equal the *CudaBf16 launchers' with an f32 copy of the weight, bit for bit (their reference).
 Status RmsNormForwardCudaBf16W(uint16_t* y, float* rstd, const uint16_t* x, const uint16_t* weight, int64_t n,
-                               int64_t c, float eps, cudaStream_t stream);
+                               int64_t c, float eps, float* amax, cudaStream_t stream);
 Status RmsNormBackwardCudaBf16W(uint16_t* dx, float* dweight, const uint16_t* x, const uint16_t* weight,
                                 const float* rstd, const uint16_t* dy, int64_t n, int64_t c, float* scratch,
-                                bool accumulate_dx, cudaStream_t stream);
+                                bool accumulate_dx, float* amax, cudaStream_t stream);
 int64_t RmsNormBackwardScratchFloats(int64_t n, int64_t c);
 
 // x (and y): f32/f64 on the CPU, f32/bf16/f16 on CUDA; weight [C] and rstd x.shape[:-1]: x's dtype, f32 when x is
-// 16-bit; the weight may also be bf16 when x is (bf16 master weights; dweight stays f32).
-Status RmsNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, float eps, Tensor* y, Tensor* rstd);
+// 16-bit; the weight may also be bf16 when x is (bf16 master weights; dweight stays f32). amax (optional, a one-element
+// f32 tensor on ctx's device): also *amax = max |y|, the value kernels/fp8.h's Fp8Amax gives (for an FP8 cast of y
+// that then skips its amax pass); fused into the kernel for 16-bit CUDA tensors, a separate pass otherwise.
+Status RmsNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, float eps, Tensor* y, Tensor* rstd,
+                      Tensor* amax = nullptr);
 // dy, dx: x's shape and dtype; weight, dweight [C] and rstd as in the forward. accumulate_dx: dx += the input gradient
-// (a residual stream's gradient), else dx = it. dweight always accumulates.
+// (a residual stream's gradient), else dx = it. dweight always accumulates. amax (optional, as in the forward): also
+// *amax = max |dx| as written (after accumulate_dx).
 Status RmsNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy,
-                       Tensor* dx, Tensor* dweight, bool accumulate_dx = false);
+                       Tensor* dx, Tensor* dweight, bool accumulate_dx = false, Tensor* amax = nullptr);
 
 }  // namespace dtrain::ops

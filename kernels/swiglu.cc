@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/fp8.h"
 #include "kernels/half.h"
 
 namespace dtrain::ops {
@@ -74,16 +75,18 @@ Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& h,
 
 }  // namespace
 
-Status SwiGluForward(DeviceContext& ctx, const Tensor& h, Tensor* out) {
+Status SwiGluForward(DeviceContext& ctx, const Tensor& h, Tensor* out, Tensor* amax) {
   DT_RETURN_IF_ERROR(CheckArgs(ctx, "SwiGluForward", h, {out}, {}));
+  DT_RETURN_IF_ERROR(CheckAmaxOutput(ctx, "SwiGluForward", amax));
   const int64_t f = h.dim(-1) / 2, n = h.numel() / (2 * f);
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
     if (IsHalfFloat(h.dtype())) {
       const auto fn = h.dtype() == DType::kBF16 ? SwiGluForwardCudaBf16 : SwiGluForwardCudaF16;
-      return fn(out->data<uint16_t>(), h.data<uint16_t>(), n, f, ctx.stream());
+      return fn(out->data<uint16_t>(), h.data<uint16_t>(), n, f, AmaxData(amax), ctx.stream());
     }
-    return SwiGluForwardCuda(out->data<float>(), h.data<float>(), n, f, ctx.stream());
+    DT_RETURN_IF_ERROR(SwiGluForwardCuda(out->data<float>(), h.data<float>(), n, f, ctx.stream()));
+    return amax != nullptr ? Fp8Amax(ctx, *out, amax) : Status::OK();
 #else
     return Status::Unavailable("SwiGluForward: CUDA tensor in a build without CUDA");
 #endif
@@ -93,19 +96,21 @@ Status SwiGluForward(DeviceContext& ctx, const Tensor& h, Tensor* out) {
   } else {
     SwiGluForwardCpu<double>(out->data<double>(), h.data<double>(), n, f);
   }
-  return Status::OK();
+  return amax != nullptr ? Fp8Amax(ctx, *out, amax) : Status::OK();
 }
 
-Status SwiGluBackward(DeviceContext& ctx, const Tensor& h, const Tensor& dout, Tensor* dh) {
+Status SwiGluBackward(DeviceContext& ctx, const Tensor& h, const Tensor& dout, Tensor* dh, Tensor* amax) {
   DT_RETURN_IF_ERROR(CheckArgs(ctx, "SwiGluBackward", h, {&dout}, {dh}));
+  DT_RETURN_IF_ERROR(CheckAmaxOutput(ctx, "SwiGluBackward", amax));
   const int64_t f = h.dim(-1) / 2, n = h.numel() / (2 * f);
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
     if (IsHalfFloat(h.dtype())) {
       const auto fn = h.dtype() == DType::kBF16 ? SwiGluBackwardCudaBf16 : SwiGluBackwardCudaF16;
-      return fn(dh->data<uint16_t>(), h.data<uint16_t>(), dout.data<uint16_t>(), n, f, ctx.stream());
+      return fn(dh->data<uint16_t>(), h.data<uint16_t>(), dout.data<uint16_t>(), n, f, AmaxData(amax), ctx.stream());
     }
-    return SwiGluBackwardCuda(dh->data<float>(), h.data<float>(), dout.data<float>(), n, f, ctx.stream());
+    DT_RETURN_IF_ERROR(SwiGluBackwardCuda(dh->data<float>(), h.data<float>(), dout.data<float>(), n, f, ctx.stream()));
+    return amax != nullptr ? Fp8Amax(ctx, *dh, amax) : Status::OK();
 #else
     return Status::Unavailable("SwiGluBackward: CUDA tensor in a build without CUDA");
 #endif
@@ -115,7 +120,7 @@ Status SwiGluBackward(DeviceContext& ctx, const Tensor& h, const Tensor& dout, T
   } else {
     SwiGluBackwardCpu<double>(dh->data<double>(), h.data<double>(), dout.data<double>(), n, f);
   }
-  return Status::OK();
+  return amax != nullptr ? Fp8Amax(ctx, *dh, amax) : Status::OK();
 }
 
 }  // namespace dtrain::ops

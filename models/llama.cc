@@ -300,24 +300,37 @@ Status Llama::LayerForward(int layer) {
   DT_RETURN_IF_ERROR(a.att.Reshape(x.shape(), &att2));
 
   // Attention: x_mid = x + o_proj(attn(rope(qkv_proj(rmsnorm_1(x))))). RoPE rotates q and k in place, so qkv holds
-  // what attention read (its backward needs exactly that).
-  DT_RETURN_IF_ERROR(ops::RmsNormForward(ctx_, x, w(kInNorm), eps, &a.ln1, &a.ln1_rstd));
-  DT_RETURN_IF_ERROR(LinearForward(layer, LlamaLinear::kQkv, a.ln1, &qkv2, nullptr));
+  // what attention read (its backward needs exactly that). An FP8 linear's input comes with its amax from the kernel
+  // that writes it (the RMSNorms, SwiGLU; not attention's output: o_proj takes an amax pass of its own).
+  Tensor* ln1_amax = Fp8XAmax(layer, LlamaLinear::kQkv);
+  DT_RETURN_IF_ERROR(ops::RmsNormForward(ctx_, x, w(kInNorm), eps, &a.ln1, &a.ln1_rstd, ln1_amax));
+  DT_RETURN_IF_ERROR(LinearForward(layer, LlamaLinear::kQkv, a.ln1, &qkv2, nullptr, ln1_amax != nullptr));
   DT_RETURN_IF_ERROR(ops::RopeForward(ctx_, rope_cos_, rope_sin_, opts_.n_head, opts_.n_kv_head, &a.qkv));
   DT_RETURN_IF_ERROR(ops::AttentionForward(ctx_, a.qkv, opts_.n_head, opts_.n_kv_head, &a.att, &a.lse));
   // The residual add rides in the GEMM's epilogue (C = x read once).
   DT_RETURN_IF_ERROR(LinearForward(layer, LlamaLinear::kOProj, att2, &a.x_mid, &x));
 
   // MLP: y = x_mid + down_proj(silu(gate) * up), [gate | up] = gate_up_proj(rmsnorm_2(x_mid)).
-  DT_RETURN_IF_ERROR(ops::RmsNormForward(ctx_, a.x_mid, w(kPostNorm), eps, &a.ln2, &a.ln2_rstd));
-  DT_RETURN_IF_ERROR(LinearForward(layer, LlamaLinear::kGateUp, a.ln2, &a.h, nullptr));
-  DT_RETURN_IF_ERROR(ops::SwiGluForward(ctx_, a.h, &a.act));
-  return LinearForward(layer, LlamaLinear::kDown, a.act, &y, &a.x_mid);
+  Tensor* ln2_amax = Fp8XAmax(layer, LlamaLinear::kGateUp);
+  DT_RETURN_IF_ERROR(ops::RmsNormForward(ctx_, a.x_mid, w(kPostNorm), eps, &a.ln2, &a.ln2_rstd, ln2_amax));
+  DT_RETURN_IF_ERROR(LinearForward(layer, LlamaLinear::kGateUp, a.ln2, &a.h, nullptr, ln2_amax != nullptr));
+  Tensor* act_amax = Fp8XAmax(layer, LlamaLinear::kDown);
+  DT_RETURN_IF_ERROR(ops::SwiGluForward(ctx_, a.h, &a.act, act_amax));
+  return LinearForward(layer, LlamaLinear::kDown, a.act, &y, &a.x_mid, act_amax != nullptr);
 }
 
-Status Llama::LinearForward(int layer, LlamaLinear l, const Tensor& x, Tensor* y, const Tensor* residual) {
-  if (fp8(l))
-    return fp8_->Forward(layer, act_set(layer), static_cast<int>(l), x, nullptr, y, nullptr, residual, training_);
+Tensor* Llama::Fp8XAmax(int layer, LlamaLinear l) {
+  return fp8(l) ? fp8_->x_amax(act_set(layer), static_cast<int>(l)) : nullptr;
+}
+
+Tensor* Llama::Fp8DyAmax(LlamaLinear l) { return fp8(l) ? fp8_->dy_amax() : nullptr; }
+
+Status Llama::LinearForward(int layer, LlamaLinear l, const Tensor& x, Tensor* y, const Tensor* residual,
+                            bool x_amax_ready) {
+  if (fp8(l)) {
+    return fp8_->Forward(layer, act_set(layer), static_cast<int>(l), x, nullptr, y, nullptr, residual, training_,
+                         x_amax_ready);
+  }
   const Tensor& w = gemm_weight(ParamIndex(layer, kLinearParam[static_cast<int>(l)]));
   if (residual == nullptr) return ops::Matmul(ctx_, x, false, w, true, y);
   // The epilogue comes with a bias, zero here.
@@ -325,9 +338,12 @@ Status Llama::LinearForward(int layer, LlamaLinear l, const Tensor& x, Tensor* y
   return ops::MatmulEpilogue(ctx_, x, false, w, true, zero_bias_, ops::Epilogue::kBiasResidual, y, &aux);
 }
 
-Status Llama::LinearBackward(int layer, LlamaLinear l, const Tensor& dy, const Tensor& x, Tensor* dx) {
+Status Llama::LinearBackward(int layer, LlamaLinear l, const Tensor& dy, const Tensor& x, Tensor* dx,
+                             bool dy_amax_ready) {
   const int p = ParamIndex(layer, kLinearParam[static_cast<int>(l)]);
-  if (fp8(l)) return fp8_->Backward(layer, act_set(layer), static_cast<int>(l), dy, &g_[p], dx);
+  if (fp8(l)) {
+    return fp8_->Backward(layer, act_set(layer), static_cast<int>(l), dy, &g_[p], dx, nullptr, dy_amax_ready);
+  }
   DT_RETURN_IF_ERROR(ops::Matmul(ctx_, dy, true, x, false, &g_[p], 1.f, 1.f));
   return ops::Matmul(ctx_, dy, false, gemm_weight(p), false, dx);
 }
@@ -374,7 +390,9 @@ Status Llama::Backward(float loss_scale, const GradReadyFn& on_ready) {
     if (!opts_.tie_embeddings) DT_RETURN_IF_ERROR(ready(head));
     DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, false, gemm_weight(head), false, &dln_, alpha));
   }
-  DT_RETURN_IF_ERROR(ops::RmsNormBackward(ctx_, x_.back(), w_[norm], lnf_rstd_, dln_, &dres_, &g_[norm]));
+  // dres_ is the last layer's down_proj output gradient: with an FP8 down_proj its amax comes from here.
+  DT_RETURN_IF_ERROR(ops::RmsNormBackward(ctx_, x_.back(), w_[norm], lnf_rstd_, dln_, &dres_, &g_[norm],
+                                          /*accumulate_dx=*/false, Fp8DyAmax(LlamaLinear::kDown)));
   DT_RETURN_IF_ERROR(ready(norm));
   for (int l = static_cast<int>(opts_.n_layer) - 1; l >= 0; --l) DT_RETURN_IF_ERROR(LayerBackward(l, on_ready));
   // dres_ = d x_[0]; the embedding backward accumulates in the master dtype (reading bf16 rows directly). Tied:
@@ -403,22 +421,27 @@ Status Llama::LayerBackward(int layer, const GradReadyFn& on_ready) {
   const float eps = static_cast<float>(opts_.rms_norm_eps);
 
   // MLP, with dres_ = dy. Weight gradients accumulate (beta = 1) across micro-steps. An FP8 linear's weight gradient
-  // reads the FP8 copy its forward kept, so the recompute for it is skipped.
+  // reads the FP8 copy its forward kept, so the recompute for it is skipped. An FP8 linear's dy comes with its amax in
+  // fp8_->dy_amax() (one slot) from the kernel that wrote dy, and the very next FP8 backward reads it: down's from the
+  // RMSNorm backward above this layer (Backward's final norm, or the next layer's input norm; a full layer's recompute
+  // in between casts no dy), gate_up's from SwiGLU's backward, o_proj's from the post-attention norm's backward.
+  // qkv's dy (attention's and RoPE's backward) takes an amax pass of its own.
   if (pointwise && !fp8(LlamaLinear::kDown)) DT_RETURN_IF_ERROR(ops::SwiGluForward(ctx_, a.h, &a.act));
-  DT_RETURN_IF_ERROR(LinearBackward(layer, LlamaLinear::kDown, dres_, a.act, &dact_));
+  DT_RETURN_IF_ERROR(LinearBackward(layer, LlamaLinear::kDown, dres_, a.act, &dact_, /*dy_amax_ready=*/true));
   DT_RETURN_IF_ERROR(ready(kDown));
-  DT_RETURN_IF_ERROR(ops::SwiGluBackward(ctx_, a.h, dact_, &dh_));
+  DT_RETURN_IF_ERROR(ops::SwiGluBackward(ctx_, a.h, dact_, &dh_, Fp8DyAmax(LlamaLinear::kGateUp)));
   if (pointwise && !fp8(LlamaLinear::kGateUp)) {
     DT_RETURN_IF_ERROR(ops::RmsNormForward(ctx_, a.x_mid, w(kPostNorm), eps, &a.ln2, &a.ln2_rstd));
   }
-  DT_RETURN_IF_ERROR(LinearBackward(layer, LlamaLinear::kGateUp, dh_, a.ln2, &dln_));
+  DT_RETURN_IF_ERROR(LinearBackward(layer, LlamaLinear::kGateUp, dh_, a.ln2, &dln_, /*dy_amax_ready=*/true));
   DT_RETURN_IF_ERROR(ready(kGateUp));
   DT_RETURN_IF_ERROR(ops::RmsNormBackward(ctx_, a.x_mid, w(kPostNorm), a.ln2_rstd, dln_, &dres_, g(kPostNorm),
-                                          /*accumulate_dx=*/true));  // the residual path plus the norm path
+                                          /*accumulate_dx=*/true,  // the residual path plus the norm path
+                                          Fp8DyAmax(LlamaLinear::kOProj)));
   DT_RETURN_IF_ERROR(ready(kPostNorm));
 
   // Attention, with dres_ = d x_mid. The gradient of the rotated q, k is rotated back in place before the projection.
-  DT_RETURN_IF_ERROR(LinearBackward(layer, LlamaLinear::kOProj, dres_, att2, &datt2));
+  DT_RETURN_IF_ERROR(LinearBackward(layer, LlamaLinear::kOProj, dres_, att2, &datt2, /*dy_amax_ready=*/true));
   DT_RETURN_IF_ERROR(ready(kOProj));
   DT_RETURN_IF_ERROR(ops::AttentionBackward(ctx_, a.qkv, a.att, a.lse, datt_, opts_.n_head, opts_.n_kv_head, &dqkv_));
   DT_RETURN_IF_ERROR(ops::RopeBackward(ctx_, rope_cos_, rope_sin_, opts_.n_head, opts_.n_kv_head, &dqkv_));
@@ -427,8 +450,9 @@ Status Llama::LayerBackward(int layer, const GradReadyFn& on_ready) {
   }
   DT_RETURN_IF_ERROR(LinearBackward(layer, LlamaLinear::kQkv, dqkv2, a.ln1, &dln_));
   DT_RETURN_IF_ERROR(ready(kQkv));
+  // dres_ = d x_[layer]: the previous layer's down_proj output gradient (its amax for an FP8 down_proj).
   DT_RETURN_IF_ERROR(ops::RmsNormBackward(ctx_, x_[layer], w(kInNorm), a.ln1_rstd, dln_, &dres_, g(kInNorm),
-                                          /*accumulate_dx=*/true));  // dres_ = d x_[layer]
+                                          /*accumulate_dx=*/true, layer > 0 ? Fp8DyAmax(LlamaLinear::kDown) : nullptr));
   return ready(kInNorm);
 }
 

@@ -39,8 +39,11 @@
 //   kFp8 (CUDA, compute capability 8.9+): kBf16, with the block linears of options.fp8_layers as FP8 GEMMs
 //     (models/fp8_linears.h: e4m3 activations and weights cast from the bf16 GEMM weights, e5m2 gradients,
 //     per-tensor current scaling, f32 weight gradients); attention, the RMSNorms, SwiGLU and the LM head stay bf16.
-//     bf16_masters works with it. Under selective checkpointing the recompute that only an FP8 linear's weight
-//     gradient would read is skipped (it reads the FP8 copy kept by the forward).
+//     The kernels that write an FP8 linear's input or output gradient also compute its amax (no amax pass): the
+//     RMSNorms' forwards (qkv's and gate_up's x) and backwards (down's and o_proj's dy), SwiGLU's forward (down's x)
+//     and backward (gate_up's dy); o_proj's x (attention's output) and qkv's dy take amax passes. bf16_masters works
+//     with it. Under selective checkpointing the recompute that only an FP8 linear's weight gradient would read is
+//     skipped (it reads the FP8 copy kept by the forward).
 //   kFp16 is not supported (InvalidArgument).
 // Activation checkpointing, per layer (model.llama.activation_checkpointing; models/llama_spec.cc maps the keys):
 //   full (the first full_layers layers): keep only the layer's input; Backward re-runs the layer's forward just before
@@ -170,10 +173,18 @@ class Llama final : public Model {
   bool chunked() const { return opts_.loss_chunk_tokens > 0; }
   Status ChunkedHeadForward();     // lnf_ -> losses_ (training: + dhead, dlnf; eval: preds_), chunk by chunk
   Status LayerForward(int layer);  // x_[layer] -> x_[layer + 1]
-  // y = x W^T of block `layer`'s linear l (+ residual): FP8 (fp8_) or the bf16/fp32 GEMM.
-  Status LinearForward(int layer, LlamaLinear l, const Tensor& x, Tensor* y, const Tensor* residual);
+  // y = x W^T of block `layer`'s linear l (+ residual): FP8 (fp8_) or the bf16/fp32 GEMM. x_amax_ready: an FP8
+  // linear's x came with its amax (Fp8XAmax).
+  Status LinearForward(int layer, LlamaLinear l, const Tensor& x, Tensor* y, const Tensor* residual,
+                       bool x_amax_ready = false);
   // dW += dy^T x, dx = dy W of block `layer`'s linear l; x: the forward's input (unread by an FP8 linear).
-  Status LinearBackward(int layer, LlamaLinear l, const Tensor& dy, const Tensor& x, Tensor* dx);
+  // dy_amax_ready: an FP8 linear's dy came with its amax (Fp8DyAmax).
+  Status LinearBackward(int layer, LlamaLinear l, const Tensor& dy, const Tensor& x, Tensor* dx,
+                        bool dy_amax_ready = false);
+  // Where the producer of FP8 linear l's input in `layer` writes its amax, or null when l is not an FP8 linear.
+  Tensor* Fp8XAmax(int layer, LlamaLinear l);
+  // Where the producer of FP8 linear l's output gradient writes its amax, or null when l is not an FP8 linear.
+  Tensor* Fp8DyAmax(LlamaLinear l);
   Status LayerBackward(int layer, const GradReadyFn& on_ready);  // d x_[layer + 1] in dres_ -> d x_[layer]
 
   DeviceContext& ctx_;

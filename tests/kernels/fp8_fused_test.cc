@@ -1,6 +1,7 @@
 // Tests of the FP8 quantization fused into other passes (issue 35): the amax that the producers of an FP8 GEMM's
-// operand compute while they write it (GELU backward, layer norm forward and backward) equals kernels/fp8.h's Fp8Amax
-// of what they wrote, bit for bit; Fp8Quantize's one-kernel scale + cast gives the bytes and scales of the separate
+// operand compute while they write it (GPT-2's GELU backward, layer norm forward and backward; Llama's RMSNorm forward
+// and backward, SwiGLU forward and backward) equals kernels/fp8.h's Fp8Amax of what they wrote, bit for bit, and
+// leaves what they write unchanged; Fp8Quantize's one-kernel scale + cast gives the bytes and scales of the separate
 // passes, trusts a ready amax, and adds the bias gradient from its own loads (within f32 summation-order error of
 // kernels/bias.h's BiasGrad).
 #include <gtest/gtest.h>
@@ -16,6 +17,8 @@
 #include "kernels/fp8.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/swiglu.h"
 #include "tests/testing/grad_check.h"
 
 namespace dtrain::ops {
@@ -96,7 +99,86 @@ void CheckProducers(DeviceContext& ctx, DType dt) {
   }
 }
 
+// a and b (one shape and dtype) hold the same values bit for bit (fetched as their exact widening to double).
+void ExpectSameBits(DeviceContext& ctx, const Tensor& a, const Tensor& b, const std::string& where) {
+  std::vector<double> va, vb;
+  DT_ASSERT_OK(Fetch(ctx, a, &va));
+  DT_ASSERT_OK(Fetch(ctx, b, &vb));
+  ASSERT_EQ(va.size(), vb.size()) << where;
+  EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * sizeof(double)), 0) << where << ": the output changed";
+}
+
+Tensor Zeros(DeviceContext& ctx, DType dt, const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  Tensor t;
+  EXPECT_TRUE(MakeTensor(ctx, dt, shape, std::vector<double>(static_cast<size_t>(n), 0.0), &t).ok());
+  return t;
+}
+
+// RMSNorm forward and backward on `ctx` in `dt` (bf16_weight: a bf16 weight beside bf16 x, the *Bf16W launchers), each
+// run without and with amax: the amax is Fp8Amax of the output and the output is the same. Shapes: the register-held
+// kernels (C <= 2048: 2048 and 768 columns 128-bit, 33 scalar; the backward's one-pass kernel over several 64-row
+// blocks) and the others (4096 128-bit, 4099 scalar); the backward sets dx and accumulates onto a residual gradient.
+void CheckRmsNorm(DeviceContext& ctx, DType dt, bool bf16_weight) {
+  const std::string name =
+      std::string(DeviceName(ctx.type())) + " " + DTypeName(dt) + (bf16_weight ? " bf16 weight" : "");
+  Tensor amax;
+  DT_ASSERT_OK(MakeTensor(ctx, DType::kF32, {1}, {123.0}, &amax));  // overwritten, not max-ed with
+  for (const auto& [rows, c] : {std::pair<int64_t, int64_t>{257, 2048}, {70, 768}, {40, 33}, {24, 4096}, {9, 4099}}) {
+    const std::string shape = " [" + std::to_string(rows) + "," + std::to_string(c) + "]";
+    Tensor x, w, dy;
+    DT_ASSERT_OK(MakeTensor(ctx, dt, {rows, c}, RandomVector(rows * c, c, -2, 2), &x));
+    DT_ASSERT_OK(MakeTensor(ctx, bf16_weight ? DType::kBF16 : DType::kF32, {c}, RandomVector(c, 3, 0.5, 1.5), &w));
+    DT_ASSERT_OK(MakeTensor(ctx, dt, {rows, c}, RandomVector(rows * c, 5), &dy));
+    Tensor y_ref = Zeros(ctx, dt, {rows, c}), y = Zeros(ctx, dt, {rows, c}), rstd = Zeros(ctx, DType::kF32, {rows});
+    DT_ASSERT_OK(RmsNormForward(ctx, x, w, 1e-5f, &y_ref, &rstd));
+    DT_ASSERT_OK(RmsNormForward(ctx, x, w, 1e-5f, &y, &rstd, &amax));
+    ExpectSameBits(ctx, y, y_ref, name + " RmsNormForward" + shape);
+    ExpectAmaxOf(ctx, amax, y, name + " RmsNormForward" + shape);
+    for (bool accumulate : {false, true}) {
+      const std::string where = name + " RmsNormBackward" + shape + (accumulate ? " accumulate_dx" : "");
+      Tensor dx_ref, dx;  // the residual gradient that accumulate_dx adds to
+      DT_ASSERT_OK(MakeTensor(ctx, dt, {rows, c}, RandomVector(rows * c, 6, -4, 4), &dx_ref));
+      DT_ASSERT_OK(MakeTensor(ctx, dt, {rows, c}, RandomVector(rows * c, 6, -4, 4), &dx));
+      Tensor dw_ref = Zeros(ctx, DType::kF32, {c}), dw = Zeros(ctx, DType::kF32, {c});
+      DT_ASSERT_OK(RmsNormBackward(ctx, x, w, rstd, dy, &dx_ref, &dw_ref, accumulate));
+      DT_ASSERT_OK(RmsNormBackward(ctx, x, w, rstd, dy, &dx, &dw, accumulate, &amax));
+      ExpectSameBits(ctx, dx, dx_ref, where);
+      ExpectSameBits(ctx, dw, dw_ref, where + " dweight");
+      ExpectAmaxOf(ctx, amax, dx, where);
+    }
+  }
+}
+
+// SwiGLU forward and backward on `ctx` in `dt`, each run without and with amax (as CheckRmsNorm). F: 128-bit (8, 1000,
+// 1024) and scalar (1001) columns, lanes past F, and more rows than the amax grid's row blocks (2100 x 8, 600 x 1001).
+void CheckSwiGlu(DeviceContext& ctx, DType dt) {
+  const std::string name = std::string(DeviceName(ctx.type())) + " " + DTypeName(dt);
+  Tensor amax;
+  DT_ASSERT_OK(MakeTensor(ctx, DType::kF32, {1}, {123.0}, &amax));
+  for (const auto& [rows, f] :
+       {std::pair<int64_t, int64_t>{65, 1024}, {33, 1000}, {2100, 8}, {40, 1001}, {600, 1001}}) {
+    const std::string shape = " [" + std::to_string(rows) + ", F " + std::to_string(f) + "]";
+    Tensor h, dout;
+    DT_ASSERT_OK(MakeTensor(ctx, dt, {rows, 2 * f}, RandomVector(rows * 2 * f, f, -5, 5), &h));
+    DT_ASSERT_OK(MakeTensor(ctx, dt, {rows, f}, RandomVector(rows * f, 8, -2, 2), &dout));
+    Tensor out_ref = Zeros(ctx, dt, {rows, f}), out = Zeros(ctx, dt, {rows, f});
+    DT_ASSERT_OK(SwiGluForward(ctx, h, &out_ref));
+    DT_ASSERT_OK(SwiGluForward(ctx, h, &out, &amax));
+    ExpectSameBits(ctx, out, out_ref, name + " SwiGluForward" + shape);
+    ExpectAmaxOf(ctx, amax, out, name + " SwiGluForward" + shape);
+    Tensor dh_ref = Zeros(ctx, dt, {rows, 2 * f}), dh = Zeros(ctx, dt, {rows, 2 * f});
+    DT_ASSERT_OK(SwiGluBackward(ctx, h, dout, &dh_ref));
+    DT_ASSERT_OK(SwiGluBackward(ctx, h, dout, &dh, &amax));
+    ExpectSameBits(ctx, dh, dh_ref, name + " SwiGluBackward" + shape);
+    ExpectAmaxOf(ctx, amax, dh, name + " SwiGluBackward" + shape);
+  }
+}
+
 TEST(Fp8FusedCpu, ProducersReportTheAmaxOfWhatTheyWrote) { CheckProducers(*Cpu(), DType::kF32); }
+TEST(Fp8FusedCpu, RmsNormReportsTheAmaxOfWhatItWrote) { CheckRmsNorm(*Cpu(), DType::kF32, /*bf16_weight=*/false); }
+TEST(Fp8FusedCpu, SwiGluReportsTheAmaxOfWhatItWrote) { CheckSwiGlu(*Cpu(), DType::kF32); }
 
 // Fp8Quantize with dbias adds the column sums of x; with amax_ready it takes the amax it finds (here a larger one
 // than x's: the scale follows it, proving the amax pass was skipped).
@@ -135,6 +217,23 @@ TEST(Fp8FusedCuda, ProducersReportTheAmaxOfWhatTheyWrote) {
   DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
   CheckProducers(*gpu, DType::kBF16);  // the fused kernels
   CheckProducers(*gpu, DType::kF32);   // f32: the separate pass behind the same entry points
+}
+
+TEST(Fp8FusedCuda, RmsNormReportsTheAmaxOfWhatItWrote) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  CheckRmsNorm(*gpu, DType::kBF16, /*bf16_weight=*/false);  // the fused kernels
+  CheckRmsNorm(*gpu, DType::kBF16, /*bf16_weight=*/true);   // the *Bf16W launchers
+  CheckRmsNorm(*gpu, DType::kF32, /*bf16_weight=*/false);   // f32: the separate pass
+}
+
+TEST(Fp8FusedCuda, SwiGluReportsTheAmaxOfWhatItWrote) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  CheckSwiGlu(*gpu, DType::kBF16);
+  CheckSwiGlu(*gpu, DType::kF32);
 }
 
 // The fused path against the separate passes (Fp8Amax, Fp8Scale, CastToFp8, BiasGrad): the same bytes, the same
