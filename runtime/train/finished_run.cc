@@ -34,12 +34,13 @@ std::vector<KeyValue> KeyedLines(const std::string& yaml) {
   return out;
 }
 
-// The config without what says how and where a run starts.
+// The config without what says how and where a run starts, and whether it leaves a weights file.
 proto::Config WhatItTrains(const proto::Config& c) {
   proto::Config out = c;
   out.mutable_checkpoint()->clear_resume();
   out.mutable_checkpoint()->clear_overwrite();
   out.mutable_run()->clear_dir();
+  out.mutable_run()->clear_final_weights();
   return out;
 }
 

@@ -2,12 +2,12 @@
 // A finished run started again: the checkpoint it resumes from is at or past the run's last step, so there is
 // nothing to train. CheckFinishedRun decides what that start answers; the trainer asks it before anything is written
 // to run.dir (runtime/train/trainer.h), and either way the start leaves run.dir as it was — except a missing
-// final.safetensors (the run killed between its last checkpoint and that file), which the trainer writes from the
-// checkpoint's weights.
+// final.safetensors (the run killed between its last checkpoint and that file, or run with run.final_weights false),
+// which the trainer writes from the checkpoint's weights when run.final_weights is true.
 //
 //   - This start's config is the run's (the one its checkpoint was saved with), leaving aside checkpoint.resume,
-//     checkpoint.overwrite and run.dir, which say how and where a run starts, not what it trains: OK, and the trainer
-//     says "already done" (exit 0). The same command again, a scheduler's requeue and a launcher's restart of a job
+//     checkpoint.overwrite, run.dir and run.final_weights, which say how and where a run starts and whether it leaves
+//     a weights file, not what it trains: OK, and the trainer says "already done" (exit 0). The same command again, a scheduler's requeue and a launcher's restart of a job
 //     that had finished end here.
 //   - Another config: InvalidArgument (exit 2) naming the keys that differ with both values, and the ways out. The
 //     new values were never trained with; an exit 0 would tell a script that they had been.

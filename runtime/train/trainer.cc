@@ -236,13 +236,20 @@ Status Trainer::Setup() {
   total_steps_ = EndStep();
   DT_LOG_INFO(kRuntime, "model {}: {} parameters in {} tensors; {} steps, global batch {}", cfg_.model().kind(),
               model_->params().numel(), model_->param_infos().size(), total_steps_, d.batch_size() * accum * world_);
+  if (rank_ == 0 && !cfg_.run().final_weights()) {
+    DT_LOG_WARN(kRuntime, "run.final_weights false: no {}/final.safetensors at the end; {}", cfg_.run().dir(),
+                cfg_.checkpoint().enabled() ? "the last checkpoint holds the trained weights (dtrain ckpt export)"
+                                            : "with checkpoint.enabled false the trained weights are kept nowhere");
+  }
   if (AlreadyDone()) {
     // A finished run started again writes nothing (Run() says "already done"); with another config it is refused.
     DT_RETURN_IF_ERROR(CheckFinishedRun(at.config_yaml, cfg_, start_step_));
     // Killed after its last checkpoint and before its weights file was written (a spot reclaim at the very end):
     // the weights of that checkpoint, the run's final ones, complete it. An existing file is left as it is.
     const std::string final_path = cfg_.run().dir() + "/final.safetensors";
-    if (rank_ == 0 && !std::ifstream(final_path).good()) DT_RETURN_IF_ERROR(ExportParams(final_path));
+    if (rank_ == 0 && cfg_.run().final_weights() && !std::ifstream(final_path).good()) {
+      DT_RETURN_IF_ERROR(ExportParams(final_path));
+    }
     if (run_lock_ != nullptr) run_lock_->Discard();  // the lock file as it was, times included
     return Status::OK();
   }
@@ -554,7 +561,8 @@ Status Trainer::RunLoop(TrainSummary* summary) {
   // This attempt's throughput (a resumed run's earlier steps took no time here).
   summary->samples_per_s =
       train_seconds > 0 ? static_cast<double>((step - start_step_) * global_batch) / train_seconds : 0;
-  if (rank_ == 0) DT_RETURN_IF_ERROR(ExportParams(cfg_.run().dir() + "/final.safetensors"));
+  if (rank_ == 0 && cfg_.run().final_weights())
+    DT_RETURN_IF_ERROR(ExportParams(cfg_.run().dir() + "/final.safetensors"));
   return Status::OK();
 }
 

@@ -170,6 +170,29 @@ TEST_F(TrainerTest, RunsTwoEpochsSavingCheckpointsAndTheFinalWeights) {
   EXPECT_TRUE(again.already_done);
 }
 
+// run.final_weights false: no final.safetensors (the last checkpoint holds the weights). The same run started again
+// with it true is already done (the key is not part of what a run trains) and writes the file from that checkpoint:
+// the uninterrupted run's weights.
+TEST_F(TrainerTest, FinalWeightsOffWritesNoneAndAStartWithThemOnCompletesTheRun) {
+  ASSERT_NO_FATAL_FAILURE(TrainFull());
+  namespace fs = std::filesystem;
+  proto::Config cfg;
+  ASSERT_TRUE(Config(dir_.File("data"), dir_.File("nofinal"), &cfg).ok());
+  cfg.mutable_run()->set_final_weights(false);
+  TrainSummary s;
+  ASSERT_TRUE(Train(cfg, &s).ok());
+  EXPECT_EQ(s.steps, 32);
+  EXPECT_FALSE(fs::exists(dir_.File("nofinal") + "/final.safetensors"));
+  EXPECT_TRUE(fs::exists(dir_.File("nofinal") + "/checkpoints/step-00000032/manifest.pb"));
+  ASSERT_TRUE(Train(cfg, &s).ok());  // again, still off: already done, still no file
+  EXPECT_TRUE(s.already_done);
+  EXPECT_FALSE(fs::exists(dir_.File("nofinal") + "/final.safetensors"));
+  cfg.mutable_run()->set_final_weights(true);
+  ASSERT_TRUE(Train(cfg, &s).ok());
+  EXPECT_TRUE(s.already_done);
+  ExpectSameAsFull("nofinal", 1);
+}
+
 TEST_F(TrainerTest, AFailedStepResumesFromTheLastCheckpointAsIfUninterrupted) {
   ASSERT_NO_FATAL_FAILURE(TrainFull());
   proto::Config cfg;
