@@ -32,7 +32,7 @@ run() {
   local name=$1 cfg=$2 steps=$3
   shift 3
   $BIN train "$cfg" --set train.max_steps="$steps" --set train.log_every=${LOG_EVERY:-10} \
-    --set checkpoint.enabled=false --set run.dir="$RUNS/$name" "$@" > "$OUT/$name.log" 2>&1
+    --set checkpoint.enabled=false --set run.final_weights=false --set run.dir="$RUNS/$name" "$@" > "$OUT/$name.log" 2>&1
   echo "$name rc=$?: $(step_line "$OUT/$name.log")"
   echo "  $(peak_line "$OUT/$name.log")"
   cp "$RUNS/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2> /dev/null
