@@ -10,7 +10,8 @@
 #                        turn, e.g. TERM,KILL,KILL
 #     --max-delay SECS   each reclaim comes a random 0.5..SECS s after training (re)starts (default 8)
 #     --nproc N          ranks, `dtrain launch --nproc-per-node N` (default 2)
-#     --dir DIR          work directory (default: a new one under /tmp); DIR/{reference,spot}/ hold the runs
+#     --dir DIR          work directory, kept: DIR/{reference,spot}/ hold the runs, DIR/*.log their logs (default: a
+#                        new one under /tmp, removed when the runs end identical, kept for a look otherwise)
 #     --seed N           seed of the random moments and signals (default: random; printed, for replays)
 #     --dtrain BIN       dtrain binary (default $DTRAIN, else `dtrain` in PATH, else build/dtrain)
 #
@@ -45,7 +46,8 @@ if [[ -z $dtrain ]]; then
   dtrain=$(command -v dtrain || echo "$(cd "$(dirname "$0")/../.." && pwd)/build/dtrain")
 fi
 [[ -x $dtrain ]] || { echo "simulate_preemptions: no dtrain binary at '$dtrain' (--dtrain BIN)" >&2; exit 2; }
-[[ -n $dir ]] || dir=$(mktemp -d /tmp/dtrain_spot_XXXXXX)
+own_dir=0
+[[ -n $dir ]] || { dir=$(mktemp -d /tmp/dtrain_spot_XXXXXX) && own_dir=1; }
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 RANDOM=$seed
@@ -70,6 +72,7 @@ descendants() {
 fail_with_log() {  # fail_with_log MESSAGE LOG
   echo "simulate_preemptions: $1:" >&2
   tail -n 20 "$2" >&2
+  echo "simulate_preemptions: the runs and their logs are in $dir" >&2
   exit 1
 }
 
@@ -127,7 +130,9 @@ ref=$dir/reference/final.safetensors spot=$dir/spot/final.safetensors
 echo "reclaims: $reclaims of $preemptions; attempts: $attempt"
 if cmp -s "$ref" "$spot"; then
   echo "final.safetensors: IDENTICAL to the uninterrupted run ($(stat -c %s "$spot") bytes)"
+  if ((own_dir)); then rm -rf "$dir"; fi  # its own temporary directory (--dir DIR keeps the runs)
   exit 0
 fi
 echo "final.safetensors: DIFFERENT from the uninterrupted run: $(cmp "$ref" "$spot" 2>&1 || true)"
+echo "the runs and their logs are in $dir"
 exit 1
