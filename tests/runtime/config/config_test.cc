@@ -110,7 +110,7 @@ TEST(ConfigTest, OverrideErrorsNameTheFlag) {
   EXPECT_EQ(ErrorOf("", {"run=x"}),
             "--set run=x: key 'run' is a mapping; set one of its keys (known keys of 'run': dir, tensorboard, "
             "trace_steps, trace_start, price_per_gpu_hour, gpu_sample_s, gpu_idle_util_pct, gpu_idle_s, "
-            "gpu_idle_exit, prometheus_port, prometheus_addr, csv_metrics)");
+            "gpu_idle_exit, prometheus_port, prometheus_addr, csv_metrics, final_weights)");
   EXPECT_EQ(ErrorOf("", {"model.mlp.hidden=[1, 2"}),
             "--set model.mlp.hidden=[1, 2: col 1: unterminated flow sequence: expected ']' on the same line");
   EXPECT_EQ(ErrorOf("", {"model.mlp.hidden=[8, 0]"}),
