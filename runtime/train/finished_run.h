@@ -7,8 +7,8 @@
 //
 //   - This start's config is the run's (the one its checkpoint was saved with), leaving aside checkpoint.resume,
 //     checkpoint.overwrite, run.dir and run.final_weights, which say how and where a run starts and whether it leaves
-//     a weights file, not what it trains: OK, and the trainer says "already done" (exit 0). The same command again, a scheduler's requeue and a launcher's restart of a job
-//     that had finished end here.
+//     a weights file, not what it trains: OK, and the trainer says "already done" (exit 0). The same command again, a
+//     scheduler's requeue and a launcher's restart of a job that had finished end here.
 //   - Another config: InvalidArgument (exit 2) naming the keys that differ with both values, and the ways out. The
 //     new values were never trained with; an exit 0 would tell a script that they had been.
 //   - A saved config that does not parse (a checkpoint of another dtrain version): InvalidArgument saying so.

@@ -14,8 +14,9 @@
 // per step, and a warning names the cause when it exceeds 5% of the step.
 //
 // Rank 0 writes <run.dir>/config.yaml (once the start is decided) and at the end the trained parameters to
-// <run.dir>/final.safetensors (unless run.final_weights is false). What the run reports (progress line, metrics.jsonl, TensorBoard, Prometheus, GPU alarms,
-// the live bar) goes through its RunReporter (runtime/train/run_reporter.h): one IntervalRecord per log interval.
+// <run.dir>/final.safetensors (unless run.final_weights is false). What the run reports (progress line, metrics.jsonl,
+// TensorBoard, Prometheus, GPU alarms, the live bar) goes through its RunReporter (runtime/train/run_reporter.h): one
+// IntervalRecord per log interval.
 //
 // Checkpoints (config `checkpoint`) go through a CheckpointCoordinator (runtime/train/checkpoint_coordinator.h):
 // every rank restores the checkpoint PlanResume picks in Create() (resume "auto": the newest valid one) and continues
