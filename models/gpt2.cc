@@ -45,6 +45,19 @@ Status ParseGpt2Fp8Layers(const std::string& spec, int64_t n_embd, Fp8LayerSet* 
   return ParseFp8LayerSet("model.gpt2.fp8_layers", spec, names, {n_embd >= 1024, n_embd >= 1600, true, true}, out);
 }
 
+Gpt2SharedInputs Gpt2SharedInputsOf(const Fp8LayerSet* fp8, bool recompute) {
+  Gpt2SharedInputs out;
+  if (fp8 == nullptr || recompute) return out;
+  auto on = [&](Gpt2Linear l) {
+    const auto i = static_cast<size_t>(l);
+    return i < fp8->on.size() && fp8->on[i];
+  };
+  out.ln1 = on(Gpt2Linear::kQkv);
+  out.ln2 = on(Gpt2Linear::kFc);
+  out.fc_act = on(Gpt2Linear::kFcProj);
+  return out;
+}
+
 Status Gpt2::Create(DeviceContext& ctx, const Gpt2Options& opts, int64_t batch, int64_t seq_len,
                     std::unique_ptr<Gpt2>* out) {
   DT_CHECK_ARG(
@@ -174,19 +187,30 @@ Status Gpt2::EnsureActivations(int64_t batch, int64_t seq_len) {
   x_.assign(L + 1, Tensor());
   for (Tensor& x : x_) DT_RETURN_IF_ERROR(Alloc({n, c}, act, &x));
   acts_.assign(opts_.recompute ? 1 : L, BlockActs());
+  // FP8 linears' inputs: one buffer for every block (Gpt2SharedInputsOf).
+  const Gpt2SharedInputs shared =
+      Gpt2SharedInputsOf(opts_.precision == Precision::kFp8 ? &opts_.fp8_layers : nullptr, opts_.recompute);
+  Tensor shared_ln, shared_fc_act;
+  if (shared.ln1 || shared.ln2) DT_RETURN_IF_ERROR(Alloc({n, c}, act, &shared_ln));
+  if (shared.fc_act) DT_RETURN_IF_ERROR(Alloc({n, 4 * c}, act, &shared_fc_act));
+  auto own_or_shared = [&](bool is_shared, const Tensor& buffer, int64_t width, Tensor* t) {
+    if (!is_shared) return Alloc({n, width}, act, t);
+    *t = buffer;
+    return Status::OK();
+  };
   for (BlockActs& a : acts_) {
-    DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.ln1));
+    DT_RETURN_IF_ERROR(own_or_shared(shared.ln1, shared_ln, c, &a.ln1));
     DT_RETURN_IF_ERROR(Alloc({n}, stat, &a.ln1_mean));
     DT_RETURN_IF_ERROR(Alloc({n}, stat, &a.ln1_rstd));
     DT_RETURN_IF_ERROR(Alloc({batch, seq_len, 3 * c}, act, &a.qkv));
     DT_RETURN_IF_ERROR(Alloc({batch, seq_len, c}, act, &a.att));
     DT_RETURN_IF_ERROR(Alloc({batch, opts_.n_head, seq_len}, stat, &a.lse));
     DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.x_mid));
-    DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.ln2));
+    DT_RETURN_IF_ERROR(own_or_shared(shared.ln2, shared_ln, c, &a.ln2));
     DT_RETURN_IF_ERROR(Alloc({n}, stat, &a.ln2_mean));
     DT_RETURN_IF_ERROR(Alloc({n}, stat, &a.ln2_rstd));
     DT_RETURN_IF_ERROR(Alloc({n, 4 * c}, act, &a.fc_pre));
-    DT_RETURN_IF_ERROR(Alloc({n, 4 * c}, act, &a.fc_act));
+    DT_RETURN_IF_ERROR(own_or_shared(shared.fc_act, shared_fc_act, 4 * c, &a.fc_act));
   }
   DT_RETURN_IF_ERROR(Alloc({n, c}, act, &lnf_));
   DT_RETURN_IF_ERROR(Alloc({n}, stat, &lnf_mean_));

@@ -33,7 +33,8 @@
 //     (runtime/optim/loss_scaler.h), which keeps the activation gradients in range; grads() then hold scaled values.
 //   kFp8 (CUDA, compute capability 8.9+): kBf16, with the block linears of options.fp8_layers as FP8 GEMMs
 //     (models/fp8_linears.h: e4m3 activations and weights, e5m2 gradients, per-tensor current scaling, f32 weight
-//     gradients); the LM head, attention, layer norms and the other linears stay bf16.
+//     gradients); the LM head, attention, layer norms and the other linears stay bf16. An FP8 linear's bf16 input
+//     is kept by no block (one buffer for all, Gpt2SharedInputsOf): its weight gradient reads the forward's FP8 copy.
 //   On the CPU, kBf16, kFp16 and kFp8 are InvalidArgument.
 // recompute: keep only each block's input; Backward re-runs a block's forward just before its backward (one
 // block's activations are alive at a time). Gradients are identical to the stored-activation path.
@@ -60,6 +61,14 @@ std::vector<Fp8LinearShape> Gpt2Linears(int64_t n_embd);
 // model.gpt2.fp8_layers: "auto" (the measured table for n_embd, see gpt2.cc), "all", "none", or a comma list of
 // qkv, attn_proj, fc, fc_proj (ParseFp8LayerSet).
 Status ParseGpt2Fp8Layers(const std::string& spec, int64_t n_embd, Fp8LayerSet* out);
+// The activations of a block that no backward reads, so that every block writes them into one buffer (ln1 and ln2
+// share one [B*T, C], fc_act one [B*T, 4C]): the bf16 input of an FP8 linear (its weight gradient reads the FP8 copy
+// the forward kept; qkv's input is ln1, fc's ln2, fc_proj's fc_act). None without FP8 (fp8 null) or under recompute
+// (one set of activations already). Gpt2 and its memory plan (models/gpt2_spec.cc) both follow it.
+struct Gpt2SharedInputs {
+  bool ln1 = false, ln2 = false, fc_act = false;
+};
+Gpt2SharedInputs Gpt2SharedInputsOf(const Fp8LayerSet* fp8, bool recompute);
 
 // Mirrors proto::Gpt2Config (the factory copies it) plus the run's precision/recompute.
 struct Gpt2Options {

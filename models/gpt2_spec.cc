@@ -114,15 +114,22 @@ Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, Mem
   plan->grads = bytes(params, in.master_dtype);
   if (mixed) plan->working_copy = bytes(params, half);
   plan->workspace = bytes(n, DType::kI32);  // position ids
+  Fp8LayerSet fp8_set;
   if (precision == "fp8") {
-    Fp8LayerSet set;
-    DT_RETURN_IF_ERROR(ParseGpt2Fp8Layers(g.fp8_layers().empty() ? "auto" : g.fp8_layers(), c, &set));
-    plan->fp8 = Fp8Linears::Bytes(in, Gpt2Linears(c), set, L, full ? 1 : L, n);
+    DT_RETURN_IF_ERROR(ParseGpt2Fp8Layers(g.fp8_layers().empty() ? "auto" : g.fp8_layers(), c, &fp8_set));
+    plan->fp8 = Fp8Linears::Bytes(in, Gpt2Linears(c), fp8_set, L, full ? 1 : L, n);
   }
-  const int64_t set = bytes(n * c, act) + 2 * bytes(n, stat) + bytes(3 * n * c, act) + bytes(n * c, act) +
-                      bytes(b * g.n_head() * t, stat) + bytes(n * c, act) + bytes(n * c, act) + 2 * bytes(n, stat) +
-                      2 * bytes(4 * n * c, act);
-  plan->activations = (L + 1) * bytes(n * c, act) + (full ? 1 : L) * set + bytes(n * c, act) + 2 * bytes(n, stat);
+  const Gpt2SharedInputs shared = Gpt2SharedInputsOf(precision == "fp8" ? &fp8_set : nullptr, full);
+  // Per set: ln1 (unless shared), its statistics, qkv, att, lse, x_mid, ln2 (unless shared) and its statistics,
+  // fc_pre, fc_act (unless shared); then the shared buffers once.
+  const int64_t set = (shared.ln1 ? 0 : bytes(n * c, act)) + 2 * bytes(n, stat) + bytes(3 * n * c, act) +
+                      bytes(n * c, act) + bytes(b * g.n_head() * t, stat) + bytes(n * c, act) +
+                      (shared.ln2 ? 0 : bytes(n * c, act)) + 2 * bytes(n, stat) + bytes(4 * n * c, act) +
+                      (shared.fc_act ? 0 : bytes(4 * n * c, act));
+  const int64_t shared_bytes =
+      (shared.ln1 || shared.ln2 ? bytes(n * c, act) : 0) + (shared.fc_act ? bytes(4 * n * c, act) : 0);
+  plan->activations =
+      (L + 1) * bytes(n * c, act) + (full ? 1 : L) * set + shared_bytes + bytes(n * c, act) + 2 * bytes(n, stat);
   const int64_t chunk = g.loss_chunk_tokens();  // chunked: [chunk, Vp] logits and the eval argmax per token
   plan->logits = chunk > 0 ? bytes(std::min(chunk, n) * vp, act) + bytes(n, stat) + bytes(n, DType::kI32)
                            : bytes(n * vp, act) + bytes(n, stat);

@@ -46,6 +46,19 @@ Status ParseLlamaFp8Layers(const std::string& spec, int64_t hidden, Fp8LayerSet*
                           {hidden >= 1024, hidden >= 1600, true, true}, out);
 }
 
+LlamaSharedActs LlamaSharedActsOf(bool full_set, bool selective, const Fp8LayerSet* fp8) {
+  auto on = [&](LlamaLinear l) {
+    const auto i = static_cast<size_t>(l);
+    return fp8 != nullptr && i < fp8->on.size() && fp8->on[i];
+  };
+  LlamaSharedActs out;
+  const bool recomputed = selective && !full_set;
+  out.ln1 = recomputed || on(LlamaLinear::kQkv);
+  out.ln2 = selective || on(LlamaLinear::kGateUp);
+  out.act = selective || on(LlamaLinear::kDown);
+  return out;
+}
+
 Status Llama::Create(DeviceContext& ctx, const LlamaOptions& opts, int64_t batch, int64_t seq_len,
                      std::unique_ptr<Llama>* out) {
   DT_CHECK_ARG(opts.vocab_size >= 2, "Llama: vocab_size " << opts.vocab_size << " must be >= 2");
@@ -167,30 +180,23 @@ Status Llama::EnsureActivations(int64_t batch, int64_t seq_len) {
   x_.assign(L + 1, Tensor());
   for (Tensor& x : x_) DT_RETURN_IF_ERROR(Alloc({n, c}, act, &x));
   acts_.assign((K > 0 ? 1 : 0) + (L - K), LayerActs());
-  // Selective layers: every one's ln1, ln2 (one buffer: never live at once) and act. The full layers' set shares ln2
-  // and act with them (a full layer's recomputed forward fills them right before its backward reads them) but keeps
-  // its own ln1 (ln2 overwrites the shared buffer before that backward reads ln1).
+  // ln1, ln2 (one buffer: never live at once) and act shared by all sets where LlamaSharedActsOf says so.
+  const bool selective = opts_.selective && K < L;
+  const Fp8LayerSet* fp8_set = opts_.precision == Precision::kFp8 ? &opts_.fp8_layers : nullptr;
   Tensor shared_ln, shared_act;
-  const bool any_selective = opts_.selective && K < L;
-  if (any_selective) {
-    DT_RETURN_IF_ERROR(Alloc({n, c}, act, &shared_ln));
-    DT_RETURN_IF_ERROR(Alloc({n, f}, act, &shared_act));
-  }
+  auto own_or_shared = [&](bool is_shared, const Tensor& buffer, int64_t width, Tensor* t) {
+    if (!is_shared) return Alloc({n, width}, act, t);
+    *t = buffer;
+    return Status::OK();
+  };
   for (size_t i = 0; i < acts_.size(); ++i) {
     LayerActs& a = acts_[i];
-    const bool full_set = K > 0 && i == 0;
-    if (any_selective && !full_set) {
-      a.ln1 = a.ln2 = shared_ln;
-      a.act = shared_act;
-    } else if (any_selective) {
-      DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.ln1));
-      a.ln2 = shared_ln;
-      a.act = shared_act;
-    } else {
-      DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.ln1));
-      DT_RETURN_IF_ERROR(Alloc({n, c}, act, &a.ln2));
-      DT_RETURN_IF_ERROR(Alloc({n, f}, act, &a.act));
-    }
+    const LlamaSharedActs shared = LlamaSharedActsOf(/*full_set=*/K > 0 && i == 0, selective, fp8_set);
+    if ((shared.ln1 || shared.ln2) && !shared_ln.defined()) DT_RETURN_IF_ERROR(Alloc({n, c}, act, &shared_ln));
+    if (shared.act && !shared_act.defined()) DT_RETURN_IF_ERROR(Alloc({n, f}, act, &shared_act));
+    DT_RETURN_IF_ERROR(own_or_shared(shared.ln1, shared_ln, c, &a.ln1));
+    DT_RETURN_IF_ERROR(own_or_shared(shared.ln2, shared_ln, c, &a.ln2));
+    DT_RETURN_IF_ERROR(own_or_shared(shared.act, shared_act, f, &a.act));
     DT_RETURN_IF_ERROR(Alloc({n}, stat, &a.ln1_rstd));
     DT_RETURN_IF_ERROR(Alloc({batch, seq_len, qkv}, act, &a.qkv));
     DT_RETURN_IF_ERROR(Alloc({batch, seq_len, c}, act, &a.att));

@@ -42,8 +42,8 @@
 //     The kernels that write an FP8 linear's input or output gradient also compute its amax (no amax pass): the
 //     RMSNorms' forwards (qkv's and gate_up's x) and backwards (down's and o_proj's dy), SwiGLU's forward (down's x)
 //     and backward (gate_up's dy); o_proj's x (attention's output) and qkv's dy take amax passes. bf16_masters works
-//     with it. Under selective checkpointing the recompute that only an FP8 linear's weight gradient would read is
-//     skipped (it reads the FP8 copy kept by the forward).
+//     with it. An FP8 linear's weight gradient reads the FP8 copy kept by the forward, not its bf16 input: that input
+//     is one buffer for all layers (LlamaSharedActsOf), and under selective checkpointing its recompute is skipped.
 //   kFp16 is not supported (InvalidArgument).
 // Activation checkpointing, per layer (model.llama.activation_checkpointing; models/llama_spec.cc maps the keys):
 //   full (the first full_layers layers): keep only the layer's input; Backward re-runs the layer's forward just before
@@ -85,6 +85,17 @@ std::vector<Fp8LinearShape> LlamaLinears(int64_t hidden, int64_t n_head, int64_t
 // model.llama.fp8_layers: "auto" (from the measured table by hidden size, see llama.cc), "all", "none", or a comma list
 // of qkv, o_proj, gate_up, down (ParseFp8LayerSet).
 Status ParseLlamaFp8Layers(const std::string& spec, int64_t hidden, Fp8LayerSet* out);
+// Which of a layer set's ln1, ln2 and act live in the buffers every set shares (ln1 and ln2 one [B*T, C], act one
+// [B*T, F]) rather than in the set's own: a selective layer's (recomputed right before the backward reads them); an
+// FP8 linear's bf16 input in any set (its weight gradient reads the FP8 copy the forward kept; qkv's input is ln1,
+// gate_up's ln2, down's act); the full layers' set's ln2 and act when the other layers are selective (its recompute
+// refills them right before its backward; its ln1 stays its own, as ln2 overwrites the shared buffer first).
+// full_set: the full layers' set, else a set of the other layers; selective: the other layers are selective; fp8:
+// the FP8 linears, null without FP8. Llama and its memory plan (models/llama_spec.cc) both follow it.
+struct LlamaSharedActs {
+  bool ln1 = false, ln2 = false, act = false;
+};
+LlamaSharedActs LlamaSharedActsOf(bool full_set, bool selective, const Fp8LayerSet* fp8);
 
 // Mirrors proto::LlamaConfig (the spec copies it) plus the run's precision/recompute.
 struct LlamaOptions {
@@ -142,8 +153,8 @@ class Llama final : public Model {
   enum LayerParam { kInNorm, kQkv, kOProj, kPostNorm, kGateUp, kDown, kLayerParams };
   // The weight of each LlamaLinear, in its order.
   static constexpr int kLinearParam[] = {kQkv, kOProj, kGateUp, kDown};
-  // Activations of one layer (all of them, or the one set the full layers share; ln1, ln2 and act are one shared
-  // set across the selective layers, ln1 and ln2 one buffer).
+  // Activations of one layer (all of them, or the one set the full layers share; ln1, ln2 and act may be views of
+  // the buffers all sets share, LlamaSharedActsOf).
   struct LayerActs {
     Tensor ln1, ln1_rstd, qkv, att, lse, x_mid, ln2, ln2_rstd, h, act;
   };

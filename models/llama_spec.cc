@@ -255,12 +255,18 @@ Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, Mem
   const int64_t set_fixed = bytes(n, stat) + bytes(n * qkv, act) + bytes(n * c, act) + bytes(b * g.n_head() * t, stat) +
                             bytes(n * c, act) + bytes(n, stat) + bytes(2 * n * f, act);
   int64_t acts = (L + 1) * bytes(n * c, act) + sets * set_fixed;  // x_ and the sets
-  if (any_selective) {
-    acts += bytes(n * c, act) + bytes(n * f, act);  // the shared ln and act
-    if (k > 0) acts += bytes(n * c, act);           // the full set's own ln1
-  } else {
-    acts += sets * (2 * bytes(n * c, act) + bytes(n * f, act));  // ln1, ln2, act of each set
+  // ln1, ln2 and act: each set's own, and the shared buffers once (LlamaSharedActsOf).
+  bool shared_ln = false, shared_act = false;
+  for (const bool full_set : {true, false}) {
+    const int64_t count = full_set ? (k > 0 ? 1 : 0) : L - k;
+    if (count == 0) continue;
+    const LlamaSharedActs s = LlamaSharedActsOf(full_set, any_selective, fp8 ? &fp8_layers : nullptr);
+    acts +=
+        count * ((s.ln1 ? 0 : bytes(n * c, act)) + (s.ln2 ? 0 : bytes(n * c, act)) + (s.act ? 0 : bytes(n * f, act)));
+    shared_ln = shared_ln || s.ln1 || s.ln2;
+    shared_act = shared_act || s.act;
   }
+  acts += (shared_ln ? bytes(n * c, act) : 0) + (shared_act ? bytes(n * f, act) : 0);
   acts += bytes(n * c, act) + bytes(n, stat);  // lnf, lnf_rstd
   plan->activations = acts;
   // logits (dlogits in place), losses; chunked (loss_chunk_tokens): [chunk, Vp] logits and the eval argmax per token.

@@ -93,6 +93,28 @@ TEST(Gpt2Fp8Spec, RefusesTheCpuStrayLayerListsAndOtherKinds) {
       << Refusal(mlp);
 }
 
+// An FP8 linear's bf16 input is read by no backward (the weight gradient reads the FP8 copy its forward kept), so every
+// block writes it into one buffer: qkv's ln1, fc's ln2, fc_proj's fc_act; attn_proj's input (attention's output) is
+// read by attention's backward and stays per block. Nothing is shared under recompute or without FP8.
+TEST(Gpt2Fp8Layers, SharedInputsAreTheFp8LinearsInputs) {
+  Fp8LayerSet set;
+  DT_ASSERT_OK(ParseGpt2Fp8Layers("qkv,fc_proj", 768, &set));
+  Gpt2SharedInputs s = Gpt2SharedInputsOf(&set, /*recompute=*/false);
+  EXPECT_TRUE(s.ln1);
+  EXPECT_FALSE(s.ln2);
+  EXPECT_TRUE(s.fc_act);
+  DT_ASSERT_OK(ParseGpt2Fp8Layers("attn_proj,fc", 768, &set));
+  s = Gpt2SharedInputsOf(&set, false);
+  EXPECT_FALSE(s.ln1);
+  EXPECT_TRUE(s.ln2);
+  EXPECT_FALSE(s.fc_act);
+  DT_ASSERT_OK(ParseGpt2Fp8Layers("all", 768, &set));
+  s = Gpt2SharedInputsOf(&set, /*recompute=*/true);
+  EXPECT_FALSE(s.ln1 || s.ln2 || s.fc_act);
+  s = Gpt2SharedInputsOf(nullptr, false);
+  EXPECT_FALSE(s.ln1 || s.ln2 || s.fc_act);
+}
+
 // The CPU emulation of one FP8 linear layer, exactly the calls Gpt2Fp8 makes on the GPU (current scaling, e4m3 x and
 // W, e5m2 dy; f32 results on the CPU): y = x W^T, dx = dy W, dW = dy^T x, against the same products in f32. Each
 // operand's relative rounding is at most 2^-4 (e4m3) or 2^-3 (e5m2) per element and unbiased across a sum, so the
@@ -237,6 +259,28 @@ TEST(Gpt2Fp8Cuda, SmallModelMatchesCpuF32AndBf16) {
   EXPECT_EQ(fp8_rec.grads, fp8.grads);
   EXPECT_EQ(none.grads, bf16.grads);
   EXPECT_NE(fp8.grads, bf16.grads);
+}
+
+// The FP8 linears' inputs live in one buffer for all blocks (Gpt2SharedInputsOf), the other activations per block: with
+// some linears in FP8 and 3 blocks, the stored-activation path gives the bits of recompute (which refills one set
+// right before each block's backward), so no backward read a shared buffer that a later block had overwritten.
+TEST(Gpt2Fp8Cuda, SharedInputsGiveTheBitsOfRecompute) {
+  std::unique_ptr<DeviceContext> gpu;
+  if (!HaveFp8Gpu(&gpu)) GTEST_SKIP() << "needs a GPU with FP8 tensor cores (compute capability 8.9+)";
+  Gpt2Options o = SmallGpt2();
+  o.n_layer = 3;
+  o.precision = Precision::kFp8;
+  for (const char* layers : {"qkv,fc_proj", "attn_proj,fc", "all"}) {
+    SCOPED_TRACE(layers);
+    DT_ASSERT_OK(ParseGpt2Fp8Layers(layers, o.n_embd, &o.fp8_layers));
+    RunResult stored, recomputed;
+    o.recompute = false;
+    ASSERT_NO_FATAL_FAILURE(RunOnce(*gpu, o, &stored));
+    o.recompute = true;
+    ASSERT_NO_FATAL_FAILURE(RunOnce(*gpu, o, &recomputed));
+    EXPECT_EQ(stored.losses, recomputed.losses);
+    EXPECT_EQ(stored.grads, recomputed.grads);
+  }
 }
 
 }  // namespace

@@ -715,6 +715,45 @@ TEST(LlamaCuda, Fp8MatchesCpuF32AndBf16) {
   EXPECT_NE(fp8.grads, bf16.grads);
 }
 
+// The FP8 linears' inputs live in buffers all layers share (LlamaSharedActsOf), the other activations per layer: with
+// some linears in FP8 and 3 layers, no checkpointing, full checkpointing (one set refilled right before each layer's
+// backward) and a full first layer with selective ones after all give the same bits, so no backward read a shared
+// buffer that another layer had overwritten.
+TEST(LlamaCuda, Fp8SharedInputsGiveTheBitsOfCheckpointing) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  if (!ops::CheckFp8Device(*gpu, "test").ok()) GTEST_SKIP() << "needs a GPU with FP8 tensor cores (compute 8.9+)";
+  LlamaOptions o = Small();
+  o.n_layer = 3;
+  o.fused_classifier = true;
+  o.precision = Precision::kFp8;
+  struct Policy {
+    int64_t full_layers;
+    bool selective;
+  };
+  for (const char* layers : {"qkv,down", "o_proj,gate_up", "all"}) {
+    DT_ASSERT_OK(ParseLlamaFp8Layers(layers, o.hidden, &o.fp8_layers));
+    double loss = 0;
+    std::vector<double> want_losses, want_grads;
+    for (const Policy p : {Policy{0, false}, Policy{3, false}, Policy{1, true}, Policy{1, false}}) {
+      SCOPED_TRACE(std::string(layers) + ", full layers " + std::to_string(p.full_layers) + ", selective " +
+                   std::to_string(p.selective));
+      o.full_layers = p.full_layers;
+      o.selective = p.selective;
+      std::vector<double> losses, grads;
+      ASSERT_NO_FATAL_FAILURE(RunSmall(*gpu, o, &loss, &losses, &grads));
+      if (want_grads.empty()) {
+        want_losses = losses;
+        want_grads = grads;
+        continue;
+      }
+      EXPECT_EQ(losses, want_losses);
+      EXPECT_EQ(grads, want_grads);
+    }
+  }
+}
+
 TEST(Llama, Bf16MastersNeedBf16OnCuda) {
   auto cpu = Cpu();
   std::unique_ptr<Llama> m;

@@ -3,11 +3,13 @@
 // AdamW updater, the step body) under each activation-checkpointing policy and two per-layer mixes, the host
 // allocator's peak within 5% of the plan, and the order none > selective > full in plan and measurement alike. Then
 // the checkpointing keys (old aliases, conflicts), train.memory_budget_gib picking the cheapest policy that fits, and
-// a run that cannot fit refused naming the knobs. GPT-2's plan against configs/gpt2_tiny.yaml's step likewise.
+// a run that cannot fit refused naming the knobs. GPT-2's plan against configs/gpt2_tiny.yaml's step likewise; fp8's
+// inputs of the FP8 linears planned once for all layers.
 #include "runtime/train/memory_fit.h"
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <utility>
@@ -156,16 +158,23 @@ TEST(MemoryPlanCuda, Bf16LlamaPlanIsWithinFivePercentOfTheCachingAllocatorsPeak)
                                    {"bf16", "none", "cpu"},         // ~29M parameters: more state than the ring's 16M
                                    {"bf16", "none", "cpu", "0.1"},  // 13.4M of them kept on the GPU, the rest streamed
                                    {"fp8", "none"},
-                                   {"fp8", "selective"}};
-  for (const auto& [precision, policy, offload, keep_gib] : cases) {
+                                   {"fp8", "selective"},
+                                   {"fp8:qkv,down", "none"},  // some inputs shared by all layers, the others kept
+                                   {"fp8:gate_up", "full"}};
+  for (const auto& [precision_layers, policy, offload, keep_gib] : cases) {
+    // "fp8" (every block linear) or "fp8:LIST" (model.llama.fp8_layers)
+    const std::string precision = precision_layers.substr(0, precision_layers.find(':'));
+    const std::string layers = precision != "fp8"              ? "auto"
+                               : precision == precision_layers ? "all"
+                                                               : precision_layers.substr(4);
     if (precision == "fp8" && !fp8_gpu) continue;
-    SCOPED_TRACE(precision + " " + policy + " offload " + offload + " keep " + keep_gib);
+    SCOPED_TRACE(precision_layers + " " + policy + " offload " + offload + " keep " + keep_gib);
     const proto::Config cfg =
         Tiny({"train.device=cuda", "train.precision=" + precision, "optim.offload=" + offload,
-              "optim.offload_keep_gib=" + keep_gib, "model.llama.vocab_size=32000",
-              std::string("model.llama.fp8_layers=") + (precision == "fp8" ? "all" : "auto"), "model.llama.hidden=512",
-              "model.llama.n_head=8", "model.llama.n_kv_head=4", "model.llama.ffn_hidden=1376", "model.llama.n_layer=4",
-              "model.llama.max_seq_len=512", "data.batch_size=8", "model.llama.activation_checkpointing=" + policy});
+              "optim.offload_keep_gib=" + keep_gib, "model.llama.vocab_size=32000", "model.llama.fp8_layers=" + layers,
+              "model.llama.hidden=512", "model.llama.n_head=8", "model.llama.n_kv_head=4",
+              "model.llama.ffn_hidden=1376", "model.llama.n_layer=4", "model.llama.max_seq_len=512",
+              "data.batch_size=8", "model.llama.activation_checkpointing=" + policy});
     models::MemoryPlanInputs in;
     models::MemoryPlan plan;
     ASSERT_TRUE(MemoryPlanInputsOf(cfg, 1, /*cuda=*/true, &in).ok());
@@ -175,6 +184,97 @@ TEST(MemoryPlanCuda, Bf16LlamaPlanIsWithinFivePercentOfTheCachingAllocatorsPeak)
     EXPECT_NEAR(static_cast<double>(plan.allocator_total()) / static_cast<double>(peak), 1.0, 0.05)
         << "plan " << plan.allocator_total() << " B through the allocator, measured peak " << peak << " B\n"
         << plan.Table();
+  }
+}
+
+// On a GPU with FP8 tensor cores (skipped otherwise): GPT-2's plan against the caching allocator's peak, as the Llama
+// case above, for bf16 and for fp8 with every block linear, with some (their inputs shared by all blocks, the others
+// kept per block) and under recompute. 4 blocks, C 512, T 512, batch 8.
+TEST(MemoryPlanCuda, Fp8Gpt2PlanIsWithinFivePercentOfTheCachingAllocatorsPeak) {
+  DT_SKIP_WITHOUT_GPU("the caching allocator's peak");
+  std::unique_ptr<DeviceContext> gpu;
+  ASSERT_TRUE(DeviceContext::CreateCuda(0, &gpu).ok());
+  if (!ops::CheckFp8Device(*gpu, "test").ok()) GTEST_SKIP() << "needs a GPU with FP8 tensor cores (compute 8.9+)";
+  for (const auto& [precision, layers, recompute] :
+       std::vector<std::array<std::string, 3>>{{"bf16", "auto", "false"},
+                                               {"fp8", "all", "false"},
+                                               {"fp8", "qkv,fc_proj", "false"},
+                                               {"fp8", "all", "true"}}) {
+    SCOPED_TRACE(precision + " " + layers + " recompute " + recompute);
+    proto::Config cfg;
+    ASSERT_TRUE(
+        LoadConfig(DT_SOURCE_DIR "/configs/gpt2_tiny.yaml",
+                   {"train.max_steps=1", "train.device=cuda", "train.precision=" + precision,
+                    "model.gpt2.fp8_layers=" + layers, "train.recompute=" + recompute, "model.gpt2.vocab_size=32000",
+                    "model.gpt2.padded_vocab_size=32000", "model.gpt2.n_embd=512", "model.gpt2.n_head=8",
+                    "model.gpt2.n_layer=4", "model.gpt2.max_seq_len=512", "data.batch_size=8"},
+                   &cfg)
+            .ok());
+    models::MemoryPlanInputs in;
+    models::MemoryPlan plan;
+    ASSERT_TRUE(MemoryPlanInputsOf(cfg, 1, /*cuda=*/true, &in).ok());
+    ASSERT_TRUE(PlanRunMemory(cfg, in, &plan).ok());
+    const int64_t peak = MeasuredPeak(cfg, /*cuda=*/true);
+    ASSERT_GT(peak, 0);
+    EXPECT_NEAR(static_cast<double>(plan.allocator_total()) / static_cast<double>(peak), 1.0, 0.05)
+        << "plan " << plan.allocator_total() << " B through the allocator, measured peak " << peak << " B\n"
+        << plan.Table();
+  }
+}
+
+// An FP8 linear's bf16 input is planned once for all layers (models::LlamaSharedActsOf, Gpt2SharedInputsOf): against
+// bf16, the planned activations drop exactly the per-layer copies of the FP8 linears' inputs and add the shared
+// buffer once (planned for a GPU; no GPU needed to plan). The measured side is MemoryPlanCuda's fp8 cases.
+TEST(MemoryPlan, Fp8LinearsInputsArePlannedOnceForAllLayers) {
+  auto activations = [](const proto::Config& cfg) {
+    models::MemoryPlanInputs in;
+    models::MemoryPlan plan;
+    Status st = MemoryPlanInputsOf(cfg, 1, /*cuda=*/true, &in);
+    if (st.ok()) st = PlanRunMemory(cfg, in, &plan);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return plan.activations;
+  };
+  models::MemoryPlanInputs in;
+  in.cuda = true;
+  const int64_t L = 4;
+  {  // Llama, 4 layers: ln1 and ln2 ([n, C], one shared buffer for both) and act ([n, F])
+    auto plan = [&](const std::string& precision, const std::string& layers, const std::string& policy,
+                    const std::string& full_layers = "0") {
+      return activations(Tiny({"train.device=cuda", "train.precision=" + precision, "model.llama.fp8_layers=" + layers,
+                               "model.llama.n_layer=4", "model.llama.activation_checkpointing=" + policy,
+                               "model.llama.full_checkpoint_layers=" + full_layers}));
+    };
+    const proto::Config cfg = Tiny();
+    const int64_t n = cfg.data().batch_size() * cfg.model().llama().max_seq_len();
+    const int64_t ln = in.Bytes(n * cfg.model().llama().hidden(), DType::kBF16);
+    const int64_t act = in.Bytes(n * cfg.model().llama().ffn_hidden(), DType::kBF16);
+    const int64_t none = plan("bf16", "auto", "none");
+    EXPECT_EQ(none - plan("fp8", "all", "none"), L * (2 * ln + act) - ln - act);
+    EXPECT_EQ(none - plan("fp8", "qkv", "none"), L * ln - ln);
+    EXPECT_EQ(none - plan("fp8", "qkv,gate_up", "none"), 2 * L * ln - ln);
+    EXPECT_EQ(none - plan("fp8", "o_proj,down", "none"), L * act - act);
+    // Selective layers share them already; the full layers' set shares ln1 too when qkv is FP8.
+    EXPECT_EQ(plan("bf16", "auto", "selective"), plan("fp8", "all", "selective"));
+    EXPECT_EQ(plan("bf16", "auto", "selective", "2") - plan("fp8", "qkv", "selective", "2"), ln);
+    EXPECT_EQ(plan("bf16", "auto", "none", "2") - plan("fp8", "down", "none", "2"), 3 * act - act);
+  }
+  {  // GPT-2, 4 blocks: ln1 and ln2 ([n, C], one shared buffer) and fc_act ([n, 4C]); none under recompute
+    proto::Config cfg;
+    auto plan = [&](const std::string& precision, const std::string& layers, const std::string& recompute) {
+      EXPECT_TRUE(LoadConfig(DT_SOURCE_DIR "/configs/gpt2_tiny.yaml",
+                             {"train.device=cuda", "train.precision=" + precision, "model.gpt2.fp8_layers=" + layers,
+                              "model.gpt2.n_layer=4", "train.recompute=" + recompute},
+                             &cfg)
+                      .ok());
+      return activations(cfg);
+    };
+    const int64_t none = plan("bf16", "auto", "false");
+    const int64_t n = cfg.data().batch_size() * cfg.model().gpt2().max_seq_len(), c = cfg.model().gpt2().n_embd();
+    const int64_t ln = in.Bytes(n * c, DType::kBF16), fc_act = in.Bytes(4 * n * c, DType::kBF16);
+    EXPECT_EQ(none - plan("fp8", "all", "false"), L * (2 * ln + fc_act) - ln - fc_act);
+    EXPECT_EQ(none - plan("fp8", "qkv,fc_proj", "false"), L * (ln + fc_act) - ln - fc_act);
+    EXPECT_EQ(none - plan("fp8", "attn_proj", "false"), 0);
+    EXPECT_EQ(plan("bf16", "auto", "true"), plan("fp8", "all", "true"));
   }
 }
 
