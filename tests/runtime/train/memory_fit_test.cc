@@ -94,6 +94,19 @@ int64_t MeasuredPeak(const proto::Config& cfg, bool cuda = false) {
   return ctx->memory_stats().peak_bytes_in_use;
 }
 
+// The plan's allocator part within 5% of the caching allocator's peak through one step of cfg on GPU 0.
+void ExpectPlanNearCudaPeak(const proto::Config& cfg) {
+  models::MemoryPlanInputs in;
+  models::MemoryPlan plan;
+  ASSERT_TRUE(MemoryPlanInputsOf(cfg, 1, /*cuda=*/true, &in).ok());
+  ASSERT_TRUE(PlanRunMemory(cfg, in, &plan).ok());
+  const int64_t peak = MeasuredPeak(cfg, /*cuda=*/true);
+  ASSERT_GT(peak, 0);
+  EXPECT_NEAR(static_cast<double>(plan.allocator_total()) / static_cast<double>(peak), 1.0, 0.05)
+      << "plan " << plan.allocator_total() << " B through the allocator, measured peak " << peak << " B\n"
+      << plan.Table();
+}
+
 TEST(MemoryPlan, LlamaTinyPlanIsWithinFivePercentOfTheMeasuredPeakUnderEveryPolicy) {
   struct Case {
     std::vector<std::string> sets;
@@ -175,15 +188,7 @@ TEST(MemoryPlanCuda, Bf16LlamaPlanIsWithinFivePercentOfTheCachingAllocatorsPeak)
               "model.llama.hidden=512", "model.llama.n_head=8", "model.llama.n_kv_head=4",
               "model.llama.ffn_hidden=1376", "model.llama.n_layer=4", "model.llama.max_seq_len=512",
               "data.batch_size=8", "model.llama.activation_checkpointing=" + policy});
-    models::MemoryPlanInputs in;
-    models::MemoryPlan plan;
-    ASSERT_TRUE(MemoryPlanInputsOf(cfg, 1, /*cuda=*/true, &in).ok());
-    ASSERT_TRUE(PlanRunMemory(cfg, in, &plan).ok());
-    const int64_t peak = MeasuredPeak(cfg, /*cuda=*/true);
-    ASSERT_GT(peak, 0);
-    EXPECT_NEAR(static_cast<double>(plan.allocator_total()) / static_cast<double>(peak), 1.0, 0.05)
-        << "plan " << plan.allocator_total() << " B through the allocator, measured peak " << peak << " B\n"
-        << plan.Table();
+    ExpectPlanNearCudaPeak(cfg);
   }
 }
 
@@ -210,15 +215,7 @@ TEST(MemoryPlanCuda, Fp8Gpt2PlanIsWithinFivePercentOfTheCachingAllocatorsPeak) {
                     "model.gpt2.n_layer=4", "model.gpt2.max_seq_len=512", "data.batch_size=8"},
                    &cfg)
             .ok());
-    models::MemoryPlanInputs in;
-    models::MemoryPlan plan;
-    ASSERT_TRUE(MemoryPlanInputsOf(cfg, 1, /*cuda=*/true, &in).ok());
-    ASSERT_TRUE(PlanRunMemory(cfg, in, &plan).ok());
-    const int64_t peak = MeasuredPeak(cfg, /*cuda=*/true);
-    ASSERT_GT(peak, 0);
-    EXPECT_NEAR(static_cast<double>(plan.allocator_total()) / static_cast<double>(peak), 1.0, 0.05)
-        << "plan " << plan.allocator_total() << " B through the allocator, measured peak " << peak << " B\n"
-        << plan.Table();
+    ExpectPlanNearCudaPeak(cfg);
   }
 }
 
