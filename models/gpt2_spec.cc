@@ -159,6 +159,15 @@ std::vector<ActivationPolicy> ActivationPolicies(const proto::Config& config, bo
   return out;
 }
 
+// The chunked loss (refused with fp16, so not offered there).
+std::vector<MemoryKnob> MemoryKnobs(const proto::Config& config) {
+  const proto::Gpt2Config& g = config.model().gpt2();
+  if (config.train().precision() == "fp16") return {};
+  return ChunkedLossKnob(
+      "gpt2", g.loss_chunk_tokens(), config.data().batch_size() * g.max_seq_len(),
+      [](proto::Config* c, int64_t t) { c->mutable_model()->mutable_gpt2()->set_loss_chunk_tokens(t); });
+}
+
 Status CheckData(const proto::Config& config, const std::string& what, const proto::DatasetSchema& s) {
   const proto::Gpt2Config& g = config.model().gpt2();
   DT_RETURN_IF_ERROR(CheckPadding(g));  // what the workers would fail on at build time, found before they start
@@ -261,6 +270,7 @@ ModelSpec Gpt2Spec() {
   spec.hf_export = &HfExport;
   spec.memory_plan = &MemoryPlanOf;
   spec.activation_policies = &ActivationPolicies;
+  spec.memory_knobs = &MemoryKnobs;
   return spec;
 }
 

@@ -286,6 +286,14 @@ Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, Mem
   return Status::OK();
 }
 
+// The chunked loss.
+std::vector<MemoryKnob> MemoryKnobs(const proto::Config& config) {
+  const proto::LlamaConfig& g = config.model().llama();
+  return ChunkedLossKnob(
+      "llama", g.loss_chunk_tokens(), config.data().batch_size() * g.max_seq_len(),
+      [](proto::Config* c, int64_t t) { c->mutable_model()->mutable_llama()->set_loss_chunk_tokens(t); });
+}
+
 // none, selective, then full on the first 2, 3, ... layers (each with none, then selective on the rest), then full:
 // the order of recompute cost (a full layer re-runs its forward, far more than the element-wise passes of selective).
 // *open under auto with no old key and no full_checkpoint_layers.
@@ -452,6 +460,7 @@ ModelSpec LlamaSpec() {
   spec.hf_export = &HfExport;
   spec.memory_plan = &MemoryPlanOf;
   spec.activation_policies = &ActivationPolicies;
+  spec.memory_knobs = &MemoryKnobs;
   return spec;
 }
 

@@ -27,6 +27,14 @@ Status ResolveAutoTokenSizes(const std::string& kind, const proto::DatasetSchema
   return Status::OK();
 }
 
+std::vector<MemoryKnob> ChunkedLossKnob(const std::string& kind, int64_t current, int64_t batch_tokens,
+                                        std::function<void(proto::Config* cfg, int64_t tokens)> set) {
+  constexpr int64_t kChunk = 1024;
+  if (current > 0 || batch_tokens <= kChunk) return {};
+  return {{"model." + kind + ".loss_chunk_tokens: " + std::to_string(kChunk),
+           [set](proto::Config* cfg) { set(cfg, kChunk); }}};
+}
+
 Status CheckTokenData(const std::string& kind, const std::string& what, const proto::DatasetSchema& s,
                       int64_t vocab_size, int64_t max_seq_len) {
   if (s.kind() != proto::DatasetSchema::TOKENS) {

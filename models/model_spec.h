@@ -68,6 +68,14 @@ struct ActivationPolicy {
   double recompute = 0;
 };
 
+// A config edit of the model's own that lowers a run's memory without changing what it computes beyond float
+// summation order (e.g. the chunked LM head and loss). A run refused for memory names each with the plan it would give
+// (runtime/train/memory_fit.h).
+struct MemoryKnob {
+  std::string setting;  // the config it sets, for messages ("model.llama.loss_chunk_tokens: 1024")
+  std::function<void(proto::Config* cfg)> apply;
+};
+
 struct ModelSpec {
   std::string kind;  // `model.kind`: [A-Za-z0-9_.-]+
 
@@ -111,6 +119,9 @@ struct ModelSpec {
   // *open: the config leaves the choice to train.memory_budget_gib (else it fixes the policy, and the budget only
   // checks it). Empty function: the model has no policies.
   std::function<std::vector<ActivationPolicy>(const proto::Config& cfg, bool* open)> activation_policies;
+
+  // The model's memory knobs that this config has not set yet. Empty function: none.
+  std::function<std::vector<MemoryKnob>(const proto::Config& cfg)> memory_knobs;
 };
 
 // The run check of an image classifier, for check_data: `schema` must hold labelled images of the model's
@@ -126,6 +137,11 @@ Status CheckImageClassifierData(const std::string& kind, const std::string& what
 // InvalidArgument naming "model.<kind>.<key>" when one is auto and the data has no token vocabulary.
 Status ResolveAutoTokenSizes(const std::string& kind, const proto::DatasetSchema* schema, const std::string& what,
                              int64_t* vocab_size, int64_t* max_seq_len);
+
+// A language model's chunked LM head and loss as a memory knob: "model.<kind>.loss_chunk_tokens: 1024", applied by
+// `set`; none when the run already chunks (current > 0) or its batch has no more than 1024 tokens.
+std::vector<MemoryKnob> ChunkedLossKnob(const std::string& kind, int64_t current, int64_t batch_tokens,
+                                        std::function<void(proto::Config* cfg, int64_t tokens)> set);
 
 // The run check of a language model, for check_data: `schema` must hold token records of at most max_seq_len + 1
 // tokens with ids below vocab_size. Keys are named "model.<kind>.vocab_size" and "model.<kind>.max_seq_len".

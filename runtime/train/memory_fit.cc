@@ -254,6 +254,14 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
       break;
     }
   }
+  if (spec->memory_knobs) {
+    for (const models::MemoryKnob& k : spec->memory_knobs(planned)) {
+      proto::Config trial = planned;
+      k.apply(&trial);
+      models::MemoryPlan p;
+      if (PlanRunMemory(trial, in, &p).ok() && p.total() < out->plan.total()) line(k.setting, p.total());
+    }
+  }
   if (!in.offload_state && out->plan.optimizer_state > 0) {
     models::MemoryPlanInputs host = in;
     host.offload_state = true;

@@ -572,6 +572,43 @@ TEST(MemoryFit, TheBudgetPicksTheCheapestPolicyThatFitsAndSaysSo) {
   EXPECT_EQ(cfg.model().llama().activation_checkpointing(), "none");
 }
 
+// A language model's chunked LM head and loss is a knob the refusal names with its figure (ModelSpec::memory_knobs):
+// the SmolLM2-360M shape (vocabulary 49152, 16 x 1024 tokens: 1.5 GiB of bf16 logits) and GPT-2 124M planned for a
+// GPU, each with a budget just under its plan and its checkpointing policy fixed. Not named where the run already
+// chunks, nor for GPT-2 in fp16 (which refuses the chunked loss).
+TEST(MemoryFit, ChunkedLossIsNamedForLanguageModels) {
+  auto refusal = [](const std::string& config, std::vector<std::string> sets) {
+    proto::Config cfg;
+    sets.push_back("train.device=cuda");
+    EXPECT_TRUE(LoadConfig(DT_SOURCE_DIR "/configs/" + config, sets, &cfg).ok());
+    models::MemoryPlanInputs in;
+    models::MemoryPlan plan;
+    EXPECT_TRUE(MemoryPlanInputsOf(cfg, 1, /*cuda=*/true, &in).ok());
+    EXPECT_TRUE(PlanRunMemory(cfg, in, &plan).ok());
+    cfg.mutable_train()->set_memory_budget_gib(static_cast<double>(plan.total()) / (1024.0 * 1024.0 * 1024.0) - 0.01);
+    MemoryFit fit;
+    const Status st = FitMemory(&cfg, 1, /*cuda=*/true, 0, &fit);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+    return st.message();
+  };
+  const std::string llama = refusal("smollm2_360m.yaml", {"model.llama.activation_checkpointing=none"});
+  EXPECT_NE(llama.find("\n  - model.llama.loss_chunk_tokens: 1024: "), std::string::npos) << llama;
+  EXPECT_NE(llama.find("loss_chunk_tokens: 1024: 2"), std::string::npos) << llama;  // 2x.xx GiB
+  EXPECT_EQ(
+      refusal("smollm2_360m.yaml", {"model.llama.activation_checkpointing=none", "model.llama.loss_chunk_tokens=2048"})
+          .find("loss_chunk_tokens"),
+      std::string::npos);
+  const std::string gpt2_vocab = "model.gpt2.vocab_size=50257", gpt2_padded = "model.gpt2.padded_vocab_size=50304",
+                    gpt2_seq = "model.gpt2.max_seq_len=1024";  // (the config's 0s come from its data)
+  const std::string gpt2 =
+      refusal("gpt2_124m.yaml", {gpt2_vocab, gpt2_padded, gpt2_seq, "train.precision=bf16", "train.recompute=true"});
+  EXPECT_NE(gpt2.find("\n  - model.gpt2.loss_chunk_tokens: 1024: "), std::string::npos) << gpt2;
+  EXPECT_EQ(
+      refusal("gpt2_124m.yaml", {gpt2_vocab, gpt2_padded, gpt2_seq, "train.precision=fp16", "train.recompute=true"})
+          .find("loss_chunk_tokens"),
+      std::string::npos);
+}
+
 // A run whose optimizer state is most of it: ZeRO-1 on enough GPUs is the knob named.
 TEST(MemoryFit, ZeroOneIsNamedWhenMoreGpusWouldFit) {
   const std::vector<std::string> big_vocab = {"model.llama.vocab_size=32000", "data.batch_size=1",
