@@ -262,6 +262,13 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
       if (PlanRunMemory(trial, in, &p).ok() && p.total() < out->plan.total()) line(k.setting, p.total());
     }
   }
+  const OptimAlgorithmSpec* optim = FindOptimAlgorithm(planned.optim().name());
+  if (optim != nullptr && optim->bf16_storage && in.optim_state_dtype == DType::kF32 && out->plan.optimizer_state > 0) {
+    models::MemoryPlanInputs half = in;
+    half.optim_state_dtype = DType::kBF16;
+    models::MemoryPlan p;
+    if (PlanRunMemory(planned, half, &p).ok()) line("optim.state_dtype bf16 (half the optimizer state)", p.total());
+  }
   if (!in.offload_state && out->plan.optimizer_state > 0) {
     models::MemoryPlanInputs host = in;
     host.offload_state = true;

@@ -560,6 +560,8 @@ TEST(MemoryFit, TheBudgetPicksTheCheapestPolicyThatFitsAndSaysSo) {
             std::string::npos)
       << st.ToString();
   EXPECT_NE(st.message().find("dist.zero1 on 2 GPUs"), std::string::npos) << st.ToString();  // half the state: 64 KiB
+  EXPECT_NE(st.message().find("optim.state_dtype bf16 (half the optimizer state): "), std::string::npos)
+      << st.ToString();
 
   // A policy the config fixes is checked, not changed.
   cfg = Tiny({budget((none + selective) / 2), "model.llama.activation_checkpointing=none"});
