@@ -14,7 +14,8 @@
 // optim.offload_keep_gib set to what the limit leaves; see config.proto) — with auto, of the policies that fit the one
 // of least estimated recompute + PCIe time (ActivationPolicy::recompute against the streamed state). A plan over the
 // limit is InvalidArgument with the plan's table and each knob that would make it fit, with its figure (activation
-// checkpointing, data.batch_size, optim.offload cpu, dist.zero1 on more GPUs). Thread-safe; reads the config only.
+// checkpointing, data.batch_size, the model's memory knobs (ModelSpec::memory_knobs: the chunked loss),
+// optim.state_dtype bf16, optim.offload cpu, dist.zero1 on more GPUs). Thread-safe; reads the config only.
 
 #include <cstdint>
 #include <string>
