@@ -94,6 +94,16 @@ int64_t MeasuredPeak(const proto::Config& cfg, bool cuda = false) {
   return ctx->memory_stats().peak_bytes_in_use;
 }
 
+// One rank's plan of cfg for a GPU (planned without one).
+models::MemoryPlan CudaPlan(const proto::Config& cfg) {
+  models::MemoryPlanInputs in;
+  models::MemoryPlan plan;
+  Status st = MemoryPlanInputsOf(cfg, 1, /*cuda=*/true, &in);
+  if (st.ok()) st = PlanRunMemory(cfg, in, &plan);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return plan;
+}
+
 // The plan's allocator part within 5% of the caching allocator's peak through one step of cfg on GPU 0.
 void ExpectPlanNearCudaPeak(const proto::Config& cfg) {
   models::MemoryPlanInputs in;
@@ -223,14 +233,7 @@ TEST(MemoryPlanCuda, Fp8Gpt2PlanIsWithinFivePercentOfTheCachingAllocatorsPeak) {
 // bf16, the planned activations drop exactly the per-layer copies of the FP8 linears' inputs and add the shared
 // buffer once (planned for a GPU; no GPU needed to plan). The measured side is MemoryPlanCuda's fp8 cases.
 TEST(MemoryPlan, Fp8LinearsInputsArePlannedOnceForAllLayers) {
-  auto activations = [](const proto::Config& cfg) {
-    models::MemoryPlanInputs in;
-    models::MemoryPlan plan;
-    Status st = MemoryPlanInputsOf(cfg, 1, /*cuda=*/true, &in);
-    if (st.ok()) st = PlanRunMemory(cfg, in, &plan);
-    EXPECT_TRUE(st.ok()) << st.ToString();
-    return plan.activations;
-  };
+  auto activations = [](const proto::Config& cfg) { return CudaPlan(cfg).activations; };
   models::MemoryPlanInputs in;
   in.cuda = true;
   const int64_t L = 4;
@@ -583,11 +586,8 @@ TEST(MemoryFit, ChunkedLossIsNamedForLanguageModels) {
     proto::Config cfg;
     sets.push_back("train.device=cuda");
     EXPECT_TRUE(LoadConfig(DT_SOURCE_DIR "/configs/" + config, sets, &cfg).ok());
-    models::MemoryPlanInputs in;
-    models::MemoryPlan plan;
-    EXPECT_TRUE(MemoryPlanInputsOf(cfg, 1, /*cuda=*/true, &in).ok());
-    EXPECT_TRUE(PlanRunMemory(cfg, in, &plan).ok());
-    cfg.mutable_train()->set_memory_budget_gib(static_cast<double>(plan.total()) / (1024.0 * 1024.0 * 1024.0) - 0.01);
+    cfg.mutable_train()->set_memory_budget_gib(static_cast<double>(CudaPlan(cfg).total()) / (1024.0 * 1024.0 * 1024.0) -
+                                               0.01);
     MemoryFit fit;
     const Status st = FitMemory(&cfg, 1, /*cuda=*/true, 0, &fit);
     EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
