@@ -163,6 +163,20 @@ Status Fp8Amax(DeviceContext& ctx, const Tensor& x, Tensor* amax) {
 #endif
 }
 
+Status Fp8SetAmax(DeviceContext& ctx, float bound, Tensor* amax) {
+  DT_RETURN_IF_ERROR(CheckScalar(ctx, "Fp8SetAmax", "amax", amax));
+  DT_CHECK_ARG(bound >= 0.f && std::isfinite(bound), "Fp8SetAmax: the bound " << bound << " must be finite and >= 0");
+  if (!ctx.is_cuda()) {
+    amax->data<float>()[0] = bound;
+    return Status::OK();
+  }
+#if DT_HAVE_CUDA
+  return Fp8SetAmaxCuda(amax->data<float>(), bound, ctx.stream());
+#else
+  return Status::Unavailable("Fp8SetAmax: CUDA tensor in a build without CUDA");
+#endif
+}
+
 Status Fp8Scale(DeviceContext& ctx, const Tensor& amax, Fp8Format f, Tensor* scale, Tensor* scale_inv) {
   DT_RETURN_IF_ERROR(CheckScalar(ctx, "Fp8Scale", "amax", &amax));
   DT_RETURN_IF_ERROR(CheckScalar(ctx, "Fp8Scale", "scale", scale));

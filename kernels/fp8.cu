@@ -107,6 +107,8 @@ __global__ void ScaleKernel(float* scale, float* scale_inv, const float* amax_pt
   *scale_inv = __fdiv_rn(1.f, s);
 }
 
+__global__ void SetAmaxKernel(float* amax, float value) { *amax = value; }
+
 // Where a cast kernel takes its scale: the given device float (CastToFp8Cuda), or from *amax in every block, the
 // first thread of the grid also writing scale and scale_inv for the GEMM (Fp8CastFromAmaxCuda: no scale kernel).
 struct ScaleSource {
@@ -296,6 +298,13 @@ Status Fp8ScaleCuda(float* scale, float* scale_inv, const float* amax, Fp8Format
   DT_NVTX_FN();
   DT_CHECK_ARG(scale != nullptr && scale_inv != nullptr && amax != nullptr, "Fp8ScaleCuda: null pointer");
   ScaleKernel<<<1, 1, 0, stream>>>(scale, scale_inv, amax, Fp8Max(f));
+  DT_CUDA_CHECK_LAUNCH();
+  return Status::OK();
+}
+
+Status Fp8SetAmaxCuda(float* amax, float value, cudaStream_t stream) {
+  DT_CHECK_ARG(amax != nullptr, "Fp8SetAmaxCuda: null amax");
+  SetAmaxKernel<<<1, 1, 0, stream>>>(amax, value);
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
 }

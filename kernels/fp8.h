@@ -82,6 +82,8 @@ void CastToFp8Cpu(uint8_t* out, uint8_t* out_t, const float* x, int64_t rows, in
 Status Fp8AmaxCuda(float* amax, const float* x, int64_t n, cudaStream_t stream);
 Status Fp8AmaxCudaBf16(float* amax, const uint16_t* x, int64_t n, cudaStream_t stream);
 Status Fp8ScaleCuda(float* scale, float* scale_inv, const float* amax, Fp8Format f, cudaStream_t stream);
+// *amax = value (one thread: a value baked into a captured graph, where a host-to-device copy is not).
+Status Fp8SetAmaxCuda(float* amax, float value, cudaStream_t stream);
 // `scale` is a device float; `out` ([rows, cols]) and/or `out_t` ([cols, rows]) may be null (not both).
 Status CastToFp8Cuda(uint8_t* out, uint8_t* out_t, const float* x, int64_t rows, int64_t cols, const float* scale,
                      Fp8Format f, cudaStream_t stream);
@@ -114,6 +116,12 @@ Status CheckAmaxOutput(const DeviceContext& ctx, const char* op, const Tensor* a
 inline float* AmaxData(Tensor* amax) { return amax != nullptr ? amax->data<float>() : nullptr; }
 // amax: an f32 tensor of one element on x's device. x: f32 (CPU, CUDA) or bf16 (CUDA), any shape.
 Status Fp8Amax(DeviceContext& ctx, const Tensor& x, Tensor* amax);
+// *amax = bound (>= 0, finite), queued on ctx's stream: for a tensor whose amax the math bounds, so that its scale
+// needs no amax pass (then Fp8QuantizeOptions::amax_ready). E.g. a softmax cross-entropy gradient, (p - onehot) *
+// grad_scale with |p - onehot| <= 1: amax <= |grad_scale|. The scale from the bound never saturates, and it is
+// current scaling's scale whenever the true amax falls in the bound's power-of-two step of the scale formula (whose
+// lower end lies in (bound / 2, bound]); a true amax below that gets a power of two less room than current scaling.
+Status Fp8SetAmax(DeviceContext& ctx, float bound, Tensor* amax);
 // scale, scale_inv: f32 tensors of one element, from the one-element f32 amax.
 Status Fp8Scale(DeviceContext& ctx, const Tensor& amax, Fp8Format f, Tensor* scale, Tensor* scale_inv);
 // x [rows, cols] (f32; bf16 on CUDA) -> out u8 [rows, cols] and/or out_t u8 [cols, rows]; pass nullptr (or an

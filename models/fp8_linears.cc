@@ -55,7 +55,7 @@ Status ParseFp8Gradients(const std::string& precision, const std::string& value,
 
 std::string Fp8Summary(const Fp8LayerSet& set, const std::string& rest) {
   return std::string("fp8: FP8 GEMMs (e4m3 x e4m3 forward, ") + ops::Fp8FormatName(set.grad) +
-         " gradients) for the block linears " + set.Describe() + "; bf16 for the rest (" + rest + ")";
+         " gradients) for the linears " + set.Describe() + "; bf16 for the rest (" + rest + ")";
 }
 
 Status ParseFp8LayerSet(const std::string& key, const std::string& spec, const std::vector<std::string>& names,

@@ -62,7 +62,7 @@ Status ParseFp8LayerSet(const std::string& key, const std::string& spec, const s
 // `precision` than fp8 is InvalidArgument naming the key (it applies to fp8 only).
 Status ParseFp8Gradients(const std::string& precision, const std::string& value, Fp8LayerSet* set);
 
-// The log's line for an fp8 run: "fp8: FP8 GEMMs (...) for the block linears <set>; bf16 for the rest (<rest>)".
+// The log's line for an fp8 run: "fp8: FP8 GEMMs (...) for the linears <set>; bf16 for the rest (<rest>)".
 std::string Fp8Summary(const Fp8LayerSet& set, const std::string& rest);
 
 class Fp8Linears {

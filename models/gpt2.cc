@@ -11,6 +11,7 @@
 #include "kernels/bias.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "kernels/fp8.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
@@ -28,6 +29,29 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// model.gpt2.fp8_layers' entries: the four block linears (Gpt2Linear order), then the LM head.
+constexpr size_t kBlockLinears = 4;
+
+bool HeadOn(const Fp8LayerSet& set) { return set.on.size() > kBlockLinears && set.on[kBlockLinears]; }
+
+// The set as the blocks' Fp8Linears takes it (the LM head's entry dropped) or as the head's (its entry alone).
+Fp8LayerSet BlockSet(const Fp8LayerSet& set) {
+  Fp8LayerSet b = set;
+  b.names.resize(std::min(b.names.size(), kBlockLinears));
+  b.on.resize(std::min(b.on.size(), kBlockLinears));
+  return b;
+}
+Fp8LayerSet HeadSet(const Fp8LayerSet& set) {
+  Fp8LayerSet h;
+  h.names = {"lm_head"};
+  h.on = {HeadOn(set)};
+  h.grad = set.grad;
+  return h;
+}
+std::vector<Fp8LinearShape> HeadLinear(int64_t n_embd, int64_t padded_vocab) {
+  return {{"lm_head", padded_vocab, n_embd}};
+}
+
 }  // namespace
 
 std::vector<Fp8LinearShape> Gpt2Linears(int64_t n_embd) {
@@ -35,14 +59,25 @@ std::vector<Fp8LinearShape> Gpt2Linears(int64_t n_embd) {
   return {{"qkv", 3 * c, c}, {"attn_proj", c, c}, {"fc", 4 * c, c}, {"fc_proj", c, 4 * c}};
 }
 
-// "auto": the linears whose FP8 forward + dgrad + wgrad, with models/fp8_linears.h's separate quantization passes,
-// beat bf16 at width n_embd on an H200 (B x T = 16 x 1024). Source: bench/results/2026-12-03-fp8-gemm-h200.md, "Net
-// per layer": at 768 qkv 0.96x, attn_proj 0.78x, fc 1.02x, fc_proj 1.01x; at 1024 qkv 1.07x, attn_proj 0.85x, fc
-// 1.13x, fc_proj 1.14x; at 1280 attn_proj 1.01x; at 1600 attn_proj 1.06x.
+// "auto": the linears whose FP8 forward + dgrad + wgrad beat bf16 at width n_embd on an H200 (B x T = 16 x 1024).
+// Source: bench/results/2026-12-03-fp8-gemm-h200.md, "Net per layer" (with separate quantization passes): at 768
+// attn_proj 0.78x, fc 1.02x, fc_proj 1.01x; at 1024 qkv 1.07x, attn_proj 0.85x, fc 1.13x, fc_proj 1.14x; at 1280
+// attn_proj 1.01x; at 1600 attn_proj 1.06x. qkv at 768 (0.96x there) gains end to end since the quantization was
+// fused into other passes (bench/results/2026-12-04-gpt2-fp8-lm-head-h200.md). The LM head is not in auto: faster
+// (1.02-1.07x end to end) but its loss over 2,000 steps of 124M sat above bf16's (same file); name it to use it.
 Status ParseGpt2Fp8Layers(const std::string& spec, int64_t n_embd, Fp8LayerSet* out) {
   std::vector<std::string> names;
   for (const Fp8LinearShape& l : Gpt2Linears(n_embd)) names.push_back(l.name);
-  return ParseFp8LayerSet("model.gpt2.fp8_layers", spec, names, {n_embd >= 1024, n_embd >= 1600, true, true}, out);
+  names.push_back("lm_head");
+  return ParseFp8LayerSet("model.gpt2.fp8_layers", spec, names, {n_embd >= 768, n_embd >= 1600, true, true, false},
+                          out);
+}
+
+int64_t Gpt2Fp8Bytes(const MemoryPlanInputs& in, const Fp8LayerSet& set, int64_t n_embd, int64_t padded_vocab,
+                     int64_t n_layer, int64_t act_sets, int64_t tokens) {
+  int64_t bytes = Fp8Linears::Bytes(in, Gpt2Linears(n_embd), BlockSet(set), n_layer, act_sets, tokens);
+  if (HeadOn(set)) bytes += Fp8Linears::Bytes(in, HeadLinear(n_embd, padded_vocab), HeadSet(set), 1, 1, tokens);
+  return bytes;
 }
 
 Gpt2SharedInputs Gpt2SharedInputsOf(const Fp8LayerSet* fp8, bool recompute) {
@@ -73,6 +108,10 @@ Status Gpt2::Create(DeviceContext& ctx, const Gpt2Options& opts, int64_t batch, 
                "Gpt2: loss_chunk_tokens " << opts.loss_chunk_tokens
                                           << " must be >= 0, and 0 with fp16 (the chunked loss runs the LM head's "
                                              "backward in Forward, before fp16's dynamic loss scale is known)");
+  DT_CHECK_ARG(opts.loss_chunk_tokens == 0 || opts.precision != Precision::kFp8 || !HeadOn(opts.fp8_layers),
+               "Gpt2: fp8_layers lm_head runs the whole [tokens, vocab] LM head in FP8, but loss_chunk_tokens "
+                   << opts.loss_chunk_tokens
+                   << " chunks it (the chunked head is bf16): leave lm_head out of model.gpt2.fp8_layers");
   if (opts.precision != Precision::kFp32) {
     const char* name = opts.precision == Precision::kBf16   ? "bf16"
                        : opts.precision == Precision::kFp16 ? "fp16"
@@ -136,7 +175,8 @@ DType Gpt2::half_dtype() const { return opts_.precision == Precision::kFp16 ? DT
 
 std::string Gpt2::precision_summary() const {
   if (opts_.precision != Precision::kFp8) return "";
-  return Fp8Summary(opts_.fp8_layers, "attention, LM head, layer norms");
+  return Fp8Summary(opts_.fp8_layers,
+                    HeadOn(opts_.fp8_layers) ? "attention, layer norms" : "attention, LM head, layer norms");
 }
 DType Gpt2::act_dtype() const { return mixed() ? half_dtype() : opts_.dtype; }
 DType Gpt2::stat_dtype() const { return opts_.dtype; }
@@ -221,8 +261,12 @@ Status Gpt2::EnsureActivations(int64_t batch, int64_t seq_len) {
   if (chunked()) DT_RETURN_IF_ERROR(Alloc({n}, DType::kI32, &preds_));
   DT_RETURN_IF_ERROR(Alloc({n}, stat, &losses_));
   if (opts_.precision == Precision::kFp8) {
-    DT_RETURN_IF_ERROR(
-        Fp8Linears::Create(ctx_, Gpt2Linears(c), opts_.fp8_layers, L, static_cast<int64_t>(acts_.size()), n, &fp8_));
+    DT_RETURN_IF_ERROR(Fp8Linears::Create(ctx_, Gpt2Linears(c), BlockSet(opts_.fp8_layers), L,
+                                          static_cast<int64_t>(acts_.size()), n, &fp8_));
+    if (HeadOn(opts_.fp8_layers)) {
+      DT_RETURN_IF_ERROR(Fp8Linears::Create(ctx_, HeadLinear(c, opts_.padded_vocab_size), HeadSet(opts_.fp8_layers), 1,
+                                            1, n, &head_fp8_));
+    }
   }
   DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dres_));
   DT_RETURN_IF_ERROR(Alloc({n, c}, act, &dln_));
@@ -254,19 +298,26 @@ Status Gpt2::Forward(const Tensor& inputs, const Tensor& targets) {
       if (fp8_->on(i)) DT_RETURN_IF_ERROR(fp8_->QuantizeWeight(l, i, w_[ParamIndex(l, kLinearWeight[i])]));
     }
   }
+  if (head_fp8_ != nullptr) DT_RETURN_IF_ERROR(head_fp8_->QuantizeWeight(0, 0, w_[0]));  // tied: wte
 
   DT_RETURN_IF_ERROR(EmbedForward(ids_));
   for (int l = 0; l < opts_.n_layer; ++l) DT_RETURN_IF_ERROR(BlockForward(l));
   const int lnf = ParamIndex(static_cast<int>(opts_.n_layer), 0);
-  DT_RETURN_IF_ERROR(
-      ops::LayerNormForward(ctx_, x_.back(), w_[lnf], w_[lnf + 1], kLnEps, &lnf_, &lnf_mean_, &lnf_rstd_));
+  DT_RETURN_IF_ERROR(ops::LayerNormForward(ctx_, x_.back(), w_[lnf], w_[lnf + 1], kLnEps, &lnf_, &lnf_mean_, &lnf_rstd_,
+                                           head_fp8_ != nullptr ? head_fp8_->x_amax(0, 0) : nullptr));
   if (chunked()) return ChunkedHeadForward();
-  DT_RETURN_IF_ERROR(ops::Matmul(ctx_, lnf_, false, gemm_weight(0), true, &logits_));  // tied LM head
+  if (head_fp8_ != nullptr) {  // tied LM head
+    DT_RETURN_IF_ERROR(head_fp8_->Forward(0, 0, 0, lnf_, nullptr, &logits_, nullptr, nullptr, training_, true));
+  } else {
+    DT_RETURN_IF_ERROR(ops::Matmul(ctx_, lnf_, false, gemm_weight(0), true, &logits_));
+  }
   // Fused classifier (training): losses and d(mean loss)/d(logits), in place over the logits. Otherwise losses only;
-  // Backward derives dlogits from them and the logits, over the logits (no second [N, Vp] buffer).
+  // Backward derives dlogits from them and the logits, over the logits (no second [N, Vp] buffer). An FP8 head's
+  // GEMMs take no alpha: its dlogits carry the loss scale that set_backward_scale told.
   dlogits_in_place_ = opts_.fused_classifier && training_ && opts_.precision != Precision::kFp16;
+  forward_scale_ = head_fp8_ != nullptr ? backward_scale_ : 1.f;
   return ops::SoftmaxCrossEntropy(ctx_, logits_, targets_, &losses_, dlogits_in_place_ ? &logits_ : nullptr,
-                                  1.0f / static_cast<float>(n), opts_.vocab_size);
+                                  forward_scale_ / static_cast<float>(n), opts_.vocab_size);
 }
 
 Status Gpt2::ChunkedHeadForward() {
@@ -386,14 +437,23 @@ Status Gpt2::Backward(float loss_scale, const GradReadyFn& on_ready) {
           std::to_string(forward_scale_) + " (set_backward_scale), but Backward got " + std::to_string(loss_scale));
     }
   } else if (dlogits_in_place_) {
-    alpha = loss_scale;
     dlogits_in_place_ = false;  // consumed: a second Backward needs a new Forward
+    alpha = loss_scale;         // an FP8 head's dlogits already carry it (checked)
+    if (head_fp8_ != nullptr && loss_scale != forward_scale_) {
+      return Status::FailedPrecondition("Gpt2: the FP8 LM head's dlogits were computed in Forward at loss scale " +
+                                        std::to_string(forward_scale_) + " (set_backward_scale), but Backward got " +
+                                        std::to_string(loss_scale));
+    }
   } else {
     DT_RETURN_IF_ERROR(ops::SoftmaxCrossEntropyBackward(ctx_, logits_, targets_, losses_, &logits_,
                                                         loss_scale / static_cast<float>(n), opts_.vocab_size));
   }
   // LM head: dwte += dlogits^T lnf (the first of wte's two contributions), dlnf = dlogits wte.
-  if (!chunked()) {
+  if (head_fp8_ != nullptr) {
+    // |dlogits| <= loss_scale / n (|softmax - onehot| <= 1): dlogits' FP8 scale from that bound, no amax pass.
+    DT_RETURN_IF_ERROR(ops::Fp8SetAmax(ctx_, std::fabs(loss_scale) / static_cast<float>(n), head_fp8_->dy_amax()));
+    DT_RETURN_IF_ERROR(head_fp8_->Backward(0, 0, 0, logits_, &g_[0], &dln_, nullptr, /*dy_amax_ready=*/true));
+  } else if (!chunked()) {
     DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, true, lnf_, false, &g_[0], alpha, 1.f));
     DT_RETURN_IF_ERROR(ops::Matmul(ctx_, logits_, false, gemm_weight(0), false, &dln_, alpha));
   }

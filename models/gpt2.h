@@ -33,8 +33,11 @@
 //     (runtime/optim/loss_scaler.h), which keeps the activation gradients in range; grads() then hold scaled values.
 //   kFp8 (CUDA, compute capability 8.9+): kBf16, with the block linears of options.fp8_layers as FP8 GEMMs
 //     (models/fp8_linears.h: e4m3 activations and weights, e5m2 gradients, per-tensor current scaling, f32 weight
-//     gradients); the LM head, attention, layer norms and the other linears stay bf16. An FP8 linear's bf16 input
-//     is kept by no block (one buffer for all, Gpt2SharedInputsOf): its weight gradient reads the forward's FP8 copy.
+//     gradients); attention, layer norms and the other linears stay bf16, and so does the LM head unless
+//     fp8_layers names lm_head: then its three GEMMs run in FP8 too, the output gradient's scale coming from the
+//     softmax's bound (|dlogits| <= the gradient's scale; kernels/fp8.h Fp8SetAmax: no amax pass over the [B*T, Vp]
+//     gradient) and the loss scale folded into dlogits. An FP8 linear's bf16 input is kept by no block (one buffer
+//     for all, Gpt2SharedInputsOf): its weight gradient reads the forward's FP8 copy.
 //   On the CPU, kBf16, kFp16 and kFp8 are InvalidArgument.
 // recompute: keep only each block's input; Backward re-runs a block's forward just before its backward (one
 // block's activations are alive at a time). Gradients are identical to the stored-activation path.
@@ -59,8 +62,12 @@ enum class Gpt2Linear { kQkv, kAttnProj, kFc, kFcProj };
 // Their names and shapes at width n_embd: qkv [3C, C], attn_proj [C, C], fc [4C, C], fc_proj [C, 4C].
 std::vector<Fp8LinearShape> Gpt2Linears(int64_t n_embd);
 // model.gpt2.fp8_layers: "auto" (the measured table for n_embd, see gpt2.cc), "all", "none", or a comma list of
-// qkv, attn_proj, fc, fc_proj (ParseFp8LayerSet).
+// qkv, attn_proj, fc, fc_proj and lm_head (ParseFp8LayerSet; the set's entries in that order).
 Status ParseGpt2Fp8Layers(const std::string& spec, int64_t n_embd, Fp8LayerSet* out);
+// The bytes of the FP8 state of a GPT-2 with `set` (from ParseGpt2Fp8Layers): the block linears' Fp8Linears and
+// the LM head's, for `act_sets` sets of block activations and `tokens` rows (memory plans).
+int64_t Gpt2Fp8Bytes(const MemoryPlanInputs& in, const Fp8LayerSet& set, int64_t n_embd, int64_t padded_vocab,
+                     int64_t n_layer, int64_t act_sets, int64_t tokens);
 // The activations of a block that no backward reads, so that every block writes them into one buffer (ln1 and ln2
 // share one [B*T, C], fc_act one [B*T, 4C]): the bf16 input of an FP8 linear (its weight gradient reads the FP8 copy
 // the forward kept; qkv's input is ln1, fc's ln2, fc_proj's fc_act). None without FP8 (fp8 null) or under recompute
@@ -86,7 +93,7 @@ struct Gpt2Options {
   // Forward (eval mode keeps the logits). fp16 keeps the separate backward pass: its unscaled gradients underflow.
   bool fused_classifier = false;
   DType dtype = DType::kF32;      // kFp32 only: kF64 on the CPU
-  Fp8LayerSet fp8_layers;         // kFp8 only: which block linears run in FP8
+  Fp8LayerSet fp8_layers;         // kFp8 only: which linears run in FP8 (ParseGpt2Fp8Layers; lm_head: not chunked)
   int64_t loss_chunk_tokens = 0;  // see the file comment; > 0: tokens per LM-head/loss chunk (not fp16)
 };
 
@@ -182,8 +189,9 @@ class Gpt2 final : public Model {
   float backward_scale_ = 1.f, forward_scale_ = 1.f;
   // Backward scratch: dres_ is d(loss)/d(residual stream) at the current block boundary.
   Tensor dres_, dln_, dqkv_, datt_, dfc_;
-  Tensor shared_;                    // owns dfc_, tok_emb_ and pos_emb_ (views: see EnsureActivations)
-  std::unique_ptr<Fp8Linears> fp8_;  // kFp8 only
+  Tensor shared_;                         // owns dfc_, tok_emb_ and pos_emb_ (views: see EnsureActivations)
+  std::unique_ptr<Fp8Linears> fp8_;       // kFp8 only: the block linears
+  std::unique_ptr<Fp8Linears> head_fp8_;  // kFp8 with lm_head only: the LM head (one linear [Vp, C])
   bool fp8(Gpt2Linear l) const { return fp8_ != nullptr && fp8_->on(static_cast<int>(l)); }
 };
 

@@ -117,7 +117,7 @@ Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, Mem
   Fp8LayerSet fp8_set;
   if (precision == "fp8") {
     DT_RETURN_IF_ERROR(ParseGpt2Fp8Layers(g.fp8_layers().empty() ? "auto" : g.fp8_layers(), c, &fp8_set));
-    plan->fp8 = Fp8Linears::Bytes(in, Gpt2Linears(c), fp8_set, L, full ? 1 : L, n);
+    plan->fp8 = Gpt2Fp8Bytes(in, fp8_set, c, vp, L, full ? 1 : L, n);
   }
   const Gpt2SharedInputs shared = Gpt2SharedInputsOf(precision == "fp8" ? &fp8_set : nullptr, full);
   // Per set: ln1 (unless shared), its statistics, qkv, att, lse, x_mid, ln2 (unless shared) and its statistics,

@@ -260,6 +260,49 @@ TEST(Fp8Cpu, EntryPointsNameBadShapes) {
   EXPECT_NE(st2.ToString().find("one-element"), std::string::npos) << st2.ToString();
 }
 
+// A bound for the amax (Fp8SetAmax, then Fp8Quantize with amax_ready), as GPT-2's FP8 LM head uses for dlogits =
+// (softmax - onehot) * g with g = 1/16384 (|dlogits| <= g): a true amax of 0.95 g is in the bound's power-of-two step
+// (e5m2: 57344 / 2^30 = 0.875 g up to g), so the scale and bytes are current scaling's; 0.8 g is below it, and the
+// bound's scale is half of current scaling's. Bad bounds are refused.
+TEST(Fp8Cpu, AmaxBoundGivesCurrentScalingWithinItsStep) {
+  auto cpu = Cpu();
+  const float g = std::ldexp(1.f, -14);
+  for (float frac : {0.95f, 0.8f}) {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    std::vector<float> x(8 * 32);
+    for (float& v : x) v = u(rng) * frac * g * 0.5f;
+    x[37] = -frac * g;  // the true amax
+    Tensor tx = Tensor::Wrap(x.data(), {8, 32}, DType::kF32, DeviceType::kCPU);
+    Tensor slots;
+    std::vector<Fp8Scales> s;
+    DT_ASSERT_OK(Fp8ScaleSlots(*cpu, 2, &slots, &s));
+    std::vector<uint8_t> cur(x.size()), bound(x.size());
+    Tensor tcur = Tensor::Wrap(cur.data(), {8, 32}, DType::kU8, DeviceType::kCPU);
+    Tensor tbound = Tensor::Wrap(bound.data(), {8, 32}, DType::kU8, DeviceType::kCPU);
+    DT_ASSERT_OK(Fp8Quantize(*cpu, tx, kE5M2, &s[0], &tcur, nullptr));
+    DT_ASSERT_OK(Fp8SetAmax(*cpu, g, &s[1].amax));
+    Fp8QuantizeOptions ready;
+    ready.amax_ready = true;
+    DT_ASSERT_OK(Fp8Quantize(*cpu, tx, kE5M2, &s[1], &tbound, nullptr, ready));
+    EXPECT_EQ(s[1].amax.data<float>()[0], g);
+    const float cur_scale = s[0].scale.data<float>()[0], bound_scale = s[1].scale.data<float>()[0];
+    if (frac > 0.875f) {
+      EXPECT_EQ(bound_scale, cur_scale);
+      EXPECT_EQ(bound, cur);
+    } else {
+      EXPECT_EQ(bound_scale * 2, cur_scale);
+    }
+  }
+  float a = 0.f;
+  Tensor amax = Tensor::Wrap(&a, {1}, DType::kF32, DeviceType::kCPU);
+  for (float bad : {-1.f, NAN, INFINITY}) {
+    const Status st = Fp8SetAmax(*cpu, bad, &amax);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("must be finite and >= 0"), std::string::npos) << st.ToString();
+  }
+}
+
 // ---- CUDA against the CPU references --------------------------------------------------------------------------------
 
 #if DT_HAVE_CUDA
@@ -407,6 +450,13 @@ TEST_F(Fp8CudaTest, AmaxIsExact) {
       }
     }
   }
+}
+
+TEST_F(Fp8CudaTest, SetAmaxWritesTheBound) {
+  Tensor amax;
+  Scalar(-5.f, &amax);
+  DT_ASSERT_OK(Fp8SetAmax(*gpu_, 0.125f, &amax));
+  EXPECT_EQ(Download<float>(amax)[0], 0.125f);
 }
 
 TEST_F(Fp8CudaTest, ScaleKernelMatchesCpuFormula) {

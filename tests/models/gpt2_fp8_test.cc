@@ -31,18 +31,22 @@ std::unique_ptr<DeviceContext> Cpu() {
 TEST(Gpt2Fp8Layers, AutoFollowsTheMeasuredTableAndListsParse) {
   Fp8LayerSet s;
   DT_ASSERT_OK(ParseGpt2Fp8Layers("auto", 768, &s));
-  EXPECT_EQ(s.Describe(), "fc, fc_proj");  // 124M: the qkv and the 768 x 768 projection lose (0.96x, 0.78x)
+  EXPECT_EQ(s.Describe(), "qkv, fc, fc_proj");  // 124M: the 768 x 768 projection loses (0.78x); the LM head opt-in
+  DT_ASSERT_OK(ParseGpt2Fp8Layers("auto", 512, &s));
+  EXPECT_EQ(s.Describe(), "fc, fc_proj");
   DT_ASSERT_OK(ParseGpt2Fp8Layers("auto", 1024, &s));
   EXPECT_EQ(s.Describe(), "qkv, fc, fc_proj");
   DT_ASSERT_OK(ParseGpt2Fp8Layers("auto", 1600, &s));
   EXPECT_EQ(s.Describe(), "qkv, attn_proj, fc, fc_proj");
   DT_ASSERT_OK(ParseGpt2Fp8Layers("all", 64, &s));
-  EXPECT_EQ(s.Describe(), "qkv, attn_proj, fc, fc_proj");
+  EXPECT_EQ(s.Describe(), "qkv, attn_proj, fc, fc_proj, lm_head");
   DT_ASSERT_OK(ParseGpt2Fp8Layers("none", 4096, &s));
   EXPECT_EQ(s.Describe(), "none");
   EXPECT_FALSE(s.any());
   DT_ASSERT_OK(ParseGpt2Fp8Layers("fc_proj, qkv", 768, &s));
   EXPECT_EQ(s.Describe(), "qkv, fc_proj");
+  DT_ASSERT_OK(ParseGpt2Fp8Layers("lm_head,fc", 768, &s));
+  EXPECT_EQ(s.Describe(), "fc, lm_head");
   const Status st = ParseGpt2Fp8Layers("qkv,mlp", 768, &s);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(st.message().find("model.gpt2.fp8_layers: 'qkv,mlp'"), std::string::npos) << st.ToString();
@@ -71,6 +75,20 @@ std::string Refusal(const proto::Config& cfg) {
   const Status st = FindModel(cfg.model().kind())->build(cfg, *cpu, &m);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
   return st.message();
+}
+
+// The FP8 LM head runs the whole [tokens, vocab] head; the chunked loss's head is bf16: the two are refused together
+// (before the device is looked at), naming the key to change.
+TEST(Gpt2Fp8Layers, Fp8HeadIsRefusedWithTheChunkedLoss) {
+  auto cpu = Cpu();
+  Gpt2Options o;
+  o.precision = Precision::kFp8;
+  o.loss_chunk_tokens = 1024;
+  DT_ASSERT_OK(ParseGpt2Fp8Layers("fc,lm_head", o.n_embd, &o.fp8_layers));
+  std::unique_ptr<Gpt2> m;
+  const Status st = Gpt2::Create(*cpu, o, 2, 16, &m);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("leave lm_head out of model.gpt2.fp8_layers"), std::string::npos) << st.ToString();
 }
 
 TEST(Gpt2Fp8Spec, RefusesTheCpuStrayLayerListsAndOtherKinds) {
@@ -216,6 +234,7 @@ void RunOnce(DeviceContext& ctx, const Gpt2Options& o, RunResult* r, float loss_
   DT_ASSERT_OK(testing::MakeTensor(ctx, DType::kI32, {4, 64}, ids, &in));
   DT_ASSERT_OK(testing::MakeTensor(ctx, DType::kI32, {4, 64}, tg, &targets));
   DT_ASSERT_OK(m->grads().SetZero(ctx.stream()));
+  m->set_backward_scale(loss_scale);  // as the trainer tells it (the fused FP8 head folds it into dlogits)
   DT_ASSERT_OK(m->Forward(in, targets));
   DT_ASSERT_OK(testing::Fetch(ctx, m->losses(), &r->losses));
   r->loss = 0;
@@ -225,11 +244,12 @@ void RunOnce(DeviceContext& ctx, const Gpt2Options& o, RunResult* r, float loss_
   for (double& g : r->grads) g /= loss_scale;
 }
 
-// fp8 with every block linear in FP8 against the CPU's f32 from the same init (and bf16 on the same GPU for scale):
-// e4m3 keeps 3 mantissa bits, e5m2 2, so each FP8 GEMM is off by a few percent (see EmulatedLinearLayerMatchesF32),
-// compounded over 2 blocks: mean loss within 3e-2, gradient within 0.15 relative Frobenius error (bf16 is held to
-// 1e-2 and 5e-2 in gpt2_test.cc). Also: recompute gives the same gradients, a loss scale of 2^10 (e5m2's range)
-// changes nothing beyond rounding, fp8_layers none is bf16 bit for bit, and all is not (the FP8 GEMMs ran).
+// fp8 with every linear (the LM head too) in FP8 against the CPU's f32 from the same init (and bf16 on the same GPU for
+// scale): e4m3 keeps 3 mantissa bits, e5m2 2, so each FP8 GEMM is off by a few percent (see
+// EmulatedLinearLayerMatchesF32), compounded over 2 blocks: mean loss within 3e-2, gradient within 0.15 relative
+// Frobenius error (bf16 is held to 1e-2 and 5e-2 in gpt2_test.cc). Also: recompute gives the same gradients, a loss
+// scale of 2^10 (e5m2's range) changes nothing beyond rounding, fp8_layers none is bf16 bit for bit, and all is not
+// (the FP8 GEMMs ran).
 TEST(Gpt2Fp8Cuda, SmallModelMatchesCpuF32AndBf16) {
   std::unique_ptr<DeviceContext> gpu;
   if (!HaveFp8Gpu(&gpu)) GTEST_SKIP() << "needs a GPU with FP8 tensor cores (compute capability 8.9+)";
@@ -281,6 +301,47 @@ TEST(Gpt2Fp8Cuda, SharedInputsGiveTheBitsOfRecompute) {
     EXPECT_EQ(stored.losses, recomputed.losses);
     EXPECT_EQ(stored.grads, recomputed.grads);
   }
+}
+
+// The FP8 LM head with the fused classifier (dlogits written by the forward's cross-entropy, carrying the backward
+// scale that set_backward_scale told: 1/2, as under 2 accumulation steps) against the unfused one (dlogits from the
+// losses, scaled in that pass): the same gradients up to the two kernels' rounding; against the bf16 head FP8
+// rounding shows but stays small. A Backward at another scale than told is refused.
+TEST(Gpt2Fp8Cuda, Fp8HeadTakesTheBackwardScaleInDlogits) {
+  std::unique_ptr<DeviceContext> gpu;
+  if (!HaveFp8Gpu(&gpu)) GTEST_SKIP() << "needs a GPU with FP8 tensor cores (compute capability 8.9+)";
+  Gpt2Options o = SmallGpt2();
+  o.precision = Precision::kFp8;
+  DT_ASSERT_OK(ParseGpt2Fp8Layers("fc,lm_head", o.n_embd, &o.fp8_layers));
+  RunResult fused, unfused, bf16_head;
+  o.fused_classifier = true;
+  ASSERT_NO_FATAL_FAILURE(RunOnce(*gpu, o, &fused, 0.5f));
+  o.fused_classifier = false;
+  ASSERT_NO_FATAL_FAILURE(RunOnce(*gpu, o, &unfused, 0.5f));
+  DT_ASSERT_OK(ParseGpt2Fp8Layers("fc", o.n_embd, &o.fp8_layers));
+  o.fused_classifier = true;
+  ASSERT_NO_FATAL_FAILURE(RunOnce(*gpu, o, &bf16_head, 0.5f));
+  const double vs_unfused = testing::RelFrobenius(fused.grads, unfused.grads);
+  const double vs_bf16 = testing::RelFrobenius(fused.grads, bf16_head.grads);
+  std::cout << "[fp8 head] grad rel. Frobenius: fused vs unfused " << vs_unfused << ", vs bf16 head " << vs_bf16
+            << "; loss " << fused.loss << " vs bf16 head " << bf16_head.loss << "\n";
+  EXPECT_EQ(fused.losses, unfused.losses);  // the same forward
+  EXPECT_LE(vs_unfused, 1e-2);
+  EXPECT_GT(vs_bf16, 0.0);
+  EXPECT_LE(vs_bf16, 0.1);
+  EXPECT_NEAR(fused.loss, bf16_head.loss, 2e-2);
+
+  DT_ASSERT_OK(ParseGpt2Fp8Layers("fc,lm_head", o.n_embd, &o.fp8_layers));
+  std::unique_ptr<Gpt2> m;
+  DT_ASSERT_OK(Gpt2::Create(*gpu, o, 4, 64, &m));
+  DT_ASSERT_OK(m->InitParams(21));
+  Tensor in, targets;
+  DT_ASSERT_OK(testing::MakeTensor(*gpu, DType::kI32, {4, 64}, std::vector<double>(256, 3.0), &in));
+  DT_ASSERT_OK(testing::MakeTensor(*gpu, DType::kI32, {4, 64}, std::vector<double>(256, 5.0), &targets));
+  m->set_backward_scale(0.5f);
+  DT_ASSERT_OK(m->Forward(in, targets));
+  const Status st = m->Backward(1.f, nullptr);
+  EXPECT_EQ(st.code(), Status::Code::kFailedPrecondition) << st.ToString();
 }
 
 }  // namespace
