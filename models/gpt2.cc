@@ -73,6 +73,8 @@ Status ParseGpt2Fp8Layers(const std::string& spec, int64_t n_embd, Fp8LayerSet* 
                           out);
 }
 
+bool Gpt2Fp8Head(const Fp8LayerSet& set) { return HeadOn(set); }
+
 int64_t Gpt2Fp8Bytes(const MemoryPlanInputs& in, const Fp8LayerSet& set, int64_t n_embd, int64_t padded_vocab,
                      int64_t n_layer, int64_t act_sets, int64_t tokens) {
   int64_t bytes = Fp8Linears::Bytes(in, Gpt2Linears(n_embd), BlockSet(set), n_layer, act_sets, tokens);

@@ -64,6 +64,8 @@ std::vector<Fp8LinearShape> Gpt2Linears(int64_t n_embd);
 // model.gpt2.fp8_layers: "auto" (the measured table for n_embd, see gpt2.cc), "all", "none", or a comma list of
 // qkv, attn_proj, fc, fc_proj and lm_head (ParseFp8LayerSet; the set's entries in that order).
 Status ParseGpt2Fp8Layers(const std::string& spec, int64_t n_embd, Fp8LayerSet* out);
+// Whether `set` (from ParseGpt2Fp8Layers) runs the LM head in FP8.
+bool Gpt2Fp8Head(const Fp8LayerSet& set);
 // The bytes of the FP8 state of a GPT-2 with `set` (from ParseGpt2Fp8Layers): the block linears' Fp8Linears and
 // the LM head's, for `act_sets` sets of block activations and `tokens` rows (memory plans).
 int64_t Gpt2Fp8Bytes(const MemoryPlanInputs& in, const Fp8LayerSet& set, int64_t n_embd, int64_t padded_vocab,

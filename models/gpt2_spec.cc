@@ -41,6 +41,17 @@ Status CheckSizes(const proto::Gpt2Config& g) {
   return AddModelParams("model.gpt2", g.n_layer() * (12 * g.n_embd() + 13), g.n_embd(), &params);
 }
 
+// The FP8 LM head runs the whole [tokens, vocab] head; the chunked loss's head is bf16.
+Status CheckFp8Head(const proto::Gpt2Config& g, const Fp8LayerSet& set) {
+  if (g.loss_chunk_tokens() == 0 || !Gpt2Fp8Head(set)) return Status::OK();
+  return Status::InvalidArgument(
+      "model.gpt2.fp8_layers names lm_head (the whole [tokens, vocab] LM head in FP8), "
+      "but model.gpt2.loss_chunk_tokens " +
+      std::to_string(g.loss_chunk_tokens()) +
+      " chunks the head, in bf16: leave lm_head out of model.gpt2.fp8_layers, or set "
+      "model.gpt2.loss_chunk_tokens: 0");
+}
+
 Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Model>* out) {
   const proto::Gpt2Config& g = config.model().gpt2();
   DT_RETURN_IF_ERROR(CheckSizes(g));
@@ -81,6 +92,7 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
   if (opts.precision == Precision::kFp8) {
     DT_RETURN_IF_ERROR(ops::CheckFp8Device(ctx, "train.precision: fp8"));
     DT_RETURN_IF_ERROR(ParseGpt2Fp8Layers(fp8_layers, g.n_embd(), &opts.fp8_layers));
+    DT_RETURN_IF_ERROR(CheckFp8Head(g, opts.fp8_layers));
   }
   std::unique_ptr<Gpt2> gpt2;
   DT_RETURN_IF_ERROR(Gpt2::Create(ctx, opts, config.data().batch_size(), g.max_seq_len(), &gpt2));
@@ -117,6 +129,7 @@ Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, Mem
   Fp8LayerSet fp8_set;
   if (precision == "fp8") {
     DT_RETURN_IF_ERROR(ParseGpt2Fp8Layers(g.fp8_layers().empty() ? "auto" : g.fp8_layers(), c, &fp8_set));
+    DT_RETURN_IF_ERROR(CheckFp8Head(g, fp8_set));
     plan->fp8 = Gpt2Fp8Bytes(in, fp8_set, c, vp, L, full ? 1 : L, n);
   }
   const Gpt2SharedInputs shared = Gpt2SharedInputsOf(precision == "fp8" ? &fp8_set : nullptr, full);

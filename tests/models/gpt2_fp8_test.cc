@@ -77,9 +77,22 @@ std::string Refusal(const proto::Config& cfg) {
   return st.message();
 }
 
-// The FP8 LM head runs the whole [tokens, vocab] head; the chunked loss's head is bf16: the two are refused together
-// (before the device is looked at), naming the key to change.
+// The FP8 LM head runs the whole [tokens, vocab] head; the chunked loss's head is bf16: the two are refused together,
+// by the memory plan (what `dtrain launch` checks before any rank starts) and by the model, naming the keys to change.
 TEST(Gpt2Fp8Layers, Fp8HeadIsRefusedWithTheChunkedLoss) {
+  proto::Config cfg = TinyGpt2Config("fp8");
+  cfg.mutable_model()->mutable_gpt2()->set_fp8_layers("fc,lm_head");
+  cfg.mutable_model()->mutable_gpt2()->set_loss_chunk_tokens(8);
+  MemoryPlanInputs in;
+  in.cuda = true;
+  MemoryPlan plan;
+  const Status planned = FindModel("gpt2")->memory_plan(cfg, in, &plan);
+  EXPECT_EQ(planned.code(), Status::Code::kInvalidArgument) << planned.ToString();
+  EXPECT_NE(planned.message().find("model.gpt2.fp8_layers names lm_head"), std::string::npos) << planned.ToString();
+  EXPECT_NE(planned.message().find("model.gpt2.loss_chunk_tokens 8"), std::string::npos) << planned.ToString();
+  cfg.mutable_model()->mutable_gpt2()->set_fp8_layers("fc");
+  DT_ASSERT_OK(FindModel("gpt2")->memory_plan(cfg, in, &plan));
+
   auto cpu = Cpu();
   Gpt2Options o;
   o.precision = Precision::kFp8;
