@@ -22,7 +22,7 @@ set(DT_INSTALL_INCLUDEDIR include/dtrain)  # = the INSTALL_INTERFACE include dir
 set(DT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/dtrain)
 set(_dt_folders core runtime kernels models data storage comm launcher)  # header folders (runtime/ holds the wings)
 set(_dt_libs dtrain_core dtrain_proto dtrain_storage dtrain_kernels dtrain_models dtrain_comm dtrain_data dtrain_config
-  dtrain_observe dtrain_checkpoint dtrain_optim dtrain_train dtrain_launcher)
+  dtrain_observe dtrain_checkpoint dtrain_optim dtrain_train dtrain_supervise dtrain_launcher)
 
 # The umbrella target: dtrain::dtrain.
 add_library(dtrain_all INTERFACE)

@@ -28,19 +28,30 @@
 //     when no rank was named).
 // Exit codes: launcher/exit_codes.h.
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "core/status.h"
+#include "launcher/launch_command.h"
 #include "launcher/launch_options.h"
 
 namespace dtrain::launcher {
 
+// The run's own check before any rank starts, made when the workers are this binary: the config and its data at
+// the job's world size, the memory plan (launcher/cli/launch_check.h, over the training runtime; this library does
+// not depend on it). OK, or every problem; sets *on_cuda (whether the ranks train on CUDA) and *memory_plan (the
+// plan's description, "" when the model has none).
+using PreStartCheck = std::function<Status(const LaunchOptions& opts, const LaunchEnv& env, const LaunchCommand& cmd,
+                                           bool* on_cuda, std::string* memory_plan)>;
+
 // Runs `dtrain launch` with parsed options; returns the process exit code. The launcher's own errors are one
-// line on stderr and the code ExitCodeFor (launcher/exit_codes.h) gives every command's Status.
-int LaunchWith(const LaunchOptions& opts);
+// line on stderr and the code ExitCodeFor (launcher/exit_codes.h) gives every command's Status; a failed `check`
+// (null: none) exits as `dtrain train` would on the same error.
+int LaunchWith(const LaunchOptions& opts, const PreStartCheck& check);
 
 // Parses the arguments after "launch" (launcher/launch_options.h), then as above; --help prints the
 // help to stdout (exit 0), a parse error one `dtrain launch: error: ...` line to stderr (exit 2).
-int RunLaunch(const std::vector<std::string>& args);
+int RunLaunch(const std::vector<std::string>& args, const PreStartCheck& check);
 
 }  // namespace dtrain::launcher

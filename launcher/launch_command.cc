@@ -277,6 +277,12 @@ Status BuildLaunchCommand(const LaunchOptions& opts, const LaunchEnv& env, int r
   return Status::OK();
 }
 
+int LocalRanks(const LaunchOptions& opts, const LaunchCommand& cmd) {
+  if (cmd.backend == Backend::kNode) return cmd.local_nproc;
+  if (cmd.backend == Backend::kMpirun && opts.hosts.empty() && opts.hostfile.empty()) return cmd.placement.world_size();
+  return 0;
+}
+
 std::string FormatCommandLine(const LaunchCommand& cmd) {
   std::string line;
   if (cmd.backend == Backend::kNode) {  // one line per node; the per-worker variables as a range

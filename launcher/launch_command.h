@@ -92,6 +92,10 @@ Status ResolveNproc(const LaunchOptions& opts, const LaunchEnv& env, int* nproc,
 // hostfile if one is given. InvalidArgument/NotFound for bad combinations (named by flag).
 Status BuildLaunchCommand(const LaunchOptions& opts, const LaunchEnv& env, int restart_count, LaunchCommand* out);
 
+// The ranks `cmd` starts on this machine: this node's per-node workers, or all of mpirun's implicit localhost's; 0 when
+// hosts are named (their slots are theirs to check).
+int LocalRanks(const LaunchOptions& opts, const LaunchCommand& cmd);
+
 // "K=V ... mpirun -np 2 ..." with shell quoting where needed: the line --dry-run prints.
 std::string FormatCommandLine(const LaunchCommand& cmd);
 

@@ -2,7 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "launcher/cli/cli_parse.h"
+#include "launcher/cli_parse.h"
 #include "launcher/elastic_plan.h"
 #include "launcher/hostfile.h"
 

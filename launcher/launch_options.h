@@ -50,7 +50,7 @@ struct LaunchOptions {
   std::vector<std::string> srun_nodelist;
 };
 
-// Registers `launch` and its flags on `parent` (launcher/cli/cli_parse.h); parsing fills *out, which must
+// Registers `launch` and its flags on `parent` (launcher/cli_parse.h); parsing fills *out, which must
 // outlive `parent`. Accepts `--flag value` and `--flag=value`; options and `--set`/`--resume` may come
 // before or after CONFIG and keep their order. torchrun's spellings --nproc_per_node and
 // --max_restarts are aliases; torchrun's flags that mean nothing here (--standalone, --rdzv-*) and its

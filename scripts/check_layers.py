@@ -29,7 +29,8 @@ LAYERS = {
     "checkpoint": ("runtime/checkpoint", ["core", "proto", "storage"]),
     "optim": ("runtime/optim", ["core", "proto", "kernels", "models", "comm", "observe"]),
     "train": ("runtime/train", ["config", "observe", "checkpoint", "optim", "data", "models", "comm", "storage"]),
-    "launcher": ("launcher", ["train"]),
+    "supervise": ("launcher", ["config", "comm", "observe"]),
+    "launcher": ("launcher/cli", ["supervise", "train"]),
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

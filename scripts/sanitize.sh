@@ -9,7 +9,8 @@
 #       the first UB report aborts the test). The same build as scripts/fuzz.sh (libFuzzer coverage
 #       included), so CI compiles the tree once for both. Runs every test except ASAN_SKIP_* below.
 # tsan  build-tsan: ThreadSanitizer. Builds and runs the data loader, checkpoint writer, launcher
-#       supervision and Prometheus exporter tests only.
+#       supervision and Prometheus exporter tests only (none of them links the models, kernels or trainer:
+#       launcher/CMakeLists.txt).
 # What the asan run leaves out, for scripts/test.sh's plain stage (which then runs only that, PLAIN=rest):
 #   scripts/sanitize.sh plain-targets        the test targets to build: the files asan skips or runs in part
 #   scripts/sanitize.sh plain-tests DIR      a ctest -R regex of the tests of build DIR that asan does not run

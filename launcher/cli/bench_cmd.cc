@@ -12,7 +12,7 @@
 #include "core/check.h"
 #include "core/device_context.h"
 #include "core/logging.h"
-#include "launcher/cli/cli_parse.h"
+#include "launcher/cli_parse.h"
 
 namespace dtrain::launcher {
 namespace {

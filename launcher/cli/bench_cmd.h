@@ -27,7 +27,7 @@ struct AllReduceBenchArgs {
   bool help = false;
 };
 
-// Registers `bench` and below it `bench allreduce` with its flags on `parent` (launcher/cli/cli_parse.h);
+// Registers `bench` and below it `bench allreduce` with its flags on `parent` (launcher/cli_parse.h);
 // *out must outlive `parent`. Returns the `allreduce` subcommand.
 CLI::App* AddBenchCommand(CLI::App* parent, AllReduceBenchArgs* out);
 

@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "core/check.h"
-#include "launcher/cli/cli_parse.h"
+#include "launcher/cli_parse.h"
 #include "models/model_registry.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/export_target.h"

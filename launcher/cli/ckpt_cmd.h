@@ -35,7 +35,7 @@ struct CkptArgs {
   bool overwrite = false;  // export: move an existing --out aside
 };
 
-// Registers `ckpt` and its verbs (each with its own flags) on `parent` (launcher/cli/cli_parse.h);
+// Registers `ckpt` and its verbs (each with its own flags) on `parent` (launcher/cli_parse.h);
 // *out must outlive `parent`. Returns the `ckpt` group.
 CLI::App* AddCkptCommand(CLI::App* parent, CkptArgs* out);
 

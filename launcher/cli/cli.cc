@@ -8,13 +8,14 @@
 #include "core/status.h"
 #include "launcher/cli/bench_cmd.h"
 #include "launcher/cli/ckpt_cmd.h"
-#include "launcher/cli/cli_parse.h"
 #include "launcher/cli/completion.h"
 #include "launcher/cli/config_cmd.h"
 #include "launcher/cli/data_cmd.h"
 #include "launcher/cli/doctor_cmd.h"
+#include "launcher/cli/launch_check.h"
 #include "launcher/cli/report_cmd.h"
 #include "launcher/cli/train_cmd.h"
+#include "launcher/cli_parse.h"
 #include "launcher/exit_codes.h"
 #include "launcher/launch.h"
 #include "launcher/rank_exec.h"
@@ -101,7 +102,7 @@ int Main(int argc, char** argv) {
   if (parsed.help) return PrintText(parsed.help_text);
   if (a.version || version->parsed()) return PrintText(std::string("dtrain ") + DTRAIN_VERSION + "\n");
   if (help->parsed()) return PrintText(usage);
-  if (launch->parsed()) return LaunchWith(a.launch);
+  if (launch->parsed()) return LaunchWith(a.launch, CheckRunBeforeStart);
   if (train->parsed()) return Report(RunTrain(&argc, &argv, a.train));
   if (doctor->parsed()) return Report(RunDoctor());
   if (bench->parsed()) return Report(RunAllreduceBench(&argc, &argv, a.bench));

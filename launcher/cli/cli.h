@@ -1,9 +1,9 @@
 #pragma once
 // The dtrain command line as a function: `dtrain launch|train|doctor|bench|ckpt|data|report|config|
 // rank-exec|completion|version`. One CLI11 tree holds every subcommand's flags (each *_cmd.h adds its
-// own; launcher/cli/cli_parse.h), so `--help`/`-h` works on every (sub)command (exit 0) and every parse
+// own; launcher/cli_parse.h), so `--help`/`-h` works on every (sub)command (exit 0) and every parse
 // error is one "dtrain <command>: error: ..." line naming the flag (exit 2).
-// launcher/main.cc is `return dtrain::launcher::Main(argc, argv);`, and so is a program of your own
+// launcher/cli/main.cc is `return dtrain::launcher::Main(argc, argv);`, and so is a program of your own
 // that registers custom models first (runtime/train/model_factory.h, examples/custom_model/):
 //
 //   int main(int argc, char** argv) {

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "core/check.h"
-#include "launcher/cli/cli_parse.h"
+#include "launcher/cli_parse.h"
 #include "runtime/config/config.h"
 
 namespace dtrain::launcher {

@@ -26,7 +26,7 @@ struct ConfigShowArgs {
   bool defaults = false, diff = false;
 };
 
-// Registers `config` and below it `config show` on `parent` (launcher/cli/cli_parse.h); *out must outlive
+// Registers `config` and below it `config show` on `parent` (launcher/cli_parse.h); *out must outlive
 // `parent`. Returns the `config` group.
 CLI::App* AddConfigCommand(CLI::App* parent, ConfigShowArgs* out);
 

@@ -14,7 +14,7 @@
 #include "data/import_tokens.h"
 #include "data/loader.h"
 #include "data/sentencepiece_tokenizer.h"
-#include "launcher/cli/cli_parse.h"
+#include "launcher/cli_parse.h"
 
 namespace dtrain::launcher {
 namespace {

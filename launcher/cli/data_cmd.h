@@ -42,7 +42,7 @@ struct DataArgs {
   std::vector<std::string> pos;  // FILES of convert-text/import-tokens, DIR of inspect/verify/bench
 };
 
-// Registers `data` and its verbs (each with its own flags) on `parent` (launcher/cli/cli_parse.h);
+// Registers `data` and its verbs (each with its own flags) on `parent` (launcher/cli_parse.h);
 // *out must outlive `parent`. Returns the `data` group.
 CLI::App* AddDataCommand(CLI::App* parent, DataArgs* out);
 

@@ -13,7 +13,7 @@ class App;
 
 namespace dtrain::launcher {
 
-// Registers `doctor` (no flags) on `parent` (launcher/cli/cli_parse.h).
+// Registers `doctor` (no flags) on `parent` (launcher/cli_parse.h).
 CLI::App* AddDoctorCommand(CLI::App* parent);
 
 Status RunDoctor();

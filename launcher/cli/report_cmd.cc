@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "core/check.h"
-#include "launcher/cli/cli_parse.h"
+#include "launcher/cli_parse.h"
 #include "runtime/config/config.h"
 #include "runtime/observe/elastic_report.h"
 #include "runtime/observe/run_report.h"

@@ -29,7 +29,7 @@ struct ReportArgs {
   double price_spot = 0;       // --price-spot (elastic runs; per rank-hour); 0: not given
 };
 
-// Registers `report RUN_DIR [--price P]` on `parent` (launcher/cli/cli_parse.h); *out must outlive `parent`.
+// Registers `report RUN_DIR [--price P]` on `parent` (launcher/cli_parse.h); *out must outlive `parent`.
 CLI::App* AddReportCommand(CLI::App* parent, ReportArgs* out);
 
 // Prints BuildReportText's text to stdout.

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/cli/cli_parse.h"
+#include "launcher/cli_parse.h"
 #include "launcher/exit_codes.h"
 #include "launcher/launch_command.h"
 #include "launcher/output_router.h"

@@ -22,7 +22,7 @@ struct TrainArgs {
   std::vector<std::string> overrides;  // --set values ("key=value") and --resume as checkpoint.resume=V, in order
 };
 
-// Registers `train CONFIG [--set k=v ...] [--resume auto|never|STEP]` on `parent` (launcher/cli/cli_parse.h);
+// Registers `train CONFIG [--set k=v ...] [--resume auto|never|STEP]` on `parent` (launcher/cli_parse.h);
 // *out must outlive `parent`.
 CLI::App* AddTrainCommand(CLI::App* parent, TrainArgs* out);
 

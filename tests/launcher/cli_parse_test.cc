@@ -1,6 +1,6 @@
-// ParseWithCli (launcher/cli/cli_parse.h): CLI11's outcomes as one-line Status messages, on a small tree.
+// ParseWithCli (launcher/cli_parse.h): CLI11's outcomes as one-line Status messages, on a small tree.
 
-#include "launcher/cli/cli_parse.h"
+#include "launcher/cli_parse.h"
 
 #include <gtest/gtest.h>
 

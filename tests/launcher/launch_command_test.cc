@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/cli/launch_check.h"
 #include "launcher/launch.h"
 
 namespace dtrain::launcher {
@@ -211,7 +212,8 @@ TEST(LaunchCommandTest, FormatQuotesForTheShell) {
 TEST(RunLaunchTest, DryRunPrintsTheCommandAndExitsZero) {
   setenv("DTRAIN_WORKER_BIN", "/bin/true", 1);
   testing::internal::CaptureStdout();
-  const int rc = RunLaunch({"--dry-run", "--nproc-per-node", "3", "--backend", "mpirun", "cfg.yaml", "--set", "a.b=1"});
+  const int rc = RunLaunch({"--dry-run", "--nproc-per-node", "3", "--backend", "mpirun", "cfg.yaml", "--set", "a.b=1"},
+                           CheckRunBeforeStart);
   const std::string out = testing::internal::GetCapturedStdout();
   unsetenv("DTRAIN_WORKER_BIN");
   EXPECT_EQ(rc, 0);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/cli/launch_check.h"
 #include "launcher/exit_codes.h"
 #include "launcher/launch.h"
 
@@ -137,7 +138,7 @@ TEST(LaunchOptionsTest, TorchrunFlagsWithoutADtrainMeaningNameTheDtrainWay) {
   }
   // Exit 2 with the one line; --help lists none of the hidden flags.
   testing::internal::CaptureStderr();
-  const int rc = RunLaunch({"--standalone", "c.yaml"});
+  const int rc = RunLaunch({"--standalone", "c.yaml"}, CheckRunBeforeStart);
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(rc, kExitUsage);
   EXPECT_EQ(err,
@@ -211,7 +212,7 @@ TEST(LaunchOptionsTest, ErrorsAreOneLineNamingTheFlag) {
 
 TEST(RunLaunchTest, UsageErrorsExitTwoWithOneLine) {
   testing::internal::CaptureStderr();
-  const int rc = RunLaunch({"--nnodes", "x", "c.yaml"});
+  const int rc = RunLaunch({"--nnodes", "x", "c.yaml"}, CheckRunBeforeStart);
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(rc, kExitUsage);
   EXPECT_EQ(err, "dtrain launch: error: --nnodes: expected a positive integer, got 'x'\n");
@@ -219,7 +220,7 @@ TEST(RunLaunchTest, UsageErrorsExitTwoWithOneLine) {
 
 TEST(RunLaunchTest, HelpExitsZero) {
   testing::internal::CaptureStdout();
-  const int rc = RunLaunch({"--help"});
+  const int rc = RunLaunch({"--help"}, CheckRunBeforeStart);
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_EQ(rc, kExitOk);
   EXPECT_NE(out.find("Usage: dtrain launch [OPTIONS] [CONFIG]"), std::string::npos) << out;
@@ -229,7 +230,7 @@ TEST(RunLaunchTest, HelpExitsZero) {
 
 TEST(RunLaunchTest, MissingHostfileIsAUsageError) {
   testing::internal::CaptureStderr();
-  const int rc = RunLaunch({"--hostfile", "/nonexistent/hosts", "--dry-run", "c.yaml"});
+  const int rc = RunLaunch({"--hostfile", "/nonexistent/hosts", "--dry-run", "c.yaml"}, CheckRunBeforeStart);
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(rc, kExitUsage);
   EXPECT_NE(err.find("--hostfile: cannot read '/nonexistent/hosts'"), std::string::npos) << err;
@@ -240,7 +241,7 @@ TEST(RunLaunchTest, MissingMpirunFailsBeforeStarting) {
   setenv("PATH", "/nonexistent-dir", 1);
   testing::internal::CaptureStderr();
   // (A config that passes the pre-start check without data files: gpt2_tiny trains on synthetic tokens.)
-  const int rc = RunLaunch({"--backend", "mpirun", DT_SOURCE_DIR "/configs/gpt2_tiny.yaml"});
+  const int rc = RunLaunch({"--backend", "mpirun", DT_SOURCE_DIR "/configs/gpt2_tiny.yaml"}, CheckRunBeforeStart);
   const std::string err = testing::internal::GetCapturedStderr();
   setenv("PATH", old_path.c_str(), 1);
   EXPECT_EQ(rc, kExitFailure);

@@ -73,7 +73,7 @@ class SuperviseTest : public ::testing::Test {
   int Launch(std::vector<std::string> args, std::string* err) {
     args.push_back("cfg.yaml");
     testing::internal::CaptureStderr();
-    const int rc = RunLaunch(args);
+    const int rc = RunLaunch(args, /*check=*/nullptr);
     *err = testing::internal::GetCapturedStderr();
     return rc;
   }
@@ -111,7 +111,7 @@ class SuperviseTest : public ::testing::Test {
       dup2(fd, 1);
       dup2(fd, 2);
       log::Init(-1);  // loggers onto the new stderr
-      _exit(RunLaunch(args));
+      _exit(RunLaunch(args, /*check=*/nullptr));
     }
     EXPECT_TRUE(WaitFor(ready, 20)) << Read("launcher.out");
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // workers reach their wait

@@ -1,4 +1,4 @@
-#include "launcher/cli/cli_parse.h"
+#include "launcher/cli_parse.h"
 
 #include <CLI/CLI.hpp>
 
