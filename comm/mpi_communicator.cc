@@ -67,17 +67,18 @@ Alias AliasOf(const Tensor& part, const Tensor& whole, int rank) {
 }  // namespace
 
 // A blocking MPI call polls until its peers arrive (Open MPI's shared-memory and TCP transports have no
-// blocking wait; mpi_yield_when_idle only turns the poll into sched_yield calls), so a rank waiting for a
-// straggler, for rank 0's checkpoint or evaluation, or for a dead peer until the watchdog fires held a core the
-// whole time: a three-rank CPU run on two cores spent 44% of its CPU time in that poll. So every collective
-// first waits here for all ranks to arrive, in an MPI_Ibarrier tested in a loop for its first kSpin (peers that
-// are ready answer within it) and then between sleeps that double from kFirstSleep to kMaxSleep; the
-// collective itself then runs blocking, with everyone present, at the speed of Open MPI's tuned algorithms
-// (its non-blocking ones, progressed only inside MPI calls, took 3x as long for 16 MiB). The price: one
-// barrier's latency per collective, and a late peer is noticed up to one sleep after it arrived.
+// blocking wait; mpi_yield_when_idle only turns the poll into sched_yield calls), so a rank waiting for rank 0's
+// checkpoint or evaluation, or for a dead peer until the watchdog fires, held a core the whole time. So every
+// collective first waits here for all ranks to arrive, in an MPI_Ibarrier tested in a loop for its first kSpin
+// and then between sleeps that double from kFirstSleep to kMaxSleep; the collective itself then runs blocking,
+// with everyone present, at the speed of Open MPI's tuned algorithms (its non-blocking ones, progressed only
+// inside MPI calls, took 3x as long for 16 MiB). kSpin is long enough that the waits of a training step (one rank
+// a few ms behind another) stay polls: with a 1 ms spin, the sleeps' late wake-ups made CI's multi-rank CPU tests
+// 12% slower. The price: one barrier's latency per collective, and a wait longer than kSpin ends up to one sleep
+// after the last peer arrived.
 Status MpiCommunicator::AwaitPeers() {
-  constexpr auto kSpin = std::chrono::microseconds(1000);
-  constexpr auto kFirstSleep = std::chrono::microseconds(20);
+  constexpr auto kSpin = std::chrono::milliseconds(10);
+  constexpr auto kFirstSleep = std::chrono::microseconds(50);
   constexpr auto kMaxSleep = std::chrono::microseconds(1000);
   MPI_Request req;
   DT_MPI_CHECK(MPI_Ibarrier(comm_, &req));

@@ -44,7 +44,7 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator() = default;
   Status CheckUsable(const Tensor& t, const char* what) const;
   Status MpiOpFor(DType dtype, ReduceOp op, MPI_Op* out) const;
-  // Returns once every rank has entered this collective: polls for 1 ms, then sleeps between polls.
+  // Returns once every rank has entered this collective: polls for 10 ms, then sleeps between polls.
   Status AwaitPeers();
   // Divides by world size in place (the second half of kAvg).
   void DivideByWorld(Tensor* t) const;
