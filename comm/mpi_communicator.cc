@@ -2,11 +2,9 @@
 #include "comm/mpi_communicator.h"
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstring>
-#include <thread>
 
 #include "comm/bf16.h"
 #include "comm/mpi_check.h"
@@ -65,34 +63,6 @@ Alias AliasOf(const Tensor& part, const Tensor& whole, int rank) {
 }
 
 }  // namespace
-
-// A blocking MPI call polls until its peers arrive (Open MPI's shared-memory and TCP transports have no
-// blocking wait; mpi_yield_when_idle only turns the poll into sched_yield calls), so a rank waiting for rank 0's
-// checkpoint or evaluation, or for a dead peer until the watchdog fires, held a core the whole time. So every
-// collective first waits here for all ranks to arrive, in an MPI_Ibarrier tested in a loop for its first kSpin
-// and then between sleeps that double from kFirstSleep to kMaxSleep; the collective itself then runs blocking,
-// with everyone present, at the speed of Open MPI's tuned algorithms (its non-blocking ones, progressed only
-// inside MPI calls, took 3x as long for 16 MiB). kSpin is long enough that the waits of a training step (one rank
-// a few ms behind another) stay polls: with a 1 ms spin, the sleeps' late wake-ups made CI's multi-rank CPU tests
-// 12% slower. The price: one barrier's latency per collective, and a wait longer than kSpin ends up to one sleep
-// after the last peer arrived.
-Status MpiCommunicator::AwaitPeers() {
-  constexpr auto kSpin = std::chrono::milliseconds(10);
-  constexpr auto kFirstSleep = std::chrono::microseconds(50);
-  constexpr auto kMaxSleep = std::chrono::microseconds(1000);
-  MPI_Request req;
-  DT_MPI_CHECK(MPI_Ibarrier(comm_, &req));
-  const auto start = std::chrono::steady_clock::now();
-  auto sleep = kFirstSleep;
-  for (;;) {
-    int done = 0;
-    DT_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-    if (done) return Status::OK();
-    if (std::chrono::steady_clock::now() - start < kSpin) continue;
-    std::this_thread::sleep_for(sleep);
-    sleep = std::min(sleep * 2, kMaxSleep);
-  }
-}
 
 Status MpiCommunicator::Create(std::unique_ptr<MpiCommunicator>* out) {
   int initialized = 0;
@@ -177,7 +147,6 @@ Status MpiCommunicator::AllReduce(Tensor* t, ReduceOp op, cudaStream_t /*stream*
   DT_RETURN_IF_ERROR(MpiTypeFor(t->dtype(), &type));
   DT_RETURN_IF_ERROR(MpiOpFor(t->dtype(), op, &mpi_op));
   if (t->numel() == 0) return Status::OK();
-  DT_RETURN_IF_ERROR(AwaitPeers());
   DT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t->data(), AsCount(t->numel()), type, mpi_op, comm_));
   if (op == ReduceOp::kAvg) DivideByWorld(t);
   return Status::OK();
@@ -200,7 +169,6 @@ Status MpiCommunicator::ReduceScatter(const Tensor& in, Tensor* out, ReduceOp op
   DT_CHECK_ARG(alias != Alias::kOther, "ReduceScatter: output "
                                            << out->ToString() << " overlaps the input other than as its slice " << rank_
                                            << " (in place)");
-  DT_RETURN_IF_ERROR(AwaitPeers());
   if (alias == Alias::kInPlace) {
     // MPI's in-place form reads `in` and writes the result at the START of it, not at this rank's
     // slice as NCCL does: move it there (slice 0 of `in` is left unspecified, as NCCL leaves the rest).
@@ -230,7 +198,6 @@ Status MpiCommunicator::AllGather(const Tensor& in, Tensor* out, cudaStream_t /*
                                                            << " (in place)");
   // In place, MPI takes this rank's contribution from its slice of the output: NCCL's convention.
   const void* send = alias == Alias::kInPlace ? MPI_IN_PLACE : in.data();
-  DT_RETURN_IF_ERROR(AwaitPeers());
   DT_MPI_CHECK(MPI_Allgather(send, AsCount(in.numel()), type, out->data(), AsCount(in.numel()), type, comm_));
   return Status::OK();
 }
@@ -242,7 +209,6 @@ Status MpiCommunicator::Broadcast(Tensor* t, int root, cudaStream_t /*stream*/) 
   MPI_Datatype type;
   DT_RETURN_IF_ERROR(MpiTypeFor(t->dtype(), &type));
   if (t->numel() == 0) return Status::OK();
-  DT_RETURN_IF_ERROR(AwaitPeers());
   DT_MPI_CHECK(MPI_Bcast(t->data(), AsCount(t->numel()), type, root, comm_));
   return Status::OK();
 }
@@ -250,7 +216,8 @@ Status MpiCommunicator::Broadcast(Tensor* t, int root, cudaStream_t /*stream*/) 
 Status MpiCommunicator::Barrier() {
   DT_NVTX_FN();
   if (aborted_.load()) return Status::Aborted("MPI communicator was aborted; Barrier refused");
-  return AwaitPeers();
+  DT_MPI_CHECK(MPI_Barrier(comm_));
+  return Status::OK();
 }
 
 Status MpiCommunicator::Abort() {

@@ -5,8 +5,7 @@
 // with MPI_ERRORS_RETURN, so MPI failures come back as Status instead of killing the job.
 // Tensors: CPU, dtype f32, f64, i32 or bf16 (bf16 reduces through user-defined MPI ops that add in
 // f32 and round back, like NCCL). kAvg = MPI sum, then a division by world size (i32: rejected).
-// Every call blocks until done; `stream` arguments are ignored (see communicator.h). While waiting for late
-// peers a call sleeps between polls instead of holding a core (AwaitPeers).
+// Every call blocks until done; `stream` arguments are ignored (see communicator.h).
 // Element counts must fit in an int (MPI's count type).
 // Ownership: owns the duplicated communicator and the bf16 MPI_Ops; destroy before MPI_Finalize.
 // Thread-safety: as Communicator; Abort() is an atomic flag.
@@ -44,8 +43,6 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator() = default;
   Status CheckUsable(const Tensor& t, const char* what) const;
   Status MpiOpFor(DType dtype, ReduceOp op, MPI_Op* out) const;
-  // Returns once every rank has entered this collective: polls for 10 ms, then sleeps between polls.
-  Status AwaitPeers();
   // Divides by world size in place (the second half of kAvg).
   void DivideByWorld(Tensor* t) const;
 
