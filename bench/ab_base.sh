@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call: an earlier commit (the base) against this tree, both built here, run alternately on the same GPU:
 #   the Fashion-MNIST MLP with CUDA graphs (twice each; data share over every interval via bench/data_share.py) and
-#   this tree's MLP without graphs; the bf16 CNN; GPT-2 124M on synthetic tokens (twice each: tokens/s, peak memory);
-#   then bench/host_step_probe.
+#   this tree's MLP without graphs; the bf16 CNN; GPT-2 on synthetic tokens at each of $AB_GPT2_SIZES (default 124m;
+#   350m 774m 1.5b: bench/gpt2_shapes.sh) with the config's settings plus $AB_GPT2_SETS (e.g. "--set
+#   data.batch_size=16 --set train.precision=fp8"), twice each: step time, peak memory; then bench/host_step_probe.
 # Usage: here `git archive REV | gzip > .devbin/base.tgz`; on the GPU machine (carrying .devbin and .device-carry),
 #   OUT=/some/dir BASE_TGZ=.devbin/base.tgz bench/ab_base.sh
 # AB="mlp cnn gpt2 probe" (the default) picks the parts; add torch for PyTorch's torch.compile of the same GPT-2.
@@ -52,10 +53,16 @@ if has gpt2; then
   G="configs/gpt2_124m.yaml --set data.dataset=synthetic_tokens --set train.max_steps=60 --set train.log_every=20 \
   --set train.grad_accum_steps=1 --set schedule.warmup_steps=10 --set checkpoint.enabled=false --set train.eval=false \
   --set run.tensorboard=false"
-  for round in 1 2; do
-    for v in base new; do
-      $(bin $v) train $G --set run.dir=$R/gpt2_${v}_$round > $R/gpt2_${v}_$round.log 2>&1
-      echo "gpt2 $v #$round rc=$?: $(line $R/gpt2_${v}_$round.log) | steps 1-20 $(grep -E 'step 20/' $R/gpt2_${v}_$round.log | grep -oE 'peak [0-9]+ MiB') | graphs $(grep -c 'CUDA graph: step' $R/gpt2_${v}_$round.log)"
+  # shellcheck source=bench/gpt2_shapes.sh
+  source bench/gpt2_shapes.sh
+  for size in ${AB_GPT2_SIZES:-124m}; do
+    for round in 1 2; do
+      for v in base new; do
+        n=gpt2_${size}_${v}_$round
+        # shellcheck disable=SC2046,SC2086
+        $(bin $v) train $G $(gpt2_shape $size) ${AB_GPT2_SETS:-} --set run.dir=$R/$n > $R/$n.log 2>&1
+        echo "gpt2 $size $v #$round rc=$?: $(line $R/$n.log) | steps 1-20 $(grep -E 'step 20/' $R/$n.log | grep -oE 'peak [0-9]+ MiB') | graphs $(grep -c 'CUDA graph: step' $R/$n.log)"
+      done
     done
   done
 fi

@@ -197,13 +197,8 @@ if has gpt2big; then
 fi
 
 # The --set flags of a GPT-2 size (124m: the config's own).
-gpt2_shape() {
-  case $1 in
-    350m) echo "--set model.gpt2.n_layer=24 --set model.gpt2.n_head=16 --set model.gpt2.n_embd=1024" ;;
-    774m) echo "--set model.gpt2.n_layer=36 --set model.gpt2.n_head=20 --set model.gpt2.n_embd=1280" ;;
-    1.5b) echo "--set model.gpt2.n_layer=48 --set model.gpt2.n_head=25 --set model.gpt2.n_embd=1600" ;;
-  esac
-}
+# shellcheck source=bench/gpt2_shapes.sh
+source bench/gpt2_shapes.sh
 
 if has gpt2fp8; then
   for t in kernels_fp8_test kernels_matmul_fp8_test models_gpt2_fp8_test models_gpt2_test; do
