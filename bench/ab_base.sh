@@ -55,6 +55,8 @@ if has gpt2; then
   --set run.tensorboard=false"
   # shellcheck source=bench/gpt2_shapes.sh
   source bench/gpt2_shapes.sh
+  # shellcheck disable=SC2086
+  gpt2_check_sizes ${AB_GPT2_SIZES:-} || exit 2
   for size in ${AB_GPT2_SIZES:-124m}; do
     for round in 1 2; do
       for v in base new; do

@@ -196,9 +196,10 @@ if has gpt2big; then
   echo "gpt2 350M torch.compile: $(tail -1 $OUT/gpt2big_torch.log)"
 fi
 
-# The --set flags of a GPT-2 size (124m: the config's own).
 # shellcheck source=bench/gpt2_shapes.sh
 source bench/gpt2_shapes.sh
+# shellcheck disable=SC2086
+gpt2_check_sizes ${FP8_SIZES:-} ${LOSS_SIZE:-} ${PROBE_SIZES:-} || exit 2
 
 if has gpt2fp8; then
   for t in kernels_fp8_test kernels_matmul_fp8_test models_gpt2_fp8_test models_gpt2_test; do
