@@ -75,6 +75,15 @@ Status ParseGpt2Fp8Layers(const std::string& spec, int64_t n_embd, Fp8LayerSet* 
 
 bool Gpt2Fp8Head(const Fp8LayerSet& set) { return HeadOn(set); }
 
+int64_t Gpt2Fp8WeightNumel(const Fp8LayerSet& set, int64_t n_embd, int64_t padded_vocab, int64_t n_layer) {
+  int64_t numel = HeadOn(set) ? padded_vocab * n_embd : 0;
+  const std::vector<Fp8LinearShape> linears = Gpt2Linears(n_embd);
+  for (size_t i = 0; i < linears.size() && i < set.on.size(); ++i) {
+    if (set.on[i]) numel += n_layer * linears[i].out * linears[i].in;
+  }
+  return numel;
+}
+
 int64_t Gpt2Fp8Bytes(const MemoryPlanInputs& in, const Fp8LayerSet& set, int64_t n_embd, int64_t padded_vocab,
                      int64_t n_layer, int64_t act_sets, int64_t tokens) {
   int64_t bytes = Fp8Linears::Bytes(in, Gpt2Linears(n_embd), BlockSet(set), n_layer, act_sets, tokens);
@@ -156,16 +165,42 @@ Status Gpt2::Create(DeviceContext& ctx, const Gpt2Options& opts, int64_t batch, 
   DT_RETURN_IF_ERROR(m->Alloc({offset}, opts.dtype, &m->params_));
   DT_RETURN_IF_ERROR(m->Alloc({offset}, opts.dtype, &m->grads_));
   DT_RETURN_IF_ERROR(m->grads_.SetZero(ctx.stream()));
-  const bool mixed = m->mixed();
-  if (mixed) DT_RETURN_IF_ERROR(m->Alloc({offset}, m->half_dtype(), &m->params16_));
-  for (const ParamInfo& p : m->infos_) {
+  // The 16-bit copy (mixed) holds what the GEMMs and their epilogues read in 16 bits: every parameter but the weights
+  // that run in FP8 (their FP8 copies come from the f32 masters), packed in parameter order; copy_runs_ are its
+  // contiguous stretches of params_.
+  std::vector<bool> copy16(m->infos_.size(), m->mixed());
+  if (opts.precision == Precision::kFp8) {
+    for (int64_t l = 0; l < opts.n_layer; ++l) {
+      for (size_t i = 0; i < kBlockLinears && i < opts.fp8_layers.on.size(); ++i) {
+        if (opts.fp8_layers.on[i]) copy16[m->ParamIndex(static_cast<int>(l), kLinearWeight[i])] = false;
+      }
+    }
+    if (HeadOn(opts.fp8_layers)) copy16[0] = false;  // wte: the tied head's weight (the embedding reads the master)
+  }
+  int64_t numel16 = 0;
+  for (size_t i = 0; i < m->infos_.size(); ++i) {
+    const ParamInfo& p = m->infos_[i];
+    if (!copy16[i]) continue;
+    if (m->copy_runs_.empty() || m->copy_runs_.back().src + m->copy_runs_.back().numel != p.offset) {
+      m->copy_runs_.push_back({p.offset, numel16, 0});
+    }
+    m->copy_runs_.back().numel += p.numel;
+    numel16 += p.numel;
+  }
+  if (m->mixed()) DT_RETURN_IF_ERROR(m->Alloc({std::max<int64_t>(1, numel16)}, m->half_dtype(), &m->params16_));
+  int64_t at16 = 0;
+  for (size_t i = 0; i < m->infos_.size(); ++i) {
+    const ParamInfo& p = m->infos_[i];
     Tensor w, g, w16;
     DT_RETURN_IF_ERROR(m->params_.View(p.offset, p.shape, &w));
     DT_RETURN_IF_ERROR(m->grads_.View(p.offset, p.shape, &g));
-    if (mixed) DT_RETURN_IF_ERROR(m->params16_.View(p.offset, p.shape, &w16));
+    if (copy16[i]) {
+      DT_RETURN_IF_ERROR(m->params16_.View(at16, p.shape, &w16));
+      at16 += p.numel;
+    }
     m->w_.push_back(w);
     m->g_.push_back(g);
-    m->w16_.push_back(w16);
+    m->w16_.push_back(w16);  // undefined for an FP8 weight: never read
   }
   DT_RETURN_IF_ERROR(m->EnsureActivations(batch, seq_len));
   *out = std::move(m);
@@ -291,10 +326,14 @@ Status Gpt2::Forward(const Tensor& inputs, const Tensor& targets) {
   const int64_t n = batch_ * seq_len_;
   DT_RETURN_IF_ERROR(inputs.Reshape({n}, &ids_));
   DT_RETURN_IF_ERROR(targets.Reshape({n}, &targets_));
-  // The 16-bit working copy of the (just updated) master weights.
-  if (mixed()) DT_RETURN_IF_ERROR(ops::Cast(ctx_, params_, &params16_));
-  // The FP8 weights (both layouts), from the f32 masters.
-  const int kLinearWeight[] = {kAttnW, kAttnProjW, kFcW, kFcProjW};  // Gpt2Linear order
+  // The 16-bit working copy of the (just updated) master weights, but for the FP8 weights: those, both layouts, from
+  // the f32 masters.
+  for (const CopyRun& r : copy_runs_) {
+    Tensor src, dst;
+    DT_RETURN_IF_ERROR(params_.View(r.src, {r.numel}, &src));
+    DT_RETURN_IF_ERROR(params16_.View(r.dst, {r.numel}, &dst));
+    DT_RETURN_IF_ERROR(ops::Cast(ctx_, src, &dst));
+  }
   for (int l = 0; fp8_ != nullptr && l < opts_.n_layer; ++l) {
     for (int i = 0; i < 4; ++i) {
       if (fp8_->on(i)) DT_RETURN_IF_ERROR(fp8_->QuantizeWeight(l, i, w_[ParamIndex(l, kLinearWeight[i])]));

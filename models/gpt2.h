@@ -37,7 +37,8 @@
 //     fp8_layers names lm_head: then its three GEMMs run in FP8 too, the output gradient's scale coming from the
 //     softmax's bound (|dlogits| <= the gradient's scale; kernels/fp8.h Fp8SetAmax: no amax pass over the [B*T, Vp]
 //     gradient) and the loss scale folded into dlogits. An FP8 linear's bf16 input is kept by no block (one buffer
-//     for all, Gpt2SharedInputsOf): its weight gradient reads the forward's FP8 copy.
+//     for all, Gpt2SharedInputsOf): its weight gradient reads the forward's FP8 copy. Its weight has no bf16 copy
+//     (Gpt2Fp8WeightNumel): the FP8 copies are cast from the f32 master.
 //   On the CPU, kBf16, kFp16 and kFp8 are InvalidArgument.
 // recompute: keep only each block's input; Backward re-runs a block's forward just before its backward (one
 // block's activations are alive at a time). Gradients are identical to the stored-activation path.
@@ -66,6 +67,9 @@ std::vector<Fp8LinearShape> Gpt2Linears(int64_t n_embd);
 Status ParseGpt2Fp8Layers(const std::string& spec, int64_t n_embd, Fp8LayerSet* out);
 // Whether `set` (from ParseGpt2Fp8Layers) runs the LM head in FP8.
 bool Gpt2Fp8Head(const Fp8LayerSet& set);
+// The elements of the weights that run in FP8 under `set` (block linears of n_layer blocks, and the tied wte for
+// lm_head): the 16-bit working copy leaves them out (memory plans).
+int64_t Gpt2Fp8WeightNumel(const Fp8LayerSet& set, int64_t n_embd, int64_t padded_vocab, int64_t n_layer);
 // The bytes of the FP8 state of a GPT-2 with `set` (from ParseGpt2Fp8Layers): the block linears' Fp8Linears and
 // the LM head's, for `act_sets` sets of block activations and `tokens` rows (memory plans).
 int64_t Gpt2Fp8Bytes(const MemoryPlanInputs& in, const Fp8LayerSet& set, int64_t n_embd, int64_t padded_vocab,
@@ -140,6 +144,7 @@ class Gpt2 final : public Model {
     kFcProjB,
     kBlockParams
   };
+  static constexpr int kLinearWeight[4] = {kAttnW, kAttnProjW, kFcW, kFcProjW};  // per Gpt2Linear
   // Activations of one block (all of them, or one reused set under recompute).
   struct BlockActs {
     Tensor ln1, ln1_mean, ln1_rstd, qkv, att, lse, x_mid, ln2, ln2_mean, ln2_rstd, fc_pre, fc_act;
@@ -154,7 +159,7 @@ class Gpt2 final : public Model {
   Status Alloc(const std::vector<int64_t>& shape, DType dt, Tensor* t);
   Status EnsureActivations(int64_t batch, int64_t seq_len);
   BlockActs& acts(int layer) { return acts_[opts_.recompute ? 0 : layer]; }
-  // Weight `i` as used by the GEMMs: a view of params_, or of the 16-bit copy.
+  // Weight `i` as used by the GEMMs: a view of params_, or of the 16-bit copy (not for an FP8 weight: undefined).
   const Tensor& gemm_weight(int i) const { return mixed() ? w16_[i] : w_[i]; }
 
   bool chunked() const { return opts_.loss_chunk_tokens > 0; }
@@ -175,8 +180,12 @@ class Gpt2 final : public Model {
   DeviceContext& ctx_;
   Gpt2Options opts_;
   std::vector<ParamInfo> infos_;
-  Tensor params_, grads_, params16_;  // params16_: the 16-bit copy (kBf16, kFp16)
-  std::vector<Tensor> w_, g_, w16_;   // views per parameter
+  Tensor params_, grads_, params16_;  // params16_: the 16-bit copy (mixed), without the FP8 weights
+  std::vector<Tensor> w_, g_, w16_;   // views per parameter (w16_: undefined for an FP8 weight)
+  struct CopyRun {                    // params_[src, src + numel) is params16_[dst, dst + numel)
+    int64_t src, dst, numel;
+  };
+  std::vector<CopyRun> copy_runs_;  // mixed: what Forward casts into params16_
   int64_t batch_ = -1, seq_len_ = -1;
   Tensor ids_, targets_, pos_ids_;  // the last Forward's inputs; pos_ids_[b*T + t] = t
   Tensor tok_emb_, pos_emb_;        // f32 embeddings before the cast (mixed), or the pos part (kFp32)

@@ -124,7 +124,6 @@ Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, Mem
   plan->num_params = params;
   plan->params = bytes(params, in.master_dtype);
   plan->grads = bytes(params, in.master_dtype);
-  if (mixed) plan->working_copy = bytes(params, half);
   plan->workspace = bytes(n, DType::kI32);  // position ids
   Fp8LayerSet fp8_set;
   if (precision == "fp8") {
@@ -132,6 +131,8 @@ Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, Mem
     DT_RETURN_IF_ERROR(CheckFp8Head(g, fp8_set));
     plan->fp8 = Gpt2Fp8Bytes(in, fp8_set, c, vp, L, full ? 1 : L, n);
   }
+  // The 16-bit copy leaves out the weights that run in FP8.
+  if (mixed) plan->working_copy = bytes(params - Gpt2Fp8WeightNumel(fp8_set, c, vp, L), half);
   const Gpt2SharedInputs shared = Gpt2SharedInputsOf(precision == "fp8" ? &fp8_set : nullptr, full);
   // Per set: ln1 (unless shared), its statistics, qkv, att, lse, x_mid, ln2 (unless shared) and its statistics,
   // fc_pre, fc_act (unless shared); then the shared buffers once.

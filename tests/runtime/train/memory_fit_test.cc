@@ -278,6 +278,30 @@ TEST(MemoryPlan, Fp8LinearsInputsArePlannedOnceForAllLayers) {
   }
 }
 
+// The weights that run in FP8 have no bf16 working copy (their FP8 copies come from the f32 masters): GPT-2's planned
+// working copy is the bf16 of every other parameter; with lm_head, wte's too is left out.
+TEST(MemoryPlan, Fp8WeightsHaveNoBf16WorkingCopy) {
+  models::MemoryPlanInputs in;
+  in.cuda = true;
+  auto plan = [&](const std::string& precision, const std::string& layers) {
+    proto::Config cfg;
+    EXPECT_TRUE(LoadConfig(DT_SOURCE_DIR "/configs/gpt2_tiny.yaml",
+                           {"train.device=cuda", "train.precision=" + precision, "model.gpt2.fp8_layers=" + layers,
+                            "model.gpt2.n_layer=4"},
+                           &cfg)
+                    .ok());
+    return CudaPlan(cfg);
+  };
+  const models::MemoryPlan bf16 = plan("bf16", "auto");
+  proto::Config cfg;
+  ASSERT_TRUE(LoadConfig(DT_SOURCE_DIR "/configs/gpt2_tiny.yaml", {}, &cfg).ok());
+  const int64_t c = cfg.model().gpt2().n_embd(), vp = cfg.model().gpt2().padded_vocab_size(), L = 4;
+  EXPECT_EQ(bf16.working_copy, in.Bytes(bf16.num_params, DType::kBF16));
+  EXPECT_EQ(plan("fp8", "none").working_copy, bf16.working_copy);
+  EXPECT_EQ(plan("fp8", "qkv,fc_proj").working_copy, in.Bytes(bf16.num_params - L * 7 * c * c, DType::kBF16));
+  EXPECT_EQ(plan("fp8", "all").working_copy, in.Bytes(bf16.num_params - L * 12 * c * c - vp * c, DType::kBF16));
+}
+
 // GPT-2 plugs in its own plan (models/gpt2_spec.cc): configs/gpt2_tiny.yaml, none and full (train.recompute).
 TEST(MemoryPlan, Gpt2TinyPlanIsWithinFivePercentOfTheMeasuredPeak) {
   int64_t none = 0;
