@@ -84,6 +84,9 @@ Status Llama::Create(DeviceContext& ctx, const LlamaOptions& opts, int64_t batch
   if (opts.precision == Precision::kFp16) return Status::InvalidArgument("Llama: fp16 is not supported (bf16, fp32)");
   DT_CHECK_ARG(!opts.bf16_masters || opts.precision == Precision::kBf16 || opts.precision == Precision::kFp8,
                "Llama: train.master_weights bf16 needs train.precision bf16 or fp8 on CUDA (the CPU runs fp32 only)");
+  DT_CHECK_ARG(!opts.layer_cast || (opts.precision != Precision::kFp32 && !opts.bf16_masters),
+               "Llama: model.llama.weight_cast layer casts f32 master weights into bf16 for the GEMMs: it needs "
+               "train.precision bf16 or fp8 and train.master_weights fp32");
   if (opts.precision != Precision::kFp32) {
     DT_CHECK_ARG(ctx.is_cuda() && opts.dtype == DType::kF32,
                  "Llama: bf16 and fp8 precision need a CUDA context and f32 master params (the CPU runs fp32 only)");
@@ -118,12 +121,29 @@ Status Llama::Create(DeviceContext& ctx, const LlamaOptions& opts, int64_t batch
   DT_RETURN_IF_ERROR(m->Alloc({offset}, opts.dtype, &m->grads_));
   DT_RETURN_IF_ERROR(m->grads_.SetZero(ctx.stream()));
   const bool mixed = m->mixed() && !opts.bf16_masters;  // a bf16 working copy
-  if (mixed) DT_RETURN_IF_ERROR(m->Alloc({offset}, DType::kBF16, &m->params16_));
-  for (const ParamInfo& p : m->infos_) {
+  // Its size and where parameter p sits in it: every parameter at its own offset, or (layer_cast) the LM head at 0
+  // and each block parameter at head + its offset in its layer (all layers share that part).
+  const ParamInfo& head = m->infos_[static_cast<size_t>(m->head_index())];
+  const int64_t layer_begin = m->infos_[static_cast<size_t>(m->ParamIndex(0, 0))].offset;
+  const int64_t layer_numel = m->infos_[static_cast<size_t>(m->ParamIndex(1, 0))].offset - layer_begin;
+  auto at16 = [&](int i) -> int64_t {  // -1: no copy (a norm weight or the untied embedding: read from the master)
+    const ParamInfo& p = m->infos_[static_cast<size_t>(i)];
+    if (!opts.layer_cast) return p.offset;
+    if (i == m->head_index()) return 0;
+    if (i < m->ParamIndex(0, 0) || i >= m->norm_index()) return -1;
+    return head.numel + (p.offset - layer_begin) % layer_numel;
+  };
+  if (mixed) {
+    const int64_t numel16 = opts.layer_cast ? head.numel + layer_numel : offset;
+    DT_RETURN_IF_ERROR(m->Alloc({numel16}, DType::kBF16, &m->params16_));
+  }
+  for (size_t i = 0; i < m->infos_.size(); ++i) {
+    const ParamInfo& p = m->infos_[i];
     Tensor w, g, w16;
     DT_RETURN_IF_ERROR(m->params_.View(p.offset, p.shape, &w));
     DT_RETURN_IF_ERROR(m->grads_.View(p.offset, p.shape, &g));
-    if (mixed) DT_RETURN_IF_ERROR(m->params16_.View(p.offset, p.shape, &w16));
+    const int64_t o16 = at16(static_cast<int>(i));
+    if (mixed && o16 >= 0) DT_RETURN_IF_ERROR(m->params16_.View(o16, p.shape, &w16));
     m->w_.push_back(w);
     m->g_.push_back(g);
     m->w16_.push_back(w16);
@@ -239,12 +259,24 @@ Status Llama::Forward(const Tensor& inputs, const Tensor& targets) {
   const int64_t n = batch_ * seq_len_;
   DT_RETURN_IF_ERROR(inputs.Reshape({n}, &ids_));
   DT_RETURN_IF_ERROR(targets.Reshape({n}, &targets_));
-  // The bf16 working copy of the (just updated) f32 master weights (bf16 masters are the GEMM weights themselves).
-  if (mixed() && !opts_.bf16_masters) DT_RETURN_IF_ERROR(ops::Cast(ctx_, params_, &params16_));
-  // The FP8 weights (both layouts), from the bf16 GEMM weights.
+  // The bf16 working copy of the (just updated) f32 master weights (bf16 masters are the GEMM weights themselves):
+  // all of it, or (layer_cast) the LM head's, each layer's following in CastLayer.
+  if (mixed() && !opts_.bf16_masters) {
+    if (opts_.layer_cast) {
+      const ParamInfo& head = infos_[static_cast<size_t>(head_index())];
+      Tensor src, dst;
+      DT_RETURN_IF_ERROR(params_.View(head.offset, {head.numel}, &src));
+      DT_RETURN_IF_ERROR(params16_.View(0, {head.numel}, &dst));
+      DT_RETURN_IF_ERROR(ops::Cast(ctx_, src, &dst));
+      cast_layer_ = -1;  // the masters changed since
+    } else {
+      DT_RETURN_IF_ERROR(ops::Cast(ctx_, params_, &params16_));
+    }
+  }
+  // The FP8 weights (both layouts), from the master weights (f32, or bf16 masters).
   for (int l = 0; fp8_ != nullptr && l < opts_.n_layer; ++l) {
     for (int i = 0; i < 4; ++i) {
-      if (fp8_->on(i)) DT_RETURN_IF_ERROR(fp8_->QuantizeWeight(l, i, gemm_weight(ParamIndex(l, kLinearParam[i]))));
+      if (fp8_->on(i)) DT_RETURN_IF_ERROR(fp8_->QuantizeWeight(l, i, w_[ParamIndex(l, kLinearParam[i])]));
     }
   }
 
@@ -294,8 +326,22 @@ Status Llama::Predict(DeviceContext& ctx, Tensor* pred) {
   return pred->CopyFrom(preds_, ctx.stream());
 }
 
+Status Llama::CastLayer(int layer) {
+  if (!opts_.layer_cast || cast_layer_ == layer) return Status::OK();
+  const int64_t begin = infos_[static_cast<size_t>(ParamIndex(layer, 0))].offset;
+  const int64_t end = infos_[static_cast<size_t>(ParamIndex(layer + 1, 0))].offset;  // the next layer's, or the norm's
+  const int64_t head = infos_[static_cast<size_t>(head_index())].numel;
+  Tensor src, dst;
+  DT_RETURN_IF_ERROR(params_.View(begin, {end - begin}, &src));
+  DT_RETURN_IF_ERROR(params16_.View(head, {end - begin}, &dst));
+  DT_RETURN_IF_ERROR(ops::Cast(ctx_, src, &dst));
+  cast_layer_ = layer;
+  return Status::OK();
+}
+
 Status Llama::LayerForward(int layer) {
   DT_NVTX_RANGE("llama.layer_forward");
+  DT_RETURN_IF_ERROR(CastLayer(layer));
   LayerActs& a = acts(layer);
   const Tensor& x = x_[layer];
   Tensor& y = x_[layer + 1];
@@ -409,6 +455,7 @@ Status Llama::Backward(float loss_scale, const GradReadyFn& on_ready) {
 
 Status Llama::LayerBackward(int layer, const GradReadyFn& on_ready) {
   DT_NVTX_RANGE("llama.layer_backward");
+  DT_RETURN_IF_ERROR(CastLayer(layer));
   if (full(layer)) DT_RETURN_IF_ERROR(LayerForward(layer));  // refills the shared activations (same values)
   LayerActs& a = acts(layer);
   auto w = [&](int p) -> const Tensor& { return w_[ParamIndex(layer, p)]; };

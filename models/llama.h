@@ -31,17 +31,22 @@
 //   kFp32: every tensor f32 (CPU or CUDA), or f64 on the CPU (options.dtype; for gradient checks).
 //   kBf16 (CUDA only): params()/grads() stay f32 (master weights, f32 gradients); Forward casts the params into a bf16
 //     copy used by the GEMMs; activations are bf16; RMSNorm statistics, softmax statistics and every reduction fp32.
+//     With layer_cast (model.llama.weight_cast layer) that copy holds the LM head and one layer: each layer's
+//     parameters are cast into the layer part right before LayerForward and again before LayerBackward (unless it
+//     still holds them: the last layer's, and a full layer's recompute), so the copy is 2 bytes a parameter smaller
+//     for one more cast pass over the layers a step; the GEMMs read the same bf16 values, so the results are the same
+//     bits.
 //     Attention on CUDA takes head sizes up to 128; bf16 is fastest at 64 and 128 (kernels/attention.h).
 //     With bf16_masters (train.master_weights bf16): params() are bf16 and are the GEMM weights themselves (no f32
 //     master, no copy; the embedding lookup and the RMSNorms read them as bf16); grads() stay f32 (the weight-gradient
 //     GEMMs accumulate in f32); the optimizer rounds the updated weights stochastically (kernels/optim_update.h).
 //     InitParams rounds the f32 draws to nearest even. Needs kBf16.
 //   kFp8 (CUDA, compute capability 8.9+): kBf16, with the block linears of options.fp8_layers as FP8 GEMMs
-//     (models/fp8_linears.h: e4m3 activations and weights cast from the bf16 GEMM weights, e5m2 gradients,
-//     per-tensor current scaling, f32 weight gradients); attention, the RMSNorms, SwiGLU and the LM head stay bf16.
-//     The kernels that write an FP8 linear's input or output gradient also compute its amax (no amax pass): the
-//     RMSNorms' forwards (qkv's and gate_up's x) and backwards (down's and o_proj's dy), SwiGLU's forward (down's x)
-//     and backward (gate_up's dy); o_proj's x (attention's output) and qkv's dy take amax passes. bf16_masters works
+//     (models/fp8_linears.h: e4m3 activations, and weights cast from the master weights (f32, or bf16 masters), e5m2
+//     gradients, per-tensor current scaling, f32 weight gradients); attention, the RMSNorms, SwiGLU and the LM head
+//     stay bf16. The kernels that write an FP8 linear's input or output gradient also compute its amax (no amax pass):
+//     the RMSNorms' forwards (qkv's and gate_up's x) and backwards (down's and o_proj's dy), SwiGLU's forward (down's
+//     x) and backward (gate_up's dy); o_proj's x (attention's output) and qkv's dy take amax passes. bf16_masters works
 //     with it. An FP8 linear's weight gradient reads the FP8 copy kept by the forward, not its bf16 input: that input
 //     is one buffer for all layers (LlamaSharedActsOf), and under selective checkpointing its recompute is skipped.
 //   kFp16 is not supported (InvalidArgument).
@@ -116,6 +121,7 @@ struct LlamaOptions {
   bool fused_classifier = false;  // see the file comment; bf16/fp32 training forwards only
   int64_t loss_chunk_tokens = 0;  // see the file comment; > 0: tokens per LM-head/loss chunk (the fused path)
   bool bf16_masters = false;      // kBf16/kFp8 only: params() are bf16 (see Precision in the file comment)
+  bool layer_cast = false;        // kBf16/kFp8 with f32 masters: the bf16 copy per layer (see Precision)
   Fp8LayerSet fp8_layers;         // kFp8 only: which block linears run in FP8
   DType dtype = DType::kF32;      // kFp32 only: kF64 on the CPU
 };
@@ -178,8 +184,11 @@ class Llama final : public Model {
   }
   LayerActs& acts(int layer) { return acts_[static_cast<size_t>(act_set(layer))]; }
   bool fp8(LlamaLinear l) const { return fp8_ != nullptr && fp8_->on(static_cast<int>(l)); }
-  // Weight `i` as used by the GEMMs: a view of params_ (fp32, or bf16 masters), or of the bf16 copy.
+  // Weight `i` as used by the GEMMs: a view of params_ (fp32, or bf16 masters), or of the bf16 copy (layer_cast: a
+  // block weight's view is valid after CastLayer of its layer).
   const Tensor& gemm_weight(int i) const { return mixed() && !opts_.bf16_masters ? w16_[i] : w_[i]; }
+  // layer_cast: `layer`'s parameters into the copy's layer part, unless it holds them already (cast_layer_).
+  Status CastLayer(int layer);
 
   bool chunked() const { return opts_.loss_chunk_tokens > 0; }
   Status ChunkedHeadForward();     // lnf_ -> losses_ (training: + dhead, dlnf; eval: preds_), chunk by chunk
@@ -201,7 +210,8 @@ class Llama final : public Model {
   DeviceContext& ctx_;
   LlamaOptions opts_;
   std::vector<ParamInfo> infos_;
-  Tensor params_, grads_, params16_;  // params16_: the bf16 copy (kBf16 with f32 masters)
+  Tensor params_, grads_, params16_;  // params16_: the bf16 copy (kBf16 with f32 masters; layer_cast: head | layer)
+  int cast_layer_ = -1;               // layer_cast: the layer whose parameters params16_'s layer part holds
   std::vector<Tensor> w_, g_, w16_;   // views per parameter
   Tensor rope_cos_, rope_sin_;        // RoPE tables [max_seq_len, hs / 2], made once
   Tensor zero_bias_;                  // [C] zeros of the activation dtype: the residual GEMMs' (bias-free) epilogue

@@ -18,6 +18,10 @@ namespace dtrain::models {
 namespace {
 
 constexpr int64_t kMaxHeadSize = 256;
+// ActivationPolicies: the per-layer weight cast's extra pass costs about kLayerCastTokens / tokens of a step: it reads
+// 4 and writes 2 bytes a parameter (~3.3 TB/s on an H200) where the step does 6 x parameters x tokens FLOPs (~625
+// TFLOP/s of bf16 GEMM). An estimate from those rates, not a measurement of the pass.
+constexpr double kLayerCastTokens = 190.0;
 
 std::string Num(double x) { return nlohmann::json(x).dump(); }  // shortest round-trip text: 32.0, 0.5
 
@@ -183,6 +187,18 @@ Status MixedOf(const proto::Config& config, bool cuda, bool* mixed, bool* fp8, F
   return Status::OK();
 }
 
+// model.llama.weight_cast layer needs a bf16 copy of f32 masters to make: mixed precision and fp32 master weights.
+// (The memory plan takes it as it comes: it plans no copy without one.)
+Status CheckWeightCast(const proto::Config& config, bool mixed) {
+  if (config.model().llama().weight_cast() != "layer") return Status::OK();
+  if (mixed && config.train().master_weights() != "bf16") return Status::OK();
+  return Status::InvalidArgument(
+      "model.llama.weight_cast: layer casts the f32 master weights into the GEMMs' bf16 copy layer by layer; this run "
+      "has no such copy (train.precision " +
+      config.train().precision() + ", train.master_weights " + config.train().master_weights() +
+      "): set weight_cast step, or train.precision bf16 or fp8 with train.master_weights fp32");
+}
+
 Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Model>* out) {
   const proto::LlamaConfig& g = config.model().llama();
   LlamaOptions opts;
@@ -198,6 +214,8 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
         config.train().precision() + (ctx.is_cuda() ? "" : " on the CPU"));
   }
   DT_RETURN_IF_ERROR(CheckConfig(g, ctx.is_cuda()));
+  DT_RETURN_IF_ERROR(CheckWeightCast(config, mixed));
+  opts.layer_cast = g.weight_cast() == "layer";
   Checkpointing ckpt;
   DT_RETURN_IF_ERROR(CheckpointingOf(config, &ckpt));
   opts.vocab_size = g.vocab_size();
@@ -234,8 +252,8 @@ Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, Mem
   const int64_t b = config.data().batch_size(), t = g.max_seq_len(), n = b * t;
   const int64_t c = g.hidden(), f = g.ffn_hidden(), L = g.n_layer(), hs = c / g.n_head();
   const int64_t qkv = (g.n_head() + 2 * g.n_kv_head()) * hs, vp = Llama::PaddedVocab(g.vocab_size());
-  const int64_t params =
-      vp * c * (g.tie_embeddings() ? 1 : 2) + L * (2 * c + qkv * c + c * g.n_head() * hs + 3 * f * c) + c;
+  const int64_t layer_params = 2 * c + qkv * c + c * g.n_head() * hs + 3 * f * c;
+  const int64_t params = vp * c * (g.tie_embeddings() ? 1 : 2) + L * layer_params + c;
   const DType act = mixed ? DType::kBF16 : DType::kF32, stat = DType::kF32;
   auto bytes = [&](int64_t numel, DType dt) { return in.Bytes(numel, dt); };
 
@@ -244,7 +262,9 @@ Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, Mem
   plan->num_params = params;
   plan->params = bytes(params, in.master_dtype);
   plan->grads = bytes(params, DType::kF32);  // f32 with bf16 masters too (the weight-gradient GEMMs accumulate in f32)
-  if (mixed && in.master_dtype != DType::kBF16) plan->working_copy = bytes(params, DType::kBF16);
+  // The bf16 copy: every parameter, or (weight_cast layer) the LM head and one layer.
+  const int64_t copied = g.weight_cast() == "layer" ? vp * c + layer_params : params;  // the LM head's vp x c
+  if (mixed && in.master_dtype != DType::kBF16) plan->working_copy = bytes(copied, DType::kBF16);
   plan->workspace = 2 * bytes(t * hs / 2, DType::kF32) + bytes(c, act);  // RoPE cos/sin tables, zero bias
 
   const int64_t k = ckpt.full_layers;
@@ -287,47 +307,66 @@ Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, Mem
 }
 
 // The chunked loss.
+// The chunked loss, and the per-layer weight cast (named only where it plans less: a run with a bf16 copy).
 std::vector<MemoryKnob> MemoryKnobs(const proto::Config& config) {
   const proto::LlamaConfig& g = config.model().llama();
-  return ChunkedLossKnob(
+  std::vector<MemoryKnob> knobs = ChunkedLossKnob(
       "llama", g.loss_chunk_tokens(), config.data().batch_size() * g.max_seq_len(),
       [](proto::Config* c, int64_t t) { c->mutable_model()->mutable_llama()->set_loss_chunk_tokens(t); });
+  if (g.weight_cast() != "layer") {
+    knobs.push_back({"model.llama.weight_cast: layer (the bf16 weight copy per layer)",
+                     [](proto::Config* c) { c->mutable_model()->mutable_llama()->set_weight_cast("layer"); }});
+  }
+  return knobs;
 }
 
 // none, selective, then full on the first 2, 3, ... layers (each with none, then selective on the rest), then full:
 // the order of recompute cost (a full layer re-runs its forward, far more than the element-wise passes of selective).
-// *open under auto with no old key and no full_checkpoint_layers.
+// *open under auto with no old key and no full_checkpoint_layers. With model.llama.weight_cast auto each comes twice,
+// with the bf16 weight copy per step and per layer, the latter's extra cast pass counted as recompute
+// (kLayerCastTokens), the whole list in the order of that cost.
 std::vector<ActivationPolicy> ActivationPolicies(const proto::Config& config, bool* open) {
   Checkpointing c;
   *open = CheckpointingOf(config, &c).ok() && !c.fixed;
   const int64_t n_layer = config.model().llama().n_layer();
+  const bool cast_open = config.model().llama().weight_cast() == "auto";
+  const double tokens = static_cast<double>(config.data().batch_size() * config.model().llama().max_seq_len());
+  const double cast_cost = kLayerCastTokens / std::max(1.0, tokens);
   std::vector<ActivationPolicy> out;
-  auto add = [&](const std::string& policy, int64_t k) {
+  auto add = [&](const std::string& policy, int64_t k, bool layer_cast) {
     Checkpointing named;
     named.full_layers = policy == "full" ? n_layer : k;
     named.selective = policy == "selective";
     std::string setting = "model.llama.activation_checkpointing: " + policy;
     if (k > 0) setting += ", full_checkpoint_layers: " + std::to_string(k);
+    if (layer_cast) setting += ", weight_cast: layer";
     // A full layer recomputes its forward (a third of its forward + backward); a selective one its element-wise and
     // norm kernels (+0.5% of the step, measured at the 8B shape: bench/results/2026-12-04-llama-offload-keep-h200.md).
     const double full = static_cast<double>(named.full_layers) / static_cast<double>(n_layer);
-    const double recompute = full / 3.0 + (named.selective ? (1.0 - full) * 0.005 : 0.0);
-    out.push_back({PolicyName(named, n_layer), setting,
-                   [policy, k](proto::Config* cfg) {
+    const double recompute =
+        full / 3.0 + (named.selective ? (1.0 - full) * 0.005 : 0.0) + (layer_cast ? cast_cost : 0.0);
+    out.push_back({PolicyName(named, n_layer) + (layer_cast ? ", weights cast per layer" : ""), setting,
+                   [policy, k, layer_cast, cast_open](proto::Config* cfg) {
                      proto::LlamaConfig* g = cfg->mutable_model()->mutable_llama();
                      g->set_activation_checkpointing(policy);
                      g->set_full_checkpoint_layers(k);
+                     if (cast_open) g->set_weight_cast(layer_cast ? "layer" : "step");
                      g->set_recompute_pointwise(false);  // the old keys, now said by the policy
                      cfg->mutable_train()->set_recompute(false);
                    },
                    recompute});
   };
-  for (int64_t k = 0; k < n_layer; ++k) {
-    if (k == 1) continue;  // one full layer saves nothing: the full layers' shared set replaces its own
-    add("none", k);
-    add("selective", k);
+  for (const bool layer_cast : {false, true}) {
+    if (layer_cast && !cast_open) break;
+    for (int64_t k = 0; k < n_layer; ++k) {
+      if (k == 1) continue;  // one full layer saves nothing: the full layers' shared set replaces its own
+      add("none", k, layer_cast);
+      add("selective", k, layer_cast);
+    }
+    add("full", 0, layer_cast);
   }
-  add("full", 0);
+  std::stable_sort(out.begin(), out.end(),
+                   [](const ActivationPolicy& a, const ActivationPolicy& b) { return a.recompute < b.recompute; });
   return out;
 }
 
@@ -335,6 +374,8 @@ Status CheckData(const proto::Config& config, const std::string& what, const pro
   const proto::LlamaConfig& g = config.model().llama();
   // The model's own constraints first: the run check (dtrain launch) reports them before any worker starts.
   DT_RETURN_IF_ERROR(CheckConfig(g, /*cuda=*/false));
+  // train.precision auto may be bf16 on the workers' GPUs: Build checks weight_cast again with the device known.
+  DT_RETURN_IF_ERROR(CheckWeightCast(config, config.train().precision() != "fp32"));
   return CheckTokenData("llama", what, s, g.vocab_size(), g.max_seq_len());
 }
 

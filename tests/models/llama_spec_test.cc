@@ -211,6 +211,50 @@ TEST(LlamaSpec, Fp8LayersParseAndAreRefusedWhereTheyCannotRun) {
   EXPECT_EQ(plan.fp8, 0);
 }
 
+// model.llama.weight_cast layer needs a bf16 copy of f32 masters: refused by the run check for train.precision fp32
+// and for train.master_weights bf16, and by Build for precision auto on the CPU (fp32 there), naming the keys.
+// Under auto, the budget's policies come with and without it, in the order of their cost.
+TEST(LlamaSpec, WeightCastLayerNeedsABf16CopyOfF32Masters) {
+  const ModelSpec& spec = *FindModel("llama");
+  proto::Config cfg = LlamaConfig();
+  cfg.mutable_model()->mutable_llama()->set_weight_cast("layer");
+  for (const auto& [precision, masters] : {std::pair<std::string, std::string>{"fp32", "fp32"}, {"bf16", "bf16"}}) {
+    cfg.mutable_train()->set_precision(precision);
+    cfg.mutable_train()->set_master_weights(masters);
+    const Status st = spec.check_data(cfg, "data.train_shards /d", TokenSchema(65, 256));
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(st.message().find("model.llama.weight_cast: layer casts the f32 master weights"), std::string::npos)
+        << st.ToString();
+    EXPECT_NE(st.message().find("train.precision " + precision + ", train.master_weights " + masters),
+              std::string::npos)
+        << st.ToString();
+  }
+  cfg.mutable_train()->set_precision("auto");
+  cfg.mutable_train()->set_master_weights("fp32");
+  DT_ASSERT_OK(spec.check_data(cfg, "data.train_shards /d", TokenSchema(65, 256)));
+  EXPECT_NE(BuildRefusal(cfg).find("model.llama.weight_cast: layer"), std::string::npos) << BuildRefusal(cfg);
+
+  bool open = false;
+  cfg.mutable_model()->mutable_llama()->set_weight_cast("step");
+  const size_t fixed = spec.activation_policies(cfg, &open).size();
+  cfg.mutable_model()->mutable_llama()->set_weight_cast("auto");
+  const std::vector<ActivationPolicy> policies = spec.activation_policies(cfg, &open);
+  EXPECT_TRUE(open);
+  ASSERT_EQ(policies.size(), 2 * fixed);
+  EXPECT_EQ(policies[0].name, "none");
+  int layer = 0;
+  for (size_t i = 0; i < policies.size(); ++i) {
+    if (i > 0) EXPECT_LE(policies[i - 1].recompute, policies[i].recompute) << policies[i].name;
+    proto::Config applied = cfg;
+    policies[i].apply(&applied);
+    const bool cast = policies[i].name.find("weights cast per layer") != std::string::npos;
+    layer += cast;
+    EXPECT_EQ(applied.model().llama().weight_cast(), cast ? "layer" : "step") << policies[i].name;
+    EXPECT_EQ(policies[i].setting.find("weight_cast: layer") != std::string::npos, cast) << policies[i].setting;
+  }
+  EXPECT_EQ(layer, static_cast<int>(fixed));
+}
+
 TEST(LlamaSpec, CheckDataNamesTheDataAndTheKey) {
   const proto::Config cfg = LlamaConfig();
   const ModelSpec& spec = *FindModel("llama");

@@ -3,9 +3,8 @@
 // (CPU f64; grouped-query and multi-head attention, tied and untied), recompute and the fused classifier giving the
 // same gradients, the chunked loss (loss_chunk_tokens) giving the unchunked losses, gradients and eval scores and
 // refusing what it cannot serve, the reverse-layout ready order, AdamW steps reducing the loss; on a GPU, CUDA f32 and
-// bf16 against the CPU, chunked against unchunked, and a CUDA-graph replay of the step (unchunked and chunked) against
-// the eager step. The spec and the HF semantics:
-// llama_spec_test.cc.
+// bf16 against the CPU, chunked against unchunked, the per-layer weight cast against the step's, and a CUDA-graph
+// replay of the step (unchunked and chunked) against the eager step. The spec and the HF semantics: llama_spec_test.cc.
 #include "models/llama.h"
 
 #include <gtest/gtest.h>
@@ -754,6 +753,77 @@ TEST(LlamaCuda, Fp8SharedInputsGiveTheBitsOfCheckpointing) {
   }
 }
 
+// model.llama.weight_cast layer (LlamaOptions::layer_cast): the bf16 copy holds the LM head and one layer, each layer
+// cast right before its forward and its backward. Two steps with an AdamW update between (so the second step's casts
+// must read the updated masters, the last layer's included) give the step cast's losses and gradients bit for bit:
+// bf16 with no checkpointing, a full first layer with selective ones after, full everywhere, an untied head with the
+// chunked loss, and fp8 (every block linear, its e4m3 weights from the f32 masters either way).
+TEST(LlamaCuda, LayerCastGivesTheBitsOfTheStepCast) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  const bool fp8_gpu = ops::CheckFp8Device(*gpu, "test").ok();
+  struct Variant {
+    const char* name;
+    int64_t full_layers;
+    bool selective, tied;
+    int64_t chunk;
+    bool fp8;
+  };
+  const Variant variants[] = {{"none", 0, false, true, 0, false},
+                              {"full layer 0, selective", 1, true, true, 0, false},
+                              {"full", 3, false, true, 0, false},
+                              {"untied, chunked loss", 0, false, false, 100, false},
+                              {"fp8 all, full layer 0, selective", 1, true, true, 0, true}};
+  for (const Variant& v : variants) {
+    if (v.fp8 && !fp8_gpu) continue;
+    SCOPED_TRACE(v.name);
+    std::vector<double> losses[2], grads[2];
+    for (int layer_cast = 0; layer_cast < 2; ++layer_cast) {
+      LlamaOptions o = Small();
+      o.n_layer = 3;
+      o.precision = v.fp8 ? Precision::kFp8 : Precision::kBf16;
+      if (v.fp8) DT_ASSERT_OK(ParseLlamaFp8Layers("all", o.hidden, &o.fp8_layers));
+      o.fused_classifier = true;
+      o.full_layers = v.full_layers;
+      o.selective = v.selective;
+      o.tie_embeddings = v.tied;
+      o.loss_chunk_tokens = v.chunk;
+      o.layer_cast = layer_cast == 1;
+      std::unique_ptr<Llama> m;
+      DT_ASSERT_OK(Llama::Create(*gpu, o, 2, 128, &m));
+      DT_ASSERT_OK(m->InitParams(21));
+      Batch batch;
+      ASSERT_NO_FATAL_FAILURE(MakeBatch(*gpu, 2, 128, o.vocab_size, 17, &batch));
+      const int64_t np = m->params().numel();
+      Tensor exp_avg, exp_avg_sq;
+      DT_ASSERT_OK(MakeTensor(*gpu, DType::kF32, {np}, std::vector<double>(np, 0.0), &exp_avg));
+      DT_ASSERT_OK(MakeTensor(*gpu, DType::kF32, {np}, std::vector<double>(np, 0.0), &exp_avg_sq));
+      double loss = 0;
+      for (int step = 1; step <= 2; ++step) {
+        ASSERT_NO_FATAL_FAILURE(Step(*gpu, *m, batch, &loss, &grads[layer_cast]));
+        ops::AdamWHyper h;
+        h.lr = 1e-2;
+        h.step = step;
+        DT_ASSERT_OK(ops::AdamWUpdate(*gpu, h, &m->params(), m->grads(), &exp_avg, &exp_avg_sq));
+      }
+      DT_ASSERT_OK(Fetch(*gpu, m->losses(), &losses[layer_cast]));
+    }
+    EXPECT_EQ(losses[1], losses[0]);
+    EXPECT_EQ(grads[1], grads[0]);
+  }
+}
+
+TEST(Llama, LayerCastNeedsABf16CopyOfF32Masters) {
+  auto cpu = Cpu();
+  std::unique_ptr<Llama> m;
+  LlamaOptions o = Tiny();
+  o.layer_cast = true;
+  const Status st = Llama::Create(*cpu, o, 1, 8, &m);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("model.llama.weight_cast layer"), std::string::npos) << st.ToString();
+}
+
 TEST(Llama, Bf16MastersNeedBf16OnCuda) {
   auto cpu = Cpu();
   std::unique_ptr<Llama> m;
@@ -777,13 +847,16 @@ TEST(LlamaCuda, GraphedStepEqualsEagerStep) {
   DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
   const bool fp8_gpu = ops::CheckFp8Device(*gpu, "test").ok();
   // bf16 unchunked and with the chunked loss (100, 100, 56 tokens); fp8 (every block linear) on an FP8 GPU.
+  // The last: bf16 with the per-layer weight cast (layer_cast).
   const std::vector<std::pair<Precision, int64_t>> variants = {
-      {Precision::kBf16, 0}, {Precision::kBf16, 100}, {Precision::kFp8, 0}};
+      {Precision::kBf16, 0}, {Precision::kBf16, 100}, {Precision::kFp8, 0}, {Precision::kBf16, -1}};
   for (auto [precision, chunk] : variants) {
     if (precision == Precision::kFp8 && !fp8_gpu) continue;
     SCOPED_TRACE("fp8 " + std::to_string(precision == Precision::kFp8) + ", loss_chunk_tokens " +
                  std::to_string(chunk));
     LlamaOptions o = Small();
+    o.layer_cast = chunk < 0;
+    chunk = std::max<int64_t>(chunk, 0);
     o.precision = precision;
     if (precision == Precision::kFp8) DT_ASSERT_OK(ParseLlamaFp8Layers("all", o.hidden, &o.fp8_layers));
     o.fused_classifier = true;

@@ -20,6 +20,7 @@
 #include "core/check.h"
 #include "core/device_context.h"
 #include "kernels/matmul_fp8.h"
+#include "models/llama.h"
 #include "runtime/config/config.h"
 #include "runtime/optim/offloaded_state.h"
 #include "runtime/optim/parameter_updater.h"
@@ -173,7 +174,7 @@ TEST(MemoryPlanCuda, Bf16LlamaPlanIsWithinFivePercentOfTheCachingAllocatorsPeak)
   ASSERT_TRUE(DeviceContext::CreateCuda(0, &gpu).ok());
   const bool fp8_gpu = ops::CheckFp8Device(*gpu, "test").ok();
   struct Case {
-    std::string precision, policy, offload = "none", keep_gib = "0";
+    std::string precision, policy, offload = "none", keep_gib = "0", cast = "step";
   };
   const std::vector<Case> cases = {{"bf16", "none"},
                                    {"bf16", "selective"},
@@ -183,21 +184,23 @@ TEST(MemoryPlanCuda, Bf16LlamaPlanIsWithinFivePercentOfTheCachingAllocatorsPeak)
                                    {"fp8", "none"},
                                    {"fp8", "selective"},
                                    {"fp8:qkv,down", "none"},  // some inputs shared by all layers, the others kept
-                                   {"fp8:gate_up", "full"}};
-  for (const auto& [precision_layers, policy, offload, keep_gib] : cases) {
+                                   {"fp8:gate_up", "full"},
+                                   {"bf16", "selective", "none", "0", "layer"},  // model.llama.weight_cast layer
+                                   {"bf16", "full", "none", "0", "layer"}};
+  for (const auto& [precision_layers, policy, offload, keep_gib, cast] : cases) {
     // "fp8" (every block linear) or "fp8:LIST" (model.llama.fp8_layers)
     const std::string precision = precision_layers.substr(0, precision_layers.find(':'));
     const std::string layers = precision != "fp8"              ? "auto"
                                : precision == precision_layers ? "all"
                                                                : precision_layers.substr(4);
     if (precision == "fp8" && !fp8_gpu) continue;
-    SCOPED_TRACE(precision_layers + " " + policy + " offload " + offload + " keep " + keep_gib);
-    const proto::Config cfg =
-        Tiny({"train.device=cuda", "train.precision=" + precision, "optim.offload=" + offload,
-              "optim.offload_keep_gib=" + keep_gib, "model.llama.vocab_size=32000", "model.llama.fp8_layers=" + layers,
-              "model.llama.hidden=512", "model.llama.n_head=8", "model.llama.n_kv_head=4",
-              "model.llama.ffn_hidden=1376", "model.llama.n_layer=4", "model.llama.max_seq_len=512",
-              "data.batch_size=8", "model.llama.activation_checkpointing=" + policy});
+    SCOPED_TRACE(precision_layers + " " + policy + " offload " + offload + " keep " + keep_gib + " cast " + cast);
+    const proto::Config cfg = Tiny(
+        {"train.device=cuda", "train.precision=" + precision, "optim.offload=" + offload,
+         "optim.offload_keep_gib=" + keep_gib, "model.llama.vocab_size=32000", "model.llama.fp8_layers=" + layers,
+         "model.llama.hidden=512", "model.llama.n_head=8", "model.llama.n_kv_head=4", "model.llama.ffn_hidden=1376",
+         "model.llama.n_layer=4", "model.llama.max_seq_len=512", "data.batch_size=8",
+         "model.llama.activation_checkpointing=" + policy, "model.llama.weight_cast=" + cast});
     ExpectPlanNearCudaPeak(cfg);
   }
 }
@@ -300,6 +303,33 @@ TEST(MemoryPlan, Fp8WeightsHaveNoBf16WorkingCopy) {
   EXPECT_EQ(plan("fp8", "none").working_copy, bf16.working_copy);
   EXPECT_EQ(plan("fp8", "qkv,fc_proj").working_copy, in.Bytes(bf16.num_params - L * 7 * c * c, DType::kBF16));
   EXPECT_EQ(plan("fp8", "all").working_copy, in.Bytes(bf16.num_params - L * 12 * c * c - vp * c, DType::kBF16));
+}
+
+// model.llama.weight_cast layer: the bf16 copy is the LM head (the tied embedding) and one layer; step: every
+// parameter; none with bf16 masters.
+TEST(MemoryPlan, LayerCastKeepsTheHeadAndOneLayerInBf16) {
+  models::MemoryPlanInputs in;
+  in.cuda = true;
+  auto plan = [&](const std::string& cast, models::MemoryPlan* out, const std::string& masters = "fp32") {
+    const proto::Config cfg = Tiny({"train.device=cuda", "train.precision=bf16", "model.llama.n_layer=4",
+                                    "model.llama.weight_cast=" + cast, "train.master_weights=" + masters});
+    models::MemoryPlanInputs run;
+    Status st = MemoryPlanInputsOf(cfg, 1, /*cuda=*/true, &run);
+    return st.ok() ? PlanRunMemory(cfg, run, out) : st;
+  };
+  models::MemoryPlan step, layer;
+  ASSERT_TRUE(plan("step", &step).ok());
+  ASSERT_TRUE(plan("layer", &layer).ok());
+  const proto::Config cfg = Tiny({});
+  const proto::LlamaConfig& g = cfg.model().llama();
+  const int64_t c = g.hidden(), vp = models::Llama::PaddedVocab(g.vocab_size()), L = 4;
+  const int64_t layer_params = (step.num_params - vp * c - c) / L;
+  EXPECT_EQ(step.working_copy, in.Bytes(step.num_params, DType::kBF16));
+  EXPECT_EQ(layer.working_copy, in.Bytes(vp * c + layer_params, DType::kBF16));
+  EXPECT_EQ(step.total() - layer.total(), step.working_copy - layer.working_copy);
+  models::MemoryPlan bf16_masters;  // no copy to make: none planned (the run check refuses it, llama_spec_test.cc)
+  ASSERT_TRUE(plan("layer", &bf16_masters, "bf16").ok());
+  EXPECT_EQ(bf16_masters.working_copy, 0);
 }
 
 // GPT-2 plugs in its own plan (models/gpt2_spec.cc): configs/gpt2_tiny.yaml, none and full (train.recompute).
@@ -480,18 +510,20 @@ TEST(MemoryFit, AutoOffloadKeepsWhatTheBudgetLeaves) {
 }
 
 // optim.offload auto with the policy left to the budget weighs each fitting policy's recompute against the PCIe time
-// of the state it leaves in host memory. Llama-3-8B with fp32 masters and state on an H200's 138.7 GiB: full keeps
-// 56.66 of the 59.83 GiB on the GPU and wins (measured there: 9,055 tokens/s, against 5,835 for none keeping 25.6
-// GiB: bench/results/2026-12-04-llama-offload-keep-h200.md); bf16 masters and state under a budget 0.5 GiB short of
+// of the state it leaves in host memory. Llama-3-8B with fp32 masters and state on an H200's 138.7 GiB, the weights'
+// bf16 copy made per step: full keeps 56.66 of the 59.83 GiB on the GPU and wins (measured there: 9,055 tokens/s,
+// against 5,835 for none keeping 25.6 GiB: bench/results/2026-12-04-llama-offload-keep-h200.md); with the cast per
+// layer open too, the whole state fits with 12 full layers; bf16 masters and state under a budget 0.5 GiB short of
 // the plan without offload or checkpointing: selective fits it all on the GPU for less than streaming the rest.
 TEST(MemoryFit, AutoOffloadWeighsRecomputeAgainstPcie) {
   const std::string eight_b = DT_SOURCE_DIR "/configs/llama3_8b.yaml";
   proto::Config cfg;
-  ASSERT_TRUE(LoadConfig(eight_b,
-                         {"train.master_weights=fp32", "optim.state_dtype=fp32", "optim.offload=auto",
-                          "train.memory_budget_gib=138.7", "model.llama.activation_checkpointing=auto"},
-                         &cfg)
-                  .ok());
+  const std::vector<std::string> fp32_auto = {"train.master_weights=fp32", "optim.state_dtype=fp32",
+                                              "optim.offload=auto", "train.memory_budget_gib=138.7",
+                                              "model.llama.activation_checkpointing=auto"};
+  std::vector<std::string> step_cast = fp32_auto;
+  step_cast.push_back("model.llama.weight_cast=step");
+  ASSERT_TRUE(LoadConfig(eight_b, step_cast, &cfg).ok());
   MemoryFit fit;
   Status st = FitMemory(&cfg, 1, /*cuda=*/true, 0, &fit);
   ASSERT_TRUE(st.ok()) << st.ToString();
@@ -500,6 +532,15 @@ TEST(MemoryFit, AutoOffloadWeighsRecomputeAgainstPcie) {
   // The H200 run printed 56.6641; a CPU-only build (the asan stage) plans without cuDNN's workspace: 2 MiB more.
   EXPECT_NEAR(cfg.optim().offload_keep_gib(), 56.6641, 0.01);
   EXPECT_NE(fit.offload.find("the least recompute + PCIe time"), std::string::npos) << fit.offload;
+  // weight_cast auto: without the 15 GiB bf16 copy the whole state fits beside 12 full and 20 selective layers, far
+  // less recompute than full everywhere, and no PCIe.
+  ASSERT_TRUE(LoadConfig(eight_b, fp32_auto, &cfg).ok());
+  st = FitMemory(&cfg, 1, /*cuda=*/true, 0, &fit);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(fit.chosen, "full on the first 12 of 32 layers, selective on the rest, weights cast per layer");
+  EXPECT_EQ(cfg.model().llama().weight_cast(), "layer");
+  EXPECT_EQ(cfg.model().llama().full_checkpoint_layers(), 12);
+  EXPECT_EQ(cfg.optim().offload(), "none");
 
   proto::Config plain;
   ASSERT_TRUE(
