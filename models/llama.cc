@@ -120,34 +120,15 @@ Status Llama::Create(DeviceContext& ctx, const LlamaOptions& opts, int64_t batch
   DT_RETURN_IF_ERROR(m->Alloc({offset}, opts.bf16_masters ? DType::kBF16 : opts.dtype, &m->params_));
   DT_RETURN_IF_ERROR(m->Alloc({offset}, opts.dtype, &m->grads_));
   DT_RETURN_IF_ERROR(m->grads_.SetZero(ctx.stream()));
-  const bool mixed = m->mixed() && !opts.bf16_masters;  // a bf16 working copy
-  // Its size and where parameter p sits in it: every parameter at its own offset, or (layer_cast) the LM head at 0
-  // and each block parameter at head + its offset in its layer (all layers share that part).
-  const ParamInfo& head = m->infos_[static_cast<size_t>(m->head_index())];
-  const int64_t layer_begin = m->infos_[static_cast<size_t>(m->ParamIndex(0, 0))].offset;
-  const int64_t layer_numel = m->infos_[static_cast<size_t>(m->ParamIndex(1, 0))].offset - layer_begin;
-  auto at16 = [&](int i) -> int64_t {  // -1: no copy (a norm weight or the untied embedding: read from the master)
-    const ParamInfo& p = m->infos_[static_cast<size_t>(i)];
-    if (!opts.layer_cast) return p.offset;
-    if (i == m->head_index()) return 0;
-    if (i < m->ParamIndex(0, 0) || i >= m->norm_index()) return -1;
-    return head.numel + (p.offset - layer_begin) % layer_numel;
-  };
-  if (mixed) {
-    const int64_t numel16 = opts.layer_cast ? head.numel + layer_numel : offset;
-    DT_RETURN_IF_ERROR(m->Alloc({numel16}, DType::kBF16, &m->params16_));
-  }
-  for (size_t i = 0; i < m->infos_.size(); ++i) {
-    const ParamInfo& p = m->infos_[i];
-    Tensor w, g, w16;
+  for (const ParamInfo& p : m->infos_) {
+    Tensor w, g;
     DT_RETURN_IF_ERROR(m->params_.View(p.offset, p.shape, &w));
     DT_RETURN_IF_ERROR(m->grads_.View(p.offset, p.shape, &g));
-    const int64_t o16 = at16(static_cast<int>(i));
-    if (mixed && o16 >= 0) DT_RETURN_IF_ERROR(m->params16_.View(o16, p.shape, &w16));
     m->w_.push_back(w);
     m->g_.push_back(g);
-    m->w16_.push_back(w16);
   }
+  if (m->mixed() && !opts.bf16_masters) DT_RETURN_IF_ERROR(m->MakeWeightCopy());
+  m->w16_.resize(m->infos_.size());  // undefined where there is no copy
   // Made once here: RopeTable synchronizes with the device, which a step (or a graph capture) must not.
   DT_RETURN_IF_ERROR(
       ops::RopeTable(ctx, opts.max_seq_len, hs, opts.rope_theta, &m->rope_cos_, &m->rope_sin_, opts.rope_scaling));
@@ -160,6 +141,63 @@ Status Llama::Create(DeviceContext& ctx, const LlamaOptions& opts, int64_t batch
 
 Status Llama::Alloc(const std::vector<int64_t>& shape, DType dt, Tensor* t) {
   return Tensor::Empty(shape, dt, ctx_.allocator(), t);
+}
+
+Status Llama::MakeWeightCopy() {
+  // A block parameter the GEMMs read in bf16: a linear weight that does not run in FP8.
+  auto copied = [&](int i) {
+    if (i < ParamIndex(0, 0) || i >= norm_index()) return false;
+    const int p = (i - 1) % kLayerParams;
+    for (int j = 0; j < 4; ++j) {
+      if (kLinearParam[j] == p) return !(opts_.precision == Precision::kFp8 && opts_.fp8_layers.on[j]);
+    }
+    return false;
+  };
+  std::vector<int64_t> at16(infos_.size(), -1);  // where parameter i sits in the copy (-1: not copied)
+  int64_t numel16 = 0;
+  auto copy = [&](int i, std::vector<CopyRun>* runs, int64_t src) {  // the next slot; runs merge when contiguous
+    const int64_t numel = infos_[static_cast<size_t>(i)].numel;
+    at16[static_cast<size_t>(i)] = numel16;
+    if (!runs->empty() && runs->back().src + runs->back().numel == src &&
+        runs->back().dst + runs->back().numel == numel16) {
+      runs->back().numel += numel;
+    } else {
+      runs->push_back({src, numel16, numel});
+    }
+    numel16 += numel;
+  };
+  layer_begin_ = infos_[static_cast<size_t>(ParamIndex(0, 0))].offset;
+  layer_numel_ = infos_[static_cast<size_t>(ParamIndex(1, 0))].offset - layer_begin_;
+  if (!opts_.layer_cast) {
+    for (int i = 0; i < static_cast<int>(infos_.size()); ++i) {
+      if (i == head_index() || copied(i)) copy(i, &copy_runs_, infos_[static_cast<size_t>(i)].offset);
+    }
+  } else {  // the head, then layer 0's part, which every layer's parameters share
+    copy(head_index(), &copy_runs_, infos_[static_cast<size_t>(head_index())].offset);
+    for (int p = 0; p < kLayerParams; ++p) {
+      const int i = ParamIndex(0, p);
+      if (copied(i)) copy(i, &layer_runs_, infos_[static_cast<size_t>(i)].offset - layer_begin_);
+    }
+    for (int l = 1; l < static_cast<int>(opts_.n_layer); ++l) {
+      for (int p = 0; p < kLayerParams; ++p) at16[static_cast<size_t>(ParamIndex(l, p))] = at16[ParamIndex(0, p)];
+    }
+  }
+  DT_RETURN_IF_ERROR(Alloc({numel16}, DType::kBF16, &params16_));
+  w16_.resize(infos_.size());
+  for (size_t i = 0; i < infos_.size(); ++i) {
+    if (at16[i] >= 0) DT_RETURN_IF_ERROR(params16_.View(at16[i], infos_[i].shape, &w16_[i]));
+  }
+  return Status::OK();
+}
+
+Status Llama::CastRuns(const std::vector<CopyRun>& runs, int64_t src_offset) {
+  for (const CopyRun& r : runs) {
+    Tensor src, dst;
+    DT_RETURN_IF_ERROR(params_.View(src_offset + r.src, {r.numel}, &src));
+    DT_RETURN_IF_ERROR(params16_.View(r.dst, {r.numel}, &dst));
+    DT_RETURN_IF_ERROR(ops::Cast(ctx_, src, &dst));
+  }
+  return Status::OK();
 }
 
 Status Llama::InitParams(uint64_t seed) {
@@ -259,20 +297,10 @@ Status Llama::Forward(const Tensor& inputs, const Tensor& targets) {
   const int64_t n = batch_ * seq_len_;
   DT_RETURN_IF_ERROR(inputs.Reshape({n}, &ids_));
   DT_RETURN_IF_ERROR(targets.Reshape({n}, &targets_));
-  // The bf16 working copy of the (just updated) f32 master weights (bf16 masters are the GEMM weights themselves):
-  // all of it, or (layer_cast) the LM head's, each layer's following in CastLayer.
-  if (mixed() && !opts_.bf16_masters) {
-    if (opts_.layer_cast) {
-      const ParamInfo& head = infos_[static_cast<size_t>(head_index())];
-      Tensor src, dst;
-      DT_RETURN_IF_ERROR(params_.View(head.offset, {head.numel}, &src));
-      DT_RETURN_IF_ERROR(params16_.View(0, {head.numel}, &dst));
-      DT_RETURN_IF_ERROR(ops::Cast(ctx_, src, &dst));
-      cast_layer_ = -1;  // the masters changed since
-    } else {
-      DT_RETURN_IF_ERROR(ops::Cast(ctx_, params_, &params16_));
-    }
-  }
+  // The bf16 copy of the (just updated) f32 master weights (bf16 masters are the GEMM weights themselves): all of it,
+  // or (layer_cast) the LM head's, each layer's following in CastLayer.
+  DT_RETURN_IF_ERROR(CastRuns(copy_runs_, 0));
+  cast_layer_ = -1;  // the masters changed since
   // The FP8 weights (both layouts), from the master weights (f32, or bf16 masters).
   for (int l = 0; fp8_ != nullptr && l < opts_.n_layer; ++l) {
     for (int i = 0; i < 4; ++i) {
@@ -328,13 +356,7 @@ Status Llama::Predict(DeviceContext& ctx, Tensor* pred) {
 
 Status Llama::CastLayer(int layer) {
   if (!opts_.layer_cast || cast_layer_ == layer) return Status::OK();
-  const int64_t begin = infos_[static_cast<size_t>(ParamIndex(layer, 0))].offset;
-  const int64_t end = infos_[static_cast<size_t>(ParamIndex(layer + 1, 0))].offset;  // the next layer's, or the norm's
-  const int64_t head = infos_[static_cast<size_t>(head_index())].numel;
-  Tensor src, dst;
-  DT_RETURN_IF_ERROR(params_.View(begin, {end - begin}, &src));
-  DT_RETURN_IF_ERROR(params16_.View(head, {end - begin}, &dst));
-  DT_RETURN_IF_ERROR(ops::Cast(ctx_, src, &dst));
+  DT_RETURN_IF_ERROR(CastRuns(layer_runs_, layer * layer_numel_));
   cast_layer_ = layer;
   return Status::OK();
 }

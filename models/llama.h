@@ -30,7 +30,8 @@
 // Precision:
 //   kFp32: every tensor f32 (CPU or CUDA), or f64 on the CPU (options.dtype; for gradient checks).
 //   kBf16 (CUDA only): params()/grads() stay f32 (master weights, f32 gradients); Forward casts the params into a bf16
-//     copy used by the GEMMs; activations are bf16; RMSNorm statistics, softmax statistics and every reduction fp32.
+//     copy used by the GEMMs (of the LM head and the block linears' weights not in FP8: the RMSNorms and the embedding
+//     lookup read the masters); activations are bf16; RMSNorm statistics, softmax statistics and every reduction fp32.
 //     With layer_cast (model.llama.weight_cast layer) that copy holds the LM head and one layer: each layer's
 //     parameters are cast into the layer part right before LayerForward and again before LayerBackward (unless it
 //     still holds them: the last layer's, and a full layer's recompute), so the copy is 2 bytes a parameter smaller
@@ -187,6 +188,13 @@ class Llama final : public Model {
   // Weight `i` as used by the GEMMs: a view of params_ (fp32, or bf16 masters), or of the bf16 copy (layer_cast: a
   // block weight's view is valid after CastLayer of its layer).
   const Tensor& gemm_weight(int i) const { return mixed() && !opts_.bf16_masters ? w16_[i] : w_[i]; }
+  // The bf16 copy: which stretches of params_ go where in params16_ (copy_runs_, cast by Forward; layer_cast:
+  // layer_runs_, layer 0's, sources relative to layer 0's first parameter), its allocation, w16_.
+  struct CopyRun {
+    int64_t src, dst, numel;
+  };
+  Status MakeWeightCopy();
+  Status CastRuns(const std::vector<CopyRun>& runs, int64_t src_offset);  // each run's source + src_offset
   // layer_cast: `layer`'s parameters into the copy's layer part, unless it holds them already (cast_layer_).
   Status CastLayer(int layer);
 
@@ -210,11 +218,13 @@ class Llama final : public Model {
   DeviceContext& ctx_;
   LlamaOptions opts_;
   std::vector<ParamInfo> infos_;
-  Tensor params_, grads_, params16_;  // params16_: the bf16 copy (kBf16 with f32 masters; layer_cast: head | layer)
-  int cast_layer_ = -1;               // layer_cast: the layer whose parameters params16_'s layer part holds
-  std::vector<Tensor> w_, g_, w16_;   // views per parameter
-  Tensor rope_cos_, rope_sin_;        // RoPE tables [max_seq_len, hs / 2], made once
-  Tensor zero_bias_;                  // [C] zeros of the activation dtype: the residual GEMMs' (bias-free) epilogue
+  Tensor params_, grads_, params16_;  // params16_: the bf16 copy (mixed with f32 masters; MakeWeightCopy)
+  std::vector<CopyRun> copy_runs_, layer_runs_;
+  int64_t layer_begin_ = 0, layer_numel_ = 0;  // layer 0's first parameter's offset; a layer's parameters
+  int cast_layer_ = -1;                        // layer_cast: the layer whose parameters params16_'s layer part holds
+  std::vector<Tensor> w_, g_, w16_;            // views per parameter
+  Tensor rope_cos_, rope_sin_;                 // RoPE tables [max_seq_len, hs / 2], made once
+  Tensor zero_bias_;  // [C] zeros of the activation dtype: the residual GEMMs' (bias-free) epilogue
   int64_t batch_ = -1, seq_len_ = -1;
   Tensor ids_, targets_;   // the last Forward's inputs, flat [B*T]
   std::vector<Tensor> x_;  // x_[l]: residual stream entering layer l; x_[n_layer]: after the last layer

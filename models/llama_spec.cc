@@ -262,15 +262,21 @@ Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, Mem
   plan->num_params = params;
   plan->params = bytes(params, in.master_dtype);
   plan->grads = bytes(params, DType::kF32);  // f32 with bf16 masters too (the weight-gradient GEMMs accumulate in f32)
-  // The bf16 copy: every parameter, or (weight_cast layer) the LM head and one layer.
-  const int64_t copied = g.weight_cast() == "layer" ? vp * c + layer_params : params;  // the LM head's vp x c
+  // The bf16 copy (Llama::MakeWeightCopy): the LM head and the block linears' weights that do not run in FP8, of every
+  // layer, or (weight_cast layer) of one.
+  const std::vector<Fp8LinearShape> linears = LlamaLinears(c, g.n_head(), g.n_kv_head(), f);
+  int64_t copied_per_layer = 0;
+  for (size_t j = 0; j < linears.size(); ++j) {
+    if (!(fp8 && fp8_layers.on[j])) copied_per_layer += linears[j].out * linears[j].in;
+  }
+  const int64_t copied = vp * c + (g.weight_cast() == "layer" ? 1 : L) * copied_per_layer;
   if (mixed && in.master_dtype != DType::kBF16) plan->working_copy = bytes(copied, DType::kBF16);
   plan->workspace = 2 * bytes(t * hs / 2, DType::kF32) + bytes(c, act);  // RoPE cos/sin tables, zero bias
 
   const int64_t k = ckpt.full_layers;
   const bool any_selective = ckpt.selective && k < L;
   const int64_t sets = (k > 0 ? 1 : 0) + (L - k);
-  if (fp8) plan->fp8 = Fp8Linears::Bytes(in, LlamaLinears(c, g.n_head(), g.n_kv_head(), f), fp8_layers, L, sets, n);
+  if (fp8) plan->fp8 = Fp8Linears::Bytes(in, linears, fp8_layers, L, sets, n);
   // Per set: what every set keeps whatever the policy.
   const int64_t set_fixed = bytes(n, stat) + bytes(n * qkv, act) + bytes(n * c, act) + bytes(b * g.n_head() * t, stat) +
                             bytes(n * c, act) + bytes(n, stat) + bytes(2 * n * f, act);
