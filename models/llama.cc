@@ -127,8 +127,8 @@ Status Llama::Create(DeviceContext& ctx, const LlamaOptions& opts, int64_t batch
     m->w_.push_back(w);
     m->g_.push_back(g);
   }
-  if (m->mixed() && !opts.bf16_masters) DT_RETURN_IF_ERROR(m->MakeWeightCopy());
   m->w16_.resize(m->infos_.size());  // undefined where there is no copy
+  if (m->mixed() && !opts.bf16_masters) DT_RETURN_IF_ERROR(m->MakeWeightCopy());
   // Made once here: RopeTable synchronizes with the device, which a step (or a graph capture) must not.
   DT_RETURN_IF_ERROR(
       ops::RopeTable(ctx, opts.max_seq_len, hs, opts.rope_theta, &m->rope_cos_, &m->rope_sin_, opts.rope_scaling));
@@ -183,7 +183,6 @@ Status Llama::MakeWeightCopy() {
     }
   }
   DT_RETURN_IF_ERROR(Alloc({numel16}, DType::kBF16, &params16_));
-  w16_.resize(infos_.size());
   for (size_t i = 0; i < infos_.size(); ++i) {
     if (at16[i] >= 0) DT_RETURN_IF_ERROR(params16_.View(at16[i], infos_[i].shape, &w16_[i]));
   }
@@ -356,7 +355,7 @@ Status Llama::Predict(DeviceContext& ctx, Tensor* pred) {
 
 Status Llama::CastLayer(int layer) {
   if (!opts_.layer_cast || cast_layer_ == layer) return Status::OK();
-  DT_RETURN_IF_ERROR(CastRuns(layer_runs_, layer * layer_numel_));
+  DT_RETURN_IF_ERROR(CastRuns(layer_runs_, layer_begin_ + layer * layer_numel_));
   cast_layer_ = layer;
   return Status::OK();
 }

@@ -189,7 +189,8 @@ class Llama final : public Model {
   // block weight's view is valid after CastLayer of its layer).
   const Tensor& gemm_weight(int i) const { return mixed() && !opts_.bf16_masters ? w16_[i] : w_[i]; }
   // The bf16 copy: which stretches of params_ go where in params16_ (copy_runs_, cast by Forward; layer_cast:
-  // layer_runs_, layer 0's, sources relative to layer 0's first parameter), its allocation, w16_.
+  // layer_runs_, layer 0's, sources relative to layer 0's first parameter: layer l's are at layer_begin_ + l x
+  // layer_numel_), its allocation, w16_'s views (sized by Create).
   struct CopyRun {
     int64_t src, dst, numel;
   };
