@@ -318,7 +318,8 @@ TEST(MemoryPlan, LlamaBf16CopyHoldsTheGemmWeightsOfEveryLayerOrOne) {
   };
   const models::MemoryPlan step = plan({"model.llama.weight_cast=step"});
   const models::MemoryPlan layer = plan({"model.llama.weight_cast=layer"});
-  const proto::LlamaConfig& g = Tiny({}).model().llama();
+  const proto::Config tiny = Tiny({});
+  const proto::LlamaConfig& g = tiny.model().llama();
   const int64_t c = g.hidden(), vp = models::Llama::PaddedVocab(g.vocab_size()), L = 4;
   const int64_t linears = (step.num_params - vp * c - c) / L - 2 * c;  // a layer's, without its two norms
   EXPECT_EQ(step.working_copy, in.Bytes(vp * c + L * linears, DType::kBF16));
