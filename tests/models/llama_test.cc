@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -616,6 +617,35 @@ TEST(LlamaCuda, Bf16MatchesCpuF32) {
   }
 }
 
+// `steps` steps of `o` on ctx from InitParams(21) on RunSmall's batch, each followed by an AdamW update (lr 1e-2,
+// beta2 0.95, f32 state, stochastic-rounding seed 5); the mean loss and the grads of every step go to each_step. The
+// model stays in *out.
+void AdamWSteps(DeviceContext& ctx, const LlamaOptions& o, int steps,
+                const std::function<void(int step, double loss, const std::vector<double>& grads)>& each_step,
+                std::unique_ptr<Llama>* out) {
+  DT_ASSERT_OK(Llama::Create(ctx, o, 2, 128, out));
+  Llama& m = **out;
+  DT_ASSERT_OK(m.InitParams(21));
+  Batch batch;
+  ASSERT_NO_FATAL_FAILURE(MakeBatch(ctx, 2, 128, o.vocab_size, 17, &batch));
+  const int64_t np = m.params().numel();
+  Tensor exp_avg, exp_avg_sq;
+  DT_ASSERT_OK(MakeTensor(ctx, DType::kF32, {np}, std::vector<double>(np, 0.0), &exp_avg));
+  DT_ASSERT_OK(MakeTensor(ctx, DType::kF32, {np}, std::vector<double>(np, 0.0), &exp_avg_sq));
+  for (int step = 1; step <= steps; ++step) {
+    double loss = 0;
+    std::vector<double> grads;
+    ASSERT_NO_FATAL_FAILURE(Step(ctx, m, batch, &loss, &grads));
+    each_step(step, loss, grads);
+    ops::AdamWHyper h;
+    h.lr = 1e-2;
+    h.beta2 = 0.95;
+    h.step = step;
+    h.sr_seed = 5;
+    DT_ASSERT_OK(ops::AdamWUpdate(ctx, h, &m.params(), m.grads(), &exp_avg, &exp_avg_sq));
+  }
+}
+
 // bf16 master weights (train.master_weights bf16): the params are the bf16 GEMM weights, the grads f32. From the same
 // init, the first step equals the f32-master bf16 step bit for bit (the f32 masters' bf16 copy is the same RNE rounding
 // of the same draws; the RMSNorm weights start at 1, exact in bf16, and the embedding rows are the same bf16 values).
@@ -632,32 +662,18 @@ TEST(LlamaCuda, Bf16MastersStepMatchesF32MastersAndTrains) {
     o.precision = Precision::kBf16;
     o.bf16_masters = masters16 == 1;
     std::unique_ptr<Llama> m;
-    DT_ASSERT_OK(Llama::Create(*gpu, o, 2, 128, &m));
+    ASSERT_NO_FATAL_FAILURE(AdamWSteps(
+        *gpu, o, 20,
+        [&](int step, double loss, const std::vector<double>& grads) {
+          if (step == 1) {
+            losses[masters16][0] = loss;
+            first_grads[masters16] = grads;
+          }
+          losses[masters16][1] = loss;
+        },
+        &m));
     EXPECT_EQ(m->params().dtype(), masters16 ? DType::kBF16 : DType::kF32);
     EXPECT_EQ(m->grads().dtype(), DType::kF32);
-    DT_ASSERT_OK(m->InitParams(21));
-    Batch batch;
-    ASSERT_NO_FATAL_FAILURE(MakeBatch(*gpu, 2, 128, o.vocab_size, 17, &batch));
-    const int64_t np = m->params().numel();
-    Tensor exp_avg, exp_avg_sq;
-    DT_ASSERT_OK(MakeTensor(*gpu, DType::kF32, {np}, std::vector<double>(np, 0.0), &exp_avg));
-    DT_ASSERT_OK(MakeTensor(*gpu, DType::kF32, {np}, std::vector<double>(np, 0.0), &exp_avg_sq));
-    double loss = 0;
-    std::vector<double> grads;
-    for (int step = 1; step <= 20; ++step) {
-      ASSERT_NO_FATAL_FAILURE(Step(*gpu, *m, batch, &loss, &grads));
-      if (step == 1) {
-        losses[masters16][0] = loss;
-        first_grads[masters16] = grads;
-      }
-      ops::AdamWHyper h;
-      h.lr = 1e-2;
-      h.beta2 = 0.95;
-      h.step = step;
-      h.sr_seed = 5;
-      DT_ASSERT_OK(ops::AdamWUpdate(*gpu, h, &m->params(), m->grads(), &exp_avg, &exp_avg_sq));
-    }
-    losses[masters16][1] = loss;
   }
   EXPECT_EQ(losses[1][0], losses[0][0]);
   EXPECT_EQ(first_grads[1], first_grads[0]);
@@ -791,22 +807,8 @@ TEST(LlamaCuda, LayerCastGivesTheBitsOfTheStepCast) {
       o.loss_chunk_tokens = v.chunk;
       o.layer_cast = layer_cast == 1;
       std::unique_ptr<Llama> m;
-      DT_ASSERT_OK(Llama::Create(*gpu, o, 2, 128, &m));
-      DT_ASSERT_OK(m->InitParams(21));
-      Batch batch;
-      ASSERT_NO_FATAL_FAILURE(MakeBatch(*gpu, 2, 128, o.vocab_size, 17, &batch));
-      const int64_t np = m->params().numel();
-      Tensor exp_avg, exp_avg_sq;
-      DT_ASSERT_OK(MakeTensor(*gpu, DType::kF32, {np}, std::vector<double>(np, 0.0), &exp_avg));
-      DT_ASSERT_OK(MakeTensor(*gpu, DType::kF32, {np}, std::vector<double>(np, 0.0), &exp_avg_sq));
-      double loss = 0;
-      for (int step = 1; step <= 2; ++step) {
-        ASSERT_NO_FATAL_FAILURE(Step(*gpu, *m, batch, &loss, &grads[layer_cast]));
-        ops::AdamWHyper h;
-        h.lr = 1e-2;
-        h.step = step;
-        DT_ASSERT_OK(ops::AdamWUpdate(*gpu, h, &m->params(), m->grads(), &exp_avg, &exp_avg_sq));
-      }
+      ASSERT_NO_FATAL_FAILURE(AdamWSteps(
+          *gpu, o, 2, [&](int, double, const std::vector<double>& g) { grads[layer_cast] = g; }, &m));
       DT_ASSERT_OK(Fetch(*gpu, m->losses(), &losses[layer_cast]));
     }
     EXPECT_EQ(losses[1], losses[0]);
@@ -814,25 +816,20 @@ TEST(LlamaCuda, LayerCastGivesTheBitsOfTheStepCast) {
   }
 }
 
-TEST(Llama, LayerCastNeedsABf16CopyOfF32Masters) {
+// bf16 masters and the per-layer weight cast are mixed-precision options: refused on the CPU (fp32), named.
+TEST(Llama, Bf16MastersAndLayerCastNeedBf16OnCuda) {
   auto cpu = Cpu();
-  std::unique_ptr<Llama> m;
-  LlamaOptions o = Tiny();
-  o.layer_cast = true;
-  const Status st = Llama::Create(*cpu, o, 1, 8, &m);
-  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
-  EXPECT_NE(st.message().find("model.llama.weight_cast layer"), std::string::npos) << st.ToString();
-}
-
-TEST(Llama, Bf16MastersNeedBf16OnCuda) {
-  auto cpu = Cpu();
-  std::unique_ptr<Llama> m;
-  LlamaOptions o = Tiny();
-  o.bf16_masters = true;
-  const Status st = Llama::Create(*cpu, o, 1, 8, &m);
-  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
-  EXPECT_NE(st.message().find("train.master_weights bf16 needs train.precision bf16"), std::string::npos)
-      << st.ToString();
+  for (const bool masters : {true, false}) {
+    std::unique_ptr<Llama> m;
+    LlamaOptions o = Tiny();
+    o.bf16_masters = masters;
+    o.layer_cast = !masters;
+    const Status st = Llama::Create(*cpu, o, 1, 8, &m);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+    const char* want =
+        masters ? "train.master_weights bf16 needs train.precision bf16" : "model.llama.weight_cast layer";
+    EXPECT_NE(st.message().find(want), std::string::npos) << st.ToString();
+  }
 }
 
 #if DT_HAVE_CUDA
