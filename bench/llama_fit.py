@@ -2,8 +2,9 @@
 """The largest Llama that fits one GPU, per memory-policy combination, from dtrain's memory plan (issue 36).
 
 For each combination of activation checkpointing (none, selective, full), master-weight / optimizer-state dtypes
-(fp32/fp32, fp32/bf16, bf16/bf16) and where the optimizer state lives (optim.offload none, or cpu: host memory, only
-a ring of chunks on the GPU; the host's memory is not checked here), with the chunked loss on (model.llama.loss_chunk_tokens 1024): does the Llama-3-8B
+(fp32/fp32, fp32/bf16, bf16/bf16), where the optimizer state lives (optim.offload none, or cpu: host memory, only
+a ring of chunks on the GPU; the host's memory is not checked here) and, with fp32 masters, when their bf16 copy is
+made (model.llama.weight_cast step: every layer's, kept; layer: one layer's at a time), with the chunked loss on (model.llama.loss_chunk_tokens 1024): does the Llama-3-8B
 shape fit, and how deep can its layer (hidden 4096, 32 heads, 8 KV heads, FFN 14336, vocabulary 128256, untied) be
 stacked before the plan exceeds the budget? Each answer is one `dtrain launch --dry-run` (models/memory_plan.h, the
 plan the launcher checks before any rank starts): it runs on a machine without a GPU (train.device cuda plans for
@@ -25,13 +26,13 @@ POLICIES = ["none", "selective", "full"]
 CAPPED = set()  # (combination..., layers) refused by dtrain's 2^34-parameter cap, not by the budget
 
 
-def plan(a, layers, policy, masters, state, offload):
+def plan(a, layers, policy, masters, state, offload, cast):
     """The planned GiB per rank, or None when the plan does not fit the budget."""
     cmd = [a.dtrain, "launch", "--dry-run", "--nproc-per-node", "1", a.config,
            "--set", "train.device=cuda", "--set", f"train.memory_budget_gib={a.budget_gib}",
            "--set", f"model.llama.n_layer={layers}", "--set", f"model.llama.activation_checkpointing={policy}",
            "--set", f"train.master_weights={masters}", "--set", f"optim.state_dtype={state}",
-           "--set", f"optim.offload={offload}",
+           "--set", f"optim.offload={offload}", "--set", f"model.llama.weight_cast={cast}",
            "--set", f"data.batch_size={a.batch}", "--set", f"model.llama.max_seq_len={a.seq}",
            "--set", "model.llama.loss_chunk_tokens=1024"]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -44,7 +45,7 @@ def plan(a, layers, policy, masters, state, offload):
     if "exceeds train.memory_budget_gib" in text:
         return None
     if "parameters (2^34); make the model smaller" in text:  # dtrain's parameter cap, before memory runs out
-        CAPPED.add((policy, masters, state, offload, layers))
+        CAPPED.add((policy, masters, state, offload, cast, layers))
         return None
     sys.exit(f"llama_fit: {' '.join(cmd)} failed (exit {r.returncode}):\n{text}")
 
@@ -64,31 +65,31 @@ def main():
     p.add_argument("--seq", type=int, default=2048)
     a = p.parse_args()
     print(f"budget {a.budget_gib} GiB per GPU, B x T = {a.batch} x {a.seq}, loss chunk 1024 tokens; planned figures\n")
-    print("| activation checkpointing | master weights | optimizer state | offload | Llama-3-8B (32 layers): planned "
-          "peak | deepest stack of 8B's layer that fits | its parameters | its planned peak |")
-    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: |")
-    for masters, state, offload in COMBOS:
-        fits = lambda layers: plan(a, layers, policy, masters, state, offload)  # noqa: E731
-        for policy in POLICIES:
-            at8b = fits(32)
-            lo, hi = 0, 1  # largest fitting depth: lo fits (0 = none does), hi does not
-            while fits(hi) is not None:
-                lo, hi = hi, hi * 2
-                if hi > 256:
-                    break
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if fits(mid) is not None:
-                    lo = mid
-                else:
-                    hi = mid
-            deepest = fits(lo) if lo > 0 else None
-            print(f"| {policy} | {masters} | {state} | {offload} | "
-                  f"{'%.2f GiB' % at8b if at8b is not None else 'does not fit'} | "
-                  f"{lo if lo > 0 else '-'} layers"
-                  f"{' (the 2^34-parameter cap)' if (policy, masters, state, offload, hi) in CAPPED else ''} | "
-                  f"{params_of(lo) / 1e9:.2f}B | "
-                  f"{'%.2f GiB' % deepest if deepest is not None else '-'} |")
+    print("| activation checkpointing | master weights | optimizer state | offload | weight cast | Llama-3-8B (32 layers): "
+          "planned peak | deepest stack of 8B's layer that fits | its parameters | its planned peak |")
+    print("| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |")
+    for masters, state, offload, policy, cast in [(m, s, o, pol, c) for m, s, o in COMBOS for pol in POLICIES
+                                                  for c in (["step", "layer"] if m == "fp32" else ["step"])]:
+        fits = lambda layers: plan(a, layers, policy, masters, state, offload, cast)  # noqa: E731
+        at8b = fits(32)
+        lo, hi = 0, 1  # largest fitting depth: lo fits (0 = none does), hi does not
+        while fits(hi) is not None:
+            lo, hi = hi, hi * 2
+            if hi > 256:
+                break
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fits(mid) is not None:
+                lo = mid
+            else:
+                hi = mid
+        deepest = fits(lo) if lo > 0 else None
+        print(f"| {policy} | {masters} | {state} | {offload} | {cast if masters == 'fp32' else '-'} | "
+              f"{'%.2f GiB' % at8b if at8b is not None else 'does not fit'} | "
+              f"{lo if lo > 0 else '-'} layers"
+              f"{' (the 2^34-parameter cap)' if (policy, masters, state, offload, cast, hi) in CAPPED else ''} | "
+              f"{params_of(lo) / 1e9:.2f}B | "
+              f"{'%.2f GiB' % deepest if deepest is not None else '-'} |")
 
 
 if __name__ == "__main__":
