@@ -312,7 +312,6 @@ Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, Mem
   return Status::OK();
 }
 
-// The chunked loss.
 // The chunked loss, and the per-layer weight cast (named only where it plans less: a run with a bf16 copy).
 std::vector<MemoryKnob> MemoryKnobs(const proto::Config& config) {
   const proto::LlamaConfig& g = config.model().llama();
