@@ -99,10 +99,13 @@ std::string LocalAddress(const std::string& line) {
 // test's own shell and `env` (they carry the planted values, as a user's environment would).
 std::vector<std::string> CommandLinesWith(const std::string& marker) {
   std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
+  // /proc changes while it is read (processes exit mid-scan): the non-throwing overloads end the scan instead of
+  // throwing out of the sampling loop, whose joinable std::thread would then terminate the test binary.
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(e.path().string() + "/cmdline", std::ios::binary);
+    std::ifstream in(it->path().string() + "/cmdline", std::ios::binary);
     std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     for (char& c : cmd) c = c == '\0' ? ' ' : c;
     const bool own = cmd.rfind("sh -c ", 0) == 0 || cmd.rfind("env ", 0) == 0;
