@@ -100,7 +100,11 @@ Status EmbeddingForward(DeviceContext& ctx, const Tensor& ids, const Tensor& tab
 
 Status EmbeddingBackward(DeviceContext& ctx, const Tensor& ids, const Tensor& dout, Tensor* dtable) {
   DT_CHECK_ARG(dtable != nullptr, "EmbeddingBackward: dtable is null");
-  DT_RETURN_IF_ERROR(CheckArgs(ctx, "EmbeddingBackward", ids, *dtable, dout));
+  // A bf16 dtable beside bf16 rows (bf16 gradients), CUDA only: checked as an f32 dtable would be.
+  const bool bf16_grad = dtable->dtype() == DType::kBF16 && dout.dtype() == DType::kBF16 && ctx.is_cuda();
+  const Tensor dtable_like =
+      bf16_grad ? Tensor::Wrap(dtable->data(), dtable->shape(), DType::kF32, dtable->device()) : *dtable;
+  DT_RETURN_IF_ERROR(CheckArgs(ctx, "EmbeddingBackward", ids, dtable_like, dout));
   const int64_t n = ids.numel(), v = dtable->dim(0), c = dtable->dim(1);
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
@@ -109,6 +113,10 @@ Status EmbeddingBackward(DeviceContext& ctx, const Tensor& ids, const Tensor& do
     DT_RETURN_IF_ERROR(EmbeddingBackwardScratchBytes(n, v, &bytes));
     Tensor scratch;
     DT_RETURN_IF_ERROR(Tensor::Empty({static_cast<int64_t>(bytes)}, DType::kU8, ctx.allocator(), &scratch));
+    if (bf16_grad) {
+      return EmbeddingBackwardCudaBf16Grad(dtable->data<uint16_t>(), ids.data<int32_t>(), dout.data<uint16_t>(), n, v,
+                                           c, scratch.data(), bytes, ctx.stream());
+    }
     if (IsHalfFloat(dout.dtype())) {
       const auto fn = dout.dtype() == DType::kBF16 ? EmbeddingBackwardCudaBf16 : EmbeddingBackwardCudaF16;
       return fn(dtable->data<float>(), ids.data<int32_t>(), dout.data<uint16_t>(), n, v, c, scratch.data(), bytes,

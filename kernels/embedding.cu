@@ -1,6 +1,7 @@
 // Embedding kernels. Forward gathers f32 table rows into f32, bf16 or fp16 rows. Backward is deterministic: the ids are
 // stably sorted (CUB radix sort of (id, position) pairs), then one warp per distinct id sums its dout rows in
-// increasing position order and adds the total to dtable once: no float atomics, bitwise reproducible.
+// increasing position order and adds the total to dtable once: no float atomics, bitwise reproducible. dtable is f32,
+// or bf16 beside bf16 rows (bf16 gradients, train.gradients: the f32 total added to the widened entry, rounded once).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -18,6 +19,7 @@ namespace dtrain::ops {
 
 namespace {
 
+using detail::FromF32;
 using detail::LoadV;
 using detail::StoreV;
 using detail::ToF32;
@@ -54,8 +56,8 @@ __global__ void SortInputKernel(int32_t* keys, int32_t* positions, const int32_t
 
 // One warp per sorted index i that starts a run of equal ids: lanes stride over the columns, each summing the
 // run's dout rows in sorted (= position) order, then dtable[id] += total.
-template <typename T>
-__global__ void SegmentSumKernel(float* dtable, const int32_t* keys, const int32_t* positions, const T* dout, int64_t n,
+template <typename D, typename T>
+__global__ void SegmentSumKernel(D* dtable, const int32_t* keys, const int32_t* positions, const T* dout, int64_t n,
                                  int64_t v, int64_t c) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -67,7 +69,7 @@ __global__ void SegmentSumKernel(float* dtable, const int32_t* keys, const int32
   for (int64_t col = lane; col < c; col += 32) {
     float sum = 0.f;
     for (int64_t j = i; j < end; ++j) sum += ToF32(dout[positions[j] * c + col]);
-    dtable[id * c + col] += sum;
+    dtable[id * c + col] = FromF32<D>(ToF32(dtable[id * c + col]) + sum);
   }
 }
 
@@ -93,8 +95,8 @@ Status LaunchForward(T* out, const int32_t* ids, const TT* table, int64_t n, int
   return Status::OK();
 }
 
-template <typename T>
-Status LaunchBackward(float* dtable, const int32_t* ids, const T* dout, int64_t n, int64_t v, int64_t c, void* scratch,
+template <typename D, typename T>
+Status LaunchBackward(D* dtable, const int32_t* ids, const T* dout, int64_t n, int64_t v, int64_t c, void* scratch,
                       size_t scratch_bytes, cudaStream_t stream) {
   if (n == 0 || c == 0) return Status::OK();
   size_t need = 0;
@@ -156,6 +158,12 @@ Status EmbeddingBackwardCudaBf16(float* dtable, const int32_t* ids, const uint16
                                  int64_t c, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   DT_NVTX_FN();
   return LaunchBackward(dtable, ids, detail::AsBf16(dout), n, v, c, scratch, scratch_bytes, stream);
+}
+
+Status EmbeddingBackwardCudaBf16Grad(uint16_t* dtable, const int32_t* ids, const uint16_t* dout, int64_t n, int64_t v,
+                                     int64_t c, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  DT_NVTX_FN();
+  return LaunchBackward(detail::AsBf16(dtable), ids, detail::AsBf16(dout), n, v, c, scratch, scratch_bytes, stream);
 }
 
 Status EmbeddingForwardCudaBf16Table(uint16_t* out, const int32_t* ids, const uint16_t* table, int64_t n, int64_t v,

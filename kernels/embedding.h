@@ -38,6 +38,10 @@ Status EmbeddingBackwardCuda(float* dtable, const int32_t* ids, const float* dou
                              void* scratch, size_t scratch_bytes, cudaStream_t stream);
 Status EmbeddingBackwardCudaBf16(float* dtable, const int32_t* ids, const uint16_t* dout, int64_t n, int64_t v,
                                  int64_t c, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+// bf16 rows into a bf16 dtable (bf16 gradients, train.gradients): each entry gets the f32 total of its rows added to
+// its widened value and rounded to nearest once, so from a zero dtable it is the f32 launcher's result rounded.
+Status EmbeddingBackwardCudaBf16Grad(uint16_t* dtable, const int32_t* ids, const uint16_t* dout, int64_t n, int64_t v,
+                                     int64_t c, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 // A bf16 table (bf16 master weights, train.master_weights) into bf16 rows: the rows are the table's rows, bit for bit.
 Status EmbeddingForwardCudaBf16Table(uint16_t* out, const int32_t* ids, const uint16_t* table, int64_t n, int64_t v,
                                      int64_t c, cudaStream_t stream);
@@ -51,7 +55,8 @@ Status EmbeddingBackwardScratchBytes(int64_t n, int64_t v, size_t* bytes);
 // table [V,C] f32/f64 (f32 on CUDA); out ids.shape + [C], of table's dtype or (CUDA) bf16/f16. Also (CUDA) a bf16
 // table into bf16 rows (bf16 master weights).
 Status EmbeddingForward(DeviceContext& ctx, const Tensor& ids, const Tensor& table, Tensor* out);
-// dtable [V,C] f32/f64 (f32 on CUDA), ACCUMULATED; dout of dtable's dtype or (CUDA) bf16/f16.
+// dtable [V,C] f32/f64 (f32 on CUDA), ACCUMULATED; dout of dtable's dtype or (CUDA) bf16/f16. Also (CUDA) bf16
+// dout into a bf16 dtable (bf16 gradients).
 Status EmbeddingBackward(DeviceContext& ctx, const Tensor& ids, const Tensor& dout, Tensor* dtable);
 
 }  // namespace dtrain::ops

@@ -101,14 +101,14 @@ inline void Store(uint16_t* dst, float x, uint32_t r) { *dst = RoundBf16Sr(x, r)
 }  // namespace
 
 // The operations of AdamWMixedKernel (optim_update.cu) in its order, on the same f32 constants (StagedArgsFor).
-template <typename P, typename S>
-void AdamWUpdateMixedCpu(P* params, const float* grads, S* exp_avg, S* exp_avg_sq, int64_t n, const AdamWHyper& h,
+template <typename P, typename G, typename S>
+void AdamWUpdateMixedCpu(P* params, const G* grads, S* exp_avg, S* exp_avg_sq, int64_t n, const AdamWHyper& h,
                          const float* scale, const float* skip) {
   if (skip != nullptr && *skip != 0.0f) return;
   const AdamWKernelArgs a = StagedArgsFor(h);
   const float s = a.grad_scale * (scale != nullptr ? *scale : 1.0f);
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grads[i] * s;
+    const float g = LoadF32(grads[i]) * s;
     const float p = LoadF32(params[i]) * a.decay;
     const float m = a.beta1 * LoadF32(exp_avg[i]) + a.one_minus_b1 * g;
     const float v = a.beta2 * LoadF32(exp_avg_sq[i]) + a.one_minus_b2 * (g * g);
@@ -140,12 +140,17 @@ template void AdamWUpdateCpu<float>(float*, const float*, float*, float*, int64_
                                     const float*);
 template void AdamWUpdateCpu<double>(double*, const double*, double*, double*, int64_t, const AdamWHyper&,
                                      const double*, const double*);
-template void AdamWUpdateMixedCpu<float, uint16_t>(float*, const float*, uint16_t*, uint16_t*, int64_t,
-                                                   const AdamWHyper&, const float*, const float*);
-template void AdamWUpdateMixedCpu<uint16_t, float>(uint16_t*, const float*, float*, float*, int64_t, const AdamWHyper&,
-                                                   const float*, const float*);
-template void AdamWUpdateMixedCpu<uint16_t, uint16_t>(uint16_t*, const float*, uint16_t*, uint16_t*, int64_t,
-                                                      const AdamWHyper&, const float*, const float*);
+#define DT_ADAMW_MIXED_CPU(P, G, S)                                                                          \
+  template void AdamWUpdateMixedCpu<P, G, S>(P*, const G*, S*, S*, int64_t, const AdamWHyper&, const float*, \
+                                             const float*);
+DT_ADAMW_MIXED_CPU(float, float, uint16_t)
+DT_ADAMW_MIXED_CPU(uint16_t, float, float)
+DT_ADAMW_MIXED_CPU(uint16_t, float, uint16_t)
+DT_ADAMW_MIXED_CPU(float, uint16_t, float)
+DT_ADAMW_MIXED_CPU(float, uint16_t, uint16_t)
+DT_ADAMW_MIXED_CPU(uint16_t, uint16_t, float)
+DT_ADAMW_MIXED_CPU(uint16_t, uint16_t, uint16_t)
+#undef DT_ADAMW_MIXED_CPU
 template void GradClipCoefCpu<float>(const float*, double, float*, float*);
 template void GradClipCoefCpu<double>(const double*, double, double*, double*);
 
@@ -240,36 +245,52 @@ Status SgdUpdate(DeviceContext& ctx, const SgdHyper& h, Tensor* params, const Te
 
 namespace {
 
-// AdamWUpdate's mixed storage: params f32/bf16, state f32/bf16 (both tensors alike), grads/scale/skip f32.
+// The CPU mixed update for params P and state S, on grads of either dtype.
+template <typename P, typename S>
+void AdamWMixedCpu(Tensor* params, const Tensor& grads, Tensor* exp_avg, Tensor* exp_avg_sq, const AdamWHyper& h,
+                   const float* sc, const float* sk) {
+  const int64_t n = params->numel();
+  P* p = params->data<P>();
+  S *m = exp_avg->data<S>(), *v = exp_avg_sq->data<S>();
+  if (grads.dtype() == DType::kBF16) {
+    AdamWUpdateMixedCpu(p, grads.data<uint16_t>(), m, v, n, h, sc, sk);
+  } else {
+    AdamWUpdateMixedCpu(p, grads.data<float>(), m, v, n, h, sc, sk);
+  }
+}
+
+// AdamWUpdate's mixed storage: params, grads and state (both tensors alike) each f32 or bf16, scale/skip f32.
 Status AdamWUpdateMixed(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, const Tensor& grads, Tensor* exp_avg,
                         Tensor* exp_avg_sq, const Tensor* scale, const Tensor* skip, const Tensor* staged) {
   const int64_t n = params->numel();
   auto f32_or_bf16 = [](const Tensor& t) { return t.dtype() == DType::kF32 || t.dtype() == DType::kBF16; };
   DT_CHECK_ARG(f32_or_bf16(*params) && params->device() == ctx.type(),
                "AdamW params " << params->ToString() << " must be f32 or bf16 on " << DeviceName(ctx.type()));
-  DT_CHECK_ARG(grads.dtype() == DType::kF32,
-               "AdamW with bf16 params or state takes f32 grads, got " << grads.ToString());
+  DT_CHECK_ARG(f32_or_bf16(grads),
+               "AdamW with bf16 params, grads or state takes f32 or bf16 grads, got " << grads.ToString());
   DT_RETURN_IF_ERROR(CheckLike(ctx, grads, grads, n, "grads"));
   DT_CHECK_ARG(exp_avg->dtype() == exp_avg_sq->dtype() && f32_or_bf16(*exp_avg),
                "AdamW state exp_avg " << exp_avg->ToString() << " and exp_avg_sq " << exp_avg_sq->ToString()
                                       << " must both be f32 or both bf16");
   DT_RETURN_IF_ERROR(CheckLike(ctx, *exp_avg, *exp_avg, n, "exp_avg"));
   DT_RETURN_IF_ERROR(CheckLike(ctx, *exp_avg, *exp_avg_sq, n, "exp_avg_sq"));
-  DT_RETURN_IF_ERROR(CheckScale(ctx, grads, scale, "scale"));
-  DT_RETURN_IF_ERROR(CheckScale(ctx, grads, skip, "skip"));
+  for (const Tensor* t : {scale, skip}) {
+    DT_CHECK_ARG(t == nullptr || (t->dtype() == DType::kF32 && t->numel() == 1 && t->device() == ctx.type()),
+                 "AdamW " << (t == scale ? "scale " : "skip ") << t->ToString() << " must be one f32 element on "
+                          << DeviceName(ctx.type()));
+  }
   DT_CHECK_ARG(h.sr_offset >= 0, "AdamW sr_offset must be >= 0, got " << h.sr_offset);
   const bool p16 = params->dtype() == DType::kBF16, s16 = exp_avg->dtype() == DType::kBF16;
   if (ctx.type() == DeviceType::kCPU) {
-    const float* g = grads.data<float>();
     const float *sc = ScalePtr<float>(scale), *sk = ScalePtr<float>(skip);
     if (p16 && s16) {
-      AdamWUpdateMixedCpu(params->data<uint16_t>(), g, exp_avg->data<uint16_t>(), exp_avg_sq->data<uint16_t>(), n, h,
-                          sc, sk);
+      AdamWMixedCpu<uint16_t, uint16_t>(params, grads, exp_avg, exp_avg_sq, h, sc, sk);
     } else if (p16) {
-      AdamWUpdateMixedCpu(params->data<uint16_t>(), g, exp_avg->data<float>(), exp_avg_sq->data<float>(), n, h, sc, sk);
+      AdamWMixedCpu<uint16_t, float>(params, grads, exp_avg, exp_avg_sq, h, sc, sk);
+    } else if (s16) {
+      AdamWMixedCpu<float, uint16_t>(params, grads, exp_avg, exp_avg_sq, h, sc, sk);
     } else {
-      AdamWUpdateMixedCpu(params->data<float>(), g, exp_avg->data<uint16_t>(), exp_avg_sq->data<uint16_t>(), n, h, sc,
-                          sk);
+      AdamWMixedCpu<float, float>(params, grads, exp_avg, exp_avg_sq, h, sc, sk);
     }
     return Status::OK();
   }
@@ -278,8 +299,9 @@ Status AdamWUpdateMixed(DeviceContext& ctx, const AdamWHyper& h, Tensor* params,
     DT_CHECK_ARG(staged->device() == params->device() && staged->nbytes() >= kStagedArgsBytes,
                  "staged optimizer args " << staged->ToString() << " must hold " << kStagedArgsBytes << " bytes");
   }
-  return AdamWUpdateMixedCuda(params->data(), p16, grads.data<float>(), exp_avg->data(), exp_avg_sq->data(), s16, n, h,
-                              ScalePtr<float>(scale), ctx.stream(), ScalePtr<float>(skip),
+  return AdamWUpdateMixedCuda(params->data(), p16, grads.data(), grads.dtype() == DType::kBF16, exp_avg->data(),
+                              exp_avg_sq->data(), s16, n, h, ScalePtr<float>(scale), ctx.stream(),
+                              ScalePtr<float>(skip),
                               staged != nullptr ? static_cast<const AdamWKernelArgs*>(staged->data()) : nullptr);
 #else
   (void)staged;
@@ -294,7 +316,8 @@ Status AdamWUpdate(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, cons
   DT_CHECK_ARG(h.step >= 1, "AdamW step counts from 1, got " << h.step);
   DT_CHECK_ARG(params != nullptr && exp_avg != nullptr && exp_avg_sq != nullptr,
                "AdamW params, exp_avg and exp_avg_sq must not be null");
-  if (params->dtype() == DType::kBF16 || exp_avg->dtype() == DType::kBF16 || exp_avg_sq->dtype() == DType::kBF16) {
+  if (params->dtype() == DType::kBF16 || grads.dtype() == DType::kBF16 || exp_avg->dtype() == DType::kBF16 ||
+      exp_avg_sq->dtype() == DType::kBF16) {
     return AdamWUpdateMixed(ctx, h, params, grads, exp_avg, exp_avg_sq, scale, skip, staged);
   }
   DT_RETURN_IF_ERROR(

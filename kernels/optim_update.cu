@@ -68,8 +68,8 @@ __device__ __forceinline__ float LoadF32(uint16_t x) { return Bf16BitsToF32(x); 
 __device__ __forceinline__ void Store(float* dst, float x, uint32_t /*r*/) { *dst = x; }
 __device__ __forceinline__ void Store(uint16_t* dst, float x, uint32_t r) { *dst = RoundBf16Sr(x, r); }
 
-template <typename P, typename S>
-__global__ void AdamWMixedKernel(P* __restrict__ params, const float* __restrict__ grads, S* __restrict__ exp_avg,
+template <typename P, typename G, typename S>
+__global__ void AdamWMixedKernel(P* __restrict__ params, const G* __restrict__ grads, S* __restrict__ exp_avg,
                                  S* __restrict__ exp_avg_sq, int64_t n, int64_t offset, AdamWKernelArgs args,
                                  const AdamWKernelArgs* __restrict__ staged, const float* __restrict__ scale,
                                  const float* __restrict__ skip) {
@@ -78,7 +78,7 @@ __global__ void AdamWMixedKernel(P* __restrict__ params, const float* __restrict
   const float s = __fmul_rn(a.grad_scale, scale != nullptr ? *scale : 1.0f);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float g = __fmul_rn(grads[i], s);
+    const float g = __fmul_rn(LoadF32(grads[i]), s);
     const float p = __fmul_rn(LoadF32(params[i]), a.decay);
     const float m = __fadd_rn(__fmul_rn(a.beta1, LoadF32(exp_avg[i])), __fmul_rn(a.one_minus_b1, g));
     const float v = __fadd_rn(__fmul_rn(a.beta2, LoadF32(exp_avg_sq[i])), __fmul_rn(a.one_minus_b2, __fmul_rn(g, g)));
@@ -128,29 +128,51 @@ Status AdamWUpdateCuda(float* params, const float* grads, float* exp_avg, float*
   return Status::OK();
 }
 
-Status AdamWUpdateMixedCuda(void* params, bool params_bf16, const float* grads, void* exp_avg, void* exp_avg_sq,
-                            bool state_bf16, int64_t n, const AdamWHyper& h, const float* scale, cudaStream_t stream,
-                            const float* skip, const AdamWKernelArgs* staged) {
-  DT_NVTX_FN();
-  DT_CHECK_ARG(n >= 0, "negative element count " << n);
-  DT_CHECK_ARG(h.step >= 1, "AdamW step counts from 1, got " << h.step);
-  DT_CHECK_ARG(params_bf16 || state_bf16, "AdamWUpdateMixedCuda: all f32 is AdamWUpdateCuda");
-  if (n == 0) return Status::OK();
-  const AdamWKernelArgs args = StagedArgsFor(h);
-  const int grid = GridFor(n);
+namespace {
+
+// The storage combination's instance of AdamWMixedKernel, for grads of type G.
+template <typename G>
+void LaunchAdamWMixed(void* params, bool params_bf16, const G* grads, void* exp_avg, void* exp_avg_sq, bool state_bf16,
+                      int64_t n, int64_t offset, const AdamWKernelArgs& args, const AdamWKernelArgs* staged,
+                      const float* scale, const float* skip, cudaStream_t stream) {
   using Bf16 = uint16_t;
+  const int grid = GridFor(n);
   if (params_bf16 && state_bf16) {
     AdamWMixedKernel<<<grid, kThreads, 0, stream>>>(static_cast<Bf16*>(params), grads, static_cast<Bf16*>(exp_avg),
-                                                    static_cast<Bf16*>(exp_avg_sq), n, h.sr_offset, args, staged, scale,
+                                                    static_cast<Bf16*>(exp_avg_sq), n, offset, args, staged, scale,
                                                     skip);
   } else if (params_bf16) {
     AdamWMixedKernel<<<grid, kThreads, 0, stream>>>(static_cast<Bf16*>(params), grads, static_cast<float*>(exp_avg),
-                                                    static_cast<float*>(exp_avg_sq), n, h.sr_offset, args, staged,
-                                                    scale, skip);
-  } else {
-    AdamWMixedKernel<<<grid, kThreads, 0, stream>>>(static_cast<float*>(params), grads, static_cast<Bf16*>(exp_avg),
-                                                    static_cast<Bf16*>(exp_avg_sq), n, h.sr_offset, args, staged, scale,
+                                                    static_cast<float*>(exp_avg_sq), n, offset, args, staged, scale,
                                                     skip);
+  } else if (state_bf16) {
+    AdamWMixedKernel<<<grid, kThreads, 0, stream>>>(static_cast<float*>(params), grads, static_cast<Bf16*>(exp_avg),
+                                                    static_cast<Bf16*>(exp_avg_sq), n, offset, args, staged, scale,
+                                                    skip);
+  } else {
+    AdamWMixedKernel<<<grid, kThreads, 0, stream>>>(static_cast<float*>(params), grads, static_cast<float*>(exp_avg),
+                                                    static_cast<float*>(exp_avg_sq), n, offset, args, staged, scale,
+                                                    skip);
+  }
+}
+
+}  // namespace
+
+Status AdamWUpdateMixedCuda(void* params, bool params_bf16, const void* grads, bool grads_bf16, void* exp_avg,
+                            void* exp_avg_sq, bool state_bf16, int64_t n, const AdamWHyper& h, const float* scale,
+                            cudaStream_t stream, const float* skip, const AdamWKernelArgs* staged) {
+  DT_NVTX_FN();
+  DT_CHECK_ARG(n >= 0, "negative element count " << n);
+  DT_CHECK_ARG(h.step >= 1, "AdamW step counts from 1, got " << h.step);
+  DT_CHECK_ARG(params_bf16 || grads_bf16 || state_bf16, "AdamWUpdateMixedCuda: all f32 is AdamWUpdateCuda");
+  if (n == 0) return Status::OK();
+  const AdamWKernelArgs args = StagedArgsFor(h);
+  if (grads_bf16) {
+    LaunchAdamWMixed(params, params_bf16, static_cast<const uint16_t*>(grads), exp_avg, exp_avg_sq, state_bf16, n,
+                     h.sr_offset, args, staged, scale, skip, stream);
+  } else {
+    LaunchAdamWMixed(params, params_bf16, static_cast<const float*>(grads), exp_avg, exp_avg_sq, state_bf16, n,
+                     h.sr_offset, args, staged, scale, skip, stream);
   }
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();

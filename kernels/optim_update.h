@@ -16,14 +16,14 @@
 // Hyper-parameters are plain per-call arguments (the LR may change every step). Device work is
 // queued on ctx.stream(); nothing here synchronizes the host.
 //
-// Mixed storage (AdamW only; the "mixed" update below): params f32 or bf16, optimizer state (exp_avg, exp_avg_sq)
-// f32 or bf16, grads, scale and skip f32, on the CPU and on CUDA. The math is f32, the same operations in the same
-// order on both (each one IEEE-rounded: no FMA contraction, kernels use the _rn intrinsics and optim_update.cc is
-// built with -ffp-contract=off), and every bf16 value stored is rounded stochastically (kernels/bf16_round.h) with
-// the bits SrBits(SrKey(sr_seed, step), sr_offset + i) of element i: bits 48..63 round the param, 32..47 exp_avg,
-// 16..31 exp_avg_sq. So the CUDA kernel equals the CPU reference bit for bit, the same (seed, step) gives the same
-// bits on every run, and a bf16 value is unbiased (a bf16 EMA with beta2 = 0.999 rounded to nearest would stop
-// moving: 0.1% of v is less than half a bf16 ulp).
+// Mixed storage (AdamW only; the "mixed" update below): params f32 or bf16, grads f32 or bf16 (train.gradients; read
+// exactly), optimizer state (exp_avg, exp_avg_sq) f32 or bf16, scale and skip f32, on the CPU and on CUDA. The math is
+// f32, the same operations in the same order on both (each one IEEE-rounded: no FMA contraction, kernels use the _rn
+// intrinsics and optim_update.cc is built with -ffp-contract=off), and every bf16 value stored is rounded
+// stochastically (kernels/bf16_round.h) with the bits SrBits(SrKey(sr_seed, step), sr_offset + i) of element i:
+// bits 48..63 round the param, 32..47 exp_avg, 16..31 exp_avg_sq. So the CUDA kernel equals the CPU reference bit for
+// bit, the same (seed, step) gives the same bits on every run, and a bf16 value is unbiased (a bf16 EMA with beta2 =
+// 0.999 rounded to nearest would stop moving: 0.1% of v is less than half a bf16 ulp).
 
 #include <cstdint>
 #include <initializer_list>
@@ -91,10 +91,10 @@ void AdamWUpdateCpu(T* params, const T* grads, T* exp_avg, T* exp_avg_sq, int64_
 // off). A non-finite norm gives a NaN coefficient when clipping, as in PyTorch.
 template <typename T>
 void GradClipCoefCpu(const T* sum_squares, double max_norm, T* norm, T* coef);
-// The mixed-storage AdamW (see the file comment). P, S: float or uint16_t (bf16 bits), not both float (that is
+// The mixed-storage AdamW (see the file comment). P, G, S: float or uint16_t (bf16 bits), not all float (that is
 // AdamWUpdateCpu<float>). `scale`, `skip` may be null.
-template <typename P, typename S>
-void AdamWUpdateMixedCpu(P* params, const float* grads, S* exp_avg, S* exp_avg_sq, int64_t n, const AdamWHyper& h,
+template <typename P, typename G, typename S>
+void AdamWUpdateMixedCpu(P* params, const G* grads, S* exp_avg, S* exp_avg_sq, int64_t n, const AdamWHyper& h,
                          const float* scale, const float* skip = nullptr);
 
 // ---- Staged hyper-parameters (CUDA graphs) --------------------------------------------------------
@@ -126,11 +126,11 @@ Status SgdUpdateCuda(float* params, const float* grads, float* momentum_buf, int
 Status AdamWUpdateCuda(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, int64_t n,
                        const AdamWHyper& h, const float* scale, cudaStream_t stream, const float* skip = nullptr,
                        const AdamWKernelArgs* staged = nullptr);
-// The mixed-storage AdamW: params and state are f32 or bf16 (raw bits) as `params_bf16` / `state_bf16` say (not
-// both false); the pointers are typed void for that reason.
-Status AdamWUpdateMixedCuda(void* params, bool params_bf16, const float* grads, void* exp_avg, void* exp_avg_sq,
-                            bool state_bf16, int64_t n, const AdamWHyper& h, const float* scale, cudaStream_t stream,
-                            const float* skip = nullptr, const AdamWKernelArgs* staged = nullptr);
+// The mixed-storage AdamW: params, grads and state are f32 or bf16 (raw bits) as `params_bf16` / `grads_bf16` /
+// `state_bf16` say (not all false); the pointers are typed void for that reason.
+Status AdamWUpdateMixedCuda(void* params, bool params_bf16, const void* grads, bool grads_bf16, void* exp_avg,
+                            void* exp_avg_sq, bool state_bf16, int64_t n, const AdamWHyper& h, const float* scale,
+                            cudaStream_t stream, const float* skip = nullptr, const AdamWKernelArgs* staged = nullptr);
 // All pointers are device scalars.
 Status GradClipCoefCuda(const float* sum_squares, double max_norm, float* norm, float* coef, cudaStream_t stream);
 #endif
@@ -153,8 +153,8 @@ Status CheckUpdateTensors(const DeviceContext& ctx, const Tensor* params, const 
                           const Tensor* staged);
 Status SgdUpdate(DeviceContext& ctx, const SgdHyper& h, Tensor* params, const Tensor& grads, Tensor* momentum_buf,
                  const Tensor* scale = nullptr, const Tensor* skip = nullptr, const Tensor* staged = nullptr);
-// AdamWUpdate also takes mixed storage (see the file comment): params f32 or bf16, exp_avg and exp_avg_sq both f32
-// or both bf16, grads (and scale, skip) f32; f64 only when everything is f64 (CPU).
+// AdamWUpdate also takes mixed storage (see the file comment): params f32 or bf16, grads f32 or bf16, exp_avg and
+// exp_avg_sq both f32 or both bf16, scale and skip f32; f64 only when everything is f64 (CPU).
 Status AdamWUpdate(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, const Tensor& grads, Tensor* exp_avg,
                    Tensor* exp_avg_sq, const Tensor* scale = nullptr, const Tensor* skip = nullptr,
                    const Tensor* staged = nullptr);

@@ -1,6 +1,7 @@
 #include "kernels/reduce.h"
 
 #include "core/check.h"
+#include "kernels/bf16_round.h"
 
 namespace dtrain::ops {
 
@@ -11,6 +12,15 @@ double SumSquaresCpu(const T* x, int64_t n) {
   double acc = 0.0;
   for (int64_t i = 0; i < n; ++i) {
     const double v = static_cast<double>(x[i]);
+    acc += v * v;
+  }
+  return acc;
+}
+
+double SumSquaresCpuBf16(const uint16_t* x, int64_t n) {
+  double acc = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = static_cast<double>(Bf16BitsToF32(x[i]));
     acc += v * v;
   }
   return acc;
@@ -37,10 +47,13 @@ Status CheckOnContext(const DeviceContext& ctx, const Tensor& t, const char* wha
   return Status::OK();
 }
 
+// SumSquares' out: x's dtype, f32 for a bf16 x.
 Status EnsureScalarLike(DeviceContext& ctx, const Tensor& x, Tensor* out) {
-  if (!out->defined()) return Tensor::Empty({1}, x.dtype(), ctx.allocator(), out);
-  DT_CHECK_ARG(out->numel() == 1 && out->dtype() == x.dtype() && out->device() == x.device(),
-               "out " << out->ToString() << " must be a 1-element tensor like " << x.ToString());
+  const DType dt = x.dtype() == DType::kBF16 ? DType::kF32 : x.dtype();
+  if (!out->defined()) return Tensor::Empty({1}, dt, ctx.allocator(), out);
+  DT_CHECK_ARG(out->numel() == 1 && out->dtype() == dt && out->device() == x.device(),
+               "out " << out->ToString() << " must be a 1-element " << DTypeName(dt) << " tensor on "
+                      << DeviceName(x.device()) << " (for x " << x.ToString() << ")");
   return Status::OK();
 }
 
@@ -64,15 +77,26 @@ Status SumSquares(DeviceContext& ctx, const Tensor& x, Tensor* out, bool accumul
         o[0] = (accumulate ? o[0] : 0.0) + SumSquaresCpu(x.data<double>(), x.numel());
         return Status::OK();
       }
+      case DType::kBF16: {
+        float* o = out->data<float>();
+        const double base = accumulate ? static_cast<double>(o[0]) : 0.0;
+        o[0] = static_cast<float>(base + SumSquaresCpuBf16(x.data<uint16_t>(), x.numel()));
+        return Status::OK();
+      }
       default:
         return Status::InvalidArgument("SumSquares: unsupported dtype " + std::string(DTypeName(x.dtype())));
     }
   }
 #if DT_HAVE_CUDA
-  DT_CHECK_ARG(x.dtype() == DType::kF32, "SumSquares on CUDA supports f32 only, got " << x.ToString());
+  DT_CHECK_ARG(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16,
+               "SumSquares on CUDA supports f32 and bf16, got " << x.ToString());
   // Freed when this returns: the caching allocator may reuse it only for later work on ctx.stream().
   Tensor workspace;
   DT_RETURN_IF_ERROR(Tensor::Empty({kSumSquaresWorkspaceElems}, DType::kF64, ctx.allocator(), &workspace));
+  if (x.dtype() == DType::kBF16) {
+    return SumSquaresCudaBf16(x.data<uint16_t>(), x.numel(), workspace.data<double>(), out->data<float>(), ctx.stream(),
+                              accumulate);
+  }
   return SumSquaresCuda(x.data<float>(), x.numel(), workspace.data<double>(), out->data<float>(), ctx.stream(),
                         accumulate);
 #else

@@ -3,6 +3,7 @@
 
 #include "core/cuda_check.h"
 #include "core/nvtx.h"
+#include "kernels/bf16_round.h"
 #include "kernels/reduce.h"
 
 namespace dtrain::ops {
@@ -30,12 +31,16 @@ __device__ double BlockSum(double v) {
   return v;
 }
 
+__device__ __forceinline__ double Widen(float x) { return static_cast<double>(x); }
+__device__ __forceinline__ double Widen(uint16_t x) { return static_cast<double>(Bf16BitsToF32(x)); }
+
 // Pass 1: block b writes the sum of squares of its grid-stride slice to partials[b].
-__global__ void SumSquaresPartialKernel(const float* __restrict__ x, int64_t n, double* __restrict__ partials) {
+template <typename T>
+__global__ void SumSquaresPartialKernel(const T* __restrict__ x, int64_t n, double* __restrict__ partials) {
   double acc = 0.0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const double v = static_cast<double>(x[i]);
+    const double v = Widen(x[i]);
     acc += v * v;
   }
   acc = BlockSum(acc);
@@ -56,9 +61,8 @@ __global__ void ScaleKernel(float* __restrict__ x, int64_t n, float s) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) x[i] *= s;
 }
 
-}  // namespace
-
-Status SumSquaresCuda(const float* x, int64_t n, double* workspace, float* out, cudaStream_t stream, bool accumulate) {
+template <typename T>
+Status LaunchSumSquares(const T* x, int64_t n, double* workspace, float* out, cudaStream_t stream, bool accumulate) {
   DT_NVTX_FN();
   DT_CHECK_ARG(n >= 0, "negative element count " << n);
   DT_CHECK_ARG(workspace != nullptr && out != nullptr, "null workspace or out");
@@ -69,6 +73,17 @@ Status SumSquaresCuda(const float* x, int64_t n, double* workspace, float* out, 
   SumPartialsKernel<<<1, kFinalThreads, 0, stream>>>(workspace, blocks, out, accumulate);
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
+}
+
+}  // namespace
+
+Status SumSquaresCuda(const float* x, int64_t n, double* workspace, float* out, cudaStream_t stream, bool accumulate) {
+  return LaunchSumSquares(x, n, workspace, out, stream, accumulate);
+}
+
+Status SumSquaresCudaBf16(const uint16_t* x, int64_t n, double* workspace, float* out, cudaStream_t stream,
+                          bool accumulate) {
+  return LaunchSumSquares(x, n, workspace, out, stream, accumulate);
 }
 
 Status ScaleCuda(float* x, int64_t n, float s, cudaStream_t stream) {

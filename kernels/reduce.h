@@ -4,7 +4,8 @@
 //   SumSquares(x) = sum_i x_i^2, written into (or, accumulating, added to) a 1-element tensor on x's device.
 //   Scale(x, s):    x_i *= s, in place.
 //
-// CPU: f32 and f64, accumulating in f64. CUDA: f32, a deterministic two-pass reduction (per-block
+// CPU: f32 and f64, accumulating in f64. CUDA: f32, and for SumSquares also bf16 (bf16 gradients,
+// train.gradients), a deterministic two-pass reduction (per-block
 // partial sums in f64 written to a workspace, then one block sums the partials in a fixed order),
 // so the same input on the same GPU always gives bit-identical results (no atomics).
 // Device work is queued on the given stream (ctx.stream()); nothing here synchronizes the host.
@@ -20,7 +21,8 @@ namespace dtrain::ops {
 
 // ---- CPU references (T = float, double) ------------------------------------------------------
 template <typename T>
-double SumSquaresCpu(const T* x, int64_t n);  // accumulates in double
+double SumSquaresCpu(const T* x, int64_t n);             // accumulates in double
+double SumSquaresCpuBf16(const uint16_t* x, int64_t n);  // bf16 bits, widened exactly
 template <typename T>
 void ScaleCpu(T* x, int64_t n, T s);
 
@@ -32,12 +34,14 @@ constexpr int64_t kSumSquaresWorkspaceElems = 1024;
 // once). `workspace`: kSumSquaresWorkspaceElems device doubles, not in use by other work on `stream`.
 Status SumSquaresCuda(const float* x, int64_t n, double* workspace, float* out, cudaStream_t stream,
                       bool accumulate = false);
+Status SumSquaresCudaBf16(const uint16_t* x, int64_t n, double* workspace, float* out, cudaStream_t stream,
+                          bool accumulate = false);
 Status ScaleCuda(float* x, int64_t n, float s, cudaStream_t stream);
 #endif
 
 // ---- Tensor level: checks, then dispatch on the device (CPU f32/f64, CUDA f32) ---------------
-// `x` must live on ctx's device. If `out` is undefined it is allocated as a [1] tensor of x's dtype
-// from ctx.allocator(); otherwise it must already be a 1-element tensor of x's dtype and device.
+// `x` must live on ctx's device. If `out` is undefined it is allocated as a [1] tensor of x's dtype (f32 for a
+// bf16 x) from ctx.allocator(); otherwise it must already be a 1-element tensor of that dtype on x's device.
 // On CUDA a temporary workspace is taken from ctx.allocator() (the caching allocator: no cudaMalloc
 // once warm). With `accumulate`, *out += sum x^2 (the sum and the old value added in f64, rounded once
 // to out's dtype): a norm over disjoint pieces (ZeRO-1's owned ranges); `out` must then be defined.

@@ -81,19 +81,23 @@ Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& x, std:
     return Status::OK();
   };
   for (const Tensor* t : x_like) DT_RETURN_IF_ERROR(check(t, x.shape(), x.dtype(), "x-shaped"));
-  for (const Tensor* t : param_like) DT_RETURN_IF_ERROR(check(t, params, stats, "[C]"));
+  for (const Tensor* t : param_like) {
+    if (t != nullptr) DT_RETURN_IF_ERROR(check(t, params, stats, "[C]"));  // null: a bf16 one, checked apart
+  }
   for (const Tensor* t : row_like) DT_RETURN_IF_ERROR(check(t, rows, stats, "x.shape[:-1]"));
   return Status::OK();
 }
 
 // A bf16 weight beside bf16 x (bf16 master weights, CUDA): shape [C] on the context's device.
+// Also a bf16 dweight beside bf16 x (bf16 gradients, CUDA).
 bool Bf16Weight(const Tensor& x, const Tensor& weight) {
   return x.dtype() == DType::kBF16 && weight.dtype() == DType::kBF16;
 }
-Status CheckBf16Weight(const DeviceContext& ctx, const char* op, const Tensor& x, const Tensor& weight) {
+Status CheckBf16Weight(const DeviceContext& ctx, const char* op, const Tensor& x, const Tensor& weight,
+                       const char* what = "weight") {
   DT_CHECK_ARG(
       weight.shape() == std::vector<int64_t>{x.dim(-1)} && weight.device() == ctx.type(),
-      op << ": weight " << weight.ToString() << " must be [" << x.dim(-1) << "] on " << DeviceName(ctx.type()));
+      op << ": " << what << " " << weight.ToString() << " must be [" << x.dim(-1) << "] on " << DeviceName(ctx.type()));
   return Status::OK();
 }
 
@@ -142,13 +146,11 @@ Status RmsNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& weight
                        Tensor* dx, Tensor* dweight, bool accumulate_dx, Tensor* amax) {
   DT_CHECK_ARG(dx != nullptr && dweight != nullptr, "RmsNormBackward: null output");
   DT_RETURN_IF_ERROR(CheckAmaxOutput(ctx, "RmsNormBackward", amax));
-  const bool w16 = Bf16Weight(x, weight);
-  if (w16) {
-    DT_RETURN_IF_ERROR(CheckArgs(ctx, "RmsNormBackward", x, {&dy, dx}, {dweight}, {&rstd}));
-    DT_RETURN_IF_ERROR(CheckBf16Weight(ctx, "RmsNormBackward", x, weight));
-  } else {
-    DT_RETURN_IF_ERROR(CheckArgs(ctx, "RmsNormBackward", x, {&dy, dx}, {&weight, dweight}, {&rstd}));
-  }
+  const bool w16 = Bf16Weight(x, weight), g16 = Bf16Weight(x, *dweight) && ctx.is_cuda();
+  DT_RETURN_IF_ERROR(
+      CheckArgs(ctx, "RmsNormBackward", x, {&dy, dx}, {w16 ? nullptr : &weight, g16 ? nullptr : dweight}, {&rstd}));
+  if (w16) DT_RETURN_IF_ERROR(CheckBf16Weight(ctx, "RmsNormBackward", x, weight));
+  if (g16) DT_RETURN_IF_ERROR(CheckBf16Weight(ctx, "RmsNormBackward", x, *dweight, "dweight"));
   const int64_t c = x.dim(-1), n = x.numel() / c;
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
@@ -156,15 +158,19 @@ Status RmsNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& weight
     Tensor scratch;
     DT_RETURN_IF_ERROR(Tensor::Empty({RmsNormBackwardScratchFloats(n, c)}, DType::kF32, ctx.allocator(), &scratch));
     if (w16) {
-      return RmsNormBackwardCudaBf16W(dx->data<uint16_t>(), dweight->data<float>(), x.data<uint16_t>(),
+      return RmsNormBackwardCudaBf16W(dx->data<uint16_t>(), dweight->data(), g16, x.data<uint16_t>(),
                                       weight.data<uint16_t>(), rstd.data<float>(), dy.data<uint16_t>(), n, c,
                                       scratch.data<float>(), accumulate_dx, AmaxData(amax), ctx.stream());
     }
+    if (x.dtype() == DType::kBF16) {
+      return RmsNormBackwardCudaBf16(dx->data<uint16_t>(), dweight->data(), g16, x.data<uint16_t>(),
+                                     weight.data<float>(), rstd.data<float>(), dy.data<uint16_t>(), n, c,
+                                     scratch.data<float>(), accumulate_dx, AmaxData(amax), ctx.stream());
+    }
     if (IsHalfFloat(x.dtype())) {
-      const auto fn = x.dtype() == DType::kBF16 ? RmsNormBackwardCudaBf16 : RmsNormBackwardCudaF16;
-      return fn(dx->data<uint16_t>(), dweight->data<float>(), x.data<uint16_t>(), weight.data<float>(),
-                rstd.data<float>(), dy.data<uint16_t>(), n, c, scratch.data<float>(), accumulate_dx, AmaxData(amax),
-                ctx.stream());
+      return RmsNormBackwardCudaF16(dx->data<uint16_t>(), dweight->data<float>(), x.data<uint16_t>(),
+                                    weight.data<float>(), rstd.data<float>(), dy.data<uint16_t>(), n, c,
+                                    scratch.data<float>(), accumulate_dx, AmaxData(amax), ctx.stream());
     }
     DT_RETURN_IF_ERROR(RmsNormBackwardCuda(dx->data<float>(), dweight->data<float>(), x.data<float>(),
                                            weight.data<float>(), rstd.data<float>(), dy.data<float>(), n, c,

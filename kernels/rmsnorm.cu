@@ -1,4 +1,5 @@
-// RMSNorm kernels, f32, bf16 and fp16 activations (fp32 math, f32 rstd/dweight; f32 weight, or bf16 beside bf16 x).
+// RMSNorm kernels, f32, bf16 and fp16 activations (fp32 math, f32 rstd; f32 weight and dweight, or either bf16
+// beside bf16 x).
 // Rows use one warp each (8 rows per 256-thread block) with V-element accesses (128-bit when aligned). Rows of up to
 // kMaxCols = 2048 columns (Llama-3.2-1B's hidden in any dtype) are held by the lanes in registers: each lane owns
 // columns (it * 32 + lane) * V + [0, V) for it < kCols / (32 V), so its share is at most 64 floats whatever V is.
@@ -22,10 +23,12 @@ namespace dtrain::ops {
 
 namespace {
 
+using detail::FromF32;
 using detail::LoadF32;
 using detail::LoadV;
 using detail::StoreF32;
 using detail::StoreV;
+using detail::ToF32;
 using detail::WarpSum;
 
 constexpr int kRowsPerBlock = 8;    // one warp per row, 256 threads
@@ -280,7 +283,8 @@ __global__ void RmsNormBackwardParamsKernel(float* part, const T* x, const float
 
 // part[parts][c] -> dweight +=. Block (32, kFinishLanes) for 32 columns: lane y adds parts y, y + kFinishLanes, ...
 // in order, then lane 0 adds the lanes' sums in order.
-__global__ void RmsNormParamsFinishKernel(float* dweight, const float* part, int64_t parts, int64_t c) {
+template <typename D>
+__global__ void RmsNormParamsFinishKernel(D* dweight, const float* part, int64_t parts, int64_t c) {
   __shared__ float lanes[kFinishLanes][33];
   const int64_t col = blockIdx.x * int64_t{32} + threadIdx.x;
   float t = 0.f;
@@ -293,7 +297,18 @@ __global__ void RmsNormParamsFinishKernel(float* dweight, const float* part, int
   if (threadIdx.y != 0 || col >= c) return;
   float sum = 0.f;
   for (int r = 0; r < kFinishLanes; ++r) sum += lanes[r][threadIdx.x];
-  dweight[col] += sum;
+  dweight[col] = FromF32<D>(ToF32(dweight[col]) + sum);
+}
+
+// dweight += the parts' sums: f32, or bf16 (bf16 gradients: rounded to nearest once).
+void LaunchParamsFinish(void* dweight, bool dweight_bf16, const float* part, int64_t parts, int64_t c,
+                        cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((c + 31) / 32)), block(32, kFinishLanes);
+  if (dweight_bf16) {
+    RmsNormParamsFinishKernel<<<grid, block, 0, stream>>>(static_cast<__nv_bfloat16*>(dweight), part, parts, c);
+  } else {
+    RmsNormParamsFinishKernel<<<grid, block, 0, stream>>>(static_cast<float*>(dweight), part, parts, c);
+  }
 }
 
 unsigned RowBlocks(int64_t n) { return static_cast<unsigned>((n + kRowsPerBlock - 1) / kRowsPerBlock); }
@@ -337,13 +352,13 @@ Status LaunchForward(T* y, float* rstd, const T* x, const W* weight, int64_t n, 
 }
 
 template <typename T, typename W>
-Status LaunchBackward(T* dx, float* dweight, const T* x, const W* weight, const float* rstd, const T* dy, int64_t n,
-                      int64_t c, float* scratch, bool accumulate_dx, float* amax, cudaStream_t stream) {
+Status LaunchBackward(T* dx, void* dweight, bool dweight_bf16, const T* x, const W* weight, const float* rstd,
+                      const T* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx, float* amax,
+                      cudaStream_t stream) {
   if (amax != nullptr) DT_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
   if (n == 0) return Status::OK();
   if (scratch == nullptr) return Status::InvalidArgument("RmsNormBackwardCuda: scratch is null");
   constexpr int kV = 16 / sizeof(T);
-  const dim3 finish_grid(static_cast<unsigned>((c + 31) / 32)), finish_block(32, kFinishLanes);
   const bool vec = detail::VecWidth<T>(c, {dx, x, dy, weight}) == kV;
   const bool fused = DispatchCached<T>(c, vec, [&](auto cols, auto v) {
     RmsNormBackwardFusedKernel<decltype(cols)::value, decltype(v)::value>
@@ -352,7 +367,7 @@ Status LaunchBackward(T* dx, float* dweight, const T* x, const W* weight, const 
   });
   if (fused) {
     DT_CUDA_CHECK_LAUNCH();
-    RmsNormParamsFinishKernel<<<finish_grid, finish_block, 0, stream>>>(dweight, scratch, FusedBlocks(n), c);
+    LaunchParamsFinish(dweight, dweight_bf16, scratch, FusedBlocks(n), c, stream);
     DT_CUDA_CHECK_LAUNCH();
     return Status::OK();
   }
@@ -371,7 +386,7 @@ Status LaunchBackward(T* dx, float* dweight, const T* x, const W* weight, const 
     RmsNormBackwardParamsKernel<1><<<grid, dim3(32, kRowLanes), 0, stream>>>(scratch, x, rstd, dy, n, c, chunk_rows);
   }
   DT_CUDA_CHECK_LAUNCH();
-  RmsNormParamsFinishKernel<<<finish_grid, finish_block, 0, stream>>>(dweight, scratch, chunks, c);
+  LaunchParamsFinish(dweight, dweight_bf16, scratch, chunks, c, stream);
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();
 }
@@ -402,15 +417,15 @@ Status RmsNormBackwardCuda(float* dx, float* dweight, const float* x, const floa
                            const float* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx,
                            cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchBackward(dx, dweight, x, weight, rstd, dy, n, c, scratch, accumulate_dx, nullptr, stream);
+  return LaunchBackward(dx, dweight, false, x, weight, rstd, dy, n, c, scratch, accumulate_dx, nullptr, stream);
 }
 
-Status RmsNormBackwardCudaBf16(uint16_t* dx, float* dweight, const uint16_t* x, const float* weight, const float* rstd,
-                               const uint16_t* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx,
-                               float* amax, cudaStream_t stream) {
+Status RmsNormBackwardCudaBf16(uint16_t* dx, void* dweight, bool dweight_bf16, const uint16_t* x, const float* weight,
+                               const float* rstd, const uint16_t* dy, int64_t n, int64_t c, float* scratch,
+                               bool accumulate_dx, float* amax, cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchBackward(detail::AsBf16(dx), dweight, detail::AsBf16(x), weight, rstd, detail::AsBf16(dy), n, c, scratch,
-                        accumulate_dx, amax, stream);
+  return LaunchBackward(detail::AsBf16(dx), dweight, dweight_bf16, detail::AsBf16(x), weight, rstd, detail::AsBf16(dy),
+                        n, c, scratch, accumulate_dx, amax, stream);
 }
 
 Status RmsNormForwardCudaBf16W(uint16_t* y, float* rstd, const uint16_t* x, const uint16_t* weight, int64_t n,
@@ -419,11 +434,11 @@ Status RmsNormForwardCudaBf16W(uint16_t* y, float* rstd, const uint16_t* x, cons
   return LaunchForward(detail::AsBf16(y), rstd, detail::AsBf16(x), detail::AsBf16(weight), n, c, eps, amax, stream);
 }
 
-Status RmsNormBackwardCudaBf16W(uint16_t* dx, float* dweight, const uint16_t* x, const uint16_t* weight,
-                                const float* rstd, const uint16_t* dy, int64_t n, int64_t c, float* scratch,
-                                bool accumulate_dx, float* amax, cudaStream_t stream) {
+Status RmsNormBackwardCudaBf16W(uint16_t* dx, void* dweight, bool dweight_bf16, const uint16_t* x,
+                                const uint16_t* weight, const float* rstd, const uint16_t* dy, int64_t n, int64_t c,
+                                float* scratch, bool accumulate_dx, float* amax, cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchBackward(detail::AsBf16(dx), dweight, detail::AsBf16(x), detail::AsBf16(weight), rstd,
+  return LaunchBackward(detail::AsBf16(dx), dweight, dweight_bf16, detail::AsBf16(x), detail::AsBf16(weight), rstd,
                         detail::AsBf16(dy), n, c, scratch, accumulate_dx, amax, stream);
 }
 
@@ -431,8 +446,8 @@ Status RmsNormBackwardCudaF16(uint16_t* dx, float* dweight, const uint16_t* x, c
                               const uint16_t* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx, float* amax,
                               cudaStream_t stream) {
   DT_NVTX_FN();
-  return LaunchBackward(detail::AsF16(dx), dweight, detail::AsF16(x), weight, rstd, detail::AsF16(dy), n, c, scratch,
-                        accumulate_dx, amax, stream);
+  return LaunchBackward(detail::AsF16(dx), dweight, false, detail::AsF16(x), weight, rstd, detail::AsF16(dy), n, c,
+                        scratch, accumulate_dx, amax, stream);
 }
 
 }  // namespace dtrain::ops

@@ -47,9 +47,11 @@ Status RmsNormForwardCudaF16(uint16_t* y, float* rstd, const uint16_t* x, const 
 Status RmsNormBackwardCuda(float* dx, float* dweight, const float* x, const float* weight, const float* rstd,
                            const float* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx,
                            cudaStream_t stream);
-Status RmsNormBackwardCudaBf16(uint16_t* dx, float* dweight, const uint16_t* x, const float* weight, const float* rstd,
-                               const uint16_t* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx,
-                               float* amax, cudaStream_t stream);
+// bf16 x: dweight f32, or bf16 (raw bits, dweight_bf16: bf16 gradients, train.gradients; the f32 sum is added to
+// the widened value and rounded to nearest once).
+Status RmsNormBackwardCudaBf16(uint16_t* dx, void* dweight, bool dweight_bf16, const uint16_t* x, const float* weight,
+                               const float* rstd, const uint16_t* dy, int64_t n, int64_t c, float* scratch,
+                               bool accumulate_dx, float* amax, cudaStream_t stream);
 Status RmsNormBackwardCudaF16(uint16_t* dx, float* dweight, const uint16_t* x, const float* weight, const float* rstd,
                               const uint16_t* dy, int64_t n, int64_t c, float* scratch, bool accumulate_dx, float* amax,
                               cudaStream_t stream);
@@ -57,15 +59,16 @@ Status RmsNormBackwardCudaF16(uint16_t* dx, float* dweight, const uint16_t* x, c
 // equal the *CudaBf16 launchers' with an f32 copy of the weight, bit for bit (their reference).
 Status RmsNormForwardCudaBf16W(uint16_t* y, float* rstd, const uint16_t* x, const uint16_t* weight, int64_t n,
                                int64_t c, float eps, float* amax, cudaStream_t stream);
-Status RmsNormBackwardCudaBf16W(uint16_t* dx, float* dweight, const uint16_t* x, const uint16_t* weight,
-                                const float* rstd, const uint16_t* dy, int64_t n, int64_t c, float* scratch,
-                                bool accumulate_dx, float* amax, cudaStream_t stream);
+Status RmsNormBackwardCudaBf16W(uint16_t* dx, void* dweight, bool dweight_bf16, const uint16_t* x,
+                                const uint16_t* weight, const float* rstd, const uint16_t* dy, int64_t n, int64_t c,
+                                float* scratch, bool accumulate_dx, float* amax, cudaStream_t stream);
 int64_t RmsNormBackwardScratchFloats(int64_t n, int64_t c);
 
 // x (and y): f32/f64 on the CPU, f32/bf16/f16 on CUDA; weight [C] and rstd x.shape[:-1]: x's dtype, f32 when x is
-// 16-bit; the weight may also be bf16 when x is (bf16 master weights; dweight stays f32). amax (optional, a one-element
-// f32 tensor on ctx's device): also *amax = max |y|, the value kernels/fp8.h's Fp8Amax gives (for an FP8 cast of y
-// that then skips its amax pass); fused into the kernel for 16-bit CUDA tensors, a separate pass otherwise.
+// 16-bit; the weight may also be bf16 when x is (bf16 master weights), and so may dweight (bf16 gradients). amax
+// (optional, a one-element f32 tensor on ctx's device): also *amax = max |y|, the value kernels/fp8.h's Fp8Amax gives
+// (for an FP8 cast of y that then skips its amax pass); fused into the kernel for 16-bit CUDA tensors, a separate pass
+// otherwise.
 Status RmsNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, float eps, Tensor* y, Tensor* rstd,
                       Tensor* amax = nullptr);
 // dy, dx: x's shape and dtype; weight, dweight [C] and rstd as in the forward. accumulate_dx: dx += the input gradient

@@ -88,9 +88,9 @@ class Fp8Linears {
                  const Tensor* residual, bool keep, bool x_amax_ready = false);
   // Where a producer of Forward's x for (act_set, linear) writes its amax (one-element f32 device tensor).
   Tensor* x_amax(int act_set, int linear) { return &acts_[act_set][linear].scales->amax; }
-  // dy [tokens, out] (bf16): dw [out, in] (f32) += dy^T x (x as kept by Forward in act_set), dx [tokens, in] (bf16)
-  // = dy W; with dbias (f32 [out]) also dbias += the column sums of dy, from the loads of dy's cast (no separate
-  // pass). dy_amax_ready: dy_amax() already holds amax(dy) (the kernel that wrote dy computed it).
+  // dy [tokens, out] (bf16): dw [out, in] (f32, or bf16 gradients) += dy^T x (x as kept by Forward in act_set), dx
+  // [tokens, in] (bf16) = dy W; with dbias (f32 [out]) also dbias += the column sums of dy, from the loads of dy's cast
+  // (no separate pass). dy_amax_ready: dy_amax() already holds amax(dy) (the kernel that wrote dy computed it).
   Status Backward(int layer, int act_set, int linear, const Tensor& dy, Tensor* dw, Tensor* dx, Tensor* dbias = nullptr,
                   bool dy_amax_ready = false);
   // Where a producer of the next Backward's dy writes its amax (a one-element f32 device tensor), to pass

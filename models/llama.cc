@@ -84,6 +84,8 @@ Status Llama::Create(DeviceContext& ctx, const LlamaOptions& opts, int64_t batch
   if (opts.precision == Precision::kFp16) return Status::InvalidArgument("Llama: fp16 is not supported (bf16, fp32)");
   DT_CHECK_ARG(!opts.bf16_masters || opts.precision == Precision::kBf16 || opts.precision == Precision::kFp8,
                "Llama: train.master_weights bf16 needs train.precision bf16 or fp8 on CUDA (the CPU runs fp32 only)");
+  DT_CHECK_ARG(!opts.bf16_grads || opts.precision == Precision::kBf16 || opts.precision == Precision::kFp8,
+               "Llama: train.gradients bf16 needs train.precision bf16 or fp8 on CUDA (the CPU runs fp32 only)");
   DT_CHECK_ARG(!opts.layer_cast || (opts.precision != Precision::kFp32 && !opts.bf16_masters),
                "Llama: model.llama.weight_cast layer casts f32 master weights into bf16 for the GEMMs: it needs "
                "train.precision bf16 or fp8 and train.master_weights fp32");
@@ -116,9 +118,9 @@ Status Llama::Create(DeviceContext& ctx, const LlamaOptions& opts, int64_t batch
   add("model.norm.weight", {c});
   if (!opts.tie_embeddings) add("lm_head.weight", {vp, c});
 
-  // bf16 masters: the params are the bf16 GEMM weights (no f32 master, no copy); grads stay f32.
+  // bf16 masters: the params are the bf16 GEMM weights (no f32 master, no copy); grads f32 unless bf16_grads.
   DT_RETURN_IF_ERROR(m->Alloc({offset}, opts.bf16_masters ? DType::kBF16 : opts.dtype, &m->params_));
-  DT_RETURN_IF_ERROR(m->Alloc({offset}, opts.dtype, &m->grads_));
+  DT_RETURN_IF_ERROR(m->Alloc({offset}, opts.bf16_grads ? DType::kBF16 : opts.dtype, &m->grads_));
   DT_RETURN_IF_ERROR(m->grads_.SetZero(ctx.stream()));
   for (const ParamInfo& p : m->infos_) {
     Tensor w, g;

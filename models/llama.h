@@ -42,6 +42,10 @@
 //     master, no copy; the embedding lookup and the RMSNorms read them as bf16); grads() stay f32 (the weight-gradient
 //     GEMMs accumulate in f32); the optimizer rounds the updated weights stochastically (kernels/optim_update.h).
 //     InitParams rounds the f32 draws to nearest even. Needs kBf16.
+//     With bf16_grads (train.gradients bf16): grads() are bf16, with either masters. The weight-gradient GEMMs (bf16
+//     and FP8) accumulate into them with beta 1 (the f32 product rounded to bf16: exactly that at the first
+//     micro-step, whose C is zero), the RMSNorm and embedding backwards add their f32 sums to the widened values and
+//     round once; the optimizer reads them exactly (kernels/optim_update.h). Needs kBf16 or kFp8.
 //   kFp8 (CUDA, compute capability 8.9+): kBf16, with the block linears of options.fp8_layers as FP8 GEMMs
 //     (models/fp8_linears.h: e4m3 activations, and weights cast from the master weights (f32, or bf16 masters), e5m2
 //     gradients, per-tensor current scaling, f32 weight gradients); attention, the RMSNorms, SwiGLU and the LM head
@@ -123,6 +127,7 @@ struct LlamaOptions {
   int64_t loss_chunk_tokens = 0;  // see the file comment; > 0: tokens per LM-head/loss chunk (the fused path)
   bool bf16_masters = false;      // kBf16/kFp8 only: params() are bf16 (see Precision in the file comment)
   bool layer_cast = false;        // kBf16/kFp8 with f32 masters: the bf16 copy per layer (see Precision)
+  bool bf16_grads = false;        // kBf16/kFp8 only: grads() are bf16 (see Precision)
   Fp8LayerSet fp8_layers;         // kFp8 only: which block linears run in FP8
   DType dtype = DType::kF32;      // kFp32 only: kF64 on the CPU
 };

@@ -216,6 +216,12 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
   DT_RETURN_IF_ERROR(CheckConfig(g, ctx.is_cuda()));
   DT_RETURN_IF_ERROR(CheckWeightCast(config, mixed));
   opts.layer_cast = g.weight_cast() == "layer";
+  opts.bf16_grads = config.train().gradients() == "bf16";
+  if (opts.bf16_grads && !mixed) {
+    return Status::InvalidArgument(
+        "train.gradients: bf16 needs train.precision bf16 or fp8 on CUDA (the CPU path is fp32), got train.precision " +
+        config.train().precision() + (ctx.is_cuda() ? "" : " on the CPU"));
+  }
   Checkpointing ckpt;
   DT_RETURN_IF_ERROR(CheckpointingOf(config, &ckpt));
   opts.vocab_size = g.vocab_size();
@@ -261,7 +267,7 @@ Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, Mem
   plan->activation_policy = PolicyName(ckpt, L);
   plan->num_params = params;
   plan->params = bytes(params, in.master_dtype);
-  plan->grads = bytes(params, DType::kF32);  // f32 with bf16 masters too (the weight-gradient GEMMs accumulate in f32)
+  plan->grads = bytes(params, in.grad_dtype);  // train.gradients (f32 with bf16 masters too, unless it says bf16)
   // The bf16 copy (Llama::MakeWeightCopy): the LM head and the block linears' weights that do not run in FP8, of every
   // layer, or (weight_cast layer) of one.
   const std::vector<Fp8LinearShape> linears = LlamaLinears(c, g.n_head(), g.n_kv_head(), f);
@@ -321,6 +327,10 @@ std::vector<MemoryKnob> MemoryKnobs(const proto::Config& config) {
   if (g.weight_cast() != "layer") {
     knobs.push_back({"model.llama.weight_cast: layer (the bf16 weight copy per layer)",
                      [](proto::Config* c) { c->mutable_model()->mutable_llama()->set_weight_cast("layer"); }});
+  }
+  if (config.train().gradients() != "bf16" && config.train().precision() != "fp32") {
+    knobs.push_back({"train.gradients: bf16 (bf16 weight gradients, one rank)",
+                     [](proto::Config* c) { c->mutable_train()->set_gradients("bf16"); }});
   }
   return knobs;
 }

@@ -26,7 +26,8 @@ struct MemoryPlanInputs {
   bool cuda = false;  // the run's device: CUDA (the caching allocator's rounding, cuBLAS workspaces) or the CPU
   int64_t world_size = 1;
   bool zero1 = false;                     // dist.zero1: the optimizer state is sharded over world_size ranks
-  DType master_dtype = DType::kF32;       // the parameters the optimizer updates (params(), and their gradients)
+  DType master_dtype = DType::kF32;       // the parameters the optimizer updates (params())
+  DType grad_dtype = DType::kF32;         // their gradients (train.gradients; a model with f32 grads plans f32)
   DType optim_state_dtype = DType::kF32;  // each optimizer state tensor's element type
   int64_t optim_state_tensors = 0;        // the optimizer's state tensors (its spec's state_names.size())
   bool offload_state = false;             // optim.offload cpu: the state in host memory, a ring of chunks on the GPU

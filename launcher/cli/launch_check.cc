@@ -20,12 +20,13 @@ Status CheckRunBeforeStart(const LaunchOptions& opts, const LaunchEnv& env, cons
   proto::Config cfg;
   DT_RETURN_IF_ERROR(runtime::LoadConfig(opts.config, opts.sets, &cfg));
   DT_RETURN_IF_ERROR(runtime::ResolveAutoSizes(&cfg));  // as each worker does, before its run check
-  const std::string& device = cfg.train().device();
+  // Copies: FitMemory below may replace cfg's messages (the budget's choice), which would leave references dangling.
+  const std::string device = cfg.train().device();
   *on_cuda = device == "cuda" || (device != "cpu" && env.gpu_count > 0);
   // A dry run on a machine without a GPU (a cluster's login node) of a config that runs on GPUs only (a 16- or 8-bit
   // train.precision) plans for the GPU it will run on; that GPU's memory is unknown here, so only
   // train.memory_budget_gib is checked.
-  const std::string& precision = cfg.train().precision();
+  const std::string precision = cfg.train().precision();
   const bool plan_for_gpu = opts.dry_run && !*on_cuda && device != "cpu" && precision != "fp32" && precision != "auto";
   *on_cuda |= plan_for_gpu;
   if (cmd.backend == Backend::kNode && world_size > 1 &&

@@ -50,9 +50,10 @@ Status CreateOptimAlgorithm(const OptimizerOptions& opts, const OptimAlgorithmSp
     return Status::InvalidArgument("unknown optimizer '" + opts.name + "' (expected " + known + ")");
   }
   auto f32_or_bf16 = [](DType t) { return t == DType::kF32 || t == DType::kBF16; };
-  DT_CHECK_ARG(f32_or_bf16(opts.state_dtype) && f32_or_bf16(opts.param_dtype),
-               "optim.state_dtype and train.master_weights must be fp32 or bf16, got "
-                   << DTypeName(opts.state_dtype) << ", " << DTypeName(opts.param_dtype));
+  DT_CHECK_ARG(f32_or_bf16(opts.state_dtype) && f32_or_bf16(opts.param_dtype) && f32_or_bf16(opts.grad_dtype),
+               "optim.state_dtype, train.master_weights and train.gradients must be fp32 or bf16, got "
+                   << DTypeName(opts.state_dtype) << ", " << DTypeName(opts.param_dtype) << ", "
+                   << DTypeName(opts.grad_dtype));
   if (!found->bf16_storage) {
     DT_CHECK_ARG(opts.state_dtype == DType::kF32, "optim.state_dtype bf16 is not supported by optim.name "
                                                       << opts.name
@@ -60,6 +61,8 @@ Status CreateOptimAlgorithm(const OptimizerOptions& opts, const OptimAlgorithmSp
     DT_CHECK_ARG(opts.param_dtype == DType::kF32, "train.master_weights bf16 is not supported by optim.name "
                                                       << opts.name
                                                       << " (its update writes f32 params; adamw takes bf16)");
+    DT_CHECK_ARG(opts.grad_dtype == DType::kF32, "train.gradients bf16 is not supported by optim.name "
+                                                     << opts.name << " (its update reads f32 grads; adamw takes bf16)");
   }
   DT_RETURN_IF_ERROR(found->create(opts, out));
   *spec = found;

@@ -54,7 +54,7 @@ Status Optimizer::CheckTensor(const DeviceContext& ctx, const Tensor& t, DType d
 Status Optimizer::Step(DeviceContext& ctx, Tensor& params, Tensor& grads, double lr, LossScaler* scaler) {
   // Bad tensors fail the step before it counts.
   DT_RETURN_IF_ERROR(CheckTensor(ctx, params, opts_.param_dtype, "params"));
-  DT_RETURN_IF_ERROR(CheckTensor(ctx, grads, DType::kF32, "grads"));
+  DT_RETURN_IF_ERROR(CheckTensor(ctx, grads, opts_.grad_dtype, "grads"));
   DT_RETURN_IF_ERROR(Stage(ctx, lr, scaler));
   return Apply(ctx, params, grads, scaler);
 }
@@ -80,7 +80,7 @@ Status Optimizer::Stage(DeviceContext& ctx, double lr, LossScaler* scaler) {
 Status Optimizer::Apply(DeviceContext& ctx, Tensor& params, Tensor& grads, LossScaler* scaler) {
   DT_NVTX_RANGE("optimizer_step");
   DT_RETURN_IF_ERROR(CheckTensor(ctx, params, opts_.param_dtype, "params"));
-  DT_RETURN_IF_ERROR(CheckTensor(ctx, grads, DType::kF32, "grads"));
+  DT_RETURN_IF_ERROR(CheckTensor(ctx, grads, opts_.grad_dtype, "grads"));
   if (!staged_) return Status::FailedPrecondition("Optimizer::Apply before Stage");
 
   // Global norm into a device scalar; the update kernel reads the clip coefficient from device

@@ -9,7 +9,7 @@
 // zero-initialised, on ctx's device — or, with opts.offload, in page-locked host memory, streamed through the device
 // for each update (runtime/optim/offloaded_state.h; call SettleState before reading or writing state() then). Params
 // and grads belong to the caller (the model) and must be flat tensors of num_params elements on the same device: grads
-// f32, params opts.param_dtype (f32, or bf16 master weights).
+// opts.grad_dtype (f32, or bf16 gradients), params opts.param_dtype (f32, or bf16 master weights).
 //
 // Streams: Step() queues all its work on ctx.stream() and never synchronizes the host. The global
 // gradient norm is reduced on the device into a device scalar every step (one extra read of the

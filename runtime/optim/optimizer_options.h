@@ -27,6 +27,8 @@ struct OptimizerOptions {
   // The params' dtype (train.master_weights): kF32, or kBF16 (bf16 master weights, stochastically rounded updates;
   // bf16_storage algorithms only).
   DType param_dtype = DType::kF32;
+  // The grads' dtype (train.gradients): kF32, or kBF16 (read exactly into the f32 math; bf16_storage algorithms only).
+  DType grad_dtype = DType::kF32;
   // optim.offload cpu: the state lives in page-locked host memory and streams through the GPU for each update
   // (runtime/optim/offloaded_state.h), in chunks of offload_chunk elements (0: its default), except the part
   // offload_keep_bytes of device memory hold (optim.offload_keep_gib), which stays on the device.

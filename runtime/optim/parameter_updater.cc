@@ -121,10 +121,16 @@ Status MakeParameterUpdater(const proto::Config& cfg, DeviceContext& ctx, models
   DT_CHECK_ARG(out != nullptr, "out is null");
   OptimizerOptions oo = OptimizerOptionsFromConfig(cfg.optim());
   oo.param_dtype = model.params().dtype();  // the model keeps its masters as train.master_weights says
+  oo.grad_dtype = model.grads().dtype();    // and its gradients as train.gradients says
   oo.seed = cfg.train().seed();
   std::unique_ptr<LossScaler> scaler;
   if (cfg.train().precision() == "fp16") DT_RETURN_IF_ERROR(LossScaler::Create(ctx, &scaler));
   const bool exchange = grad_comm != nullptr && world > 1;
+  if (exchange && oo.grad_dtype != DType::kF32) {
+    return Status::InvalidArgument(
+        "train.gradients bf16 runs on one rank: the gradient all-reduce and dist.zero1's reduce-scatter take fp32 "
+        "gradients (for a bf16 wire on several ranks: train.gradients fp32 with dist.bf16_compress true)");
+  }
   if (exchange && cfg.dist().zero1()) {
     if (oo.param_dtype != DType::kF32) {
       return Status::InvalidArgument(

@@ -93,6 +93,7 @@ Status MemoryPlanInputsOf(const proto::Config& cfg, int world_size, bool cuda, m
   in->zero1 = cfg.dist().zero1();
   in->optim_state_tensors = static_cast<int64_t>(optim->state_names.size());
   in->master_dtype = cfg.train().master_weights() == "bf16" ? DType::kBF16 : DType::kF32;
+  in->grad_dtype = cfg.train().gradients() == "bf16" ? DType::kBF16 : DType::kF32;
   in->optim_state_dtype = cfg.optim().state_dtype() == "bf16" ? DType::kBF16 : DType::kF32;
   // auto before FitMemory resolves it: planned as all of the state offloaded (what OptimizerOptionsFromConfig does)
   in->offload_state = cfg.optim().offload() == "cpu" || cfg.optim().offload() == "auto";

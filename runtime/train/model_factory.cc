@@ -57,6 +57,16 @@ Status BuildModel(const proto::Config& cfg, DeviceContext& ctx, std::unique_ptr<
                                    " (bf16 masters: model.kind llama with train.precision "
                                    "bf16 on CUDA; fp32 otherwise)");
   }
+  // Likewise train.gradients.
+  const DType want_grads = cfg.train().gradients() == "bf16" ? DType::kBF16 : DType::kF32;
+  if ((*out)->grads().dtype() != want_grads) {
+    const std::string kind = cfg.model().kind();
+    out->reset();
+    return Status::InvalidArgument("train.gradients: " + cfg.train().gradients() + " is not supported by model.kind " +
+                                   kind +
+                                   " (bf16 gradients: model.kind llama with train.precision bf16 or fp8 on "
+                                   "CUDA; fp32 otherwise)");
+  }
   return Status::OK();
 }
 

@@ -10,6 +10,7 @@
 #include "core/device_context.h"
 #include "kernels/embedding.h"
 #include "tests/testing/grad_check.h"
+#include "tests/testing/half_round.h"
 
 namespace dtrain::ops {
 namespace {
@@ -141,6 +142,33 @@ TEST(EmbeddingCuda, MatchesCpuReference) {
   DT_ASSERT_OK(RunBackward(*cpu, DType::kF64, ids, v, c, dout, base, &want));
   DT_ASSERT_OK(RunBackward(*gpu, DType::kF32, ids, v, c, dout, base, &got));
   EXPECT_LE(testing::MaxAbsDiff(got, want), 1e-5 * testing::Scale(want));
+}
+
+// bf16 rows into a bf16 dtable (bf16 gradients): each entry is the f32-dtable launch's entry rounded to nearest, bit
+// for bit, from a bf16-representable base (both add the same f32 sum of the rows, in position order, to it).
+TEST(EmbeddingCuda, Bf16DtableIsTheF32DtableRounded) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  const int64_t n = 1000, v = 50, c = 67;
+  std::vector<double> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = (i * 37) % v;
+  auto dout = RandomVector(n * c, 2), base = RandomVector(v * c, 3);
+  for (auto* vec : {&dout, &base}) {
+    for (double& x : *vec) x = testing::RoundToBf16(x);
+  }
+  Tensor tids, tdout, f32, b16;
+  DT_ASSERT_OK(MakeTensor(*gpu, DType::kI32, {n}, ids, &tids));
+  DT_ASSERT_OK(MakeTensor(*gpu, DType::kBF16, {n, c}, dout, &tdout));
+  DT_ASSERT_OK(MakeTensor(*gpu, DType::kF32, {v, c}, base, &f32));
+  DT_ASSERT_OK(MakeTensor(*gpu, DType::kBF16, {v, c}, base, &b16));
+  DT_ASSERT_OK(EmbeddingBackward(*gpu, tids, tdout, &f32));
+  DT_ASSERT_OK(EmbeddingBackward(*gpu, tids, tdout, &b16));
+  std::vector<double> want, got;
+  DT_ASSERT_OK(Fetch(*gpu, f32, &want));
+  DT_ASSERT_OK(Fetch(*gpu, b16, &got));
+  for (double& x : want) x = testing::RoundToBf16(x);
+  EXPECT_EQ(got, want);
 }
 
 // On the GPU an out-of-range id cannot be an error: forward writes a NaN row, backward skips the id.

@@ -1,4 +1,4 @@
-// Tests of the mixed-storage AdamW (kernels/optim_update.h: bf16 params and/or bf16 state, f32 math, stochastic
+// Tests of the mixed-storage AdamW (kernels/optim_update.h: bf16 params, grads and/or state, f32 math, stochastic
 // rounding of kernels/bf16_round.h): the rounding itself (exact values stay, others land on a neighbour, unbiased),
 // the CPU update against an f64 reference, unbiasedness of a sub-ulp update of bf16 params, determinism per (seed,
 // step), the argument checks, and (GPU) the CUDA kernel equal to the CPU reference bit for bit.
@@ -108,7 +108,15 @@ void ExpectWithinBf16Ulp(double got, double want, const char* what, int i) {
 
 struct MixedCase {
   bool p16, s16;
+  bool g16 = false;  // bf16 grads (train.gradients)
 };
+std::vector<MixedCase> MixedCases() {
+  return {{false, true}, {true, false}, {true, true}, {false, false, true}, {false, true, true}, {true, true, true}};
+}
+std::string MixedCaseName(const ::testing::TestParamInfo<MixedCase>& info) {
+  return std::string(info.param.p16 ? "Bf16Params" : "F32Params") + (info.param.s16 ? "Bf16State" : "F32State") +
+         (info.param.g16 ? "Bf16Grads" : "");
+}
 
 class AdamWMixedCpu : public ::testing::TestWithParam<MixedCase> {};
 
@@ -121,7 +129,7 @@ TEST_P(AdamWMixedCpu, OneStepAgainstF64Reference) {
   for (int i = 0; i < n; ++i) {
     // bf16-representable inputs, so the f64 reference starts from exactly what the kernel reads.
     p[i] = Bf16BitsToF32(RoundBf16Rne(dist(rng)));
-    g[i] = dist(rng);
+    g[i] = mc.g16 ? Bf16BitsToF32(RoundBf16Rne(dist(rng))) : dist(rng);
     m[i] = Bf16BitsToF32(RoundBf16Rne(0.1f * dist(rng)));
     v[i] = Bf16BitsToF32(RoundBf16Rne(0.01f * std::fabs(dist(rng))));
   }
@@ -130,14 +138,16 @@ TEST_P(AdamWMixedCpu, OneStepAgainstF64Reference) {
   h.weight_decay = 0.1;
   h.step = 3;
   h.sr_seed = 42;
-  std::vector<Bf16> p16 = ToBf16(p), m16 = ToBf16(m), v16 = ToBf16(v);
+  std::vector<Bf16> p16 = ToBf16(p), g16 = ToBf16(g), m16 = ToBf16(m), v16 = ToBf16(v);
   std::vector<float> pf = p, mf = m, vf = v;
   auto ctx = CpuContext();
   Tensor tp = mc.p16 ? HostTensor(p16, DType::kBF16) : HostTensor(pf, DType::kF32);
   Tensor tm = mc.s16 ? HostTensor(m16, DType::kBF16) : HostTensor(mf, DType::kF32);
   Tensor tv = mc.s16 ? HostTensor(v16, DType::kBF16) : HostTensor(vf, DType::kF32);
   Tensor ts = HostTensor(scale, DType::kF32);
-  ASSERT_TRUE(AdamWUpdate(*ctx, h, &tp, HostTensor(g, DType::kF32), &tm, &tv, &ts).ok());
+  ASSERT_TRUE(
+      AdamWUpdate(*ctx, h, &tp, mc.g16 ? HostTensor(g16, DType::kBF16) : HostTensor(g, DType::kF32), &tm, &tv, &ts)
+          .ok());
   for (int i = 0; i < n; ++i) {
     const Ref r = AdamWF64(p[i], g[i], m[i], v[i], h, scale[0]);
     const double gp = mc.p16 ? Bf16BitsToF32(p16[i]) : pf[i];
@@ -158,12 +168,7 @@ TEST_P(AdamWMixedCpu, OneStepAgainstF64Reference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Storage, AdamWMixedCpu,
-                         ::testing::Values(MixedCase{false, true}, MixedCase{true, false}, MixedCase{true, true}),
-                         [](const auto& info) {
-                           return std::string(info.param.p16 ? "Bf16Params" : "F32Params") +
-                                  (info.param.s16 ? "Bf16State" : "F32State");
-                         });
+INSTANTIATE_TEST_SUITE_P(Storage, AdamWMixedCpu, ::testing::ValuesIn(MixedCases()), MixedCaseName);
 
 TEST(AdamWMixedCpuSr, SubUlpUpdatesOfBf16ParamsAreUnbiased) {
   // Every element starts at p0 = 1 with the same gradient and state; the step (1e-3) is a quarter of bf16's spacing
@@ -266,7 +271,7 @@ TEST(AdamWMixed, RejectsMismatchedStorage) {
   Status st = AdamWUpdate(*ctx, h, &tp, HostTensor(g, DType::kF32), &tm16, &tv);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(st.message().find("must both be f32 or both bf16"), std::string::npos) << st.ToString();
-  // bf16 params need f32 grads.
+  // bf16 params need f32 or bf16 grads, not f64.
   Tensor tm = HostTensor(v, DType::kF32), tv2 = HostTensor(g, DType::kF32);
   st = AdamWUpdate(*ctx, h, &tp, HostTensor(gd, DType::kF64), &tm, &tv2);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
@@ -327,6 +332,7 @@ TEST_P(AdamWMixedCuda, EqualsCpuReferenceBitForBit) {
   for (int s = 1; s <= 3; ++s) {
     std::vector<float> g(n);
     for (auto& x : g) x = 2.0f * dist(rng);
+    std::vector<Bf16> g16 = ToBf16(g);
     h.lr = 1e-2 / s;
     h.step = s;
     const bool use_scale = s % 2 == 1;
@@ -341,10 +347,10 @@ TEST_P(AdamWMixedCuda, EqualsCpuReferenceBitForBit) {
       ASSERT_TRUE(gpu_->Synchronize().ok());
       st = &staged;
     }
-    ASSERT_TRUE(
-        AdamWUpdate(*gpu_, h, &dp, ToDevice(g, DType::kF32), &dm, &dv, use_scale ? &dscale : nullptr, nullptr, st)
-            .ok());
-    ASSERT_TRUE(AdamWUpdate(*ctx, h, &tp, HostTensor(g, DType::kF32), &tm, &tv, use_scale ? &ts : nullptr).ok());
+    Tensor dg = mc.g16 ? ToDevice(g16, DType::kBF16) : ToDevice(g, DType::kF32);
+    Tensor tg = mc.g16 ? HostTensor(g16, DType::kBF16) : HostTensor(g, DType::kF32);
+    ASSERT_TRUE(AdamWUpdate(*gpu_, h, &dp, dg, &dm, &dv, use_scale ? &dscale : nullptr, nullptr, st).ok());
+    ASSERT_TRUE(AdamWUpdate(*ctx, h, &tp, tg, &tm, &tv, use_scale ? &ts : nullptr).ok());
   }
   if (mc.p16) {
     EXPECT_EQ(ToHost<Bf16>(dp), p16);
@@ -360,12 +366,7 @@ TEST_P(AdamWMixedCuda, EqualsCpuReferenceBitForBit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Storage, AdamWMixedCuda,
-                         ::testing::Values(MixedCase{false, true}, MixedCase{true, false}, MixedCase{true, true}),
-                         [](const auto& info) {
-                           return std::string(info.param.p16 ? "Bf16Params" : "F32Params") +
-                                  (info.param.s16 ? "Bf16State" : "F32State");
-                         });
+INSTANTIATE_TEST_SUITE_P(Storage, AdamWMixedCuda, ::testing::ValuesIn(MixedCases()), MixedCaseName);
 
 }  // namespace
 }  // namespace dtrain::ops

@@ -8,6 +8,7 @@
 
 #include "core/device_context.h"
 #include "core/tensor.h"
+#include "kernels/bf16_round.h"
 #include "kernels/reduce.h"
 
 namespace dtrain::ops {
@@ -57,6 +58,21 @@ TEST(SumSquares, CpuTensorF32AndF64) {
   ASSERT_TRUE(SumSquares(*ctx, HostTensor(xd), &outd).ok());
   EXPECT_EQ(outd.dtype(), DType::kF64);
   EXPECT_EQ(outd.data<double>()[0], 0.25 + 0.0625 + 4.0);
+}
+
+// bf16 x (bf16 gradients): widened exactly, summed in f64, an f32 out.
+TEST(SumSquares, Bf16IntoAnF32Out) {
+  auto ctx = CpuContext();
+  std::vector<uint16_t> x = {RoundBf16Rne(3.0f), RoundBf16Rne(-4.0f), RoundBf16Rne(0.5f)};
+  Tensor tx = Tensor::Wrap(x.data(), {3}, DType::kBF16, DeviceType::kCPU), out;
+  ASSERT_TRUE(SumSquares(*ctx, tx, &out).ok());
+  EXPECT_EQ(out.dtype(), DType::kF32);
+  EXPECT_EQ(out.data<float>()[0], 25.25f);
+  ASSERT_TRUE(SumSquares(*ctx, tx, &out, /*accumulate=*/true).ok());
+  EXPECT_EQ(out.data<float>()[0], 50.5f);
+  std::vector<uint16_t> bad(1);
+  Tensor bf16_out = Tensor::Wrap(bad.data(), {1}, DType::kBF16, DeviceType::kCPU);
+  EXPECT_EQ(SumSquares(*ctx, tx, &bf16_out).code(), Status::Code::kInvalidArgument);
 }
 
 TEST(SumSquares, AccumulatesOverDisjointPieces) {
@@ -207,6 +223,25 @@ TEST_F(ReduceCudaTest, ScaleMatchesCpu) {
   ASSERT_TRUE(Scale(*gpu_, &dx, 0.37f).ok());
   ScaleCpu(x.data(), static_cast<int64_t>(x.size()), 0.37f);
   EXPECT_EQ(ToHost(dx), x);  // one IEEE multiply per element: exact agreement
+}
+
+// bf16 on the GPU: the CPU reference's value (both sum the exactly widened squares in f64), deterministic.
+TEST_F(ReduceCudaTest, SumSquaresBf16MatchesCpu) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<uint16_t> x((1 << 20) + 77);
+  for (auto& v : x) v = RoundBf16Rne(dist(rng));
+  const int64_t n = static_cast<int64_t>(x.size());
+  const double ref = SumSquaresCpuBf16(x.data(), n);
+  Tensor host = Tensor::Wrap(x.data(), {n}, DType::kBF16, DeviceType::kCPU), dx, out, out2;
+  ASSERT_TRUE(Tensor::Empty({n}, DType::kBF16, gpu_->allocator(), &dx).ok());
+  ASSERT_TRUE(dx.CopyFrom(host, gpu_->stream()).ok());
+  ASSERT_TRUE(SumSquares(*gpu_, dx, &out).ok());
+  ASSERT_EQ(out.dtype(), DType::kF32);
+  const float got = ToHost(out)[0];
+  EXPECT_NEAR(got, ref, 1e-6 * ref);
+  ASSERT_TRUE(SumSquares(*gpu_, dx, &out2).ok());
+  EXPECT_EQ(ToHost(out2)[0], got);
 }
 
 }  // namespace

@@ -75,7 +75,8 @@ struct Bwd {
 // accumulated onto it.
 void RunBackward(DeviceContext& ctx, DType dt, int64_t n, int64_t c, const std::vector<double>& x,
                  const std::vector<double>& weight, const std::vector<double>& rstd, const std::vector<double>& dy,
-                 const std::vector<double>& base, Bwd* out, const std::vector<double>* dx_base = nullptr) {
+                 const std::vector<double>& base, Bwd* out, const std::vector<double>* dx_base = nullptr,
+                 bool bf16_dweight = false) {
   const DType st = IsHalfFloat(dt) ? DType::kF32 : dt;
   Tensor tx, tw, tr, tdy, tdx, tdw;
   DT_ASSERT_OK(Make(ctx, dt, {n, c}, x, &tx));
@@ -83,10 +84,10 @@ void RunBackward(DeviceContext& ctx, DType dt, int64_t n, int64_t c, const std::
   DT_ASSERT_OK(MakeTensor(ctx, st, {n}, rstd, &tr));
   DT_ASSERT_OK(Make(ctx, dt, {n, c}, dy, &tdy));
   DT_ASSERT_OK(Make(ctx, dt, {n, c}, dx_base ? *dx_base : std::vector<double>(n * c, NAN), &tdx));
-  DT_ASSERT_OK(MakeTensor(ctx, st, {c}, base, &tdw));
+  DT_ASSERT_OK(Make(ctx, bf16_dweight ? DType::kBF16 : st, {c}, base, &tdw));
   DT_ASSERT_OK(RmsNormBackward(ctx, tx, tw, tr, tdy, &tdx, &tdw, /*accumulate_dx=*/dx_base != nullptr));
   DT_ASSERT_OK(Get(ctx, tdx, &out->dx));
-  DT_ASSERT_OK(Fetch(ctx, tdw, &out->dweight));
+  DT_ASSERT_OK(Get(ctx, tdw, &out->dweight));
 }
 
 TEST(RmsNormCpu, HandComputedRow) {
@@ -249,6 +250,39 @@ TEST(RmsNormCuda, MatchesCpuReference) {
       EXPECT_EQ(got_acc.dweight, got_b.dweight) << where;
     }
   }
+}
+
+// A bf16 dweight beside bf16 x (bf16 gradients): the f32 launch's dweight rounded to nearest, bit for bit, from a
+// bf16-representable base (both add the same f32 sum to it; the bf16 one then rounds once), on the fused and the
+// chunked paths; dx is the same either way. A bf16 dweight beside f32 x is refused.
+TEST(RmsNormCuda, Bf16DweightIsTheF32DweightRounded) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  for (const auto& [n, c] : {std::pair<int64_t, int64_t>{257, 960}, {64, 33}, {130, 4096}, {5, 2051}}) {
+    const std::string where = std::to_string(n) + "x" + std::to_string(c);
+    auto bf16 = [](std::vector<double> v) {
+      for (double& e : v) e = testing::RoundToBf16(e);
+      return v;
+    };
+    const auto x = bf16(RandomVector(n * c, n + c, -2, 2)), dy = bf16(RandomVector(n * c, 3));
+    const auto w = RandomVector(c, 1, 0.5, 1.5), base = bf16(RandomVector(c, 4));
+    std::vector<double> rstd(n);
+    for (int64_t r = 0; r < n; ++r) rstd[r] = static_cast<float>(0.5 + 0.001 * r);
+    Bwd f32, b16;
+    ASSERT_NO_FATAL_FAILURE(RunBackward(*gpu, DType::kBF16, n, c, x, w, rstd, dy, base, &f32));
+    ASSERT_NO_FATAL_FAILURE(RunBackward(*gpu, DType::kBF16, n, c, x, w, rstd, dy, base, &b16, nullptr, true));
+    EXPECT_EQ(b16.dx, f32.dx) << where;
+    EXPECT_EQ(b16.dweight, bf16(f32.dweight)) << where;
+  }
+  Tensor x, w, r, dy, dx, dw16;
+  DT_ASSERT_OK(MakeTensor(*gpu, DType::kF32, {2, 8}, std::vector<double>(16, 1.0), &x));
+  DT_ASSERT_OK(MakeTensor(*gpu, DType::kF32, {8}, std::vector<double>(8, 1.0), &w));
+  DT_ASSERT_OK(MakeTensor(*gpu, DType::kF32, {2}, std::vector<double>(2, 1.0), &r));
+  DT_ASSERT_OK(MakeTensor(*gpu, DType::kF32, {2, 8}, std::vector<double>(16, 1.0), &dy));
+  DT_ASSERT_OK(MakeTensor(*gpu, DType::kF32, {2, 8}, std::vector<double>(16, 1.0), &dx));
+  DT_ASSERT_OK(Make(*gpu, DType::kBF16, {8}, std::vector<double>(8, 0.0), &dw16));
+  EXPECT_EQ(RmsNormBackward(*gpu, x, w, r, dy, &dx, &dw16).code(), Status::Code::kInvalidArgument);
 }
 
 }  // namespace

@@ -45,6 +45,11 @@ TEST(LaunchCheckE2E, ConfigErrorsAreOneMessageBeforeAnyRank) {
                  "/nonexistent/fmnist/train-images-idx3-ubyte.gz not found");
 }
 
+// bf16 gradients run on one rank: two are refused before either starts, naming the key and the way to a bf16 wire.
+TEST(LaunchCheckE2E, Bf16GradientsOnSeveralRanksAreRefusedBeforeTheStart) {
+  ExpectRejected(kLlamaTiny, "--set train.gradients=bf16", "train.gradients bf16 runs on one rank, this run has 2");
+}
+
 TEST(LaunchCheckE2E, DataThatDoesNotFitTheModelIsRejected) {
   DT_SKIP_WITHOUT_FASHION_MNIST();
   ExpectRejected(kMlp, "--set model.mlp.input_dim=100", "model.mlp.input_dim 100");
@@ -128,6 +133,14 @@ TEST(LaunchCheckE2E, DryRunWithoutAGpuPlansABf16RunForTheGpu) {
   EXPECT_NE(plan.output.find("(no GPU here: planned for a CUDA device, train.precision bf16 runs on GPUs only"),
             std::string::npos)
       << plan.output;
+  // Also when the budget picks the checkpointing policy (the plan's config is then replaced: the note still names
+  // the run's precision, once read from a dangling reference).
+  const ProcessResult picked =
+      RunCommand(DtrainBin() + " launch --dry-run --nproc-per-node 1 " + kLlamaTiny +
+                 " --set train.device=auto --set train.precision=bf16 --set train.memory_budget_gib=1");
+  ASSERT_EQ(picked.exit_code, 0) << picked.output;
+  EXPECT_NE(picked.output.find("chosen to fit train.memory_budget_gib 1"), std::string::npos) << picked.output;
+  EXPECT_NE(picked.output.find("train.precision bf16 runs on GPUs only"), std::string::npos) << picked.output;
   const ProcessResult over = RunCommand(DtrainBin() + " launch --dry-run --nproc-per-node 1 " + kLlamaTiny + bf16 +
                                         " --set train.memory_budget_gib=0.004");
   EXPECT_EQ(over.exit_code, 2) << over.output;

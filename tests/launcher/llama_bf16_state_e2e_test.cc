@@ -149,6 +149,11 @@ TEST(LlamaBf16StateE2E, RefusesWhatCannotRunHere) {
   EXPECT_NE(masters.output.find("train.master_weights: bf16 needs train.precision bf16 or fp8 on CUDA"),
             std::string::npos)
       << masters.output;
+  // So do bf16 gradients.
+  const ProcessResult grads = RunCommand(base + " --set train.gradients=bf16");
+  EXPECT_NE(grads.exit_code, 0) << grads.output;
+  EXPECT_NE(grads.output.find("train.gradients: bf16 needs train.precision bf16 or fp8 on CUDA"), std::string::npos)
+      << grads.output;
   // Only adamw keeps bf16 state.
   const ProcessResult sgd = RunCommand(base + " --set optim.name=sgd --set optim.state_dtype=bf16");
   EXPECT_NE(sgd.exit_code, 0) << sgd.output;
@@ -162,6 +167,13 @@ TEST(LlamaBf16StateE2E, RefusesWhatCannotRunHere) {
   EXPECT_NE(gpt2.exit_code, 0) << gpt2.output;
   EXPECT_NE(gpt2.output.find("train.master_weights: bf16 is not supported by model.kind gpt2"), std::string::npos)
       << gpt2.output;
+  const ProcessResult gpt2_grads = RunCommand(DtrainBin() + " train " + std::string(DT_SOURCE_DIR) +
+                                              "/configs/gpt2_tiny.yaml --set train.max_steps=1 --set "
+                                              "run.tensorboard=false --set train.gradients=bf16 --set run.dir=" +
+                                              tmp.path() + "/g2");
+  EXPECT_NE(gpt2_grads.exit_code, 0) << gpt2_grads.output;
+  EXPECT_NE(gpt2_grads.output.find("train.gradients: bf16 is not supported by model.kind gpt2"), std::string::npos)
+      << gpt2_grads.output;
 }
 
 }  // namespace

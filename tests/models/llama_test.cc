@@ -22,8 +22,10 @@
 
 #include "core/check.h"
 #include "core/device_context.h"
+#include "kernels/bf16_round.h"
 #include "kernels/matmul_fp8.h"
 #include "kernels/optim_update.h"
+#include "models/memory_plan.h"
 #include "tests/testing/grad_check.h"
 #if DT_HAVE_CUDA
 #include "core/cuda_graph.h"
@@ -681,6 +683,80 @@ TEST(LlamaCuda, Bf16MastersStepMatchesF32MastersAndTrains) {
   EXPECT_NEAR(losses[1][1], losses[0][1], 0.1) << "first " << losses[0][0];
 }
 
+// bf16 gradients (train.gradients bf16): from the same init, the first step's losses are the f32-gradient run's bit for
+// bit (the forward does not read the gradients); each parameter's gradient is that run's within 2^-8 relative
+// (Frobenius; one rounding is at most 2^-9 an element, the tied embedding and a chunked LM head take more than one),
+// and the RMSNorm weights' are the f32 sums rounded to nearest, bit for bit. Then 20 AdamW steps each on one fixed
+// batch: both memorize it, the bf16-gradient loss within 0.1 of the f32 one. Over bf16 with f32 masters, bf16
+// masters, and fp8 (every block linear; full layer 0, selective layer 1; untied, chunked loss).
+TEST(LlamaCuda, Bf16GradsAreTheF32GradsRoundedAndTrain) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<DeviceContext> gpu;
+  DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
+  const bool fp8_gpu = ops::CheckFp8Device(*gpu, "test").ok();
+  struct Variant {
+    const char* name;
+    bool masters16, fp8;
+  };
+  for (const Variant& v : {Variant{"bf16", false, false}, Variant{"bf16 masters", true, false},
+                           Variant{"fp8 all, full + selective, untied, chunked", false, true}}) {
+    if (v.fp8 && !fp8_gpu) continue;
+    SCOPED_TRACE(v.name);
+    double losses[2][2] = {};  // [bf16 grads][first, last]
+    std::vector<double> first_grads[2];
+    std::vector<ParamInfo> infos;
+    for (int grads16 = 0; grads16 < 2; ++grads16) {
+      LlamaOptions o = Small();
+      o.precision = v.fp8 ? Precision::kFp8 : Precision::kBf16;
+      o.bf16_masters = v.masters16;
+      o.bf16_grads = grads16 == 1;
+      if (v.fp8) {
+        DT_ASSERT_OK(ParseLlamaFp8Layers("all", o.hidden, &o.fp8_layers));
+        o.full_layers = 1;
+        o.selective = true;
+        o.tie_embeddings = false;
+        o.fused_classifier = true;
+        o.loss_chunk_tokens = 100;
+      }
+      std::unique_ptr<Llama> m;
+      ASSERT_NO_FATAL_FAILURE(AdamWSteps(
+          *gpu, o, 20,
+          [&](int step, double loss, const std::vector<double>& grads) {
+            if (step == 1) {
+              losses[grads16][0] = loss;
+              first_grads[grads16] = grads;
+            }
+            losses[grads16][1] = loss;
+          },
+          &m));
+      EXPECT_EQ(m->grads().dtype(), grads16 ? DType::kBF16 : DType::kF32);
+      infos = m->param_infos();
+    }
+    EXPECT_EQ(losses[1][0], losses[0][0]);
+    ASSERT_EQ(first_grads[1].size(), first_grads[0].size());
+    for (const ParamInfo& p : infos) {
+      double err2 = 0, norm2 = 0;
+      int64_t exact = 0;
+      for (int64_t i = p.offset; i < p.offset + p.numel; ++i) {
+        const double want = first_grads[0][static_cast<size_t>(i)], got = first_grads[1][static_cast<size_t>(i)];
+        err2 += (got - want) * (got - want);
+        norm2 += want * want;
+        exact += got == static_cast<double>(ops::Bf16BitsToF32(ops::RoundBf16Rne(static_cast<float>(want))));
+      }
+      const double rel = std::sqrt(err2 / std::max(norm2, 1e-300));
+      const bool norm = p.name.find("norm.weight") != std::string::npos;
+      std::printf("%s: %-40s rel. error %.2e, %.4f the f32 value rounded\n", v.name, p.name.c_str(), rel,
+                  static_cast<double>(exact) / static_cast<double>(p.numel));
+      EXPECT_LE(rel, 0x1p-8) << p.name;
+      if (norm) EXPECT_EQ(exact, p.numel) << p.name;
+    }
+    std::printf("%s: loss f32 gradients %.6f -> %.6f, bf16 gradients %.6f -> %.6f\n", v.name, losses[0][0],
+                losses[0][1], losses[1][0], losses[1][1]);
+    EXPECT_LT(losses[0][1], losses[0][0] - 1.0);
+    EXPECT_NEAR(losses[1][1], losses[0][1], 0.1) << "first " << losses[0][0];
+  }
+}
+
 // train.precision fp8 with every block linear in FP8 (models/fp8_linears.h) against the CPU's f32 from the same init,
 // with GPT-2 fp8's tolerances (gpt2_fp8_test.cc: e4m3/e5m2 keep 3/2 mantissa bits): mean loss within 3e-2, the
 // gradient within 0.15 relative Frobenius error. Also: full on layer 0 and selective on layer 1 gives the same
@@ -773,7 +849,8 @@ TEST(LlamaCuda, Fp8SharedInputsGiveTheBitsOfCheckpointing) {
 // cast right before its forward and its backward. Two steps with an AdamW update between (so the second step's casts
 // must read the updated masters, the last layer's included) give the step cast's losses and gradients bit for bit:
 // bf16 with no checkpointing, a full first layer with selective ones after, full everywhere, an untied head with the
-// chunked loss, and fp8 (every block linear, its e4m3 weights from the f32 masters either way).
+// chunked loss, and fp8 (every block linear, its e4m3 weights from the f32 masters either way). First, that the option
+// takes effect: Create allocates less by the copy of all layers but one (the caching allocator's count).
 TEST(LlamaCuda, LayerCastGivesTheBitsOfTheStepCast) {
   DT_SKIP_WITHOUT_CUDA();
   std::unique_ptr<DeviceContext> gpu;
@@ -786,6 +863,25 @@ TEST(LlamaCuda, LayerCastGivesTheBitsOfTheStepCast) {
     int64_t chunk;
     bool fp8;
   };
+  {  // The option takes effect: the layer-cast model's copy holds the head and one layer, not every layer.
+    int64_t used[2] = {};
+    for (int layer_cast = 0; layer_cast < 2; ++layer_cast) {
+      LlamaOptions o = Small();
+      o.n_layer = 3;
+      o.precision = Precision::kBf16;
+      o.layer_cast = layer_cast == 1;
+      const int64_t before = gpu->memory_stats().bytes_in_use;
+      std::unique_ptr<Llama> m;
+      DT_ASSERT_OK(Llama::Create(*gpu, o, 2, 128, &m));
+      used[layer_cast] = gpu->memory_stats().bytes_in_use - before;
+    }
+    const LlamaOptions o = Small();
+    const int64_t c = o.hidden, f = o.ffn_hidden, hs = c / o.n_head, head = Llama::PaddedVocab(o.vocab_size) * c;
+    const int64_t layer = (o.n_head + 2 * o.n_kv_head) * hs * c + c * c + 3 * f * c;  // qkv, o, gate|up, down
+    MemoryPlanInputs in;
+    in.cuda = true;  // the caching allocator's rounding
+    EXPECT_EQ(used[0] - used[1], in.Bytes(head + 3 * layer, DType::kBF16) - in.Bytes(head + layer, DType::kBF16));
+  }
   const Variant variants[] = {{"none", 0, false, true, 0, false},
                               {"full layer 0, selective", 1, true, true, 0, false},
                               {"full", 3, false, true, 0, false},
@@ -816,18 +912,21 @@ TEST(LlamaCuda, LayerCastGivesTheBitsOfTheStepCast) {
   }
 }
 
-// bf16 masters and the per-layer weight cast are mixed-precision options: refused on the CPU (fp32), named.
-TEST(Llama, Bf16MastersAndLayerCastNeedBf16OnCuda) {
+// bf16 masters, bf16 gradients and the per-layer weight cast are mixed-precision options: refused on the CPU (fp32),
+// named.
+TEST(Llama, Bf16MastersGradsAndLayerCastNeedBf16OnCuda) {
   auto cpu = Cpu();
-  for (const bool masters : {true, false}) {
+  for (int which = 0; which < 3; ++which) {
     std::unique_ptr<Llama> m;
     LlamaOptions o = Tiny();
-    o.bf16_masters = masters;
-    o.layer_cast = !masters;
+    o.bf16_masters = which == 0;
+    o.layer_cast = which == 1;
+    o.bf16_grads = which == 2;
     const Status st = Llama::Create(*cpu, o, 1, 8, &m);
     EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
-    const char* want =
-        masters ? "train.master_weights bf16 needs train.precision bf16" : "model.llama.weight_cast layer";
+    const char* want = which == 0   ? "train.master_weights bf16 needs train.precision bf16"
+                       : which == 1 ? "model.llama.weight_cast layer"
+                                    : "train.gradients bf16 needs train.precision bf16";
     EXPECT_NE(st.message().find(want), std::string::npos) << st.ToString();
   }
 }

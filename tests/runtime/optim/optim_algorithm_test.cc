@@ -186,21 +186,23 @@ TEST(OptimAlgorithm, RangesUpdateLikeTheWholeBuffer) {
   }
 }
 
-// bf16 storage (optim.state_dtype, train.master_weights) is for algorithms whose spec has bf16_storage (AdamW);
-// the others are refused with the key and the algorithm named.
+// bf16 storage (optim.state_dtype, train.master_weights, train.gradients) is for algorithms whose spec has bf16_storage
+// (AdamW); the others are refused with the key and the algorithm named.
 TEST(OptimAlgorithm, Bf16StorageOnlyWhereTheSpecTakesIt) {
   const OptimAlgorithmSpec* spec = nullptr;
   std::unique_ptr<OptimAlgorithm> algo;
   for (const std::string& name : OptimAlgorithmNames()) {
     const bool takes = FindOptimAlgorithm(name)->bf16_storage;
-    for (int which = 0; which < 2; ++which) {
+    for (int which = 0; which < 3; ++which) {
       OptimizerOptions o;
       o.name = name;
-      (which == 0 ? o.state_dtype : o.param_dtype) = DType::kBF16;
+      (which == 0 ? o.state_dtype : which == 1 ? o.param_dtype : o.grad_dtype) = DType::kBF16;
       const Status st = CreateOptimAlgorithm(o, &spec, &algo);
       EXPECT_EQ(st.ok(), takes) << name << " " << which << ": " << st.ToString();
       if (!takes) {
-        const std::string key = which == 0 ? "optim.state_dtype bf16" : "train.master_weights bf16";
+        const std::string key = which == 0   ? "optim.state_dtype bf16"
+                                : which == 1 ? "train.master_weights bf16"
+                                             : "train.gradients bf16";
         EXPECT_NE(st.message().find(key + " is not supported by optim.name " + name), std::string::npos)
             << st.message();
       }
@@ -232,6 +234,36 @@ TEST(Optimizer, KeepsStateInTheStateDtype) {
   Tensor p16;
   DT_ASSERT_OK(Tensor::Empty({8}, DType::kBF16, ctx->allocator(), &p16));
   EXPECT_EQ(opt->Step(*ctx, p16, g, 0.1).code(), Status::Code::kInvalidArgument);
+  // So are grads of another dtype than grad_dtype.
+  EXPECT_EQ(opt->Step(*ctx, p, p16, 0.1).code(), Status::Code::kInvalidArgument);
+}
+
+// train.gradients bf16: the optimizer reads bf16 grads exactly. With bf16-representable values the step equals the
+// step on the same values in f32 grads, on the mixed path both times (bf16 state), bit for bit; the norm is the same.
+TEST(Optimizer, ReadsBf16GradsExactly) {
+  auto ctx = CpuContext();
+  std::vector<double> grads = {0.5, -0.25, 3.0, 1e-3, -7.5, 0.0, 2.0, -0.125};
+  for (double& x : grads) x = static_cast<double>(static_cast<float>(x));
+  std::vector<double> after[2];
+  float norm[2] = {};
+  for (int g16 = 0; g16 < 2; ++g16) {
+    OptimizerOptions o;
+    o.lr = 0.1;
+    o.grad_clip = 1.0;
+    o.state_dtype = DType::kBF16;
+    o.grad_dtype = g16 ? DType::kBF16 : DType::kF32;
+    std::unique_ptr<Optimizer> opt;
+    DT_ASSERT_OK(Optimizer::Create(*ctx, o, 8, &opt));
+    Tensor p, g;
+    DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {8}, std::vector<double>(8, 1.0), &p));
+    DT_ASSERT_OK(testing::MakeTensor(*ctx, o.grad_dtype, {8}, grads, &g));
+    DT_ASSERT_OK(opt->Step(*ctx, p, g, 0.1));
+    DT_ASSERT_OK(testing::Fetch(*ctx, p, &after[g16]));
+    DT_ASSERT_OK(opt->LastGradNorm(*ctx, &norm[g16]));
+  }
+  EXPECT_EQ(after[1], after[0]);
+  EXPECT_EQ(norm[1], norm[0]);
+  EXPECT_GT(norm[0], 8.0f);  // sqrt(0.25 + 0.0625 + 9 + 56.25 + 4 + ...): the clip applied
 }
 
 }  // namespace

@@ -174,7 +174,7 @@ TEST(MemoryPlanCuda, Bf16LlamaPlanIsWithinFivePercentOfTheCachingAllocatorsPeak)
   ASSERT_TRUE(DeviceContext::CreateCuda(0, &gpu).ok());
   const bool fp8_gpu = ops::CheckFp8Device(*gpu, "test").ok();
   struct Case {
-    std::string precision, policy, offload = "none", keep_gib = "0", cast = "step";
+    std::string precision, policy, offload = "none", keep_gib = "0", cast = "step", grads = "fp32";
   };
   const std::vector<Case> cases = {{"bf16", "none"},
                                    {"bf16", "selective"},
@@ -186,21 +186,25 @@ TEST(MemoryPlanCuda, Bf16LlamaPlanIsWithinFivePercentOfTheCachingAllocatorsPeak)
                                    {"fp8:qkv,down", "none"},  // some inputs shared by all layers, the others kept
                                    {"fp8:gate_up", "full"},
                                    {"bf16", "selective", "none", "0", "layer"},  // model.llama.weight_cast layer
-                                   {"bf16", "full", "none", "0", "layer"}};
-  for (const auto& [precision_layers, policy, offload, keep_gib, cast] : cases) {
+                                   {"bf16", "full", "none", "0", "layer"},
+                                   {"bf16", "selective", "none", "0", "layer", "bf16"},  // train.gradients bf16
+                                   {"fp8", "none", "none", "0", "step", "bf16"}};
+  for (const auto& [precision_layers, policy, offload, keep_gib, cast, grads] : cases) {
     // "fp8" (every block linear) or "fp8:LIST" (model.llama.fp8_layers)
     const std::string precision = precision_layers.substr(0, precision_layers.find(':'));
     const std::string layers = precision != "fp8"              ? "auto"
                                : precision == precision_layers ? "all"
                                                                : precision_layers.substr(4);
     if (precision == "fp8" && !fp8_gpu) continue;
-    SCOPED_TRACE(precision_layers + " " + policy + " offload " + offload + " keep " + keep_gib + " cast " + cast);
-    const proto::Config cfg = Tiny(
-        {"train.device=cuda", "train.precision=" + precision, "optim.offload=" + offload,
-         "optim.offload_keep_gib=" + keep_gib, "model.llama.vocab_size=32000", "model.llama.fp8_layers=" + layers,
-         "model.llama.hidden=512", "model.llama.n_head=8", "model.llama.n_kv_head=4", "model.llama.ffn_hidden=1376",
-         "model.llama.n_layer=4", "model.llama.max_seq_len=512", "data.batch_size=8",
-         "model.llama.activation_checkpointing=" + policy, "model.llama.weight_cast=" + cast});
+    SCOPED_TRACE(precision_layers + " " + policy + " offload " + offload + " keep " + keep_gib + " cast " + cast +
+                 " grads " + grads);
+    const proto::Config cfg =
+        Tiny({"train.device=cuda", "train.precision=" + precision, "optim.offload=" + offload,
+              "optim.offload_keep_gib=" + keep_gib, "model.llama.vocab_size=32000", "model.llama.fp8_layers=" + layers,
+              "model.llama.hidden=512", "model.llama.n_head=8", "model.llama.n_kv_head=4",
+              "model.llama.ffn_hidden=1376", "model.llama.n_layer=4", "model.llama.max_seq_len=512",
+              "data.batch_size=8", "model.llama.activation_checkpointing=" + policy, "model.llama.weight_cast=" + cast,
+              "train.gradients=" + grads});
     ExpectPlanNearCudaPeak(cfg);
   }
 }
@@ -546,6 +550,15 @@ TEST(MemoryFit, AutoOffloadWeighsRecomputeAgainstPcie) {
   EXPECT_EQ(fit.chosen, "full on the first 12 of 32 layers, selective on the rest, weights cast per layer");
   EXPECT_EQ(cfg.model().llama().weight_cast(), "layer");
   EXPECT_EQ(cfg.model().llama().full_checkpoint_layers(), 12);
+  EXPECT_EQ(cfg.optim().offload(), "none");
+  // train.gradients bf16 frees 15 GiB more: selective on every layer.
+  std::vector<std::string> bf16_grads = fp32_auto;
+  bf16_grads.push_back("train.gradients=bf16");
+  ASSERT_TRUE(LoadConfig(eight_b, bf16_grads, &cfg).ok());
+  st = FitMemory(&cfg, 1, /*cuda=*/true, 0, &fit);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(fit.chosen, "selective, weights cast per layer");
+  EXPECT_NEAR(fit.plan.grads, fit.plan.params / 2, 2 << 20);  // the allocator rounds each to 2 MiB
   EXPECT_EQ(cfg.optim().offload(), "none");
 
   proto::Config plain;
