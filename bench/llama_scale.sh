@@ -17,6 +17,7 @@
 #             fp32 masters and state, bf16 masters and state (same init), fp32 with another train.seed (the spread);
 #             bench/loss_diff.py over the last 200 steps, the curves to $OUT/stateloss.png. The three runs share
 #             the GPU at once (their losses do not depend on it; their step times are not measurements).
+#   gradloss  as stateloss, fp32 masters and state: train.gradients fp32, bf16, and fp32 with another train.seed.
 # Run directories go to /tmp/llama_scale (a big model's final weights do not fit the device's disk twice); each run's
 # log and metrics.jsonl are copied to $OUT.
 # Usage (GPU machine, repo root, after a build): OUT=/some/dir BIN=build-dev/dtrain bash bench/llama_scale.sh
@@ -80,7 +81,7 @@ if has largest; then
   done
 fi
 
-if has stateloss; then
+if has stateloss || has gradloss; then
   L=$RUNS/stateloss
   rm -rf $L && mkdir -p $L
   $BIN data convert-text --out $L/shards --seq-len 1024 "$TEXT" > "$OUT/stateloss_data.log" 2>&1
@@ -95,10 +96,25 @@ if has stateloss; then
     echo "$name rc=$?: $(step_line "$OUT/$name.log")"
     cp "$L/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl"
   }
+fi
+
+if has stateloss; then
   loss_run stateloss_fp32 &
   loss_run stateloss_bf16 --set train.master_weights=bf16 --set optim.state_dtype=bf16 &
   loss_run stateloss_fp32_seed --set train.seed=4321 &
   wait
   python3 bench/loss_diff.py 200 "$L/stateloss_fp32" "$L/stateloss_bf16" "$L/stateloss_fp32_seed" \
     --png "$OUT/stateloss.png"
+fi
+
+# gradloss: as stateloss, with fp32 masters and state throughout: train.gradients fp32, bf16, and fp32 with another
+# train.seed (the spread); the curves to $OUT/gradloss.png.
+if has gradloss; then
+  fp32=(--set train.master_weights=fp32 --set optim.state_dtype=fp32)
+  loss_run gradloss_fp32 "${fp32[@]}" &
+  loss_run gradloss_bf16 "${fp32[@]}" --set train.gradients=bf16 &
+  loss_run gradloss_fp32_seed "${fp32[@]}" --set train.seed=4321 &
+  wait
+  python3 bench/loss_diff.py 200 "$L/gradloss_fp32" "$L/gradloss_bf16" "$L/gradloss_fp32_seed" \
+    --png "$OUT/gradloss.png"
 fi

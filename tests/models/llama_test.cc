@@ -648,6 +648,25 @@ void AdamWSteps(DeviceContext& ctx, const LlamaOptions& o, int steps,
   }
 }
 
+// AdamWSteps' first and last losses and the first step's gradients.
+struct StepsSummary {
+  double first = 0, last = 0;
+  std::vector<double> first_grads;
+};
+void SummarizeAdamWSteps(DeviceContext& ctx, const LlamaOptions& o, int steps, StepsSummary* out,
+                         std::unique_ptr<Llama>* m) {
+  ASSERT_NO_FATAL_FAILURE(AdamWSteps(
+      ctx, o, steps,
+      [&](int step, double loss, const std::vector<double>& grads) {
+        if (step == 1) {
+          out->first = loss;
+          out->first_grads = grads;
+        }
+        out->last = loss;
+      },
+      m));
+}
+
 // bf16 master weights (train.master_weights bf16): the params are the bf16 GEMM weights, the grads f32. From the same
 // init, the first step equals the f32-master bf16 step bit for bit (the f32 masters' bf16 copy is the same RNE rounding
 // of the same draws; the RMSNorm weights start at 1, exact in bf16, and the embedding rows are the same bf16 values).
@@ -657,30 +676,20 @@ TEST(LlamaCuda, Bf16MastersStepMatchesF32MastersAndTrains) {
   DT_SKIP_WITHOUT_CUDA();
   std::unique_ptr<DeviceContext> gpu;
   DT_ASSERT_OK(DeviceContext::CreateCuda(0, &gpu));
-  double losses[2][2] = {};  // [bf16 masters][first, last]
-  std::vector<double> first_grads[2];
+  StepsSummary runs[2];  // [bf16 masters]
   for (int masters16 = 0; masters16 < 2; ++masters16) {
     LlamaOptions o = Small();
     o.precision = Precision::kBf16;
     o.bf16_masters = masters16 == 1;
     std::unique_ptr<Llama> m;
-    ASSERT_NO_FATAL_FAILURE(AdamWSteps(
-        *gpu, o, 20,
-        [&](int step, double loss, const std::vector<double>& grads) {
-          if (step == 1) {
-            losses[masters16][0] = loss;
-            first_grads[masters16] = grads;
-          }
-          losses[masters16][1] = loss;
-        },
-        &m));
+    ASSERT_NO_FATAL_FAILURE(SummarizeAdamWSteps(*gpu, o, 20, &runs[masters16], &m));
     EXPECT_EQ(m->params().dtype(), masters16 ? DType::kBF16 : DType::kF32);
     EXPECT_EQ(m->grads().dtype(), DType::kF32);
   }
-  EXPECT_EQ(losses[1][0], losses[0][0]);
-  EXPECT_EQ(first_grads[1], first_grads[0]);
-  EXPECT_LT(losses[0][1], losses[0][0] - 1.0);
-  EXPECT_NEAR(losses[1][1], losses[0][1], 0.1) << "first " << losses[0][0];
+  EXPECT_EQ(runs[1].first, runs[0].first);
+  EXPECT_EQ(runs[1].first_grads, runs[0].first_grads);
+  EXPECT_LT(runs[0].last, runs[0].first - 1.0);
+  EXPECT_NEAR(runs[1].last, runs[0].last, 0.1) << "first " << runs[0].first;
 }
 
 // bf16 gradients (train.gradients bf16): from the same init, the first step's losses are the f32-gradient run's bit for
@@ -702,8 +711,7 @@ TEST(LlamaCuda, Bf16GradsAreTheF32GradsRoundedAndTrain) {
                            Variant{"fp8 all, full + selective, untied, chunked", false, true}}) {
     if (v.fp8 && !fp8_gpu) continue;
     SCOPED_TRACE(v.name);
-    double losses[2][2] = {};  // [bf16 grads][first, last]
-    std::vector<double> first_grads[2];
+    StepsSummary runs[2];  // [bf16 grads]
     std::vector<ParamInfo> infos;
     for (int grads16 = 0; grads16 < 2; ++grads16) {
       LlamaOptions o = Small();
@@ -719,26 +727,18 @@ TEST(LlamaCuda, Bf16GradsAreTheF32GradsRoundedAndTrain) {
         o.loss_chunk_tokens = 100;
       }
       std::unique_ptr<Llama> m;
-      ASSERT_NO_FATAL_FAILURE(AdamWSteps(
-          *gpu, o, 20,
-          [&](int step, double loss, const std::vector<double>& grads) {
-            if (step == 1) {
-              losses[grads16][0] = loss;
-              first_grads[grads16] = grads;
-            }
-            losses[grads16][1] = loss;
-          },
-          &m));
+      ASSERT_NO_FATAL_FAILURE(SummarizeAdamWSteps(*gpu, o, 20, &runs[grads16], &m));
       EXPECT_EQ(m->grads().dtype(), grads16 ? DType::kBF16 : DType::kF32);
       infos = m->param_infos();
     }
-    EXPECT_EQ(losses[1][0], losses[0][0]);
-    ASSERT_EQ(first_grads[1].size(), first_grads[0].size());
+    EXPECT_EQ(runs[1].first, runs[0].first);
+    ASSERT_EQ(runs[1].first_grads.size(), runs[0].first_grads.size());
     for (const ParamInfo& p : infos) {
       double err2 = 0, norm2 = 0;
       int64_t exact = 0;
       for (int64_t i = p.offset; i < p.offset + p.numel; ++i) {
-        const double want = first_grads[0][static_cast<size_t>(i)], got = first_grads[1][static_cast<size_t>(i)];
+        const double want = runs[0].first_grads[static_cast<size_t>(i)];
+        const double got = runs[1].first_grads[static_cast<size_t>(i)];
         err2 += (got - want) * (got - want);
         norm2 += want * want;
         exact += got == static_cast<double>(ops::Bf16BitsToF32(ops::RoundBf16Rne(static_cast<float>(want))));
@@ -750,10 +750,10 @@ TEST(LlamaCuda, Bf16GradsAreTheF32GradsRoundedAndTrain) {
       EXPECT_LE(rel, 0x1p-8) << p.name;
       if (norm) EXPECT_EQ(exact, p.numel) << p.name;
     }
-    std::printf("%s: loss f32 gradients %.6f -> %.6f, bf16 gradients %.6f -> %.6f\n", v.name, losses[0][0],
-                losses[0][1], losses[1][0], losses[1][1]);
-    EXPECT_LT(losses[0][1], losses[0][0] - 1.0);
-    EXPECT_NEAR(losses[1][1], losses[0][1], 0.1) << "first " << losses[0][0];
+    std::printf("%s: loss f32 gradients %.6f -> %.6f, bf16 gradients %.6f -> %.6f\n", v.name, runs[0].first,
+                runs[0].last, runs[1].first, runs[1].last);
+    EXPECT_LT(runs[0].last, runs[0].first - 1.0);
+    EXPECT_NEAR(runs[1].last, runs[0].last, 0.1) << "first " << runs[0].first;
   }
 }
 
