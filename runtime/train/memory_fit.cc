@@ -82,6 +82,13 @@ double AutoOffloadCost(const proto::Config& cfg, const models::MemoryPlan& plan,
   return recompute * step + streamed * kFlopsPerPcieByte;
 }
 
+// The inputs' dtypes, as the config's keys set them.
+void SetDTypesOf(const proto::Config& cfg, models::MemoryPlanInputs* in) {
+  in->master_dtype = cfg.train().master_weights() == "bf16" ? DType::kBF16 : DType::kF32;
+  in->grad_dtype = cfg.train().gradients() == "bf16" ? DType::kBF16 : DType::kF32;
+  in->optim_state_dtype = cfg.optim().state_dtype() == "bf16" ? DType::kBF16 : DType::kF32;
+}
+
 }  // namespace
 
 Status MemoryPlanInputsOf(const proto::Config& cfg, int world_size, bool cuda, models::MemoryPlanInputs* in) {
@@ -92,9 +99,7 @@ Status MemoryPlanInputsOf(const proto::Config& cfg, int world_size, bool cuda, m
   in->world_size = std::max(world_size, 1);
   in->zero1 = cfg.dist().zero1();
   in->optim_state_tensors = static_cast<int64_t>(optim->state_names.size());
-  in->master_dtype = cfg.train().master_weights() == "bf16" ? DType::kBF16 : DType::kF32;
-  in->grad_dtype = cfg.train().gradients() == "bf16" ? DType::kBF16 : DType::kF32;
-  in->optim_state_dtype = cfg.optim().state_dtype() == "bf16" ? DType::kBF16 : DType::kF32;
+  SetDTypesOf(cfg, in);
   // auto before FitMemory resolves it: planned as all of the state offloaded (what OptimizerOptionsFromConfig does)
   in->offload_state = cfg.optim().offload() == "cpu" || cfg.optim().offload() == "auto";
   in->offload_keep_bytes = OptimizerOptionsFromConfig(cfg.optim()).offload_keep_bytes;
@@ -259,8 +264,12 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
     for (const models::MemoryKnob& k : spec->memory_knobs(planned)) {
       proto::Config trial = planned;
       k.apply(&trial);
+      // bf16 gradients run on one rank (run_check.cc): not a knob for more.
+      if (in.world_size > 1 && trial.train().gradients() != planned.train().gradients()) continue;
+      models::MemoryPlanInputs trial_in = in;  // a knob may set a dtype (train.gradients)
+      SetDTypesOf(trial, &trial_in);
       models::MemoryPlan p;
-      if (PlanRunMemory(trial, in, &p).ok() && p.total() < out->plan.total()) line(k.setting, p.total());
+      if (PlanRunMemory(trial, trial_in, &p).ok() && p.total() < out->plan.total()) line(k.setting, p.total());
     }
   }
   const OptimAlgorithmSpec* optim = FindOptimAlgorithm(planned.optim().name());

@@ -696,6 +696,26 @@ TEST(MemoryFit, ChunkedLossIsNamedForLanguageModels) {
 }
 
 // A run whose optimizer state is most of it: ZeRO-1 on enough GPUs is the knob named.
+// train.gradients bf16 is named for a Llama run over its budget with fp32 gradients, with the plan the bf16 ones give
+// (the knob's plan takes the dtype the knob sets), and not on two ranks (bf16 gradients run on one).
+TEST(MemoryFit, Bf16GradientsAreNamedOnOneRank) {
+  auto refusal = [](int world) {
+    proto::Config cfg;
+    EXPECT_TRUE(LoadConfig(DT_SOURCE_DIR "/configs/llama3_8b.yaml",
+                           {"train.master_weights=fp32", "optim.state_dtype=fp32", "train.memory_budget_gib=125",
+                            "model.llama.activation_checkpointing=full", "model.llama.weight_cast=layer"},
+                           &cfg)
+                    .ok());
+    MemoryFit fit;
+    const Status st = FitMemory(&cfg, world, /*cuda=*/true, 0, &fit);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+    return st.message();
+  };
+  const std::string one = refusal(1);
+  EXPECT_NE(one.find("\n  - train.gradients: bf16 (bf16 weight gradients, one rank): 110.4"), std::string::npos) << one;
+  EXPECT_EQ(refusal(2).find("train.gradients"), std::string::npos);
+}
+
 TEST(MemoryFit, ZeroOneIsNamedWhenMoreGpusWouldFit) {
   const std::vector<std::string> big_vocab = {"model.llama.vocab_size=32000", "data.batch_size=1",
                                               "model.llama.activation_checkpointing=full"};
