@@ -234,8 +234,10 @@ Status Trainer::Setup() {
   start_step_ = last_step_ = at.step;
   samples_seen_ = at.samples_seen;
   total_steps_ = EndStep();
-  DT_LOG_INFO(kRuntime, "model {}: {} parameters in {} tensors; {} steps, global batch {}", cfg_.model().kind(),
-              model_->params().numel(), model_->param_infos().size(), total_steps_, d.batch_size() * accum * world_);
+  DT_LOG_INFO(kRuntime, "model {}: {} parameters in {} tensors ({} masters, {} gradients); {} steps, global batch {}",
+              cfg_.model().kind(), model_->params().numel(), model_->param_infos().size(),
+              DTypeName(model_->params().dtype()), DTypeName(model_->grads().dtype()), total_steps_,
+              d.batch_size() * accum * world_);
   if (rank_ == 0 && !cfg_.run().final_weights()) {
     DT_LOG_WARN(kRuntime, "run.final_weights false: no {}/final.safetensors at the end; {}", cfg_.run().dir(),
                 cfg_.checkpoint().enabled() ? "the last checkpoint holds the trained weights (dtrain ckpt export)"
