@@ -11,7 +11,10 @@ plan the launcher checks before any rank starts): it runs on a machine without a
 CUDA's caching allocator). These are PLANNED figures: on an H200 the plan was within 0.3% of the measured peak at 8B
 under each checkpointing policy (bench/results/2026-12-03-llama-8b-one-h200.md); the deeper shapes were not run.
 
-Usage: bench/llama_fit.py [--dtrain build/dtrain] [--budget-gib 138.7] [--batch 4] [--seq 2048]
+With --gradients bf16 every combination runs with train.gradients bf16 (bf16 weight gradients, 2 bytes a parameter
+less; one rank).
+
+Usage: bench/llama_fit.py [--dtrain build/dtrain] [--budget-gib 138.7] [--batch 4] [--seq 2048] [--gradients fp32]
 (--budget-gib default: an H200's 139.7 GiB less the 1 GiB dtrain leaves for the CUDA context.)
 """
 import argparse
@@ -34,6 +37,7 @@ def plan(a, layers, policy, masters, state, offload, cast):
            "--set", f"train.master_weights={masters}", "--set", f"optim.state_dtype={state}",
            "--set", f"optim.offload={offload}", "--set", f"model.llama.weight_cast={cast}",
            "--set", f"data.batch_size={a.batch}", "--set", f"model.llama.max_seq_len={a.seq}",
+           "--set", f"train.gradients={a.gradients}",
            "--set", "model.llama.loss_chunk_tokens=1024"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     text = r.stdout + r.stderr
@@ -63,8 +67,10 @@ def main():
     p.add_argument("--budget-gib", type=float, default=138.7)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--gradients", choices=["fp32", "bf16"], default="fp32")
     a = p.parse_args()
-    print(f"budget {a.budget_gib} GiB per GPU, B x T = {a.batch} x {a.seq}, loss chunk 1024 tokens; planned figures\n")
+    print(f"budget {a.budget_gib} GiB per GPU, B x T = {a.batch} x {a.seq}, loss chunk 1024 tokens, {a.gradients} "
+          "gradients; planned figures\n")
     print("| activation checkpointing | master weights | optimizer state | offload | weight cast | Llama-3-8B (32 layers): "
           "planned peak | deepest stack of 8B's layer that fits | its parameters | its planned peak |")
     print("| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |")
