@@ -45,27 +45,23 @@ Status BuildModel(const proto::Config& cfg, DeviceContext& ctx, std::unique_ptr<
   const models::ModelSpec* spec = nullptr;
   DT_RETURN_IF_ERROR(FindModelSpec(cfg, &spec));
   DT_RETURN_IF_ERROR(spec->build(cfg, ctx, out));
-  // A model that reads train.master_weights (llama) checks it itself; any other keeps f32 masters and refuses bf16.
-  const DType want = cfg.train().master_weights() == "bf16" ? DType::kBF16 : DType::kF32;
-  if ((*out)->params().dtype() != want) {
-    const std::string kind = cfg.model().kind();
+  // A model that reads train.master_weights and train.gradients (llama) checks them itself; any other keeps f32
+  // masters and gradients and refuses bf16.
+  struct Storage {
+    const char* key;
+    const std::string& value;
+    DType got;
+    const char* bf16_needs;
+  };
+  const Storage keys[] = {{"train.master_weights", cfg.train().master_weights(), (*out)->params().dtype(),
+                           "bf16 masters: model.kind llama with train.precision bf16 on CUDA"},
+                          {"train.gradients", cfg.train().gradients(), (*out)->grads().dtype(),
+                           "bf16 gradients: model.kind llama with train.precision bf16 or fp8 on CUDA"}};
+  for (const Storage& k : keys) {
+    if (k.got == (k.value == "bf16" ? DType::kBF16 : DType::kF32)) continue;
     out->reset();
-    return Status::InvalidArgument("train.master_weights: " + cfg.train().master_weights() +
-                                   " is not supported by "
-                                   "model.kind " +
-                                   kind +
-                                   " (bf16 masters: model.kind llama with train.precision "
-                                   "bf16 on CUDA; fp32 otherwise)");
-  }
-  // Likewise train.gradients.
-  const DType want_grads = cfg.train().gradients() == "bf16" ? DType::kBF16 : DType::kF32;
-  if ((*out)->grads().dtype() != want_grads) {
-    const std::string kind = cfg.model().kind();
-    out->reset();
-    return Status::InvalidArgument("train.gradients: " + cfg.train().gradients() + " is not supported by model.kind " +
-                                   kind +
-                                   " (bf16 gradients: model.kind llama with train.precision bf16 or fp8 on "
-                                   "CUDA; fp32 otherwise)");
+    return Status::InvalidArgument(std::string(k.key) + ": " + k.value + " is not supported by model.kind " +
+                                   cfg.model().kind() + " (" + k.bf16_needs + "; fp32 otherwise)");
   }
   return Status::OK();
 }
