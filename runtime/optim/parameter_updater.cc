@@ -1,6 +1,7 @@
 #include "runtime/optim/parameter_updater.h"
 
 #include <cmath>
+#include <string>
 
 #include "core/check.h"
 #include "core/logging.h"
@@ -115,6 +116,14 @@ OptimizerOptions OptimizerOptionsFromConfig(const proto::OptimConfig& o) {
   return oo;
 }
 
+Status CheckGradientsAtWorldSize(const std::string& gradients, int world_size) {
+  if (gradients != "bf16" || world_size <= 1) return Status::OK();
+  return Status::InvalidArgument(
+      "train.gradients bf16 runs on one rank, this run has " + std::to_string(world_size) +
+      " (the gradient all-reduce and dist.zero1's reduce-scatter take fp32 gradients; for a bf16 wire: "
+      "train.gradients fp32 with dist.bf16_compress true)");
+}
+
 Status MakeParameterUpdater(const proto::Config& cfg, DeviceContext& ctx, models::Model& model,
                             comm::Communicator* grad_comm, int rank, int world,
                             std::unique_ptr<ParameterUpdater>* out) {
@@ -126,11 +135,7 @@ Status MakeParameterUpdater(const proto::Config& cfg, DeviceContext& ctx, models
   std::unique_ptr<LossScaler> scaler;
   if (cfg.train().precision() == "fp16") DT_RETURN_IF_ERROR(LossScaler::Create(ctx, &scaler));
   const bool exchange = grad_comm != nullptr && world > 1;
-  if (exchange && oo.grad_dtype != DType::kF32) {
-    return Status::InvalidArgument(
-        "train.gradients bf16 runs on one rank: the gradient all-reduce and dist.zero1's reduce-scatter take fp32 "
-        "gradients (for a bf16 wire on several ranks: train.gradients fp32 with dist.bf16_compress true)");
-  }
+  DT_RETURN_IF_ERROR(CheckGradientsAtWorldSize(oo.grad_dtype == DType::kF32 ? "fp32" : "bf16", exchange ? world : 1));
   if (exchange && cfg.dist().zero1()) {
     if (oo.param_dtype != DType::kF32) {
       return Status::InvalidArgument(

@@ -264,8 +264,7 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
     for (const models::MemoryKnob& k : spec->memory_knobs(planned)) {
       proto::Config trial = planned;
       k.apply(&trial);
-      // bf16 gradients run on one rank (run_check.cc): not a knob for more.
-      if (in.world_size > 1 && trial.train().gradients() != planned.train().gradients()) continue;
+      if (!CheckGradientsAtWorldSize(trial.train().gradients(), in.world_size).ok()) continue;  // not here
       models::MemoryPlanInputs trial_in = in;  // a knob may set a dtype (train.gradients)
       SetDTypesOf(trial, &trial_in);
       models::MemoryPlan p;

@@ -10,6 +10,7 @@
 #include "core/checked_math.h"
 #include "data/fashion_mnist.h"
 #include "data/manifest.h"
+#include "runtime/optim/parameter_updater.h"
 #include "runtime/train/model_factory.h"
 #include "storage/scheme.h"
 
@@ -186,12 +187,7 @@ Status CheckRun(const proto::Config& cfg, int world_size, RunCheck* out) {
     out->warnings.push_back("train.eval_every " + std::to_string(t.eval_every()) +
                             " without data.test_shards: there is nothing to evaluate on");
   }
-  if (t.gradients() == "bf16" && world_size > 1) {
-    problems.push_back(Status::InvalidArgument(
-        "train.gradients bf16 runs on one rank, this run has " + std::to_string(world_size) +
-        " (the gradient all-reduce and dist.zero1's reduce-scatter take fp32 gradients; for a bf16 wire: "
-        "train.gradients fp32 with dist.bf16_compress true)"));
-  }
+  problems.push_back(CheckGradientsAtWorldSize(t.gradients(), world_size));
   problems.push_back(CheckRunLength(cfg, world_size, out));
   return JoinProblems(problems);
 }

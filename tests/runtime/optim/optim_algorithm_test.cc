@@ -266,5 +266,17 @@ TEST(Optimizer, ReadsBf16GradsExactly) {
   EXPECT_GT(norm[0], 8.0f);  // sqrt(0.25 + 0.0625 + 9 + 56.25 + 4 + ...): the clip applied
 }
 
+// The one statement of the bf16 gradients' rule (the run check, the memory fit and MakeParameterUpdater ask it):
+// fp32 at any world size, bf16 on one rank; more is refused naming the key, the world size and the bf16 wire.
+TEST(ParameterUpdater, Bf16GradientsRunOnOneRank) {
+  DT_ASSERT_OK(CheckGradientsAtWorldSize("fp32", 8));
+  DT_ASSERT_OK(CheckGradientsAtWorldSize("bf16", 1));
+  const Status two = CheckGradientsAtWorldSize("bf16", 2);
+  EXPECT_EQ(two.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(two.message().find("train.gradients bf16 runs on one rank, this run has 2"), std::string::npos)
+      << two.ToString();
+  EXPECT_NE(two.message().find("dist.bf16_compress true"), std::string::npos) << two.ToString();
+}
+
 }  // namespace
 }  // namespace dtrain::runtime
