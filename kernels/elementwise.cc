@@ -1,6 +1,7 @@
 #include "kernels/elementwise.h"
 
 #include "core/check.h"
+#include "kernels/bf16_round.h"
 #include "kernels/half.h"
 
 namespace dtrain::ops {
@@ -46,8 +47,19 @@ Status Cast(DeviceContext& ctx, const Tensor& in, Tensor* out) {
   if (in.dtype() == out->dtype()) return out->CopyFrom(in, ctx.stream());
   const bool to_half = in.dtype() == DType::kF32 && IsHalfFloat(out->dtype());
   const bool from_half = IsHalfFloat(in.dtype()) && out->dtype() == DType::kF32;
-  DT_CHECK_ARG(ctx.is_cuda() && (to_half || from_half),
-               "Cast: " << in.ToString() << " -> " << out->ToString() << ": only CUDA f32 <-> bf16/f16 converts");
+  if (!ctx.is_cuda()) {  // the CPU reference: f32 <-> bf16 (kernels/bf16_round.h, the CUDA kernel's rounding)
+    DT_CHECK_ARG((to_half || from_half) && (in.dtype() == DType::kBF16 || out->dtype() == DType::kBF16),
+                 "Cast: " << in.ToString() << " -> " << out->ToString() << ": the CPU converts f32 <-> bf16");
+    const int64_t n = in.numel();
+    if (to_half) {
+      for (int64_t i = 0; i < n; ++i) out->data<uint16_t>()[i] = RoundBf16Rne(in.data<float>()[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) out->data<float>()[i] = Bf16BitsToF32(in.data<uint16_t>()[i]);
+    }
+    return Status::OK();
+  }
+  DT_CHECK_ARG(to_half || from_half,
+               "Cast: " << in.ToString() << " -> " << out->ToString() << ": CUDA converts f32 <-> bf16/f16");
 #if DT_HAVE_CUDA
   if (to_half) {
     const auto fn = out->dtype() == DType::kBF16 ? CastF32ToBf16Cuda : CastF32ToF16Cuda;

@@ -4,8 +4,10 @@
 //                                may alias `a` or `b` (in-place residual adds).
 //   Cast: out = convert(in)      CUDA f32 -> bf16 / f16 (round-to-nearest-even, NaN stays NaN: the rounding of
 //                                comm/bf16.h; f16 overflows to +-inf past 65504) and bf16 / f16 -> f32 (exact);
-//                                equal dtypes copy. Same numel, any shapes.
-// bf16 and f16 exist on the GPU only: they cross the raw-pointer API as uint16_t (the raw bits). CUDA launchers
+//                                the CPU reference f32 <-> bf16 (kernels/bf16_round.h: the same bits but a NaN's
+//                                payload); equal dtypes copy. Same numel, any shapes.
+// bf16 and f16 are the GPU's activation types (on the CPU only Cast takes bf16): they cross the raw-pointer API as
+// uint16_t (the raw bits). CUDA launchers
 // use 128-bit loads when every pointer is 16-byte aligned and are queued on `stream`.
 //
 // Also the shared argument checks and device/dtype dispatch of the unary/binary elementwise ops (relu, gelu):
@@ -33,7 +35,7 @@ Status CastF16ToF32Cuda(float* out, const uint16_t* in, int64_t n, cudaStream_t 
 
 // a, b, out: one shape and dtype on ctx's device.
 Status Add(DeviceContext& ctx, const Tensor& a, const Tensor& b, Tensor* out);
-// in, out: same numel on ctx's device; CUDA f32 <-> bf16 and f32 <-> f16, or equal dtypes (a copy) on either device.
+// in, out: same numel on ctx's device; f32 <-> bf16, on CUDA also f32 <-> f16, or equal dtypes (a copy).
 Status Cast(DeviceContext& ctx, const Tensor& in, Tensor* out);
 
 }  // namespace dtrain::ops

@@ -181,10 +181,7 @@ Status Gpt2::Create(DeviceContext& ctx, const Gpt2Options& opts, int64_t batch, 
   for (size_t i = 0; i < m->infos_.size(); ++i) {
     const ParamInfo& p = m->infos_[i];
     if (!copy16[i]) continue;
-    if (m->copy_runs_.empty() || m->copy_runs_.back().src + m->copy_runs_.back().numel != p.offset) {
-      m->copy_runs_.push_back({p.offset, numel16, 0});
-    }
-    m->copy_runs_.back().numel += p.numel;
+    AppendCopyRun(p.offset, numel16, p.numel, &m->copy_runs_);
     numel16 += p.numel;
   }
   if (m->mixed()) DT_RETURN_IF_ERROR(m->Alloc({std::max<int64_t>(1, numel16)}, m->half_dtype(), &m->params16_));
@@ -328,12 +325,7 @@ Status Gpt2::Forward(const Tensor& inputs, const Tensor& targets) {
   DT_RETURN_IF_ERROR(targets.Reshape({n}, &targets_));
   // The 16-bit working copy of the (just updated) master weights, but for the FP8 weights: those, both layouts, from
   // the f32 masters.
-  for (const CopyRun& r : copy_runs_) {
-    Tensor src, dst;
-    DT_RETURN_IF_ERROR(params_.View(r.src, {r.numel}, &src));
-    DT_RETURN_IF_ERROR(params16_.View(r.dst, {r.numel}, &dst));
-    DT_RETURN_IF_ERROR(ops::Cast(ctx_, src, &dst));
-  }
+  DT_RETURN_IF_ERROR(CastCopyRuns(ctx_, params_, 0, copy_runs_, &params16_));
   for (int l = 0; fp8_ != nullptr && l < opts_.n_layer; ++l) {
     for (int i = 0; i < 4; ++i) {
       if (fp8_->on(i)) DT_RETURN_IF_ERROR(fp8_->QuantizeWeight(l, i, w_[ParamIndex(l, kLinearWeight[i])]));

@@ -55,6 +55,7 @@
 #include "kernels/matmul.h"
 #include "models/fp8_linears.h"
 #include "models/model.h"
+#include "models/weight_copy.h"
 
 namespace dtrain::models {
 
@@ -182,10 +183,7 @@ class Gpt2 final : public Model {
   std::vector<ParamInfo> infos_;
   Tensor params_, grads_, params16_;  // params16_: the 16-bit copy (mixed), without the FP8 weights
   std::vector<Tensor> w_, g_, w16_;   // views per parameter (w16_: undefined for an FP8 weight)
-  struct CopyRun {                    // params_[src, src + numel) is params16_[dst, dst + numel)
-    int64_t src, dst, numel;
-  };
-  std::vector<CopyRun> copy_runs_;  // mixed: what Forward casts into params16_
+  std::vector<CopyRun> copy_runs_;    // mixed: what Forward casts into params16_ (models/weight_copy.h)
   int64_t batch_ = -1, seq_len_ = -1;
   Tensor ids_, targets_, pos_ids_;  // the last Forward's inputs; pos_ids_[b*T + t] = t
   Tensor tok_emb_, pos_emb_;        // f32 embeddings before the cast (mixed), or the pos part (kFp32)

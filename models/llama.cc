@@ -9,7 +9,6 @@
 #include "core/nvtx.h"
 #include "kernels/attention.h"
 #include "kernels/bf16_round.h"
-#include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
@@ -157,15 +156,10 @@ Status Llama::MakeWeightCopy() {
   };
   std::vector<int64_t> at16(infos_.size(), -1);  // where parameter i sits in the copy (-1: not copied)
   int64_t numel16 = 0;
-  auto copy = [&](int i, std::vector<CopyRun>* runs, int64_t src) {  // the next slot; runs merge when contiguous
+  auto copy = [&](int i, std::vector<CopyRun>* runs, int64_t src) {  // the next slot
     const int64_t numel = infos_[static_cast<size_t>(i)].numel;
     at16[static_cast<size_t>(i)] = numel16;
-    if (!runs->empty() && runs->back().src + runs->back().numel == src &&
-        runs->back().dst + runs->back().numel == numel16) {
-      runs->back().numel += numel;
-    } else {
-      runs->push_back({src, numel16, numel});
-    }
+    AppendCopyRun(src, numel16, numel, runs);
     numel16 += numel;
   };
   layer_begin_ = infos_[static_cast<size_t>(ParamIndex(0, 0))].offset;
@@ -187,16 +181,6 @@ Status Llama::MakeWeightCopy() {
   DT_RETURN_IF_ERROR(Alloc({numel16}, DType::kBF16, &params16_));
   for (size_t i = 0; i < infos_.size(); ++i) {
     if (at16[i] >= 0) DT_RETURN_IF_ERROR(params16_.View(at16[i], infos_[i].shape, &w16_[i]));
-  }
-  return Status::OK();
-}
-
-Status Llama::CastRuns(const std::vector<CopyRun>& runs, int64_t src_offset) {
-  for (const CopyRun& r : runs) {
-    Tensor src, dst;
-    DT_RETURN_IF_ERROR(params_.View(src_offset + r.src, {r.numel}, &src));
-    DT_RETURN_IF_ERROR(params16_.View(r.dst, {r.numel}, &dst));
-    DT_RETURN_IF_ERROR(ops::Cast(ctx_, src, &dst));
   }
   return Status::OK();
 }
@@ -300,7 +284,7 @@ Status Llama::Forward(const Tensor& inputs, const Tensor& targets) {
   DT_RETURN_IF_ERROR(targets.Reshape({n}, &targets_));
   // The bf16 copy of the (just updated) f32 master weights (bf16 masters are the GEMM weights themselves): all of it,
   // or (layer_cast) the LM head's, each layer's following in CastLayer.
-  DT_RETURN_IF_ERROR(CastRuns(copy_runs_, 0));
+  DT_RETURN_IF_ERROR(CastCopyRuns(ctx_, params_, 0, copy_runs_, &params16_));
   cast_layer_ = -1;  // the masters changed since
   // The FP8 weights (both layouts), from the master weights (f32, or bf16 masters).
   for (int l = 0; fp8_ != nullptr && l < opts_.n_layer; ++l) {
@@ -357,7 +341,7 @@ Status Llama::Predict(DeviceContext& ctx, Tensor* pred) {
 
 Status Llama::CastLayer(int layer) {
   if (!opts_.layer_cast || cast_layer_ == layer) return Status::OK();
-  DT_RETURN_IF_ERROR(CastRuns(layer_runs_, layer_begin_ + layer * layer_numel_));
+  DT_RETURN_IF_ERROR(CastCopyRuns(ctx_, params_, layer_begin_ + layer * layer_numel_, layer_runs_, &params16_));
   cast_layer_ = layer;
   return Status::OK();
 }

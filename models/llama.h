@@ -85,6 +85,7 @@
 #include "kernels/rope.h"
 #include "models/fp8_linears.h"
 #include "models/model.h"
+#include "models/weight_copy.h"
 
 namespace dtrain::models {
 
@@ -196,11 +197,7 @@ class Llama final : public Model {
   // The bf16 copy: which stretches of params_ go where in params16_ (copy_runs_, cast by Forward; layer_cast:
   // layer_runs_, layer 0's, sources relative to layer 0's first parameter: layer l's are at layer_begin_ + l x
   // layer_numel_), its allocation, w16_'s views (sized by Create).
-  struct CopyRun {
-    int64_t src, dst, numel;
-  };
   Status MakeWeightCopy();
-  Status CastRuns(const std::vector<CopyRun>& runs, int64_t src_offset);  // each run's source + src_offset
   // layer_cast: `layer`'s parameters into the copy's layer part, unless it holds them already (cast_layer_).
   Status CastLayer(int layer);
 

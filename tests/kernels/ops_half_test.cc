@@ -4,10 +4,11 @@
 // odd sizes (scalar paths) and aligned multiples of 8 (128-bit paths). Tolerances scale with the type's kTol: bf16
 // keeps 8 significant bits (one rounding is 2^-9 relative), fp16 11 (2^-11), so fp16's kTol is bf16's / 4. Then
 // per type: the casts against the host rounding, and fp16 Matmul / every MatmulEpilogue (fused and unfused; the
-// bf16 GEMMs are in matmul_bf16_test). Every test needs a GPU and skips without one.
+// bf16 GEMMs are in matmul_bf16_test). Every test but the CPU Cast's needs a GPU and skips without one.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -313,6 +314,33 @@ using Fp16Ops = HalfOps<Fp16>;
 
 // Cast rounds like the host conversion (round-to-nearest-even, NaN stays NaN) on odd sizes and misaligned views,
 // and bf16 -> f32 is exact.
+// The CPU reference of Cast (f32 <-> bf16) is the host rounding bit for bit, NaN, inf, -0 and a tie included; the CPU
+// takes no f16.
+TEST(CastCpu, F32Bf16IsTheHostRounding) {
+  std::unique_ptr<DeviceContext> cpu;
+  DT_ASSERT_OK(DeviceContext::CreateCpu(&cpu));
+  std::vector<double> v = RandomVector(37, 5, -1e3, 1e3);
+  v[0] = NAN;
+  v[1] = INFINITY;
+  v[2] = -0.0;
+  v[3] = 1.0 + 1.0 / 256;  // halfway: to even (1.0)
+  Tensor f32, bf16, back, f16;
+  DT_ASSERT_OK(MakeTensor(*cpu, DType::kF32, {37}, v, &f32));
+  DT_ASSERT_OK(Tensor::Empty({37}, DType::kBF16, cpu->allocator(), &bf16));
+  DT_ASSERT_OK(Cast(*cpu, f32, &bf16));
+  DT_ASSERT_OK(Tensor::Empty({37}, DType::kF32, cpu->allocator(), &back));
+  DT_ASSERT_OK(Cast(*cpu, bf16, &back));
+  for (int64_t i = 0; i < 37; ++i) {
+    const uint16_t want = comm::F32ToBf16(static_cast<float>(v[static_cast<size_t>(i)]));
+    ASSERT_EQ(bf16.data<uint16_t>()[i], want) << i;
+    const float wide = comm::Bf16ToF32(want);
+    ASSERT_EQ(std::memcmp(&back.data<float>()[i], &wide, sizeof(float)), 0) << i;
+  }
+  EXPECT_EQ(bf16.data<uint16_t>()[3], 0x3f80);
+  DT_ASSERT_OK(Tensor::Empty({37}, DType::kF16, cpu->allocator(), &f16));
+  EXPECT_EQ(Cast(*cpu, f32, &f16).code(), Status::Code::kInvalidArgument);
+}
+
 TEST_F(Bf16Ops, CastMatchesHostRoundingBitForBit) {
   for (const int64_t n : {int64_t{1}, int64_t{37}, int64_t{4096}}) {
     std::vector<double> v = RandomVector(n + 1, n, -1e3, 1e3);
