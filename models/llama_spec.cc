@@ -329,7 +329,7 @@ std::vector<MemoryKnob> MemoryKnobs(const proto::Config& config) {
                      [](proto::Config* c) { c->mutable_model()->mutable_llama()->set_weight_cast("layer"); }});
   }
   if (config.train().gradients() != "bf16" && config.train().precision() != "fp32") {
-    knobs.push_back({"train.gradients: bf16 (bf16 weight gradients, one rank)",
+    knobs.push_back({"train.gradients: bf16 (bf16 weight gradients)",
                      [](proto::Config* c) { c->mutable_train()->set_gradients("bf16"); }});
   }
   return knobs;

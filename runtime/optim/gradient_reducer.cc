@@ -16,7 +16,8 @@ Status GradientReducer::Create(DeviceContext& ctx, comm::Communicator* comm,
                                std::unique_ptr<GradientReducer>* out) {
   DT_CHECK_ARG(comm != nullptr, "GradientReducer needs a communicator");
   DT_CHECK_ARG(grads != nullptr && (grads->defined() || grads->numel() == 0), "GradientReducer needs grads");
-  DT_CHECK_ARG(grads->dtype() == DType::kF32, "grads must be f32, got " << grads->ToString());
+  DT_CHECK_ARG(grads->dtype() == DType::kF32 || grads->dtype() == DType::kBF16,
+               "grads must be f32 or bf16, got " << grads->ToString());
   DT_CHECK_ARG(grads->device() == ctx.type(), "grads " << grads->ToString() << " are not on the context's device");
   DT_CHECK_ARG(comm->device_type() == grads->device(), "the " << comm::BackendName(comm->backend())
                                                               << " communicator cannot reduce " << grads->ToString()
@@ -35,7 +36,8 @@ Status GradientReducer::Create(DeviceContext& ctx, comm::Communicator* comm,
   r->comm_ = comm;
   r->opts_ = opts;
   r->op_ = opts.average ? comm::ReduceOp::kAvg : comm::ReduceOp::kSum;
-  if (opts.bf16_compress) DT_RETURN_IF_ERROR(Tensor::Empty({grads->numel()}, DType::kBF16, ctx.allocator(), &r->wire_));
+  r->compress_ = opts.bf16_compress && grads->dtype() == DType::kF32;  // bf16 grads are their own wire
+  if (r->compress_) DT_RETURN_IF_ERROR(Tensor::Empty({grads->numel()}, DType::kBF16, ctx.allocator(), &r->wire_));
 
   // Buckets from the end of the buffer: backward finishes the last parameters first.
   const int n = static_cast<int>(params.size());
@@ -44,13 +46,13 @@ Status GradientReducer::Create(DeviceContext& ctx, comm::Communicator* comm,
   size_t bytes = 0;
   int hi = n - 1;
   for (int i = n - 1; i >= 0; --i) {
-    bytes += static_cast<size_t>(params[i].numel) * sizeof(float);
+    bytes += static_cast<size_t>(params[i].numel) * DTypeSize(grads->dtype());
     if (bytes < opts.bucket_bytes && i > 0) continue;
     Bucket b;
     const int64_t offset = params[i].offset;
     const int64_t numel = params[hi].offset + params[hi].numel - offset;
     DT_RETURN_IF_ERROR(grads->View(offset, {numel}, &b.grads));
-    if (opts.bf16_compress) DT_RETURN_IF_ERROR(r->wire_.View(offset, {numel}, &b.wire));
+    if (r->compress_) DT_RETURN_IF_ERROR(r->wire_.View(offset, {numel}, &b.wire));
     for (int j = i; j <= hi; ++j) {
       r->param_bucket_[j] = static_cast<int>(r->buckets_.size());
       param_buckets[j] = {r->param_bucket_[j]};
@@ -69,7 +71,7 @@ Status GradientReducer::Create(DeviceContext& ctx, comm::Communicator* comm,
   if (comm->rank() == 0) {
     DT_LOG_INFO(kRuntime, "GradientReducer: {} params, {} elements in {} buckets (target {:.1f} KiB), {}{}, {} ranks",
                 n, grads->numel(), r->buckets_.size(), opts.bucket_bytes / 1024.0, comm::BackendName(comm->backend()),
-                opts.bf16_compress ? " bf16" : "", comm->world_size());
+                r->compress_ || grads->dtype() == DType::kBF16 ? " bf16" : "", comm->world_size());
   }
   *out = std::move(r);
   return Status::OK();
@@ -101,7 +103,7 @@ Status GradientReducer::LaunchCpu(int from, int to) {
     Bucket& b = buckets_[k];
     DeviceTrace::Mark begin, end;
     if (trace_) DT_RETURN_IF_ERROR(trace_->Record(nullptr, &begin));
-    if (!opts_.bf16_compress) {
+    if (!compress_) {
       DT_RETURN_IF_ERROR(comm_->AllReduce(&b.grads, op_, nullptr));
       if (trace_) DT_RETURN_IF_ERROR(trace_->Record(nullptr, &end));
       if (trace_) TraceBuckets(k, k + 1, begin, end);
@@ -123,7 +125,8 @@ Status GradientReducer::LaunchCpu(int from, int to) {
 void GradientReducer::TraceBuckets(int from, int to, const DeviceTrace::Mark& begin, const DeviceTrace::Mark& end) {
   int64_t numel = 0;
   for (int k = from; k < to; ++k) numel += ranges_[k].second;
-  const double mib = numel * (opts_.bf16_compress ? 2.0 : 4.0) / 1048576.0;
+  const double bytes = compress_ ? 2.0 : static_cast<double>(DTypeSize(buckets_[from].grads.dtype()));
+  const double mib = numel * bytes / 1048576.0;
   const std::string name = to - from == 1 ? "all-reduce bucket " + std::to_string(from)
                                           : "all-reduce buckets " + std::to_string(from) + "-" + std::to_string(to - 1);
   trace_->Span(TraceTrack::kComm, name, "comm", begin, end,
@@ -138,7 +141,7 @@ Status GradientReducer::LaunchGpu(int from, int to) {
   DT_RETURN_IF_ERROR(stream_->WaitForCompute());
   DeviceTrace::Mark begin;
   if (trace_) DT_RETURN_IF_ERROR(trace_->Record(comm_stream, &begin));
-  if (opts_.bf16_compress) {
+  if (compress_) {
     for (int k = from; k < to; ++k) {
       Bucket& b = buckets_[k];
       DT_RETURN_IF_ERROR(comm::LaunchF32ToBf16(b.grads.data<float>(), static_cast<uint16_t*>(b.wire.data()),
@@ -151,12 +154,12 @@ Status GradientReducer::LaunchGpu(int from, int to) {
   Status st;
   for (int k = from; k < to && st.ok(); ++k) {
     Bucket& b = buckets_[k];
-    st = comm_->AllReduce(opts_.bf16_compress ? &b.wire : &b.grads, op_, comm_stream);
+    st = comm_->AllReduce(compress_ ? &b.wire : &b.grads, op_, comm_stream);
   }
   Status end = comm_->GroupEnd();  // always close the group, even after an error
   DT_RETURN_IF_ERROR(st);
   DT_RETURN_IF_ERROR(end);
-  for (int k = from; k < to && opts_.bf16_compress; ++k) {
+  for (int k = from; k < to && compress_; ++k) {
     Bucket& b = buckets_[k];
     DT_RETURN_IF_ERROR(comm::LaunchBf16ToF32(static_cast<const uint16_t*>(b.wire.data()), b.grads.data<float>(),
                                              b.grads.numel(), comm_stream));

@@ -1,7 +1,7 @@
 #pragma once
 // GradientReducer: averages gradients across ranks in buckets, overlapped with backward.
 //
-// The model keeps all gradients in ONE flat f32 buffer in forward order, and its backward announces
+// The model keeps all gradients in ONE flat f32 (or bf16) buffer in forward order, and its backward announces
 // each parameter's gradient as final, roughly in reverse order (models/model.h). At Create the
 // reducer cuts that buffer into buckets — contiguous ranges of about `bucket_bytes`, built from the
 // END of the buffer — so the bucket holding the last layers fills first and its all-reduce runs while
@@ -33,6 +33,8 @@
 //     default), so MPI_Iallreduce would not overlap with single-threaded CPU backward anyway.
 //   bf16_compress: each bucket is rounded to bf16 into a comm buffer (as large as grads, half the
 //     bytes), all-reduced in bf16, and widened back into grads. Relative error ~2^-8 per element.
+//   bf16 grads (train.gradients bf16): the buckets are all-reduced in bf16 in place, as the compressed wire is (the
+//     same sums; bf16_compress has nothing left to do). Buckets are cut by the grads' own bytes.
 //
 // Ownership: borrows `ctx`, `comm` and the grads storage (keeps a view alive); all must outlive the
 // reducer. Owns the CommStream and the bf16 buffer; the destructor waits for the comm stream.
@@ -59,12 +61,12 @@ namespace dtrain::runtime {
 class GradientReducer {
  public:
   struct Options {
-    size_t bucket_bytes = 25u << 20;  // a bucket closes once it holds at least this many f32 bytes
+    size_t bucket_bytes = 25u << 20;  // a bucket closes once it holds at least this many bytes of grads
     bool average = true;              // false: sum
     bool bf16_compress = false;
   };
 
-  // `params` tile `grads` (f32, on ctx's device) in increasing offset order without overlap. The
+  // `params` tile `grads` (f32 or bf16, on ctx's device) in increasing offset order without overlap. The
   // communicator must match the device: NCCL for CUDA grads, MPI for CPU grads.
   static Status Create(DeviceContext& ctx, comm::Communicator* comm, const std::vector<models::ParamInfo>& params,
                        Tensor* grads, const Options& opts, std::unique_ptr<GradientReducer>* out);
@@ -101,8 +103,8 @@ class GradientReducer {
 
  private:
   struct Bucket {
-    Tensor grads;  // f32 view of the bucket's range
-    Tensor wire;   // bf16 view of the same range in the comm buffer (bf16_compress only)
+    Tensor grads;  // view of the bucket's range
+    Tensor wire;   // bf16 view of the same range in the comm buffer (compress_ only)
   };
 
   GradientReducer() = default;
@@ -117,7 +119,8 @@ class GradientReducer {
   comm::Communicator* comm_ = nullptr;
   Options opts_;
   comm::ReduceOp op_ = comm::ReduceOp::kAvg;
-  Tensor wire_;  // bf16 comm buffer, same element count as grads (bf16_compress only)
+  bool compress_ = false;  // bf16_compress with f32 grads
+  Tensor wire_;            // bf16 comm buffer, same element count as grads (compress_ only)
   std::vector<Bucket> buckets_;
   std::vector<std::pair<int64_t, int64_t>> ranges_;
   std::vector<int> param_bucket_;

@@ -116,12 +116,11 @@ OptimizerOptions OptimizerOptionsFromConfig(const proto::OptimConfig& o) {
   return oo;
 }
 
-Status CheckGradientsAtWorldSize(const std::string& gradients, int world_size) {
-  if (gradients != "bf16" || world_size <= 1) return Status::OK();
-  return Status::InvalidArgument(
-      "train.gradients bf16 runs on one rank, this run has " + std::to_string(world_size) +
-      " (the gradient all-reduce and dist.zero1's reduce-scatter take fp32 gradients; for a bf16 wire: "
-      "train.gradients fp32 with dist.bf16_compress true)");
+Status CheckGradientsExchange(const std::string& gradients, int world_size, bool zero1) {
+  if (gradients != "bf16" || world_size <= 1 || !zero1) return Status::OK();
+  return Status::InvalidArgument("train.gradients bf16 does not run with dist.zero1 on " + std::to_string(world_size) +
+                                 " ranks (ZeRO-1's reduce-scatter takes fp32 gradients): set dist.zero1 false (the "
+                                 "all-reduce takes bf16 gradients) or train.gradients fp32");
 }
 
 Status MakeParameterUpdater(const proto::Config& cfg, DeviceContext& ctx, models::Model& model,
@@ -135,7 +134,8 @@ Status MakeParameterUpdater(const proto::Config& cfg, DeviceContext& ctx, models
   std::unique_ptr<LossScaler> scaler;
   if (cfg.train().precision() == "fp16") DT_RETURN_IF_ERROR(LossScaler::Create(ctx, &scaler));
   const bool exchange = grad_comm != nullptr && world > 1;
-  DT_RETURN_IF_ERROR(CheckGradientsAtWorldSize(oo.grad_dtype == DType::kF32 ? "fp32" : "bf16", exchange ? world : 1));
+  DT_RETURN_IF_ERROR(
+      CheckGradientsExchange(oo.grad_dtype == DType::kF32 ? "fp32" : "bf16", exchange ? world : 1, cfg.dist().zero1()));
   if (exchange && cfg.dist().zero1()) {
     if (oo.param_dtype != DType::kF32) {
       return Status::InvalidArgument(

@@ -142,10 +142,11 @@ Status MakeParameterUpdater(const proto::Config& cfg, DeviceContext& ctx, models
 // The Optimizer options of the config's `optim` section.
 OptimizerOptions OptimizerOptionsFromConfig(const proto::OptimConfig& o);
 
-// Whether the strategies take train.gradients `gradients` ("fp32" | "bf16") at `world_size` ranks: bf16 gradients
-// run on one rank (the gradient all-reduce and ZeRO-1's reduce-scatter take f32). InvalidArgument naming the key and
-// the world size otherwise. The one statement of the rule: the run check (before any rank starts), the memory fit
-// (a knob that sets the key is not named where this refuses it) and MakeParameterUpdater ask here.
-Status CheckGradientsAtWorldSize(const std::string& gradients, int world_size);
+// Whether the strategies take train.gradients `gradients` ("fp32" | "bf16") at `world_size` ranks with dist.zero1
+// `zero1`: bf16 gradients are all-reduced as they are (replicated), but ZeRO-1's reduce-scatter takes f32 ones.
+// InvalidArgument naming the keys and the world size otherwise. The one statement of the rule: the run check (before
+// any rank starts), the memory fit (a knob that sets the key is not named where this refuses it) and
+// MakeParameterUpdater ask here.
+Status CheckGradientsExchange(const std::string& gradients, int world_size, bool zero1);
 
 }  // namespace dtrain::runtime

@@ -135,7 +135,9 @@ Status PlanRunMemory(const proto::Config& cfg, const models::MemoryPlanInputs& i
                          ? in.optim_state_tensors *
                                CpuAllocator::RoundSize(static_cast<size_t>(shard) * DTypeSize(in.optim_state_dtype))
                          : 0;
-  if (world > 1 && cfg.dist().bf16_compress()) plan->comm = in.Bytes(p, DType::kBF16);  // the reducer's wire buffer
+  if (world > 1 && cfg.dist().bf16_compress() && in.grad_dtype == DType::kF32) {
+    plan->comm = in.Bytes(p, DType::kBF16);  // the reducer's wire buffer (bf16 gradients are their own)
+  }
   plan->workspace += in.Bytes(1, DType::kF32);  // the trainer's loss accumulator
   if (in.cuda) {  // the cuBLASLt workspace (core/cuda_handles.cc; cudaMalloc'ed, outside the caching allocator)
     plan->workspace += int64_t{32} << 20;
@@ -264,7 +266,7 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
     for (const models::MemoryKnob& k : spec->memory_knobs(planned)) {
       proto::Config trial = planned;
       k.apply(&trial);
-      if (!CheckGradientsAtWorldSize(trial.train().gradients(), in.world_size).ok()) continue;  // not here
+      if (!CheckGradientsExchange(trial.train().gradients(), in.world_size, in.zero1).ok()) continue;  // not here
       models::MemoryPlanInputs trial_in = in;  // a knob may set a dtype (train.gradients)
       SetDTypesOf(trial, &trial_in);
       models::MemoryPlan p;
@@ -287,7 +289,8 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
            p.total());
     }
   }
-  if (out->plan.optimizer_state > 0) {
+  // (Not for bf16 gradients, which ZeRO-1 does not take.)
+  if (out->plan.optimizer_state > 0 && CheckGradientsExchange(planned.train().gradients(), 2, true).ok()) {
     for (int64_t w = std::max<int64_t>(2, 2 * in.world_size); w <= 1024; w *= 2) {
       models::MemoryPlanInputs more = in;
       more.zero1 = true;

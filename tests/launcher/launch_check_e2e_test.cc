@@ -45,9 +45,11 @@ TEST(LaunchCheckE2E, ConfigErrorsAreOneMessageBeforeAnyRank) {
                  "/nonexistent/fmnist/train-images-idx3-ubyte.gz not found");
 }
 
-// bf16 gradients run on one rank: two are refused before either starts, naming the key and the way to a bf16 wire.
-TEST(LaunchCheckE2E, Bf16GradientsOnSeveralRanksAreRefusedBeforeTheStart) {
-  ExpectRejected(kLlamaTiny, "--set train.gradients=bf16", "train.gradients bf16 runs on one rank, this run has 2");
+// bf16 gradients are all-reduced as they are, but ZeRO-1's reduce-scatter takes fp32 ones: two ranks with dist.zero1
+// are refused before either starts, naming both keys.
+TEST(LaunchCheckE2E, Bf16GradientsWithZeroOneAreRefusedBeforeTheStart) {
+  ExpectRejected(kLlamaTiny, "--set train.gradients=bf16 --set dist.zero1=true",
+                 "train.gradients bf16 does not run with dist.zero1 on 2 ranks");
 }
 
 TEST(LaunchCheckE2E, DataThatDoesNotFitTheModelIsRejected) {

@@ -225,7 +225,7 @@ TEST_F(GradientReducerTest, RejectsBadLayouts) {
   too_long.back().numel += 1;
   EXPECT_EQ(GradientReducer::Create(*ctx_, comm_.get(), too_long, &grads_, {}, &red).code(),
             Status::Code::kInvalidArgument);
-  Tensor f64;
+  Tensor f64;  // f32 or bf16 only
   ASSERT_TRUE(Tensor::Empty({kTotal}, DType::kF64, ctx_->allocator(), &f64).ok());
   EXPECT_EQ(GradientReducer::Create(*ctx_, comm_.get(), params_, &f64, {}, &red).code(),
             Status::Code::kInvalidArgument);
@@ -257,6 +257,46 @@ TEST_F(GradientReducerTest, Bf16CompressionWithinTolerance) {
   }
   EXPECT_EQ(bad, 0);
   EXPECT_EQ(not_bf16, 0);
+}
+
+// bf16 grads (train.gradients bf16) are all-reduced in place: the compressed wire's sums on the same values, bit for
+// bit (the wire is the rounded f32 grads; here the grads are those bf16 values themselves), over the same buckets.
+// Buckets are cut by the grads' own bytes: 1100 bytes close at p5 for f32 grads (p6 + p5 = 1132 bytes) and at p3 for
+// bf16 ones (568 bytes before it), as 2200 bytes do for f32 grads.
+TEST_F(GradientReducerTest, Bf16GradsAreReducedAsTheCompressedWire) {
+  GradientReducer::Options opts;
+  opts.bucket_bytes = 1100;
+  opts.bf16_compress = true;
+  auto f32_cut = MakeReducer(opts);
+  ASSERT_TRUE(f32_cut);
+  EXPECT_EQ(f32_cut->buckets().front().first, params_[5].offset);
+  opts.bucket_bytes = 2200;
+  auto compressed = MakeReducer(opts);
+  ASSERT_TRUE(compressed);
+  EXPECT_EQ(compressed->buckets().front().first, params_[3].offset);
+  opts.bucket_bytes = 1100;
+  for (int64_t i = 0; i < kTotal; ++i) grads_.data<float>()[i] = G(i, r_);
+  for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i) ASSERT_TRUE(compressed->MarkReady(i).ok());
+  ASSERT_TRUE(compressed->Finalize().ok());
+
+  Tensor g16;
+  ASSERT_TRUE(Tensor::Empty({kTotal}, DType::kBF16, ctx_->allocator(), &g16).ok());
+  for (int64_t i = 0; i < kTotal; ++i) g16.data<uint16_t>()[i] = comm::F32ToBf16(G(i, r_));
+  for (const bool compress : {false, true}) {  // bf16_compress has nothing to do with bf16 grads
+    opts.bf16_compress = compress;
+    std::unique_ptr<GradientReducer> red;
+    const Status st = GradientReducer::Create(*ctx_, comm_.get(), params_, &g16, opts, &red);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(red->buckets(), compressed->buckets());
+    if (compress) {
+      for (int64_t i = 0; i < kTotal; ++i) g16.data<uint16_t>()[i] = comm::F32ToBf16(G(i, r_));
+    }
+    for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i) ASSERT_TRUE(red->MarkReady(i).ok());
+    ASSERT_TRUE(red->Finalize().ok());
+    int64_t differ = 0;
+    for (int64_t i = 0; i < kTotal; ++i) differ += comm::Bf16ToF32(g16.data<uint16_t>()[i]) != grads_.data<float>()[i];
+    EXPECT_EQ(differ, 0) << "bf16_compress " << compress;
+  }
 }
 
 // GPU (NCCL) reducer against the CPU (MPI) reducer on the same inputs. f32: NCCL and MPI sum in

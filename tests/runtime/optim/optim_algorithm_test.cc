@@ -267,15 +267,17 @@ TEST(Optimizer, ReadsBf16GradsExactly) {
 }
 
 // The one statement of the bf16 gradients' rule (the run check, the memory fit and MakeParameterUpdater ask it):
-// fp32 at any world size, bf16 on one rank; more is refused naming the key, the world size and the bf16 wire.
-TEST(ParameterUpdater, Bf16GradientsRunOnOneRank) {
-  DT_ASSERT_OK(CheckGradientsAtWorldSize("fp32", 8));
-  DT_ASSERT_OK(CheckGradientsAtWorldSize("bf16", 1));
-  const Status two = CheckGradientsAtWorldSize("bf16", 2);
+// fp32 anywhere; bf16 replicated at any world size and with ZeRO-1 on one rank (no reduce-scatter), refused with
+// ZeRO-1 on more, naming both keys and the world size.
+TEST(ParameterUpdater, Bf16GradientsRunWithoutZeroOne) {
+  DT_ASSERT_OK(CheckGradientsExchange("fp32", 8, true));
+  DT_ASSERT_OK(CheckGradientsExchange("bf16", 8, false));
+  DT_ASSERT_OK(CheckGradientsExchange("bf16", 1, true));
+  const Status two = CheckGradientsExchange("bf16", 2, true);
   EXPECT_EQ(two.code(), Status::Code::kInvalidArgument);
-  EXPECT_NE(two.message().find("train.gradients bf16 runs on one rank, this run has 2"), std::string::npos)
+  EXPECT_NE(two.message().find("train.gradients bf16 does not run with dist.zero1 on 2 ranks"), std::string::npos)
       << two.ToString();
-  EXPECT_NE(two.message().find("dist.bf16_compress true"), std::string::npos) << two.ToString();
+  EXPECT_NE(two.message().find("set dist.zero1 false"), std::string::npos) << two.ToString();
 }
 
 }  // namespace

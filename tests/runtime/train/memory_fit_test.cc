@@ -697,23 +697,29 @@ TEST(MemoryFit, ChunkedLossIsNamedForLanguageModels) {
 
 // A run whose optimizer state is most of it: ZeRO-1 on enough GPUs is the knob named.
 // train.gradients bf16 is named for a Llama run over its budget with fp32 gradients, with the plan the bf16 ones give
-// (the knob's plan takes the dtype the knob sets), and not on two ranks (bf16 gradients run on one).
-TEST(MemoryFit, Bf16GradientsAreNamedOnOneRank) {
-  auto refusal = [](int world) {
+// (the knob's plan takes the dtype the knob sets), also on two ranks replicated, but not with dist.zero1 on two
+// (ZeRO-1 takes fp32 gradients); and with bf16 gradients set, dist.zero1 is not named.
+TEST(MemoryFit, Bf16GradientsAreNamedWhereTheyRun) {
+  auto refusal = [](int world, const std::vector<std::string>& more) {
+    std::vector<std::string> sets = {"train.master_weights=fp32", "optim.state_dtype=fp32",
+                                     "train.memory_budget_gib=125", "model.llama.activation_checkpointing=full",
+                                     "model.llama.weight_cast=layer"};
+    sets.insert(sets.end(), more.begin(), more.end());  // later sets win
     proto::Config cfg;
-    EXPECT_TRUE(LoadConfig(DT_SOURCE_DIR "/configs/llama3_8b.yaml",
-                           {"train.master_weights=fp32", "optim.state_dtype=fp32", "train.memory_budget_gib=125",
-                            "model.llama.activation_checkpointing=full", "model.llama.weight_cast=layer"},
-                           &cfg)
-                    .ok());
+    EXPECT_TRUE(LoadConfig(DT_SOURCE_DIR "/configs/llama3_8b.yaml", sets, &cfg).ok());
     MemoryFit fit;
     const Status st = FitMemory(&cfg, world, /*cuda=*/true, 0, &fit);
     EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
     return st.message();
   };
-  const std::string one = refusal(1);
-  EXPECT_NE(one.find("\n  - train.gradients: bf16 (bf16 weight gradients, one rank): 110.4"), std::string::npos) << one;
-  EXPECT_EQ(refusal(2).find("train.gradients"), std::string::npos);
+  const std::string one = refusal(1, {});
+  EXPECT_NE(one.find("\n  - train.gradients: bf16 (bf16 weight gradients): 110.4"), std::string::npos) << one;
+  const std::string two = refusal(2, {});
+  EXPECT_NE(two.find("\n  - train.gradients: bf16 (bf16 weight gradients): "), std::string::npos) << two;
+  EXPECT_EQ(refusal(2, {"dist.zero1=true", "train.memory_budget_gib=90"}).find("train.gradients"), std::string::npos);
+  EXPECT_NE(two.find("dist.zero1 on"), std::string::npos) << two;
+  EXPECT_EQ(refusal(2, {"train.gradients=bf16", "train.memory_budget_gib=100"}).find("dist.zero1 on"),
+            std::string::npos);
 }
 
 TEST(MemoryFit, ZeroOneIsNamedWhenMoreGpusWouldFit) {
