@@ -13,6 +13,10 @@
 //     kept anywhere: any element's bits follow from (key, index) alone, so a kernel, its CPU reference and any cut of
 //     the buffer into ranges draw the same bits.
 //   SrKey(seed, step): the per-update key, SplitMix64's finaliser of seed xor the finaliser of step.
+//   SplitF32(x, &hi, &lo): x's bits as two 16-bit halves: hi the bf16 nearest x, ties away from zero (the bits plus
+//     0x8000, truncated; NaN stays a quiet NaN), lo the low 16 bits of x. JoinF32(hi, lo) is x again, bit for bit (a
+//     NaN: a NaN): hi was rounded up exactly when lo >= 0x8000. train.master_weights split keeps fp32 master weights
+//     so: hi is the bf16 weight the GEMMs read, lo an optimizer state.
 // Thread-safety: pure functions.
 
 #include <cstdint>
@@ -45,6 +49,27 @@ DT_BF16_HD float Bf16BitsToF32(uint16_t h) {
   std::memcpy(&f, &u, sizeof(f));
   return f;
 #endif
+}
+
+DT_BF16_HD float BitsToF32(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+#endif
+}
+
+DT_BF16_HD void SplitF32(float x, uint16_t* hi, uint16_t* lo) {
+  const uint32_t u = F32Bits(x);
+  *lo = static_cast<uint16_t>(u & 0xffffu);
+  *hi = (u & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((u >> 16) | 0x40u)  // NaN stays NaN
+                                        : static_cast<uint16_t>((u + 0x8000u) >> 16);
+}
+
+DT_BF16_HD float JoinF32(uint16_t hi, uint16_t lo) {
+  return BitsToF32(((static_cast<uint32_t>(hi) - (lo >= 0x8000u ? 1u : 0u)) << 16) | lo);
 }
 
 DT_BF16_HD uint16_t RoundBf16Rne(float x) {

@@ -97,19 +97,32 @@ inline float LoadF32(float x) { return x; }
 inline float LoadF32(uint16_t x) { return Bf16BitsToF32(x); }
 inline void Store(float* dst, float x, uint32_t /*r*/) { *dst = x; }
 inline void Store(uint16_t* dst, float x, uint32_t r) { *dst = RoundBf16Sr(x, r); }
+// A param, and with `lo` (train.master_weights split: bf16 params only) the fp32 master its two halves hold.
+inline float LoadParam(const float* p, const uint16_t* /*lo*/, int64_t i) { return p[i]; }
+inline float LoadParam(const uint16_t* p, const uint16_t* lo, int64_t i) {
+  return lo != nullptr ? JoinF32(p[i], lo[i]) : Bf16BitsToF32(p[i]);
+}
+inline void StoreParam(float* p, uint16_t* /*lo*/, int64_t i, float x, uint32_t /*r*/) { p[i] = x; }
+inline void StoreParam(uint16_t* p, uint16_t* lo, int64_t i, float x, uint32_t r) {
+  if (lo != nullptr) {
+    SplitF32(x, &p[i], &lo[i]);
+  } else {
+    p[i] = RoundBf16Sr(x, r);
+  }
+}
 
 }  // namespace
 
 // The operations of AdamWMixedKernel (optim_update.cu) in its order, on the same f32 constants (StagedArgsFor).
 template <typename P, typename G, typename S>
 void AdamWUpdateMixedCpu(P* params, const G* grads, S* exp_avg, S* exp_avg_sq, int64_t n, const AdamWHyper& h,
-                         const float* scale, const float* skip) {
+                         const float* scale, const float* skip, uint16_t* master_low) {
   if (skip != nullptr && *skip != 0.0f) return;
   const AdamWKernelArgs a = StagedArgsFor(h);
   const float s = a.grad_scale * (scale != nullptr ? *scale : 1.0f);
   for (int64_t i = 0; i < n; ++i) {
     const float g = LoadF32(grads[i]) * s;
-    const float p = LoadF32(params[i]) * a.decay;
+    const float p = LoadParam(params, master_low, i) * a.decay;
     const float m = a.beta1 * LoadF32(exp_avg[i]) + a.one_minus_b1 * g;
     const float v = a.beta2 * LoadF32(exp_avg_sq[i]) + a.one_minus_b2 * (g * g);
     const float denom = std::sqrt(v) / a.bc2_sqrt + a.eps;
@@ -117,7 +130,7 @@ void AdamWUpdateMixedCpu(P* params, const G* grads, S* exp_avg, S* exp_avg_sq, i
     const uint64_t z = SrBits(a.sr_key, static_cast<uint64_t>(h.sr_offset + i));
     Store(&exp_avg[i], m, static_cast<uint32_t>(z >> 32));
     Store(&exp_avg_sq[i], v, static_cast<uint32_t>(z >> 16));
-    Store(&params[i], pn, static_cast<uint32_t>(z >> 48));
+    StoreParam(params, master_low, i, pn, static_cast<uint32_t>(z >> 48));
   }
 }
 
@@ -142,7 +155,7 @@ template void AdamWUpdateCpu<double>(double*, const double*, double*, double*, i
                                      const double*, const double*);
 #define DT_ADAMW_MIXED_CPU(P, G, S)                                                                          \
   template void AdamWUpdateMixedCpu<P, G, S>(P*, const G*, S*, S*, int64_t, const AdamWHyper&, const float*, \
-                                             const float*);
+                                             const float*, uint16_t*);
 DT_ADAMW_MIXED_CPU(float, float, uint16_t)
 DT_ADAMW_MIXED_CPU(uint16_t, float, float)
 DT_ADAMW_MIXED_CPU(uint16_t, float, uint16_t)
@@ -248,20 +261,21 @@ namespace {
 // The CPU mixed update for params P and state S, on grads of either dtype.
 template <typename P, typename S>
 void AdamWMixedCpu(Tensor* params, const Tensor& grads, Tensor* exp_avg, Tensor* exp_avg_sq, const AdamWHyper& h,
-                   const float* sc, const float* sk) {
+                   const float* sc, const float* sk, uint16_t* lo) {
   const int64_t n = params->numel();
   P* p = params->data<P>();
   S *m = exp_avg->data<S>(), *v = exp_avg_sq->data<S>();
   if (grads.dtype() == DType::kBF16) {
-    AdamWUpdateMixedCpu(p, grads.data<uint16_t>(), m, v, n, h, sc, sk);
+    AdamWUpdateMixedCpu(p, grads.data<uint16_t>(), m, v, n, h, sc, sk, lo);
   } else {
-    AdamWUpdateMixedCpu(p, grads.data<float>(), m, v, n, h, sc, sk);
+    AdamWUpdateMixedCpu(p, grads.data<float>(), m, v, n, h, sc, sk, lo);
   }
 }
 
 // AdamWUpdate's mixed storage: params, grads and state (both tensors alike) each f32 or bf16, scale/skip f32.
 Status AdamWUpdateMixed(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, const Tensor& grads, Tensor* exp_avg,
-                        Tensor* exp_avg_sq, const Tensor* scale, const Tensor* skip, const Tensor* staged) {
+                        Tensor* exp_avg_sq, const Tensor* scale, const Tensor* skip, const Tensor* staged,
+                        Tensor* master_low) {
   const int64_t n = params->numel();
   auto f32_or_bf16 = [](const Tensor& t) { return t.dtype() == DType::kF32 || t.dtype() == DType::kBF16; };
   DT_CHECK_ARG(f32_or_bf16(*params) && params->device() == ctx.type(),
@@ -281,16 +295,23 @@ Status AdamWUpdateMixed(DeviceContext& ctx, const AdamWHyper& h, Tensor* params,
   }
   DT_CHECK_ARG(h.sr_offset >= 0, "AdamW sr_offset must be >= 0, got " << h.sr_offset);
   const bool p16 = params->dtype() == DType::kBF16, s16 = exp_avg->dtype() == DType::kBF16;
+  if (master_low != nullptr) {
+    DT_CHECK_ARG(p16 && master_low->dtype() == DType::kBF16,
+                 "AdamW master_low " << master_low->ToString() << " takes bf16 params (the high halves), got "
+                                     << params->ToString());
+    DT_RETURN_IF_ERROR(CheckLike(ctx, *master_low, *master_low, n, "master_low"));
+  }
+  uint16_t* lo = master_low != nullptr ? master_low->data<uint16_t>() : nullptr;
   if (ctx.type() == DeviceType::kCPU) {
     const float *sc = ScalePtr<float>(scale), *sk = ScalePtr<float>(skip);
     if (p16 && s16) {
-      AdamWMixedCpu<uint16_t, uint16_t>(params, grads, exp_avg, exp_avg_sq, h, sc, sk);
+      AdamWMixedCpu<uint16_t, uint16_t>(params, grads, exp_avg, exp_avg_sq, h, sc, sk, lo);
     } else if (p16) {
-      AdamWMixedCpu<uint16_t, float>(params, grads, exp_avg, exp_avg_sq, h, sc, sk);
+      AdamWMixedCpu<uint16_t, float>(params, grads, exp_avg, exp_avg_sq, h, sc, sk, lo);
     } else if (s16) {
-      AdamWMixedCpu<float, uint16_t>(params, grads, exp_avg, exp_avg_sq, h, sc, sk);
+      AdamWMixedCpu<float, uint16_t>(params, grads, exp_avg, exp_avg_sq, h, sc, sk, nullptr);
     } else {
-      AdamWMixedCpu<float, float>(params, grads, exp_avg, exp_avg_sq, h, sc, sk);
+      AdamWMixedCpu<float, float>(params, grads, exp_avg, exp_avg_sq, h, sc, sk, nullptr);
     }
     return Status::OK();
   }
@@ -302,7 +323,7 @@ Status AdamWUpdateMixed(DeviceContext& ctx, const AdamWHyper& h, Tensor* params,
   return AdamWUpdateMixedCuda(params->data(), p16, grads.data(), grads.dtype() == DType::kBF16, exp_avg->data(),
                               exp_avg_sq->data(), s16, n, h, ScalePtr<float>(scale), ctx.stream(),
                               ScalePtr<float>(skip),
-                              staged != nullptr ? static_cast<const AdamWKernelArgs*>(staged->data()) : nullptr);
+                              staged != nullptr ? static_cast<const AdamWKernelArgs*>(staged->data()) : nullptr, lo);
 #else
   (void)staged;
   return Status::Unavailable("AdamWUpdate on CUDA tensors, but dtrain was built without CUDA");
@@ -312,13 +333,14 @@ Status AdamWUpdateMixed(DeviceContext& ctx, const AdamWHyper& h, Tensor* params,
 }  // namespace
 
 Status AdamWUpdate(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, const Tensor& grads, Tensor* exp_avg,
-                   Tensor* exp_avg_sq, const Tensor* scale, const Tensor* skip, const Tensor* staged) {
+                   Tensor* exp_avg_sq, const Tensor* scale, const Tensor* skip, const Tensor* staged,
+                   Tensor* master_low) {
   DT_CHECK_ARG(h.step >= 1, "AdamW step counts from 1, got " << h.step);
   DT_CHECK_ARG(params != nullptr && exp_avg != nullptr && exp_avg_sq != nullptr,
                "AdamW params, exp_avg and exp_avg_sq must not be null");
   if (params->dtype() == DType::kBF16 || grads.dtype() == DType::kBF16 || exp_avg->dtype() == DType::kBF16 ||
-      exp_avg_sq->dtype() == DType::kBF16) {
-    return AdamWUpdateMixed(ctx, h, params, grads, exp_avg, exp_avg_sq, scale, skip, staged);
+      exp_avg_sq->dtype() == DType::kBF16 || master_low != nullptr) {
+    return AdamWUpdateMixed(ctx, h, params, grads, exp_avg, exp_avg_sq, scale, skip, staged, master_low);
   }
   DT_RETURN_IF_ERROR(
       CheckUpdateTensors(ctx, params, grads, {{"exp_avg", exp_avg}, {"exp_avg_sq", exp_avg_sq}}, scale, skip, staged));

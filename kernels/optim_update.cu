@@ -67,19 +67,32 @@ __device__ __forceinline__ float LoadF32(float x) { return x; }
 __device__ __forceinline__ float LoadF32(uint16_t x) { return Bf16BitsToF32(x); }
 __device__ __forceinline__ void Store(float* dst, float x, uint32_t /*r*/) { *dst = x; }
 __device__ __forceinline__ void Store(uint16_t* dst, float x, uint32_t r) { *dst = RoundBf16Sr(x, r); }
+// A param, and with `lo` (split masters: bf16 params only) the fp32 master its two halves hold.
+__device__ __forceinline__ float LoadParam(const float* p, const uint16_t* /*lo*/, int64_t i) { return p[i]; }
+__device__ __forceinline__ float LoadParam(const uint16_t* p, const uint16_t* lo, int64_t i) {
+  return lo != nullptr ? JoinF32(p[i], lo[i]) : Bf16BitsToF32(p[i]);
+}
+__device__ __forceinline__ void StoreParam(float* p, uint16_t* /*lo*/, int64_t i, float x, uint32_t /*r*/) { p[i] = x; }
+__device__ __forceinline__ void StoreParam(uint16_t* p, uint16_t* lo, int64_t i, float x, uint32_t r) {
+  if (lo != nullptr) {
+    SplitF32(x, &p[i], &lo[i]);
+  } else {
+    p[i] = RoundBf16Sr(x, r);
+  }
+}
 
 template <typename P, typename G, typename S>
 __global__ void AdamWMixedKernel(P* __restrict__ params, const G* __restrict__ grads, S* __restrict__ exp_avg,
                                  S* __restrict__ exp_avg_sq, int64_t n, int64_t offset, AdamWKernelArgs args,
                                  const AdamWKernelArgs* __restrict__ staged, const float* __restrict__ scale,
-                                 const float* __restrict__ skip) {
+                                 const float* __restrict__ skip, uint16_t* __restrict__ lo) {
   if (Skip(skip)) return;
   const AdamWKernelArgs a = staged != nullptr ? *staged : args;
   const float s = __fmul_rn(a.grad_scale, scale != nullptr ? *scale : 1.0f);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float g = __fmul_rn(LoadF32(grads[i]), s);
-    const float p = __fmul_rn(LoadF32(params[i]), a.decay);
+    const float p = __fmul_rn(LoadParam(params, lo, i), a.decay);
     const float m = __fadd_rn(__fmul_rn(a.beta1, LoadF32(exp_avg[i])), __fmul_rn(a.one_minus_b1, g));
     const float v = __fadd_rn(__fmul_rn(a.beta2, LoadF32(exp_avg_sq[i])), __fmul_rn(a.one_minus_b2, __fmul_rn(g, g)));
     const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), a.bc2_sqrt), a.eps);
@@ -87,7 +100,7 @@ __global__ void AdamWMixedKernel(P* __restrict__ params, const G* __restrict__ g
     const uint64_t z = SrBits(a.sr_key, static_cast<uint64_t>(offset + i));
     Store(&exp_avg[i], m, static_cast<uint32_t>(z >> 32));
     Store(&exp_avg_sq[i], v, static_cast<uint32_t>(z >> 16));
-    Store(&params[i], pn, static_cast<uint32_t>(z >> 48));
+    StoreParam(params, lo, i, pn, static_cast<uint32_t>(z >> 48));
   }
 }
 
@@ -134,25 +147,25 @@ namespace {
 template <typename G>
 void LaunchAdamWMixed(void* params, bool params_bf16, const G* grads, void* exp_avg, void* exp_avg_sq, bool state_bf16,
                       int64_t n, int64_t offset, const AdamWKernelArgs& args, const AdamWKernelArgs* staged,
-                      const float* scale, const float* skip, cudaStream_t stream) {
+                      const float* scale, const float* skip, uint16_t* lo, cudaStream_t stream) {
   using Bf16 = uint16_t;
   const int grid = GridFor(n);
   if (params_bf16 && state_bf16) {
     AdamWMixedKernel<<<grid, kThreads, 0, stream>>>(static_cast<Bf16*>(params), grads, static_cast<Bf16*>(exp_avg),
                                                     static_cast<Bf16*>(exp_avg_sq), n, offset, args, staged, scale,
-                                                    skip);
+                                                    skip, lo);
   } else if (params_bf16) {
     AdamWMixedKernel<<<grid, kThreads, 0, stream>>>(static_cast<Bf16*>(params), grads, static_cast<float*>(exp_avg),
                                                     static_cast<float*>(exp_avg_sq), n, offset, args, staged, scale,
-                                                    skip);
+                                                    skip, lo);
   } else if (state_bf16) {
     AdamWMixedKernel<<<grid, kThreads, 0, stream>>>(static_cast<float*>(params), grads, static_cast<Bf16*>(exp_avg),
                                                     static_cast<Bf16*>(exp_avg_sq), n, offset, args, staged, scale,
-                                                    skip);
+                                                    skip, lo);
   } else {
     AdamWMixedKernel<<<grid, kThreads, 0, stream>>>(static_cast<float*>(params), grads, static_cast<float*>(exp_avg),
                                                     static_cast<float*>(exp_avg_sq), n, offset, args, staged, scale,
-                                                    skip);
+                                                    skip, lo);
   }
 }
 
@@ -160,19 +173,21 @@ void LaunchAdamWMixed(void* params, bool params_bf16, const G* grads, void* exp_
 
 Status AdamWUpdateMixedCuda(void* params, bool params_bf16, const void* grads, bool grads_bf16, void* exp_avg,
                             void* exp_avg_sq, bool state_bf16, int64_t n, const AdamWHyper& h, const float* scale,
-                            cudaStream_t stream, const float* skip, const AdamWKernelArgs* staged) {
+                            cudaStream_t stream, const float* skip, const AdamWKernelArgs* staged,
+                            uint16_t* master_low) {
   DT_NVTX_FN();
   DT_CHECK_ARG(n >= 0, "negative element count " << n);
   DT_CHECK_ARG(h.step >= 1, "AdamW step counts from 1, got " << h.step);
   DT_CHECK_ARG(params_bf16 || grads_bf16 || state_bf16, "AdamWUpdateMixedCuda: all f32 is AdamWUpdateCuda");
+  DT_CHECK_ARG(master_low == nullptr || params_bf16, "AdamWUpdateMixedCuda: master_low needs bf16 params");
   if (n == 0) return Status::OK();
   const AdamWKernelArgs args = StagedArgsFor(h);
   if (grads_bf16) {
     LaunchAdamWMixed(params, params_bf16, static_cast<const uint16_t*>(grads), exp_avg, exp_avg_sq, state_bf16, n,
-                     h.sr_offset, args, staged, scale, skip, stream);
+                     h.sr_offset, args, staged, scale, skip, master_low, stream);
   } else {
     LaunchAdamWMixed(params, params_bf16, static_cast<const float*>(grads), exp_avg, exp_avg_sq, state_bf16, n,
-                     h.sr_offset, args, staged, scale, skip, stream);
+                     h.sr_offset, args, staged, scale, skip, master_low, stream);
   }
   DT_CUDA_CHECK_LAUNCH();
   return Status::OK();

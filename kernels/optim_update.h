@@ -24,6 +24,9 @@
 // bits 48..63 round the param, 32..47 exp_avg, 16..31 exp_avg_sq. So the CUDA kernel equals the CPU reference bit for
 // bit, the same (seed, step) gives the same bits on every run, and a bf16 value is unbiased (a bf16 EMA with beta2 =
 // 0.999 rounded to nearest would stop moving: 0.1% of v is less than half a bf16 ulp).
+// Split masters (train.master_weights split): with `master_low`, bf16 params are the high halves of fp32 masters whose
+// low 16 bits master_low holds (kernels/bf16_round.h SplitF32 / JoinF32): the update reads the exact fp32 master and
+// writes its new value's halves back, no stochastic rounding — the fp32-params update's value, bit for bit.
 
 #include <cstdint>
 #include <initializer_list>
@@ -93,9 +96,10 @@ template <typename T>
 void GradClipCoefCpu(const T* sum_squares, double max_norm, T* norm, T* coef);
 // The mixed-storage AdamW (see the file comment). P, G, S: float or uint16_t (bf16 bits), not all float (that is
 // AdamWUpdateCpu<float>). `scale`, `skip` may be null.
+// `master_low` (null: none) takes P = uint16_t.
 template <typename P, typename G, typename S>
 void AdamWUpdateMixedCpu(P* params, const G* grads, S* exp_avg, S* exp_avg_sq, int64_t n, const AdamWHyper& h,
-                         const float* scale, const float* skip = nullptr);
+                         const float* scale, const float* skip = nullptr, uint16_t* master_low = nullptr);
 
 // ---- Staged hyper-parameters (CUDA graphs) --------------------------------------------------------
 // A CUDA graph replays kernels with the arguments they were captured with, but the LR and AdamW's bias
@@ -127,10 +131,12 @@ Status AdamWUpdateCuda(float* params, const float* grads, float* exp_avg, float*
                        const AdamWHyper& h, const float* scale, cudaStream_t stream, const float* skip = nullptr,
                        const AdamWKernelArgs* staged = nullptr);
 // The mixed-storage AdamW: params, grads and state are f32 or bf16 (raw bits) as `params_bf16` / `grads_bf16` /
-// `state_bf16` say (not all false); the pointers are typed void for that reason.
+// `state_bf16` say (not all false); the pointers are typed void for that reason. `master_low`: null, or (bf16 params)
+// the split masters' low halves.
 Status AdamWUpdateMixedCuda(void* params, bool params_bf16, const void* grads, bool grads_bf16, void* exp_avg,
                             void* exp_avg_sq, bool state_bf16, int64_t n, const AdamWHyper& h, const float* scale,
-                            cudaStream_t stream, const float* skip = nullptr, const AdamWKernelArgs* staged = nullptr);
+                            cudaStream_t stream, const float* skip = nullptr, const AdamWKernelArgs* staged = nullptr,
+                            uint16_t* master_low = nullptr);
 // All pointers are device scalars.
 Status GradClipCoefCuda(const float* sum_squares, double max_norm, float* norm, float* coef, cudaStream_t stream);
 #endif
@@ -154,10 +160,11 @@ Status CheckUpdateTensors(const DeviceContext& ctx, const Tensor* params, const 
 Status SgdUpdate(DeviceContext& ctx, const SgdHyper& h, Tensor* params, const Tensor& grads, Tensor* momentum_buf,
                  const Tensor* scale = nullptr, const Tensor* skip = nullptr, const Tensor* staged = nullptr);
 // AdamWUpdate also takes mixed storage (see the file comment): params f32 or bf16, grads f32 or bf16, exp_avg and
-// exp_avg_sq both f32 or both bf16, scale and skip f32; f64 only when everything is f64 (CPU).
+// exp_avg_sq both f32 or both bf16, scale and skip f32; f64 only when everything is f64 (CPU). `master_low` (split
+// masters; null: none): bf16 (the raw low halves) of params' numel beside bf16 params.
 Status AdamWUpdate(DeviceContext& ctx, const AdamWHyper& h, Tensor* params, const Tensor& grads, Tensor* exp_avg,
                    Tensor* exp_avg_sq, const Tensor* scale = nullptr, const Tensor* skip = nullptr,
-                   const Tensor* staged = nullptr);
+                   const Tensor* staged = nullptr, Tensor* master_low = nullptr);
 // `sum_squares` as produced by SumSquares (reduce.h); `norm` and `coef` are 1-element tensors like
 // it (allocated from ctx.allocator() when undefined).
 Status GradClipCoef(DeviceContext& ctx, const Tensor& sum_squares, double max_norm, Tensor* norm, Tensor* coef);

@@ -1,7 +1,8 @@
 // Tests of the mixed-storage AdamW (kernels/optim_update.h: bf16 params, grads and/or state, f32 math, stochastic
 // rounding of kernels/bf16_round.h): the rounding itself (exact values stay, others land on a neighbour, unbiased),
 // the CPU update against an f64 reference, unbiasedness of a sub-ulp update of bf16 params, determinism per (seed,
-// step), the argument checks, and (GPU) the CUDA kernel equal to the CPU reference bit for bit.
+// step), the argument checks, split masters (SplitF32 / JoinF32 and the update on them: the f32 update's value bit for
+// bit), and (GPU) the CUDA kernel equal to the CPU reference bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -281,6 +282,101 @@ TEST(AdamWMixed, RejectsMismatchedStorage) {
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
 }
 
+// SplitF32 / JoinF32 (split masters): any f32 comes back bit for bit (a NaN as a NaN), and the high half is the bf16
+// nearest, ties away from zero (round to nearest even but at ties), NaN, inf, -0, the largest finite and denormals
+// included.
+TEST(Bf16Round, SplitHalvesJoinBackExactly) {
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                0x7f808001u, 0x7f7fffffu, 0xff7fffffu, 0x00000001u, 0x8000ffffu,
+                                0x3f808000u, 0x3f818000u, 0xbf808000u, 0x3f807fffu, 0x3f80ffffu};
+  std::mt19937 rng(5);
+  for (int i = 0; i < 100000; ++i) bits.push_back(static_cast<uint32_t>(rng()));
+  for (const uint32_t u : bits) {
+    float x;
+    std::memcpy(&x, &u, sizeof(x));
+    uint16_t hi = 0, lo = 0;
+    SplitF32(x, &hi, &lo);
+    const float back = JoinF32(hi, lo);
+    if (std::isnan(x)) {
+      EXPECT_TRUE(std::isnan(back) && std::isnan(Bf16BitsToF32(hi))) << std::hex << u;
+      continue;
+    }
+    ASSERT_EQ(F32Bits(back), u) << std::hex << u;
+    ASSERT_EQ(lo, u & 0xffffu) << std::hex << u;
+    const bool tie = (u & 0xffffu) == 0x8000u;
+    if (!tie && (u & 0x7fffffffu) < 0x7f7f8000u) ASSERT_EQ(hi, RoundBf16Rne(x)) << std::hex << u;  // not at ties
+  }
+  uint16_t hi = 0, lo = 0;
+  SplitF32(1.0f + 0x1p-8f, &hi, &lo);  // a tie: away from zero (1 + 2^-7), where RNE gives 1
+  EXPECT_EQ(hi, 0x3f81);
+  EXPECT_EQ(RoundBf16Rne(1.0f + 0x1p-8f), 0x3f80);
+}
+
+// Split masters: AdamW on bf16 high halves with master_low is the f32-params AdamW's value bit for bit, step after
+// step (the halves join to it; the high half is its bf16 nearest), with f32 and bf16 state and grads.
+TEST(AdamWMixedCpu, SplitMastersAreTheF32UpdateBitForBit) {
+  auto ctx = CpuContext();
+  constexpr int64_t n = 4099;
+  for (const bool s16 : {false, true}) {
+    for (const bool g16 : {false, true}) {
+      SCOPED_TRACE(std::string(s16 ? "bf16" : "f32") + " state, " + (g16 ? "bf16" : "f32") + " grads");
+      std::mt19937 rng(9);
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      std::vector<float> pf(n), mf(n, 0.0f), vf(n, 0.0f), mf2(n, 0.0f), vf2(n, 0.0f);
+      for (auto& x : pf) x = dist(rng);
+      std::vector<Bf16> hi(n), lo(n), m16(n, 0), v16(n, 0), m16b(n, 0), v16b(n, 0);
+      for (int64_t i = 0; i < n; ++i) SplitF32(pf[static_cast<size_t>(i)], &hi[i], &lo[i]);
+      Tensor tp = HostTensor(pf, DType::kF32), thi = HostTensor(hi, DType::kBF16), tlo = HostTensor(lo, DType::kBF16);
+      Tensor tm = s16 ? HostTensor(m16, DType::kBF16) : HostTensor(mf, DType::kF32);
+      Tensor tv = s16 ? HostTensor(v16, DType::kBF16) : HostTensor(vf, DType::kF32);
+      Tensor tm2 = s16 ? HostTensor(m16b, DType::kBF16) : HostTensor(mf2, DType::kF32);
+      Tensor tv2 = s16 ? HostTensor(v16b, DType::kBF16) : HostTensor(vf2, DType::kF32);
+      AdamWHyper h;
+      h.weight_decay = 0.1;
+      h.sr_seed = 3;
+      for (int s = 1; s <= 4; ++s) {
+        std::vector<float> g(n);
+        for (auto& x : g) x = 0.5f * dist(rng);
+        std::vector<Bf16> gb = ToBf16(g);
+        h.lr = 1e-3 * s;
+        h.step = s;
+        Tensor tg = g16 ? HostTensor(gb, DType::kBF16) : HostTensor(g, DType::kF32);
+        ASSERT_TRUE(AdamWUpdate(*ctx, h, &tp, tg, &tm, &tv).ok());
+        const Status st = AdamWUpdate(*ctx, h, &thi, tg, &tm2, &tv2, nullptr, nullptr, nullptr, &tlo);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+      }
+      int64_t differ = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = pf[static_cast<size_t>(i)];
+        differ += F32Bits(JoinF32(hi[i], lo[i])) != F32Bits(want);
+        uint16_t want_hi = 0, want_lo = 0;
+        SplitF32(want, &want_hi, &want_lo);
+        differ += hi[i] != want_hi;
+      }
+      EXPECT_EQ(differ, 0);
+      if (s16) {
+        EXPECT_EQ(m16b, m16);  // the state saw the same updates (same stochastic bits)
+        EXPECT_EQ(v16b, v16);
+      } else {
+        EXPECT_EQ(mf2, mf);
+        EXPECT_EQ(vf2, vf);
+      }
+    }
+  }
+  // master_low takes bf16 params of its numel.
+  std::vector<float> p(4), g(4), m(4), v(4);
+  std::vector<Bf16> lo(4), lo3(3);
+  Tensor tp = HostTensor(p, DType::kF32), tg = HostTensor(g, DType::kF32), tm = HostTensor(m, DType::kF32),
+         tv = HostTensor(v, DType::kF32), tlo = HostTensor(lo, DType::kBF16);
+  AdamWHyper h;
+  EXPECT_EQ(AdamWUpdate(*ctx, h, &tp, tg, &tm, &tv, nullptr, nullptr, nullptr, &tlo).code(),
+            Status::Code::kInvalidArgument);
+  std::vector<Bf16> p16(4);
+  Tensor tp16 = HostTensor(p16, DType::kBF16), tlo3 = HostTensor(lo3, DType::kBF16);
+  EXPECT_EQ(AdamWUpdate(*ctx, h, &tp16, tg, &tm, &tv, nullptr, nullptr, nullptr, &tlo3).code(),
+            Status::Code::kInvalidArgument);
+}
+
 // ---- CUDA against the CPU reference, bit for bit ------------------------------------------------
 
 class AdamWMixedCuda : public ::testing::TestWithParam<MixedCase> {
@@ -367,6 +463,62 @@ TEST_P(AdamWMixedCuda, EqualsCpuReferenceBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Storage, AdamWMixedCuda, ::testing::ValuesIn(MixedCases()), MixedCaseName);
+
+// Split masters on CUDA: the CPU reference's halves bit for bit (f32 and bf16 state), the staged path included.
+TEST(AdamWMixedCudaSplit, EqualsCpuReferenceBitForBit) {
+  if (::dtrain::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the CUDA mixed AdamW needs a GPU";
+  std::unique_ptr<DeviceContext> gpu;
+  ASSERT_TRUE(DeviceContext::CreateCuda(0, &gpu).ok());
+  auto ctx = CpuContext();
+  constexpr int64_t n = (1 << 16) + 3;
+  for (const bool s16 : {false, true}) {
+    SCOPED_TRACE(s16 ? "bf16 state" : "f32 state");
+    std::mt19937 rng(13);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<Bf16> hi(n), lo(n);
+    for (int64_t i = 0; i < n; ++i) SplitF32(dist(rng), &hi[i], &lo[i]);
+    std::vector<float> mf(n, 0.0f), vf(n, 0.0f);
+    std::vector<Bf16> m16(n, 0), v16(n, 0);
+    const DType sd = s16 ? DType::kBF16 : DType::kF32;
+    Tensor thi = HostTensor(hi, DType::kBF16), tlo = HostTensor(lo, DType::kBF16);
+    Tensor tm = s16 ? HostTensor(m16, sd) : HostTensor(mf, sd), tv = s16 ? HostTensor(v16, sd) : HostTensor(vf, sd);
+    Tensor dhi, dlo, dm, dv, staged;
+    for (auto [d, t] : {std::pair<Tensor*, Tensor*>{&dhi, &thi}, {&dlo, &tlo}, {&dm, &tm}, {&dv, &tv}}) {
+      ASSERT_TRUE(Tensor::Empty({n}, t->dtype(), gpu->allocator(), d).ok());
+      ASSERT_TRUE(d->CopyFrom(*t, gpu->stream()).ok());
+    }
+    ASSERT_TRUE(Tensor::Empty({static_cast<int64_t>(kStagedArgsBytes)}, DType::kU8, gpu->allocator(), &staged).ok());
+    AdamWHyper h;
+    h.weight_decay = 0.1;
+    for (int s = 1; s <= 3; ++s) {
+      std::vector<float> g(n);
+      for (auto& x : g) x = dist(rng);
+      h.lr = 1e-3 * s;
+      h.step = s;
+      Tensor tg = HostTensor(g, DType::kF32), dg;
+      ASSERT_TRUE(Tensor::Empty({n}, DType::kF32, gpu->allocator(), &dg).ok());
+      ASSERT_TRUE(dg.CopyFrom(tg, gpu->stream()).ok());
+      const Tensor* st = nullptr;
+      AdamWKernelArgs a = StagedArgsFor(h);
+      if (s == 2) {  // the CUDA-graph path
+        Tensor host = Tensor::Wrap(&a, {static_cast<int64_t>(sizeof(a))}, DType::kU8, DeviceType::kCPU), dst;
+        ASSERT_TRUE(staged.View(0, {static_cast<int64_t>(sizeof(a))}, &dst).ok());
+        ASSERT_TRUE(dst.CopyFrom(host, gpu->stream()).ok());
+        st = &staged;
+      }
+      ASSERT_TRUE(AdamWUpdate(*gpu, h, &dhi, dg, &dm, &dv, nullptr, nullptr, st, &dlo).ok());
+      ASSERT_TRUE(gpu->Synchronize().ok());
+      ASSERT_TRUE(AdamWUpdate(*ctx, h, &thi, tg, &tm, &tv, nullptr, nullptr, nullptr, &tlo).ok());
+    }
+    std::vector<Bf16> got_hi(n), got_lo(n);
+    Tensor ghi = HostTensor(got_hi, DType::kBF16), glo = HostTensor(got_lo, DType::kBF16);
+    ASSERT_TRUE(ghi.CopyFrom(dhi, gpu->stream()).ok());
+    ASSERT_TRUE(glo.CopyFrom(dlo, gpu->stream()).ok());
+    ASSERT_TRUE(gpu->Synchronize().ok());
+    EXPECT_EQ(got_hi, hi);
+    EXPECT_EQ(got_lo, lo);
+  }
+}
 
 }  // namespace
 }  // namespace dtrain::ops
