@@ -2,7 +2,7 @@
 """The largest Llama that fits one GPU, per memory-policy combination, from dtrain's memory plan (issue 36).
 
 For each combination of activation checkpointing (none, selective, full), master-weight / optimizer-state dtypes
-(fp32/fp32, fp32/bf16, bf16/bf16), where the optimizer state lives (optim.offload none, or cpu: host memory, only
+(fp32/fp32, fp32/bf16, bf16/bf16, and split/fp32: fp32 masters as bf16 weights + low halves in the state), where the optimizer state lives (optim.offload none, or cpu: host memory, only
 a ring of chunks on the GPU; the host's memory is not checked here) and, with fp32 masters, when their bf16 copy is
 made (model.llama.weight_cast step: every layer's, kept; layer: one layer's at a time), with the chunked loss on (model.llama.loss_chunk_tokens 1024): does the Llama-3-8B
 shape fit, and how deep can its layer (hidden 4096, 32 heads, 8 KV heads, FFN 14336, vocabulary 128256, untied) be
@@ -12,7 +12,7 @@ CUDA's caching allocator). These are PLANNED figures: on an H200 the plan was wi
 under each checkpointing policy (bench/results/2026-12-03-llama-8b-one-h200.md); the deeper shapes were not run.
 
 With --gradients bf16 every combination runs with train.gradients bf16 (bf16 weight gradients, 2 bytes a parameter
-less; one rank).
+less).
 
 Usage: bench/llama_fit.py [--dtrain build/dtrain] [--budget-gib 138.7] [--batch 4] [--seq 2048] [--gradients fp32]
 (--budget-gib default: an H200's 139.7 GiB less the 1 GiB dtrain leaves for the CUDA context.)
@@ -24,7 +24,7 @@ import sys
 
 # (train.master_weights, optim.state_dtype, optim.offload)
 COMBOS = [("fp32", "fp32", "none"), ("fp32", "bf16", "none"), ("bf16", "bf16", "none"), ("fp32", "fp32", "cpu"),
-          ("bf16", "fp32", "cpu"), ("bf16", "bf16", "cpu")]
+          ("bf16", "fp32", "cpu"), ("bf16", "bf16", "cpu"), ("split", "fp32", "none"), ("split", "fp32", "cpu")]
 POLICIES = ["none", "selective", "full"]
 CAPPED = set()  # (combination..., layers) refused by dtrain's 2^34-parameter cap, not by the budget
 

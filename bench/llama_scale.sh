@@ -6,11 +6,12 @@
 #   offload   Llama-3-8B with optim.offload cpu: fp32 masters and fp32 AdamW state (PyTorch's numerics, which do not
 #             fit one H200 otherwise), and bf16 masters and state (against the scale stage's 8B run without offload).
 #   keep      Llama-3-8B with fp32 masters and fp32 AdamW state (PyTorch's numerics), B x T = 4 x 2048, against the
-#             GPU (train.memory_budget_gib 138.7), each of $KEEP_RUNS (OFFLOAD:POLICY[:CAST[:GRADS]]; default
-#             auto:none cpu:none auto:selective auto:full): optim.offload auto keeps as much of the state on the GPU as
-#             the plan leaves under the activation checkpointing policy, cpu streams all of it; CAST is
+#             GPU (train.memory_budget_gib 138.7), each of $KEEP_RUNS (OFFLOAD:POLICY[:CAST[:GRADS[:MASTERS]]];
+#             default auto:none cpu:none auto:selective auto:full): optim.offload auto keeps as much of the state on the
+#             GPU as the plan leaves under the activation checkpointing policy, cpu streams all of it; CAST is
 #             model.llama.weight_cast (default auto: under policy auto the budget may pick layer), GRADS
-#             train.gradients (default fp32); 16 steps, steps 9-16 timed.
+#             train.gradients (default fp32), MASTERS train.master_weights fp32 or split (default fp32: both are
+#             PyTorch's numerics); 16 steps, steps 9-16 timed.
 #   largest   the deepest stacks of Llama-3-8B's layer that bench/llama_fit.py plans to fit, each of $LARGEST
 #             (POLICY:MASTERS:STATE:OFFLOAD:LAYERS), 8 steps: does it train, its peak against the plan, tokens/s.
 #   stateloss the SmolLM2-360M shape, $LOSS_STEPS (2000) steps of byte tokens of $TEXT read in order, B x T = 8 x 1024:
@@ -61,9 +62,9 @@ fi
 
 if has keep; then
   for spec in ${KEEP_RUNS:-auto:none cpu:none auto:selective auto:full}; do
-    IFS=: read -r offload policy cast grads <<< "$spec"
-    name=keep_8b_fp32_${offload}_${policy}_${cast:-auto}_${grads:-fp32}
-    LOG_EVERY=8 run "$name" configs/llama3_8b.yaml 16 --set train.master_weights=fp32 \
+    IFS=: read -r offload policy cast grads masters <<< "$spec"
+    name=keep_8b_fp32_${offload}_${policy}_${cast:-auto}_${grads:-fp32}_${masters:-fp32}
+    LOG_EVERY=8 run "$name" configs/llama3_8b.yaml 16 --set train.master_weights="${masters:-fp32}" \
       --set optim.state_dtype=fp32 --set optim.offload="$offload" --set model.llama.activation_checkpointing="$policy" \
       --set model.llama.weight_cast="${cast:-auto}" --set train.gradients="${grads:-fp32}" \
       --set train.memory_budget_gib=138.7

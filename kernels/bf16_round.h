@@ -40,17 +40,6 @@ DT_BF16_HD uint32_t F32Bits(float x) {
 #endif
 }
 
-DT_BF16_HD float Bf16BitsToF32(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-#endif
-}
-
 DT_BF16_HD float BitsToF32(uint32_t u) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(u);
@@ -60,6 +49,8 @@ DT_BF16_HD float BitsToF32(uint32_t u) {
   return f;
 #endif
 }
+
+DT_BF16_HD float Bf16BitsToF32(uint16_t h) { return BitsToF32(static_cast<uint32_t>(h) << 16); }
 
 DT_BF16_HD void SplitF32(float x, uint16_t* hi, uint16_t* lo) {
   const uint32_t u = F32Bits(x);

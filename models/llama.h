@@ -41,7 +41,8 @@
 //     With bf16_masters (train.master_weights bf16): params() are bf16 and are the GEMM weights themselves (no f32
 //     master, no copy; the embedding lookup and the RMSNorms read them as bf16); grads() stay f32 (the weight-gradient
 //     GEMMs accumulate in f32); the optimizer rounds the updated weights stochastically (kernels/optim_update.h).
-//     InitParams rounds the f32 draws to nearest even. Needs kBf16.
+//     InitParams rounds the f32 draws to nearest even. Needs kBf16. train.master_weights split runs the model the same
+//     way: its params() are the high halves of fp32 masters whose low halves the optimizer keeps.
 //     With bf16_grads (train.gradients bf16): grads() are bf16, with either masters. The weight-gradient GEMMs (bf16
 //     and FP8) accumulate into them with beta 1 (the f32 product rounded to bf16: exactly that at the first
 //     micro-step, whose C is zero), the RMSNorm and embedding backwards add their f32 sums to the widened values and

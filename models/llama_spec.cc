@@ -191,7 +191,8 @@ Status MixedOf(const proto::Config& config, bool cuda, bool* mixed, bool* fp8, F
 // (The memory plan takes it as it comes: it plans no copy without one.)
 Status CheckWeightCast(const proto::Config& config, bool mixed) {
   if (config.model().llama().weight_cast() != "layer") return Status::OK();
-  if (mixed && config.train().master_weights() != "bf16") return Status::OK();
+  const std::string& masters = config.train().master_weights();
+  if (mixed && masters != "bf16" && masters != "split") return Status::OK();
   return Status::InvalidArgument(
       "model.llama.weight_cast: layer casts the f32 master weights into the GEMMs' bf16 copy layer by layer; this run "
       "has no such copy (train.precision " +
@@ -206,12 +207,13 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
   DT_RETURN_IF_ERROR(MixedOf(config, ctx.is_cuda(), &mixed, &fp8, &opts.fp8_layers));
   if (mixed) opts.precision = fp8 ? Precision::kFp8 : Precision::kBf16;
   if (fp8) DT_RETURN_IF_ERROR(ops::CheckFp8Device(ctx, "train.precision: fp8"));
-  opts.bf16_masters = config.train().master_weights() == "bf16";
+  // split: the params are the bf16 high halves of fp32 masters (the optimizer keeps the low halves): bf16 to the model.
+  opts.bf16_masters = config.train().master_weights() == "bf16" || config.train().master_weights() == "split";
   if (opts.bf16_masters && !mixed) {
-    return Status::InvalidArgument(
-        "train.master_weights: bf16 needs train.precision bf16 or fp8 on CUDA (the CPU path is fp32), got "
-        "train.precision " +
-        config.train().precision() + (ctx.is_cuda() ? "" : " on the CPU"));
+    return Status::InvalidArgument("train.master_weights: " + config.train().master_weights() +
+                                   " needs train.precision bf16 or fp8 on CUDA (the CPU path is fp32), got "
+                                   "train.precision " +
+                                   config.train().precision() + (ctx.is_cuda() ? "" : " on the CPU"));
   }
   DT_RETURN_IF_ERROR(CheckConfig(g, ctx.is_cuda()));
   DT_RETURN_IF_ERROR(CheckWeightCast(config, mixed));
@@ -318,7 +320,7 @@ Status MemoryPlanOf(const proto::Config& config, const MemoryPlanInputs& in, Mem
   return Status::OK();
 }
 
-// The chunked loss, and the per-layer weight cast (named only where it plans less: a run with a bf16 copy).
+// The chunked loss, the per-layer weight cast, bf16 gradients and split masters (each named only where it plans less).
 std::vector<MemoryKnob> MemoryKnobs(const proto::Config& config) {
   const proto::LlamaConfig& g = config.model().llama();
   std::vector<MemoryKnob> knobs = ChunkedLossKnob(
@@ -331,6 +333,17 @@ std::vector<MemoryKnob> MemoryKnobs(const proto::Config& config) {
   if (config.train().gradients() != "bf16" && config.train().precision() != "fp32") {
     knobs.push_back({"train.gradients: bf16 (bf16 weight gradients)",
                      [](proto::Config* c) { c->mutable_train()->set_gradients("bf16"); }});
+  }
+  // (Not under dist.zero1, which takes f32 params; with no copy left to cast per layer, weight_cast layer goes.)
+  const std::string& masters = config.train().master_weights();
+  if (masters != "bf16" && masters != "split" && config.train().precision() != "fp32" && !config.dist().zero1()) {
+    const bool layer = g.weight_cast() == "layer";
+    knobs.push_back({std::string("train.master_weights: split") + (layer ? ", model.llama.weight_cast: step" : "") +
+                         " (fp32 masters without their bf16 copy)",
+                     [layer](proto::Config* c) {
+                       c->mutable_train()->set_master_weights("split");
+                       if (layer) c->mutable_model()->mutable_llama()->set_weight_cast("step");
+                     }});
   }
   return knobs;
 }

@@ -30,8 +30,9 @@ struct MemoryPlanInputs {
   DType grad_dtype = DType::kF32;         // their gradients (train.gradients; a model with f32 grads plans f32)
   DType optim_state_dtype = DType::kF32;  // each optimizer state tensor's element type
   int64_t optim_state_tensors = 0;        // the optimizer's state tensors (its spec's state_names.size())
-  bool offload_state = false;             // optim.offload cpu: the state in host memory, a ring of chunks on the GPU
-  int64_t offload_keep_bytes = 0;         // of which this many bytes' worth stays on the GPU (optim.offload_keep_gib)
+  bool split_masters = false;      // train.master_weights split: bf16 masters plus their low halves beside the state
+  bool offload_state = false;      // optim.offload cpu: the state in host memory, a ring of chunks on the GPU
+  int64_t offload_keep_bytes = 0;  // of which this many bytes' worth stays on the GPU (optim.offload_keep_gib)
 
   // Bytes the run's allocator hands out for a request of `bytes`.
   int64_t Round(int64_t bytes) const;

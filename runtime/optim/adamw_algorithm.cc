@@ -2,6 +2,7 @@
 // the update of kernels/optim_update.h (AdamWHyper). Reads optim.beta1 and optim.beta2 in [0, 1), optim.eps >= 0
 // and optim.weight_decay. State: "exp_avg", "exp_avg_sq". bf16_storage: params and state f32 or bf16 (the mixed
 // update of kernels/optim_update.h, its stochastic rounding seeded by OptimizerOptions::seed and the update number).
+// split_masters: the low halves are the third state tensor (the mixed update's master_low).
 #include "core/check.h"
 #include "kernels/optim_update.h"
 #include "runtime/optim/optim_algorithm.h"
@@ -28,7 +29,8 @@ class AdamW final : public OptimAlgorithm {
                 const Tensor* scale, const Tensor* skip, const Tensor* staged, int64_t offset) const override {
     ops::AdamWHyper h = h_;
     h.sr_offset = offset;
-    return ops::AdamWUpdate(ctx, h, params, grads, state.at(0), state.at(1), scale, skip, staged);
+    return ops::AdamWUpdate(ctx, h, params, grads, state.at(0), state.at(1), scale, skip, staged,
+                            opts_.split_masters ? state.at(2) : nullptr);
   }
 
  private:
@@ -47,7 +49,11 @@ Status Create(const OptimizerOptions& opts, std::unique_ptr<OptimAlgorithm>* out
 }  // namespace
 
 const OptimAlgorithmSpec& AdamWAlgorithm() {
-  static const OptimAlgorithmSpec spec{"adamw", {"exp_avg", "exp_avg_sq"}, &Create, /*bf16_storage=*/true};
+  static const OptimAlgorithmSpec spec{"adamw",
+                                       {"exp_avg", "exp_avg_sq"},
+                                       &Create,
+                                       /*bf16_storage=*/true,
+                                       /*split_masters=*/true};
   return spec;
 }
 

@@ -42,13 +42,16 @@ int64_t OffloadedState::RingNumel(int64_t numel, int64_t chunk) {
   return std::max<int64_t>(0, std::min(numel, kSlots * chunk));
 }
 
-int64_t OffloadedState::KeepNumel(int64_t keep_bytes, int tensors, DType dtype, int64_t numel) {
-  if (keep_bytes <= 0 || tensors <= 0) return 0;
-  return std::min(numel, keep_bytes / (static_cast<int64_t>(tensors) * static_cast<int64_t>(DTypeSize(dtype))));
+int64_t OffloadedState::KeepNumel(int64_t keep_bytes, const std::vector<DType>& dtypes, int64_t numel) {
+  int64_t element = 0;  // bytes of one element of every tensor
+  for (DType d : dtypes) element += static_cast<int64_t>(DTypeSize(d));
+  if (keep_bytes <= 0 || element <= 0) return 0;
+  return std::min(numel, keep_bytes / element);
 }
 
-Status OffloadedState::Create(DeviceContext& ctx, int64_t numel, DType dtype, int tensors, int64_t chunk, int64_t keep,
-                              std::unique_ptr<OffloadedState>* out) {
+Status OffloadedState::Create(DeviceContext& ctx, int64_t numel, const std::vector<DType>& dtypes, int64_t chunk,
+                              int64_t keep, std::unique_ptr<OffloadedState>* out) {
+  const int tensors = static_cast<int>(dtypes.size());
   DT_CHECK_ARG(out != nullptr && numel > 0 && tensors > 0,
                "OffloadedState::Create: numel " << numel << ", tensors " << tensors);
   std::unique_ptr<OffloadedState> o(new OffloadedState());  // private constructor
@@ -57,11 +60,12 @@ Status OffloadedState::Create(DeviceContext& ctx, int64_t numel, DType dtype, in
   o->keep_ = std::clamp<int64_t>(keep, 0, numel);
   o->host_.resize(tensors);
   const size_t threads = std::max(1u, std::thread::hardware_concurrency());
-  for (Tensor& t : o->host_) {
-    DT_RETURN_IF_ERROR(Tensor::Empty({numel}, dtype, ctx.pinned_allocator(), &t)
+  for (int k = 0; k < tensors; ++k) {
+    Tensor& t = o->host_[static_cast<size_t>(k)];
+    DT_RETURN_IF_ERROR(Tensor::Empty({numel}, dtypes[static_cast<size_t>(k)], ctx.pinned_allocator(), &t)
                            .WithContext("optim.offload cpu: page-locked host memory for the optimizer state (" +
                                         std::to_string(tensors) + " x " + std::to_string(numel) + " " +
-                                        DTypeName(dtype) + ")"));
+                                        DTypeName(dtypes[static_cast<size_t>(k)]) + ")"));
     // Zeroed on every core: the state of an 8B model is 64 GB, a minute for one thread.
     char* base = static_cast<char*>(t.data());
     const size_t bytes = t.nbytes(), piece = size_t{64} << 20, pieces = (bytes + piece - 1) / piece;
@@ -71,7 +75,9 @@ Status OffloadedState::Create(DeviceContext& ctx, int64_t numel, DType dtype, in
     }));
   }
   o->kept_.resize(o->keep_ > 0 ? tensors : 0);  // filled from host() by the first Update
-  for (Tensor& t : o->kept_) DT_RETURN_IF_ERROR(Tensor::Empty({o->keep_}, dtype, ctx.allocator(), &t));
+  for (size_t k = 0; k < o->kept_.size(); ++k) {
+    DT_RETURN_IF_ERROR(Tensor::Empty({o->keep_}, dtypes[k], ctx.allocator(), &o->kept_[k]));
+  }
   if (ctx.is_cuda()) {
 #if DT_HAVE_CUDA
     auto g = std::make_unique<Gpu>();
@@ -85,7 +91,9 @@ Status OffloadedState::Create(DeviceContext& ctx, int64_t numel, DType dtype, in
     for (CudaEvent* e : {&g->written, &g->uploaded, &g->done}) DT_RETURN_IF_ERROR(CudaEvent::Create(e));
     const int64_t ring = RingNumel(numel - o->keep_, o->chunk_);
     g->ring.resize(ring > 0 ? tensors : 0);
-    for (Tensor& t : g->ring) DT_RETURN_IF_ERROR(Tensor::Empty({ring}, dtype, ctx.allocator(), &t));
+    for (size_t k = 0; k < g->ring.size(); ++k) {
+      DT_RETURN_IF_ERROR(Tensor::Empty({ring}, dtypes[k], ctx.allocator(), &g->ring[k]));
+    }
     o->gpu_ = std::move(g);
 #else
     return Status::Unavailable("OffloadedState on a CUDA context, but dtrain was built without CUDA");
@@ -199,7 +207,6 @@ Status OffloadedState::UpdateStreamed(DeviceContext& ctx, const OptimAlgorithm& 
 #if DT_HAVE_CUDA
   Gpu& q = *gpu_;
   const int s = static_cast<int>(i % kSlots);
-  const size_t item = DTypeSize(host_[0].dtype()), bytes = static_cast<size_t>(c.count) * item;
   // In: once the slot's previous chunk is back in host memory (and, first, the previous Update's copies back).
   if (i == 0) DT_RETURN_IF_ERROR(q.written.Block(q.h2d.get()));
   DT_RETURN_IF_ERROR(q.freed[s].Block(q.h2d.get()));
@@ -209,8 +216,10 @@ Status OffloadedState::UpdateStreamed(DeviceContext& ctx, const OptimAlgorithm& 
   for (size_t k = 0; k < n_state; ++k) {
     DT_RETURN_IF_ERROR(q.ring[k].View(slot_at, {c.count}, &views[k]));
     state[k] = &views[k];
+    const size_t item = DTypeSize(host_[k].dtype());  // the tensors' dtypes may differ
     const char* src = static_cast<const char*>(host_[k].data()) + c.at * item;
-    DT_CUDA_CHECK(cudaMemcpyAsync(views[k].data(), src, bytes, cudaMemcpyHostToDevice, q.h2d.get()));
+    DT_CUDA_CHECK(cudaMemcpyAsync(views[k].data(), src, static_cast<size_t>(c.count) * item, cudaMemcpyHostToDevice,
+                                  q.h2d.get()));
   }
   DT_RETURN_IF_ERROR(q.loaded[s].Record(q.h2d.get()));
   // The update, on the compute stream (after the step's gradients and clip coefficient).
@@ -220,8 +229,10 @@ Status OffloadedState::UpdateStreamed(DeviceContext& ctx, const OptimAlgorithm& 
   // Out.
   DT_RETURN_IF_ERROR(q.updated[s].Block(q.d2h.get()));
   for (size_t k = 0; k < n_state; ++k) {
+    const size_t item = DTypeSize(host_[k].dtype());
     char* dst = static_cast<char*>(host_[k].data()) + c.at * item;
-    DT_CUDA_CHECK(cudaMemcpyAsync(dst, views[k].data(), bytes, cudaMemcpyDeviceToHost, q.d2h.get()));
+    DT_CUDA_CHECK(cudaMemcpyAsync(dst, views[k].data(), static_cast<size_t>(c.count) * item, cudaMemcpyDeviceToHost,
+                                  q.d2h.get()));
   }
   DT_RETURN_IF_ERROR(q.freed[s].Record(q.d2h.get()));
   return Status::OK();
@@ -234,7 +245,8 @@ Status OffloadedState::UpdateStreamed(DeviceContext& ctx, const OptimAlgorithm& 
 std::string OffloadedState::Placement() const {
   const std::string s = "in host memory (optim.offload cpu)";
   if (keep_ == 0) return s;
-  const int64_t bytes = keep_ * static_cast<int64_t>(kept_.size() * DTypeSize(host_[0].dtype()));
+  int64_t bytes = 0;
+  for (const Tensor& t : kept_) bytes += t.nbytes();
   return s + ", " + models::FormatBytes(bytes) + " of it kept on the " + (gpu_ != nullptr ? "GPU" : "device");
 }
 

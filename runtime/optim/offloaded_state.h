@@ -12,7 +12,8 @@
 // stay on the device and are updated there in place, never crossing PCIe; their chunks are interleaved with the
 // streamed ones on the compute stream, which otherwise waits for the link.
 //
-// GPU memory: the kept part plus kSlots x chunk x the state tensors (128 MiB for f32 AdamW at the default chunk).
+// GPU memory: the kept part plus kSlots x chunk x the state tensors (128 MiB for f32 AdamW at the default chunk). The
+// tensors may differ in dtype (split masters' low halves beside f32 moments: OptimizerStateDTypes).
 // CPU contexts: the state is host memory anyway; Update runs the algorithm over the host state chunk by chunk, in
 // place (no ring, no copies) — the CPU reference of the chunking, with the same offsets; the kept part is a separate
 // tensor of ctx's allocator there too, so the same upload and settle run.
@@ -45,10 +46,10 @@ class OffloadedState {
   static constexpr int kSlots = 4;                            // chunks in flight on the device
   static constexpr int64_t kDefaultChunk = int64_t{4} << 20;  // elements per chunk (16 MiB of each f32 state)
 
-  // `tensors` host tensors of `numel` elements of `dtype`, zeroed; `chunk` elements per streamed chunk (<= 0:
+  // One host tensor of `numel` elements per entry of `dtypes`, zeroed; `chunk` elements per streamed chunk (<= 0:
   // kDefaultChunk; tests use small ones to cross chunk boundaries); the first `keep` elements of each kept on ctx's
   // device (clamped to [0, numel]).
-  static Status Create(DeviceContext& ctx, int64_t numel, DType dtype, int tensors, int64_t chunk, int64_t keep,
+  static Status Create(DeviceContext& ctx, int64_t numel, const std::vector<DType>& dtypes, int64_t chunk, int64_t keep,
                        std::unique_ptr<OffloadedState>* out);
   ~OffloadedState();
   OffloadedState(const OffloadedState&) = delete;
@@ -87,9 +88,9 @@ class OffloadedState {
   // Elements of each state tensor the device ring holds for `numel` streamed elements (what the memory plan counts
   // on the GPU beside the kept part): kSlots chunks, or fewer when less is streamed (0 for none).
   static int64_t RingNumel(int64_t numel, int64_t chunk);
-  // The elements of each of `tensors` state tensors of `dtype` that `keep_bytes` of device memory hold, at most
+  // The elements of each state tensor (one per entry of `dtypes`) that `keep_bytes` of device memory hold, at most
   // `numel` (optim.offload_keep_gib over the state tensors).
-  static int64_t KeepNumel(int64_t keep_bytes, int tensors, DType dtype, int64_t numel);
+  static int64_t KeepNumel(int64_t keep_bytes, const std::vector<DType>& dtypes, int64_t numel);
 
  private:
   OffloadedState() = default;

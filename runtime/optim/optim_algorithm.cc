@@ -54,6 +54,11 @@ Status CreateOptimAlgorithm(const OptimizerOptions& opts, const OptimAlgorithmSp
                "optim.state_dtype, train.master_weights and train.gradients must be fp32 or bf16, got "
                    << DTypeName(opts.state_dtype) << ", " << DTypeName(opts.param_dtype) << ", "
                    << DTypeName(opts.grad_dtype));
+  if (opts.split_masters) {
+    DT_CHECK_ARG(found->split_masters && opts.param_dtype == DType::kBF16,
+                 "train.master_weights split is not supported by optim.name "
+                     << opts.name << (found->split_masters ? " without bf16 params" : " (adamw takes it)"));
+  }
   if (!found->bf16_storage) {
     DT_CHECK_ARG(opts.state_dtype == DType::kF32, "optim.state_dtype bf16 is not supported by optim.name "
                                                       << opts.name
@@ -67,6 +72,12 @@ Status CreateOptimAlgorithm(const OptimizerOptions& opts, const OptimAlgorithmSp
   DT_RETURN_IF_ERROR(found->create(opts, out));
   *spec = found;
   return Status::OK();
+}
+
+std::vector<DType> OptimizerStateDTypes(const OptimAlgorithmSpec& spec, const OptimizerOptions& opts) {
+  std::vector<DType> out(spec.state_names.size(), opts.state_dtype);
+  if (opts.split_masters) out.push_back(DType::kBF16);
+  return out;
 }
 
 }  // namespace dtrain::runtime

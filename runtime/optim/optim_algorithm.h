@@ -61,13 +61,13 @@ class OptimAlgorithm {
   virtual void Prepare(double lr, int64_t t, StagedConstants* staged) = 0;
 
   // The fused update of one range with the constants of the last Prepare. `params`, `grads` and `state` (one
-  // tensor per spec state name, in order) are views of the same range: same numel, on ctx's device; grads f32, params
-  // and state f32 or (bf16_storage algorithms) the options' param_dtype / state_dtype; grads are not modified. `scale`,
-  // `skip` (nullable 1-element device tensors): the gradient multiplier and the skip flag of kernels/optim_update.h.
-  // `staged` (nullable): a device buffer that holds Prepare's *staged by the time the kernel runs; the CUDA kernel then
-  // reads its constants there (the CPU ignores it). Queued on ctx.stream().
-  // `offset`: the index in the whole flat buffer of the range's element 0 (bf16 storage draws its stochastic rounding
-  // bits by that index, so a cut into ranges rounds as the whole buffer does; ignored otherwise).
+  // tensor per spec state name, in order, then with split_masters the masters' low halves) are views of the same range:
+  // same numel, on ctx's device; grads f32, params and state f32 or (bf16_storage algorithms) the options' param_dtype
+  // / state_dtype; grads are not modified. `scale`, `skip` (nullable 1-element device tensors): the gradient multiplier
+  // and the skip flag of kernels/optim_update.h. `staged` (nullable): a device buffer that holds Prepare's *staged by
+  // the time the kernel runs; the CUDA kernel then reads its constants there (the CPU ignores it). Queued on
+  // ctx.stream(). `offset`: the index in the whole flat buffer of the range's element 0 (bf16 storage draws its
+  // stochastic rounding bits by that index, so a cut into ranges rounds as the whole buffer does; ignored otherwise).
   virtual Status Update(DeviceContext& ctx, Tensor* params, const Tensor& grads, const std::vector<Tensor*>& state,
                         const Tensor* scale, const Tensor* skip, const Tensor* staged, int64_t offset = 0) const = 0;
 };
@@ -83,7 +83,14 @@ struct OptimAlgorithmSpec {
   // Its update takes bf16 storage (OptimizerOptions::state_dtype / param_dtype kBF16): state tensors and params of
   // either dtype, f32 math, stochastic rounding. Without it both must be f32 (CreateOptimAlgorithm refuses).
   bool bf16_storage = false;
+  // Its update takes split masters (OptimizerOptions::split_masters): the state tensors Update gets end with the
+  // masters' low halves. Without it CreateOptimAlgorithm refuses them.
+  bool split_masters = false;
 };
+
+// The dtypes of the state tensors an optimizer with `opts` keeps for `spec`: its state names' (opts.state_dtype),
+// then the split masters' low halves (kBF16 storage) with opts.split_masters.
+std::vector<DType> OptimizerStateDTypes(const OptimAlgorithmSpec& spec, const OptimizerOptions& opts);
 
 // The spec registered as `name`, or nullptr.
 const OptimAlgorithmSpec* FindOptimAlgorithm(const std::string& name);

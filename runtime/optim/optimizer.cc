@@ -22,17 +22,17 @@ Status Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, int64
   o->opts_ = opts;
   o->num_params_ = num_params;
   o->device_ = ctx.type();
-  // State starts at zero (PyTorch's lazily created buffers behave identically from step 1).
+  // State starts at zero (PyTorch's lazily created buffers behave identically from step 1; split masters' low halves:
+  // the masters are the bf16 params as they are).
+  const std::vector<DType> dtypes = OptimizerStateDTypes(*o->spec_, opts);
   if (opts.offload) {
-    const int n_state = static_cast<int>(o->spec_->state_names.size());
-    const int64_t keep = OffloadedState::KeepNumel(opts.offload_keep_bytes, n_state, opts.state_dtype, num_params);
-    DT_RETURN_IF_ERROR(
-        OffloadedState::Create(ctx, num_params, opts.state_dtype, n_state, opts.offload_chunk, keep, &o->offload_));
+    const int64_t keep = OffloadedState::KeepNumel(opts.offload_keep_bytes, dtypes, num_params);
+    DT_RETURN_IF_ERROR(OffloadedState::Create(ctx, num_params, dtypes, opts.offload_chunk, keep, &o->offload_));
   }
-  o->state_.resize(opts.offload ? 0 : o->spec_->state_names.size());
-  for (Tensor& t : o->state_) {
-    DT_RETURN_IF_ERROR(Tensor::Empty({num_params}, opts.state_dtype, ctx.allocator(), &t));
-    DT_RETURN_IF_ERROR(t.SetZero(ctx.stream()));
+  o->state_.resize(opts.offload ? 0 : dtypes.size());
+  for (size_t k = 0; k < o->state_.size(); ++k) {
+    DT_RETURN_IF_ERROR(Tensor::Empty({num_params}, dtypes[k], ctx.allocator(), &o->state_[k]));
+    DT_RETURN_IF_ERROR(o->state_[k].SetZero(ctx.stream()));
   }
   DT_RETURN_IF_ERROR(Tensor::Empty({1}, DType::kF32, ctx.allocator(), &o->sum_squares_));
   DT_RETURN_IF_ERROR(Tensor::Empty({1}, DType::kF32, ctx.allocator(), &o->norm_));
@@ -113,8 +113,13 @@ Status Optimizer::Apply(DeviceContext& ctx, Tensor& params, Tensor& grads, LossS
 std::vector<std::pair<std::string, Tensor*>> Optimizer::state() {
   std::vector<std::pair<std::string, Tensor*>> out;
   std::vector<Tensor>& tensors = offload_ ? offload_->host() : state_;
-  for (size_t i = 0; i < tensors.size(); ++i) out.emplace_back(spec_->state_names[i], &tensors[i]);
+  for (size_t i = 0; i < spec_->state_names.size(); ++i) out.emplace_back(spec_->state_names[i], &tensors[i]);
   return out;
+}
+
+Tensor* Optimizer::master_low() {
+  std::vector<Tensor>& tensors = offload_ ? offload_->host() : state_;
+  return opts_.split_masters ? &tensors.back() : nullptr;
 }
 
 Status Optimizer::SettleState() { return offload_ ? offload_->Settle() : Status::OK(); }

@@ -6,7 +6,8 @@
 //
 // Ownership: owns its state tensors (the algorithm's state names, e.g. SGD: momentum_buffer; AdamW: exp_avg,
 // exp_avg_sq), allocated once in Create from ctx.allocator() in opts.state_dtype (f32, or bf16: 2 bytes per value),
-// zero-initialised, on ctx's device — or, with opts.offload, in page-locked host memory, streamed through the device
+// zero-initialised, on ctx's device (and with opts.split_masters the masters' low halves: master_low()) — or, with
+// opts.offload, in page-locked host memory, streamed through the device
 // for each update (runtime/optim/offloaded_state.h; call SettleState before reading or writing state() then). Params
 // and grads belong to the caller (the model) and must be flat tensors of num_params elements on the same device: grads
 // opts.grad_dtype (f32, or bf16 gradients), params opts.param_dtype (f32, or bf16 master weights).
@@ -73,6 +74,10 @@ class Optimizer {
   // names of the algorithm's spec (OptimAlgorithmSpec::state_names). Restore by copying into them. The pointers stay
   // valid for the optimizer's lifetime.
   std::vector<std::pair<std::string, Tensor*>> state();
+  // opts.split_masters: the masters' low halves (raw bits in a bf16 tensor of num_params elements; kernels/bf16_round.h
+  // JoinF32 with the params), in host memory with opts.offload (SettleState first, as for state()); null otherwise.
+  // Not part of state(): a checkpoint holds the joined fp32 params. Valid for the optimizer's lifetime.
+  Tensor* master_low();
   // Host sync point with opts.offload: waits until the last update's state is back in state()'s host tensors (a
   // checkpoint's snapshot or a restore touches them on the host). Returns at once otherwise.
   Status SettleState();
@@ -99,7 +104,7 @@ class Optimizer {
   DeviceType device_ = DeviceType::kCPU;
   int64_t step_ = 0;
   bool has_norm_ = false;
-  std::vector<Tensor> state_;                // one per spec_->state_names (empty with offload_)
+  std::vector<Tensor> state_;                // OptimizerStateDTypes' tensors (empty with offload_)
   std::unique_ptr<OffloadedState> offload_;  // opts.offload: the state in host memory
   Tensor sum_squares_, norm_, clip_coef_;    // device scalars, written every Step()
   bool staged_ = false;

@@ -27,6 +27,11 @@ struct OptimizerOptions {
   // The params' dtype (train.master_weights): kF32, or kBF16 (bf16 master weights, stochastically rounded updates;
   // bf16_storage algorithms only).
   DType param_dtype = DType::kF32;
+  // train.master_weights split (param_dtype kBF16; algorithms whose spec has split_masters): the params are the high
+  // halves of fp32 masters whose low 16 bits the optimizer keeps as one more state tensor (master_low: bf16 storage of
+  // raw bits, after the algorithm's state, no checkpoint file), and the update is the fp32 update of the exact master
+  // (kernels/optim_update.h).
+  bool split_masters = false;
   // The grads' dtype (train.gradients): kF32, or kBF16 (read exactly into the f32 math; bf16_storage algorithms only).
   DType grad_dtype = DType::kF32;
   // optim.offload cpu: the state lives in page-locked host memory and streams through the GPU for each update

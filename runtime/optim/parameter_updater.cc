@@ -94,6 +94,9 @@ Status ParameterUpdater::ResetState() {
   for (const StateSlice& s : slices) {
     if (zeroed.insert(s.dst).second) DT_RETURN_IF_ERROR(s.dst->SetZero(ctx_.stream()));
   }
+  Tensor* low = nullptr;
+  DT_RETURN_IF_ERROR(MasterLow(&low));
+  if (low != nullptr) DT_RETURN_IF_ERROR(low->SetZero(ctx_.stream()));  // the masters are the bf16 params again
   set_step(0);
   return Status::OK();
 }
@@ -129,7 +132,8 @@ Status MakeParameterUpdater(const proto::Config& cfg, DeviceContext& ctx, models
   DT_CHECK_ARG(out != nullptr, "out is null");
   OptimizerOptions oo = OptimizerOptionsFromConfig(cfg.optim());
   oo.param_dtype = model.params().dtype();  // the model keeps its masters as train.master_weights says
-  oo.grad_dtype = model.grads().dtype();    // and its gradients as train.gradients says
+  oo.split_masters = cfg.train().master_weights() == "split";
+  oo.grad_dtype = model.grads().dtype();  // and its gradients as train.gradients says
   oo.seed = cfg.train().seed();
   std::unique_ptr<LossScaler> scaler;
   if (cfg.train().precision() == "fp16") DT_RETURN_IF_ERROR(LossScaler::Create(ctx, &scaler));

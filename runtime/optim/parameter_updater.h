@@ -111,9 +111,16 @@ class ParameterUpdater {
   // itself, valid for the updater's lifetime). A restore may write them directly, on any stream, while nothing
   // else runs on the state; it then calls RestoreState with those files in `in_place`.
   virtual void StateSlices(std::vector<StateSlice>* out) = 0;
-  // The state as created (zeros) and the update count 0, for a run that starts afresh after a restore that failed
-  // had written into the StateSlices. Queued on the compute stream.
+  // The state as created (zeros; split masters' low halves too) and the update count 0, for a run that starts afresh
+  // after a restore that failed had written into the StateSlices. Queued on the compute stream.
   Status ResetState();
+
+  // --- Split masters (train.master_weights split) ---
+  // The fp32 masters' low halves, whose high halves are the model's bf16 params (Optimizer::master_low; joined and
+  // split by runtime/checkpoint/dtype_convert.h), settled (optim.offload: back in host memory after the last update);
+  // *out null without split masters. For the paths that read or write the masters whole: checkpoints, weight export
+  // and import.
+  virtual Status MasterLow(Tensor** out) = 0;
 
  protected:
   ParameterUpdater(DeviceContext& ctx, int64_t numel, std::unique_ptr<LossScaler> scaler);

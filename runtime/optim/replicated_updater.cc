@@ -44,7 +44,10 @@ Status ReplicatedUpdater::TakeExposedCommMs(double* ms) {
 }
 
 size_t ReplicatedUpdater::state_bytes() const {
-  return state_names().size() * static_cast<size_t>(optimizer_->num_params()) * DTypeSize(options().state_dtype);
+  size_t bytes =
+      state_names().size() * static_cast<size_t>(optimizer_->num_params()) * DTypeSize(options().state_dtype);
+  if (options().split_masters) bytes += static_cast<size_t>(optimizer_->num_params()) * 2;  // the masters' low halves
+  return bytes;
 }
 
 Status ReplicatedUpdater::CopyStateTo(const std::vector<Tensor*>& dst) {
@@ -68,6 +71,12 @@ void ReplicatedUpdater::StateSlices(std::vector<StateSlice>* out) {
   for (const auto& [name, tensor] : optimizer_->state()) {
     out->push_back({name + ".bin", tensor->numel(), 0, tensor->numel(), tensor, 0});
   }
+}
+
+Status ReplicatedUpdater::MasterLow(Tensor** out) {
+  DT_CHECK_ARG(out != nullptr, "out is null");
+  *out = optimizer_->master_low();
+  return *out != nullptr ? optimizer_->SettleState() : Status::OK();
 }
 
 Status ReplicatedUpdater::LoadState(const std::map<std::string, Tensor>& full) {

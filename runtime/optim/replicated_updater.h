@@ -39,6 +39,7 @@ class ReplicatedUpdater : public ParameterUpdater {
   const OptimizerOptions& options() const override { return optimizer_->options(); }
   int64_t step() const override { return optimizer_->step(); }
   void StateSlices(std::vector<StateSlice>* out) override;
+  Status MasterLow(Tensor** out) override;
 
  protected:
   Status CopyStateTo(const std::vector<Tensor*>& dst) override;

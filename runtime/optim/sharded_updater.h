@@ -47,6 +47,10 @@ class ShardedUpdater : public ParameterUpdater {
   const OptimizerOptions& options() const override { return zero1_->options(); }
   int64_t step() const override { return zero1_->step(); }
   void StateSlices(std::vector<StateSlice>* out) override { zero1_->StateSlices(out); }
+  Status MasterLow(Tensor** out) override {  // ZeRO-1 takes f32 params only
+    *out = nullptr;
+    return Status::OK();
+  }
 
  protected:
   Status CopyStateTo(const std::vector<Tensor*>& dst) override { return zero1_->GatherStateInto(dst); }

@@ -17,6 +17,9 @@ struct StateSlice {
   int64_t numel = 0;        // elements taken
   Tensor* dst = nullptr;    // borrowed: host or device f32 tensor receiving them, or bf16 (narrowed on the way)
   int64_t dst_offset = 0;   // at this element of dst
+  // Split masters (train.master_weights split, bf16 dst): the values are split instead (runtime/train/master_halves.h),
+  // the high halves into dst and the low halves into `low` (borrowed, host or device, bf16 storage) at dst_offset.
+  Tensor* low = nullptr;
 };
 
 }  // namespace dtrain::runtime

@@ -125,9 +125,9 @@ Status Zero1Optimizer::Create(DeviceContext& ctx, const OptimizerOptions& opts, 
   const int64_t s = z->shard_numel_;
   const int n_state = static_cast<int>(z->spec_->state_names.size());
   if (opts.offload && s > 0) {
-    const int64_t keep = OffloadedState::KeepNumel(opts.offload_keep_bytes, n_state, opts.state_dtype, s);
-    DT_RETURN_IF_ERROR(
-        OffloadedState::Create(ctx, s, opts.state_dtype, n_state, opts.offload_chunk, keep, &z->offload_));
+    const std::vector<DType> dtypes(static_cast<size_t>(n_state), opts.state_dtype);
+    const int64_t keep = OffloadedState::KeepNumel(opts.offload_keep_bytes, dtypes, s);
+    DT_RETURN_IF_ERROR(OffloadedState::Create(ctx, s, dtypes, opts.offload_chunk, keep, &z->offload_));
   } else {
     z->state_.resize(n_state);
     for (Tensor& t : z->state_) {

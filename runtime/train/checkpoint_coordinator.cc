@@ -17,6 +17,7 @@
 #include "runtime/checkpoint/store_owner.h"
 #include "runtime/config/config.h"
 #include "runtime/observe/metrics.h"
+#include "runtime/train/master_halves.h"
 #include "storage/config_options.h"
 #include "storage/probe.h"
 #include "storage/scheme.h"
@@ -29,6 +30,9 @@
 
 namespace dtrain::runtime {
 namespace {
+
+// The snapshot buffer of split masters' low halves (SnapshotLayout): joined into params.bin, not a file of its own.
+constexpr char kMasterLowSnapshot[] = "(split masters' low halves)";
 
 // Which run of the job this is, by the counters that apply: DTRAIN_RESTART_COUNT when `dtrain
 // launch` started the workers (its restarts), SLURM_RESTART_COUNT inside a Slurm job (its requeues;
@@ -135,8 +139,11 @@ Status CheckpointCoordinator::Resume(ResumePoint* at) {
   const int64_t numel = model.params().numel();
   std::vector<StateSlice> slices;
   parts_.updater->StateSlices(&slices);
-  // (bf16 params or state: the f32 files are narrowed chunk by chunk on their way, restore_sink.h.)
-  slices.push_back({"params.bin", numel, 0, numel, &model.params(), 0});
+  // (bf16 params or state: the f32 files are narrowed chunk by chunk on their way, restore_sink.h; split masters are
+  // split into the params and their low halves.)
+  Tensor* low = nullptr;
+  DT_RETURN_IF_ERROR(parts_.updater->MasterLow(&low));
+  slices.push_back({"params.bin", numel, 0, numel, &model.params(), 0, low});
   std::unique_ptr<RestoreSink> sink;
   DT_RETURN_IF_ERROR(RestoreSink::Create(std::move(slices), ctx.is_cuda() ? ctx.device_index() : -1,
                                          ctx.pinned_allocator(), transfer_.chunk_bytes,
@@ -229,7 +236,16 @@ Status CheckpointCoordinator::Restore(const LoadedCheckpoint& ck, RestoreSink& s
     }
     return CopyF32Into(ctx, it->second, dst);  // the files are f32; a bf16 dst is rounded to nearest even
   };
-  if (sink.in_place().count("params.bin") == 0) DT_RETURN_IF_ERROR(copy_in("params.bin", &model.params()));
+  Tensor* low = nullptr;  // split masters
+  DT_RETURN_IF_ERROR(parts_.updater->MasterLow(&low));
+  if (sink.in_place().count("params.bin") == 0) {
+    const auto it = files.find("params.bin");
+    if (low != nullptr && it != files.end() && it->second.numel() == model.params().numel()) {
+      DT_RETURN_IF_ERROR(CopyF32IntoMasters(ctx, it->second, &model.params(), low));
+    } else {
+      DT_RETURN_IF_ERROR(copy_in("params.bin", &model.params()));
+    }
+  }
   // Checkpoints hold f32 values (dtype_convert.h); the manifest names the dtypes the saving run kept ("" = f32). A
   // resume into other dtypes converts (above for the params, in RestoreState for the state) and says so once.
   auto note = [&](const std::string& what, const std::string& saved, DType now, const char* key) {
@@ -239,7 +255,7 @@ Status CheckpointCoordinator::Restore(const LoadedCheckpoint& ck, RestoreSink& s
                 what == "parameters" ? "them" : "it", is, key,
                 is == "bf16" ? " (rounded to nearest even)" : " (exactly)");
   };
-  note("parameters", m.param_dtype(), model.params().dtype(), "train.master_weights");
+  note("parameters", m.param_dtype(), low != nullptr ? DType::kF32 : model.params().dtype(), "train.master_weights");
   note("optimizer state", m.state_dtype(), parts_.updater->options().state_dtype, "optim.state_dtype");
   // The optimizer state (saved full, by any strategy at any world size; in place unless it did not fit), its update
   // count and the loss scaler.
@@ -296,7 +312,8 @@ proto::CheckpointManifest CheckpointCoordinator::BuildManifest(const StepPoint& 
     s->set_offset(info.offset);
     s->set_numel(info.numel);
   }
-  m.set_param_dtype(DTypeName(parts_.model->params().dtype()));
+  // (Split masters are fp32 values: "f32".)
+  m.set_param_dtype(DTypeName(parts_.updater->options().split_masters ? DType::kF32 : parts_.model->params().dtype()));
   m.set_config_yaml(ConfigToYaml(cfg));
   m.set_dtrain_version(DTRAIN_VERSION);
   m.set_created_unix_ms(static_cast<int64_t>(1e3 * WallSeconds()));
@@ -343,6 +360,15 @@ Status CheckpointCoordinator::Save(const StepPoint& p, bool sync) {
   for (size_t k = 0; k < n_state; ++k) state_dst.push_back(destination(1 + k, parts_.updater->options().state_dtype));
   for (Tensor& t : state_dst) state_ptrs.push_back(&t);
   DT_RETURN_IF_ERROR(parts_.updater->SaveState(state_ptrs, &built));
+  // Split masters: their low halves into the snapshot's last buffer (no file), joined with the params by the job.
+  Tensor* low = nullptr;
+  DT_RETURN_IF_ERROR(parts_.updater->MasterLow(&low));  // settled by SaveState with optim.offload
+  const bool join = low != nullptr;
+  if (join) {
+    widen.erase(widen.begin());  // index 0, the params: joined instead
+    Tensor low_dst = Tensor::Wrap(snapshot_.back().second.data(), {low->numel()}, DType::kBF16, DeviceType::kCPU);
+    DT_RETURN_IF_ERROR(low_dst.CopyFrom(*low, ctx.stream()));
+  }
   reporter_->OnCheckpoint(step);
   size_t i = 1 + n_state;
   for (auto& [name, tensor] : model.buffers()) {
@@ -358,7 +384,7 @@ Status CheckpointCoordinator::Save(const StepPoint& p, bool sync) {
     DT_RETURN_IF_ERROR(snapshot_done_->Record(ctx.stream()));
   }
 #endif
-  auto job = [this, manifest = std::move(built), widen = std::move(widen)]() -> Status {
+  auto job = [this, manifest = std::move(built), widen = std::move(widen), join]() -> Status {
 #if DT_HAVE_CUDA
     if (parts_.ctx->is_cuda()) {
       DT_CUDA_CHECK(cudaSetDevice(parts_.ctx->device_index()));  // the writer thread's device
@@ -367,10 +393,15 @@ Status CheckpointCoordinator::Save(const StepPoint& p, bool sync) {
 #endif
     // (After the snapshot copies: CPU copies are synchronous, CUDA ones waited for above.)
     for (int64_t i : widen) WidenBf16InPlace(snapshot_[i].second.data(), snapshot_[i].second.numel());
+    if (join) {
+      JoinMastersInPlace(snapshot_[0].second.data(), snapshot_.back().second.data<uint16_t>(),
+                         snapshot_[0].second.numel());
+    }
     const double w0 = MonotonicSeconds();
     std::vector<CheckpointBlob> blobs;
     uint64_t bytes = 0;
     for (const auto& [name, t] : snapshot_) {
+      if (name == kMasterLowSnapshot) continue;  // joined into params.bin
       blobs.push_back({name, t.data<float>(), static_cast<size_t>(t.numel()) * sizeof(float), t.numel()});
       bytes += blobs.back().size;
     }
@@ -413,6 +444,9 @@ SnapshotPool::Layout CheckpointCoordinator::SnapshotLayout() const {
   for (const std::string& name : parts_.updater->state_names())
     layout.emplace_back(name + ".bin", model.params().numel());
   for (auto& [name, tensor] : model.buffers()) layout.emplace_back("buffer." + name + ".bin", tensor->numel());
+  // Split masters: a buffer (of f32 elements) for their low halves, last.
+  if (parts_.updater->options().split_masters)
+    layout.emplace_back(kMasterLowSnapshot, (model.params().numel() + 1) / 2);
   return layout;
 }
 

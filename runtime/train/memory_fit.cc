@@ -84,7 +84,8 @@ double AutoOffloadCost(const proto::Config& cfg, const models::MemoryPlan& plan,
 
 // The inputs' dtypes, as the config's keys set them.
 void SetDTypesOf(const proto::Config& cfg, models::MemoryPlanInputs* in) {
-  in->master_dtype = cfg.train().master_weights() == "bf16" ? DType::kBF16 : DType::kF32;
+  in->split_masters = cfg.train().master_weights() == "split";  // bf16 params too
+  in->master_dtype = cfg.train().master_weights() == "bf16" || in->split_masters ? DType::kBF16 : DType::kF32;
   in->grad_dtype = cfg.train().gradients() == "bf16" ? DType::kBF16 : DType::kF32;
   in->optim_state_dtype = cfg.optim().state_dtype() == "bf16" ? DType::kBF16 : DType::kF32;
 }
@@ -123,18 +124,22 @@ Status PlanRunMemory(const proto::Config& cfg, const models::MemoryPlanInputs& i
   // Offloaded (optim.offload cpu, runtime/optim/offloaded_state.h): the GPU holds the kept part and a ring of chunks
   // of the rest of each state tensor (no ring on the CPU, which updates the host state in place), the host the state
   // (page-locked, 64-byte granules).
-  const int tensors = static_cast<int>(in.optim_state_tensors);
-  const int64_t keep = OffloadedState::KeepNumel(in.offload_keep_bytes, tensors, in.optim_state_dtype, shard);
+  // (Split masters: their low halves are one more state tensor, OptimizerStateDTypes.)
+  std::vector<DType> dtypes(static_cast<size_t>(in.optim_state_tensors), in.optim_state_dtype);
+  if (in.split_masters) dtypes.push_back(DType::kBF16);
+  const int64_t keep = OffloadedState::KeepNumel(in.offload_keep_bytes, dtypes, shard);
   const int64_t ring = in.cuda ? OffloadedState::RingNumel(shard - keep, 0) : 0;
   auto state_bytes = [&](int64_t numel) {
-    return numel > 0 ? in.optim_state_tensors * in.Bytes(numel, in.optim_state_dtype) : 0;
+    int64_t bytes = 0;
+    for (DType d : dtypes) bytes += numel > 0 ? in.Bytes(numel, d) : 0;
+    return bytes;
   };
   plan->optimizer_state = (in.offload_state ? state_bytes(keep) + state_bytes(ring) : state_bytes(shard)) +
                           3 * in.Bytes(1, DType::kF32) + in.Round(ops::kStagedArgsBytes);
-  plan->host_state = in.offload_state
-                         ? in.optim_state_tensors *
-                               CpuAllocator::RoundSize(static_cast<size_t>(shard) * DTypeSize(in.optim_state_dtype))
-                         : 0;
+  plan->host_state = 0;
+  for (DType d : dtypes) {
+    if (in.offload_state) plan->host_state += CpuAllocator::RoundSize(static_cast<size_t>(shard) * DTypeSize(d));
+  }
   if (world > 1 && cfg.dist().bf16_compress() && in.grad_dtype == DType::kF32) {
     plan->comm = in.Bytes(p, DType::kBF16);  // the reducer's wire buffer (bf16 gradients are their own)
   }

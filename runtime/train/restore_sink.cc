@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "runtime/checkpoint/dtype_convert.h"
+#include "runtime/train/master_halves.h"
 #if DT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -17,6 +18,13 @@ Status RestoreSink::Create(std::vector<StateSlice> slices, int device, Allocator
                            size_t max_slots, std::unique_ptr<RestoreSink>* out) {
   DT_CHECK_ARG(alloc != nullptr && slot_bytes > 0 && max_slots > 0, "RestoreSink needs an allocator and slots");
   std::unique_ptr<RestoreSink> sink(new RestoreSink(std::move(slices), device, alloc, slot_bytes, max_slots));
+  for (const StateSlice& s : sink->slices_) {
+    DT_CHECK_ARG(s.low == nullptr || (s.dst->dtype() == DType::kBF16 && s.low->dtype() == DType::kBF16),
+                 "RestoreSink: split masters go into bf16 params and bf16 low halves, not " << s.dst->ToString());
+    // (One such slice: a chunk's low halves have one buffer, the slot's.)
+    DT_CHECK_ARG(!(sink->splits_ && s.low != nullptr), "RestoreSink: more than one slice of split masters");
+    sink->splits_ = sink->splits_ || s.low != nullptr;
+  }
 #if DT_HAVE_CUDA
   if (device >= 0) DT_RETURN_IF_ERROR(CudaStream::Create(&sink->copy_stream_));
 #endif
@@ -94,6 +102,7 @@ Status RestoreSink::TakeSlot(Slot** out) {
     Slot* slot = slots_.back().get();
     lock.unlock();
     Status st = Tensor::Empty({static_cast<int64_t>((slot_bytes_ + 3) / 4)}, DType::kF32, alloc_, &slot->buf);
+    if (st.ok() && splits_) st = Tensor::Empty({slot->buf.numel()}, DType::kBF16, alloc_, &slot->low);
 #if DT_HAVE_CUDA
     if (st.ok() && device_ >= 0) st = CudaEvent::Create(&slot->copied);
 #endif
@@ -155,9 +164,28 @@ Status RestoreSink::CopyOut(const Route& r, uint64_t offset, uint64_t size, char
         return Status::InvalidArgument("RestoreSink: a chunk of " + r.name +
                                        " ends inside an f32 value (chunk sizes must be multiples of 4 bytes)");
       }
-      NarrowF32ToBf16InPlace(src, static_cast<int64_t>(bytes / sizeof(float)));
+      const int64_t count = static_cast<int64_t>(bytes / sizeof(float)),
+                    at = s->dst_offset + static_cast<int64_t>((lo - first) / 4);
+      if (s->low != nullptr) {  // split masters: the low halves into the slot's own buffer, copied on below
+        SplitMastersInPlace(src, slot->low.data<uint16_t>(), count);
+        char* low = static_cast<char*>(s->low->data()) + at * sizeof(uint16_t);
+        const size_t low_bytes = static_cast<size_t>(count) * sizeof(uint16_t);
+#if DT_HAVE_CUDA
+        if (s->low->is_cuda()) {
+          if (!to_device) DT_CUDA_CHECK(cudaSetDevice(device_));
+          to_device = true;
+          DT_CUDA_CHECK(cudaMemcpyAsync(low, slot->low.data(), low_bytes, cudaMemcpyHostToDevice, copy_stream_.get()));
+        } else {
+          std::memcpy(low, slot->low.data(), low_bytes);
+        }
+#else
+        std::memcpy(low, slot->low.data(), low_bytes);
+#endif
+      } else {
+        NarrowF32ToBf16InPlace(src, count);
+      }
       bytes /= 2;
-      dst += (s->dst_offset + static_cast<int64_t>((lo - first) / sizeof(float))) * sizeof(uint16_t);
+      dst += at * sizeof(uint16_t);
     } else {
       dst += s->dst_offset * sizeof(float) + (lo - first);
     }

@@ -15,7 +15,8 @@
 // Every other file (no slices, or another size: the trainer then reports the mismatch) is read into a host buffer
 // of its own (Files()), never zero-filled. A slice into a bf16 tensor (bf16 params or optimizer state: the files hold
 // f32, runtime/checkpoint/dtype_convert.h) always goes through the staging buffers, where each chunk's part is
-// rounded to nearest even in place before it is copied on.
+// rounded to nearest even in place before it is copied on — or, for split masters (StateSlice::low), split in place
+// into high halves and the slot's buffer of low halves (runtime/train/master_halves.h), both copied on.
 //
 // A failed Load restores nothing, but chunks written before the failure was known are in the state by then:
 // touched() says so, and the trainer initialises the state again when no checkpoint loads in the end (a later Load
@@ -78,6 +79,7 @@ class RestoreSink : public LoadSink {
   };
   struct Slot {
     Tensor buf;
+    Tensor low;  // split masters' low halves of a chunk (a slice with StateSlice::low among the slices only)
 #if DT_HAVE_CUDA
     CudaEvent copied;  // recorded after the copies out of buf
 #endif
@@ -90,6 +92,7 @@ class RestoreSink : public LoadSink {
   Status CopyOut(const Route& r, uint64_t offset, uint64_t size, char* buf, Slot* slot);
 
   const std::vector<StateSlice> slices_;
+  bool splits_ = false;                // a slice has StateSlice::low
   [[maybe_unused]] const int device_;  // (read by the CUDA path only)
   Allocator* const alloc_;
   const uint64_t slot_bytes_;

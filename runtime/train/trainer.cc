@@ -20,6 +20,7 @@
 #include "runtime/observe/step_breakdown.h"
 #include "runtime/train/finished_run.h"
 #include "runtime/train/hf_import.h"
+#include "runtime/train/master_halves.h"
 #include "runtime/train/memory_fit.h"
 #include "runtime/train/model_factory.h"
 #include "runtime/train/step_body.h"
@@ -183,13 +184,13 @@ Status Trainer::Setup() {
   if (rank_ == 0 && !model_->precision_summary().empty()) {
     DT_LOG_INFO(kRuntime, "precision {}", model_->precision_summary());
   }
-  DT_RETURN_IF_ERROR(model_->InitParams(cfg_.train().seed()));
-  if (!cfg_.model().init_from().empty()) DT_RETURN_IF_ERROR(ImportParams(cfg_.model().init_from()));
   phases_ = std::make_unique<PhaseTimer>(ctx_, kNumPhases);
-
+  // The updater first: split masters' low halves (train.master_weights split) are its state, and an import writes them.
   DT_RETURN_IF_ERROR(MakeParameterUpdater(cfg_, ctx_, *model_, grad_comm_, rank_, world_, &updater_));
   DT_LOG_INFO(kRuntime, "optimizer state: {:.1f} MiB on this rank ({})", updater_->state_bytes() / 1048576.0,
               updater_->placement());
+  DT_RETURN_IF_ERROR(model_->InitParams(cfg_.train().seed()));
+  if (!cfg_.model().init_from().empty()) DT_RETURN_IF_ERROR(ImportParams(cfg_.model().init_from()));
   {  // the plan the first step's measured peak is compared with (0: the model has none)
     models::MemoryPlanInputs in;
     models::MemoryPlan plan;
@@ -236,8 +237,8 @@ Status Trainer::Setup() {
   total_steps_ = EndStep();
   DT_LOG_INFO(kRuntime, "model {}: {} parameters in {} tensors ({} masters, {} gradients); {} steps, global batch {}",
               cfg_.model().kind(), model_->params().numel(), model_->param_infos().size(),
-              DTypeName(model_->params().dtype()), DTypeName(model_->grads().dtype()), total_steps_,
-              d.batch_size() * accum * world_);
+              updater_->options().split_masters ? "split" : DTypeName(model_->params().dtype()),
+              DTypeName(model_->grads().dtype()), total_steps_, d.batch_size() * accum * world_);
   if (rank_ == 0 && !cfg_.run().final_weights()) {
     DT_LOG_WARN(kRuntime, "run.final_weights false: no {}/final.safetensors at the end; {}", cfg_.run().dir(),
                 cfg_.checkpoint().enabled() ? "the last checkpoint holds the trained weights (dtrain ckpt export)"
@@ -571,12 +572,15 @@ Status Trainer::RunLoop(TrainSummary* summary) {
 Status Trainer::ExportParams(const std::string& path) {
   // Streamed tensor by tensor (one tensor in host memory at a time: a 15B model's weights are 60 GB as f32). bf16
   // masters (train.master_weights) are written as F32, widened exactly (runtime/checkpoint/dtype_convert.h): copied
-  // into the first half of the tensor's f32 buffer and widened in place.
+  // into the first half of the tensor's f32 buffer and widened in place; split masters joined with their low halves.
   const std::vector<models::ParamInfo>& infos = model_->param_infos();
   std::vector<NamedTensor> tensors;
   for (const models::ParamInfo& p : infos) tensors.push_back({p.name, p.shape, {}});
   const DType dtype = model_->params().dtype();
+  Tensor* low = nullptr;
+  DT_RETURN_IF_ERROR(updater_->MasterLow(&low));
   auto fill = [&](size_t t, float* dst) -> Status {
+    if (low != nullptr) return ReadMasters(ctx_, model_->params(), *low, infos[t].offset, infos[t].numel, dst);
     Tensor src;
     DT_RETURN_IF_ERROR(model_->params().View(infos[t].offset, {infos[t].numel}, &src));
     Tensor host = Tensor::Wrap(dst, {infos[t].numel}, dtype, DeviceType::kCPU);
@@ -618,7 +622,13 @@ Status Trainer::ImportParams(const std::string& path) {
                                    " unknown in all)");
   }
   Tensor host = Tensor::Wrap(flat.data(), {model_->params().numel()}, DType::kF32, DeviceType::kCPU);
-  DT_RETURN_IF_ERROR(CopyF32Into(ctx_, host, &model_->params()));  // bf16 masters: rounded to nearest even
+  Tensor* low = nullptr;
+  DT_RETURN_IF_ERROR(updater_->MasterLow(&low));
+  if (low != nullptr) {
+    DT_RETURN_IF_ERROR(CopyF32IntoMasters(ctx_, host, &model_->params(), low));  // split masters: exact
+  } else {
+    DT_RETURN_IF_ERROR(CopyF32Into(ctx_, host, &model_->params()));  // bf16 masters: rounded to nearest even
+  }
   DT_RETURN_IF_ERROR(ctx_.Synchronize());
   if (rank_ == 0) DT_LOG_INFO(kRuntime, "parameters initialised from {} ({} tensors)", path, tensors.size());
   return Status::OK();

@@ -143,12 +143,14 @@ TEST(LlamaBf16StateE2E, RefusesWhatCannotRunHere) {
   TempDir tmp;
   const std::string base = DtrainBin() + " train " + kConfig + " --set train.max_steps=1 --set run.tensorboard=false" +
                            " --set run.dir=" + tmp.path() + "/r";
-  // bf16 masters need bf16 compute on CUDA.
-  const ProcessResult masters = RunCommand(base + " --set train.master_weights=bf16");
-  EXPECT_NE(masters.exit_code, 0) << masters.output;
-  EXPECT_NE(masters.output.find("train.master_weights: bf16 needs train.precision bf16 or fp8 on CUDA"),
-            std::string::npos)
-      << masters.output;
+  // bf16 and split masters need bf16 compute on CUDA.
+  for (const std::string masters : {"bf16", "split"}) {
+    const ProcessResult r = RunCommand(base + " --set train.master_weights=" + masters);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("train.master_weights: " + masters + " needs train.precision bf16 or fp8 on CUDA"),
+              std::string::npos)
+        << r.output;
+  }
   // So do bf16 gradients.
   const ProcessResult grads = RunCommand(base + " --set train.gradients=bf16");
   EXPECT_NE(grads.exit_code, 0) << grads.output;
@@ -167,6 +169,14 @@ TEST(LlamaBf16StateE2E, RefusesWhatCannotRunHere) {
   EXPECT_NE(gpt2.exit_code, 0) << gpt2.output;
   EXPECT_NE(gpt2.output.find("train.master_weights: bf16 is not supported by model.kind gpt2"), std::string::npos)
       << gpt2.output;
+  const ProcessResult gpt2_split = RunCommand(DtrainBin() + " train " + std::string(DT_SOURCE_DIR) +
+                                              "/configs/gpt2_tiny.yaml --set train.max_steps=1 --set "
+                                              "run.tensorboard=false --set train.master_weights=split --set run.dir=" +
+                                              tmp.path() + "/g3");
+  EXPECT_NE(gpt2_split.exit_code, 0) << gpt2_split.output;
+  EXPECT_NE(gpt2_split.output.find("train.master_weights: split is not supported by model.kind gpt2"),
+            std::string::npos)
+      << gpt2_split.output;
   const ProcessResult gpt2_grads = RunCommand(DtrainBin() + " train " + std::string(DT_SOURCE_DIR) +
                                               "/configs/gpt2_tiny.yaml --set train.max_steps=1 --set "
                                               "run.tensorboard=false --set train.gradients=bf16 --set run.dir=" +

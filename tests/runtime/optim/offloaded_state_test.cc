@@ -5,7 +5,8 @@
 // more chunks than slots, so every slot is refilled); with a kept part on the device too (optim.offload_keep_gib: its
 // end not on a chunk boundary), across a settle in mid-run and into a fresh optimizer whose host state a restore
 // wrote; and an update in segments (ZeRO-1's owned ranges) equals the algorithm's update of each range in place,
-// with none, part or all of the state kept.
+// with none, part or all of the state kept. Split masters' low halves (a bf16 tensor beside f32 or bf16 moments) are
+// one more state tensor there, compared too.
 #include "runtime/optim/offloaded_state.h"
 
 #include <gtest/gtest.h>
@@ -28,6 +29,7 @@ namespace {
 struct Case {
   std::string name;
   DType params = DType::kF32, state = DType::kF32;
+  bool split = false;  // split masters: a bf16 state tensor of low halves beside the others
 };
 
 std::vector<Case> Cases() {
@@ -36,6 +38,8 @@ std::vector<Case> Cases() {
   out.push_back({"adamw", DType::kBF16, DType::kF32});
   out.push_back({"adamw", DType::kF32, DType::kBF16});
   out.push_back({"adamw", DType::kBF16, DType::kBF16});
+  out.push_back({"adamw", DType::kBF16, DType::kF32, true});
+  out.push_back({"adamw", DType::kBF16, DType::kBF16, true});
   return out;
 }
 
@@ -72,8 +76,8 @@ Tensor Random(DeviceContext& ctx, int64_t n, DType dtype, std::mt19937* rng) {
 // restore does: all three equal.
 void ExpectOffloadedEqualsInPlace(DeviceContext& ctx, int64_t n, int64_t chunk, int64_t keep_bytes) {
   for (const Case& c : Cases()) {
-    SCOPED_TRACE(c.name + " params " + DTypeName(c.params) + " state " + DTypeName(c.state) + " keep " +
-                 std::to_string(keep_bytes));
+    SCOPED_TRACE(c.name + " params " + DTypeName(c.params) + " state " + DTypeName(c.state) +
+                 (c.split ? " split" : "") + " keep " + std::to_string(keep_bytes));
     OptimizerOptions o;
     o.name = c.name;
     o.weight_decay = 0.01;
@@ -81,6 +85,7 @@ void ExpectOffloadedEqualsInPlace(DeviceContext& ctx, int64_t n, int64_t chunk, 
     if (c.name == "lion") o.beta2 = 0.99;
     o.param_dtype = c.params;
     o.state_dtype = c.state;
+    o.split_masters = c.split;
     o.seed = 7;
     std::unique_ptr<Optimizer> in_place, offloaded;
     ASSERT_TRUE(Optimizer::Create(ctx, o, n, &in_place).ok());
@@ -90,7 +95,7 @@ void ExpectOffloadedEqualsInPlace(DeviceContext& ctx, int64_t n, int64_t chunk, 
     ASSERT_TRUE(Optimizer::Create(ctx, o, n, &offloaded).ok());
     ASSERT_TRUE(offloaded->offloaded());
     const int64_t kept = offloaded->offloaded()->kept();
-    EXPECT_EQ(kept, OffloadedState::KeepNumel(keep_bytes, static_cast<int>(in_place->state().size()), c.state, n));
+    EXPECT_EQ(kept, OffloadedState::KeepNumel(keep_bytes, OptimizerStateDTypes(*FindOptimAlgorithm(c.name), o), n));
     std::mt19937 rng(11);
     Tensor p0 = Random(ctx, n, c.params, &rng), p1;
     ASSERT_TRUE(Tensor::Empty({n}, c.params, ctx.allocator(), &p1).ok());
@@ -112,12 +117,18 @@ void ExpectOffloadedEqualsInPlace(DeviceContext& ctx, int64_t n, int64_t chunk, 
       EXPECT_FALSE(b[i].second->is_cuda()) << b[i].first << " is not in host memory";
       EXPECT_EQ(Bytes(ctx, *b[i].second), Bytes(ctx, *a[i].second)) << a[i].first;
     }
+    ASSERT_EQ(offloaded->master_low() != nullptr, c.split);
+    if (c.split) {
+      EXPECT_FALSE(offloaded->master_low()->is_cuda());
+      EXPECT_EQ(Bytes(ctx, *offloaded->master_low()), Bytes(ctx, *in_place->master_low()));
+    }
     // The restore: a fresh optimizer keeping another part (half as much), its host state written, its step set.
     std::unique_ptr<Optimizer> fresh;
     o.offload_keep_bytes = keep_bytes / 2;
     ASSERT_TRUE(Optimizer::Create(ctx, o, n, &fresh).ok());
     const auto f = fresh->state();
     for (size_t i = 0; i < f.size(); ++i) ASSERT_TRUE(f[i].second->CopyFrom(*b[i].second, ctx.stream()).ok());
+    if (c.split) ASSERT_TRUE(fresh->master_low()->CopyFrom(*offloaded->master_low(), ctx.stream()).ok());
     fresh->set_step(offloaded->step());
     Tensor p2;
     ASSERT_TRUE(Tensor::Empty({n}, c.params, ctx.allocator(), &p2).ok());
@@ -133,6 +144,10 @@ void ExpectOffloadedEqualsInPlace(DeviceContext& ctx, int64_t n, int64_t chunk, 
     for (size_t i = 0; i < a.size(); ++i) {
       EXPECT_EQ(Bytes(ctx, *b[i].second), Bytes(ctx, *a[i].second)) << a[i].first << " after the restore's step";
       EXPECT_EQ(Bytes(ctx, *f[i].second), Bytes(ctx, *a[i].second)) << a[i].first << " of the restored optimizer";
+    }
+    if (c.split) {
+      EXPECT_EQ(Bytes(ctx, *offloaded->master_low()), Bytes(ctx, *in_place->master_low()));
+      EXPECT_EQ(Bytes(ctx, *fresh->master_low()), Bytes(ctx, *in_place->master_low()));
     }
   }
 }
@@ -159,7 +174,7 @@ void ExpectSegmentsEqualInPlace(DeviceContext& ctx, int64_t chunk, int64_t keep)
     std::unique_ptr<OptimAlgorithm> algo;
     ASSERT_TRUE(CreateOptimAlgorithm(o, &spec, &algo).ok());
     std::unique_ptr<OffloadedState> off;
-    ASSERT_TRUE(OffloadedState::Create(ctx, kState, state_dtype, 2, chunk, keep, &off).ok());
+    ASSERT_TRUE(OffloadedState::Create(ctx, kState, {state_dtype, state_dtype}, chunk, keep, &off).ok());
     EXPECT_EQ(off->kept(), keep);
     std::vector<Tensor> state(2);
     for (Tensor& t : state) {
@@ -221,10 +236,12 @@ TEST(OffloadedState, RingHoldsAtMostFourChunks) {
 }
 
 TEST(OffloadedState, KeptElementsAreWhatTheBytesHold) {
-  EXPECT_EQ(OffloadedState::KeepNumel(800, 2, DType::kF32, 1000), 100);
-  EXPECT_EQ(OffloadedState::KeepNumel(801, 2, DType::kBF16, 1000), 200);  // whole elements of every tensor only
-  EXPECT_EQ(OffloadedState::KeepNumel(int64_t{1} << 40, 2, DType::kF32, 1000), 1000);
-  EXPECT_EQ(OffloadedState::KeepNumel(0, 2, DType::kF32, 1000), 0);
+  using D = DType;
+  EXPECT_EQ(OffloadedState::KeepNumel(800, {D::kF32, D::kF32}, 1000), 100);
+  EXPECT_EQ(OffloadedState::KeepNumel(801, {D::kBF16, D::kBF16}, 1000), 200);  // whole elements of every tensor only
+  EXPECT_EQ(OffloadedState::KeepNumel(1000, {D::kF32, D::kF32, D::kBF16}, 1000), 100);  // split masters: 10 bytes
+  EXPECT_EQ(OffloadedState::KeepNumel(int64_t{1} << 40, {D::kF32, D::kF32}, 1000), 1000);
+  EXPECT_EQ(OffloadedState::KeepNumel(0, {D::kF32, D::kF32}, 1000), 0);
 }
 
 TEST(OffloadedStateCuda, StreamedRingEqualsStateOnTheDevice) {

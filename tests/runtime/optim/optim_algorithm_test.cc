@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/bf16_round.h"
 #include "models/mlp.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/optim/parameter_updater.h"
@@ -264,6 +265,58 @@ TEST(Optimizer, ReadsBf16GradsExactly) {
   EXPECT_EQ(after[1], after[0]);
   EXPECT_EQ(norm[1], norm[0]);
   EXPECT_GT(norm[0], 8.0f);  // sqrt(0.25 + 0.0625 + 9 + 56.25 + 4 + ...): the clip applied
+}
+
+// train.master_weights split: AdamW on bf16 high halves with the low halves as its last state tensor steps exactly as
+// AdamW on the f32 masters (clipping on, 4 steps): the halves join to its params bit for bit. The low halves are not
+// part of state() (a checkpoint holds the joined params); split needs bf16 params and an algorithm that takes it.
+TEST(Optimizer, SplitMastersStepAsF32Masters) {
+  auto ctx = CpuContext();
+  constexpr int64_t n = 257;
+  OptimizerOptions o;
+  o.lr = 0.01;
+  o.weight_decay = 0.1;
+  o.grad_clip = 1.0;
+  std::unique_ptr<Optimizer> f32, split;
+  DT_ASSERT_OK(Optimizer::Create(*ctx, o, n, &f32));
+  EXPECT_EQ(f32->master_low(), nullptr);
+  o.param_dtype = DType::kBF16;
+  o.split_masters = true;
+  DT_ASSERT_OK(Optimizer::Create(*ctx, o, n, &split));
+  ASSERT_NE(split->master_low(), nullptr);
+  EXPECT_EQ(split->master_low()->dtype(), DType::kBF16);
+  ASSERT_EQ(split->state().size(), 2u);
+  EXPECT_EQ(split->state()[1].first, "exp_avg_sq");
+  std::vector<double> init = testing::RandomVector(n, 1, -1, 1);
+  for (double& x : init) x = ops::Bf16BitsToF32(ops::RoundBf16Rne(static_cast<float>(x)));  // the masters start bf16
+  Tensor p, hi;
+  DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {n}, init, &p));
+  DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kBF16, {n}, init, &hi));
+  for (int s = 1; s <= 4; ++s) {
+    Tensor g;
+    DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {n}, testing::RandomVector(n, 10 + s, -0.3, 0.3), &g));
+    DT_ASSERT_OK(f32->Step(*ctx, p, g, 0.01));
+    DT_ASSERT_OK(split->Step(*ctx, hi, g, 0.01));
+  }
+  const uint16_t* h = hi.data<uint16_t>();
+  const uint16_t* l = split->master_low()->data<uint16_t>();
+  int64_t differ = 0, moved = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    differ += ops::F32Bits(ops::JoinF32(h[i], l[i])) != ops::F32Bits(p.data<float>()[i]);
+    moved += l[i] != 0;  // the masters left the bf16 grid
+  }
+  EXPECT_EQ(differ, 0);
+  EXPECT_GT(moved, n / 2);
+  // Refused: split without bf16 params, and by an algorithm without split_masters.
+  o.param_dtype = DType::kF32;
+  std::unique_ptr<Optimizer> bad;
+  EXPECT_EQ(Optimizer::Create(*ctx, o, n, &bad).code(), Status::Code::kInvalidArgument);
+  o.param_dtype = DType::kBF16;
+  o.name = "sgd";
+  const Status sgd = Optimizer::Create(*ctx, o, n, &bad);
+  EXPECT_EQ(sgd.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(sgd.message().find("train.master_weights split is not supported by optim.name sgd"), std::string::npos)
+      << sgd.ToString();
 }
 
 // The one statement of the bf16 gradients' rule (the run check, the memory fit and MakeParameterUpdater ask it):

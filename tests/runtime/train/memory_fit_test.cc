@@ -309,17 +309,20 @@ TEST(MemoryPlan, Fp8WeightsHaveNoBf16WorkingCopy) {
   EXPECT_EQ(plan("fp8", "all").working_copy, in.Bytes(bf16.num_params - L * 12 * c * c - vp * c, DType::kBF16));
 }
 
+// CudaPlan of a 4-layer llama_tiny in bf16 on CUDA with `sets` on top.
+models::MemoryPlan Bf16LlamaPlan(const std::vector<std::string>& sets) {
+  std::vector<std::string> all = {"train.device=cuda", "train.precision=bf16", "model.llama.n_layer=4"};
+  all.insert(all.end(), sets.begin(), sets.end());
+  return CudaPlan(Tiny(all));
+}
+
 // The bf16 copy holds what the GEMMs read in bf16 (Llama::MakeWeightCopy): the LM head (here the tied embedding) and
 // the block linears' weights, no RMSNorm weight; with model.llama.weight_cast layer the head and one layer's; under
 // fp8 no FP8 linear's weight (quantized from the f32 master); none with bf16 masters.
 TEST(MemoryPlan, LlamaBf16CopyHoldsTheGemmWeightsOfEveryLayerOrOne) {
   models::MemoryPlanInputs in;
   in.cuda = true;
-  auto plan = [&](const std::vector<std::string>& sets) {
-    std::vector<std::string> all = {"train.device=cuda", "train.precision=bf16", "model.llama.n_layer=4"};
-    all.insert(all.end(), sets.begin(), sets.end());
-    return CudaPlan(Tiny(all));
-  };
+  const auto plan = Bf16LlamaPlan;
   const models::MemoryPlan step = plan({"model.llama.weight_cast=step"});
   const models::MemoryPlan layer = plan({"model.llama.weight_cast=layer"});
   const proto::Config tiny = Tiny({});
@@ -331,6 +334,25 @@ TEST(MemoryPlan, LlamaBf16CopyHoldsTheGemmWeightsOfEveryLayerOrOne) {
   EXPECT_EQ(step.total() - layer.total(), step.working_copy - layer.working_copy);
   EXPECT_EQ(plan({"train.precision=fp8", "model.llama.fp8_layers=all"}).working_copy, in.Bytes(vp * c, DType::kBF16));
   EXPECT_EQ(plan({"train.master_weights=bf16", "model.llama.weight_cast=layer"}).working_copy, 0);
+}
+
+// train.master_weights split: the params are planned in bf16 with no bf16 copy (as bf16 masters), and their low halves
+// beside the optimizer state (2 bytes a parameter), which optim.offload cpu moves to the host with the rest.
+TEST(MemoryPlan, SplitMastersAreBf16ParamsAndLowHalvesInTheState) {
+  models::MemoryPlanInputs in;
+  in.cuda = true;
+  const auto plan = Bf16LlamaPlan;
+  const models::MemoryPlan fp32 = plan({"train.master_weights=fp32"}), split = plan({"train.master_weights=split"});
+  const models::MemoryPlan bf16 = plan({"train.master_weights=bf16"});
+  const int64_t p = fp32.num_params;
+  EXPECT_EQ(split.params, in.Bytes(p, DType::kBF16));
+  EXPECT_EQ(split.working_copy, 0);
+  EXPECT_EQ(split.optimizer_state, bf16.optimizer_state + in.Bytes(p, DType::kBF16));
+  EXPECT_EQ(split.total(), bf16.total() + in.Bytes(p, DType::kBF16));
+  EXPECT_LT(split.total(), fp32.total());  // the copy is gone, the masters take the same 4 bytes
+  const models::MemoryPlan off = plan({"train.master_weights=split", "optim.offload=cpu"});
+  EXPECT_EQ(off.host_state, 2 * static_cast<int64_t>(CpuAllocator::RoundSize(p * 4)) +
+                                static_cast<int64_t>(CpuAllocator::RoundSize(p * 2)));
 }
 
 // GPT-2 plugs in its own plan (models/gpt2_spec.cc): configs/gpt2_tiny.yaml, none and full (train.recompute).
@@ -698,7 +720,8 @@ TEST(MemoryFit, ChunkedLossIsNamedForLanguageModels) {
 // A run whose optimizer state is most of it: ZeRO-1 on enough GPUs is the knob named.
 // train.gradients bf16 is named for a Llama run over its budget with fp32 gradients, with the plan the bf16 ones give
 // (the knob's plan takes the dtype the knob sets), also on two ranks replicated, but not with dist.zero1 on two
-// (ZeRO-1 takes fp32 gradients); and with bf16 gradients set, dist.zero1 is not named.
+// (ZeRO-1 takes fp32 gradients); and with bf16 gradients set, dist.zero1 is not named. Split masters are named too,
+// with the plan without the bf16 copy.
 TEST(MemoryFit, Bf16GradientsAreNamedWhereTheyRun) {
   auto refusal = [](int world, const std::vector<std::string>& more) {
     std::vector<std::string> sets = {"train.master_weights=fp32", "optim.state_dtype=fp32",
@@ -714,6 +737,11 @@ TEST(MemoryFit, Bf16GradientsAreNamedWhereTheyRun) {
   };
   const std::string one = refusal(1, {});
   EXPECT_NE(one.find("\n  - train.gradients: bf16 (bf16 weight gradients): 110.4"), std::string::npos) << one;
+  // Split masters: the layer copy (1.38 GiB) gone, the same masters.
+  EXPECT_NE(one.find("\n  - train.master_weights: split, model.llama.weight_cast: step (fp32 masters without their "
+                     "bf16 copy): 124.0"),
+            std::string::npos)
+      << one;
   const std::string two = refusal(2, {});
   EXPECT_NE(two.find("\n  - train.gradients: bf16 (bf16 weight gradients): "), std::string::npos) << two;
   EXPECT_EQ(refusal(2, {"dist.zero1=true", "train.memory_budget_gib=90"}).find("train.gradients"), std::string::npos);

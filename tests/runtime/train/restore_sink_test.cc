@@ -1,7 +1,8 @@
 // RestoreSink on the CPU over real files: CheckpointManager::Load puts every file straight into its StateSlices —
 // read directly into a host tensor that takes a whole file, through the staging buffers into slices of a file (a
 // ZeRO-1 shard) — a file of another size goes to a host buffer of its own, and a load that fails after the state
-// was written (a flipped byte, a truncated file) says so and names the file.
+// was written (a flipped byte, a truncated file) says so and names the file; bf16 state is narrowed and split masters
+// are split on the way.
 
 #include "runtime/train/restore_sink.h"
 
@@ -15,6 +16,7 @@
 
 #include "core/allocator.h"
 #include "core/device_context.h"
+#include "kernels/bf16_round.h"
 #include "tests/testing/subprocess.h"
 
 namespace dtrain::runtime {
@@ -132,6 +134,49 @@ TEST_F(RestoreSinkTest, Bf16SlicesAreNarrowedInTheStagingBuffers) {
   EXPECT_EQ(sink->in_place(), (std::set<std::string>{"params.bin", "exp_avg.bin"}));
 }
 
+// Split masters (train.master_weights split): params.bin's f32 values split in the staging buffers into the bf16
+// params (high halves) and the low halves, which join back to the file's values bit for bit. On the host here, into
+// device tensors in CudaSplitMastersAreCopiedThroughPinnedStagingBuffers.
+void ExpectSplitMasters(const std::vector<float>& saved, const std::vector<uint16_t>& hi,
+                        const std::vector<uint16_t>& lo) {
+  ASSERT_EQ(hi.size(), saved.size());
+  int64_t differ = 0, low_set = 0;
+  for (size_t i = 0; i < saved.size(); ++i) {
+    const float joined = ops::JoinF32(hi[i], lo[i]);
+    differ += std::memcmp(&joined, &saved[i], 4) != 0;
+    uint16_t want_hi = 0, want_lo = 0;
+    ops::SplitF32(saved[i], &want_hi, &want_lo);
+    differ += hi[i] != want_hi;
+    low_set += lo[i] != 0;
+  }
+  EXPECT_EQ(differ, 0);
+  EXPECT_GT(low_set, 0);  // values beyond bf16's 8 bits: the low halves carry them
+}
+
+TEST_F(RestoreSinkTest, SplitMastersAreSplitInTheStagingBuffers) {
+  Tensor hi, lo;
+  ASSERT_TRUE(Tensor::Empty({kNumel}, DType::kBF16, &alloc_, &hi).ok());
+  ASSERT_TRUE(Tensor::Empty({kNumel}, DType::kBF16, &alloc_, &lo).ok());
+  StateSlice masters{"params.bin", kNumel, 0, kNumel, &hi, 0};
+  masters.low = &lo;
+  auto sink = Sink({masters, {"exp_avg.bin", kNumel, 0, kNumel, &state_, 0}});
+  LoadedCheckpoint ck;
+  const Status st = mgr_->Load(3, &ck, sink.get());
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_TRUE(sink->Finish().ok());
+  EXPECT_EQ(sink->in_place(), (std::set<std::string>{"params.bin", "exp_avg.bin"}));
+  ExpectSplitMasters(saved_params_, std::vector<uint16_t>(hi.data<uint16_t>(), hi.data<uint16_t>() + kNumel),
+                     std::vector<uint16_t>(lo.data<uint16_t>(), lo.data<uint16_t>() + kNumel));
+  EXPECT_EQ(std::memcmp(state_.data(), saved_state_.data(), kNumel * 4), 0);
+  // Low halves go with bf16 params only, into one slice.
+  std::unique_ptr<RestoreSink> bad;
+  StateSlice f32{"params.bin", kNumel, 0, kNumel, &params_, 0};
+  f32.low = &lo;
+  EXPECT_EQ(RestoreSink::Create({f32}, -1, &alloc_, kChunk, 2, &bad).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(RestoreSink::Create({masters, masters}, -1, &alloc_, kChunk, 2, &bad).code(),
+            Status::Code::kInvalidArgument);
+}
+
 TEST_F(RestoreSinkTest, AFileOfAnotherSizeGoesToAHostBufferAndTouchesNothing) {
   Tensor small;
   ASSERT_TRUE(Tensor::Empty({kNumel - 1}, DType::kF32, &alloc_, &small).ok());
@@ -209,6 +254,27 @@ TEST_F(RestoreSinkTest, CudaSlicesAreCopiedThroughPinnedStagingBuffers) {
             std::vector<float>(saved_state_.begin() + 7000, saved_state_.end()));
   EXPECT_EQ(std::vector<float>(sh.begin() + 3000, sh.end()),
             std::vector<float>(saved_state_.begin(), saved_state_.begin() + 3000));
+}
+
+TEST_F(RestoreSinkTest, CudaSplitMastersAreCopiedThroughPinnedStagingBuffers) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  CudaCachingAllocator device_alloc(0);
+  CpuAllocator pinned(/*pinned=*/true);
+  Tensor hi, lo;
+  ASSERT_TRUE(Tensor::Empty({kNumel}, DType::kBF16, &device_alloc, &hi).ok());
+  ASSERT_TRUE(Tensor::Empty({kNumel}, DType::kBF16, &device_alloc, &lo).ok());
+  StateSlice masters{"params.bin", kNumel, 0, kNumel, &hi, 0};
+  masters.low = &lo;
+  std::unique_ptr<RestoreSink> sink;
+  ASSERT_TRUE(RestoreSink::Create({masters}, 0, &pinned, kChunk, 2, &sink).ok());
+  LoadedCheckpoint ck;
+  const Status st = mgr_->Load(3, &ck, sink.get());
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_TRUE(sink->Finish().ok());
+  std::vector<uint16_t> h(kNumel), l(kNumel);
+  ASSERT_TRUE(Tensor::Wrap(h.data(), {kNumel}, DType::kBF16, DeviceType::kCPU).CopyFrom(hi).ok());
+  ASSERT_TRUE(Tensor::Wrap(l.data(), {kNumel}, DType::kBF16, DeviceType::kCPU).CopyFrom(lo).ok());
+  ExpectSplitMasters(saved_params_, h, l);
 }
 
 TEST_F(RestoreSinkTest, AChunkLargerThanTheStagingBuffersIsRefused) {
