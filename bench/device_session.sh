@@ -2,7 +2,7 @@
 # One device call: build with the project's CMake, then the stages named in $STAGES (default: all):
 #   tests   the whole ctest suite (GPU tests run here, not skipped) and the 2-rank NCCL tests
 #   gputests  only the GPU cases of the test binaries (no full ctest; $GPU_TEST_BINS: those binaries only), and the
-#           CUDA-graph e2e tests ($E2E_FILTER: a gtest filter for them)
+#           CUDA-graph e2e tests ($E2E_FILTER: a gtest filter for them) and those of $GPU_E2E_BINS
 #   mlp     Fashion-MNIST MLP on 1 GPU through the loader: accuracy, samples/s, data wait share
 #   loader  bench/loader.sh: dtrain's loader alone vs PyTorch DataLoader (pinned, to the GPU)
 #   cnn     Fashion-MNIST CNN on 1 and 2 GPUs vs PyTorch (bench/cnn_torch.py); dtrain in each of $CNN_PRECISIONS
@@ -105,6 +105,13 @@ if has gputests; then
   build-dev/tests/train_step_graph_e2e_test ${E2E_FILTER:+--gtest_filter=$E2E_FILTER} > $OUT/step_graph_e2e.log 2>&1
   echo "train_step_graph_e2e_test rc=$? ok=$(grep -c '\[       OK' $OUT/step_graph_e2e.log) skipped=$(grep -c '\[  SKIPPED \]' $OUT/step_graph_e2e.log)"
   grep -E "^\[  FAILED|Failure|Expected|Which is|max \|" $OUT/step_graph_e2e.log | head -12
+  # The e2e tests whose every case needs a GPU ($GPU_E2E_BINS, default the split masters').
+  for t in ${GPU_E2E_BINS:-launcher_llama_split_masters_e2e_test}; do
+    [[ -x build-dev/tests/$t ]] || continue
+    DTRAIN_BIN=$PWD/$BIN build-dev/tests/$t > $OUT/$t.log 2>&1
+    echo "$t rc=$? ok=$(grep -c '\[       OK' $OUT/$t.log) skipped=$(grep -c '\[  SKIPPED \]' $OUT/$t.log)"
+    grep -E "^\[  FAILED|Failure|Expected|Which is|final loss" $OUT/$t.log | head -12
+  done
 fi
 
 if has graphs; then
