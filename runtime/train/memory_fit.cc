@@ -294,8 +294,9 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
            p.total());
     }
   }
-  // (Not for bf16 gradients, which ZeRO-1 does not take.)
-  if (out->plan.optimizer_state > 0 && CheckGradientsExchange(planned.train().gradients(), 2, true).ok()) {
+  // (Not for bf16 gradients or 16-bit masters, which ZeRO-1 does not take.)
+  if (out->plan.optimizer_state > 0 && CheckGradientsExchange(planned.train().gradients(), 2, true).ok() &&
+      in.master_dtype == DType::kF32) {
     for (int64_t w = std::max<int64_t>(2, 2 * in.world_size); w <= 1024; w *= 2) {
       models::MemoryPlanInputs more = in;
       more.zero1 = true;

@@ -96,7 +96,7 @@ class SlurmElastic : public ::testing::Test {
   std::string RunLosingN3(const std::string& flags, int* exit_code, std::string* out) {
     std::string state = RunLosingN3Once(flags, exit_code, out);
     if (StartupCrash(*out, d_ + "/run")) {
-      std::cout << "[          ] a rank crashed (SIGSEGV) before step 10: retrying the job once\n" << *out;
+      std::cout << "[          ] a rank crashed (SIGSEGV) at its start: retrying the job once\n" << *out;
       EXPECT_EQ(RunCommand("rm -rf " + d_ + "/run " + d_ + "/job.out").exit_code, 0);
       state = RunLosingN3Once(flags, exit_code, out);
     }
@@ -107,10 +107,15 @@ class SlurmElastic : public ::testing::Test {
   // machine one of the three TCP-only ranks sometimes dies of SIGSEGV about a second after start (a trace with only
   // the signal frame: a call through a null pointer; once after Open MPI's "failed to TCP connect to a peer MPI
   // process ... Operation now in progress"). True when `out` shows a segfault and the run in `run_dir` never reached
-  // step 10's checkpoint.
+  // step 10's checkpoint, or a later attempt's rank died of it before its first line (the launcher's report says "it
+  // printed nothing": seen once in CI, in attempt 2 on n1, 2026-12-05).
   static bool StartupCrash(const std::string& out, const std::string& run_dir) {
+    const size_t segv = out.find("signal 11 (Segmentation fault)");
+    const size_t line_end = segv == std::string::npos ? segv : out.find('\n', segv);
+    const bool silent =
+        segv != std::string::npos && out.substr(segv, line_end - segv).find("it printed nothing") != std::string::npos;
     return out.find("Segmentation fault") != std::string::npos &&
-           !std::filesystem::exists(run_dir + "/checkpoints/step-00000010/manifest.pb");
+           (silent || !std::filesystem::exists(run_dir + "/checkpoints/step-00000010/manifest.pb"));
   }
 
   std::string RunLosingN3Once(const std::string& flags, int* exit_code, std::string* out) {

@@ -748,6 +748,9 @@ TEST(MemoryFit, Bf16GradientsAreNamedWhereTheyRun) {
   EXPECT_NE(two.find("dist.zero1 on"), std::string::npos) << two;
   EXPECT_EQ(refusal(2, {"train.gradients=bf16", "train.memory_budget_gib=100"}).find("dist.zero1 on"),
             std::string::npos);
+  EXPECT_EQ(refusal(2, {"train.master_weights=split", "model.llama.weight_cast=step", "train.memory_budget_gib=100"})
+                .find("dist.zero1 on"),
+            std::string::npos);  // nor for 16-bit masters
 }
 
 TEST(MemoryFit, ZeroOneIsNamedWhenMoreGpusWouldFit) {
