@@ -116,10 +116,10 @@ class ParameterUpdater {
   Status ResetState();
 
   // --- Split masters (train.master_weights split) ---
-  // The fp32 masters' low halves, whose high halves are the model's bf16 params (Optimizer::master_low; joined and
-  // split by runtime/checkpoint/dtype_convert.h), settled (optim.offload: back in host memory after the last update);
-  // *out null without split masters. For the paths that read or write the masters whole: checkpoints, weight export
-  // and import.
+  // The fp32 masters' low halves, whose high halves are the model's bf16 params (Optimizer::master_low), settled
+  // (optim.offload: back in host memory after the last update); *out null without split masters. For the paths that
+  // read or write the masters whole — checkpoints, weight export and import — which join and split them with
+  // runtime/train/master_halves.h.
   virtual Status MasterLow(Tensor** out) = 0;
 
  protected:
