@@ -334,9 +334,9 @@ std::vector<MemoryKnob> MemoryKnobs(const proto::Config& config) {
     knobs.push_back({"train.gradients: bf16 (bf16 weight gradients)",
                      [](proto::Config* c) { c->mutable_train()->set_gradients("bf16"); }});
   }
-  // (Not under dist.zero1, which takes f32 params; with no copy left to cast per layer, weight_cast layer goes.)
+  // (With no copy left to cast per layer, weight_cast layer goes.)
   const std::string& masters = config.train().master_weights();
-  if (masters != "bf16" && masters != "split" && config.train().precision() != "fp32" && !config.dist().zero1()) {
+  if (masters != "bf16" && masters != "split" && config.train().precision() != "fp32") {
     const bool layer = g.weight_cast() == "layer";
     knobs.push_back({std::string("train.master_weights: split") + (layer ? ", model.llama.weight_cast: step" : "") +
                          " (fp32 masters without their bf16 copy)",

@@ -119,11 +119,20 @@ OptimizerOptions OptimizerOptionsFromConfig(const proto::OptimConfig& o) {
   return oo;
 }
 
-Status CheckGradientsExchange(const std::string& gradients, int world_size, bool zero1) {
-  if (gradients != "bf16" || world_size <= 1 || !zero1) return Status::OK();
-  return Status::InvalidArgument("train.gradients bf16 does not run with dist.zero1 on " + std::to_string(world_size) +
-                                 " ranks (ZeRO-1's reduce-scatter takes fp32 gradients): set dist.zero1 false (the "
-                                 "all-reduce takes bf16 gradients) or train.gradients fp32");
+Status CheckZeroOneStorage(const proto::TrainConfig& train, int world_size, bool zero1) {
+  if (world_size <= 1 || !zero1) return Status::OK();
+  const std::string on = " does not run with dist.zero1 on " + std::to_string(world_size) + " ranks (ZeRO-1 ";
+  if (train.gradients() == "bf16") {
+    return Status::InvalidArgument("train.gradients bf16" + on +
+                                   "reduce-scatters fp32 gradients): set dist.zero1 false (the all-reduce takes bf16 "
+                                   "gradients) or train.gradients fp32");
+  }
+  if (train.master_weights() == "bf16" || train.master_weights() == "split") {
+    return Status::InvalidArgument("train.master_weights " + train.master_weights() + on +
+                                   "all-gathers fp32 params): set dist.zero1 false (16-bit masters run replicated) or "
+                                   "train.master_weights fp32");
+  }
+  return Status::OK();
 }
 
 Status MakeParameterUpdater(const proto::Config& cfg, DeviceContext& ctx, models::Model& model,
@@ -138,14 +147,8 @@ Status MakeParameterUpdater(const proto::Config& cfg, DeviceContext& ctx, models
   std::unique_ptr<LossScaler> scaler;
   if (cfg.train().precision() == "fp16") DT_RETURN_IF_ERROR(LossScaler::Create(ctx, &scaler));
   const bool exchange = grad_comm != nullptr && world > 1;
-  DT_RETURN_IF_ERROR(
-      CheckGradientsExchange(oo.grad_dtype == DType::kF32 ? "fp32" : "bf16", exchange ? world : 1, cfg.dist().zero1()));
+  DT_RETURN_IF_ERROR(CheckZeroOneStorage(cfg.train(), exchange ? world : 1, cfg.dist().zero1()));
   if (exchange && cfg.dist().zero1()) {
-    if (oo.param_dtype != DType::kF32) {
-      return Status::InvalidArgument(
-          "dist.zero1 all-gathers f32 params: set train.master_weights fp32, or dist.zero1 false (bf16 masters run "
-          "replicated)");
-    }
     if (cfg.dist().bf16_compress() && rank == 0) {
       DT_LOG_WARN(kRuntime, "dist.bf16_compress is ignored with dist.zero1 (reduce-scatter runs in fp32)");
     }

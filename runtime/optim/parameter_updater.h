@@ -149,11 +149,11 @@ Status MakeParameterUpdater(const proto::Config& cfg, DeviceContext& ctx, models
 // The Optimizer options of the config's `optim` section.
 OptimizerOptions OptimizerOptionsFromConfig(const proto::OptimConfig& o);
 
-// Whether the strategies take train.gradients `gradients` ("fp32" | "bf16") at `world_size` ranks with dist.zero1
-// `zero1`: bf16 gradients are all-reduced as they are (replicated), but ZeRO-1's reduce-scatter takes f32 ones.
-// InvalidArgument naming the keys and the world size otherwise. The one statement of the rule: the run check (before
-// any rank starts), the memory fit (a knob that sets the key is not named where this refuses it) and
-// MakeParameterUpdater ask here.
-Status CheckGradientsExchange(const std::string& gradients, int world_size, bool zero1);
+// Whether the strategies take the storage `train` sets at `world_size` ranks with dist.zero1 `zero1`: ZeRO-1 (more than
+// one rank) reduce-scatters fp32 gradients and all-gathers fp32 params, so train.gradients bf16 and
+// train.master_weights bf16 or split run replicated (the all-reduce takes bf16 gradients as they are). InvalidArgument
+// naming the keys and the world size otherwise. The one statement of the rule: the run check (before any rank
+// starts), the memory fit (a knob whose config this refuses is not named) and MakeParameterUpdater ask here.
+Status CheckZeroOneStorage(const proto::TrainConfig& train, int world_size, bool zero1);
 
 }  // namespace dtrain::runtime

@@ -271,7 +271,7 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
     for (const models::MemoryKnob& k : spec->memory_knobs(planned)) {
       proto::Config trial = planned;
       k.apply(&trial);
-      if (!CheckGradientsExchange(trial.train().gradients(), in.world_size, in.zero1).ok()) continue;  // not here
+      if (!CheckZeroOneStorage(trial.train(), in.world_size, in.zero1).ok()) continue;  // not here
       models::MemoryPlanInputs trial_in = in;  // a knob may set a dtype (train.gradients)
       SetDTypesOf(trial, &trial_in);
       models::MemoryPlan p;
@@ -295,8 +295,7 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
     }
   }
   // (Not for bf16 gradients or 16-bit masters, which ZeRO-1 does not take.)
-  if (out->plan.optimizer_state > 0 && CheckGradientsExchange(planned.train().gradients(), 2, true).ok() &&
-      in.master_dtype == DType::kF32) {
+  if (out->plan.optimizer_state > 0 && CheckZeroOneStorage(planned.train(), 2, true).ok()) {
     for (int64_t w = std::max<int64_t>(2, 2 * in.world_size); w <= 1024; w *= 2) {
       models::MemoryPlanInputs more = in;
       more.zero1 = true;

@@ -187,7 +187,7 @@ Status CheckRun(const proto::Config& cfg, int world_size, RunCheck* out) {
     out->warnings.push_back("train.eval_every " + std::to_string(t.eval_every()) +
                             " without data.test_shards: there is nothing to evaluate on");
   }
-  problems.push_back(CheckGradientsExchange(t.gradients(), world_size, cfg.dist().zero1()));
+  problems.push_back(CheckZeroOneStorage(t, world_size, cfg.dist().zero1()));
   problems.push_back(CheckRunLength(cfg, world_size, out));
   return JoinProblems(problems);
 }

@@ -45,11 +45,13 @@ TEST(LaunchCheckE2E, ConfigErrorsAreOneMessageBeforeAnyRank) {
                  "/nonexistent/fmnist/train-images-idx3-ubyte.gz not found");
 }
 
-// bf16 gradients are all-reduced as they are, but ZeRO-1's reduce-scatter takes fp32 ones: two ranks with dist.zero1
-// are refused before either starts, naming both keys.
-TEST(LaunchCheckE2E, Bf16GradientsWithZeroOneAreRefusedBeforeTheStart) {
+// bf16 gradients are all-reduced as they are, but ZeRO-1 reduce-scatters fp32 gradients and all-gathers fp32 params:
+// two ranks with dist.zero1 and bf16 gradients or 16-bit masters are refused before either starts, naming the keys.
+TEST(LaunchCheckE2E, Bf16GradientsOrMastersWithZeroOneAreRefusedBeforeTheStart) {
   ExpectRejected(kLlamaTiny, "--set train.gradients=bf16 --set dist.zero1=true",
                  "train.gradients bf16 does not run with dist.zero1 on 2 ranks");
+  ExpectRejected(kLlamaTiny, "--set train.master_weights=split --set dist.zero1=true",
+                 "train.master_weights split does not run with dist.zero1 on 2 ranks");
 }
 
 TEST(LaunchCheckE2E, DataThatDoesNotFitTheModelIsRejected) {

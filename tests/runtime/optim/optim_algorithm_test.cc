@@ -320,17 +320,31 @@ TEST(Optimizer, SplitMastersStepAsF32Masters) {
 }
 
 // The one statement of the bf16 gradients' rule (the run check, the memory fit and MakeParameterUpdater ask it):
-// fp32 anywhere; bf16 replicated at any world size and with ZeRO-1 on one rank (no reduce-scatter), refused with
-// ZeRO-1 on more, naming both keys and the world size.
-TEST(ParameterUpdater, Bf16GradientsRunWithoutZeroOne) {
-  DT_ASSERT_OK(CheckGradientsExchange("fp32", 8, true));
-  DT_ASSERT_OK(CheckGradientsExchange("bf16", 8, false));
-  DT_ASSERT_OK(CheckGradientsExchange("bf16", 1, true));
-  const Status two = CheckGradientsExchange("bf16", 2, true);
-  EXPECT_EQ(two.code(), Status::Code::kInvalidArgument);
-  EXPECT_NE(two.message().find("train.gradients bf16 does not run with dist.zero1 on 2 ranks"), std::string::npos)
-      << two.ToString();
-  EXPECT_NE(two.message().find("set dist.zero1 false"), std::string::npos) << two.ToString();
+// fp32 anywhere; bf16 gradients and bf16 or split masters replicated at any world size and with ZeRO-1 on one rank
+// (no reduce-scatter), refused with ZeRO-1 on more, naming the keys and the world size.
+TEST(ParameterUpdater, Bf16GradientsAndMastersRunWithoutZeroOne) {
+  auto train = [](const std::string& gradients, const std::string& masters) {
+    proto::TrainConfig t;
+    t.set_gradients(gradients);
+    t.set_master_weights(masters);
+    return t;
+  };
+  DT_ASSERT_OK(CheckZeroOneStorage(train("fp32", "fp32"), 8, true));
+  DT_ASSERT_OK(CheckZeroOneStorage(train("", ""), 8, true));  // a config built in code
+  DT_ASSERT_OK(CheckZeroOneStorage(train("bf16", "split"), 8, false));
+  DT_ASSERT_OK(CheckZeroOneStorage(train("bf16", "bf16"), 1, true));
+  const Status grads = CheckZeroOneStorage(train("bf16", "fp32"), 2, true);
+  EXPECT_EQ(grads.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(grads.message().find("train.gradients bf16 does not run with dist.zero1 on 2 ranks"), std::string::npos)
+      << grads.ToString();
+  EXPECT_NE(grads.message().find("set dist.zero1 false"), std::string::npos) << grads.ToString();
+  for (const std::string masters : {"bf16", "split"}) {
+    const Status st = CheckZeroOneStorage(train("fp32", masters), 4, true);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(st.message().find("train.master_weights " + masters + " does not run with dist.zero1 on 4 ranks"),
+              std::string::npos)
+        << st.ToString();
+  }
 }
 
 }  // namespace
