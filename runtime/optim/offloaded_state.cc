@@ -60,12 +60,12 @@ Status OffloadedState::Create(DeviceContext& ctx, int64_t numel, const std::vect
   o->keep_ = std::clamp<int64_t>(keep, 0, numel);
   o->host_.resize(tensors);
   const size_t threads = std::max(1u, std::thread::hardware_concurrency());
-  for (int k = 0; k < tensors; ++k) {
-    Tensor& t = o->host_[static_cast<size_t>(k)];
-    DT_RETURN_IF_ERROR(Tensor::Empty({numel}, dtypes[static_cast<size_t>(k)], ctx.pinned_allocator(), &t)
+  for (size_t k = 0; k < dtypes.size(); ++k) {
+    Tensor& t = o->host_[k];
+    DT_RETURN_IF_ERROR(Tensor::Empty({numel}, dtypes[k], ctx.pinned_allocator(), &t)
                            .WithContext("optim.offload cpu: page-locked host memory for the optimizer state (" +
                                         std::to_string(tensors) + " x " + std::to_string(numel) + " " +
-                                        DTypeName(dtypes[static_cast<size_t>(k)]) + ")"));
+                                        DTypeName(dtypes[k]) + ")"));
     // Zeroed on every core: the state of an 8B model is 64 GB, a minute for one thread.
     char* base = static_cast<char*>(t.data());
     const size_t bytes = t.nbytes(), piece = size_t{64} << 20, pieces = (bytes + piece - 1) / piece;

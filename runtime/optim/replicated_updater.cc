@@ -44,9 +44,9 @@ Status ReplicatedUpdater::TakeExposedCommMs(double* ms) {
 }
 
 size_t ReplicatedUpdater::state_bytes() const {
-  size_t bytes =
-      state_names().size() * static_cast<size_t>(optimizer_->num_params()) * DTypeSize(options().state_dtype);
-  if (options().split_masters) bytes += static_cast<size_t>(optimizer_->num_params()) * 2;  // the masters' low halves
+  size_t bytes = 0;  // (split masters' low halves included: OptimizerStateDTypes)
+  for (DType d : OptimizerStateDTypes(*FindOptimAlgorithm(options().name), options()))
+    bytes += static_cast<size_t>(optimizer_->num_params()) * DTypeSize(d);
   return bytes;
 }
 

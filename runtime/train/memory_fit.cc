@@ -137,8 +137,8 @@ Status PlanRunMemory(const proto::Config& cfg, const models::MemoryPlanInputs& i
   plan->optimizer_state = (in.offload_state ? state_bytes(keep) + state_bytes(ring) : state_bytes(shard)) +
                           3 * in.Bytes(1, DType::kF32) + in.Round(ops::kStagedArgsBytes);
   plan->host_state = 0;
-  for (DType d : dtypes) {
-    if (in.offload_state) plan->host_state += CpuAllocator::RoundSize(static_cast<size_t>(shard) * DTypeSize(d));
+  if (in.offload_state) {
+    for (DType d : dtypes) plan->host_state += CpuAllocator::RoundSize(static_cast<size_t>(shard) * DTypeSize(d));
   }
   if (world > 1 && cfg.dist().bf16_compress() && in.grad_dtype == DType::kF32) {
     plan->comm = in.Bytes(p, DType::kBF16);  // the reducer's wire buffer (bf16 gradients are their own)

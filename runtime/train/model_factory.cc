@@ -58,7 +58,8 @@ Status BuildModel(const proto::Config& cfg, DeviceContext& ctx, std::unique_ptr<
                           {"train.gradients", cfg.train().gradients(), (*out)->grads().dtype(),
                            "bf16 gradients: model.kind llama with train.precision bf16 or fp8 on CUDA"}};
   for (const Storage& k : keys) {
-    if (k.got == (k.value == "bf16" || k.value == "split" ? DType::kBF16 : DType::kF32)) continue;  // split: bf16 params
+    // (Split masters: bf16 params.)
+    if (k.got == (k.value == "bf16" || k.value == "split" ? DType::kBF16 : DType::kF32)) continue;
     out->reset();
     return Status::InvalidArgument(std::string(k.key) + ": " + k.value + " is not supported by model.kind " +
                                    cfg.model().kind() + " (" + k.bf16_needs + "; fp32 otherwise)");
