@@ -191,8 +191,7 @@ Status MixedOf(const proto::Config& config, bool cuda, bool* mixed, bool* fp8, F
 // (The memory plan takes it as it comes: it plans no copy without one.)
 Status CheckWeightCast(const proto::Config& config, bool mixed) {
   if (config.model().llama().weight_cast() != "layer") return Status::OK();
-  const std::string& masters = config.train().master_weights();
-  if (mixed && masters != "bf16" && masters != "split") return Status::OK();
+  if (mixed && !Bf16Params(config.train())) return Status::OK();
   return Status::InvalidArgument(
       "model.llama.weight_cast: layer casts the f32 master weights into the GEMMs' bf16 copy layer by layer; this run "
       "has no such copy (train.precision " +
@@ -207,8 +206,7 @@ Status Build(const proto::Config& config, DeviceContext& ctx, std::unique_ptr<Mo
   DT_RETURN_IF_ERROR(MixedOf(config, ctx.is_cuda(), &mixed, &fp8, &opts.fp8_layers));
   if (mixed) opts.precision = fp8 ? Precision::kFp8 : Precision::kBf16;
   if (fp8) DT_RETURN_IF_ERROR(ops::CheckFp8Device(ctx, "train.precision: fp8"));
-  // split: the params are the bf16 high halves of fp32 masters (the optimizer keeps the low halves): bf16 to the model.
-  opts.bf16_masters = config.train().master_weights() == "bf16" || config.train().master_weights() == "split";
+  opts.bf16_masters = Bf16Params(config.train());
   if (opts.bf16_masters && !mixed) {
     return Status::InvalidArgument("train.master_weights: " + config.train().master_weights() +
                                    " needs train.precision bf16 or fp8 on CUDA (the CPU path is fp32), got "
@@ -335,8 +333,7 @@ std::vector<MemoryKnob> MemoryKnobs(const proto::Config& config) {
                      [](proto::Config* c) { c->mutable_train()->set_gradients("bf16"); }});
   }
   // (With no copy left to cast per layer, weight_cast layer goes.)
-  const std::string& masters = config.train().master_weights();
-  if (masters != "bf16" && masters != "split" && config.train().precision() != "fp32") {
+  if (!Bf16Params(config.train()) && config.train().precision() != "fp32") {
     const bool layer = g.weight_cast() == "layer";
     knobs.push_back({std::string("train.master_weights: split") + (layer ? ", model.llama.weight_cast: step" : "") +
                          " (fp32 masters without their bf16 copy)",

@@ -11,6 +11,10 @@ std::string Shape(const std::vector<int64_t>& dims) {
 
 }  // namespace
 
+bool Bf16Params(const proto::TrainConfig& train) {
+  return train.master_weights() == "bf16" || train.master_weights() == "split";
+}
+
 Status ResolveAutoTokenSizes(const std::string& kind, const proto::DatasetSchema* s, const std::string& what,
                              int64_t* vocab_size, int64_t* max_seq_len) {
   if (*vocab_size != 0 && *max_seq_len != 0) return Status::OK();

@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "kernels/bf16_round.h"
+#include "models/model_spec.h"
 #include "runtime/optim/optim_algorithm.h"
 #include "runtime/optim/replicated_updater.h"
 #include "runtime/optim/sharded_updater.h"
@@ -127,7 +128,7 @@ Status CheckZeroOneStorage(const proto::TrainConfig& train, int world_size, bool
                                    "reduce-scatters fp32 gradients): set dist.zero1 false (the all-reduce takes bf16 "
                                    "gradients) or train.gradients fp32");
   }
-  if (train.master_weights() == "bf16" || train.master_weights() == "split") {
+  if (models::Bf16Params(train)) {
     return Status::InvalidArgument("train.master_weights " + train.master_weights() + on +
                                    "all-gathers fp32 params): set dist.zero1 false (16-bit masters run replicated) or "
                                    "train.master_weights fp32");

@@ -84,8 +84,8 @@ double AutoOffloadCost(const proto::Config& cfg, const models::MemoryPlan& plan,
 
 // The inputs' dtypes, as the config's keys set them.
 void SetDTypesOf(const proto::Config& cfg, models::MemoryPlanInputs* in) {
-  in->split_masters = cfg.train().master_weights() == "split";  // bf16 params too
-  in->master_dtype = cfg.train().master_weights() == "bf16" || in->split_masters ? DType::kBF16 : DType::kF32;
+  in->split_masters = cfg.train().master_weights() == "split";
+  in->master_dtype = models::Bf16Params(cfg.train()) ? DType::kBF16 : DType::kF32;
   in->grad_dtype = cfg.train().gradients() == "bf16" ? DType::kBF16 : DType::kF32;
   in->optim_state_dtype = cfg.optim().state_dtype() == "bf16" ? DType::kBF16 : DType::kF32;
 }

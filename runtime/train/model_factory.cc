@@ -50,16 +50,17 @@ Status BuildModel(const proto::Config& cfg, DeviceContext& ctx, std::unique_ptr<
   struct Storage {
     const char* key;
     const std::string& value;
+    bool bf16;
     DType got;
     const char* bf16_needs;
   };
-  const Storage keys[] = {{"train.master_weights", cfg.train().master_weights(), (*out)->params().dtype(),
-                           "bf16 or split masters: model.kind llama with train.precision bf16 or fp8 on CUDA"},
-                          {"train.gradients", cfg.train().gradients(), (*out)->grads().dtype(),
-                           "bf16 gradients: model.kind llama with train.precision bf16 or fp8 on CUDA"}};
+  const Storage keys[] = {
+      {"train.master_weights", cfg.train().master_weights(), models::Bf16Params(cfg.train()), (*out)->params().dtype(),
+       "bf16 or split masters: model.kind llama with train.precision bf16 or fp8 on CUDA"},
+      {"train.gradients", cfg.train().gradients(), cfg.train().gradients() == "bf16", (*out)->grads().dtype(),
+       "bf16 gradients: model.kind llama with train.precision bf16 or fp8 on CUDA"}};
   for (const Storage& k : keys) {
-    // (Split masters: bf16 params.)
-    if (k.got == (k.value == "bf16" || k.value == "split" ? DType::kBF16 : DType::kF32)) continue;
+    if (k.got == (k.bf16 ? DType::kBF16 : DType::kF32)) continue;
     out->reset();
     return Status::InvalidArgument(std::string(k.key) + ": " + k.value + " is not supported by model.kind " +
                                    cfg.model().kind() + " (" + k.bf16_needs + "; fp32 otherwise)");
