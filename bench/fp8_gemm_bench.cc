@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/bf16.h"
+#include "core/bf16.h"
 #include "core/cuda_handles.h"
 #include "core/device_context.h"
 #include "kernels/fp8.h"
@@ -77,7 +77,7 @@ void FillBf16(uint16_t* dst, int64_t n, float sigma, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0.f, sigma);
   std::vector<uint16_t> host(static_cast<size_t>(kBlock));
-  for (auto& v : host) v = dtrain::comm::F32ToBf16(nd(rng));
+  for (auto& v : host) v = dtrain::RoundBf16Rne(nd(rng));
   for (int64_t off = 0; off < n; off += kBlock) {
     const int64_t len = std::min(kBlock, n - off);
     BENCH_CHECK(cudaMemcpy(dst + off, host.data(), static_cast<size_t>(len) * 2, cudaMemcpyHostToDevice));

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "comm/bf16.h"
+#include "core/bf16.h"
 #include "core/check.h"
 #include "core/nvtx.h"
 #if DT_HAVE_CUDA
@@ -27,7 +27,7 @@ void FillCheckInput(int rank, Tensor* host) {
     for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(CheckInput(rank, i));
   } else {
     auto* p = static_cast<uint16_t*>(host->data());
-    for (int64_t i = 0; i < n; ++i) p[i] = comm::F32ToBf16(static_cast<float>(CheckInput(rank, i)));
+    for (int64_t i = 0; i < n; ++i) p[i] = RoundBf16Rne(static_cast<float>(CheckInput(rank, i)));
   }
 }
 
@@ -42,7 +42,7 @@ int64_t CountWrong(int world, const Tensor& host) {
     const double rel = 3.0 * world * (world + 1) / 2 <= 256 ? 0.0 : world * std::ldexp(1.0, -8);
     for (int64_t i = 0; i < n; ++i) {
       const double want = CheckExpected(world, i);
-      wrong += !(std::fabs(comm::Bf16ToF32(p[i]) - want) <= rel * want);
+      wrong += !(std::fabs(Bf16BitsToF32(p[i]) - want) <= rel * want);
     }
   }
   return wrong;

@@ -2,7 +2,7 @@
 // Device conversions between f32 and bf16 buffers (gradient compression for all-reduce).
 // Host-only API; the kernels live in bf16_cast.cu, built only with DT_HAVE_CUDA.
 // Both launchers are asynchronous: they enqueue one kernel on `stream` and check the launch.
-// Rounding is round-to-nearest-even (matches comm/bf16.h on the host).
+// Rounding is round-to-nearest-even (matches core/bf16.h on the host).
 
 #include <cstdint>
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "comm/bf16.h"
 #include "comm/mpi_check.h"
+#include "core/bf16.h"
 #include "core/nvtx.h"
 
 namespace dtrain::comm {
@@ -18,13 +18,13 @@ namespace {
 void Bf16Sum(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
   const auto* a = static_cast<const uint16_t*>(in);
   auto* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = F32ToBf16(Bf16ToF32(a[i]) + Bf16ToF32(b[i]));
+  for (int i = 0; i < *len; ++i) b[i] = RoundBf16Rne(Bf16BitsToF32(a[i]) + Bf16BitsToF32(b[i]));
 }
 
 void Bf16Max(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
   const auto* a = static_cast<const uint16_t*>(in);
   auto* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = Bf16ToF32(a[i]) > Bf16ToF32(b[i]) ? a[i] : b[i];
+  for (int i = 0; i < *len; ++i) b[i] = Bf16BitsToF32(a[i]) > Bf16BitsToF32(b[i]) ? a[i] : b[i];
 }
 
 Status MpiTypeFor(DType dtype, MPI_Datatype* out) {
@@ -131,7 +131,7 @@ void MpiCommunicator::DivideByWorld(Tensor* t) const {
     case DType::kBF16: {
       const float inv = 1.0f / static_cast<float>(world_size_);
       auto* p = static_cast<uint16_t*>(t->data());
-      for (int64_t i = 0; i < n; ++i) p[i] = F32ToBf16(Bf16ToF32(p[i]) * inv);
+      for (int64_t i = 0; i < n; ++i) p[i] = RoundBf16Rne(Bf16BitsToF32(p[i]) * inv);
       break;
     }
     default:

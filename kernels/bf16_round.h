@@ -1,7 +1,7 @@
 #pragma once
 // f32 -> bf16 rounding shared by CPU references and CUDA kernels (host and device inline functions on raw bits, so
 // both give the same bf16 for the same f32, bit for bit):
-//   RoundBf16Rne(x): round to nearest even, NaN stays a quiet NaN (CUDA's __float2bfloat16_rn, comm/bf16.h).
+//   RoundBf16Rne(x), Bf16BitsToF32(h), F32Bits(x), BitsToF32(u): core/bf16.h's.
 //   RoundBf16Sr(x, r): stochastic rounding with 16 random bits r: the f32 bit pattern plus r, truncated to its top
 //     16 bits. A finite x between two neighbouring bf16 values lo < x < hi (same sign) becomes the one further from
 //     zero with probability (x's 16 dropped bits) / 2^16 = |x - near| / (hi - lo), so E[RoundBf16Sr(x, r)] = x for
@@ -20,37 +20,10 @@
 // Thread-safety: pure functions.
 
 #include <cstdint>
-#include <cstring>
 
-#if defined(__CUDACC__)
-#define DT_BF16_HD __host__ __device__ __forceinline__
-#else
-#define DT_BF16_HD inline
-#endif
+#include "core/bf16.h"
 
 namespace dtrain::ops {
-
-DT_BF16_HD uint32_t F32Bits(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof(u));
-  return u;
-#endif
-}
-
-DT_BF16_HD float BitsToF32(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-#endif
-}
-
-DT_BF16_HD float Bf16BitsToF32(uint16_t h) { return BitsToF32(static_cast<uint32_t>(h) << 16); }
 
 DT_BF16_HD void SplitF32(float x, uint16_t* hi, uint16_t* lo) {
   const uint32_t u = F32Bits(x);
@@ -61,13 +34,6 @@ DT_BF16_HD void SplitF32(float x, uint16_t* hi, uint16_t* lo) {
 
 DT_BF16_HD float JoinF32(uint16_t hi, uint16_t lo) {
   return BitsToF32(((static_cast<uint32_t>(hi) - (lo >= 0x8000u ? 1u : 0u)) << 16) | lo);
-}
-
-DT_BF16_HD uint16_t RoundBf16Rne(float x) {
-  uint32_t u = F32Bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN stays NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
 }
 
 DT_BF16_HD uint16_t RoundBf16Sr(float x, uint32_t r16) {

@@ -2,7 +2,7 @@
 // Device-only helpers shared by the 16-bit (bf16 and fp16) kernels of kernels (include from .cu files only).
 //
 // Every 16-bit kernel computes in fp32: LoadV widens V elements of T (float, __nv_bfloat16 or __half) to float,
-// StoreV rounds them back (round-to-nearest-even, like comm/bf16.h on the host; fp16 overflows to +-inf past
+// StoreV rounds them back (round-to-nearest-even, like core/bf16.h on the host; fp16 overflows to +-inf past
 // 65504). When V * sizeof(T) == 16 the access is one 128-bit load/store, so the pointer must be 16-byte aligned:
 // launchers pick V with VecWidth(). The kernels are templates on T; bf16 and fp16 are two instantiations.
 // 16-bit buffers cross the host API as uint16_t (raw bits); AsBf16() / AsF16() reinterpret them.

@@ -3,7 +3,7 @@
 //   Add:  out = a + b            CPU f32/f64; CUDA f32, bf16 and f16 (16-bit summed in fp32, rounded once). `out`
 //                                may alias `a` or `b` (in-place residual adds).
 //   Cast: out = convert(in)      CUDA f32 -> bf16 / f16 (round-to-nearest-even, NaN stays NaN: the rounding of
-//                                comm/bf16.h; f16 overflows to +-inf past 65504) and bf16 / f16 -> f32 (exact);
+//                                core/bf16.h; f16 overflows to +-inf past 65504) and bf16 / f16 -> f32 (exact);
 //                                the CPU reference f32 <-> bf16 (kernels/bf16_round.h: the same bits but a NaN's
 //                                payload); equal dtypes copy. Same numel, any shapes.
 // bf16 and f16 are the GPU's activation types (on the CPU only Cast takes bf16): they cross the raw-pointer API as

@@ -203,7 +203,7 @@ Status Llama::InitParams(uint64_t seed) {
     Tensor staging16;
     DT_RETURN_IF_ERROR(Tensor::Empty({params_.numel()}, DType::kBF16, ctx_.host_allocator(), &staging16));
     for (int64_t i = 0; i < params_.numel(); ++i) {
-      staging16.data<uint16_t>()[i] = ops::RoundBf16Rne(staging.data<float>()[i]);
+      staging16.data<uint16_t>()[i] = RoundBf16Rne(staging.data<float>()[i]);
     }
     DT_RETURN_IF_ERROR(params_.CopyFrom(staging16, ctx_.stream()));
     return ctx_.Synchronize();  // pageable host memory, freed on return

@@ -3,21 +3,10 @@
 #include <cstring>
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/check.h"
 
 namespace dtrain::runtime {
-namespace {
-
-// Round to nearest even, NaN kept a quiet NaN: comm/bf16.h's F32ToBf16 (this wing does not link comm/).
-uint16_t F32ToBf16Rne(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-}  // namespace
 
 Status CopyF32Into(DeviceContext& ctx, const Tensor& src, Tensor* dst) {
   DT_CHECK_ARG(dst != nullptr, "dst is null");
@@ -27,7 +16,7 @@ Status CopyF32Into(DeviceContext& ctx, const Tensor& src, Tensor* dst) {
   DT_CHECK_ARG(dst->dtype() == DType::kBF16, "CopyF32Into: " << dst->ToString() << " must be f32 or bf16");
   std::vector<uint16_t> bits(static_cast<size_t>(src.numel()));
   const float* in = src.data<float>();
-  for (size_t i = 0; i < bits.size(); ++i) bits[i] = F32ToBf16Rne(in[i]);
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = RoundBf16Rne(in[i]);
   const Tensor host = Tensor::Wrap(bits.data(), {src.numel()}, DType::kBF16, DeviceType::kCPU);
   DT_RETURN_IF_ERROR(dst->CopyFrom(host, ctx.stream()));
   return ctx.Synchronize();  // sync point: `bits` is freed on return
@@ -38,7 +27,7 @@ void NarrowF32ToBf16InPlace(void* buf, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float f;
     std::memcpy(&f, b + 4 * i, sizeof(f));
-    const uint16_t h = F32ToBf16Rne(f);
+    const uint16_t h = RoundBf16Rne(f);
     std::memcpy(b + 2 * i, &h, sizeof(h));  // bytes [2i, 2i + 2) held f32 value i / 2 <= i: already read
   }
 }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/bf16.h"
 #include "core/check.h"
 #include "core/file_guard.h"
 
@@ -35,14 +36,6 @@ uint64_t ElementBytes(const std::string& dtype) {
   if (dtype == "F32") return 4;
   if (dtype == "BF16" || dtype == "F16") return 2;
   return 0;
-}
-
-// bfloat16 is the top half of a float32: widening is exact.
-float Bf16ToF32(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
 }
 
 // IEEE half to float32, exact for every value (subnormals are normalised; inf and NaN keep their payload).
@@ -80,7 +73,7 @@ void ToF32(const std::string& dtype, const char* src, uint64_t numel, float* dst
   for (uint64_t i = 0; i < numel; ++i) {
     const uint16_t h = static_cast<uint16_t>(static_cast<unsigned char>(src[2 * i]) |
                                              (static_cast<unsigned char>(src[2 * i + 1]) << 8));
-    dst[i] = bf16 ? Bf16ToF32(h) : F16ToF32(h);
+    dst[i] = bf16 ? Bf16BitsToF32(h) : F16ToF32(h);
   }
 }
 

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "comm/bf16.h"
+#include "core/bf16.h"
 #include "core/check.h"
 #include "core/nvtx.h"
 #if DT_HAVE_CUDA
@@ -112,10 +112,10 @@ Status GradientReducer::LaunchCpu(int from, int to) {
     const float* g = b.grads.data<float>();
     auto* w = static_cast<uint16_t*>(b.wire.data());
     const int64_t n = b.grads.numel();
-    for (int64_t i = 0; i < n; ++i) w[i] = comm::F32ToBf16(g[i]);
+    for (int64_t i = 0; i < n; ++i) w[i] = RoundBf16Rne(g[i]);
     DT_RETURN_IF_ERROR(comm_->AllReduce(&b.wire, op_, nullptr));
     float* out = b.grads.data<float>();
-    for (int64_t i = 0; i < n; ++i) out[i] = comm::Bf16ToF32(w[i]);
+    for (int64_t i = 0; i < n; ++i) out[i] = Bf16BitsToF32(w[i]);
     if (trace_) DT_RETURN_IF_ERROR(trace_->Record(nullptr, &end));
     if (trace_) TraceBuckets(k, k + 1, begin, end);
   }

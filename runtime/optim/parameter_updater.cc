@@ -77,7 +77,7 @@ Status ParameterUpdater::RestoreState(const proto::CheckpointManifest& m, const 
     DT_RETURN_IF_ERROR(Tensor::Empty({numel_}, state_dtype, ctx_.host_allocator(), &narrow));
     const float* src = it->second.data<float>();
     uint16_t* dst = narrow.data<uint16_t>();
-    for (int64_t i = 0; i < numel_; ++i) dst[i] = ops::RoundBf16Rne(src[i]);
+    for (int64_t i = 0; i < numel_; ++i) dst[i] = RoundBf16Rne(src[i]);
     full[name] = narrow;
   }
   if (!full.empty()) DT_RETURN_IF_ERROR(LoadState(full).WithContext(where));

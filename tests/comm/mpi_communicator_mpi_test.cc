@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
-#include "comm/bf16.h"
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
+#include "core/bf16.h"
 #include "tests/comm/mpi_test_env.h"
 
 DT_REGISTER_MPI_TEST_ENVIRONMENT();
@@ -109,14 +109,14 @@ TEST_F(MpiCommunicatorTest, Bf16SumMaxAndAvg) {
   auto* sp = static_cast<uint16_t*>(s.data());
   auto* mp = static_cast<uint16_t*>(m.data());
   auto* ap = static_cast<uint16_t*>(a.data());
-  for (int k = 0; k < 64; ++k) sp[k] = mp[k] = ap[k] = F32ToBf16(r_ + 0.5f * (k % 4));
+  for (int k = 0; k < 64; ++k) sp[k] = mp[k] = ap[k] = RoundBf16Rne(r_ + 0.5f * (k % 4));
   ASSERT_TRUE(comm_->AllReduce(&s, ReduceOp::kSum, nullptr).ok());
   ASSERT_TRUE(comm_->AllReduce(&m, ReduceOp::kMax, nullptr).ok());
   ASSERT_TRUE(comm_->AllReduce(&a, ReduceOp::kAvg, nullptr).ok());
   for (int k = 0; k < 64; ++k) {
-    EXPECT_EQ(Bf16ToF32(sp[k]), n_ * (n_ - 1) / 2.0f + n_ * 0.5f * (k % 4)) << k;
-    EXPECT_EQ(Bf16ToF32(mp[k]), (n_ - 1) + 0.5f * (k % 4)) << k;
-    EXPECT_NEAR(Bf16ToF32(ap[k]), (n_ - 1) / 2.0f + 0.5f * (k % 4), 1.0 / 128) << k;
+    EXPECT_EQ(Bf16BitsToF32(sp[k]), n_ * (n_ - 1) / 2.0f + n_ * 0.5f * (k % 4)) << k;
+    EXPECT_EQ(Bf16BitsToF32(mp[k]), (n_ - 1) + 0.5f * (k % 4)) << k;
+    EXPECT_NEAR(Bf16BitsToF32(ap[k]), (n_ - 1) / 2.0f + 0.5f * (k % 4), 1.0 / 128) << k;
   }
 }
 
@@ -174,12 +174,12 @@ TEST_F(MpiCommunicatorTest, ReduceScatterInPlaceLandsInOwnSlice) {
   }
   Tensor b16 = Make(DType::kBF16, m * n_);
   auto* p = static_cast<uint16_t*>(b16.data());
-  for (int k = 0; k < m * n_; ++k) p[k] = F32ToBf16(static_cast<float>(r_ + k));
+  for (int k = 0; k < m * n_; ++k) p[k] = RoundBf16Rne(static_cast<float>(r_ + k));
   Tensor mine16;
   ASSERT_TRUE(b16.View(r_ * m, {m}, &mine16).ok());
   ASSERT_TRUE(comm_->ReduceScatter(b16, &mine16, ReduceOp::kSum, nullptr).ok());
   for (int j = 0; j < m; ++j) {
-    EXPECT_EQ(Bf16ToF32(p[r_ * m + j]), static_cast<float>(n_ * (n_ - 1) / 2 + n_ * (r_ * m + j))) << j;
+    EXPECT_EQ(Bf16BitsToF32(p[r_ * m + j]), static_cast<float>(n_ * (n_ - 1) / 2 + n_ * (r_ * m + j))) << j;
   }
 }
 

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "comm/bf16.h"
 #include "comm/communicator.h"
 #include "comm/nccl_communicator.h"
+#include "core/bf16.h"
 #include "core/device_context.h"
 #include "tests/comm/mpi_test_env.h"
 
@@ -47,7 +47,7 @@ class NcclCommunicatorTest : public ::testing::Test {
     EXPECT_TRUE(Tensor::Empty({static_cast<int64_t>(values.size())}, dtype, ctx_->host_allocator(), &host).ok());
     for (size_t k = 0; k < values.size(); ++k) {
       if (dtype == DType::kBF16) {
-        static_cast<uint16_t*>(host.data())[k] = F32ToBf16(values[k]);
+        static_cast<uint16_t*>(host.data())[k] = RoundBf16Rne(values[k]);
       } else if (dtype == DType::kI32) {
         host.data<int32_t>()[k] = static_cast<int32_t>(values[k]);
       } else {
@@ -68,7 +68,7 @@ class NcclCommunicatorTest : public ::testing::Test {
     std::vector<float> out(host.numel());
     for (int64_t k = 0; k < host.numel(); ++k) {
       if (dev.dtype() == DType::kBF16) {
-        out[k] = Bf16ToF32(static_cast<uint16_t*>(host.data())[k]);
+        out[k] = Bf16BitsToF32(static_cast<uint16_t*>(host.data())[k]);
       } else if (dev.dtype() == DType::kI32) {
         out[k] = static_cast<float>(host.data<int32_t>()[k]);
       } else {
@@ -117,10 +117,10 @@ TEST_F(NcclCommunicatorTest, Bf16AllReduceMatchesMpiBf16) {
   CpuAllocator alloc;
   Tensor ref;
   ASSERT_TRUE(Tensor::Empty({512}, DType::kBF16, &alloc, &ref).ok());
-  for (int k = 0; k < 512; ++k) static_cast<uint16_t*>(ref.data())[k] = F32ToBf16(v[k]);
+  for (int k = 0; k < 512; ++k) static_cast<uint16_t*>(ref.data())[k] = RoundBf16Rne(v[k]);
   ASSERT_TRUE(mpi->AllReduce(&ref, ReduceOp::kSum, nullptr).ok());
   for (int k = 0; k < 512; ++k) {
-    EXPECT_EQ(got[k], Bf16ToF32(static_cast<uint16_t*>(ref.data())[k])) << k;
+    EXPECT_EQ(got[k], Bf16BitsToF32(static_cast<uint16_t*>(ref.data())[k])) << k;
     EXPECT_EQ(got[k], n_ * (n_ - 1) / 2.0f + n_ * 0.5f * (k % 4)) << k;
   }
 }

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/bf16.h"
+#include "core/bf16.h"
 #include "core/check.h"
 #include "core/device_context.h"
 #include "kernels/conv2d.h"
@@ -302,7 +302,7 @@ std::vector<double> ToNchw(const Dims4& d, const std::vector<double>& v) {
   return out;
 }
 
-double RoundBf16(double x) { return comm::Bf16ToF32(comm::F32ToBf16(static_cast<float>(x))); }
+double RoundBf16(double x) { return Bf16BitsToF32(RoundBf16Rne(static_cast<float>(x))); }
 std::vector<double> RandomBf16(int64_t n, uint64_t seed) {
   std::vector<double> v = RandomVector(n, seed);
   for (double& x : v) x = RoundBf16(x);
@@ -354,7 +354,7 @@ void RunConvBf16(DeviceContext& gpu, Conv2dCache* cache, Dir dir, const Conv2dGe
   std::vector<uint16_t> bits;
   DT_ASSERT_OK(FetchBf16Bits(gpu, to, &bits));
   std::vector<double> nhwc(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) nhwc[i] = comm::Bf16ToF32(bits[i]);
+  for (size_t i = 0; i < bits.size(); ++i) nhwc[i] = Bf16BitsToF32(bits[i]);
   *out_nchw = ToNchw(d.out, nhwc);
   if (out_bits != nullptr) *out_bits = std::move(bits);
 }

@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "comm/bf16.h"
+#include "core/bf16.h"
 #include "core/check.h"
 #include "core/device_context.h"
 #include "tests/testing/grad_check.h"
@@ -366,7 +366,7 @@ std::vector<float> CastInputs(int64_t n, float scale, bool bf16, uint64_t seed) 
   int j = 0;
   for (int64_t i = 0; i < n; i += 7) x[i] = specials[j++ % (sizeof(specials) / sizeof(float))] / scale;
   if (bf16) {
-    for (float& v : x) v = comm::Bf16ToF32(comm::F32ToBf16(v));
+    for (float& v : x) v = Bf16BitsToF32(RoundBf16Rne(v));
   }
   return x;
 }
@@ -387,7 +387,7 @@ TEST_F(Fp8CudaTest, CastMatchesCpuBitForBit) {
           std::vector<uint8_t> want(x.size()), want_t(x.size());
           CastToFp8Cpu(want.data(), want_t.data(), x.data(), s.rows, s.cols, scale, f);
           std::vector<uint16_t> x16(x.size());
-          for (size_t i = 0; i < x.size(); ++i) x16[i] = comm::F32ToBf16(x[i]);
+          for (size_t i = 0; i < x.size(); ++i) x16[i] = RoundBf16Rne(x[i]);
           Tensor tx, tscale, out, out_t;
           Upload(dt, {s.rows, s.cols}, bf16 ? static_cast<const void*>(x16.data()) : x.data(), s.offset, &tx);
           Scalar(scale, &tscale);
@@ -430,11 +430,11 @@ TEST_F(Fp8CudaTest, AmaxIsExact) {
           std::mt19937_64 rng(n + special);
           std::normal_distribution<float> nd(0.f, 3.f);
           std::vector<float> x(static_cast<size_t>(n));
-          for (float& v : x) v = bf16 ? comm::Bf16ToF32(comm::F32ToBf16(nd(rng))) : nd(rng);
+          for (float& v : x) v = bf16 ? Bf16BitsToF32(RoundBf16Rne(nd(rng))) : nd(rng);
           if (special == 1) x[n / 2] = -INFINITY;
           if (special == 2) x[n - 1] = NAN;
           std::vector<uint16_t> x16(x.size());
-          for (size_t i = 0; i < x.size(); ++i) x16[i] = comm::F32ToBf16(x[i]);
+          for (size_t i = 0; i < x.size(); ++i) x16[i] = RoundBf16Rne(x[i]);
           Tensor tx, amax;
           Upload(dt, {n}, bf16 ? static_cast<const void*>(x16.data()) : x.data(), offset, &tx);
           Scalar(-5.f, &amax);  // overwritten, not max-ed with

@@ -1,6 +1,6 @@
 // Tests of kernels/layout: the NCHW <-> NHWC permutations. CPU: the closed form of the index map on iota inputs
 // (exact), round trips, accumulate. CUDA against the CPU reference, bit for bit: NchwToNhwc's f32 -> bf16 rounds to
-// nearest even exactly like comm/bf16.h (ties, NaN, infinities, subnormals included), NhwcToNchw's bf16 -> f32 is
+// nearest even exactly like core/bf16.h (ties, NaN, infinities, subnormals included), NhwcToNchw's bf16 -> f32 is
 // exact and its accumulate is one fp32 add. Sizes: odd ones, the CNN's images [128,1,28,28] and its conv weights
 // ([32,1,3,3] ... [128,128,3,3], [64,32,1,1]). Shape and dtype errors name the tensors. CUDA tests skip without a GPU.
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "comm/bf16.h"
+#include "core/bf16.h"
 #include "core/check.h"
 #include "core/device_context.h"
 #include "kernels/layout.h"
@@ -202,13 +202,13 @@ TEST_F(LayoutCuda, NchwToNhwcRoundsF32ToBf16BitExactly) {
     DT_ASSERT_OK(NchwToNhwc(*gpu_, in, &out));
     std::vector<uint16_t> got;
     DT_ASSERT_OK(FetchBf16Bits(*gpu_, out, &got));
-    // The CPU reference (f32 permutation) then the host rounding of comm/bf16.h.
+    // The CPU reference (f32 permutation) then the host rounding of core/bf16.h.
     std::vector<float> perm(x.size());
     NchwToNhwcCpu(perm.data(), x.data(), s.n, s.c, s.h, s.w);
     int64_t mismatches = 0;
     for (size_t i = 0; i < perm.size(); ++i) {
-      const uint16_t want = comm::F32ToBf16(perm[i]);
-      const bool both_nan = std::isnan(comm::Bf16ToF32(want)) && std::isnan(comm::Bf16ToF32(got[i]));
+      const uint16_t want = RoundBf16Rne(perm[i]);
+      const bool both_nan = std::isnan(Bf16BitsToF32(want)) && std::isnan(Bf16BitsToF32(got[i]));
       if (got[i] != want && !both_nan && mismatches++ < 5) {
         ADD_FAILURE() << "[" << s.n << "," << s.c << "," << s.h << "," << s.w << "] i " << i << ": f32 " << perm[i]
                       << " -> bf16 0x" << std::hex << got[i] << ", want 0x" << want;
@@ -226,8 +226,8 @@ TEST_F(LayoutCuda, NhwcToNchwWidensBf16ExactlyAndAccumulatesInF32) {
     std::vector<uint16_t> bits(r.size());
     std::vector<float> widened(r.size());
     for (size_t i = 0; i < r.size(); ++i) {
-      bits[i] = comm::F32ToBf16(static_cast<float>(r[i]));
-      widened[i] = comm::Bf16ToF32(bits[i]);
+      bits[i] = RoundBf16Rne(static_cast<float>(r[i]));
+      widened[i] = Bf16BitsToF32(bits[i]);
     }
     const auto init = RandomVector(s.numel(), ++seed);
     std::vector<float> want_set(r.size()), want_acc(init.begin(), init.end());
@@ -264,7 +264,7 @@ TEST_F(LayoutCuda, RoundTripIsTheBf16RoundingInPlace) {
   std::vector<double> got;
   DT_ASSERT_OK(Fetch(*gpu_, back, &got));
   for (int64_t i = 0; i < s.numel(); ++i) {
-    ASSERT_EQ(got[i], comm::Bf16ToF32(comm::F32ToBf16(static_cast<float>(x[i])))) << i;
+    ASSERT_EQ(got[i], Bf16BitsToF32(RoundBf16Rne(static_cast<float>(x[i])))) << i;
   }
 }
 

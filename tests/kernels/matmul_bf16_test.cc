@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "comm/bf16.h"
+#include "core/bf16.h"
 #include "core/check.h"
 #include "core/device_context.h"
 #include "kernels/bias.h"
@@ -32,7 +32,7 @@ std::unique_ptr<DeviceContext> Cpu() {
 
 // Values as the GPU sees them after a round to bf16.
 std::vector<double> RoundBf16(std::vector<double> v) {
-  for (double& x : v) x = comm::Bf16ToF32(comm::F32ToBf16(static_cast<float>(x)));
+  for (double& x : v) x = Bf16BitsToF32(RoundBf16Rne(static_cast<float>(x)));
   return v;
 }
 

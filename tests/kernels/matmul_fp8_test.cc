@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/bf16.h"
+#include "core/bf16.h"
 #include "core/check.h"
 #include "core/device_context.h"
 #include "kernels/fp8.h"
@@ -217,7 +217,7 @@ class MatmulFp8CudaTest : public ::testing::Test {
       std::vector<uint16_t> h(out.size());
       EXPECT_TRUE(Tensor::Wrap(h.data(), c.shape(), c.dtype(), DeviceType::kCPU).CopyFrom(c, gpu_->stream()).ok());
       EXPECT_TRUE(gpu_->Synchronize().ok());
-      for (size_t i = 0; i < h.size(); ++i) out[i] = comm::Bf16ToF32(h[i]);
+      for (size_t i = 0; i < h.size(); ++i) out[i] = Bf16BitsToF32(h[i]);
     }
     return out;
   }
@@ -228,7 +228,7 @@ class MatmulFp8CudaTest : public ::testing::Test {
       Upload(dtype, {m, n}, h.data(), out);
     } else {
       std::vector<uint16_t> h(c0.size());
-      for (size_t i = 0; i < h.size(); ++i) h[i] = comm::F32ToBf16(static_cast<float>(c0[i]));
+      for (size_t i = 0; i < h.size(); ++i) h[i] = RoundBf16Rne(static_cast<float>(c0[i]));
       Upload(dtype, {m, n}, h.data(), out);
     }
   }
@@ -280,7 +280,7 @@ TEST_F(MatmulFp8CudaTest, MatchesDoubleReference) {
     Upload(DType::kF32, {1}, &sb, &tsb);
     std::vector<double> c0(ref.size());
     for (size_t i = 0; i < c0.size(); ++i)
-      c0[i] = comm::Bf16ToF32(comm::F32ToBf16(static_cast<float>(ref[i] * ((i % 5) - 2.0))));
+      c0[i] = Bf16BitsToF32(RoundBf16Rne(static_cast<float>(ref[i] * ((i % 5) - 2.0))));
     for (DType cdt : {DType::kBF16, DType::kF32}) {
       for (bool fast : {false, true}) {
         for (bool accumulate : {false, true}) {
@@ -325,12 +325,12 @@ TEST_F(MatmulFp8CudaTest, QuantizedChainReplaysInACudaGraph) {
   std::normal_distribution<float> nd(0.f, 1.f);
   auto bf16_values = [&](int64_t count, float sigma) {
     std::vector<float> v(static_cast<size_t>(count));
-    for (float& x : v) x = comm::Bf16ToF32(comm::F32ToBf16(nd(rng) * sigma));
+    for (float& x : v) x = Bf16BitsToF32(RoundBf16Rne(nd(rng) * sigma));
     return v;
   };
   auto to_bits = [](const std::vector<float>& v) {
     std::vector<uint16_t> bits(v.size());
-    for (size_t i = 0; i < v.size(); ++i) bits[i] = comm::F32ToBf16(v[i]);
+    for (size_t i = 0; i < v.size(); ++i) bits[i] = RoundBf16Rne(v[i]);
     return bits;
   };
   const auto w = bf16_values(n * k, 0.05f);
@@ -376,7 +376,7 @@ TEST_F(MatmulFp8CudaTest, QuantizedChainReplaysInACudaGraph) {
   std::unique_ptr<CudaGraph> graph;
   DT_ASSERT_OK(
       CudaGraph::Capture(gpu_->stream(), std::make_shared<CudaGraphPool>(gpu_->device_allocator()), chain, &graph));
-  for (float& v : x) v = comm::Bf16ToF32(comm::F32ToBf16(v * 3.f));
+  for (float& v : x) v = Bf16BitsToF32(RoundBf16Rne(v * 3.f));
   x_bits = to_bits(x);
   DT_ASSERT_OK(tx.CopyFrom(Tensor::Wrap(x_bits.data(), {m, k}, DType::kBF16, DeviceType::kCPU), gpu_->stream()));
   DT_ASSERT_OK(graph->Launch(gpu_->stream()));
@@ -396,8 +396,8 @@ TEST_F(MatmulFp8CudaTest, EpiloguesMatchTheCpuReference) {
   std::vector<double> ref, abs;
   DoubleGemm(a, kE4M3, sa, b, kE4M3, sb, m, n, k, &ref, &abs);
   std::vector<double> bias(n), res(m * n);
-  for (int64_t j = 0; j < n; ++j) bias[j] = comm::Bf16ToF32(comm::F32ToBf16(0.01f * static_cast<float>(j % 13 - 6)));
-  for (int64_t i = 0; i < m * n; ++i) res[i] = comm::Bf16ToF32(comm::F32ToBf16(0.1f * static_cast<float>(i % 9 - 4)));
+  for (int64_t j = 0; j < n; ++j) bias[j] = Bf16BitsToF32(RoundBf16Rne(0.01f * static_cast<float>(j % 13 - 6)));
+  for (int64_t i = 0; i < m * n; ++i) res[i] = Bf16BitsToF32(RoundBf16Rne(0.1f * static_cast<float>(i % 9 - 4)));
   Tensor ta, tb, tsa, tsb;
   Upload(DType::kU8, {m, k}, a.data(), &ta);
   Upload(DType::kU8, {n, k}, b.data(), &tb);

@@ -14,7 +14,7 @@
 #include <tuple>
 #include <vector>
 
-#include "comm/bf16.h"
+#include "core/bf16.h"
 #include "core/check.h"
 #include "core/device_context.h"
 #include "kernels/bias.h"
@@ -331,9 +331,9 @@ TEST(CastCpu, F32Bf16IsTheHostRounding) {
   DT_ASSERT_OK(Tensor::Empty({37}, DType::kF32, cpu->allocator(), &back));
   DT_ASSERT_OK(Cast(*cpu, bf16, &back));
   for (int64_t i = 0; i < 37; ++i) {
-    const uint16_t want = comm::F32ToBf16(static_cast<float>(v[static_cast<size_t>(i)]));
+    const uint16_t want = RoundBf16Rne(static_cast<float>(v[static_cast<size_t>(i)]));
     ASSERT_EQ(bf16.data<uint16_t>()[i], want) << i;
-    const float wide = comm::Bf16ToF32(want);
+    const float wide = Bf16BitsToF32(want);
     ASSERT_EQ(std::memcmp(&back.data<float>()[i], &wide, sizeof(float)), 0) << i;
   }
   EXPECT_EQ(bf16.data<uint16_t>()[3], 0x3f80);
@@ -363,14 +363,14 @@ TEST_F(Bf16Ops, CastMatchesHostRoundingBitForBit) {
           ASSERT_TRUE((bits[i] & 0x7F80) == 0x7F80 && (bits[i] & 0x7F) != 0) << "n=" << n << " i=" << i;
           continue;
         }
-        ASSERT_EQ(bits[i], comm::F32ToBf16(x)) << "n=" << n << " i=" << i;
+        ASSERT_EQ(bits[i], RoundBf16Rne(x)) << "n=" << n << " i=" << i;
       }
       DT_ASSERT_OK(Tensor::Empty(in->shape(), DType::kF32, gpu_->allocator(), &back));
       DT_ASSERT_OK(Cast(*gpu_, bf16, &back));
       std::vector<double> got;
       DT_ASSERT_OK(Fetch(*gpu_, back, &got));
       for (int64_t i = 0; i < in->numel(); ++i) {
-        const double want = comm::Bf16ToF32(bits[i]);
+        const double want = Bf16BitsToF32(bits[i]);
         ASSERT_TRUE(got[i] == want || (std::isnan(got[i]) && std::isnan(want))) << i;
       }
     }

@@ -743,7 +743,7 @@ TEST(LlamaCuda, Bf16GradsAreTheF32GradsRoundedAndTrain) {
         const double got = runs[1].first_grads[static_cast<size_t>(i)];
         err2 += (got - want) * (got - want);
         norm2 += want * want;
-        exact += got == static_cast<double>(ops::Bf16BitsToF32(ops::RoundBf16Rne(static_cast<float>(want))));
+        exact += got == static_cast<double>(Bf16BitsToF32(RoundBf16Rne(static_cast<float>(want))));
       }
       const double rel = std::sqrt(err2 / std::max(norm2, 1e-300));
       const bool norm = p.name.find("norm.weight") != std::string::npos;

@@ -46,7 +46,7 @@ void CastIntoCopy(DeviceContext& ctx, std::vector<uint16_t>* bits) {
   for (const CopyRun& r : runs) {
     for (int64_t i = 0; i < r.numel; ++i) {
       want[static_cast<size_t>(r.dst + i)] =
-          ops::RoundBf16Rne(static_cast<float>(values[static_cast<size_t>(3 + r.src + i)]));
+          RoundBf16Rne(static_cast<float>(values[static_cast<size_t>(3 + r.src + i)]));
     }
   }
   EXPECT_EQ(*bits, want);

@@ -6,7 +6,7 @@
 #include <sstream>
 #include <type_traits>
 
-#include "comm/bf16.h"
+#include "core/bf16.h"
 
 namespace dtrain::testing {
 
@@ -64,7 +64,7 @@ Status CopyIn(DeviceContext& ctx, const std::vector<double>& values, Tensor* out
   std::vector<T> host(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
     if constexpr (std::is_same_v<T, uint16_t>) {
-      host[i] = comm::F32ToBf16(static_cast<float>(values[i]));  // bf16: round to nearest even
+      host[i] = RoundBf16Rne(static_cast<float>(values[i]));  // bf16: round to nearest even
     } else {
       host[i] = static_cast<T>(values[i]);
     }
@@ -84,7 +84,7 @@ Status CopyOut(DeviceContext& ctx, const Tensor& t, std::vector<double>* out) {
   out->resize(host.size());
   for (size_t i = 0; i < host.size(); ++i) {
     if constexpr (std::is_same_v<T, uint16_t>) {
-      (*out)[i] = comm::Bf16ToF32(host[i]);
+      (*out)[i] = Bf16BitsToF32(host[i]);
     } else {
       (*out)[i] = static_cast<double>(host[i]);
     }

@@ -47,7 +47,7 @@ double Dot(const std::vector<double>& w, const std::vector<double>& y);
 // ---- tensors ------------------------------------------------------------------------------------------------
 
 // A new tensor of `shape` and `dtype` (f32, f64, i32 or bf16) on ctx's device, holding `values` converted from
-// double (bf16: rounded to nearest even on the host, comm/bf16.h; values.size() must equal the element count).
+// double (bf16: rounded to nearest even on the host, core/bf16.h; values.size() must equal the element count).
 // Synchronizes ctx's stream.
 Status MakeTensor(DeviceContext& ctx, DType dtype, const std::vector<int64_t>& shape, const std::vector<double>& values,
                   Tensor* out);

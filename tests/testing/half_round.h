@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <cmath>
 
-#include "comm/bf16.h"
+#include "core/bf16.h"
 
 namespace dtrain::testing {
 
 // bf16: through comm's f32 <-> bf16 conversion (NaN stays NaN).
-inline double RoundToBf16(double x) { return comm::Bf16ToF32(comm::F32ToBf16(static_cast<float>(x))); }
+inline double RoundToBf16(double x) { return Bf16BitsToF32(RoundBf16Rne(static_cast<float>(x))); }
 
 // IEEE binary16: |x| >= 65520 overflows to inf; below 2^-14 the quantum stays 2^-24 (subnormals). Exact in double.
 inline double RoundToF16(double x) {

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "comm/bf16.h"
 #include "comm/communicator.h"
+#include "core/bf16.h"
 #include "runtime/optim/gradient_reducer.h"
 #include "tests/comm/mpi_test_env.h"
 
@@ -253,7 +253,7 @@ TEST_F(GradientReducerTest, Bf16CompressionWithinTolerance) {
     want /= n_;
     const float got = grads_.data<float>()[i];
     bad += std::fabs(got - want) > 3.0 / 128 + 1e-6;
-    not_bf16 += comm::Bf16ToF32(comm::F32ToBf16(got)) != got;  // the result went through bf16
+    not_bf16 += Bf16BitsToF32(RoundBf16Rne(got)) != got;  // the result went through bf16
   }
   EXPECT_EQ(bad, 0);
   EXPECT_EQ(not_bf16, 0);
@@ -281,7 +281,7 @@ TEST_F(GradientReducerTest, Bf16GradsAreReducedAsTheCompressedWire) {
 
   Tensor g16;
   ASSERT_TRUE(Tensor::Empty({kTotal}, DType::kBF16, ctx_->allocator(), &g16).ok());
-  for (int64_t i = 0; i < kTotal; ++i) g16.data<uint16_t>()[i] = comm::F32ToBf16(G(i, r_));
+  for (int64_t i = 0; i < kTotal; ++i) g16.data<uint16_t>()[i] = RoundBf16Rne(G(i, r_));
   for (const bool compress : {false, true}) {  // bf16_compress has nothing to do with bf16 grads
     opts.bf16_compress = compress;
     std::unique_ptr<GradientReducer> red;
@@ -289,12 +289,12 @@ TEST_F(GradientReducerTest, Bf16GradsAreReducedAsTheCompressedWire) {
     ASSERT_TRUE(st.ok()) << st.ToString();
     EXPECT_EQ(red->buckets(), compressed->buckets());
     if (compress) {
-      for (int64_t i = 0; i < kTotal; ++i) g16.data<uint16_t>()[i] = comm::F32ToBf16(G(i, r_));
+      for (int64_t i = 0; i < kTotal; ++i) g16.data<uint16_t>()[i] = RoundBf16Rne(G(i, r_));
     }
     for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i) ASSERT_TRUE(red->MarkReady(i).ok());
     ASSERT_TRUE(red->Finalize().ok());
     int64_t differ = 0;
-    for (int64_t i = 0; i < kTotal; ++i) differ += comm::Bf16ToF32(g16.data<uint16_t>()[i]) != grads_.data<float>()[i];
+    for (int64_t i = 0; i < kTotal; ++i) differ += Bf16BitsToF32(g16.data<uint16_t>()[i]) != grads_.data<float>()[i];
     EXPECT_EQ(differ, 0) << "bf16_compress " << compress;
   }
 }

@@ -288,7 +288,7 @@ TEST(Optimizer, SplitMastersStepAsF32Masters) {
   ASSERT_EQ(split->state().size(), 2u);
   EXPECT_EQ(split->state()[1].first, "exp_avg_sq");
   std::vector<double> init = testing::RandomVector(n, 1, -1, 1);
-  for (double& x : init) x = ops::Bf16BitsToF32(ops::RoundBf16Rne(static_cast<float>(x)));  // the masters start bf16
+  for (double& x : init) x = Bf16BitsToF32(RoundBf16Rne(static_cast<float>(x)));  // the masters start bf16
   Tensor p, hi;
   DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kF32, {n}, init, &p));
   DT_ASSERT_OK(testing::MakeTensor(*ctx, DType::kBF16, {n}, init, &hi));
@@ -302,7 +302,7 @@ TEST(Optimizer, SplitMastersStepAsF32Masters) {
   const uint16_t* l = split->master_low()->data<uint16_t>();
   int64_t differ = 0, moved = 0;
   for (int64_t i = 0; i < n; ++i) {
-    differ += ops::F32Bits(ops::JoinF32(h[i], l[i])) != ops::F32Bits(p.data<float>()[i]);
+    differ += F32Bits(ops::JoinF32(h[i], l[i])) != F32Bits(p.data<float>()[i]);
     moved += l[i] != 0;  // the masters left the bf16 grid
   }
   EXPECT_EQ(differ, 0);
