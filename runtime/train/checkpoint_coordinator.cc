@@ -346,13 +346,15 @@ Status CheckpointCoordinator::Save(const StepPoint& p, bool sync) {
   // D2H on the compute stream: ordered after this step's update, before the next step's. The layout: params, the
   // optimizer state, the model's buffers. bf16 sources (params, optimizer state) land in the first half of their
   // f32 buffer; the write job widens them (the files are f32: runtime/checkpoint/dtype_convert.h).
+  // Split masters' params (their bf16 high halves) are joined with their low halves instead.
+  const bool join = parts_.updater->options().split_masters;
   std::vector<int64_t> widen;  // snapshot indices to widen
-  auto destination = [&](size_t i, DType dtype) {
+  auto destination = [&](size_t i, DType dtype, bool widened = true) {
     if (dtype != DType::kBF16) return snapshot_[i].second;
-    widen.push_back(static_cast<int64_t>(i));
+    if (widened) widen.push_back(static_cast<int64_t>(i));
     return Tensor::Wrap(snapshot_[i].second.data(), {snapshot_[i].second.numel()}, DType::kBF16, DeviceType::kCPU);
   };
-  Tensor params_dst = destination(0, model.params().dtype());
+  Tensor params_dst = destination(0, model.params().dtype(), !join);
   DT_RETURN_IF_ERROR(params_dst.CopyFrom(model.params(), ctx.stream()));
   const size_t n_state = parts_.updater->state_names().size();
   std::vector<Tensor> state_dst;
@@ -361,11 +363,10 @@ Status CheckpointCoordinator::Save(const StepPoint& p, bool sync) {
   for (Tensor& t : state_dst) state_ptrs.push_back(&t);
   DT_RETURN_IF_ERROR(parts_.updater->SaveState(state_ptrs, &built));
   // Split masters: their low halves into the snapshot's last buffer (no file), joined with the params by the job.
-  Tensor* low = nullptr;
-  DT_RETURN_IF_ERROR(parts_.updater->MasterLow(&low));  // settled by SaveState with optim.offload
-  const bool join = low != nullptr;
   if (join) {
-    widen.erase(widen.begin());  // index 0, the params: joined instead
+    Tensor* low = nullptr;
+    DT_RETURN_IF_ERROR(parts_.updater->MasterLow(&low));  // settled by SaveState with optim.offload
+    DT_CHECK_ARG(low != nullptr, "split masters without their low halves");
     Tensor low_dst = Tensor::Wrap(snapshot_.back().second.data(), {low->numel()}, DType::kBF16, DeviceType::kCPU);
     DT_RETURN_IF_ERROR(low_dst.CopyFrom(*low, ctx.stream()));
   }
