@@ -10,8 +10,7 @@
 // accumulated across micro-steps).
 //
 //   - CPU references (*Cpu<T>, T = float or double): same dtype in and out, exact.
-//   - CUDA launchers: NchwToNhwc converts f32 -> bf16 (round to nearest even, NaN stays NaN: core/bf16.h's
-//   RoundBf16Rne),
+//   - CUDA launchers: NchwToNhwc converts f32 -> bf16 (round to nearest even, NaN stays NaN: core/bf16.h),
 //     NhwcToNchw bf16 -> f32 (exact; with `accumulate` one fp32 add). One kernel launch each, queued on `stream`;
 //     bf16 crosses the API as uint16_t (raw bits).
 //   - Tensor entry points: check that `out`'s shape is the permutation of `in`'s (InvalidArgument naming both) and

@@ -26,14 +26,14 @@
 
 namespace dtrain::models {
 
-// A language model's samples: token sequences of seq_len inputs (records of seq_len + 1 tokens) with ids below
-// vocab_size. Gives the tokens per sample of the tokens/s metric and the shape of data.dataset synthetic_tokens'
-// random batches (throughput runs).
 // Whether the model's params are bf16 under train.master_weights: "bf16" (bf16 masters) or "split" (the bf16 high
 // halves of fp32 masters; the optimizer keeps the low halves). Any other value, "" of a config built in code among
 // them, is fp32.
 bool Bf16Params(const proto::TrainConfig& train);
 
+// A language model's samples: token sequences of seq_len inputs (records of seq_len + 1 tokens) with ids below
+// vocab_size. Gives the tokens per sample of the tokens/s metric and the shape of data.dataset synthetic_tokens'
+// random batches (throughput runs).
 struct TokenInput {
   int64_t seq_len = 0;
   int64_t vocab_size = 0;
