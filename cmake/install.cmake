@@ -3,7 +3,7 @@
 # (examples/custom_model/). Layout under P:
 #
 #   bin/dtrain
-#   lib/libdtrain_{core,proto,storage,kernels,models,comm,data,config,observe,checkpoint,optim,train,launcher}.a
+#   lib/libdtrain_{core,proto,storage,kernels,models,comm,data,config,observe,checkpoint,optim,train,supervise,launcher}.a
 #   include/dtrain/<repo path>.h           e.g. include/dtrain/models/model.h, include/dtrain/core/tensor.h,
 #   include/dtrain/proto/<name>.pb.h         generated; the .proto schemas beside them
 #   lib/cmake/dtrain/dtrainConfig.cmake    + dtrainConfigVersion.cmake, dtrainTargets*.cmake, FindNCCL/FindCUDNN

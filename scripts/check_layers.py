@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that dtrain's libraries depend on each other one way only (docs/architecture.md, "Layers").
+"""Checks that dtrain's libraries depend on each other one way only (docs/architecture.md, "Modules").
 
 Every library's folder, and the libraries it may use, are listed below in LAYERS, from the ground up.
 The check fails (exit 1, one line per offence) when

@@ -75,8 +75,12 @@ Status CreateOptimAlgorithm(const OptimizerOptions& opts, const OptimAlgorithmSp
 }
 
 std::vector<DType> OptimizerStateDTypes(const OptimAlgorithmSpec& spec, const OptimizerOptions& opts) {
-  std::vector<DType> out(spec.state_names.size(), opts.state_dtype);
-  if (opts.split_masters) out.push_back(DType::kBF16);
+  return OptimizerStateDTypes(spec.state_names.size(), opts.state_dtype, opts.split_masters);
+}
+
+std::vector<DType> OptimizerStateDTypes(size_t state_tensors, DType state_dtype, bool split_masters) {
+  std::vector<DType> out(state_tensors, state_dtype);
+  if (split_masters) out.push_back(DType::kBF16);
   return out;
 }
 

@@ -91,6 +91,9 @@ struct OptimAlgorithmSpec {
 // The dtypes of the state tensors an optimizer with `opts` keeps for `spec`: its state names' (opts.state_dtype),
 // then the split masters' low halves (kBF16 storage) with opts.split_masters.
 std::vector<DType> OptimizerStateDTypes(const OptimAlgorithmSpec& spec, const OptimizerOptions& opts);
+// The same from the counts a memory plan carries (runtime/train/memory_fit.cc): `state_tensors` of `state_dtype`,
+// then with split_masters the low halves.
+std::vector<DType> OptimizerStateDTypes(size_t state_tensors, DType state_dtype, bool split_masters);
 
 // The spec registered as `name`, or nullptr.
 const OptimAlgorithmSpec* FindOptimAlgorithm(const std::string& name);

@@ -124,9 +124,8 @@ Status PlanRunMemory(const proto::Config& cfg, const models::MemoryPlanInputs& i
   // Offloaded (optim.offload cpu, runtime/optim/offloaded_state.h): the GPU holds the kept part and a ring of chunks
   // of the rest of each state tensor (no ring on the CPU, which updates the host state in place), the host the state
   // (page-locked, 64-byte granules).
-  // (Split masters: their low halves are one more state tensor, OptimizerStateDTypes.)
-  std::vector<DType> dtypes(static_cast<size_t>(in.optim_state_tensors), in.optim_state_dtype);
-  if (in.split_masters) dtypes.push_back(DType::kBF16);
+  const std::vector<DType> dtypes =
+      OptimizerStateDTypes(static_cast<size_t>(in.optim_state_tensors), in.optim_state_dtype, in.split_masters);
   const int64_t keep = OffloadedState::KeepNumel(in.offload_keep_bytes, dtypes, shard);
   const int64_t ring = in.cuda ? OffloadedState::RingNumel(shard - keep, 0) : 0;
   auto state_bytes = [&](int64_t numel) {
