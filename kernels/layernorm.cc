@@ -1,12 +1,12 @@
 #include "kernels/layernorm.h"
 
 #include <cmath>
-#include <initializer_list>
 #include <vector>
 
 #include "core/check.h"
 #include "kernels/fp8.h"
 #include "kernels/half.h"
+#include "kernels/norm_args.h"
 
 namespace dtrain::ops {
 
@@ -69,43 +69,10 @@ template void LayerNormBackwardCpu<float>(float*, float*, float*, const float*, 
 template void LayerNormBackwardCpu<double>(double*, double*, double*, const double*, const double*, const double*,
                                            const double*, const double*, int64_t, int64_t, bool);
 
-namespace {
-
-// x[..., C] with C > 0; `row_like` tensors have shape x.shape[:-1]; `param_like` and `x_like` tensors have shape
-// [C] and x.shape. x_like tensors share x's dtype; param_like and row_like ones too, except that they are f32 when
-// x is bf16/f16 (CUDA only). All sit on the context's device.
-Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& x, std::initializer_list<const Tensor*> x_like,
-                 std::initializer_list<const Tensor*> param_like, std::initializer_list<const Tensor*> row_like) {
-  DT_CHECK_ARG(x.ndim() >= 1 && x.dim(-1) > 0, op << ": x " << x.ToString() << " needs a non-empty last dim C");
-  DT_CHECK_ARG(x.device() == ctx.type(), op << ": x " << x.ToString() << " not on " << DeviceName(ctx.type()));
-  if (ctx.is_cuda()) {
-    DT_CHECK_ARG(x.dtype() == DType::kF32 || IsHalfFloat(x.dtype()),
-                 op << ": CUDA supports f32, bf16 and f16, got " << x.ToString());
-  } else {
-    DT_CHECK_ARG(x.dtype() == DType::kF32 || x.dtype() == DType::kF64,
-                 op << ": CPU supports f32/f64, got " << x.ToString());
-  }
-  const DType stats = IsHalfFloat(x.dtype()) ? DType::kF32 : x.dtype();
-  const std::vector<int64_t> rows(x.shape().begin(), x.shape().end() - 1);
-  const std::vector<int64_t> params = {x.dim(-1)};
-  auto check = [&](const Tensor* t, const std::vector<int64_t>& want, DType dtype, const char* kind) -> Status {
-    DT_CHECK_ARG(t->shape() == want && t->dtype() == dtype && t->device() == ctx.type(),
-                 op << ": shapes do not match: x " << x.ToString() << " needs " << kind << " " << DTypeName(dtype)
-                    << " on the same device, got " << t->ToString());
-    return Status::OK();
-  };
-  for (const Tensor* t : x_like) DT_RETURN_IF_ERROR(check(t, x.shape(), x.dtype(), "x-shaped"));
-  for (const Tensor* t : param_like) DT_RETURN_IF_ERROR(check(t, params, stats, "[C]"));
-  for (const Tensor* t : row_like) DT_RETURN_IF_ERROR(check(t, rows, stats, "x.shape[:-1]"));
-  return Status::OK();
-}
-
-}  // namespace
-
 Status LayerNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                         Tensor* y, Tensor* mean, Tensor* rstd, Tensor* amax) {
   DT_CHECK_ARG(y != nullptr && mean != nullptr && rstd != nullptr, "LayerNormForward: null output");
-  DT_RETURN_IF_ERROR(CheckArgs(ctx, "LayerNormForward", x, {y}, {&gamma, &beta}, {mean, rstd}));
+  DT_RETURN_IF_ERROR(CheckRowNormArgs(ctx, "LayerNormForward", x, {y}, {&gamma, &beta}, {mean, rstd}));
   DT_RETURN_IF_ERROR(CheckAmaxOutput(ctx, "LayerNormForward", amax));
   const int64_t c = x.dim(-1), n = x.numel() / c;
   if (ctx.is_cuda()) {
@@ -136,7 +103,7 @@ Status LayerNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& gamm
                          const Tensor& rstd, const Tensor& dy, Tensor* dx, Tensor* dgamma, Tensor* dbeta,
                          bool accumulate_dx, Tensor* amax) {
   DT_CHECK_ARG(dx != nullptr && dgamma != nullptr && dbeta != nullptr, "LayerNormBackward: null output");
-  DT_RETURN_IF_ERROR(CheckArgs(ctx, "LayerNormBackward", x, {&dy, dx}, {&gamma, dgamma, dbeta}, {&mean, &rstd}));
+  DT_RETURN_IF_ERROR(CheckRowNormArgs(ctx, "LayerNormBackward", x, {&dy, dx}, {&gamma, dgamma, dbeta}, {&mean, &rstd}));
   DT_RETURN_IF_ERROR(CheckAmaxOutput(ctx, "LayerNormBackward", amax));
   const int64_t c = x.dim(-1), n = x.numel() / c;
   if (ctx.is_cuda()) {

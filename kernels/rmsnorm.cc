@@ -1,12 +1,12 @@
 #include "kernels/rmsnorm.h"
 
 #include <cmath>
-#include <initializer_list>
 #include <vector>
 
 #include "core/check.h"
 #include "kernels/fp8.h"
 #include "kernels/half.h"
+#include "kernels/norm_args.h"
 
 namespace dtrain::ops {
 
@@ -58,36 +58,6 @@ template void RmsNormBackwardCpu<double>(double*, double*, const double*, const 
 
 namespace {
 
-// x[..., C] with C > 0; `x_like` tensors have x's shape and dtype, `param_like` ones shape [C] and `row_like` ones
-// x.shape[:-1], both of x's dtype, or f32 when x is bf16/f16 (CUDA only). All sit on the context's device.
-Status CheckArgs(const DeviceContext& ctx, const char* op, const Tensor& x, std::initializer_list<const Tensor*> x_like,
-                 std::initializer_list<const Tensor*> param_like, std::initializer_list<const Tensor*> row_like) {
-  DT_CHECK_ARG(x.ndim() >= 1 && x.dim(-1) > 0, op << ": x " << x.ToString() << " needs a non-empty last dim C");
-  DT_CHECK_ARG(x.device() == ctx.type(), op << ": x " << x.ToString() << " not on " << DeviceName(ctx.type()));
-  if (ctx.is_cuda()) {
-    DT_CHECK_ARG(x.dtype() == DType::kF32 || IsHalfFloat(x.dtype()),
-                 op << ": CUDA supports f32, bf16 and f16, got " << x.ToString());
-  } else {
-    DT_CHECK_ARG(x.dtype() == DType::kF32 || x.dtype() == DType::kF64,
-                 op << ": CPU supports f32/f64, got " << x.ToString());
-  }
-  const DType stats = IsHalfFloat(x.dtype()) ? DType::kF32 : x.dtype();
-  const std::vector<int64_t> rows(x.shape().begin(), x.shape().end() - 1);
-  const std::vector<int64_t> params = {x.dim(-1)};
-  auto check = [&](const Tensor* t, const std::vector<int64_t>& want, DType dtype, const char* kind) -> Status {
-    DT_CHECK_ARG(t->shape() == want && t->dtype() == dtype && t->device() == ctx.type(),
-                 op << ": shapes do not match: x " << x.ToString() << " needs " << kind << " " << DTypeName(dtype)
-                    << " on the same device, got " << t->ToString());
-    return Status::OK();
-  };
-  for (const Tensor* t : x_like) DT_RETURN_IF_ERROR(check(t, x.shape(), x.dtype(), "x-shaped"));
-  for (const Tensor* t : param_like) {
-    if (t != nullptr) DT_RETURN_IF_ERROR(check(t, params, stats, "[C]"));  // null: a bf16 one, checked apart
-  }
-  for (const Tensor* t : row_like) DT_RETURN_IF_ERROR(check(t, rows, stats, "x.shape[:-1]"));
-  return Status::OK();
-}
-
 // A bf16 weight beside bf16 x (bf16 master weights, CUDA): shape [C] on the context's device.
 // Also a bf16 dweight beside bf16 x (bf16 gradients, CUDA).
 bool Bf16Weight(const Tensor& x, const Tensor& weight) {
@@ -109,10 +79,10 @@ Status RmsNormForward(DeviceContext& ctx, const Tensor& x, const Tensor& weight,
   DT_RETURN_IF_ERROR(CheckAmaxOutput(ctx, "RmsNormForward", amax));
   const bool w16 = Bf16Weight(x, weight);
   if (w16) {
-    DT_RETURN_IF_ERROR(CheckArgs(ctx, "RmsNormForward", x, {y}, {}, {rstd}));
+    DT_RETURN_IF_ERROR(CheckRowNormArgs(ctx, "RmsNormForward", x, {y}, {}, {rstd}));
     DT_RETURN_IF_ERROR(CheckBf16Weight(ctx, "RmsNormForward", x, weight));
   } else {
-    DT_RETURN_IF_ERROR(CheckArgs(ctx, "RmsNormForward", x, {y}, {&weight}, {rstd}));
+    DT_RETURN_IF_ERROR(CheckRowNormArgs(ctx, "RmsNormForward", x, {y}, {&weight}, {rstd}));
   }
   const int64_t c = x.dim(-1), n = x.numel() / c;
   if (ctx.is_cuda()) {
@@ -147,8 +117,8 @@ Status RmsNormBackward(DeviceContext& ctx, const Tensor& x, const Tensor& weight
   DT_CHECK_ARG(dx != nullptr && dweight != nullptr, "RmsNormBackward: null output");
   DT_RETURN_IF_ERROR(CheckAmaxOutput(ctx, "RmsNormBackward", amax));
   const bool w16 = Bf16Weight(x, weight), g16 = Bf16Weight(x, *dweight) && ctx.is_cuda();
-  DT_RETURN_IF_ERROR(
-      CheckArgs(ctx, "RmsNormBackward", x, {&dy, dx}, {w16 ? nullptr : &weight, g16 ? nullptr : dweight}, {&rstd}));
+  DT_RETURN_IF_ERROR(CheckRowNormArgs(ctx, "RmsNormBackward", x, {&dy, dx},
+                                      {w16 ? nullptr : &weight, g16 ? nullptr : dweight}, {&rstd}));
   if (w16) DT_RETURN_IF_ERROR(CheckBf16Weight(ctx, "RmsNormBackward", x, weight));
   if (g16) DT_RETURN_IF_ERROR(CheckBf16Weight(ctx, "RmsNormBackward", x, *dweight, "dweight"));
   const int64_t c = x.dim(-1), n = x.numel() / c;
