@@ -177,13 +177,19 @@ Status FitMemory(proto::Config* cfg, int world_size, bool cuda, int64_t gpu_byte
   // A plan that fits: optim.offload auto resolved against it (and the limit).
   auto fits = [&]() { return cfg->optim().offload() == "auto" ? ResolveAutoOffload(cfg, in, out) : Status::OK(); };
   out->planned = true;
+  const int64_t gpu_limit = cuda && gpu_bytes > 0 ? gpu_bytes - kCudaReservedBytes : 0;
+  const std::string gpu_what = "the GPU's " + models::FormatBytes(gpu_bytes) + " less " +
+                               models::FormatBytes(kCudaReservedBytes) + " for the CUDA context";
   if (budget > 0) {
     out->limit = static_cast<int64_t>(budget * kGiB);
     out->limit_what = "train.memory_budget_gib " + Num(budget);
-  } else if (cuda && gpu_bytes > 0) {
-    out->limit = gpu_bytes - kCudaReservedBytes;
-    out->limit_what = "the GPU's " + models::FormatBytes(gpu_bytes) + " less " +
-                      models::FormatBytes(kCudaReservedBytes) + " for the CUDA context";
+    if (gpu_limit > 0 && out->limit > gpu_limit) {  // a budget written for a larger GPU: this one is the limit
+      out->limit = gpu_limit;
+      out->limit_what += ", capped at " + gpu_what;
+    }
+  } else if (gpu_limit > 0) {
+    out->limit = gpu_limit;
+    out->limit_what = gpu_what;
   }
   bool open = false;
   std::vector<models::ActivationPolicy> policies;

@@ -8,12 +8,13 @@
 //
 // FitMemory: the check `dtrain launch` runs before any rank starts (also with --dry-run, which prints the plan) and
 // every worker runs again on its device. The limit is train.memory_budget_gib when set, else (CUDA runs) the GPU's
-// memory less kCudaReservedBytes for the CUDA context; CPU runs without a budget are not checked. When the model's
-// activation checkpointing is left open (ModelSpec::activation_policies) and a budget is set, the cheapest policy whose
-// plan fits is written into *cfg, and then optim.offload auto is resolved into *cfg (none, or cpu with
-// optim.offload_keep_gib set to what the limit leaves; see config.proto) — with auto, of the policies that fit the one
-// of least estimated recompute + PCIe time (ActivationPolicy::recompute against the streamed state). A plan over the
-// limit is InvalidArgument with the plan's table and each knob that would make it fit, with its figure (activation
+// memory less kCudaReservedBytes for the CUDA context, and never more than that GPU holds (a budget above it, e.g. a
+// config written for a larger GPU, is capped to it and the limit says so); CPU runs without a budget are not checked.
+// When the model's activation checkpointing is left open (ModelSpec::activation_policies) and a budget is set, the
+// cheapest policy whose plan fits is written into *cfg, and then optim.offload auto is resolved into *cfg (none, or cpu
+// with optim.offload_keep_gib set to what the limit leaves; see config.proto) — with auto, of the policies that fit the
+// one of least estimated recompute + PCIe time (ActivationPolicy::recompute against the streamed state). A plan over
+// the limit is InvalidArgument with the plan's table and each knob that would make it fit, with its figure (activation
 // checkpointing, data.batch_size, the model's memory knobs (ModelSpec::memory_knobs: the chunked loss),
 // optim.state_dtype bf16, optim.offload cpu, dist.zero1 on more GPUs). Thread-safe; reads the config only.
 
@@ -42,7 +43,8 @@ struct MemoryFit {
   models::MemoryPlan plan;  // the run's plan (under the chosen policy)
   std::string chosen;       // the policy the budget picked; "" when none was picked
   int64_t limit = 0;        // the bytes the plan had to fit; 0 = not checked
-  std::string limit_what;   // "train.memory_budget_gib 40" or "the GPU's 139.7 GiB less 1 GiB for the CUDA context"
+  std::string limit_what;   // "train.memory_budget_gib 40", "the GPU's 139.7 GiB less 1 GiB for the CUDA context", or
+                            // "train.memory_budget_gib 138.7, capped at the GPU's 79.2 GiB less 1 GiB for ..."
   std::string offload;      // what optim.offload auto was resolved to, for the plan's line; "" when not auto
 };
 
