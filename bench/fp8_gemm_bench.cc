@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "core/bf16.h"
 #include "core/cuda_handles.h"
 #include "core/device_context.h"
@@ -38,24 +39,8 @@
 namespace {
 
 using dtrain::DType;
+using dtrain::bench::TimeMs;
 using dtrain::ops::Fp8Format;
-
-#define BENCH_CHECK(cmd)                                                                         \
-  do {                                                                                           \
-    cudaError_t e_ = (cmd);                                                                      \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #cmd, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
-#define BENCH_OK(expr)                                                                           \
-  do {                                                                                           \
-    const dtrain::Status s_ = (expr);                                                            \
-    if (!s_.ok()) {                                                                              \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, s_.ToString().c_str()); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 // A cudaMalloc'ed buffer, freed at scope exit (shapes are allocated one layer at a time: Llama's lm_head gradient
 // alone is 4 GiB in bf16).
@@ -82,23 +67,6 @@ void FillBf16(uint16_t* dst, int64_t n, float sigma, uint64_t seed) {
     const int64_t len = std::min(kBlock, n - off);
     BENCH_CHECK(cudaMemcpy(dst + off, host.data(), static_cast<size_t>(len) * 2, cudaMemcpyHostToDevice));
   }
-}
-
-// Mean ms of `iters` runs of fn on `stream` after 3 warm-up runs.
-double TimeMs(cudaStream_t stream, int iters, const std::function<void()>& fn) {
-  for (int i = 0; i < 3; ++i) fn();
-  cudaEvent_t start, stop;
-  BENCH_CHECK(cudaEventCreate(&start));
-  BENCH_CHECK(cudaEventCreate(&stop));
-  BENCH_CHECK(cudaEventRecord(start, stream));
-  for (int i = 0; i < iters; ++i) fn();
-  BENCH_CHECK(cudaEventRecord(stop, stream));
-  BENCH_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  BENCH_CHECK(cudaEventDestroy(start));
-  BENCH_CHECK(cudaEventDestroy(stop));
-  return ms / iters;
 }
 
 // Floats between two device scalars: every amax / scale / scale_inv gets its own 16-byte slot. (Packed at 4-byte

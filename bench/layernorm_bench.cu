@@ -17,26 +17,10 @@
 #include <random>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "kernels/layernorm.h"
 
 namespace {
-
-#define BENCH_CHECK(cmd)                                                                         \
-  do {                                                                                           \
-    cudaError_t e_ = (cmd);                                                                      \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #cmd, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
-#define BENCH_OK(expr)                                                                           \
-  do {                                                                                           \
-    const dtrain::Status s_ = (expr);                                                            \
-    if (!s_.ok()) {                                                                              \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, s_.ToString().c_str()); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 template <typename T>
 T* DeviceRandom(size_t count, std::mt19937& rng, float lo, float hi) {

@@ -24,31 +24,17 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "core/cuda_handles.h"
 #include "core/device_context.h"
 #include "kernels/attention.h"
 
 namespace {
 
+using dtrain::bench::TimeMs;
+
 namespace fe = cudnn_frontend;
 using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
-
-#define BENCH_CHECK(cmd)                                                                         \
-  do {                                                                                           \
-    cudaError_t e_ = (cmd);                                                                      \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #cmd, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
-#define BENCH_OK(expr)                                                                           \
-  do {                                                                                           \
-    const dtrain::Status s_ = (expr);                                                            \
-    if (!s_.ok()) {                                                                              \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, s_.ToString().c_str()); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 // A cudaMalloc'ed buffer of random bytes (a bf16 or FP8 pattern of small finite values), freed at scope exit.
 struct DeviceBuffer {
@@ -68,22 +54,6 @@ struct DeviceBuffer {
   void* p = nullptr;
   char* c() const { return static_cast<char*>(p); }
 };
-
-double TimeMs(cudaStream_t stream, int iters, const std::function<void()>& fn) {
-  for (int i = 0; i < 3; ++i) fn();
-  cudaEvent_t start, stop;
-  BENCH_CHECK(cudaEventCreate(&start));
-  BENCH_CHECK(cudaEventCreate(&stop));
-  BENCH_CHECK(cudaEventRecord(start, stream));
-  for (int i = 0; i < iters; ++i) fn();
-  BENCH_CHECK(cudaEventRecord(stop, stream));
-  BENCH_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  BENCH_CHECK(cudaEventDestroy(start));
-  BENCH_CHECK(cudaEventDestroy(stop));
-  return ms / iters;
-}
 
 struct Shape {
   const char* name;
