@@ -100,8 +100,12 @@ void AmaxOut(const TensorPtr& t) {
   t->set_output(true).set_dim({1, 1, 1, 1}).set_stride({1, 1, 1, 1}).set_data_type(fe::DataType_t::FLOAT);
 }
 
-// Q, K, V as the models lay them out (strided views of one qkv row per token), in the graph's io type.
+// Sets g's types (e4m3 io, f32 math) and makes Q, K, V as the models lay them out (strided views of one qkv row per
+// token).
 void QkvInputs(fe::graph::Graph& g, int64_t b, int64_t t, const Shape& s, TensorPtr* q, TensorPtr* k, TensorPtr* v) {
+  g.set_io_data_type(fe::DataType_t::FP8_E4M3)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
   const int64_t w = (s.nh + 2 * s.nkv) * s.hs;
   const std::vector<int64_t> stride = {w * t, s.hs, w, 1};
   *q = g.tensor(fe::graph::Tensor_attributes().set_name("Q").set_dim({b, s.nh, t, s.hs}).set_stride(stride));
@@ -111,9 +115,6 @@ void QkvInputs(fe::graph::Graph& g, int64_t b, int64_t t, const Shape& s, Tensor
 
 void BuildForward(cudnnHandle_t handle, int64_t b, int64_t t, const Shape& s, const Fp8Buffers& buf, Fp8Graph* f) {
   fe::graph::Graph& g = f->g;
-  g.set_io_data_type(fe::DataType_t::FP8_E4M3)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
   TensorPtr q, k, v;
   QkvInputs(g, b, t, s, &q, &k, &v);
   const char* names[] = {"Descale_Q", "Descale_K", "Descale_V", "Descale_S", "Scale_S", "Scale_O"};
@@ -140,9 +141,6 @@ void BuildForward(cudnnHandle_t handle, int64_t b, int64_t t, const Shape& s, co
 void BuildBackward(cudnnHandle_t handle, int64_t b, int64_t t, const Shape& s, fe::DataType_t grad,
                    const Fp8Buffers& buf, Fp8Graph* f) {
   fe::graph::Graph& g = f->g;
-  g.set_io_data_type(fe::DataType_t::FP8_E4M3)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
   TensorPtr q, k, v;
   QkvInputs(g, b, t, s, &q, &k, &v);
   const std::vector<int64_t> dims = {b, s.nh, t, s.hs}, o_stride = {s.nh * s.hs * t, s.hs, s.nh * s.hs, 1};

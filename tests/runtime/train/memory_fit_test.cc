@@ -532,10 +532,10 @@ TEST(MemoryFit, AutoOffloadKeepsWhatTheBudgetLeaves) {
   EXPECT_NE(f.offload.find("no memory limit here"), std::string::npos) << f.offload;
 }
 
-// A budget above what the GPU holds (a config written for a larger GPU) is capped to the GPU, and the limit says so: the
-// H200 budget of configs/llama3_8b.yaml's runs on an 80 GiB GPU plans against 79 GiB, where the whole optimizer state
-// no longer fits beside the activations and auto offloads part of it, instead of planning 138.7 GiB and failing in
-// cudaMalloc. A budget below the GPU stays the limit; without a GPU (gpu_bytes 0) the budget is all there is.
+// A budget above what the GPU holds (a config written for a larger GPU) is capped to the GPU, and the limit says so:
+// the H200 budget of configs/llama3_8b.yaml's runs on an 80 GiB GPU plans against 79 GiB, where the whole optimizer
+// state no longer fits beside the activations and auto offloads part of it, instead of planning 138.7 GiB and failing
+// in cudaMalloc. A budget below the GPU stays the limit; without a GPU (gpu_bytes 0) the budget is all there is.
 TEST(MemoryFit, ABudgetAboveTheGpuIsCappedToIt) {
   const std::string eight_b = DT_SOURCE_DIR "/configs/llama3_8b.yaml";
   const std::vector<std::string> sets = {"optim.offload=auto", "train.memory_budget_gib=138.7",
@@ -547,8 +547,9 @@ TEST(MemoryFit, ABudgetAboveTheGpuIsCappedToIt) {
   Status st = FitMemory(&cfg, 1, /*cuda=*/true, 80 * gib, &fit);
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(fit.limit, 80 * gib - kCudaReservedBytes);
-  EXPECT_EQ(fit.limit_what, "train.memory_budget_gib 138.7, capped at the GPU's 80.00 GiB less 1.00 GiB for the CUDA "
-                            "context");
+  EXPECT_EQ(fit.limit_what,
+            "train.memory_budget_gib 138.7, capped at the GPU's 80.00 GiB less 1.00 GiB for the CUDA "
+            "context");
   EXPECT_LE(fit.plan.total(), fit.limit);
   EXPECT_EQ(cfg.optim().offload(), "cpu");
 
