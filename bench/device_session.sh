@@ -55,6 +55,7 @@
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
 FINAL_OUT=${OUT:?set OUT}
+mkdir -p "$FINAL_OUT"  # (a missing one lost a whole call's logs: the EXIT trap's tar had nowhere to write)
 OUT=/tmp/dtrain_device_logs; rm -rf $OUT; mkdir -p $OUT
 trap 'tar czf $FINAL_OUT/logs.tgz --exclude=checkpoints --exclude="*.safetensors" -C $OUT .' EXIT
 STAGES=${STAGES:-"tests mlp loader cnn gpt2 zero1 tb"}

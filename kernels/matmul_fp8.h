@@ -32,6 +32,11 @@
 // aux = AB + bias and C = gelu(aux) (GELU_AUX_BIAS: the forward of an MLP's first layer); residual (bf16 [M,N], not
 // C) gives C = AB + bias + residual (cuBLASLt's C operand with beta 1, D = our C). When cuBLASLt refuses a fused case
 // the same math runs unfused (plain FP8 GEMM, then kernels/bias.h, gelu.h, elementwise.h), logged once per shape.
+// Tried and left out (cuBLASLt of CUDA 13.0 on the H200; see
+// bench/results/2026-12-05-fp8-epilogues-and-774m-torchao-h200.md): the DGELU epilogue (GPT-2's fc_proj dgrad with
+// gelu' fused made the whole step 10-12% slower than the GEMM plus kernels/gelu.h's pass) and
+// CUBLASLT_MATMUL_DESC_AMAX_D_POINTER into a bf16 C (refused with GELU_AUX_BIAS and with DGELU: "an unsupported value
+// or parameter"), so the amax of a bf16 GEMM output still takes a pass.
 //
 // Requirements (checked, InvalidArgument naming the shapes): K % 16 == 0 (16-byte rows of fp8), N * sizeof(C) % 16 ==
 // 0 (16-byte rows of C: N % 8 for bf16, N % 4 for f32), A, B and C 16-byte aligned, scale pointers non-null.

@@ -519,7 +519,9 @@ Status Gpt2::BlockBackward(int layer, const GradReadyFn& on_ready) {
   // MLP, with dres_ = dy. Weight gradients accumulate (beta = 1) across micro-steps.
   if (fp8(Gpt2Linear::kFcProj)) {
     // dW_proj += dy^T fc_act and d fc_act = dy W_proj in FP8; gelu' then runs as its own pass over dfc_ (the bf16
-    // path fuses it and fc's bias gradient into the dgrad GEMM's epilogue). The bias gradients come from the casts of
+    // path fuses it and fc's bias gradient into the dgrad GEMM's epilogue; cuBLASLt's FP8 GEMM with the DGELU epilogue
+    // made the whole step 10-12% slower on the H200, and it refuses to write the amax of a bf16 result:
+    // bench/results/2026-12-05-fp8-epilogues-and-774m-torchao-h200.md). The bias gradients come from the casts of
     // dy (Fp8Linears::Backward's dbias; fc's from its own FP8 backward, else a pass here), dy's amax from the kernel
     // that wrote dy (the layer norm backward above this block: Backward's lnf or the next block's ln_1; GELU's below).
     DT_RETURN_IF_ERROR(fp8_->Backward(layer, set, static_cast<int>(Gpt2Linear::kFcProj), dres_, g(kFcProjW), &dfc_,
