@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "comm/job_secret.h"
-#include "comm/tcp_socket.h"
+#include "tests/testing/free_port.h"
 
 namespace dtrain::testing {
 
@@ -100,13 +100,6 @@ inline std::vector<ForkedRank> RunForkedRanks(int n, const std::function<std::st
     out[r].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
   return out;
-}
-
-// A TCP port that was free on 127.0.0.1 a moment ago (bound with port 0, then released).
-inline int FreeLoopbackPort() {
-  comm::TcpSocket s;
-  if (!comm::TcpSocket::Listen("127.0.0.1", 0, &s).ok()) return -1;
-  return s.local_port();
 }
 
 }  // namespace dtrain::testing

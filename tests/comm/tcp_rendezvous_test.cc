@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "comm/tcp_communicator.h"
+#include "comm/tcp_socket.h"
+#include "comm/tcp_socket.h"
 #include "tests/comm/forked_ranks.h"
 
 namespace dtrain::comm {

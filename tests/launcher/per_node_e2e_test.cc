@@ -38,7 +38,7 @@ class PerNodeTest : public ::testing::Test {
   // Both nodes' launchers at once; each one's output in node-R.log, its exit code and end time (seconds since
   // the start of the script) in rc-R and end-R.
   ProcessResult LaunchTwoNodes(const std::string& extra) {
-    const int port = FreePortPair();
+    const int port = FreeLoopbackPorts(2);
     const std::string d = dir_.path();
     WriteSecret("secret", kSecret);
     std::string script = "cd " + d + " && s=$(date +%s.%N); ";
@@ -148,7 +148,7 @@ TEST_F(PerNodeTest, LauncherWithAnotherSecretIsRefusedAndSigintStopsTheJoin) {
   WriteWorker("exit 0\n");
   WriteSecret("secret", kSecret);
   WriteSecret("other", "another-secret-of-at-least-32-characters-0123456789");
-  const int port = FreePortPair();
+  const int port = FreeLoopbackPorts(2);
   const std::string d = dir_.path();
   const std::string launch = "DTRAIN_WORKER_BIN=" + d + "/worker.sh " + DtrainBin() +
                              " launch --nnodes 2 --master-addr 127.0.0.1 --master-port " + std::to_string(port) +

@@ -220,7 +220,7 @@ TEST(SecretLeakE2E, PerNodeSecretFileNeverShowsAndNodeZeroListensWhereItIsTold) 
   WriteFile(d + "/worker.sh", "#!/bin/sh\n[ \"$DTRAIN_JOB_SECRET\" = \"$(cat " + d +
                                   "/secret)\" ] && echo \"rank $RANK has the secret\"\nsleep 2\n");
   ASSERT_EQ(RunCommand("chmod +x " + d + "/worker.sh").exit_code, 0);
-  const int port = FreePortPair();
+  const int port = FreeLoopbackPorts(2);
   std::string script = "cd " + d + "; ";
   for (int node : {0, 1}) {
     script += "DTRAIN_LOG_LEVEL=debug DTRAIN_WORKER_BIN=" + d + "/worker.sh " + DtrainBin() +

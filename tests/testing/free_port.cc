@@ -28,16 +28,19 @@ int BindLoopback(int port) {
 
 }  // namespace
 
-int FreePortPair() {
+int FreeLoopbackPorts(int count) {
   std::mt19937 rng(std::random_device{}());
   for (int tries = 0; tries < 200; ++tries) {
     const int port = 20000 + static_cast<int>(rng() % 12000);
-    const int a = BindLoopback(port), b = a < 0 ? -1 : BindLoopback(port + 1);
-    if (a >= 0) ::close(a);
-    if (b >= 0) ::close(b);
-    if (b >= 0) return port;
+    int free = 0;
+    for (; free < count; ++free) {
+      const int fd = BindLoopback(port + free);
+      if (fd < 0) break;
+      ::close(fd);
+    }
+    if (free == count) return port;
   }
-  ADD_FAILURE() << "no free pair of ports on 127.0.0.1 in [20000, 32000)";
+  ADD_FAILURE() << "no " << count << " free consecutive ports on 127.0.0.1 in [20000, 32000)";
   return 0;
 }
 

@@ -13,9 +13,6 @@ std::string HttpExchange(const std::string& host, int port, const std::string& r
 // GET `target` ("/metrics", "/api/v1/query?query=up"): the status code (-1: no valid reply); the body in *body.
 int HttpGet(const std::string& host, int port, const std::string& target, std::string* body, double timeout_s = 10);
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then closed).
-int FreeLoopbackPort();
-
 // `text` with every byte outside [A-Za-z0-9-._~] percent-encoded (for query strings).
 std::string UrlEncode(const std::string& text);
 

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/testing/free_port.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/prometheus_server.h"
 #include "tests/testing/subprocess.h"

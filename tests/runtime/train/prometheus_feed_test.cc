@@ -10,6 +10,7 @@
 #include <cmath>
 #include <map>
 
+#include "tests/testing/free_port.h"
 #include "tests/testing/http_client.h"
 
 namespace dtrain::runtime {
