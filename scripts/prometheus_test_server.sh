@@ -36,7 +36,7 @@ start() {
   [[ -n $bin ]] || { echo "prometheus_test_server: 'prometheus' not found (apt-get install prometheus)" >&2; exit 77; }
   mkdir -p "$dir/data"
   dir=$(cd "$dir" && pwd)
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(python3 "$(dirname "${BASH_SOURCE[0]}")/free_ports.py" 1)
   cat > "$dir/prometheus.yml" <<CONF
 global:
   scrape_interval: $interval

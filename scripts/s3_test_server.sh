@@ -78,11 +78,7 @@ start() {
   local fsid osd_uuid p2 p1 prgw access secret
   fsid=$(uuidgen)
   osd_uuid=$(uuidgen)
-  read -r p2 p1 prgw < <(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(3)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])')
+  read -r p2 p1 prgw < <(python3 "$(dirname "${BASH_SOURCE[0]}")/free_ports.py" 3)
   access=$(head -c 10 /dev/urandom | od -An -tx1 | tr -d " \n" | tr a-f A-F)
   secret=$(head -c 20 /dev/urandom | od -An -tx1 | tr -d " \n")
 

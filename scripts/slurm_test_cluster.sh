@@ -140,12 +140,8 @@ start() {
   local host user ctld_port slurmd_port mem ports
   host=$(hostname -s)
   user=$(id -un)
-  read -r ctld_port slurmd_port ports < <(python3 -c '
-import socket, sys
-ss = [socket.socket() for _ in range(2 + int(sys.argv[1]))]
-for s in ss: s.bind(("127.0.0.1", 0))
-p = [s.getsockname()[1] for s in ss]
-print(p[0], p[1], ",".join(map(str, p[2:])))' "$nodes")
+  read -r ctld_port slurmd_port ports < <(python3 "$(dirname "${BASH_SOURCE[0]}")/free_ports.py" $((2 + nodes)) |
+    sed 's/ /,/3g')
   mem=$(($(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2))
   local names node_lines pidfile=$dir/slurmd.pid logfile=$dir/log/slurmd.log tmpfs=/tmp
   if ((nodes == 1)); then
