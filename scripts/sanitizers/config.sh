@@ -19,13 +19,13 @@ export TSAN_SYMBOLIZER_PATH=${TSAN_SYMBOLIZER_PATH:-$ASAN_SYMBOLIZER_PATH}
 # unity_off DIR: -DDT_UNITY_BUILD=OFF when DIR's unity build failed before (scripts/cmake_build.sh).
 unity_off() { if [[ -e $1/unity-off ]]; then echo -DDT_UNITY_BUILD=OFF; fi; }
 
-# configure_asan DIR: ASan + LSan + UBSan (-fno-sanitize-recover: the first UB report aborts) with
-# libFuzzer's coverage instrumentation (fuzzer-no-link), and the fuzz targets on. scripts/sanitize.sh
+# configure_asan DIR: ASan + LSan + UBSan (-fno-sanitize-recover: the first UB report aborts), and the fuzz targets
+# on (fuzz/CMakeLists.txt adds libFuzzer's coverage instrumentation to the libraries they fuzz). scripts/sanitize.sh
 # (unit tests) and scripts/fuzz.sh share this build, so CI compiles the tree once for both. Each test file is one
 # ctest test (DT_TEST_WHOLE_BINARIES).
 configure_asan() {
   # shellcheck disable=SC2086
-  cmake -S . -B "$1" "${SAN_CMAKE_COMMON[@]}" -DDT_SANITIZER="address;undefined;fuzzer-no-link" \
+  cmake -S . -B "$1" "${SAN_CMAKE_COMMON[@]}" -DDT_SANITIZER="address;undefined" \
     -DCMAKE_CXX_FLAGS="-fno-sanitize-recover=all" -DDT_BUILD_FUZZERS=ON -DDT_TEST_WHOLE_BINARIES=ON ${CMAKE_ARGS:-} $(unity_off "$1") >/dev/null
 }
 
