@@ -12,7 +12,6 @@
 
 #include "comm/tcp_communicator.h"
 #include "comm/tcp_socket.h"
-#include "comm/tcp_socket.h"
 #include "tests/comm/forked_ranks.h"
 
 namespace dtrain::comm {
